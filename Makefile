@@ -1,0 +1,41 @@
+# Every target sets itself up: a .venv with the project (editable) and its dev tools.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.tensorwire-installed
+# A pinned torch release is taken from this machine's local wheel store (a CPU build);
+# a bare requirement would download a multi-GB CUDA build. An existing torch is left alone.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: venv test lint typecheck gen gen-check demo bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check codec transports tests tools
+	$(BIN)/ruff format --check codec/generated
+
+typecheck: $(STAMP)
+	$(BIN)/mypy codec transports
+
+gen: $(STAMP)
+	$(BIN)/tensorwire gen
+
+gen-check: $(STAMP)
+	$(BIN)/tensorwire gen --check
+
+test: lint typecheck gen-check
+	$(BIN)/pytest
+
+demo: $(STAMP)
+	$(BIN)/tensorwire schemas
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

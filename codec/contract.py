@@ -1,0 +1,217 @@
+"""Run-time contract of generated types: tensor specs, trees, cross-field constraints, named rules.
+
+Both back-ends (generated source and run-time types) attach the same ``StructRules`` to a class as
+``__tw_rules__``; ``check_struct`` runs them from the class's ``__post_init__``, that is, whenever a
+message is built and whenever one is decoded. Rules the schema subset cannot say are *named
+validators*: Python functions registered with ``register_validator`` and named in a schema's
+``x-validators`` list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import numpy as np
+import torch
+
+from codec.dtypes import dtype_of
+from codec.errors import ValidationError
+
+__all__ = [
+    "Check",
+    "EachCheck",
+    "GroupRule",
+    "StructRules",
+    "TensorCheck",
+    "TreeCheck",
+    "TupleCheck",
+    "TypeInfo",
+    "check_struct",
+    "known_validators",
+    "register_validator",
+    "violation",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TypeInfo:
+    """Identity of a message type: stable id, major version and schema fingerprint."""
+
+    type_id: str
+    version: int
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCheck:
+    kind: str  # "tensor" or "ndarray"
+    dtypes: tuple[str, ...] | None = None
+    shape: tuple[int | str | None, ...] | None = None
+    devices: tuple[str, ...] | None = None
+    contiguous: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TreeCheck:
+    max_depth: int = 64
+    json_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EachCheck:
+    """Apply ``inner`` to each element of a list/set (``array``), each map value (``map``) or a non-None value."""
+
+    container: str  # "array", "map" or "nullable"
+    inner: Check
+
+
+@dataclass(frozen=True, slots=True)
+class TupleCheck:
+    items: tuple[Check | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRule:
+    rule: str  # "at_most_one_of" or "exactly_one_of"
+    fields: tuple[str, ...]
+
+
+Check: TypeAlias = TensorCheck | TreeCheck | EachCheck | TupleCheck
+
+
+@dataclass(frozen=True, slots=True)
+class StructRules:
+    type_name: str
+    fields: tuple[tuple[str, Check], ...] = ()
+    groups: tuple[GroupRule, ...] = ()
+    validators: tuple[str, ...] = ()
+
+
+Validator: TypeAlias = Callable[[Any], None]
+_VALIDATORS: dict[str, Validator] = {}
+
+
+def register_validator(name: str) -> Callable[[Validator], Validator]:
+    """Register a named rule (``namespace.rule_name``) that schemas may list in ``x-validators``."""
+
+    def wrap(fn: Validator) -> Validator:
+        _VALIDATORS[name] = fn
+        return fn
+
+    return wrap
+
+
+def known_validators() -> frozenset[str]:
+    """Names of every registered validator."""
+    return frozenset(_VALIDATORS)
+
+
+def violation(type_name: str, rule: str, message: str) -> ValidationError:
+    """The error a named validator raises: ``<type>: rule <RULE>: <message>``."""
+    return ValidationError(f"{type_name}: rule {rule}: {message}")
+
+
+def check_struct(obj: Any) -> None:
+    """Check ``obj`` against its class's ``__tw_rules__``; raise ``ValidationError`` on the first breach."""
+    rules: StructRules = type(obj).__tw_rules__
+    dims: dict[str, tuple[int, str]] = {}
+    for name, check in rules.fields:
+        _check(check, getattr(obj, name), f"{rules.type_name}.{name}", dims)
+    for group in rules.groups:
+        present = [f for f in group.fields if getattr(obj, f) is not None]
+        if group.rule == "at_most_one_of" and len(present) > 1:
+            raise ValidationError(
+                f"{rules.type_name}: at most one of {', '.join(group.fields)} may be set; got {', '.join(present)}"
+            )
+        if group.rule == "exactly_one_of" and len(present) != 1:
+            got = ", ".join(present) if present else "none"
+            raise ValidationError(f"{rules.type_name}: exactly one of {', '.join(group.fields)} must be set; got {got}")
+    for name in rules.validators:
+        try:
+            validator = _VALIDATORS[name]
+        except KeyError:
+            raise ValidationError(f"{rules.type_name}: no validator named {name!r} is registered") from None
+        validator(obj)
+
+
+def _check(check: Check, value: Any, path: str, dims: dict[str, tuple[int, str]]) -> None:
+    if isinstance(check, TensorCheck):
+        _check_tensor(check, value, path, dims)
+    elif isinstance(check, TreeCheck):
+        _check_tree(check, value, path, 0)
+    elif isinstance(check, TupleCheck):
+        for i, (item_check, item) in enumerate(zip(check.items, value, strict=False)):
+            if item_check is not None:
+                _check(item_check, item, f"{path}[{i}]", dims)
+    elif check.container == "nullable":
+        if value is not None:
+            _check(check.inner, value, path, dims)
+    elif check.container == "map":
+        for key, item in value.items():
+            _check(check.inner, item, f"{path}[{key!r}]", dims)
+    else:
+        for i, item in enumerate(value):
+            _check(check.inner, item, f"{path}[{i}]", dims)
+
+
+def _check_tensor(check: TensorCheck, value: Any, path: str, dims: dict[str, tuple[int, str]]) -> None:
+    expected = torch.Tensor if check.kind == "tensor" else np.ndarray
+    if not isinstance(value, expected):
+        label = "torch.Tensor" if check.kind == "tensor" else "numpy.ndarray"
+        raise ValidationError(f"{path}: expected {label}, got {type(value).__name__}")
+    dtype = dtype_of(value)
+    if dtype is None:
+        raise ValidationError(f"{path}: dtype {value.dtype} is not in the wire dtype table")
+    if check.dtypes is not None and dtype not in check.dtypes:
+        raise ValidationError(f"{path}: dtype {dtype} is not allowed; expected one of {', '.join(check.dtypes)}")
+    shape = tuple(value.shape)
+    if check.shape is not None:
+        if len(shape) != len(check.shape):
+            raise ValidationError(f"{path}: expected rank {len(check.shape)}, got shape {shape}")
+        for axis, (want, got) in enumerate(zip(check.shape, shape, strict=True)):
+            if isinstance(want, int) and want != got:
+                raise ValidationError(f"{path}: dim {axis} must be {want}, got shape {shape}")
+            if isinstance(want, str):
+                seen = dims.setdefault(want, (got, path))
+                if seen[0] != got:
+                    raise ValidationError(
+                        f"{path}: dim {want!r} is {got}, but {seen[0]} in {seen[1]} (named dims must agree)"
+                    )
+    if isinstance(value, torch.Tensor):
+        device, contiguous = value.device.type, value.is_contiguous()
+    else:
+        device, contiguous = "cpu", bool(value.flags.c_contiguous)
+    if check.devices is not None and device not in check.devices:
+        raise ValidationError(f"{path}: device {device} is not allowed; expected {', '.join(check.devices)}")
+    if check.contiguous and not contiguous:
+        raise ValidationError(f"{path}: must be contiguous")
+
+
+_JSON_LEAVES = (type(None), bool, int, float, str)
+_TREE_LEAVES = (*_JSON_LEAVES, bytes, torch.Tensor, np.ndarray)
+
+
+def _check_tree(check: TreeCheck, value: Any, path: str, depth: int) -> None:
+    if isinstance(value, dict | list | tuple):
+        if depth >= check.max_depth:
+            raise ValidationError(f"{path}: tree is deeper than its limit of {check.max_depth}")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ValidationError(f"{path}: tree dict keys must be str, got {type(key).__name__}")
+                _check_tree(check, item, f"{path}[{key!r}]", depth + 1)
+            return
+        if check.json_only and isinstance(value, tuple):
+            raise ValidationError(f"{path}: a JSON tree has no tuples")
+        for i, item in enumerate(value):
+            _check_tree(check, item, f"{path}[{i}]", depth + 1)
+        return
+    leaves = _JSON_LEAVES if check.json_only else _TREE_LEAVES
+    if not isinstance(value, leaves):
+        kind = "a JSON tree" if check.json_only else "a tree"
+        raise ValidationError(f"{path}: {type(value).__name__} is not allowed in {kind}")
+
+
+from codec import builtin_rules  # noqa: E402,F401  (registers the built-in named validators)

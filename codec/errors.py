@@ -1,0 +1,41 @@
+"""The exception hierarchy of tensorwire."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CodecError",
+    "CompatError",
+    "DecodeError",
+    "EncodeError",
+    "SchemaError",
+    "TransportError",
+    "ValidationError",
+]
+
+
+class CodecError(Exception):
+    """Base class of every error raised by tensorwire."""
+
+
+class SchemaError(CodecError):
+    """A schema file or directory is invalid (names file, line:col, JSON pointer, expectation)."""
+
+
+class ValidationError(CodecError, ValueError):
+    """A message violates its schema's contract (constraints, tensor specs, named rules)."""
+
+
+class EncodeError(CodecError):
+    """A message cannot be encoded."""
+
+
+class DecodeError(CodecError, ValueError):
+    """Bytes cannot be decoded into a message."""
+
+
+class TransportError(CodecError, OSError):
+    """A transport failed to export, import or release a buffer."""
+
+
+class CompatError(CodecError):
+    """A compatibility check could not be carried out."""

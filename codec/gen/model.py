@@ -1,0 +1,107 @@
+"""What both back-ends derive from the IR the same way: run-time rules and Python default values."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from codec.contract import (
+    Check,
+    EachCheck,
+    GroupRule,
+    StructRules,
+    TensorCheck,
+    TreeCheck,
+    TupleCheck,
+    TypeInfo,
+)
+from codec.schema import SchemaSet
+from codec.schema.ir import (
+    ArrayT,
+    EnumT,
+    MapT,
+    MessageRefT,
+    Node,
+    NullableT,
+    ScalarT,
+    StructT,
+    TensorT,
+    TreeT,
+    TupleT,
+    UnionT,
+)
+
+__all__ = ["check_for", "default_value", "member_name", "rules_for", "type_info"]
+
+
+def member_name(value: str) -> str:
+    """Enum member name for a wire value: ``negative_one_to_one`` -> ``NEGATIVE_ONE_TO_ONE``."""
+    name = re.sub(r"\W", "_", value).upper()
+    return f"_{name}" if not name or name[0].isdigit() else name
+
+
+def type_info(schemas: SchemaSet, struct: StructT) -> TypeInfo | None:
+    """Identity of a message type; None for nested structs."""
+    if struct.type_id is None or struct.version is None:
+        return None
+    return TypeInfo(struct.type_id, struct.version, schemas.message(struct.type_id, struct.version).fingerprint)
+
+
+def check_for(node: Node) -> Check | None:
+    """The run-time check a field's value needs (tensors and trees, through containers); None if none."""
+    if isinstance(node, TensorT):
+        return TensorCheck(node.kind, node.dtypes, node.shape, node.devices, node.contiguous)
+    if isinstance(node, TreeT):
+        return TreeCheck(node.max_depth, node.json_only)
+    if isinstance(node, NullableT | ArrayT | MapT):
+        inner_node = (
+            node.inner if isinstance(node, NullableT) else node.items if isinstance(node, ArrayT) else node.values
+        )
+        inner = check_for(inner_node)
+        if inner is None:
+            return None
+        container = "nullable" if isinstance(node, NullableT) else "array" if isinstance(node, ArrayT) else "map"
+        return EachCheck(container, inner)
+    if isinstance(node, TupleT):
+        items = tuple(check_for(item) for item in node.items)
+        return TupleCheck(items) if any(items) else None
+    return None  # scalars and enums are checked by msgspec; structs check themselves
+
+
+def rules_for(struct: StructT) -> StructRules | None:
+    """The rules ``check_struct`` runs for ``struct``; None when there is nothing to check."""
+    fields = tuple((f.name, check) for f in struct.fields if (check := check_for(f.type)) is not None)
+    groups = tuple(GroupRule(c.rule, c.fields) for c in struct.constraints)
+    if not (fields or groups or struct.validators):
+        return None
+    name = struct.type_id or f"{struct.namespace}.{struct.name}"
+    return StructRules(name, fields, groups, tuple(struct.validators))
+
+
+def default_value(node: Node, value: Any, enum_member: Callable[[EnumT, str], Any]) -> Any:
+    """The Python value of a JSON default for ``node`` (tuples, frozensets and enum members restored)."""
+    if value is None:
+        return None
+    if isinstance(node, NullableT):
+        return default_value(node.inner, value, enum_member)
+    if isinstance(node, EnumT):
+        return enum_member(node, value)
+    if isinstance(node, ScalarT):
+        if node.kind == "bytes":
+            return b""
+        return float(value) if node.kind == "float" else value
+    if isinstance(node, ArrayT):
+        items = [default_value(node.items, v, enum_member) for v in value]
+        return frozenset(items) if node.unique else items
+    if isinstance(node, TupleT):
+        return tuple(default_value(t, v, enum_member) for t, v in zip(node.items, value, strict=True))
+    if isinstance(node, MapT):
+        return {k: default_value(node.values, v, enum_member) for k, v in value.items()}
+    if isinstance(node, TreeT):
+        return value
+    raise AssertionError(f"no default for {node!r}")  # the builder only lets null through here
+
+
+def is_struct_like(node: Node) -> bool:
+    return isinstance(node, StructT | MessageRefT | UnionT)

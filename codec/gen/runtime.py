@@ -1,0 +1,140 @@
+"""IR -> message classes at run time (``msgspec.defstruct``), for schemas loaded without generation."""
+
+from __future__ import annotations
+
+import copy
+import enum
+from typing import Annotated, Any, Optional, Union
+
+import msgspec
+import numpy as np
+import torch
+
+from codec.contract import check_struct
+from codec.gen.docs import class_doc
+from codec.gen.model import default_value, member_name, rules_for, type_info
+from codec.registry import Registry
+from codec.schema import SchemaSet, class_name
+from codec.schema.ir import (
+    ArrayT,
+    EnumT,
+    Field,
+    MapT,
+    MessageRefT,
+    Node,
+    NullableT,
+    ScalarT,
+    StructT,
+    TensorT,
+    TreeT,
+    TupleT,
+    UnionT,
+)
+
+__all__ = ["build_registry"]
+
+
+def _post_init(self: Any) -> None:
+    check_struct(self)
+
+
+class _Types:
+    def __init__(self, schemas: SchemaSet) -> None:
+        self.schemas = schemas
+        self.enums: dict[tuple[str, str], type[enum.Enum]] = {}
+        self.structs: dict[int, type[Any]] = {}  # id(StructT) -> class
+
+    def enum_class(self, node: EnumT) -> type[enum.Enum]:
+        key = (node.namespace, node.name)
+        if key not in self.enums:
+            members = [(member_name(v), v) for v in node.values]
+            cls = enum.Enum(node.name, members, type=str, module=f"codec.runtime.{node.namespace}")  # type: ignore[misc]
+            cls.__doc__ = node.description or f"Enum {node.namespace}.{node.name}."
+            self.enums[key] = cls
+        return self.enums[key]
+
+    def annotation(self, node: Node) -> Any:
+        if isinstance(node, ScalarT):
+            base: Any = {"bool": bool, "int": int, "float": float, "str": str, "bytes": bytes}[node.kind]
+            meta = _meta(node)
+            return Annotated[base, meta] if meta is not None else base
+        if isinstance(node, EnumT):
+            return self.enum_class(node)
+        if isinstance(node, ArrayT):
+            items = self.annotation(node.items)
+            return frozenset[items] if node.unique else list[items]  # type: ignore[valid-type]
+        if isinstance(node, TupleT):
+            return tuple[tuple(self.annotation(i) for i in node.items)]  # type: ignore[misc]
+        if isinstance(node, MapT):
+            return dict[str, self.annotation(node.values)]  # type: ignore[misc]
+        if isinstance(node, NullableT):
+            return Optional[self.annotation(node.inner)]  # noqa: UP045
+        if isinstance(node, TensorT):
+            return torch.Tensor if node.kind == "tensor" else np.ndarray
+        if isinstance(node, TreeT):
+            return Any
+        if isinstance(node, MessageRefT):
+            return self.struct_class(node.target)
+        if isinstance(node, UnionT):
+            return Union[tuple(self.annotation(v) for v in node.variants)]  # noqa: UP007
+        return self.struct_class(node)
+
+    def struct_class(self, struct: StructT) -> type[Any]:
+        if id(struct) in self.structs:
+            return self.structs[id(struct)]
+        fields = [self._field(f) for f in struct.fields]
+        namespace: dict[str, Any] = {"__doc__": class_doc(struct)}
+        rules = rules_for(struct)
+        if rules is not None:
+            namespace["__tw_rules__"] = rules
+            namespace["__post_init__"] = _post_init
+        info = type_info(self.schemas, struct)
+        if info is not None:
+            namespace["__tw_type__"] = info
+        options: dict[str, Any] = {}
+        if struct.tag_field is not None:
+            options = {"tag_field": struct.tag_field, "tag": struct.tag}
+        cls = msgspec.defstruct(
+            class_name(self.schemas, struct),
+            fields,
+            kw_only=True,
+            omit_defaults=True,
+            namespace=namespace,
+            module=f"codec.runtime.{struct.namespace}",
+            **options,
+        )
+        self.structs[id(struct)] = cls
+        return cls
+
+    def _field(self, f: Field) -> tuple[str, Any] | tuple[str, Any, Any]:
+        annotation = self.annotation(f.type)
+        if not f.has_default:
+            return (f.name, annotation)
+        value = default_value(f.type, f.default, lambda e, v: self.enum_class(e)(v))
+        if isinstance(value, list | dict) and value:
+            return (f.name, annotation, msgspec.field(default_factory=_copier(value)))
+        return (f.name, annotation, value)
+
+
+def _copier(value: Any) -> Any:
+    def factory() -> Any:
+        return copy.deepcopy(value)
+
+    return factory
+
+
+def _meta(node: ScalarT) -> msgspec.Meta | None:
+    kwargs: dict[str, Any] = {}
+    if node.minimum is not None:
+        kwargs["ge"] = node.minimum
+    if node.maximum is not None:
+        kwargs["le"] = node.maximum
+    if node.max_length is not None:
+        kwargs["max_length"] = node.max_length
+    return msgspec.Meta(**kwargs) if kwargs else None
+
+
+def build_registry(schemas: SchemaSet) -> Registry:
+    """Build a class for every message type of ``schemas`` and return them as a ``Registry``."""
+    types = _Types(schemas)
+    return Registry(types.struct_class(m.struct) for m in schemas.messages)

@@ -1,0 +1,158 @@
+"""The schema compiler: load a schema directory, meta-validate every file, build the IR.
+
+``load_dir(path)`` returns a ``SchemaSet``: every message type with its fingerprint, and the named
+nested types (enums, structs) of every namespace in dependency order.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from codec.errors import SchemaError
+from codec.schema.build import Builder, FileEntry, fingerprint_of
+from codec.schema.ir import EnumT, StructT
+from codec.schema.meta import check_against_meta, meta_schema, meta_schema_text
+from codec.schema.source import read_source
+
+__all__ = [
+    "META_DIR",
+    "Message",
+    "SchemaSet",
+    "class_name",
+    "fingerprint_of",
+    "load_dir",
+    "meta_schema",
+    "meta_schema_text",
+]
+
+META_DIR = "meta"
+_NAMESPACE = re.compile(r"^[a-z][a-z0-9_]*$")
+_FILE = re.compile(r"^([A-Z][A-Za-z0-9]*)\.v([1-9][0-9]*)\.json$")
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message type: its IR, fingerprint and file (``key`` relative to the schema directory)."""
+
+    struct: StructT
+    fingerprint: str
+    key: str
+    path: str
+
+    @property
+    def type_id(self) -> str:
+        assert self.struct.type_id is not None
+        return self.struct.type_id
+
+    @property
+    def version(self) -> int:
+        assert self.struct.version is not None
+        return self.struct.version
+
+
+@dataclass(frozen=True)
+class SchemaSet:
+    """Everything one schema directory declares."""
+
+    root: Path
+    label: str  # the directory's name, used in generated headers (stable across machines)
+    messages: tuple[Message, ...]  # dependency order
+    named: tuple[EnumT | StructT, ...]  # nested enums and structs, dependency order
+
+    def namespaces(self) -> list[str]:
+        return sorted({m.struct.namespace for m in self.messages})
+
+    def latest_version(self, type_id: str) -> int:
+        return max(m.version for m in self.messages if m.type_id == type_id)
+
+    def message(self, type_id: str, version: int) -> Message:
+        for m in self.messages:
+            if m.type_id == type_id and m.version == version:
+                return m
+        raise KeyError(f"{type_id} v{version}")
+
+
+def class_name(schemas: SchemaSet, struct: StructT) -> str:
+    """Python class name: ``Name`` for a type's latest version, ``NameV<N>`` for older ones."""
+    if struct.type_id is None:
+        return struct.name
+    assert struct.version is not None
+    latest = schemas.latest_version(struct.type_id)
+    return struct.name if struct.version == latest else f"{struct.name}V{struct.version}"
+
+
+def _display(path: Path) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+def load_dir(directory: str | os.PathLike[str]) -> SchemaSet:
+    """Load and compile every ``<namespace>/<Name>.v<N>.json`` under ``directory``."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise SchemaError(f"{directory}: not a schema directory")
+    files: dict[str, FileEntry] = {}
+    ids: dict[tuple[str, int], str] = {}
+    for path in sorted(root.rglob("*.json")):
+        rel = path.relative_to(root)
+        display = _display(path)
+        if rel.parts[0] == META_DIR:
+            continue
+        if len(rel.parts) != 2 or not _NAMESPACE.match(rel.parts[0]):
+            raise SchemaError(f"{display}: schema files live at <namespace>/<Name>.v<N>.json (namespace: lower_snake)")
+        match = _FILE.match(rel.parts[1])
+        if match is None:
+            raise SchemaError(f"{display}: file name must be <Name>.v<N>.json, e.g. Video.v1.json")
+        namespace, name, version = rel.parts[0], match.group(1), int(match.group(2))
+        source = read_source(path, display)
+        if not isinstance(source.data, dict):
+            raise source.error("", "a schema file holds one JSON object")
+        check_against_meta(source)
+        expected_id = f"{namespace}.{name}"
+        if source.data["$id"] != expected_id:
+            raise source.error(
+                "/$id", f"$id {source.data['$id']!r} does not match the file's path (expected {expected_id!r})"
+            )
+        if source.data["x-version"] != version:
+            raise source.error(
+                "/x-version", f"x-version {source.data['x-version']} does not match the file name (expected {version})"
+            )
+        if (expected_id, version) in ids:
+            raise source.error(
+                "/$id", f"duplicate $id {expected_id} v{version} (also in {ids[(expected_id, version)]})"
+            )
+        ids[(expected_id, version)] = display
+        key = rel.as_posix()
+        files[key] = FileEntry(key, source, namespace, name, version)
+    if not files:
+        raise SchemaError(f"{_display(root)}: no schema files found (expected <namespace>/<Name>.v<N>.json)")
+    builder = Builder(files)
+    for key in files:
+        builder.message(key)
+    messages = tuple(
+        Message(builder.messages[key], builder.fingerprints[key], key, files[key].source.path)
+        for key in builder.messages
+    )
+    named = tuple(node for node, _ in builder.named.values())
+    schemas = SchemaSet(root, root.resolve().name, messages, named)
+    _check_class_names(schemas, builder)
+    return schemas
+
+
+def _check_class_names(schemas: SchemaSet, builder: Builder) -> None:
+    taken: dict[tuple[str, str], str] = {}
+    for m in schemas.messages:
+        for name in {class_name(schemas, m.struct), f"{m.struct.name}V{m.version}"}:
+            taken[(m.struct.namespace, name)] = m.path
+    for (namespace, name), (_, where) in builder.named.items():
+        if (namespace, name) in taken:
+            raise SchemaError(
+                f"{where}: nested type name {namespace}.{name} clashes with the message class declared in "
+                f"{taken[(namespace, name)]}; rename it"
+            )

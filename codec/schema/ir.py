@@ -1,0 +1,250 @@
+"""The intermediate representation of a schema directory: frozen, typed nodes.
+
+Every node has ``canonical()``: a JSON-able description without documentation, from which the
+type's fingerprint is computed. Message types are referenced (not inlined) by id, version and
+fingerprint, so a type's fingerprint changes whenever the shape of anything it carries changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+__all__ = [
+    "ArrayT",
+    "Constraint",
+    "EnumT",
+    "Field",
+    "MapT",
+    "MessageRefT",
+    "Node",
+    "NullableT",
+    "ScalarT",
+    "StructT",
+    "TensorT",
+    "TreeT",
+    "TupleT",
+    "UnionT",
+    "MISSING",
+]
+
+JSON: TypeAlias = Any
+
+
+class _Missing:
+    """Marks a field without a default."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarT:
+    kind: Literal["bool", "int", "float", "str", "bytes"]
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    max_length: int | None = None
+
+    def canonical(self) -> JSON:
+        out: dict[str, JSON] = {"kind": self.kind}
+        for key, value in (("minimum", self.minimum), ("maximum", self.maximum), ("max_length", self.max_length)):
+            if value is not None:
+                out[key] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class EnumT:
+    namespace: str
+    name: str
+    values: tuple[str, ...]
+    description: str = ""
+
+    def canonical(self) -> JSON:
+        return {"kind": "enum", "name": f"{self.namespace}.{self.name}", "values": list(self.values)}
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayT:
+    items: Node
+    unique: bool = False
+
+    def canonical(self) -> JSON:
+        return {"kind": "set" if self.unique else "array", "items": self.items.canonical()}
+
+
+@dataclass(frozen=True, slots=True)
+class TupleT:
+    items: tuple[Node, ...]
+
+    def canonical(self) -> JSON:
+        return {"kind": "tuple", "items": [item.canonical() for item in self.items]}
+
+
+@dataclass(frozen=True, slots=True)
+class MapT:
+    values: Node
+
+    def canonical(self) -> JSON:
+        return {"kind": "map", "values": self.values.canonical()}
+
+
+@dataclass(frozen=True, slots=True)
+class NullableT:
+    inner: Node
+
+    def canonical(self) -> JSON:
+        return {"kind": "nullable", "inner": self.inner.canonical()}
+
+
+@dataclass(frozen=True, slots=True)
+class TensorT:
+    """``x-tensor`` (torch.Tensor) or ``x-ndarray`` (numpy.ndarray)."""
+
+    kind: Literal["tensor", "ndarray"]
+    dtypes: tuple[str, ...] | None = None
+    shape: tuple[int | str | None, ...] | None = None  # fixed size, named dim, or free
+    devices: tuple[str, ...] | None = None
+    contiguous: bool | None = None
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    def canonical(self) -> JSON:
+        out: dict[str, JSON] = {"kind": self.kind}
+        if self.dtypes is not None:
+            out["dtypes"] = sorted(self.dtypes)
+        if self.shape is not None:
+            out["shape"] = list(self.shape)
+        if self.devices is not None:
+            out["devices"] = sorted(self.devices)
+        if self.contiguous is not None:
+            out["contiguous"] = self.contiguous
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class TreeT:
+    """``x-tree``: nested dict/list/tuple of scalars, str, bytes, tensors and ndarrays."""
+
+    max_depth: int = 64
+    json_only: bool = False
+
+    def canonical(self) -> JSON:
+        return {"kind": "tree", "max_depth": self.max_depth, "json": self.json_only}
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """A cross-field rule: ``at_most_one_of`` or ``exactly_one_of`` over field names."""
+
+    rule: Literal["at_most_one_of", "exactly_one_of"]
+    fields: tuple[str, ...]
+
+    def canonical(self) -> JSON:
+        return {"rule": self.rule, "fields": list(self.fields)}
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    type: Node
+    required: bool
+    default: JSON = MISSING
+    description: str = ""
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not MISSING
+
+    def canonical(self) -> JSON:
+        out: dict[str, JSON] = {"name": self.name, "type": self.type.canonical(), "required": self.required}
+        if self.has_default:
+            out["default"] = self.default
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class StructT:
+    """An object type: a message type (``type_id`` and ``version`` set) or a named nested struct."""
+
+    namespace: str
+    name: str
+    fields: tuple[Field, ...]
+    constraints: tuple[Constraint, ...] = ()
+    validators: tuple[str, ...] = ()
+    tag_field: str | None = None
+    tag: str | None = None
+    description: str = ""
+    type_id: str | None = None
+    version: int | None = None
+    source: str = ""  # file the type is declared in (display path)
+    pointer: str = ""
+
+    @property
+    def is_message(self) -> bool:
+        return self.type_id is not None
+
+    def canonical(self) -> JSON:
+        out: dict[str, JSON] = {
+            "kind": "struct",
+            "name": f"{self.namespace}.{self.name}",
+            "fields": sorted((f.canonical() for f in self.fields), key=lambda f: f["name"]),
+        }
+        if self.type_id is not None:
+            out["type_id"] = self.type_id
+            out["version"] = self.version
+        if self.constraints:
+            out["constraints"] = [c.canonical() for c in self.constraints]
+        if self.validators:
+            out["validators"] = sorted(self.validators)
+        if self.tag_field is not None:
+            out["tag_field"] = self.tag_field
+            out["tag"] = self.tag
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRefT:
+    """A field whose type is another message type (a ``$ref`` to another file's root)."""
+
+    target: StructT
+    fingerprint: str
+
+    def canonical(self) -> JSON:
+        return {
+            "kind": "ref",
+            "type_id": self.target.type_id,
+            "version": self.target.version,
+            "fingerprint": self.fingerprint,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class UnionT:
+    """A tagged union (``oneOf`` + ``discriminator``) of struct variants, optionally nullable."""
+
+    tag_field: str
+    variants: tuple[StructT | MessageRefT, ...]
+
+    def canonical(self) -> JSON:
+        return {
+            "kind": "union",
+            "tag_field": self.tag_field,
+            "variants": sorted((v.canonical() for v in self.variants), key=_sort_key),
+        }
+
+
+def _sort_key(value: JSON) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True)
+
+
+Node: TypeAlias = (
+    ScalarT | EnumT | ArrayT | TupleT | MapT | NullableT | TensorT | TreeT | StructT | MessageRefT | UnionT
+)

@@ -1,0 +1,84 @@
+"""The meta-schema: the tensorwire subset of JSON Schema, and validation of files against it."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import jsonschema
+
+from codec.dtypes import DTYPE_NAMES
+from codec.errors import SchemaError
+from codec.schema.source import SourceFile, join_pointer
+
+__all__ = ["META_SCHEMA_NAME", "check_against_meta", "meta_schema", "meta_schema_text"]
+
+META_SCHEMA_NAME = "tensorwire.v1.json"
+_MAX_REPORTED = 5
+
+
+def meta_schema_text() -> str:
+    """The meta-schema file, exactly as shipped (what ``tensorwire schemas --meta`` writes out)."""
+    return resources.files("codec.schema").joinpath(META_SCHEMA_NAME).read_text(encoding="utf-8")
+
+
+@cache
+def meta_schema() -> dict[str, Any]:
+    """The meta-schema as a JSON object."""
+    data: dict[str, Any] = json.loads(meta_schema_text())
+    return data
+
+
+@cache
+def _validator() -> Any:
+    return jsonschema.Draft202012Validator(meta_schema())
+
+
+def check_against_meta(source: SourceFile) -> None:
+    """Raise a ``SchemaError`` listing (up to five of) the file's meta-schema violations."""
+    problems: list[tuple[int, str]] = []
+    for error in _validator().iter_errors(source.data):
+        for pointer, message, on_key in _explain(error):
+            place = source.where(pointer, key=on_key)
+            line, col = (int(x) for x in place.rsplit(":", 2)[1:])
+            problems.append((line * 100000 + col, f"{place}: {pointer or '/'}: {message}"))
+    if problems:
+        problems.sort()
+        lines = [text for _, text in problems[:_MAX_REPORTED]]
+        if len(problems) > _MAX_REPORTED:
+            lines.append(f"... and {len(problems) - _MAX_REPORTED} more")
+        raise SchemaError("\n".join(lines))
+
+
+def _pointer(path: Any) -> str:
+    return join_pointer("", *path)
+
+
+def _explain(error: Any) -> list[tuple[str, str, bool]]:
+    """Turn one jsonschema error into ``(pointer, message, points_at_key)`` entries."""
+    pointer = _pointer(error.absolute_path)
+    kind = error.validator
+    last = error.absolute_path[-1] if error.absolute_path else None
+    if kind == "additionalProperties" and error.validator_value is False:
+        allowed = set(error.schema.get("properties", {}))
+        return [
+            (join_pointer(pointer, key), f"keyword {key!r} is not in the tensorwire subset", True)
+            for key in error.instance
+            if key not in allowed
+        ]
+    if kind == "enum" and "dtypes" in error.absolute_path:
+        return [(pointer, f"unknown dtype {error.instance!r}; expected one of {', '.join(DTYPE_NAMES)}", False)]
+    if kind == "type" and len(error.absolute_path) >= 2 and error.absolute_path[-2] == "enum":
+        return [(pointer, f"enum members must be strings, got {json.dumps(error.instance)}", False)]
+    if kind == "maximum" and last == "max_depth":
+        return [(pointer, f"tree depth {error.instance} is over the limit of {error.validator_value}", False)]
+    if kind == "pattern" and last == "$id":
+        return [(pointer, f"$id {error.instance!r} must have the form <namespace>.<Name>, e.g. media.Video", False)]
+    if kind == "required":
+        missing = [name for name in error.validator_value if name not in error.instance]
+        return [(pointer, f"missing required keyword {name!r}", False) for name in missing]
+    if kind == "propertyNames":
+        return [(pointer, f"invalid name: {error.message}", False)]
+    return [(pointer, error.message, False)]

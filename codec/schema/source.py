@@ -1,0 +1,119 @@
+"""Read one schema file: parse JSON, reject duplicate keys, and record where every value sits.
+
+``SourceFile.where(pointer)`` gives ``line:col`` (1-based) of the value at a JSON pointer, or of its
+key with ``key=True``, so every schema error can name the exact place in the file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codec.errors import SchemaError
+
+__all__ = ["SourceFile", "escape_pointer", "join_pointer", "read_source"]
+
+_WS = re.compile(r"[ \t\r\n]*")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
+
+
+def escape_pointer(token: str) -> str:
+    """Escape one reference token for a JSON pointer (RFC 6901)."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def join_pointer(pointer: str, *tokens: str | int) -> str:
+    """``pointer`` extended by ``tokens``."""
+    return pointer + "".join("/" + escape_pointer(str(t)) for t in tokens)
+
+
+@dataclass
+class SourceFile:
+    """A parsed schema file with value and key positions indexed by JSON pointer."""
+
+    path: str
+    text: str
+    data: Any
+    _values: dict[str, int] = field(default_factory=dict)
+    _keys: dict[str, int] = field(default_factory=dict)
+
+    def where(self, pointer: str, *, key: bool = False) -> str:
+        """``path:line:col`` of the value (or key) at ``pointer``; the nearest known ancestor otherwise."""
+        table = self._keys if key else self._values
+        probe = pointer
+        while probe not in table and probe:
+            probe = probe.rsplit("/", 1)[0]
+        offset = table.get(probe, self._values.get(probe, 0))
+        line = self.text.count("\n", 0, offset) + 1
+        col = offset - (self.text.rfind("\n", 0, offset) + 1) + 1
+        return f"{self.path}:{line}:{col}"
+
+    def error(self, pointer: str, message: str, *, key: bool = False) -> SchemaError:
+        """A ``SchemaError`` of the form ``file:line:col: /pointer: message``."""
+        return SchemaError(f"{self.where(pointer, key=key)}: {pointer or '/'}: {message}")
+
+
+def read_source(path: Path, display: str) -> SourceFile:
+    """Parse ``path`` (shown as ``display`` in errors) into a ``SourceFile``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"{display}: cannot read schema file: {exc}") from None
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in seen:
+                raise ValueError(f"duplicate key {k!r}")
+            seen[k] = v
+        return seen
+
+    try:
+        data = json.loads(text, object_pairs_hook=no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{display}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    except ValueError as exc:
+        raise SchemaError(f"{display}: invalid JSON: {exc}") from None
+    source = SourceFile(display, text, data)
+    _index(text, _skip(text, 0), "", source)
+    return source
+
+
+def _skip(text: str, pos: int) -> int:
+    match = _WS.match(text, pos)
+    return match.end() if match else pos
+
+
+def _index(text: str, pos: int, pointer: str, source: SourceFile) -> int:
+    """Record the position of the value at ``pos`` (and of its children); return the end offset."""
+    source._values[pointer] = pos
+    char = text[pos]
+    if char == "{":
+        pos = _skip(text, pos + 1)
+        while text[pos] != "}":
+            match = _STRING.match(text, pos)
+            assert match is not None
+            child = join_pointer(pointer, json.loads(match.group()))
+            source._keys[child] = pos
+            pos = _skip(text, match.end())
+            pos = _skip(text, pos + 1)  # the colon
+            pos = _skip(text, _index(text, pos, child, source))
+            if text[pos] == ",":
+                pos = _skip(text, pos + 1)
+        return pos + 1
+    if char == "[":
+        pos = _skip(text, pos + 1)
+        index = 0
+        while text[pos] != "]":
+            pos = _skip(text, _index(text, pos, join_pointer(pointer, index), source))
+            index += 1
+            if text[pos] == ",":
+                pos = _skip(text, pos + 1)
+        return pos + 1
+    match = _STRING.match(text, pos) if char == '"' else _SCALAR.match(text, pos)
+    assert match is not None
+    return match.end()

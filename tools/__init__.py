@@ -1,0 +1,1 @@
+"""Repository tooling (not installed): benchmarks, fuzz harness, GPU checks."""
