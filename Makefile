@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 
 lint: $(STAMP)
 	$(BIN)/ruff check codec transports tests tools
-	$(BIN)/ruff format --check codec/generated
+	$(BIN)/ruff format --check codec transports tests tools
 
 typecheck: $(STAMP)
 	$(BIN)/mypy codec transports

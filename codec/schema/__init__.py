@@ -15,7 +15,7 @@ from codec.errors import SchemaError
 from codec.schema.build import Builder, FileEntry, fingerprint_of
 from codec.schema.ir import EnumT, StructT
 from codec.schema.meta import check_against_meta, meta_schema, meta_schema_text
-from codec.schema.source import read_source
+from codec.schema.source import SourceFile, read_source
 
 __all__ = [
     "META_DIR",
@@ -97,8 +97,7 @@ def load_dir(directory: str | os.PathLike[str]) -> SchemaSet:
     root = Path(directory)
     if not root.is_dir():
         raise SchemaError(f"{directory}: not a schema directory")
-    files: dict[str, FileEntry] = {}
-    ids: dict[tuple[str, int], str] = {}
+    parsed: list[tuple[str, str, int, SourceFile]] = []
     for path in sorted(root.rglob("*.json")):
         rel = path.relative_to(root)
         display = _display(path)
@@ -109,11 +108,20 @@ def load_dir(directory: str | os.PathLike[str]) -> SchemaSet:
         match = _FILE.match(rel.parts[1])
         if match is None:
             raise SchemaError(f"{display}: file name must be <Name>.v<N>.json, e.g. Video.v1.json")
-        namespace, name, version = rel.parts[0], match.group(1), int(match.group(2))
         source = read_source(path, display)
         if not isinstance(source.data, dict):
             raise source.error("", "a schema file holds one JSON object")
         check_against_meta(source)
+        parsed.append((rel.as_posix(), match.group(1), int(match.group(2)), source))
+    declared: dict[tuple[str, int], str] = {}
+    for _, _, _, source in parsed:
+        ident = (source.data["$id"], source.data["x-version"])
+        if ident in declared:
+            raise source.error("/$id", f"duplicate $id {ident[0]} v{ident[1]} (also declared in {declared[ident]})")
+        declared[ident] = source.path
+    files: dict[str, FileEntry] = {}
+    for key, name, version, source in parsed:
+        namespace = key.split("/")[0]
         expected_id = f"{namespace}.{name}"
         if source.data["$id"] != expected_id:
             raise source.error(
@@ -123,12 +131,6 @@ def load_dir(directory: str | os.PathLike[str]) -> SchemaSet:
             raise source.error(
                 "/x-version", f"x-version {source.data['x-version']} does not match the file name (expected {version})"
             )
-        if (expected_id, version) in ids:
-            raise source.error(
-                "/$id", f"duplicate $id {expected_id} v{version} (also in {ids[(expected_id, version)]})"
-            )
-        ids[(expected_id, version)] = display
-        key = rel.as_posix()
         files[key] = FileEntry(key, source, namespace, name, version)
     if not files:
         raise SchemaError(f"{_display(root)}: no schema files found (expected <namespace>/<Name>.v<N>.json)")

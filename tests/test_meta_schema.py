@@ -1,0 +1,44 @@
+"""The meta-schema is a valid JSON Schema 2020-12 document that accepts the built-in schemas as editors see them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from conftest import BUILTIN_SCHEMAS
+
+from codec.schema import meta_schema
+from codec.schema.source import read_source
+
+BUILTIN_FILES = sorted(p for p in BUILTIN_SCHEMAS.rglob("*.json") if p.parent.name != "meta")
+
+
+def test_meta_schema_is_valid_2020_12() -> None:
+    jsonschema.Draft202012Validator.check_schema(meta_schema())
+
+
+@pytest.mark.parametrize("path", BUILTIN_FILES, ids=[p.name for p in BUILTIN_FILES])
+def test_builtin_files_validate_against_the_meta_schema(path: Path) -> None:
+    doc = json.loads(path.read_text())
+    jsonschema.Draft202012Validator(meta_schema()).validate(doc)
+    assert doc["$schema"] == "../meta/tensorwire.v1.json"
+    assert (path.parent / doc["$schema"]).resolve() == (BUILTIN_SCHEMAS / "meta" / "tensorwire.v1.json").resolve()
+
+
+def test_meta_schema_rejects_a_keyword_outside_the_subset() -> None:
+    doc = {"$id": "a.B", "x-version": 1, "type": "object", "properties": {"x": {"type": "string", "format": "uri"}}}
+    with pytest.raises(jsonschema.ValidationError, match=r"'format' was unexpected"):
+        jsonschema.Draft202012Validator(meta_schema()).validate(doc)
+
+
+def test_source_positions(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    path.write_text('{\n  "a": {"b": [1, {"c": "x\\"y"}]},\n  "d/e": true\n}')
+    source = read_source(path, "x.json")
+    assert source.data == {"a": {"b": [1, {"c": 'x"y'}]}, "d/e": True}
+    assert source.where("/a/b/1/c") == "x.json:2:24"
+    assert source.where("/a/b/1/c", key=True) == "x.json:2:19"
+    assert source.where("/d~1e") == "x.json:3:10"
+    assert source.where("/a/b/7") == "x.json:2:14"  # nearest known ancestor

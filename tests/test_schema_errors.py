@@ -1,0 +1,336 @@
+"""Every rejection of the schema compiler: a SchemaError naming file, line:col, JSON pointer and expectation."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CLIP, minimal, write_schemas
+
+from codec import SchemaError
+from codec.schema import load_dir
+
+
+def _load(schema_dir: Path, files: dict[str, Any]) -> None:
+    load_dir(write_schemas(schema_dir, files))
+
+
+def _clip(change: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(CLIP)
+    change(doc)
+    return doc
+
+
+def _at(schema_dir: Path, rel: str, line: int, col: int, pointer: str) -> str:
+    """Regex for the leading ``file:line:col: /pointer:`` of an error."""
+    return re.escape(f"{schema_dir / rel}:{line}:{col}: {pointer}: ")
+
+
+def test_unknown_keyword_names_file_line_col_pointer_and_keyword(schema_dir: Path) -> None:
+    text = (
+        "{\n"
+        '  "$id": "media.Video",\n'
+        '  "x-version": 1,\n'
+        '  "type": "object",\n'
+        '  "properties": {\n'
+        '    "layout": {\n'
+        '      "type": "object",\n'
+        '      "patternProperties": {"^a": {"type": "string"}}\n'
+        "    }\n"
+        "  },\n"
+        '  "required": ["layout"]\n'
+        "}\n"
+    )
+    with pytest.raises(SchemaError) as info:
+        _load(schema_dir, {"media/Video.v1.json": text})
+    assert re.match(
+        _at(schema_dir, "media/Video.v1.json", 8, 7, "/properties/layout/patternProperties")
+        + "keyword 'patternProperties' is not in the tensorwire subset$",
+        str(info.value),
+    ), str(info.value)
+
+
+def test_unknown_keyword_at_the_root(schema_dir: Path) -> None:
+    with pytest.raises(SchemaError, match=r"/allOf: keyword 'allOf' is not in the tensorwire subset"):
+        _load(schema_dir, {"audio/Clip.v1.json": _clip(lambda d: d.update(allOf=[]))})
+
+
+def test_unresolvable_file_ref(schema_dir: Path) -> None:
+    doc = minimal("audio.Holder", clip={"$ref": "../video/Nope.v1.json"})
+    with pytest.raises(
+        SchemaError,
+        match=r"/properties/clip/\$ref: unresolvable \$ref '../video/Nope.v1.json': "
+        r"no schema file 'video/Nope.v1.json'",
+    ):
+        _load(schema_dir, {"audio/Holder.v1.json": doc})
+
+
+def test_unresolvable_def_ref(schema_dir: Path) -> None:
+    doc = _clip(lambda d: d["properties"]["codec"].update({"$ref": "#/$defs/Missing"}))
+    with pytest.raises(
+        SchemaError, match=r"unresolvable \$ref '#/\$defs/Missing': expected #/\$defs/<Name> of audio/Clip.v1.json"
+    ):
+        _load(schema_dir, {"audio/Clip.v1.json": doc})
+
+
+def test_id_must_match_the_path(schema_dir: Path) -> None:
+    with pytest.raises(
+        SchemaError,
+        match=r"Other.v1.json:\d+:\d+: /\$id: "
+        r"\$id 'audio.Clip' does not match the file's path \(expected 'audio.Other'\)",
+    ):
+        _load(schema_dir, {"audio/Other.v1.json": CLIP})
+
+
+def test_version_must_match_the_file_name(schema_dir: Path) -> None:
+    with pytest.raises(SchemaError, match=r"/x-version: x-version 1 does not match the file name \(expected 2\)"):
+        _load(schema_dir, {"audio/Clip.v2.json": CLIP})
+
+
+def test_duplicate_id_names_both_files(schema_dir: Path) -> None:
+    with pytest.raises(
+        SchemaError,
+        match=r"Copy.v1.json:\d+:\d+: /\$id: duplicate \$id audio.Clip v1 \(also declared in .*Clip.v1.json\)",
+    ):
+        _load(schema_dir, {"audio/Clip.v1.json": CLIP, "audio/Copy.v1.json": CLIP})
+
+
+def test_non_string_enum_member(schema_dir: Path) -> None:
+    doc = _clip(lambda d: d["$defs"]["AudioCodec"].update(enum=["pcm", 1]))
+    with pytest.raises(SchemaError, match=r"/\$defs/AudioCodec/enum/1: enum members must be strings, got 1"):
+        _load(schema_dir, {"audio/Clip.v1.json": doc})
+
+
+def test_unknown_dtype(schema_dir: Path) -> None:
+    doc = _clip(lambda d: d["properties"]["samples"]["x-tensor"].update(dtypes=["float32", "float128"]))
+    with pytest.raises(
+        SchemaError,
+        match=r"/properties/samples/x-tensor/dtypes/1: unknown dtype 'float128'; expected one of bool, int8",
+    ):
+        _load(schema_dir, {"audio/Clip.v1.json": doc})
+
+
+def test_tree_depth_over_the_limit(schema_dir: Path) -> None:
+    doc = _clip(lambda d: d["properties"]["extra"].update({"x-tree": {"max_depth": 65}}))
+    with pytest.raises(SchemaError, match=r"/properties/extra/x-tree/max_depth: tree depth 65 is over the limit of 64"):
+        _load(schema_dir, {"audio/Clip.v1.json": doc})
+
+
+def _variant(type_id: str, tag: str | None) -> dict[str, Any]:
+    doc = minimal(type_id, value={"type": "integer"})
+    if tag is not None:
+        doc["properties"] = {"kind": {"const": tag}, **doc["properties"]}
+    return doc
+
+
+def test_union_without_discriminator(schema_dir: Path) -> None:
+    holder = minimal("u.Holder", item={"oneOf": [{"$ref": "A.v1.json"}, {"$ref": "B.v1.json"}]})
+    with pytest.raises(
+        SchemaError,
+        match=r"/properties/item/oneOf: union without discriminator: 2 variants need discriminator.propertyName",
+    ):
+        _load(
+            schema_dir,
+            {"u/A.v1.json": _variant("u.A", "a"), "u/B.v1.json": _variant("u.B", "b"), "u/Holder.v1.json": holder},
+        )
+
+
+def test_union_variant_without_the_tag_property(schema_dir: Path) -> None:
+    item = {"oneOf": [{"$ref": "A.v1.json"}, {"$ref": "B.v1.json"}], "discriminator": {"propertyName": "kind"}}
+    holder = minimal("u.Holder", item=item)
+    with pytest.raises(SchemaError, match=r"/properties/item/oneOf/1: variant u.B has no const property 'kind'"):
+        _load(
+            schema_dir,
+            {"u/A.v1.json": _variant("u.A", "a"), "u/B.v1.json": _variant("u.B", None), "u/Holder.v1.json": holder},
+        )
+
+
+def test_union_variants_with_the_same_tag(schema_dir: Path) -> None:
+    item = {"oneOf": [{"$ref": "A.v1.json"}, {"$ref": "B.v1.json"}], "discriminator": {"propertyName": "kind"}}
+    holder = minimal("u.Holder", item=item)
+    with pytest.raises(SchemaError, match=r"variant u.B repeats tag 'a' of variant 0"):
+        _load(
+            schema_dir,
+            {"u/A.v1.json": _variant("u.A", "a"), "u/B.v1.json": _variant("u.B", "a"), "u/Holder.v1.json": holder},
+        )
+
+
+@pytest.mark.parametrize(
+    ("prop", "message"),
+    [
+        ({"type": "integer", "default": "three"}, r"expected int, got string \"three\""),
+        ({"type": "integer", "minimum": 1, "default": 0}, r"0 is below the minimum 1"),
+        ({"type": "string", "maxLength": 2, "default": "abc"}, r"longer than maxLength 2"),
+        ({"type": "boolean", "default": None}, r"null is not allowed here \(the type is not nullable\)"),
+        ({"type": "array", "items": {"type": "string"}, "default": [1]}, r"expected str, got integer 1"),
+        ({"type": "array", "prefixItems": [{"type": "integer"}], "default": [1, 2]}, r"expected array of 1 items"),
+        ({"$ref": "#/$defs/AudioCodec", "default": "mp3"}, r"string \"mp3\" is not one of \['pcm', 'opus'\]"),
+        ({"x-tensor": {}, "default": 0}, r"only null can be the default of a tensor field"),
+        (
+            {"type": "object", "additionalProperties": {"type": "number"}, "default": {"a": "x"}},
+            r"expected float, got string",
+        ),
+    ],
+)
+def test_default_of_wrong_type(schema_dir: Path, prop: dict[str, Any], message: str) -> None:
+    doc = _clip(lambda d: d["properties"].update(bad=prop))
+    with pytest.raises(SchemaError, match=r"/properties/bad/default: default of wrong type: " + message):
+        _load(schema_dir, {"audio/Clip.v1.json": doc})
+
+
+@pytest.mark.parametrize(
+    ("prop", "pointer", "message"),
+    [
+        (
+            {"type": "string", "minimum": 1},
+            "/properties/bad/minimum",
+            "keyword 'minimum' does not apply to type 'string'",
+        ),
+        (
+            {"$ref": "#/$defs/AudioCodec", "type": "string"},
+            "/properties/bad/type",
+            "keyword 'type' cannot be combined with '\\$ref'",
+        ),
+        ({"type": "array"}, "/properties/bad", "an array needs items \\(a list\\) or prefixItems \\(a tuple\\)"),
+        (
+            {"type": "object"},
+            "/properties/bad",
+            "an object needs properties \\(a struct\\) or additionalProperties \\(a map\\)",
+        ),
+        ({"type": "string", "enum": ["a"]}, "/properties/bad", "an enum needs x-enum-name"),
+        ({"type": "null"}, "/properties/bad/type", "type 'null' alone carries no value"),
+        ({"description": "untyped"}, "/properties/bad", "no type: expected one of type, \\$ref, enum, oneOf"),
+        ({"x-tensor": {"rank": 2, "shape": [1, 2, 3]}}, "/properties/bad/x-tensor", "rank 2 disagrees with shape"),
+        ({"x-ndarray": {"dtypes": ["bfloat16"]}}, "/properties/bad/x-ndarray/dtypes", "numpy has no dtype 'bfloat16'"),
+        (
+            {"type": "array", "uniqueItems": True, "items": {"x-tree": {}}},
+            "/properties/bad/uniqueItems",
+            "a set \\(uniqueItems\\) needs scalar",
+        ),
+    ],
+)
+def test_ill_formed_nodes(schema_dir: Path, prop: dict[str, Any], pointer: str, message: str) -> None:
+    doc = _clip(lambda d: (d["properties"].update(bad=prop), d["required"].append("bad")))
+    with pytest.raises(SchemaError, match=re.escape(pointer) + ": " + message):
+        _load(schema_dir, {"audio/Clip.v1.json": doc})
+
+
+def test_required_names_an_unknown_property(schema_dir: Path) -> None:
+    with pytest.raises(SchemaError, match=r"/required/3: required names unknown property 'nope'"):
+        _load(schema_dir, {"audio/Clip.v1.json": _clip(lambda d: d["required"].append("nope"))})
+
+
+def test_optional_field_needs_a_default(schema_dir: Path) -> None:
+    doc = _clip(lambda d: d["properties"].update(note={"type": "string"}))
+    with pytest.raises(SchemaError, match=r"/properties/note: optional field 'note' needs a default"):
+        _load(schema_dir, {"audio/Clip.v1.json": doc})
+
+
+def test_required_field_with_a_default(schema_dir: Path) -> None:
+    doc = _clip(lambda d: d["properties"]["sample_rate"].update(default=8000))
+    with pytest.raises(SchemaError, match=r"field 'sample_rate' is required and has a default"):
+        _load(schema_dir, {"audio/Clip.v1.json": doc})
+
+
+def test_constraints_name_known_fields(schema_dir: Path) -> None:
+    doc = _clip(lambda d: d.update({"x-constraints": {"at_most_one_of": ["extra", "nope"]}}))
+    with pytest.raises(SchemaError, match=r"/x-constraints/at_most_one_of: at_most_one_of names unknown field 'nope'"):
+        _load(schema_dir, {"audio/Clip.v1.json": doc})
+
+
+def test_unknown_validator(schema_dir: Path) -> None:
+    doc = _clip(lambda d: d.update({"x-validators": ["audio.no_such_rule"]}))
+    with pytest.raises(
+        SchemaError, match=r"/x-validators/0: unknown validator 'audio.no_such_rule'; registered: media.media_contract"
+    ):
+        _load(schema_dir, {"audio/Clip.v1.json": doc})
+
+
+def test_recursive_message_references(schema_dir: Path) -> None:
+    a = minimal("r.A", b={"oneOf": [{"$ref": "B.v1.json"}, {"type": "null"}], "default": None})
+    b = minimal("r.B", a={"$ref": "A.v1.json"})
+    with pytest.raises(
+        SchemaError,
+        match=r"recursive reference \(.*A.v1.json -> .*B.v1.json -> .*A.v1.json\); "
+        r"the subset has no recursive types, use x-tree",
+    ):
+        _load(schema_dir, {"r/A.v1.json": a, "r/B.v1.json": b})
+
+
+def test_recursive_defs(schema_dir: Path) -> None:
+    doc = minimal("r.Tree", root={"$ref": "#/$defs/Node"})
+    doc["$defs"] = {
+        "Node": {"type": "object", "properties": {"child": {"$ref": "#/$defs/Node"}}, "required": ["child"]}
+    }
+    with pytest.raises(SchemaError, match=r"recursive reference through '#/\$defs/Node'; use x-tree"):
+        _load(schema_dir, {"r/Tree.v1.json": doc})
+
+
+def test_one_name_for_two_different_enums(schema_dir: Path) -> None:
+    other = minimal("audio.Other", codec={"type": "string", "enum": ["wav"], "x-enum-name": "AudioCodec"})
+    with pytest.raises(
+        SchemaError,
+        match=r"type name audio.AudioCodec is already defined differently at .*Clip.v1.json:\d+:\d+; rename one",
+    ):
+        _load(schema_dir, {"audio/Clip.v1.json": CLIP, "audio/Other.v1.json": other})
+
+
+def test_nested_name_clashing_with_a_message_class(schema_dir: Path) -> None:
+    doc = minimal(
+        "audio.Track",
+        clip={"type": "object", "title": "Clip", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+    )
+    with pytest.raises(SchemaError, match=r"nested type name audio.Clip clashes with the message class declared in"):
+        _load(schema_dir, {"audio/Clip.v1.json": CLIP, "audio/Track.v1.json": doc})
+
+
+def test_invalid_json_reports_line_and_column(schema_dir: Path) -> None:
+    with pytest.raises(SchemaError, match=r"Clip.v1.json:3:1: invalid JSON: Expecting property name"):
+        _load(schema_dir, {"audio/Clip.v1.json": '{"$id": "audio.Clip",\n  "x-version": 1,\n}'})
+
+
+def test_duplicate_json_keys(schema_dir: Path) -> None:
+    with pytest.raises(SchemaError, match=r"invalid JSON: duplicate key 'x-version'"):
+        _load(schema_dir, {"audio/Clip.v1.json": '{"$id": "audio.Clip", "x-version": 1, "x-version": 2}'})
+
+
+@pytest.mark.parametrize(
+    ("rel", "message"),
+    [
+        ("audio/clip.v1.json", r"file name must be <Name>.v<N>.json"),
+        ("audio/Clip.v0.json", r"file name must be <Name>.v<N>.json"),
+        ("Audio/Clip.v1.json", r"schema files live at <namespace>/<Name>.v<N>.json"),
+        ("audio/deep/Clip.v1.json", r"schema files live at <namespace>/<Name>.v<N>.json"),
+    ],
+)
+def test_file_layout(schema_dir: Path, rel: str, message: str) -> None:
+    with pytest.raises(SchemaError, match=message):
+        _load(schema_dir, {rel: CLIP})
+
+
+def test_missing_required_keywords_are_each_named(schema_dir: Path) -> None:
+    doc = {"$id": "audio.Clip", "type": "object"}
+    with pytest.raises(SchemaError) as info:
+        _load(schema_dir, {"audio/Clip.v1.json": doc})
+    assert "missing required keyword 'x-version'" in str(info.value)
+    assert "missing required keyword 'properties'" in str(info.value)
+
+
+def test_empty_or_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(SchemaError, match=r"not a schema directory"):
+        load_dir(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SchemaError, match=r"no schema files found"):
+        load_dir(tmp_path / "empty")
+
+
+def test_errors_never_leak_jsonschema_or_python_exceptions(schema_dir: Path) -> None:
+    """Garbage of every JSON type at the root is a SchemaError, not a crash."""
+    for i, garbage in enumerate(([], 1, "x", None, {"$id": 3})):
+        root = schema_dir / str(i)
+        with pytest.raises(SchemaError):
+            _load(root, {"audio/Clip.v1.json": json.dumps(garbage)})
