@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -30,15 +29,10 @@ from codec.schema.ir import (
     TreeT,
     TupleT,
     UnionT,
+    member_name,
 )
 
 __all__ = ["check_for", "default_value", "member_name", "rules_for", "type_info"]
-
-
-def member_name(value: str) -> str:
-    """Enum member name for a wire value: ``negative_one_to_one`` -> ``NEGATIVE_ONE_TO_ONE``."""
-    name = re.sub(r"\W", "_", value).upper()
-    return f"_{name}" if not name or name[0].isdigit() else name
 
 
 def type_info(schemas: SchemaSet, struct: StructT) -> TypeInfo | None:

@@ -26,6 +26,7 @@ from codec.schema.ir import (
     TreeT,
     TupleT,
     UnionT,
+    member_name,
 )
 from codec.schema.source import SourceFile, join_pointer
 
@@ -299,7 +300,7 @@ class Builder:
         if "x-enum-name" not in schema:
             raise src.error(ptr, "an enum needs x-enum-name (its class name)")
         enum = EnumT(entry.namespace, schema["x-enum-name"], tuple(schema["enum"]), schema.get("description", ""))
-        members = [_member_name(v) for v in enum.values]
+        members = [member_name(v) for v in enum.values]
         if len(set(members)) != len(members):
             raise src.error(join_pointer(ptr, "enum"), "enum values map to the same member name")
         return self._named(entry, enum, ptr)
@@ -422,11 +423,6 @@ class Builder:
             finally:
                 self._active.pop()
         return self._defs[key]
-
-
-def _member_name(value: str) -> str:
-    name = re.sub(r"\W", "_", value).upper()
-    return f"_{name}" if not name or name[0].isdigit() else name
 
 
 def _hashable(node: Node) -> bool:

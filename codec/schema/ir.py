@@ -7,6 +7,7 @@ fingerprint, so a type's fingerprint changes whenever the shape of anything it c
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -26,9 +27,16 @@ __all__ = [
     "TupleT",
     "UnionT",
     "MISSING",
+    "member_name",
 ]
 
 JSON: TypeAlias = Any
+
+
+def member_name(value: str) -> str:
+    """Enum member name for a wire value: ``negative_one_to_one`` -> ``NEGATIVE_ONE_TO_ONE``."""
+    name = re.sub(r"\W", "_", value).upper()
+    return f"_{name}" if not name or name[0].isdigit() else name
 
 
 class _Missing:
