@@ -4,6 +4,8 @@ Public contract::
 
     reg = codec.load_schemas("schemas/")     # or codec.generated.REGISTRY
     Video = reg.type("media.Video")          # latest version; reg.type("media.Video", 1)
+    frames = codec.Encoder(transport=transports.ShmTransport()).encode(msg)
+    msg2 = codec.Decoder(reg, transports=[transports.ShmTransport()]).decode(frames)
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import os
 
 from codec.contract import TypeInfo, register_validator
+from codec.decoder import Decoder
 from codec.dtypes import DTYPE_NAMES, DTYPES
+from codec.encoder import Encoder
 from codec.errors import (
     CodecError,
     CompatError,
@@ -21,7 +25,9 @@ from codec.errors import (
     TransportError,
     ValidationError,
 )
+from codec.options import DecodeOptions, EncodeOptions, Limits
 from codec.registry import Registry, UnknownTypeError
+from codec.wire import join, split
 
 __all__ = [
     "DTYPES",
@@ -29,15 +35,22 @@ __all__ = [
     "CodecError",
     "CompatError",
     "DecodeError",
+    "DecodeOptions",
+    "Decoder",
+    "EncodeOptions",
+    "Encoder",
     "EncodeError",
+    "Limits",
     "Registry",
     "SchemaError",
     "TransportError",
     "TypeInfo",
     "UnknownTypeError",
     "ValidationError",
+    "join",
     "load_schemas",
     "register_validator",
+    "split",
 ]
 
 

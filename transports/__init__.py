@@ -1,3 +1,17 @@
-"""Transports: where out-of-band tensor buffers live (inline frames, shared memory, ...)."""
+"""Transports: where out-of-band tensor buffers live between encode and decode."""
 
-__all__: list[str] = []
+from transports.base import Handle, Transport, available, by_name
+from transports.inline import InlineHandle, InlineTransport
+from transports.shm import ShmHandle, ShmTransport, reap
+
+__all__ = [
+    "Handle",
+    "InlineHandle",
+    "InlineTransport",
+    "ShmHandle",
+    "ShmTransport",
+    "Transport",
+    "available",
+    "by_name",
+    "reap",
+]

@@ -1,0 +1,172 @@
+"""The message body: msgspec encoding with tensors as ext(1, index) and tree tuples as ext(2, list).
+
+msgpack has no tuple, so tuples inside ``x-tree`` values are wrapped before encoding (on shallow
+copies: the caller's object is never touched) and come back as tuples. The same hooks serve the
+encoder's validation pass, which decodes the body it is about to send with the real tensors.
+"""
+
+from __future__ import annotations
+
+import copy
+import struct
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+import msgspec
+import msgspec.inspect as mi
+import numpy as np
+import torch
+
+from codec.errors import DecodeError, EncodeError
+from codec.wire import EXT_TENSOR, EXT_TUPLE
+
+__all__ = ["TupleMarker", "dec_hook", "ext_decoder", "ext_encoder", "prepare"]
+
+_INDEX = struct.Struct("<I")
+
+
+class TupleMarker:
+    """A tuple inside a tree, on its way to the wire."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+
+def ext_encoder(add_tensor: Callable[[Any], int]) -> msgspec.msgpack.Encoder:
+    """A msgpack encoder that turns tensors into descriptor references via ``add_tensor``."""
+    encoder: msgspec.msgpack.Encoder
+
+    def enc_hook(value: Any) -> Any:
+        if isinstance(value, torch.Tensor | np.ndarray):
+            return msgspec.msgpack.Ext(EXT_TENSOR, _INDEX.pack(add_tensor(value)))
+        if isinstance(value, TupleMarker):
+            return msgspec.msgpack.Ext(EXT_TUPLE, encoder.encode(value.items))
+        raise NotImplementedError
+
+    encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+    return encoder
+
+
+def ext_decoder(tensor: Callable[[int], Any]) -> Callable[[int, memoryview], Any]:
+    """An ``ext_hook`` resolving tensor references through ``tensor`` and rebuilding tuples."""
+    untyped: msgspec.msgpack.Decoder[Any]
+
+    def ext_hook(code: int, data: memoryview) -> Any:
+        if code == EXT_TENSOR:
+            if len(data) != _INDEX.size:
+                raise DecodeError(f"tensor reference of {len(data)} bytes, expected {_INDEX.size}")
+            return tensor(_INDEX.unpack(data)[0])
+        if code == EXT_TUPLE:
+            items = untyped.decode(data)
+            if not isinstance(items, list):
+                raise DecodeError("a tree tuple must hold an array")
+            return tuple(items)
+        raise DecodeError(f"unknown msgpack extension type {code}")
+
+    untyped = msgspec.msgpack.Decoder(ext_hook=ext_hook)
+    return ext_hook
+
+
+def dec_hook(tp: type, obj: Any) -> Any:
+    """Typed fields: a ``torch.Tensor`` field takes only a tensor, an ``ndarray`` field only an array."""
+    if tp is torch.Tensor or tp is np.ndarray:
+        if isinstance(obj, tp):
+            return obj
+        expected = "torch.Tensor" if tp is torch.Tensor else "numpy.ndarray"
+        raise TypeError(f"Expected `{expected}`, got `{type(obj).__name__}`")
+    raise NotImplementedError
+
+
+# -- tuples in trees ---------------------------------------------------------------------------
+
+
+def prepare(message: Any, max_depth: int) -> Any:
+    """``message`` with every tree tuple wrapped, copying only the structs and containers on the way."""
+    return _struct(message, 0, max_depth)
+
+
+@cache
+def _plan(cls: type) -> tuple[tuple[str, Any], ...]:
+    """Fields of ``cls`` whose values may hold a tree."""
+    info = mi.type_info(cls)
+    assert isinstance(info, mi.StructType)
+    return tuple((f.name, f.type) for f in info.fields if _may_hold_tree(f.type, frozenset({cls})))
+
+
+def _may_hold_tree(t: Any, seen: frozenset[type]) -> bool:
+    if isinstance(t, mi.AnyType):
+        return True
+    if isinstance(t, mi.StructType):
+        return t.cls not in seen and any(_may_hold_tree(f.type, seen | {t.cls}) for f in t.fields)
+    if isinstance(t, mi.UnionType):
+        return any(_may_hold_tree(u, seen) for u in t.types)
+    if isinstance(t, mi.ListType | mi.SetType | mi.FrozenSetType | mi.VarTupleType):
+        return _may_hold_tree(t.item_type, seen)
+    if isinstance(t, mi.TupleType):
+        return any(_may_hold_tree(u, seen) for u in t.item_types)
+    if isinstance(t, mi.DictType):
+        return _may_hold_tree(t.value_type, seen)
+    return False
+
+
+def _struct(obj: Any, depth: int, max_depth: int) -> Any:
+    plan = _plan(type(obj))  # type: ignore[arg-type]
+    if not plan:
+        return obj
+    changes = {}
+    for name, t in plan:
+        old = getattr(obj, name)
+        new = _typed(old, t, depth + 1, max_depth)
+        if new is not old:
+            changes[name] = new
+    if not changes:
+        return obj
+    clone = copy.copy(obj)
+    for name, value in changes.items():
+        msgspec.structs.force_setattr(clone, name, value)
+    return clone
+
+
+def _typed(value: Any, t: Any, depth: int, max_depth: int) -> Any:
+    if value is None:
+        return None
+    if depth > max_depth:
+        raise EncodeError(f"nesting deeper than the limit of {max_depth}")
+    if isinstance(t, mi.AnyType):
+        return _tree(value, depth, max_depth)
+    if isinstance(t, mi.StructType):
+        return _struct(value, depth, max_depth) if isinstance(value, t.cls) else value
+    if isinstance(t, mi.UnionType):
+        for option in t.types:
+            if isinstance(option, mi.StructType) and isinstance(value, option.cls):
+                return _struct(value, depth, max_depth)
+        if any(isinstance(option, mi.AnyType) for option in t.types):
+            return _tree(value, depth, max_depth)
+        return value
+    if isinstance(t, mi.DictType) and isinstance(value, dict):
+        items = {k: _typed(v, t.value_type, depth + 1, max_depth) for k, v in value.items()}
+        return items if any(items[k] is not value[k] for k in value) else value
+    if isinstance(t, mi.ListType | mi.VarTupleType) and isinstance(value, list | tuple):
+        seq = [_typed(v, t.item_type, depth + 1, max_depth) for v in value]
+        return type(value)(seq) if any(a is not b for a, b in zip(seq, value, strict=True)) else value
+    if isinstance(t, mi.TupleType) and isinstance(value, tuple) and len(value) == len(t.item_types):
+        seq = [_typed(v, u, depth + 1, max_depth) for v, u in zip(value, t.item_types, strict=True)]
+        return tuple(seq) if any(a is not b for a, b in zip(seq, value, strict=True)) else value
+    return value
+
+
+def _tree(value: Any, depth: int, max_depth: int) -> Any:
+    if depth > max_depth:
+        raise EncodeError(f"nesting deeper than the limit of {max_depth}")
+    if isinstance(value, tuple):
+        return TupleMarker([_tree(v, depth + 1, max_depth) for v in value])
+    if isinstance(value, list):
+        seq = [_tree(v, depth + 1, max_depth) for v in value]
+        return seq if any(a is not b for a, b in zip(seq, value, strict=True)) else value
+    if isinstance(value, dict):
+        items = {k: _tree(v, depth + 1, max_depth) for k, v in value.items()}
+        return items if any(items[k] is not value[k] for k in value) else value
+    return value

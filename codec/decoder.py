@@ -1,0 +1,193 @@
+"""``Decoder``: frames -> a typed message, verifying everything before anything is mapped.
+
+Order of one ``decode`` call: bound the nesting depth of frame 0; decode the header; check magic,
+wire version, type id and version; verify every handle (names of our pattern only) and every
+tensor descriptor (dtype in the table, sizes, strides and offsets inside their buffer, limits);
+import the buffers; decode the body against the message class (its rules run as it is built).
+If any step after the handles were verified fails, every buffer of the message is released.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+
+from codec.body import dec_hook, ext_decoder
+from codec.errors import CodecError, DecodeError
+from codec.options import DecodeOptions
+from codec.registry import Registry, UnknownTypeError
+from codec.scan import check_depth
+from codec.tensors import TensorBuilder, verify_descriptor
+from codec.wire import EXT_TENSOR, MAGIC, WIRE_VERSION, header_type
+from transports.base import Buffer, Handle, Transport
+from transports.inline import InlineTransport
+
+__all__ = ["Decoder"]
+
+_HEADER_LEVELS = 2  # the header map and its body entry sit above the message's own nesting
+
+
+class Decoder:
+    """Decodes messages of the types in ``registry``; immutable and safe to share between threads."""
+
+    __slots__ = ("_header", "_transports", "options", "registry")
+
+    def __init__(
+        self,
+        registry: Registry,
+        transports: Iterable[Transport] = (),
+        options: DecodeOptions | None = None,
+    ) -> None:
+        self.registry = registry
+        self.options = options if options is not None else DecodeOptions()
+        known: dict[str, Transport] = {InlineTransport.name: InlineTransport()}
+        for transport in transports:
+            known[transport.name] = transport
+        self._transports = known
+        self._header = msgspec.msgpack.Decoder(header_type([t.handle_type for t in known.values()]))
+
+    def decode(self, frames: Sequence[Buffer]) -> Any:
+        """The message carried by ``frames`` (as returned by ``Encoder.encode`` or ``codec.split``)."""
+        limits = self.options.limits
+        if not frames:
+            raise DecodeError("no frames: a message has at least its header frame")
+        head = memoryview(frames[0]).cast("B")
+        if head.nbytes > limits.max_header_bytes:
+            raise DecodeError(f"header frame of {head.nbytes} bytes is over the limit of {limits.max_header_bytes}")
+        check_depth(head, limits.max_depth + _HEADER_LEVELS)
+        try:
+            header = self._header.decode(head)
+        except msgspec.MsgspecError as exc:
+            raise DecodeError(f"invalid header: {exc}") from None
+        handles = [entry.handle for entry in header.buffers]
+        self._verify_handles(header, handles, frames)
+        done = False
+        try:
+            cls = self._resolve(header)
+            self._verify_tensors(header)
+            buffers = self._import(header, frames)
+            builder = TensorBuilder(header.tensors, buffers)
+            body = msgspec.msgpack.Decoder(cls, ext_hook=ext_decoder(builder.build), dec_hook=dec_hook)
+            try:
+                message = body.decode(header.body)
+            except (msgspec.MsgspecError, CodecError) as exc:
+                raise DecodeError(f"{header.type} v{header.version}: {exc}") from None
+            done = True
+            return message
+        finally:
+            if not done:
+                self._release(handles)
+
+    def _resolve(self, header: Any) -> Any:
+        if header.magic != MAGIC:
+            raise DecodeError(f"not a tensorwire message: magic {header.magic!r} - at `$.magic`")
+        if header.wire != WIRE_VERSION:
+            raise DecodeError(
+                f"wire format version {header.wire} is not supported (this reader: {WIRE_VERSION}) - at `$.wire`"
+            )
+        try:
+            cls = self.registry.type(header.type, header.version)
+        except UnknownTypeError as exc:
+            raise DecodeError(f"{exc} - at `$.type`") from None
+        if self.options.strict_fingerprint and cls.__tw_type__.fingerprint != header.fingerprint:
+            raise DecodeError(
+                f"{header.type} v{header.version}: schema fingerprint {header.fingerprint[:16]}... differs from "
+                f"this reader's {cls.__tw_type__.fingerprint[:16]}... - at `$.fingerprint`"
+            )
+        return cls
+
+    def _verify_handles(self, header: Any, handles: list[Handle], frames: Sequence[Buffer]) -> None:
+        """Every handle well-formed for its transport, before anything is opened or released."""
+        limits = self.options.limits
+        if len(handles) > limits.max_buffers:
+            raise DecodeError(f"{len(handles)} buffers is over the limit of {limits.max_buffers} - at `$.buffers`")
+        by_transport: dict[str, list[Handle]] = defaultdict(list)
+        for handle in handles:
+            by_transport[_tag(handle)].append(handle)
+        for name, group in by_transport.items():
+            self._transports[name].verify(group, frames)
+        inline = len(by_transport.get(InlineTransport.name, ()))
+        if inline != len(frames) - 1:
+            raise DecodeError(f"the message has {len(frames)} frames but its header names {inline} inline buffers")
+
+    def _verify_tensors(self, header: Any) -> None:
+        """Every descriptor inside its buffer and the limits."""
+        limits = self.options.limits
+        if len(header.tensors) > limits.max_tensors:
+            raise DecodeError(
+                f"{len(header.tensors)} tensors is over the limit of {limits.max_tensors} - at `$.tensors`"
+            )
+        sizes = [entry.nbytes for entry in header.buffers]
+        if sum(sizes) > limits.max_message_bytes:
+            raise DecodeError(
+                f"{sum(sizes)} buffer bytes is over the limit of {limits.max_message_bytes} - at `$.buffers`"
+            )
+        for i, desc in enumerate(header.tensors):
+            problem = verify_descriptor(desc, sizes, limits)
+            if problem is not None:
+                suffix, reason = problem.split(": ", 1)
+                where = _locate(header, i) + suffix
+                raise DecodeError(f"{header.type} v{header.version}: {reason} - at `{where}`")
+
+    def _import(self, header: Any, frames: Sequence[Buffer]) -> list[Any]:
+        options = self.options
+        buffers = []
+        for entry in header.buffers:
+            transport = self._transports[_tag(entry.handle)]
+            data = transport.import_(entry.handle, frames, entry.nbytes, borrow=options.borrow)
+            if transport.name == InlineTransport.name and options.copy_readonly and memoryview(data).readonly:
+                data = bytearray(data)
+            buffers.append(data)
+        return buffers
+
+    def _release(self, handles: list[Handle]) -> None:
+        for handle in handles:
+            try:
+                self._transports[_tag(handle)].release(handle)
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        return f"Decoder({self.registry!r}, transports={sorted(self._transports)}, options={self.options})"
+
+
+def _locate(header: Any, index: int) -> str:
+    """The body path of tensor ``index`` (e.g. ``$.media.video.tensor``), or its header path."""
+    found: list[str] = []
+
+    def ext_hook(code: int, data: memoryview) -> Any:
+        if code == EXT_TENSOR and len(data) == 4 and int.from_bytes(data, "little") == index:
+            return _Mark()
+        return None
+
+    try:
+        body = msgspec.msgpack.decode(header.body, ext_hook=ext_hook)
+    except (msgspec.MsgspecError, CodecError):
+        return f"$.tensors[{index}]"
+
+    def walk(value: Any, path: str) -> None:
+        if found:
+            return
+        if isinstance(value, _Mark):
+            found.append(path)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{path}.{key}")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                walk(item, f"{path}[{i}]")
+
+    walk(body, "$")
+    return found[0] if found else f"$.tensors[{index}]"
+
+
+def _tag(handle: Handle) -> str:
+    """The transport name a handle is tagged with."""
+    return str(type(handle).__struct_config__.tag)
+
+
+class _Mark:
+    """Where the tensor being located sits in the body."""

@@ -1,0 +1,109 @@
+"""``Encoder``: a typed message -> frames, large tensors out-of-band through a transport.
+
+Steps of one ``encode`` call (all state lives in the call): wrap tree tuples on shallow copies;
+encode the body, registering each tensor; decode that body back against the message's schema
+with the real tensors (the schema check: types, enum members, ranges, lengths, tensor specs,
+constraints, named rules); only then export the buffers. If anything fails, every buffer exported
+by this call is released. The caller's message is never mutated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from codec.body import dec_hook, ext_decoder, ext_encoder, prepare
+from codec.errors import CodecError, EncodeError, TransportError
+from codec.options import EncodeOptions
+from codec.tensors import TensorPlan
+from codec.wire import MAGIC, WIRE_VERSION, header_type
+from transports.base import Buffer, Handle, Transport
+from transports.inline import InlineTransport
+
+__all__ = ["Encoder"]
+
+_INLINE = InlineTransport()
+
+
+class Encoder:
+    """Encodes generated (or run-time) message types; immutable and safe to share between threads."""
+
+    __slots__ = ("_header", "options", "transport")
+
+    def __init__(self, transport: Transport | None = None, options: EncodeOptions | None = None) -> None:
+        self.transport: Transport = transport if transport is not None else _INLINE
+        self.options = options if options is not None else EncodeOptions()
+        self._header = header_type([_INLINE.handle_type, self.transport.handle_type])
+
+    def encode(self, message: Any) -> list[Buffer]:
+        """Frames of ``message``: ``frames[0]`` is the msgpack header, the rest are inline buffers."""
+        cls = type(message)
+        info = getattr(cls, "__tw_type__", None)
+        if info is None:
+            raise EncodeError(f"{cls.__name__} is not a tensorwire message type (no __tw_type__)")
+        limits = self.options.limits
+        plan = TensorPlan(limits)
+        values: list[Any] = []
+
+        def add(value: Any) -> int:
+            index = plan.add(value)
+            if index == len(values):
+                values.append(value)
+            return index
+
+        try:
+            body = ext_encoder(add).encode(prepare(message, limits.max_depth))
+            if self.options.validate:
+                decoder = msgspec.msgpack.Decoder(cls, ext_hook=ext_decoder(values.__getitem__), dec_hook=dec_hook)
+                decoder.decode(body)
+        except CodecError as exc:
+            raise EncodeError(f"{info.type_id}: {exc}") from None
+        except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError) as exc:
+            raise EncodeError(f"{info.type_id}: {exc}") from None
+        buffers, descriptors = plan.finish()
+        if len(buffers) > limits.max_buffers:
+            raise EncodeError(f"{info.type_id}: {len(buffers)} buffers is over the limit of {limits.max_buffers}")
+        total = sum(b.nbytes for b in buffers)
+        if total > limits.max_message_bytes:
+            raise EncodeError(f"{info.type_id}: {total} bytes is over the limit of {limits.max_message_bytes}")
+        frames: list[Buffer] = [b""]
+        exported: list[tuple[Transport, Handle]] = []
+        entries = []
+        try:
+            for buffer in buffers:
+                transport = self._route(buffer.nbytes)
+                handle = transport.export(buffer.view, frames)
+                exported.append((transport, handle))
+                entries.append({"nbytes": buffer.nbytes, "handle": handle})
+            header = {
+                "magic": MAGIC,
+                "wire": WIRE_VERSION,
+                "type": info.type_id,
+                "version": info.version,
+                "fingerprint": info.fingerprint,
+                "buffers": entries,
+                "tensors": descriptors,
+                "body": msgspec.Raw(body),
+            }
+            frames[0] = msgspec.msgpack.encode(header)
+        except BaseException as exc:
+            for transport, handle in reversed(exported):
+                try:
+                    transport.release(handle)
+                except Exception:
+                    pass
+            if isinstance(exc, TransportError | KeyboardInterrupt):
+                raise
+            if isinstance(exc, OSError):
+                raise TransportError(exc.errno, f"{info.type_id}: export failed: {exc}") from exc
+            raise
+        return frames
+
+    def _route(self, nbytes: int) -> Transport:
+        if nbytes == 0 or nbytes < self.options.inline_threshold:
+            return _INLINE
+        return self.transport
+
+    def __repr__(self) -> str:
+        return f"Encoder(transport={type(self.transport).__name__}, options={self.options})"

@@ -1,0 +1,60 @@
+"""Encode and decode options: the inline threshold and the limits a message must stay within."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DecodeOptions", "EncodeOptions", "Limits"]
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds enforced on both sides; exceeding one is an ``EncodeError`` / ``DecodeError``.
+
+    Defaults: header frame 64 MiB, whole message 64 GiB, 4096 tensors and 4096 buffers per
+    message, rank 8, 16 GiB per tensor, nesting depth 64.
+    """
+
+    max_header_bytes: int = 64 * MiB
+    max_message_bytes: int = 64 * GiB
+    max_tensors: int = 4096
+    max_buffers: int = 4096
+    max_rank: int = 8
+    max_tensor_bytes: int = 16 * GiB
+    max_depth: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class EncodeOptions:
+    """How an ``Encoder`` lays a message out.
+
+    ``inline_threshold``: buffers of fewer bytes (counted on the bytes actually sent) travel as
+    frames; larger ones go to the encoder's out-of-band transport. ``validate``: check every value
+    against its schema before anything is exported (on by default).
+    """
+
+    inline_threshold: int = 1 * MiB
+    validate: bool = True
+    limits: Limits = Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeOptions:
+    """How a ``Decoder`` reads a message.
+
+    ``borrow``: tensors received out of band are views of the shared mapping, kept alive by a lease
+    until the last view dies (zero copies); otherwise each buffer is copied into private memory.
+    ``copy_readonly``: an inline frame that is not writable (e.g. ``bytes``) is copied so the
+    tensor built on it is writable; set False to share it read-only (numpy arrays only).
+    ``strict_fingerprint``: reject a message whose schema fingerprint differs from the registry's
+    class of the same type id and version (by default such compatible minor changes are decoded).
+    """
+
+    borrow: bool = False
+    copy_readonly: bool = True
+    strict_fingerprint: bool = False
+    limits: Limits = Limits()

@@ -1,0 +1,289 @@
+"""Tensors and ndarrays <-> (descriptor, buffer): the only module that knows how tensors become bytes.
+
+Encoding groups tensors by the memory they live in: every view of one storage travels in one
+buffer covering just the bytes the views reach (aligned down to 16 bytes so every view keeps an
+element-aligned offset), so aliasing survives and a small view of a huge storage sends only its
+own bytes. Values are raw bits: bf16, fp8 and NaN payloads are never converted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from codec.dtypes import DTYPES, lookup
+from codec.errors import DecodeError, EncodeError
+from codec.options import Limits
+from codec.wire import TensorDesc
+
+__all__ = ["BufferPlan", "TensorBuilder", "TensorPlan", "verify_descriptor"]
+
+_ALIGN = 16  # the largest itemsize in the table (complex128)
+
+
+@dataclass
+class BufferPlan:
+    """One buffer to send: a flat byte view and the objects that keep its memory alive."""
+
+    view: memoryview
+    owner: Any
+
+    @property
+    def nbytes(self) -> int:
+        return self.view.nbytes
+
+
+@dataclass
+class _Group:
+    raw: np.ndarray  # uint8 view of the whole memory block, or of a private copy
+    base: int  # address of raw[0]
+    lo: int = 2**63
+    hi: int = 0
+    members: list[int] = field(default_factory=list)  # descriptor indices
+
+
+@dataclass
+class _Entry:
+    kind: str
+    dtype: str
+    shape: list[int]
+    strides: list[int]
+    start: int  # absolute address of the element at index 0
+    group: _Group
+    itemsize: int
+
+
+class TensorPlan:
+    """Per-encode state: every tensor seen, grouped by the memory block it lives in."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.entries: list[_Entry] = []
+        self._by_id: dict[int, int] = {}
+        self._keep: list[Any] = []  # values whose ids are used as keys must stay alive
+        self._groups: dict[Any, _Group] = {}
+
+    def add(self, value: Any) -> int:
+        """Register a tensor or ndarray; return its descriptor index (the same object -> same index)."""
+        known = self._by_id.get(id(value))
+        if known is not None:
+            return known
+        if len(self.entries) >= self.limits.max_tensors:
+            raise EncodeError(f"more than {self.limits.max_tensors} tensors in one message (limit max_tensors)")
+        entry = self._torch(value) if isinstance(value, torch.Tensor) else self._numpy(value)
+        if len(entry.shape) > self.limits.max_rank:
+            raise EncodeError(f"rank {len(entry.shape)} is over the limit of {self.limits.max_rank}")
+        nbytes = math.prod(entry.shape) * entry.itemsize
+        if nbytes > self.limits.max_tensor_bytes:
+            raise EncodeError(f"tensor of {nbytes} bytes is over the limit of {self.limits.max_tensor_bytes}")
+        index = len(self.entries)
+        self.entries.append(entry)
+        self._by_id[id(value)] = index
+        self._keep.append(value)
+        if nbytes:
+            lo, hi = _extent(entry.start, entry.shape, entry.strides, entry.itemsize)
+            entry.group.lo, entry.group.hi = min(entry.group.lo, lo), max(entry.group.hi, hi)
+        entry.group.members.append(index)
+        return index
+
+    def _torch(self, tensor: torch.Tensor) -> _Entry:
+        if tensor.layout != torch.strided:
+            raise EncodeError(f"only strided tensors travel, got layout {tensor.layout}")
+        name = str(tensor.dtype).removeprefix("torch.")
+        if name not in DTYPES:
+            raise EncodeError(f"dtype {tensor.dtype} is not in the wire dtype table")
+        t = tensor.detach()
+        if t.is_conj() or t.is_neg():
+            t = t.resolve_conj().resolve_neg()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        storage = t.untyped_storage()
+        key = ("torch", storage.data_ptr(), storage.nbytes()) if storage.nbytes() else ("empty", id(t))
+        group = self._groups.get(key)
+        if group is None:
+            whole = (
+                torch.empty(0, dtype=torch.uint8).set_(storage)
+                if storage.nbytes()
+                else torch.empty(0, dtype=torch.uint8)
+            )
+            raw = whole.numpy()
+            group = self._groups[key] = _Group(raw=raw, base=raw.ctypes.data)
+            self._keep.append(whole)
+        itemsize = t.element_size()
+        start = group.base + int(t.storage_offset()) * itemsize
+        return _Entry("tensor", name, list(t.shape), list(t.stride()), start, group, itemsize)
+
+    def _numpy(self, array: np.ndarray) -> _Entry:
+        dtype = array.dtype
+        name = dtype.name if dtype.isnative and not dtype.fields and not dtype.subdtype else None
+        if name not in DTYPES or DTYPES[name].numpy_name is None:
+            raise EncodeError(f"numpy dtype {dtype.str!r} ({dtype}) is not in the wire dtype table")
+        itemsize = dtype.itemsize
+        strides_bytes = array.strides
+        if any(s % itemsize for s in strides_bytes):
+            array = np.ascontiguousarray(array)  # byte strides that are not whole elements: one copy
+            strides_bytes = array.strides
+        group = self._numpy_group(array)
+        start = array.__array_interface__["data"][0]
+        strides = [s // itemsize for s in strides_bytes]
+        return _Entry("ndarray", name, list(array.shape), strides, start, group, itemsize)
+
+    def _numpy_group(self, array: np.ndarray) -> _Group:
+        root: Any = array
+        while isinstance(root, np.ndarray) and root.base is not None:
+            root = root.base
+        key = ("numpy", id(root))
+        group = self._groups.get(key)
+        if group is not None:
+            return group
+        try:
+            if isinstance(root, np.ndarray):
+                raw = root.reshape(-1, order="A").view(np.uint8) if root.size else np.empty(0, np.uint8)
+            else:
+                raw = np.frombuffer(root, dtype=np.uint8)
+            base = raw.ctypes.data
+            lo, hi = _extent(
+                array.__array_interface__["data"][0],
+                list(array.shape),
+                [s // array.itemsize for s in array.strides],
+                array.itemsize,
+            )
+            if array.size and not (base <= lo and hi <= base + raw.nbytes):
+                raise ValueError("view outside its base")
+        except (TypeError, ValueError, BufferError):
+            # memory we cannot address as one block (a foreign exporter): send a private copy
+            copy = np.ascontiguousarray(array).reshape(-1).view(np.uint8) if array.size else np.empty(0, np.uint8)
+            key = ("copy", id(array))
+            raw, base = copy, copy.ctypes.data
+            # the copy is what the descriptor points at
+            self._keep.append(copy)
+        group = self._groups[key] = _Group(raw=raw, base=base)
+        self._keep.append(root)
+        return group
+
+    def finish(self) -> tuple[list[BufferPlan], list[TensorDesc]]:
+        """The buffers to send (one per memory block, in first-use order) and every descriptor."""
+        buffers: list[BufferPlan] = []
+        index_of: dict[int, int] = {}
+        for entry in self.entries:
+            group = entry.group
+            if id(group) not in index_of:
+                index_of[id(group)] = len(buffers)
+                if group.hi <= group.lo:
+                    group.lo = group.hi = group.base
+                group.lo -= (group.lo - group.base) % _ALIGN
+                view = memoryview(group.raw[group.lo - group.base : group.hi - group.base])  # type: ignore[arg-type]
+                buffers.append(BufferPlan(view=view, owner=group.raw))
+        descriptors = []
+        for entry in self.entries:
+            group = entry.group
+            offset = entry.start - group.lo if math.prod(entry.shape) else 0
+            nbytes = math.prod(entry.shape) * entry.itemsize
+            descriptors.append(
+                TensorDesc(entry.kind, entry.dtype, entry.shape, entry.strides, offset, index_of[id(group)], nbytes)
+            )
+        return buffers, descriptors
+
+
+def _extent(start: int, shape: list[int], strides: list[int], itemsize: int) -> tuple[int, int]:
+    """[lo, hi) byte range reached by a non-empty view starting at address ``start``."""
+    low = sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if s > 0)
+    return start + low * itemsize, start + (high + 1) * itemsize
+
+
+def _numel(shape: list[int]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def verify_descriptor(desc: TensorDesc, buffer_sizes: list[int], limits: Limits) -> str | None:
+    """Why ``desc`` cannot be trusted (with a path suffix like ``.shape[2]``); None if it is sound."""
+    if desc.kind not in ("tensor", "ndarray"):
+        return f".kind: {desc.kind!r} is neither 'tensor' nor 'ndarray'"
+    if desc.dtype not in DTYPES:
+        return f".dtype: {desc.dtype!r} is not in the wire dtype table"
+    dtype = lookup(desc.dtype)
+    if desc.kind == "ndarray" and dtype.numpy_name is None:
+        return f".dtype: numpy has no dtype {desc.dtype!r}"
+    rank = len(desc.shape)
+    if rank > limits.max_rank:
+        return f".shape: rank {rank} is over the limit of {limits.max_rank}"
+    if len(desc.strides) != rank:
+        return f".strides: {len(desc.strides)} strides for rank {rank}"
+    numel = 1
+    for axis, dim in enumerate(desc.shape):
+        numel *= dim
+        if numel * dtype.itemsize > limits.max_tensor_bytes and _numel(desc.shape):
+            return f".shape[{axis}]: {dim} makes the tensor larger than the limit of {limits.max_tensor_bytes} bytes"
+    numel = _numel(desc.shape)
+    if desc.nbytes != numel * dtype.itemsize:
+        return f".nbytes: {desc.nbytes} != prod(shape) * itemsize = {numel * dtype.itemsize}"
+    if desc.buffer >= len(buffer_sizes):
+        return f".buffer: {desc.buffer} names no buffer (the message has {len(buffer_sizes)})"
+    size = buffer_sizes[desc.buffer]
+    if desc.offset % dtype.itemsize:
+        return f".offset: {desc.offset} is not a multiple of the itemsize {dtype.itemsize}"
+    for axis, stride in enumerate(desc.strides):
+        if abs(stride) > limits.max_tensor_bytes:
+            return f".strides[{axis}]: {stride} is out of range"
+        if stride < 0 and desc.kind == "tensor":
+            return f".strides[{axis}]: torch tensors have no negative strides, got {stride}"
+    if numel == 0:
+        return None if desc.offset <= size else f".offset: {desc.offset} is past the end of a {size}-byte buffer"
+    lo, hi = _extent(desc.offset, desc.shape, desc.strides, dtype.itemsize)
+    if lo < 0 or hi > size:
+        return f".strides: elements reach bytes [{lo}, {hi}) outside the {size}-byte buffer {desc.buffer}"
+    return None
+
+
+class TensorBuilder:
+    """Per-decode state: builds each described tensor once, on the buffers of the message."""
+
+    def __init__(self, descriptors: list[TensorDesc], buffers: list[Any]) -> None:
+        self.descriptors = descriptors
+        self.buffers = buffers
+        self._built: dict[int, Any] = {}
+        self._torch_bases: dict[int, torch.Tensor] = {}
+
+    def build(self, index: int) -> Any:
+        if index in self._built:
+            return self._built[index]
+        if index >= len(self.descriptors):
+            raise DecodeError(f"tensor reference {index} names no descriptor (the message has {len(self.descriptors)})")
+        desc = self.descriptors[index]
+        dtype = lookup(desc.dtype)
+        value: Any
+        if desc.kind == "ndarray":
+            value = np.ndarray(
+                desc.shape,
+                dtype=np.dtype(dtype.numpy_name),
+                buffer=self.buffers[desc.buffer],
+                offset=desc.offset,
+                strides=[s * dtype.itemsize for s in desc.strides],
+            )
+        else:
+            base = self._torch_base(desc.buffer)
+            value = torch.empty(0, dtype=getattr(torch, dtype.torch_name)).set_(
+                base.untyped_storage(), desc.offset // dtype.itemsize, desc.shape, desc.strides
+            )
+        self._built[index] = value
+        return value
+
+    def _torch_base(self, index: int) -> torch.Tensor:
+        base = self._torch_bases.get(index)
+        if base is None:
+            buffer = self.buffers[index]
+            base = (
+                torch.frombuffer(buffer, dtype=torch.uint8)
+                if memoryview(buffer).nbytes
+                else torch.empty(0, dtype=torch.uint8)
+            )
+            self._torch_bases[index] = base
+        return base

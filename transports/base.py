@@ -1,0 +1,72 @@
+"""The ``Transport`` protocol: where an out-of-band buffer lives between encode and decode.
+
+A transport ``export``s a buffer and returns a typed handle (a msgspec Struct tagged by the
+transport's name, placed in the header's buffer table); the receiving side ``verify``s every
+handle of a message before touching anything, then ``import_``s each into a buffer. ``release``
+undoes an export (or discards an unread one); ``close`` releases what the transport holds.
+Third-party transports register under the ``tensorwire.transports`` entry-point group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import metadata
+from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
+
+import msgspec
+
+__all__ = ["Buffer", "Handle", "Transport", "available", "by_name"]
+
+Buffer: TypeAlias = bytes | bytearray | memoryview | Any  # any object with the buffer protocol
+
+
+class Handle(msgspec.Struct, tag_field="transport", forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """Base of every transport's handle type; subclasses set ``tag=<transport name>``."""
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """Moves one buffer from an encoder to a decoder."""
+
+    name: ClassVar[str]
+    handle_type: ClassVar[type[Handle]]
+
+    def export(self, data: memoryview, frames: list[Buffer]) -> Handle:
+        """Make ``data`` (a flat byte view) available to a receiver; frames may be appended."""
+        ...
+
+    def verify(self, handles: Sequence[Handle], frames: Sequence[Buffer]) -> None:
+        """Reject ill-formed handles of one message (``DecodeError``) before anything is opened."""
+        ...
+
+    def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool) -> Buffer:
+        """The buffer behind ``handle`` (``nbytes`` long): a private copy, or with ``borrow`` a view."""
+        ...
+
+    def release(self, handle: Handle) -> None:
+        """Undo an export, or discard a buffer that will not be imported; never raises for a gone buffer."""
+        ...
+
+    def close(self) -> None:
+        """Release everything this transport holds."""
+        ...
+
+
+def available() -> dict[str, type[Any]]:
+    """Transport classes by name: the built-ins plus the ``tensorwire.transports`` entry points."""
+    from transports.inline import InlineTransport
+    from transports.shm import ShmTransport
+
+    found: dict[str, type[Any]] = {InlineTransport.name: InlineTransport, ShmTransport.name: ShmTransport}
+    for entry in metadata.entry_points(group="tensorwire.transports"):
+        cls = entry.load()
+        found[cls.name] = cls
+    return found
+
+
+def by_name(name: str) -> type[Any]:
+    """The transport class registered as ``name``."""
+    found = available()
+    if name not in found:
+        raise KeyError(f"unknown transport {name!r}; available: {', '.join(sorted(found))}")
+    return found[name]
