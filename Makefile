@@ -35,7 +35,7 @@ test: lint typecheck gen-check
 	$(BIN)/pytest
 
 demo: $(STAMP)
-	$(BIN)/tensorwire schemas
+	$(BIN)/tensorwire demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

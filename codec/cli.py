@@ -1,4 +1,4 @@
-"""The ``tensorwire`` command line: ``gen [--check]``, ``schemas [--meta]``.
+"""The ``tensorwire`` command line: ``gen [--check]``, ``schemas [--meta]``, ``demo``, ``inspect``, ``shm``.
 
 Exit codes: 0 success, 1 drift (``gen --check``), 2 usage error or invalid schema.
 """
@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from codec.errors import SchemaError
+from codec.errors import DecodeError, SchemaError
 
 __all__ = ["main"]
 
@@ -34,6 +34,13 @@ def _parser() -> argparse.ArgumentParser:
     schemas = sub.add_parser("schemas", help="list types, versions and fingerprints")
     schemas.add_argument("dir", nargs="?", type=Path, help="schema directory (default: the generated built-ins)")
     schemas.add_argument("--meta", action="store_true", help="print the meta-schema (for editors) instead")
+    sub.add_parser("demo", help="send a diffusion result from a producer process through shared memory")
+    inspect = sub.add_parser("inspect", help="print a joined message blob's header as JSON")
+    inspect.add_argument("file", type=Path, help="a blob written by codec.join(frames)")
+    shm = sub.add_parser("shm", help="shared-memory housekeeping")
+    shm_sub = shm.add_subparsers(dest="shm_command", required=True, parser_class=_Parser)
+    shm_sub.add_parser("reap", help="remove tensorwire segments whose creator process is gone")
+    shm_sub.add_parser("ls", help="list tensorwire segments in /dev/shm")
     return parser
 
 
@@ -73,14 +80,50 @@ def _schemas(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inspect(args: argparse.Namespace) -> int:
+    import json
+
+    from codec.inspect import describe
+    from codec.wire import split
+
+    try:
+        blob = args.file.read_bytes()
+    except OSError as exc:
+        print(f"tensorwire: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    info = describe(split(blob)[0])
+    print(json.dumps(info, indent=2, default=str))
+    return 0
+
+
+def _shm(args: argparse.Namespace) -> int:
+    from transports.shm import our_segments, reap
+
+    names = reap() if args.shm_command == "reap" else our_segments()
+    verb = "removed" if args.shm_command == "reap" else "segment"
+    for name in names:
+        print(f"{verb} {name}")
+    if args.shm_command == "reap":
+        print(f"{len(names)} segment(s) of dead processes removed")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = _parser().parse_args(argv)
     try:
         if args.command == "gen":
             return _gen(args)
+        if args.command == "demo":
+            from codec.demo import run
+
+            return run()
+        if args.command == "inspect":
+            return _inspect(args)
+        if args.command == "shm":
+            return _shm(args)
         return _schemas(args)
-    except SchemaError as exc:
+    except (SchemaError, DecodeError) as exc:
         print(f"tensorwire: {exc}", file=sys.stderr)
         return 2
 

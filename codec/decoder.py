@@ -33,7 +33,7 @@ _HEADER_LEVELS = 2  # the header map and its body entry sit above the message's 
 class Decoder:
     """Decodes messages of the types in ``registry``; immutable and safe to share between threads."""
 
-    __slots__ = ("_header", "_transports", "options", "registry")
+    __slots__ = ("_header", "_sealed", "_transports", "options", "registry")
 
     def __init__(
         self,
@@ -48,6 +48,7 @@ class Decoder:
             known[transport.name] = transport
         self._transports = known
         self._header = msgspec.msgpack.Decoder(header_type([t.handle_type for t in known.values()]))
+        self._sealed = True
 
     def decode(self, frames: Sequence[Buffer]) -> Any:
         """The message carried by ``frames`` (as returned by ``Encoder.encode`` or ``codec.split``)."""
@@ -149,6 +150,11 @@ class Decoder:
                 self._transports[_tag(handle)].release(handle)
             except Exception:
                 pass
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if hasattr(self, "_sealed"):
+            raise AttributeError(f"{type(self).__name__} is immutable; build a new one")
+        object.__setattr__(self, name, value)
 
     def __repr__(self) -> str:
         return f"Decoder({self.registry!r}, transports={sorted(self._transports)}, options={self.options})"

@@ -17,7 +17,7 @@ from codec.body import dec_hook, ext_decoder, ext_encoder, prepare
 from codec.errors import CodecError, EncodeError, TransportError
 from codec.options import EncodeOptions
 from codec.tensors import TensorPlan
-from codec.wire import MAGIC, WIRE_VERSION, header_type
+from codec.wire import MAGIC, WIRE_VERSION
 from transports.base import Buffer, Handle, Transport
 from transports.inline import InlineTransport
 
@@ -29,12 +29,12 @@ _INLINE = InlineTransport()
 class Encoder:
     """Encodes generated (or run-time) message types; immutable and safe to share between threads."""
 
-    __slots__ = ("_header", "options", "transport")
+    __slots__ = ("_sealed", "options", "transport")
 
     def __init__(self, transport: Transport | None = None, options: EncodeOptions | None = None) -> None:
         self.transport: Transport = transport if transport is not None else _INLINE
         self.options = options if options is not None else EncodeOptions()
-        self._header = header_type([_INLINE.handle_type, self.transport.handle_type])
+        self._sealed = True
 
     def encode(self, message: Any) -> list[Buffer]:
         """Frames of ``message``: ``frames[0]`` is the msgpack header, the rest are inline buffers."""
@@ -104,6 +104,11 @@ class Encoder:
         if nbytes == 0 or nbytes < self.options.inline_threshold:
             return _INLINE
         return self.transport
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if hasattr(self, "_sealed"):
+            raise AttributeError(f"{type(self).__name__} is immutable; build a new one")
+        object.__setattr__(self, name, value)
 
     def __repr__(self) -> str:
         return f"Encoder(transport={type(self.transport).__name__}, options={self.options})"
