@@ -169,4 +169,9 @@ def _tree(value: Any, depth: int, max_depth: int) -> Any:
     if isinstance(value, dict):
         items = {k: _tree(v, depth + 1, max_depth) for k, v in value.items()}
         return items if any(items[k] is not value[k] for k in value) else value
+    if not isinstance(value, _TREE_LEAVES):
+        raise EncodeError(f"{type(value).__name__} is not allowed in a tree")
     return value
+
+
+_TREE_LEAVES = (type(None), bool, int, float, str, bytes, torch.Tensor, np.ndarray)

@@ -17,11 +17,12 @@ import msgspec
 
 from codec.body import dec_hook, ext_decoder
 from codec.errors import CodecError, DecodeError
+from codec.inspect import describe
 from codec.options import DecodeOptions
 from codec.registry import Registry, UnknownTypeError
 from codec.scan import check_depth
 from codec.tensors import TensorBuilder, verify_descriptor
-from codec.wire import EXT_TENSOR, MAGIC, WIRE_VERSION, header_type
+from codec.wire import MAGIC, WIRE_VERSION, header_type
 from transports.base import Buffer, Handle, Transport
 from transports.inline import InlineTransport
 
@@ -68,7 +69,7 @@ class Decoder:
         done = False
         try:
             cls = self._resolve(header)
-            self._verify_tensors(header)
+            self._verify_tensors(header, head)
             buffers = self._import(header, frames)
             builder = TensorBuilder(header.tensors, buffers)
             body = msgspec.msgpack.Decoder(cls, ext_hook=ext_decoder(builder.build), dec_hook=dec_hook)
@@ -114,7 +115,7 @@ class Decoder:
         if inline != len(frames) - 1:
             raise DecodeError(f"the message has {len(frames)} frames but its header names {inline} inline buffers")
 
-    def _verify_tensors(self, header: Any) -> None:
+    def _verify_tensors(self, header: Any, head: memoryview) -> None:
         """Every descriptor inside its buffer and the limits."""
         limits = self.options.limits
         if len(header.tensors) > limits.max_tensors:
@@ -130,7 +131,7 @@ class Decoder:
             problem = verify_descriptor(desc, sizes, limits)
             if problem is not None:
                 suffix, reason = problem.split(": ", 1)
-                where = _locate(header, i) + suffix
+                where = _locate(head, i) + suffix
                 raise DecodeError(f"{header.type} v{header.version}: {reason} - at `{where}`")
 
     def _import(self, header: Any, frames: Sequence[Buffer]) -> list[Any]:
@@ -160,40 +161,15 @@ class Decoder:
         return f"Decoder({self.registry!r}, transports={sorted(self._transports)}, options={self.options})"
 
 
-def _locate(header: Any, index: int) -> str:
+def _locate(head: memoryview, index: int) -> str:
     """The body path of tensor ``index`` (e.g. ``$.media.video.tensor``), or its header path."""
-    found: list[str] = []
-
-    def ext_hook(code: int, data: memoryview) -> Any:
-        if code == EXT_TENSOR and len(data) == 4 and int.from_bytes(data, "little") == index:
-            return _Mark()
-        return None
-
     try:
-        body = msgspec.msgpack.decode(header.body, ext_hook=ext_hook)
-    except (msgspec.MsgspecError, CodecError):
-        return f"$.tensors[{index}]"
-
-    def walk(value: Any, path: str) -> None:
-        if found:
-            return
-        if isinstance(value, _Mark):
-            found.append(path)
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                walk(item, f"{path}.{key}")
-        elif isinstance(value, list):
-            for i, item in enumerate(value):
-                walk(item, f"{path}[{i}]")
-
-    walk(body, "$")
-    return found[0] if found else f"$.tensors[{index}]"
+        path = describe(head)["tensors"][index]["path"]
+    except (CodecError, IndexError, KeyError):
+        path = None
+    return path if isinstance(path, str) else f"$.tensors[{index}]"
 
 
 def _tag(handle: Handle) -> str:
     """The transport name a handle is tagged with."""
     return str(type(handle).__struct_config__.tag)
-
-
-class _Mark:
-    """Where the tensor being located sits in the body."""

@@ -77,16 +77,13 @@ def _walk(view: memoryview, pos: int, end: int, max_depth: int, base: int) -> in
                 raise DecodeError("header frame is truncated")
             code = view[pos]
             pos += 1
-            if code == EXT_TUPLE:
-                depth = base + len(remaining) + 1
-                if depth > max_depth:
-                    raise DecodeError(f"nesting deeper than the limit of {max_depth}")
-                _walk(view, pos, pos + length, max_depth, depth)
+            if code == EXT_TUPLE:  # the array inside is the tuple's own level
+                _walk(view, pos, pos + length, max_depth, base + len(remaining) - 1)
             pos += length
         else:
             raise DecodeError(f"invalid msgpack byte 0x{byte:02x} in header frame")
         if count > 0:
-            if base + len(remaining) + 1 > max_depth:
+            if base + len(remaining) > max_depth:
                 raise DecodeError(f"nesting deeper than the limit of {max_depth}")
             remaining.append(count)
         if pos > end:

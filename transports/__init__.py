@@ -1,5 +1,6 @@
 """Transports: where out-of-band tensor buffers live between encode and decode."""
 
+import codec  # noqa: F401  (first: codec's encoder/decoder import these modules, which use codec.errors)
 from transports.base import Handle, Transport, available, by_name
 from transports.inline import InlineHandle, InlineTransport
 from transports.shm import ShmHandle, ShmTransport, reap

@@ -24,7 +24,7 @@ class InlineTransport:
     handle_type: ClassVar[type[Handle]] = InlineHandle
 
     def export(self, data: memoryview, frames: list[Buffer]) -> Handle:
-        frames.append(data)
+        frames.append(data.toreadonly())  # a receiver in this process must not write into the sender's tensor
         return InlineHandle(frame=len(frames) - 1)
 
     def verify(self, handles: Sequence[Handle], frames: Sequence[Buffer]) -> None:

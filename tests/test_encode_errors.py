@@ -1,0 +1,204 @@
+"""Encoding rejects what the schema does not allow, releases everything on failure, never mutates."""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from wire_helpers import segments_of
+
+import codec
+import transports
+from codec.generated import diffusion, media, rpc
+
+SHM = transports.ShmTransport()
+ENCODER = codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=1))
+
+
+@pytest.fixture(autouse=True)
+def no_segments_left() -> Any:
+    yield
+    assert segments_of(os.getpid()) == []
+
+
+def _video(**changes: Any) -> Any:
+    video = media.Video(
+        tensor=torch.zeros(1, 3, 2, 4, 4),
+        layout=media.VideoTensorLayout.BCTHW,
+        encoding=media.VideoTensorEncoding.NORMALIZED_FLOAT,
+        value_range=media.VideoValueRange.ZERO_TO_ONE,
+    )
+    for name, value in changes.items():
+        setattr(video, name, value)  # attribute writes skip __post_init__: encode must catch them
+    return video
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        (_video(tensor=torch.zeros(1, 3, 2, 4, 4, dtype=torch.int32)), r"dtype int32 is not allowed; expected one of"),
+        (_video(tensor=torch.zeros(3, 2, 4, 4)), r"expected rank 5, got shape \(3, 2, 4, 4\)"),
+        (_video(layout="sideways"), r"Invalid enum value 'sideways' - at `\$.layout`"),
+        (_video(layout=media.VideoTensorLayout.BTHWC), r"rule VIDEO_FLOAT_LAYOUT"),
+        (
+            _video(tensor=np.zeros((1, 3, 2, 4, 4), dtype=np.float32)),
+            r"Expected `torch.Tensor`, got `ndarray` - at `\$.tensor`",
+        ),
+        (_video(tensor="pixels"), r"Expected `torch.Tensor`, got `str` - at `\$.tensor`"),
+        (diffusion.DpTagged(dp_rank=0, output=diffusion.Output()), None),
+        (rpc.Request(method="x" * 257), r"Expected `str` of length <= 256 - at `\$.method`"),
+    ],
+)
+def test_schema_violations_are_encode_errors_naming_the_field(message: Any, error: str | None) -> None:
+    if error is None:
+        ENCODER.encode(message)  # the control: a valid message encodes
+        return
+    with pytest.raises(codec.EncodeError, match=error):
+        ENCODER.encode(message)
+
+
+def test_integer_ranges_and_cross_field_constraints() -> None:
+    tagged = diffusion.DpTagged(dp_rank=0, output=diffusion.Output())
+    tagged.dp_rank = -1
+    with pytest.raises(codec.EncodeError, match=r"^diffusion.DpTagged: Expected `int` >= 0 - at `\$.dp_rank`$"):
+        ENCODER.encode(tagged)
+    output = diffusion.Output(output=torch.zeros(1))
+    output.media = media.Media(video=_video())
+    with pytest.raises(codec.EncodeError, match=r"at most one of media, output may be set"):
+        ENCODER.encode(rpc.Result(method="m", ok=True, payload=output))
+    status = rpc.Result(method="m", ok=True)
+    status.ok = False
+    with pytest.raises(codec.EncodeError, match=r"rule RPC_OK_XOR_ERROR"):
+        ENCODER.encode(status)
+
+
+def test_nested_field_paths() -> None:
+    batch = diffusion.RunnerBatch(runner_outputs=[diffusion.RunnerOutput(request_id="a")])
+    batch.runner_outputs[0].step_index = -3
+    with pytest.raises(codec.EncodeError, match=r"- at `\$.runner_outputs\[0\].step_index`$"):
+        ENCODER.encode(batch)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ({1, 2}, r"set is not allowed in a tree"),
+        (object(), r"object is not allowed in a tree"),
+        (np.float32(1.0), r"float32 is not allowed in a tree"),
+        (np.array(["a"], dtype=object), r"numpy dtype '\|O' \(object\) is not in the wire dtype table"),
+        (np.zeros(2, dtype=[("a", "<i4")]), r"is not in the wire dtype table"),
+        (np.zeros(2, dtype=">f4"), r"numpy dtype '>f4' \(>f4\) is not in the wire dtype table"),
+        (
+            np.zeros(2, dtype="datetime64[s]"),
+            r"numpy dtype '<M8\[s\]' \(datetime64\[s\]\) is not in the wire dtype table",
+        ),
+        (torch.zeros(2, dtype=torch.float8_e4m3fnuz), r"dtype torch.float8_e4m3fnuz is not in the wire dtype table"),
+        (torch.zeros([1] * 9), r"rank 9 is over the limit of 8"),
+        (torch.zeros(2).to_sparse(), r"only strided tensors travel"),
+    ],
+)
+def test_values_that_cannot_travel(value: Any, error: str) -> None:
+    message = diffusion.Output()
+    message.output = [torch.ones(3), value]  # set after construction: only encode can catch it
+    with pytest.raises(codec.EncodeError, match=error):
+        ENCODER.encode(message)
+
+
+def test_trees_deeper_than_the_limit_and_cycles() -> None:
+    deep: Any = 1
+    for _ in range(70):
+        deep = (deep,)
+    message = diffusion.Output()
+    message.output = deep
+    with pytest.raises(codec.EncodeError, match=r"nesting deeper than the limit of 64"):
+        ENCODER.encode(message)
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    message = diffusion.Output()
+    message.output = cycle
+    with pytest.raises(codec.EncodeError, match=r"deeper than"):
+        ENCODER.encode(message)
+
+
+def test_limits() -> None:
+    few = codec.Encoder(options=codec.EncodeOptions(limits=codec.Limits(max_tensors=2)))
+    with pytest.raises(codec.EncodeError, match=r"more than 2 tensors in one message \(limit max_tensors\)"):
+        few.encode(diffusion.Output(output=[torch.zeros(1), torch.zeros(1), torch.zeros(1)]))
+    small = codec.Encoder(options=codec.EncodeOptions(limits=codec.Limits(max_tensor_bytes=100)))
+    with pytest.raises(codec.EncodeError, match=r"tensor of 400 bytes is over the limit of 100"):
+        small.encode(diffusion.Output(output=torch.zeros(100)))
+
+
+def test_not_a_message_type() -> None:
+    with pytest.raises(codec.EncodeError, match=r"dict is not a tensorwire message type"):
+        ENCODER.encode({"a": 1})
+
+
+class _FailingShm(transports.ShmTransport):
+    """Fails the k-th export (1-based) with an OSError, like a full /dev/shm."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+        self.calls = 0
+
+    def export(self, data: memoryview, frames: list[Any]) -> Any:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise codec.TransportError(errno.ENOSPC, f"injected failure at export {self.calls}")
+        return super().export(data, frames)
+
+
+def test_a_failed_export_at_any_buffer_releases_everything_and_mutates_nothing() -> None:
+    tensors = [torch.full((256,), float(i)) for i in range(5)]
+    message = diffusion.Output(output=(tensors[0], [tensors[1], (tensors[2],)], {"x": tensors[3], "y": tensors[4]}))
+    snapshot = [t.clone() for t in tensors]
+    for k in range(1, 6):
+        transport = _FailingShm(k)
+        encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
+        with pytest.raises(codec.TransportError, match=rf"injected failure at export {k}"):
+            encoder.encode(message)
+        assert segments_of(os.getpid()) == [], f"segments left after a failure at export {k}"
+        assert isinstance(message.output, tuple) and isinstance(message.output[1][1], tuple)
+        assert all(torch.equal(t, s) for t, s in zip(tensors, snapshot, strict=True))
+
+
+def test_a_full_dev_shm_is_a_transport_error_before_any_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    copied = []
+    real_mmap = transports.shm.mmap.mmap
+
+    def no_space(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def watch_mmap(*args: Any, **kwargs: Any) -> Any:
+        copied.append(args)
+        return real_mmap(*args, **kwargs)
+
+    monkeypatch.setattr(transports.shm.os, "posix_fallocate", no_space)
+    monkeypatch.setattr(transports.shm.mmap, "mmap", watch_mmap)
+    with pytest.raises(codec.TransportError, match=r"cannot reserve 4096 bytes in /dev/shm") as info:
+        ENCODER.encode(diffusion.Output(output=torch.zeros(1024)))
+    assert info.value.errno == errno.ENOSPC
+    assert copied == []  # nothing was mapped, nothing copied
+
+
+def test_a_real_full_filesystem(tmp_path: Any) -> None:
+    """On a 1 MiB tmpfs, where the machine lets us mount one, a 2 MiB buffer fails with ENOSPC."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if os.system(f"mount -t tmpfs -o size=1m tmpfs {mount} 2>/dev/null") != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        encoder = codec.Encoder(
+            transport=transports.ShmTransport(mount), options=codec.EncodeOptions(inline_threshold=1)
+        )
+        with pytest.raises(codec.TransportError, match=r"cannot reserve 2097152 bytes") as info:
+            encoder.encode(diffusion.Output(output=torch.zeros(2**19)))
+        assert info.value.errno == errno.ENOSPC
+        assert os.listdir(mount) == []
+    finally:
+        os.system(f"umount {mount}")

@@ -1,0 +1,341 @@
+"""Encode -> decode round trips: tensors of every dtype, rank and layout, aliasing, built-in types."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from wire_helpers import bits, same, segments_of
+
+import codec
+import transports
+from codec.generated import REGISTRY, diffusion, media, rpc
+
+SHM = transports.ShmTransport()
+MODES = {
+    "inline": (codec.Encoder(), codec.Decoder(REGISTRY)),
+    "shm-copy": (
+        codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=1)),
+        codec.Decoder(REGISTRY, transports=[SHM]),
+    ),
+    "shm-borrow": (
+        codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=1)),
+        codec.Decoder(REGISTRY, transports=[SHM], options=codec.DecodeOptions(borrow=True)),
+    ),
+}
+
+
+def roundtrip(message: Any, mode: str = "inline") -> Any:
+    encoder, decoder = MODES[mode]
+    return decoder.decode(encoder.encode(message))
+
+
+@pytest.fixture(autouse=True)
+def no_segments_left() -> Any:
+    yield
+    assert segments_of(os.getpid()) == []
+
+
+# -- every dtype, rank and layout ---------------------------------------------------------------
+
+TORCH_DTYPES = [getattr(torch, name) for name in codec.DTYPE_NAMES]
+NUMPY_DTYPES = [np.dtype(d.numpy_name) for d in codec.DTYPES.values() if d.numpy_name]
+
+
+def _random_bits(dtype: torch.dtype, shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """A tensor of ``dtype`` filled with random raw bits (NaN payloads, subnormals, infinities)."""
+    gen = torch.Generator().manual_seed(seed)
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    raw = torch.randint(0, 256, (int(np.prod(shape)) * itemsize,), dtype=torch.uint8, generator=gen)
+    if dtype == torch.bool:
+        return (raw % 2).bool().reshape(shape)
+    return raw.view(dtype).reshape(shape)
+
+
+@st.composite
+def tensors(draw: st.DrawFn) -> torch.Tensor:
+    dtype = draw(st.sampled_from(TORCH_DTYPES))
+    shape = tuple(draw(st.lists(st.integers(0, 4), min_size=0, max_size=6)))
+    base = _random_bits(dtype, tuple(d + 2 for d in shape) if shape else (), draw(st.integers(0, 2**16)))
+    layout = draw(st.sampled_from(["contiguous", "slice", "transpose", "step", "expand"]))
+    if not shape:
+        return base
+    if layout == "slice":
+        return base[tuple(slice(1, 1 + d) for d in shape)]
+    if layout == "step":
+        return base[tuple(slice(0, 2 * d, 2) if d <= (d + 2) // 2 else slice(0, d) for d in shape)]
+    if layout == "transpose" and len(shape) >= 2:
+        return base[tuple(slice(0, d) for d in shape)].transpose(0, -1)
+    if layout == "expand":
+        return base[tuple(slice(0, 1) for _ in shape)].expand(*shape)
+    return base[tuple(slice(0, d) for d in shape)].contiguous()
+
+
+@st.composite
+def arrays(draw: st.DrawFn) -> np.ndarray:
+    dtype = draw(st.sampled_from(NUMPY_DTYPES))
+    shape = tuple(draw(st.lists(st.integers(0, 4), min_size=0, max_size=6)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    full = tuple(d + 2 for d in shape)
+    raw = rng.integers(0, 256, size=int(np.prod(full)) * dtype.itemsize, dtype=np.uint8)
+    base = (
+        raw.view(bool if dtype == np.bool_ else dtype).reshape(full)
+        if dtype != np.bool_
+        else (raw % 2 == 1).reshape(full)
+    )
+    layout = draw(st.sampled_from(["contiguous", "reversed", "fortran", "step"]))
+    view = base[tuple(slice(0, d) for d in shape)]
+    if layout == "reversed" and shape:
+        return view[::-1]
+    if layout == "fortran":
+        return np.asfortranarray(view)
+    if layout == "step" and shape:
+        return base[tuple(slice(0, d) for d in shape)][..., ::-1][..., ::1]
+    return np.ascontiguousarray(view)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(st.one_of(tensors(), arrays()), min_size=1, max_size=4), mode=st.sampled_from(list(MODES)))
+def test_tensors_of_any_dtype_rank_and_layout_round_trip_bit_exactly(values: list[Any], mode: str) -> None:
+    out = roundtrip(diffusion.Output(output=list(values)), mode).output
+    assert len(out) == len(values)
+    for sent, got in zip(values, out, strict=True):
+        assert type(got) is type(sent)
+        assert got.dtype == sent.dtype and tuple(got.shape) == tuple(sent.shape)
+        assert bits(got) == bits(sent)
+        if isinstance(sent, torch.Tensor) and sent.numel():
+            assert got.stride() == sent.stride()  # views keep their strides
+        if isinstance(sent, np.ndarray) and sent.size:
+            assert got.strides == sent.strides
+
+
+def test_bf16_fp8_and_nan_payloads_are_never_widened() -> None:
+    payload = (
+        torch.tensor([0x7FC1, 0xFFFF, 0x7F81, 0x0001, 0x8000], dtype=torch.int32).to(torch.uint16).view(torch.int16)
+    )
+    bf16 = payload.view(torch.bfloat16)  # NaNs with payloads, a subnormal, -0
+    fp8 = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn)
+    fp8b = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e5m2)
+    nan32 = torch.tensor([0x7FC00001, 0x7F800001, -1], dtype=torch.int64).to(torch.int32).view(torch.float32)
+    for mode in MODES:
+        out = roundtrip(diffusion.Output(output=[bf16, fp8, fp8b, nan32]), mode).output
+        for sent, got in zip([bf16, fp8, fp8b, nan32], out, strict=True):
+            assert got.dtype == sent.dtype and bits(got) == bits(sent), mode
+
+
+def test_views_of_one_storage_travel_as_one_buffer_and_stay_aliased() -> None:
+    storage = torch.arange(1000, dtype=torch.float32)
+    a, b = storage[100:200], storage[150:400].view(25, 10)[:, ::3]
+    encoder, decoder = MODES["inline"]
+    frames = encoder.encode(diffusion.Output(output=[a, b, a]))
+    assert len(frames) == 2  # header + one buffer for both views
+    assert len(frames[1]) <= (400 - 96) * 4  # only the bytes the views cover (aligned to 16 bytes)
+    out = decoder.decode(frames).output
+    assert out[0] is out[2]  # the same object sent twice is one object
+    assert out[0].untyped_storage().data_ptr() == out[1].untyped_storage().data_ptr()
+    out[0][60] = -1.0  # element 160 of the storage, which b also sees
+    assert out[1][1, 0].item() == -1.0 and b[1, 0].item() == 160.0
+    assert a[60].item() == 160.0  # the sender's tensor is untouched
+
+
+def test_numpy_views_of_one_array_share_one_buffer() -> None:
+    base = np.arange(64, dtype=np.int32).reshape(8, 8)
+    out = roundtrip(diffusion.Output(output=(base[2:4], base[:, ::-2], base.T))).output
+    assert out[0].base is not None and np.shares_memory(out[0], out[2])
+    assert np.array_equal(out[1], base[:, ::-2]) and np.array_equal(out[2], base.T)
+
+
+def test_a_small_view_of_a_huge_storage_sends_only_its_bytes_and_goes_inline() -> None:
+    huge = torch.zeros(4 * 2**20, dtype=torch.float32)  # 16 MiB
+    view = huge[1000:1064]
+    encoder = codec.Encoder(transport=SHM)  # 1 MiB threshold
+    frames = encoder.encode(diffusion.Output(output=view))
+    assert len(frames) == 2 and len(frames[1]) == 64 * 4
+    assert torch.equal(MODES["shm-copy"][1].decode(frames).output, view)
+
+
+def test_a_zero_byte_buffer_never_creates_a_segment() -> None:
+    encoder = codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=0))
+    before = set(os.listdir("/dev/shm"))
+    frames = encoder.encode(diffusion.Output(output=[torch.zeros(0, 3), np.zeros((2, 0))]))
+    assert set(os.listdir("/dev/shm")) == before
+    out = MODES["shm-copy"][1].decode(frames).output
+    assert out[0].shape == (0, 3) and out[1].shape == (2, 0)
+
+
+def test_threshold_decides_on_bytes_sent() -> None:
+    encoder = codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=4096))
+    small, large = torch.zeros(1023), torch.zeros(1024)
+    from codec.inspect import describe
+
+    for tensor, via in ((small, "inline"), (large, "shm")):
+        frames = encoder.encode(diffusion.Output(output=tensor))
+        assert [b["transport"] for b in describe(frames[0])["buffers"]] == [via]
+        MODES["shm-copy"][1].decode(frames)
+
+
+# -- typed messages ------------------------------------------------------------------------------
+
+
+def _video() -> Any:
+    return media.Video(
+        tensor=torch.randn(1, 3, 2, 8, 8).to(torch.bfloat16),
+        layout=media.VideoTensorLayout.BCTHW,
+        encoding=media.VideoTensorEncoding.NORMALIZED_FLOAT,
+        value_range=media.VideoValueRange.ZERO_TO_ONE,
+        pending_float_consumers=frozenset(media.FloatVideoConsumer),
+        preserve_input_dtype=True,
+    )
+
+
+def builtin_messages() -> list[Any]:
+    item = media.Media(video=_video(), prepared_for_transport=True, metadata={"fps": 8.0, "tags": ["a", {"b": None}]})
+    legacy = diffusion.Output(
+        output=(torch.ones(2, 2), {"audio": np.arange(4, dtype=np.int16), "meta": ("x", 1, b"raw")}, [1.5, None]),
+        trajectory_latents={"step": torch.zeros(3)},
+        trajectory_timesteps=torch.arange(5),
+        trajectory_log_probs=torch.full((2,), float("nan")),
+        trajectory_decoded=[np.zeros((4, 4, 3), dtype=np.uint8)],
+        video_output_index=0,
+        async_output_id="a1",
+        error="boom",
+        error_status_code=503,
+        error_type="Overloaded",
+        aborted=True,
+        abort_message="stop",
+        finished=False,
+        chunk_index=2,
+        total_chunks=3,
+        started_event_ids=["s"],
+        active_event_ids=["a"],
+        completed_event_ids=["c"],
+        stage_durations={"vae": 0.5},
+        peak_memory_mb=12.5,
+        kv_recv_ms=1.25,
+        request_started=True,
+    )
+    runner = diffusion.RunnerOutput(request_id="r", step_index=3, finished=True, result=legacy)
+    batch = diffusion.RunnerBatch(runner_outputs=[runner, diffusion.RunnerOutput(request_id="s")])
+    tagged = diffusion.DpTagged(dp_rank=3, output=diffusion.Output(media=item))
+    request = rpc.Request(
+        method="add_lora",
+        args=(1, ("nested", 2)),
+        kwargs={"tensor": torch.ones(2)},
+        rpc_id="x",
+        unique_reply_rank=1,
+        exec_all_ranks=True,
+        collect_rank_status=True,
+        wave_id="w",
+        wave_request_ids=["a", "b"],
+    )
+    statuses = [
+        rpc.RankStatus(rank=0, ok=True, bool_result=True),
+        rpc.RankStatus(rank=1, ok=False, error="e", traceback="t"),
+    ]
+    results = [
+        rpc.Result(method="m", ok=True, payload=p, rank_statuses=statuses, rpc_id="1", wave_id="w")
+        for p in (legacy, runner, batch, tagged, rpc.Value(value=(True, torch.zeros(1))))
+    ]
+    failed = rpc.Result(method="m", ok=False, error="bad", error_type="ValueError", traceback="tb")
+    return [_video(), item, legacy, runner, batch, tagged, request, *results, failed]
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_every_builtin_type_round_trips_with_all_its_fields(mode: str) -> None:
+    for message in builtin_messages():
+        out = roundtrip(message, mode)
+        assert same(out, message), type(message).__name__
+
+
+def test_tuples_stay_tuples_and_dict_keys_are_kept() -> None:
+    out = roundtrip(diffusion.Output(output={"video": (1, (2, [3, (4,)])), "": [], "é": ()})).output
+    assert out == {"video": (1, (2, [3, (4,)])), "": [], "é": ()}
+    assert type(out["video"][1]) is tuple and type(out["video"][1][1]) is list
+
+
+def test_a_dict_that_looks_like_a_handle_is_just_data() -> None:
+    lookalikes = [
+        {"transport": "shm", "name": "tw-1-" + "0" * 32 + "-1"},
+        {"__tensor_shm__": True, "name": "psm_x", "shape": [1], "numpy_dtype": "float32", "nbytes": 4},
+        {"$tensor": 0},
+    ]
+    for mode in MODES:
+        out = roundtrip(diffusion.Output(output=lookalikes), mode).output
+        assert out == lookalikes
+
+
+def test_the_callers_message_is_never_mutated() -> None:
+    tree = (1, [2, (3,)], {"t": (torch.ones(1),)})
+    message = diffusion.Output(output=tree)
+    roundtrip(message, "shm-copy")
+    assert message.output is tree and type(tree[1][1]) is tuple and type(tree[2]["t"]) is tuple
+
+
+def test_unknown_type_or_version_names_what_the_decoder_knows() -> None:
+    frames = codec.Encoder().encode(rpc.Value(value=1))
+    only_requests = codec.Decoder(codec.Registry([rpc.Request]))
+    with pytest.raises(
+        codec.DecodeError, match=r"unknown type id 'rpc.Value'; known types: rpc.Request - at `\$.type`"
+    ):
+        only_requests.decode(frames)
+    registry = codec.load_schemas(REPO_SCHEMAS)
+    import msgspec
+
+    header = msgspec.msgpack.decode(frames[0])
+    header["version"] = 7
+    with pytest.raises(codec.DecodeError, match=r"unknown version 7 of rpc.Value; known versions: v1"):
+        codec.Decoder(registry).decode([msgspec.msgpack.encode(header)])
+
+
+def test_the_run_time_back_end_reads_what_the_generated_one_wrote() -> None:
+    runtime = codec.load_schemas(REPO_SCHEMAS)
+    for message in builtin_messages():
+        out = codec.Decoder(runtime).decode(codec.Encoder().encode(message))
+        assert type(out).__tw_type__ == type(message).__tw_type__
+        assert codec.Encoder().encode(out)[0] == codec.Encoder().encode(message)[0]
+
+
+def test_join_and_split() -> None:
+    message = builtin_messages()[2]
+    frames = codec.Encoder().encode(message)
+    blob = codec.join(frames)
+    parts = codec.split(blob)
+    assert [bytes(p) for p in parts] == [bytes(memoryview(f)) for f in frames]
+    assert all(p.obj is blob for p in parts)  # zero-copy views of the blob
+    start = memoryview(blob)
+    assert all(
+        (
+            p.tobytes() == b""
+            or (np.frombuffer(p, np.uint8).ctypes.data - np.frombuffer(start, np.uint8).ctypes.data) % 64 == 0
+        )
+        for p in parts[1:]
+    )
+    writable = codec.split(bytearray(blob))
+    assert not writable[1].readonly
+    assert same(codec.Decoder(REGISTRY).decode(parts), message)
+
+
+def test_encoder_and_decoder_are_immutable() -> None:
+    encoder, decoder = MODES["inline"]
+    with pytest.raises(AttributeError, match="immutable"):
+        encoder.options = codec.EncodeOptions()  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="immutable"):
+        decoder.registry = REGISTRY  # type: ignore[misc]
+
+
+def test_encoders_are_safe_to_share_between_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    encoder, decoder = MODES["shm-copy"]
+    messages = [diffusion.Output(output=torch.full((300,), float(i))) for i in range(40)]
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda m: decoder.decode(encoder.encode(m)), messages))
+    assert all(torch.equal(o.output, m.output) for o, m in zip(outs, messages, strict=True))
+
+
+from conftest import BUILTIN_SCHEMAS as REPO_SCHEMAS  # noqa: E402
