@@ -37,5 +37,8 @@ test: lint typecheck gen-check
 demo: $(STAMP)
 	$(BIN)/tensorwire demo
 
+bench: $(STAMP)
+	$(PY) -m tools.bench.shm_roundtrip
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import struct
 from collections.abc import Callable
+from contextvars import ContextVar
 from functools import cache
 from typing import Any
 
@@ -21,7 +22,7 @@ import torch
 from codec.errors import DecodeError, EncodeError
 from codec.wire import EXT_TENSOR, EXT_TUPLE
 
-__all__ = ["TupleMarker", "dec_hook", "ext_decoder", "ext_encoder", "prepare"]
+__all__ = ["TupleMarker", "dec_hook", "decode_body", "encode_body", "prepare"]
 
 _INDEX = struct.Struct("<I")
 
@@ -35,39 +36,59 @@ class TupleMarker:
         self.items = items
 
 
-def ext_encoder(add_tensor: Callable[[Any], int]) -> msgspec.msgpack.Encoder:
-    """A msgpack encoder that turns tensors into descriptor references via ``add_tensor``."""
-    encoder: msgspec.msgpack.Encoder
-
-    def enc_hook(value: Any) -> Any:
-        if isinstance(value, torch.Tensor | np.ndarray):
-            return msgspec.msgpack.Ext(EXT_TENSOR, _INDEX.pack(add_tensor(value)))
-        if isinstance(value, TupleMarker):
-            return msgspec.msgpack.Ext(EXT_TUPLE, encoder.encode(value.items))
-        raise NotImplementedError
-
-    encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
-    return encoder
+_TENSOR_REFS: ContextVar[Callable[[Any], int]] = ContextVar("tensorwire_tensor_refs")
+_TENSORS: ContextVar[Callable[[int], Any]] = ContextVar("tensorwire_tensors")
 
 
-def ext_decoder(tensor: Callable[[int], Any]) -> Callable[[int, memoryview], Any]:
-    """An ``ext_hook`` resolving tensor references through ``tensor`` and rebuilding tuples."""
-    untyped: msgspec.msgpack.Decoder[Any]
+def _enc_hook(value: Any) -> Any:
+    if isinstance(value, torch.Tensor | np.ndarray):
+        return msgspec.msgpack.Ext(EXT_TENSOR, _INDEX.pack(_TENSOR_REFS.get()(value)))
+    if isinstance(value, TupleMarker):
+        return msgspec.msgpack.Ext(EXT_TUPLE, msgspec.msgpack.encode(value.items, enc_hook=_enc_hook))
+    raise NotImplementedError
 
-    def ext_hook(code: int, data: memoryview) -> Any:
-        if code == EXT_TENSOR:
-            if len(data) != _INDEX.size:
-                raise DecodeError(f"tensor reference of {len(data)} bytes, expected {_INDEX.size}")
-            return tensor(_INDEX.unpack(data)[0])
-        if code == EXT_TUPLE:
-            items = untyped.decode(data)
-            if not isinstance(items, list):
-                raise DecodeError("a tree tuple must hold an array")
-            return tuple(items)
-        raise DecodeError(f"unknown msgpack extension type {code}")
 
-    untyped = msgspec.msgpack.Decoder(ext_hook=ext_hook)
-    return ext_hook
+def _ext_hook(code: int, data: memoryview) -> Any:
+    if code == EXT_TENSOR:
+        if len(data) != _INDEX.size:
+            raise DecodeError(f"tensor reference of {len(data)} bytes, expected {_INDEX.size}")
+        return _TENSORS.get()(_INDEX.unpack(data)[0])
+    if code == EXT_TUPLE:
+        items = msgspec.msgpack.decode(data, ext_hook=_ext_hook)
+        if not isinstance(items, list):
+            raise DecodeError("a tree tuple must hold an array")
+        return tuple(items)
+    raise DecodeError(f"unknown msgpack extension type {code}")
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+
+
+def encode_body(message: Any, add_tensor: Callable[[Any], int], max_depth: int) -> bytes:
+    """msgpack of ``message``: each tensor becomes ``ext(1, add_tensor(tensor))``, tree tuples ``ext(2, ...)``.
+
+    Per-call state travels in a context variable, so the hooks (and the cached encoder) hold no
+    reference to it: a call's tensors are let go the moment the call ends.
+    """
+    token = _TENSOR_REFS.set(add_tensor)
+    try:
+        return _ENCODER.encode(prepare(message, max_depth))
+    finally:
+        _TENSOR_REFS.reset(token)
+
+
+def decode_body(cls: type, data: Any, tensor: Callable[[int], Any]) -> Any:
+    """A ``cls`` message from its body, resolving tensor references through ``tensor``."""
+    token = _TENSORS.set(tensor)
+    try:
+        return _typed_decoder(cls).decode(data)
+    finally:
+        _TENSORS.reset(token)
+
+
+@cache
+def _typed_decoder(cls: type) -> msgspec.msgpack.Decoder[Any]:
+    return msgspec.msgpack.Decoder(cls, ext_hook=_ext_hook, dec_hook=dec_hook)
 
 
 def dec_hook(tp: type, obj: Any) -> Any:

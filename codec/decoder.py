@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from codec.body import dec_hook, ext_decoder
+from codec.body import decode_body
 from codec.errors import CodecError, DecodeError
 from codec.inspect import describe
 from codec.options import DecodeOptions
@@ -72,9 +72,8 @@ class Decoder:
             self._verify_tensors(header, head)
             buffers = self._import(header, frames)
             builder = TensorBuilder(header.tensors, buffers)
-            body = msgspec.msgpack.Decoder(cls, ext_hook=ext_decoder(builder.build), dec_hook=dec_hook)
             try:
-                message = body.decode(header.body)
+                message = decode_body(cls, header.body, builder.build)
             except (msgspec.MsgspecError, CodecError) as exc:
                 raise DecodeError(f"{header.type} v{header.version}: {exc}") from None
             done = True

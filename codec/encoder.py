@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from codec.body import dec_hook, ext_decoder, ext_encoder, prepare
+from codec.body import decode_body, encode_body
 from codec.errors import CodecError, EncodeError, TransportError
 from codec.options import EncodeOptions
 from codec.tensors import TensorPlan
@@ -53,10 +53,9 @@ class Encoder:
             return index
 
         try:
-            body = ext_encoder(add).encode(prepare(message, limits.max_depth))
+            body = encode_body(message, add, limits.max_depth)
             if self.options.validate:
-                decoder = msgspec.msgpack.Decoder(cls, ext_hook=ext_decoder(values.__getitem__), dec_hook=dec_hook)
-                decoder.decode(body)
+                decode_body(cls, body, values.__getitem__)
         except CodecError as exc:
             raise EncodeError(f"{info.type_id}: {exc}") from None
         except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError) as exc:

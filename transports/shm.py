@@ -31,6 +31,7 @@ SHM_DIR = Path("/dev/shm")
 _NAME = re.compile(r"tw-([1-9][0-9]{0,9})-([0-9a-f]{32})-([0-9a-f]{1,16})")
 _TOKEN = secrets.token_hex(16)
 _TOKEN_PID = os.getpid()
+_POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)  # pre-fault in bulk where Linux offers it
 _lock = threading.Lock()
 _counter = 0
 
@@ -84,7 +85,7 @@ class ShmTransport:
                 raise TransportError(
                     exc.errno, f"cannot reserve {nbytes} bytes in {self.directory} for {name}: {exc.strerror}"
                 ) from None
-            with mmap.mmap(fd, nbytes) as mapping:
+            with mmap.mmap(fd, nbytes, flags=_POPULATE) as mapping:  # map every page in one call
                 mapping[:] = data
         except BaseException:
             os.close(fd)
@@ -129,7 +130,7 @@ class ShmTransport:
             size = os.fstat(fd).st_size
             if size != nbytes:
                 raise DecodeError(f"shm segment {handle.name} holds {size} bytes, its buffer entry says {nbytes}")
-            mapping = mmap.mmap(fd, nbytes)
+            mapping = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED if borrow else _POPULATE)
         finally:
             os.close(fd)
             _unlink(path)

@@ -1,0 +1,158 @@
+"""Producer and consumer in separate spawned processes: data arrives, nothing leaks, no tracker noise."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO
+from wire_helpers import segments_of
+
+import codec
+import transports
+from codec.generated import REGISTRY
+from transports.shm import SHM_DIR, our_segments, reap
+
+
+def run_pair(count: int, borrow: bool) -> tuple[tuple[int, bool], int]:
+    """Producer -> consumer in two spawned processes; returns the consumer's report and the producer pid."""
+    import procs
+
+    ctx = mp.get_context("spawn")
+    data_out, data_in = ctx.Pipe()
+    report_out, report_in = ctx.Pipe()
+    control_out, control_in = ctx.Pipe()
+    sender = ctx.Process(target=procs.producer, args=(data_out, control_in, count))
+    receiver = ctx.Process(target=procs.consumer, args=(data_in, report_out, count, borrow))
+    sender.start()
+    receiver.start()
+    try:
+        assert report_in.poll(120), "the consumer did not report in time"
+        report = report_in.recv()
+        control_out.send("done")
+        receiver.join(timeout=60)
+        sender.join(timeout=60)
+        assert receiver.exitcode == 0 and sender.exitcode == 0
+    finally:
+        for proc in (sender, receiver):
+            if proc.is_alive():
+                proc.kill()
+    assert sender.pid is not None
+    return report, sender.pid
+
+
+@pytest.mark.parametrize("borrow", [False, True])
+def test_messages_between_spawned_processes_leave_no_segment(borrow: bool) -> None:
+    report, producer_pid = run_pair(25, borrow)
+    assert report == (25, True)
+    assert segments_of(producer_pid) == []
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    from test_cross_process import run_pair
+
+    if __name__ == "__main__":
+        report, pid = run_pair(10, True)
+        print("consumer report", report, "producer", pid)
+    """
+)
+
+
+def test_no_resource_tracker_output_and_no_leak(tmp_path: Path) -> None:
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT.format(tests=str(REPO / "tests")))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "consumer report (10, True)" in result.stdout
+    assert "resource_tracker" not in result.stderr and "leaked" not in result.stderr, result.stderr
+    producer_pid = int(result.stdout.strip().split()[-1])
+    assert segments_of(producer_pid) == []
+
+
+def test_a_sender_that_exits_does_not_destroy_its_segments_and_reap_removes_them() -> None:
+    import procs
+
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    sender = ctx.Process(target=procs.export_and_exit, args=(child,))
+    sender.start()
+    frames = parent.recv()
+    sender.join(timeout=60)
+    assert sender.exitcode == 0
+    names = segments_of(sender.pid)
+    assert len(names) == 1  # the creator is gone; its segment is still there (no tracker destroyed it)
+    removed = reap()
+    assert names[0] in removed and segments_of(sender.pid) == []
+    with pytest.raises(codec.TransportError, match=r"cannot open shared memory segment"):
+        codec.Decoder(REGISTRY, transports=[transports.ShmTransport()]).decode(frames)
+
+
+def test_reap_keeps_segments_of_live_processes() -> None:
+    encoder = codec.Encoder(transport=transports.ShmTransport(), options=codec.EncodeOptions(inline_threshold=1))
+    frames = encoder.encode(codec.generated.diffusion.Output(output=torch.ones(10)))
+    mine = segments_of(os.getpid())
+    assert len(mine) == 1
+    assert mine[0] not in reap()
+    assert (SHM_DIR / mine[0]).exists()
+    codec.Decoder(REGISTRY, transports=[transports.ShmTransport()]).decode(frames)
+    assert segments_of(os.getpid()) == []
+
+
+def test_cli_shm_reap_and_ls(capsys: pytest.CaptureFixture[str]) -> None:
+    from codec.cli import main
+
+    dead = SHM_DIR / ("tw-999999999-" + "b" * 32 + "-1")
+    dead.write_bytes(b"x")
+    try:
+        assert main(["shm", "ls"]) == 0
+        assert dead.name in capsys.readouterr().out
+        assert main(["shm", "reap"]) == 0
+        out = capsys.readouterr().out
+        assert f"removed {dead.name}" in out and "segment(s) of dead processes removed" in out
+        assert not dead.exists() and dead.name not in our_segments()
+    finally:
+        dead.unlink(missing_ok=True)
+
+
+def test_a_borrowed_mapping_lives_until_its_last_view_dies() -> None:
+    """Reference counting alone releases the mapping: no cycle keeps it (or the sender's tensor) alive."""
+    import gc
+    import weakref
+
+    shm = transports.ShmTransport()
+    encoder = codec.Encoder(transport=shm, options=codec.EncodeOptions(inline_threshold=1))
+    decoder = codec.Decoder(REGISTRY, transports=[shm], options=codec.DecodeOptions(borrow=True))
+    sent = torch.arange(4096, dtype=torch.float32)
+    sent_ref = weakref.ref(sent)
+    gc.collect()
+    gc.disable()
+    try:
+        frames = encoder.encode(codec.generated.diffusion.Output(output=(sent, "tuple in a tree")))
+        name = segments_of(os.getpid())[0]
+
+        def mapped() -> bool:
+            return name in Path("/proc/self/maps").read_text()
+
+        message = decoder.decode(frames)
+        del frames, sent
+        assert sent_ref() is None  # the encoder kept nothing of the sender's
+        assert not (SHM_DIR / name).exists() and mapped()  # unlinked, still mapped
+        view = message.output[0][100:110]
+        array = view.numpy()
+        del message
+        assert mapped() and array[0] == 100.0 and view[9].item() == 109.0
+        del view
+        assert mapped() and array[5] == 105.0
+        del array
+        assert not mapped()
+    finally:
+        gc.enable()

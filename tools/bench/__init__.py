@@ -1,0 +1,1 @@
+"""Benchmarks: tensorwire against the floors and peers, measured in the same run."""
