@@ -1,7 +1,8 @@
 """The message body: msgspec encoding with tensors as ext(1, index) and tree tuples as ext(2, list).
 
-msgpack has no tuple, so tuples inside ``x-tree`` values are wrapped before encoding (on shallow
-copies: the caller's object is never touched) and come back as tuples. The same hooks serve the
+msgpack has no tuple, so tuples inside ``x-tree`` values are wrapped before encoding, and sets are
+written in sorted order so that equal messages give equal bytes (both on shallow copies: the
+caller's object is never touched); tuples come back as tuples. The same hooks serve the
 encoder's validation pass, which decodes the body it is about to send with the real tensors.
 """
 
@@ -118,13 +119,14 @@ def _plan(cls: type) -> tuple[tuple[str, Any], ...]:
 
 
 def _may_hold_tree(t: Any, seen: frozenset[type]) -> bool:
-    if isinstance(t, mi.AnyType):
+    """Whether values of ``t`` may hold a tree or a set (both are rewritten before encoding)."""
+    if isinstance(t, mi.AnyType | mi.SetType | mi.FrozenSetType):
         return True
     if isinstance(t, mi.StructType):
         return t.cls not in seen and any(_may_hold_tree(f.type, seen | {t.cls}) for f in t.fields)
     if isinstance(t, mi.UnionType):
         return any(_may_hold_tree(u, seen) for u in t.types)
-    if isinstance(t, mi.ListType | mi.SetType | mi.FrozenSetType | mi.VarTupleType):
+    if isinstance(t, mi.ListType | mi.VarTupleType):
         return _may_hold_tree(t.item_type, seen)
     if isinstance(t, mi.TupleType):
         return any(_may_hold_tree(u, seen) for u in t.item_types)
@@ -167,6 +169,8 @@ def _typed(value: Any, t: Any, depth: int, max_depth: int) -> Any:
         if any(isinstance(option, mi.AnyType) for option in t.types):
             return _tree(value, depth, max_depth)
         return value
+    if isinstance(t, mi.SetType | mi.FrozenSetType) and isinstance(value, set | frozenset):
+        return _sorted(value)  # a set's wire order is its sorted order: the same bytes every time
     if isinstance(t, mi.DictType) and isinstance(value, dict):
         items = {k: _typed(v, t.value_type, depth + 1, max_depth) for k, v in value.items()}
         return items if any(items[k] is not value[k] for k in value) else value
@@ -177,6 +181,13 @@ def _typed(value: Any, t: Any, depth: int, max_depth: int) -> Any:
         seq = [_typed(v, u, depth + 1, max_depth) for v, u in zip(value, t.item_types, strict=True)]
         return tuple(seq) if any(a is not b for a, b in zip(seq, value, strict=True)) else value
     return value
+
+
+def _sorted(values: set[Any] | frozenset[Any]) -> list[Any]:
+    try:
+        return sorted(values)
+    except TypeError:
+        return sorted(values, key=repr)
 
 
 def _tree(value: Any, depth: int, max_depth: int) -> Any:

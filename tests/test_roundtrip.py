@@ -339,3 +339,28 @@ def test_encoders_are_safe_to_share_between_threads() -> None:
 
 
 from conftest import BUILTIN_SCHEMAS as REPO_SCHEMAS  # noqa: E402
+
+
+def test_equal_messages_give_equal_bytes_whatever_the_hash_seed() -> None:
+    """Sets (pending float consumers) are written sorted: the header does not depend on PYTHONHASHSEED."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch, codec\n"
+        "from codec.generated import media\n"
+        "v = media.Video(tensor=torch.zeros(1, 3, 1, 2, 2), layout='bcthw', encoding='normalized_float',\n"
+        "    value_range='zero_to_one', pending_float_consumers=frozenset(media.FloatVideoConsumer))\n"
+        "sys.stdout.write(bytes(codec.Encoder().encode(v)[0]).hex())\n"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2", "3", "4")
+    }
+    assert len(outputs) == 1
