@@ -133,6 +133,13 @@ def test_limits() -> None:
         small.encode(diffusion.Output(output=torch.zeros(100)))
 
 
+def test_a_required_field_that_was_deleted() -> None:
+    request = rpc.Request(method="x")
+    del request.method
+    with pytest.raises(codec.EncodeError, match=r"^rpc.Request: Struct field 'method' is unset$"):
+        ENCODER.encode(request)
+
+
 def test_not_a_message_type() -> None:
     with pytest.raises(codec.EncodeError, match=r"dict is not a tensorwire message type"):
         ENCODER.encode({"a": 1})
