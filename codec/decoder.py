@@ -9,7 +9,6 @@ If any step after the handles were verified fails, every buffer of the message i
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -24,7 +23,7 @@ from codec.scan import check_depth
 from codec.tensors import TensorBuilder, verify_descriptor
 from codec.wire import MAGIC, WIRE_VERSION, header_type
 from transports.base import Buffer, Handle, Transport
-from transports.inline import InlineTransport
+from transports.inline import InlineHandle, InlineTransport
 
 __all__ = ["Decoder"]
 
@@ -44,11 +43,13 @@ class Decoder:
     ) -> None:
         self.registry = registry
         self.options = options if options is not None else DecodeOptions()
-        known: dict[str, Transport] = {InlineTransport.name: InlineTransport()}
-        for transport in transports:
-            known[transport.name] = transport
+        known: dict[str, Transport] = {}  # handle tag -> the transport that reads it
+        for transport in [InlineTransport(), *transports]:
+            for handle_type in transport.handle_types:
+                known[str(handle_type.__struct_config__.tag)] = transport
         self._transports = known
-        self._header = msgspec.msgpack.Decoder(header_type([t.handle_type for t in known.values()]))
+        handle_types = list({id(h): h for t in known.values() for h in t.handle_types}.values())
+        self._header = msgspec.msgpack.Decoder(header_type(handle_types))
         self._sealed = True
 
     def decode(self, frames: Sequence[Buffer]) -> Any:
@@ -105,12 +106,13 @@ class Decoder:
         limits = self.options.limits
         if len(handles) > limits.max_buffers:
             raise DecodeError(f"{len(handles)} buffers is over the limit of {limits.max_buffers} - at `$.buffers`")
-        by_transport: dict[str, list[Handle]] = defaultdict(list)
+        by_transport: dict[int, tuple[Transport, list[Handle]]] = {}
         for handle in handles:
-            by_transport[_tag(handle)].append(handle)
-        for name, group in by_transport.items():
-            self._transports[name].verify(group, frames)
-        inline = len(by_transport.get(InlineTransport.name, ()))
+            transport = self._transports[_tag(handle)]
+            by_transport.setdefault(id(transport), (transport, []))[1].append(handle)
+        for transport, group in by_transport.values():
+            transport.verify(group, frames)
+        inline = sum(isinstance(h, InlineHandle) for h in handles)
         if inline != len(frames) - 1:
             raise DecodeError(f"the message has {len(frames)} frames but its header names {inline} inline buffers")
 
@@ -139,7 +141,7 @@ class Decoder:
         for entry in header.buffers:
             transport = self._transports[_tag(entry.handle)]
             data = transport.import_(entry.handle, frames, entry.nbytes, borrow=options.borrow)
-            if transport.name == InlineTransport.name and options.copy_readonly and memoryview(data).readonly:
+            if isinstance(entry.handle, InlineHandle) and options.copy_readonly and memoryview(data).readonly:
                 data = bytearray(data)
             buffers.append(data)
         return buffers

@@ -46,15 +46,18 @@ class EncodeOptions:
 class DecodeOptions:
     """How a ``Decoder`` reads a message.
 
-    ``borrow``: tensors received out of band are views of the shared mapping, kept alive by a lease
-    until the last view dies (zero copies); otherwise each buffer is copied into private memory.
+    ``borrow``: True: tensors received out of band are views of the shared mapping, kept alive by
+    a lease until the last view dies (zero copies); False: each buffer is copied into private
+    memory (and a pool slot is handed back at once); None (default): each transport's own default,
+    which for the shared-memory transport is a borrowed view of a pool slot and a copy of a
+    one-shot segment.
     ``copy_readonly``: an inline frame that is not writable (e.g. ``bytes``) is copied so the
     tensor built on it is writable; set False to share it read-only (numpy arrays only).
     ``strict_fingerprint``: reject a message whose schema fingerprint differs from the registry's
     class of the same type id and version (by default such compatible minor changes are decoded).
     """
 
-    borrow: bool = False
+    borrow: bool | None = None
     copy_readonly: bool = True
     strict_fingerprint: bool = False
     limits: Limits = Limits()

@@ -92,18 +92,19 @@ def test_a_sender_that_exits_does_not_destroy_its_segments_and_reap_removes_them
     assert len(names) == 1  # the creator is gone; its segment is still there (no tracker destroyed it)
     removed = reap()
     assert names[0] in removed and segments_of(sender.pid) == []
-    with pytest.raises(codec.TransportError, match=r"cannot open shared memory segment"):
+    with pytest.raises(codec.TransportError, match=r"cannot open pool segment .*: No such file or directory"):
         codec.Decoder(REGISTRY, transports=[transports.ShmTransport()]).decode(frames)
 
 
 def test_reap_keeps_segments_of_live_processes() -> None:
-    encoder = codec.Encoder(transport=transports.ShmTransport(), options=codec.EncodeOptions(inline_threshold=1))
+    one_shot = transports.ShmTransport(pool=False)
+    encoder = codec.Encoder(transport=one_shot, options=codec.EncodeOptions(inline_threshold=1))
     frames = encoder.encode(codec.generated.diffusion.Output(output=torch.ones(10)))
     mine = segments_of(os.getpid())
     assert len(mine) == 1
     assert mine[0] not in reap()
     assert (SHM_DIR / mine[0]).exists()
-    codec.Decoder(REGISTRY, transports=[transports.ShmTransport()]).decode(frames)
+    codec.Decoder(REGISTRY, transports=[one_shot]).decode(frames)
     assert segments_of(os.getpid()) == []
 
 
@@ -128,7 +129,7 @@ def test_a_borrowed_mapping_lives_until_its_last_view_dies() -> None:
     import gc
     import weakref
 
-    shm = transports.ShmTransport()
+    shm = transports.ShmTransport(pool=False)
     encoder = codec.Encoder(transport=shm, options=codec.EncodeOptions(inline_threshold=1))
     decoder = codec.Decoder(REGISTRY, transports=[shm], options=codec.DecodeOptions(borrow=True))
     sent = torch.arange(4096, dtype=torch.float32)

@@ -18,7 +18,7 @@ import transports
 from codec.generated import REGISTRY, diffusion
 from transports.shm import SHM_DIR
 
-SHM = transports.ShmTransport()
+SHM = transports.ShmTransport(pool=False)
 ENCODER = codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=64))
 DECODER = codec.Decoder(REGISTRY, transports=[SHM])
 INLINE = codec.Encoder()

@@ -22,14 +22,15 @@ def test_demo_sends_a_diffusion_batch_bit_exactly_and_leaves_nothing() -> None:
     assert run(out) == 0, out.getvalue()
     text = out.getvalue()
     assert "$.runner_outputs[0].result.media.video.tensor    bfloat16  1x3x16x480x832" in text
-    assert text.count(" shm ") >= 4 and " inline " in text
+    assert text.count(" pool ") >= 4 and " inline " in text
     assert "bit-exact: all; segments of ours left in /dev/shm: 0" in text
     assert "7 tensors in 4 buffers" in text  # the four per-request views share one buffer
 
 
 def test_inspect_prints_the_header_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     message = diffusion.Output(output=(torch.zeros(2, 3), {"n": torch.ones(600_000)}), error="e")
-    encoder = codec.Encoder(transport=transports.ShmTransport())
+    shm = transports.ShmTransport()
+    encoder = codec.Encoder(transport=shm)
     frames = encoder.encode(message)
     blob = tmp_path / "message.tw"
     blob.write_bytes(codec.join(frames))
@@ -37,12 +38,12 @@ def test_inspect_prints_the_header_as_json(tmp_path: Path, capsys: pytest.Captur
     info = json.loads(capsys.readouterr().out)
     assert info["type"] == "diffusion.Output" and info["version"] == 1
     assert info["fingerprint"] == diffusion.Output.__tw_type__.fingerprint
-    assert [(b["transport"], b["nbytes"]) for b in info["buffers"]] == [("inline", 24), ("shm", 2_400_000)]
+    assert [(b["transport"], b["nbytes"]) for b in info["buffers"]] == [("inline", 24), ("shm-slot", 2_400_000)]
     assert info["buffers"][1]["handle"]["name"].startswith("tw-")
     assert [t["path"] for t in info["tensors"]] == ["$.output[0]", "$.output[1].n"]
     assert info["body"]["error"] == "e" and info["body"]["output"][0] == {"$tensor": 0}
-    # clean up the segment that nobody received
-    transports.ShmTransport().release(transports.ShmHandle(name=info["buffers"][1]["handle"]["name"]))
+    assert info["buffers"][1]["handle"]["generation"] == 1
+    shm.close()  # nobody received it: closing the pool unlinks its slots
 
 
 def test_inspect_rejects_what_is_not_a_blob(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,9 +13,10 @@ from wire_helpers import segments_of
 
 import codec
 import transports
+import transports.pool
 from codec.generated import diffusion, media, rpc
 
-SHM = transports.ShmTransport()
+SHM = transports.ShmTransport(pool=False)
 ENCODER = codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=1))
 
 
@@ -148,8 +149,8 @@ def test_not_a_message_type() -> None:
 class _FailingShm(transports.ShmTransport):
     """Fails the k-th export (1-based) with an OSError, like a full /dev/shm."""
 
-    def __init__(self, fail_at: int) -> None:
-        super().__init__()
+    def __init__(self, fail_at: int, pool: bool = False) -> None:
+        super().__init__(pool=pool)
         self.fail_at = fail_at
         self.calls = 0
 
@@ -172,6 +173,20 @@ def test_a_failed_export_at_any_buffer_releases_everything_and_mutates_nothing()
         assert segments_of(os.getpid()) == [], f"segments left after a failure at export {k}"
         assert isinstance(message.output, tuple) and isinstance(message.output[1][1], tuple)
         assert all(torch.equal(t, s) for t, s in zip(tensors, snapshot, strict=True))
+
+
+def test_a_failed_export_hands_every_pool_slot_back() -> None:
+    tensors = [torch.full((256,), float(i)) for i in range(4)]
+    message = diffusion.Output(output=tensors)
+    for k in range(1, 5):
+        transport = _FailingShm(k, pool=True)
+        encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
+        with pytest.raises(codec.TransportError, match=rf"injected failure at export {k}"):
+            encoder.encode(message)
+        assert transport.pool is not None
+        assert all(slot.state == transports.pool.FREE for slot in transport.pool.slots())
+        transport.close()
+    assert segments_of(os.getpid()) == []
 
 
 def test_a_full_dev_shm_is_a_transport_error_before_any_copy(monkeypatch: pytest.MonkeyPatch) -> None:

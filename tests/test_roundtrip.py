@@ -15,17 +15,22 @@ from wire_helpers import bits, same, segments_of
 import codec
 import transports
 from codec.generated import REGISTRY, diffusion, media, rpc
+from transports.pool import FREE
 
-SHM = transports.ShmTransport()
+SHM = transports.ShmTransport(pool=False)
+POOL = transports.ShmTransport()
+ALL_OOB = codec.EncodeOptions(inline_threshold=1)
 MODES = {
     "inline": (codec.Encoder(), codec.Decoder(REGISTRY)),
-    "shm-copy": (
-        codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=1)),
-        codec.Decoder(REGISTRY, transports=[SHM]),
-    ),
+    "shm-copy": (codec.Encoder(transport=SHM, options=ALL_OOB), codec.Decoder(REGISTRY, transports=[SHM])),
     "shm-borrow": (
-        codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=1)),
+        codec.Encoder(transport=SHM, options=ALL_OOB),
         codec.Decoder(REGISTRY, transports=[SHM], options=codec.DecodeOptions(borrow=True)),
+    ),
+    "pool-borrow": (codec.Encoder(transport=POOL, options=ALL_OOB), codec.Decoder(REGISTRY, transports=[POOL])),
+    "pool-copy": (
+        codec.Encoder(transport=POOL, options=ALL_OOB),
+        codec.Decoder(REGISTRY, transports=[POOL], options=codec.DecodeOptions(borrow=False)),
     ),
 }
 
@@ -37,8 +42,12 @@ def roundtrip(message: Any, mode: str = "inline") -> Any:
 
 @pytest.fixture(autouse=True)
 def no_segments_left() -> Any:
+    """After each test: no one-shot segment left, and every pool slot handed back."""
     yield
-    assert segments_of(os.getpid()) == []
+    assert POOL.pool is not None
+    slots = POOL.pool.slots()
+    assert all(slot.state == FREE for slot in slots)
+    assert sorted(segments_of(os.getpid())) == sorted(slot.name for slot in slots)
 
 
 # -- every dtype, rank and layout ---------------------------------------------------------------

@@ -14,7 +14,7 @@ from transports.shm import our_segments
 def bits(value: Any) -> Any:
     """Raw bytes of a tensor/array in logical order (bit-exact comparison; NaNs compare equal)."""
     if isinstance(value, torch.Tensor):
-        flat = value.detach().contiguous().reshape(-1)
+        flat = torch.empty(value.numel(), dtype=value.dtype).copy_(value.detach().reshape(-1))
         return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
     return np.ascontiguousarray(value).tobytes()
 

@@ -3,7 +3,7 @@
 import codec  # noqa: F401  (first: codec's encoder/decoder import these modules, which use codec.errors)
 from transports.base import Handle, Transport, available, by_name
 from transports.inline import InlineHandle, InlineTransport
-from transports.shm import ShmHandle, ShmTransport, reap
+from transports.shm import ShmHandle, ShmTransport, SlotHandle, reap
 
 __all__ = [
     "Handle",
@@ -11,6 +11,7 @@ __all__ = [
     "InlineTransport",
     "ShmHandle",
     "ShmTransport",
+    "SlotHandle",
     "Transport",
     "available",
     "by_name",

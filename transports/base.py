@@ -29,7 +29,7 @@ class Transport(Protocol):
     """Moves one buffer from an encoder to a decoder."""
 
     name: ClassVar[str]
-    handle_type: ClassVar[type[Handle]]
+    handle_types: ClassVar[tuple[type[Handle], ...]]  # the handle kinds this transport reads and writes
 
     def export(self, data: memoryview, frames: list[Buffer]) -> Handle:
         """Make ``data`` (a flat byte view) available to a receiver; frames may be appended."""
@@ -39,8 +39,9 @@ class Transport(Protocol):
         """Reject ill-formed handles of one message (``DecodeError``) before anything is opened."""
         ...
 
-    def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool) -> Buffer:
-        """The buffer behind ``handle`` (``nbytes`` long): a private copy, or with ``borrow`` a view."""
+    def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
+        """The buffer behind ``handle`` (``nbytes`` long): a private copy, or with ``borrow`` a view
+        (``None``: the transport's own default for that kind of handle)."""
         ...
 
     def release(self, handle: Handle) -> None:

@@ -21,7 +21,7 @@ class InlineTransport:
     """Buffers as frames: zero-copy memoryviews on the way out; on the way in, the frame itself."""
 
     name: ClassVar[str] = "inline"
-    handle_type: ClassVar[type[Handle]] = InlineHandle
+    handle_types: ClassVar[tuple[type[Handle], ...]] = (InlineHandle,)
 
     def export(self, data: memoryview, frames: list[Buffer]) -> Handle:
         frames.append(data.toreadonly())  # a receiver in this process must not write into the sender's tensor
@@ -37,7 +37,7 @@ class InlineTransport:
                 raise DecodeError(f"frame {handle.frame} is named by two buffers")
             seen.add(handle.frame)
 
-    def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool) -> Buffer:
+    def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
         assert isinstance(handle, InlineHandle)
         frame = memoryview(frames[handle.frame]).cast("B")
         if frame.nbytes != nbytes:

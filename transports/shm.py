@@ -1,5 +1,10 @@
 """POSIX shared memory, with lifetime owned by tensorwire (never by Python's resource tracker).
 
+By default buffers go through a warm pool of reusable slots (``transports.pool``): no page faults,
+no create or unlink in steady state, and ``empty()`` hands out tensors that travel with no copy at
+all. A buffer the pool cannot take (``pool=False``, or past the pool's memory budget) gets a
+one-shot segment, as below.
+
 Segments live in ``/dev/shm`` and are named ``tw-<pid>-<token>-<seq>``: the creator's pid, a
 random 128-bit token drawn once per process, and a counter. The sender reserves the space with
 ``posix_fallocate`` (a full /dev/shm is a ``TransportError`` before any byte is copied, never a
@@ -13,6 +18,7 @@ whose creator has died.
 from __future__ import annotations
 
 import errno
+import math
 import mmap
 import os
 import re
@@ -20,12 +26,16 @@ import secrets
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
 
 from codec.errors import DecodeError, TransportError
 from transports.base import Buffer, Handle
+from transports.pool import CONTROL_BYTES, SENDER, Pool, SlotReader
 
-__all__ = ["SHM_DIR", "ShmHandle", "ShmTransport", "our_segments", "reap"]
+__all__ = ["SHM_DIR", "ShmHandle", "ShmTransport", "SlotHandle", "our_segments", "reap"]
 
 SHM_DIR = Path("/dev/shm")
 _NAME = re.compile(r"tw-([1-9][0-9]{0,9})-([0-9a-f]{32})-([0-9a-f]{1,16})")
@@ -53,25 +63,112 @@ def _next_name() -> str:
 
 
 class ShmHandle(Handle, tag="shm", frozen=True):
-    """A segment in /dev/shm holding exactly the buffer."""
+    """A one-shot segment in /dev/shm holding exactly the buffer; the receiver unlinks it."""
 
     name: str
 
 
+class SlotHandle(Handle, tag="shm-slot", frozen=True):
+    """Bytes ``[offset, offset + nbytes)`` of a pool slot, handed over as ``generation``."""
+
+    name: str
+    offset: int
+    generation: int
+
+
 class ShmTransport:
-    """Out-of-band buffers in POSIX shared memory segments, one per buffer."""
+    """Out-of-band buffers in POSIX shared memory: pooled slots by default, one-shot segments otherwise.
+
+    ``pool``: reuse warm slots (default). ``cache_fraction`` / ``max_cached_bytes``: the most the
+    pool keeps (a fraction of /dev/shm's free space, or a fixed number of bytes); past it a buffer
+    gets a one-shot segment. ``idle_seconds``: free slots unused this long are given back.
+    """
 
     name: ClassVar[str] = "shm"
-    handle_type: ClassVar[type[Handle]] = ShmHandle
+    handle_types: ClassVar[tuple[type[Handle], ...]] = (ShmHandle, SlotHandle)
 
-    def __init__(self, directory: str | os.PathLike[str] = SHM_DIR) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] = SHM_DIR,
+        *,
+        pool: bool = True,
+        cache_fraction: float = 0.25,
+        max_cached_bytes: int | None = None,
+        idle_seconds: float = 30.0,
+    ) -> None:
         self.directory = Path(directory)
+        self.pool: Pool | None = None
+        if pool:
+            self.pool = Pool(
+                self.directory,
+                _next_name,
+                cache_fraction=cache_fraction,
+                max_cached_bytes=max_cached_bytes,
+                idle_seconds=idle_seconds,
+            )
+        self._reader = SlotReader(self.directory)
+
+    # -- zero-copy allocation -----------------------------------------------------------------
+    def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """A tensor living in a pool slot: encoding it sends only the slot reference (no copy).
+
+        Ownership: write it, encode it, then stop writing; the slot returns to the pool when the
+        receiver's last view of it dies (or when this tensor dies unsent). Reusing the tensor after
+        that sees whatever the slot holds next.
+        """
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        nbytes = math.prod(shape) * itemsize
+        raw = self._pool_array(nbytes)
+        if nbytes == 0:
+            return torch.empty(tuple(shape), dtype=dtype)
+        return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).view(tuple(shape))
+
+    def empty_like(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``empty`` with the shape and dtype of ``tensor``."""
+        return self.empty(tuple(tensor.shape), tensor.dtype)
+
+    def empty_numpy(self, shape: Sequence[int], dtype: Any) -> np.ndarray:
+        """``empty`` for a numpy array."""
+        dt = np.dtype(dtype)
+        nbytes = math.prod(shape) * dt.itemsize
+        raw = self._pool_array(nbytes)
+        array: np.ndarray = raw[:nbytes].view(dt).reshape(tuple(shape))
+        return array
+
+    def _pool_array(self, nbytes: int) -> np.ndarray:
+        if self.pool is None:
+            raise TransportError(errno.EINVAL, "empty() needs the pool (ShmTransport(pool=True))")
+        raw = self.pool.empty_array(max(nbytes, 1))
+        if raw is None:
+            raise TransportError(errno.ENOMEM, f"the pool's memory budget has no room for {nbytes} bytes")
+        return raw
 
     # -- sending ------------------------------------------------------------------------------
     def export(self, data: memoryview, frames: list[Buffer]) -> Handle:
         nbytes = data.nbytes
         if nbytes == 0:
             raise TransportError(errno.EINVAL, "a 0-byte buffer never gets a segment; send it inline")
+        if self.pool is not None:
+            handle = self._export_pooled(data)
+            if handle is not None:
+                return handle
+        return self._export_segment(data)
+
+    def _export_pooled(self, data: memoryview) -> Handle | None:
+        assert self.pool is not None
+        nbytes = data.nbytes
+        address = np.frombuffer(data, dtype=np.uint8).ctypes.data
+        slot = self.pool.find(address, nbytes)
+        if slot is not None:  # allocated by empty(): hand it over as it is
+            return SlotHandle(name=slot.name, offset=address - slot.address, generation=self.pool.hand_over(slot))
+        slot = self.pool.acquire(nbytes, SENDER)
+        if slot is None:
+            return None
+        slot.mapping[CONTROL_BYTES : CONTROL_BYTES + nbytes] = data
+        return SlotHandle(name=slot.name, offset=0, generation=self.pool.hand_over(slot))
+
+    def _export_segment(self, data: memoryview) -> Handle:
+        nbytes = data.nbytes
         name = _next_name()
         path = self.directory / name
         try:
@@ -95,16 +192,31 @@ class ShmTransport:
         return ShmHandle(name=name)
 
     def release(self, handle: Handle) -> None:
+        if not _NAME.fullmatch(getattr(handle, "name", "")):
+            return
+        if isinstance(handle, SlotHandle):
+            own = self.pool is not None and any(s.name == handle.name for s in self.pool.slots())
+            if own:
+                assert self.pool is not None
+                for slot in self.pool.slots():
+                    if slot.name == handle.name and slot.generation == handle.generation:
+                        self.pool.give_back(slot)
+            else:
+                self._reader.discard(handle.name, handle.generation)
+            return
         assert isinstance(handle, ShmHandle)
-        if _NAME.fullmatch(handle.name):
-            _unlink(self.directory / handle.name)
+        _unlink(self.directory / handle.name)
+
+    def trim(self, idle_seconds: float | None = None) -> int:
+        """Give back pool slots idle for ``idle_seconds``; return the bytes freed."""
+        return 0 if self.pool is None else self.pool.trim(idle_seconds)
 
     # -- receiving ----------------------------------------------------------------------------
     def verify(self, handles: Sequence[Handle], frames: Sequence[Buffer]) -> None:
         owner: tuple[str, str] | None = None
         seen: set[str] = set()
         for handle in handles:
-            assert isinstance(handle, ShmHandle)
+            assert isinstance(handle, ShmHandle | SlotHandle)
             match = _NAME.fullmatch(handle.name)
             if match is None:
                 raise DecodeError(f"shm segment name {handle.name!r} is not a tensorwire name (tw-<pid>-<token>-<seq>)")
@@ -116,8 +228,12 @@ class ShmTransport:
             if handle.name in seen:
                 raise DecodeError(f"shm segment {handle.name!r} is named twice in one message")
             seen.add(handle.name)
+            if isinstance(handle, SlotHandle) and (handle.offset < 0 or handle.generation < 1):
+                raise DecodeError(f"pool slot {handle.name!r}: offset and generation must be positive")
 
-    def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool) -> Buffer:
+    def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
+        if isinstance(handle, SlotHandle):
+            return self._reader.open(handle.name, handle.offset, nbytes, handle.generation, borrow=borrow is not False)
         assert isinstance(handle, ShmHandle)
         path = self.directory / handle.name
         try:
@@ -142,7 +258,10 @@ class ShmTransport:
             mapping.close()
 
     def close(self) -> None:
-        """Holds nothing between calls: every segment belongs to a message in flight."""
+        """Unlink the pool's slots and forget mapped ones; one-shot segments belong to their messages."""
+        if self.pool is not None:
+            self.pool.close()
+        self._reader.close()
 
 
 def _unlink(path: Path) -> None:

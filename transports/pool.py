@@ -1,0 +1,406 @@
+"""A warm pool of shared-memory slots: segments created and mapped once, then reused.
+
+Each slot is one segment: a 4 KiB control page, then the data area of one size class (quarter
+octaves from 64 KiB, so at most 25% is wasted). The control page holds a magic, the slot's state
+(free, held by the sender, in flight to a receiver), a generation counter bumped on every
+hand-over, and the receiver's pid. The sender copies into a free slot (or hands over a slot it
+allocated with ``empty``: no copy at all) and marks it in flight; the receiver maps the segment
+once, checks state and generation, and gives back a view whose lease marks the slot free when
+the last view dies. A slot is never reused while a receiver holds a view of it; a slot held by a
+receiver that died is reclaimed. Growth is the only place that faults pages (pre-faulted with
+MAP_POPULATE); cached bytes are bounded by a fraction of the free space, and slots idle for a
+while are given back.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import struct
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from codec.errors import DecodeError, TransportError
+
+__all__ = ["CONTROL_BYTES", "FREE", "IN_FLIGHT", "SENDER", "Pool", "SlotReader", "size_class"]
+
+CONTROL_BYTES = 4096
+MAGIC = b"TWSLOT01"
+FREE, SENDER, IN_FLIGHT = 0, 1, 2
+MIN_CLASS = 64 * 1024
+_U64 = struct.Struct("<Q")
+_STATE, _GENERATION, _RECEIVER, _CAPACITY = 8, 16, 24, 32
+_POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+
+
+def size_class(nbytes: int) -> int:
+    """The smallest class holding ``nbytes``: 4, 5, 6 or 7 times a power of two, page aligned."""
+    if nbytes <= MIN_CLASS:
+        return MIN_CLASS
+    top = 1 << (nbytes - 1).bit_length()  # the power of two at or above
+    for numerator in (5, 6, 7):
+        candidate = top // 8 * numerator
+        if candidate >= nbytes:
+            return -(-candidate // 4096) * 4096
+    return top
+
+
+def _get(view: Any, offset: int) -> int:
+    value: int = _U64.unpack_from(view, offset)[0]
+    return value
+
+
+def _put(view: Any, offset: int, value: int) -> None:
+    _U64.pack_into(view, offset, value)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(eq=False)
+class Slot:
+    """One pooled segment as its creator sees it."""
+
+    name: str
+    path: Path
+    capacity: int
+    mapping: mmap.mmap
+    address: int  # of the data area
+    last_used: float = field(default_factory=time.monotonic)
+
+    @property
+    def state(self) -> int:
+        return _get(self.mapping, _STATE)
+
+    @property
+    def generation(self) -> int:
+        return _get(self.mapping, _GENERATION)
+
+
+class _SenderLease:
+    """Backs a tensor from ``Pool.empty``; frees the slot if the tensor dies without being sent."""
+
+    def __init__(self, pool: Pool, slot: Slot, nbytes: int) -> None:
+        self._pool, self._slot, self._generation = pool, slot, slot.generation
+        array = np.frombuffer(slot.mapping, dtype=np.uint8, count=nbytes, offset=CONTROL_BYTES)
+        self.__array_interface__ = array.__array_interface__
+
+    def __del__(self) -> None:
+        slot = self._slot
+        try:
+            if slot.state == SENDER and slot.generation == self._generation:
+                self._pool.give_back(slot)
+        except (ValueError, OSError):  # the pool was closed: its mapping is gone
+            pass
+
+
+class Pool:
+    """The sender's slots, by size class; thread-safe."""
+
+    def __init__(
+        self,
+        directory: Path,
+        make_name: Callable[[], str],
+        *,
+        cache_fraction: float = 0.25,
+        max_cached_bytes: int | None = None,
+        idle_seconds: float = 30.0,
+    ) -> None:
+        self.directory = directory
+        self._make_name = make_name
+        self.cache_fraction = cache_fraction
+        self.max_cached_bytes = max_cached_bytes
+        self.idle_seconds = idle_seconds
+        self._slots: dict[int, list[Slot]] = {}
+        # at exit, or when the pool is dropped without close(), its segments are unlinked
+        self._finalizer = weakref.finalize(self, _unlink_all, self._slots)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._trimmer: threading.Thread | None = None
+        self._wake = threading.Event()
+
+    # -- accounting ---------------------------------------------------------------------------
+    @property
+    def cached_bytes(self) -> int:
+        return sum(s.capacity + CONTROL_BYTES for slots in self._slots.values() for s in slots)
+
+    def slots(self) -> list[Slot]:
+        with self._lock:
+            return [s for slots in self._slots.values() for s in slots]
+
+    def _budget(self) -> int:
+        if self.max_cached_bytes is not None:
+            return self.max_cached_bytes
+        stats = os.statvfs(self.directory)
+        return int((stats.f_bavail * stats.f_frsize + self.cached_bytes) * self.cache_fraction)
+
+    # -- taking and giving back ---------------------------------------------------------------
+    def acquire(self, nbytes: int, state: int) -> Slot | None:
+        """A slot of at least ``nbytes`` moved to ``state``; None when the budget forbids growth."""
+        capacity = size_class(nbytes)
+        with self._lock:
+            if self._closed:
+                raise TransportError(errno.EBADF, "the shared-memory pool is closed")
+            for slot in self._slots.get(capacity, ()):
+                current = slot.state
+                if current == IN_FLIGHT:
+                    receiver = _get(slot.mapping, _RECEIVER)
+                    if receiver and not _alive(receiver):
+                        current = FREE  # its receiver died holding it
+                if current == FREE:
+                    self._take(slot, state)
+                    return slot
+            grown = self._grow(capacity)
+            if grown is not None:
+                self._take(grown, state)
+            return grown
+
+    def _take(self, slot: Slot, state: int) -> None:
+        _put(slot.mapping, _RECEIVER, 0)
+        _put(slot.mapping, _GENERATION, slot.generation + 1)
+        _put(slot.mapping, _STATE, state)
+        slot.last_used = time.monotonic()
+
+    def hand_over(self, slot: Slot) -> int:
+        """Mark ``slot`` in flight; return its generation (which the receiver must see)."""
+        _put(slot.mapping, _STATE, IN_FLIGHT)
+        return slot.generation
+
+    def give_back(self, slot: Slot) -> None:
+        _put(slot.mapping, _STATE, FREE)
+        slot.last_used = time.monotonic()
+
+    def find(self, address: int, nbytes: int) -> Slot | None:
+        """The slot whose data area holds ``[address, address + nbytes)`` and that the sender holds."""
+        with self._lock:
+            for slots in self._slots.values():
+                for slot in slots:
+                    if slot.address <= address and address + nbytes <= slot.address + slot.capacity:
+                        return slot if slot.state == SENDER else None
+        return None
+
+    def empty_array(self, nbytes: int) -> np.ndarray | None:
+        """A uint8 array of ``nbytes`` living in a slot the sender holds; None if the pool cannot grow."""
+        slot = self.acquire(nbytes, SENDER)
+        if slot is None:
+            return None
+        return np.asarray(_SenderLease(self, slot, nbytes))
+
+    # -- growth and retention -------------------------------------------------------------------
+    def _grow(self, capacity: int) -> Slot | None:
+        size = CONTROL_BYTES + capacity
+        if self.cached_bytes + size > self._budget():
+            self._evict(size)
+            if self.cached_bytes + size > self._budget():
+                return None
+        name = self._make_name()
+        path = self.directory / name
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            raise TransportError(exc.errno, f"cannot create pool segment {name}: {exc.strerror}") from None
+        try:
+            os.posix_fallocate(fd, 0, size)
+            mapping = mmap.mmap(fd, size, flags=_POPULATE)
+        except OSError as exc:
+            os.unlink(path)
+            raise TransportError(
+                exc.errno, f"cannot reserve {size} bytes for pool segment {name}: {exc.strerror}"
+            ) from None
+        finally:
+            os.close(fd)
+        mapping[:8] = MAGIC
+        _put(mapping, _CAPACITY, capacity)
+        address = np.frombuffer(mapping, dtype=np.uint8, count=1, offset=CONTROL_BYTES).ctypes.data
+        slot = Slot(name, path, capacity, mapping, address)
+        self._slots.setdefault(capacity, []).append(slot)
+        self._start_trimmer()
+        return slot
+
+    def _evict(self, wanted: int) -> None:
+        """Drop free slots, least recently used first, until ``wanted`` more bytes fit the budget."""
+        free = sorted(
+            (s for slots in self._slots.values() for s in slots if s.state == FREE), key=lambda s: s.last_used
+        )
+        for slot in free:
+            if self.cached_bytes + wanted <= self._budget():
+                return
+            self._drop(slot)
+
+    def _drop(self, slot: Slot) -> None:
+        self._slots[slot.capacity].remove(slot)
+        try:
+            os.unlink(slot.path)
+        except FileNotFoundError:
+            pass
+        try:
+            slot.mapping.close()
+        except BufferError:
+            pass  # a view of it is still alive in this process; the mapping goes with it
+
+    def trim(self, idle_seconds: float | None = None) -> int:
+        """Give back free slots unused for ``idle_seconds`` (default: the pool's); return the bytes freed."""
+        limit = self.idle_seconds if idle_seconds is None else idle_seconds
+        now = time.monotonic()
+        freed = 0
+        with self._lock:
+            for slots in list(self._slots.values()):
+                for slot in list(slots):
+                    if slot.state == FREE and now - slot.last_used >= limit:
+                        freed += slot.capacity + CONTROL_BYTES
+                        self._drop(slot)
+        return freed
+
+    def _start_trimmer(self) -> None:
+        if self._trimmer is None and self.idle_seconds > 0:
+            self._trimmer = threading.Thread(target=self._trim_loop, name="tensorwire-pool-trim", daemon=True)
+            self._trimmer.start()
+
+    def _trim_loop(self) -> None:
+        while not self._wake.wait(max(self.idle_seconds / 2, 0.05)):
+            self.trim()
+
+    def close(self) -> None:
+        """Unlink every slot; receivers keep what they have mapped until they let go."""
+        self._wake.set()
+        with self._lock:
+            self._closed = True
+            for slots in list(self._slots.values()):
+                for slot in list(slots):
+                    self._drop(slot)
+
+
+def _unlink_all(slots: dict[int, list[Slot]]) -> None:
+    """Unlink every slot not in flight; those a receiver may still open are left to it (or the reaper)."""
+    for group in slots.values():
+        for slot in group:
+            try:
+                if slot.state == IN_FLIGHT:
+                    continue
+            except ValueError:  # mapping closed: the slot was dropped
+                continue
+            try:
+                os.unlink(slot.path)
+            except FileNotFoundError:
+                pass
+
+
+def _free(mapping: mmap.mmap, path: Path, generation: int) -> None:
+    """Hand a slot back; if its creator has exited meanwhile, nobody will reuse it: unlink it."""
+    if _get(mapping, _GENERATION) != generation or _get(mapping, _STATE) != IN_FLIGHT:
+        return
+    _put(mapping, _STATE, FREE)
+    try:
+        creator = int(path.name.split("-")[1])
+    except (IndexError, ValueError):
+        return
+    if not _alive(creator):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+class _ReceiverLease:
+    """Backs a borrowed view of a slot; marks the slot free when the last view dies."""
+
+    def __init__(self, mapping: mmap.mmap, path: Path, nbytes: int, offset: int, generation: int) -> None:
+        self._mapping, self._path, self._generation = mapping, path, generation
+        array = np.frombuffer(mapping, dtype=np.uint8, count=nbytes, offset=CONTROL_BYTES + offset)
+        self.__array_interface__ = array.__array_interface__
+
+    def __del__(self) -> None:
+        try:
+            _free(self._mapping, self._path, self._generation)
+        except ValueError:  # mapping already closed
+            pass
+
+
+class SlotReader:
+    """The receiver's side: each segment mapped once, every slot checked before use."""
+
+    PRUNE_EVERY = 64
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._maps: dict[str, mmap.mmap] = {}
+        self._lock = threading.Lock()
+        self._imports = 0
+
+    def _mapping(self, name: str) -> mmap.mmap:
+        with self._lock:
+            mapping = self._maps.get(name)
+            if mapping is not None:
+                return mapping
+            try:
+                fd = os.open(self.directory / name, os.O_RDWR | os.O_NOFOLLOW)
+            except OSError as exc:
+                raise TransportError(exc.errno, f"cannot open pool segment {name}: {exc.strerror}") from None
+            try:
+                size = os.fstat(fd).st_size
+                if size < CONTROL_BYTES:
+                    raise DecodeError(f"pool segment {name} holds {size} bytes, less than its control page")
+                mapping = mmap.mmap(fd, size)
+            finally:
+                os.close(fd)
+            if mapping[:8] != MAGIC or _get(mapping, _CAPACITY) != size - CONTROL_BYTES:
+                mapping.close()
+                raise DecodeError(f"pool segment {name} has no valid control page")
+            self._maps[name] = mapping
+            return mapping
+
+    def open(self, name: str, offset: int, nbytes: int, generation: int, *, borrow: bool) -> Any:
+        """The slot's bytes: a lease-backed array (``borrow``) or a private copy (the slot is freed)."""
+        self._prune()
+        mapping = self._mapping(name)
+        capacity = len(mapping) - CONTROL_BYTES
+        if offset + nbytes > capacity:
+            raise DecodeError(f"pool slot {name}: bytes [{offset}, {offset + nbytes}) outside its {capacity}-byte area")
+        if _get(mapping, _STATE) != IN_FLIGHT or _get(mapping, _GENERATION) != generation:
+            raise DecodeError(
+                f"pool slot {name} generation {generation} is no longer in flight (stale or replayed handle)"
+            )
+        _put(mapping, _RECEIVER, os.getpid())
+        if borrow:
+            return np.asarray(_ReceiverLease(mapping, self.directory / name, nbytes, offset, generation))
+        start = CONTROL_BYTES + offset
+        with memoryview(mapping) as view:
+            data = bytearray(view[start : start + nbytes])
+        _free(mapping, self.directory / name, generation)
+        return data
+
+    def discard(self, name: str, generation: int) -> None:
+        """Free a slot whose message will not be read (a failed decode)."""
+        try:
+            mapping = self._mapping(name)
+        except (TransportError, DecodeError):
+            return
+        _free(mapping, self.directory / name, generation)
+
+    def _prune(self) -> None:
+        """Forget mappings of segments their creator has unlinked (checked every few imports)."""
+        self._imports += 1
+        if self._imports % self.PRUNE_EVERY:
+            return
+        with self._lock:
+            for name in [n for n in self._maps if not (self.directory / n).exists()]:
+                del self._maps[name]
+
+    def close(self) -> None:
+        with self._lock:
+            self._maps.clear()
