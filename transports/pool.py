@@ -5,8 +5,8 @@ octaves from 64 KiB, so at most 25% is wasted). The control page holds a magic, 
 (free, held by the sender, in flight to a receiver), a generation counter bumped on every
 hand-over, and the receiver's pid. The sender copies into a free slot (or hands over a slot it
 allocated with ``empty``: no copy at all) and marks it in flight; the receiver maps the segment
-once, checks state and generation, and gives back a view whose lease marks the slot free when
-the last view dies. A slot is never reused while a receiver holds a view of it; a slot held by a
+once, checks state and generation, claims the slot (a replayed handle finds it claimed), and
+gives back a view whose lease marks the slot free when the last view dies. A slot is never reused while a receiver holds a view of it; a slot held by a
 receiver that died is reclaimed. Growth is the only place that faults pages (pre-faulted with
 MAP_POPULATE); cached bytes are bounded by a fraction of the free space, and slots idle for a
 while are given back.
@@ -30,11 +30,11 @@ import numpy as np
 
 from codec.errors import DecodeError, TransportError
 
-__all__ = ["CONTROL_BYTES", "FREE", "IN_FLIGHT", "SENDER", "Pool", "SlotReader", "size_class"]
+__all__ = ["CLAIMED", "CONTROL_BYTES", "FREE", "IN_FLIGHT", "SENDER", "Pool", "SlotReader", "size_class"]
 
 CONTROL_BYTES = 4096
 MAGIC = b"TWSLOT01"
-FREE, SENDER, IN_FLIGHT = 0, 1, 2
+FREE, SENDER, IN_FLIGHT, CLAIMED = 0, 1, 2, 3
 MIN_CLASS = 64 * 1024
 _U64 = struct.Struct("<Q")
 _STATE, _GENERATION, _RECEIVER, _CAPACITY = 8, 16, 24, 32
@@ -158,7 +158,7 @@ class Pool:
                 raise TransportError(errno.EBADF, "the shared-memory pool is closed")
             for slot in self._slots.get(capacity, ()):
                 current = slot.state
-                if current == IN_FLIGHT:
+                if current == CLAIMED:
                     receiver = _get(slot.mapping, _RECEIVER)
                     if receiver and not _alive(receiver):
                         current = FREE  # its receiver died holding it
@@ -290,7 +290,7 @@ def _unlink_all(slots: dict[int, list[Slot]]) -> None:
     for group in slots.values():
         for slot in group:
             try:
-                if slot.state == IN_FLIGHT:
+                if slot.state in (IN_FLIGHT, CLAIMED):
                     continue
             except ValueError:  # mapping closed: the slot was dropped
                 continue
@@ -300,9 +300,9 @@ def _unlink_all(slots: dict[int, list[Slot]]) -> None:
                 pass
 
 
-def _free(mapping: mmap.mmap, path: Path, generation: int) -> None:
-    """Hand a slot back; if its creator has exited meanwhile, nobody will reuse it: unlink it."""
-    if _get(mapping, _GENERATION) != generation or _get(mapping, _STATE) != IN_FLIGHT:
+def _free(mapping: mmap.mmap, path: Path, generation: int, states: tuple[int, ...] = (CLAIMED,)) -> None:
+    """Hand a slot in one of ``states`` back; if its creator has exited, nobody will reuse it: unlink it."""
+    if _get(mapping, _GENERATION) != generation or _get(mapping, _STATE) not in states:
         return
     _put(mapping, _STATE, FREE)
     try:
@@ -376,6 +376,7 @@ class SlotReader:
                 f"pool slot {name} generation {generation} is no longer in flight (stale or replayed handle)"
             )
         _put(mapping, _RECEIVER, os.getpid())
+        _put(mapping, _STATE, CLAIMED)
         if borrow:
             return np.asarray(_ReceiverLease(mapping, self.directory / name, nbytes, offset, generation))
         start = CONTROL_BYTES + offset
@@ -385,12 +386,12 @@ class SlotReader:
         return data
 
     def discard(self, name: str, generation: int) -> None:
-        """Free a slot whose message will not be read (a failed decode)."""
+        """Free a slot whose message will not be read (a failed decode), unless someone claimed it."""
         try:
             mapping = self._mapping(name)
         except (TransportError, DecodeError):
             return
-        _free(mapping, self.directory / name, generation)
+        _free(mapping, self.directory / name, generation, states=(IN_FLIGHT,))
 
     def _prune(self) -> None:
         """Forget mappings of segments their creator has unlinked (checked every few imports)."""

@@ -33,7 +33,7 @@ import torch
 
 from codec.errors import DecodeError, TransportError
 from transports.base import Buffer, Handle
-from transports.pool import CONTROL_BYTES, SENDER, Pool, SlotReader
+from transports.pool import CONTROL_BYTES, IN_FLIGHT, SENDER, Pool, SlotReader
 
 __all__ = ["SHM_DIR", "ShmHandle", "ShmTransport", "SlotHandle", "our_segments", "reap"]
 
@@ -199,8 +199,8 @@ class ShmTransport:
             if own:
                 assert self.pool is not None
                 for slot in self.pool.slots():
-                    if slot.name == handle.name and slot.generation == handle.generation:
-                        self.pool.give_back(slot)
+                    if slot.name == handle.name and slot.generation == handle.generation and slot.state == IN_FLIGHT:
+                        self.pool.give_back(slot)  # never one a receiver has claimed
             else:
                 self._reader.discard(handle.name, handle.generation)
             return

@@ -1,0 +1,204 @@
+"""The warm shared-memory pool: reuse, leases, zero-copy allocation, budget, trimming, safety."""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+import torch
+from wire_helpers import segments_of
+
+import codec
+import transports
+from codec.generated import REGISTRY, diffusion
+from transports.pool import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, size_class
+from transports.shm import SHM_DIR
+
+OOB = codec.EncodeOptions(inline_threshold=1)
+
+
+@pytest.fixture
+def shm() -> Iterator[transports.ShmTransport]:
+    transport = transports.ShmTransport(idle_seconds=0)
+    yield transport
+    transport.close()
+    assert segments_of(os.getpid()) == []
+
+
+def _pair(shm: transports.ShmTransport, **options: Any) -> tuple[codec.Encoder, codec.Decoder]:
+    return codec.Encoder(transport=shm, options=OOB), codec.Decoder(
+        REGISTRY, transports=[shm], options=codec.DecodeOptions(**options)
+    )
+
+
+def _states(shm: transports.ShmTransport) -> list[int]:
+    assert shm.pool is not None
+    return [slot.state for slot in shm.pool.slots()]
+
+
+def test_size_classes_waste_at_most_a_quarter() -> None:
+    assert size_class(1) == 64 * 1024
+    for n in (65_537, 1_000_000, 3 * 2**20 + 5, 2**28, 2**30, 2**30 + 1):
+        c = size_class(n)
+        assert c >= n and c <= n * 1.25 + 4096 and c % 4096 == 0
+
+
+def test_steady_state_reuses_one_slot_and_hands_it_back(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm)
+    tensor = torch.arange(100_000, dtype=torch.float32)
+    for i in range(20):
+        out = decoder.decode(encoder.encode(diffusion.Output(output=tensor + i)))
+        assert torch.equal(out.output, tensor + i)
+        assert _states(shm) == [CLAIMED]  # borrowed by default while the view lives
+        del out
+        assert _states(shm) == [FREE]
+    assert len(shm.pool.slots()) == 1  # type: ignore[union-attr]
+
+
+def test_a_slot_is_never_reused_while_a_receiver_holds_a_view(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm)
+    first = decoder.decode(encoder.encode(diffusion.Output(output=torch.zeros(50_000))))
+    second = decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(50_000))))
+    assert len(shm.pool.slots()) == 2  # type: ignore[union-attr]
+    assert float(first.output.sum()) == 0.0 and float(second.output.sum()) == 50_000.0
+    del first
+    third = decoder.decode(encoder.encode(diffusion.Output(output=torch.full((50_000,), 2.0))))
+    assert len(shm.pool.slots()) == 2 and float(second.output.sum()) == 50_000.0  # type: ignore[union-attr]
+    del second, third
+
+
+def test_copy_receive_hands_the_slot_back_at_once(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm, borrow=False)
+    out = decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(70_000))))
+    assert _states(shm) == [FREE] and float(out.output.sum()) == 70_000.0
+
+
+def test_empty_sends_without_copying(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm)
+    tensor = shm.empty((256, 256), torch.bfloat16)
+    tensor.copy_(torch.randn(256, 256).to(torch.bfloat16))
+    assert _states(shm) == [SENDER]
+    frames = encoder.encode(diffusion.Output(output=tensor))
+    assert _states(shm) == [IN_FLIGHT] and len(shm.pool.slots()) == 1  # type: ignore[union-attr]  # no second slot
+    tensor[0, 0] = 7.0  # breaking the ownership rule shows the memory is shared, not copied
+    out = decoder.decode(frames).output
+    assert out.dtype == torch.bfloat16 and float(out[0, 0]) == 7.0
+    assert torch.equal(out.view(torch.int16), tensor.view(torch.int16))
+    del out
+    assert _states(shm) == [FREE]
+
+
+def test_a_pool_tensor_dropped_unsent_returns_its_slot(shm: transports.ShmTransport) -> None:
+    tensor = shm.empty_like(torch.zeros(3, 1000))
+    array = shm.empty_numpy((10, 10), np.int64)
+    assert tensor.shape == (3, 1000) and array.shape == (10, 10) and array.dtype == np.int64
+    assert sorted(_states(shm)) == [SENDER, SENDER]
+    del tensor, array
+    assert _states(shm) == [FREE, FREE]
+
+
+def test_a_replayed_or_stale_handle_is_rejected(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm)
+    frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
+    held = decoder.decode(frames)
+    with pytest.raises(codec.DecodeError, match=r"generation 1 is no longer in flight \(stale or replayed handle\)"):
+        decoder.decode(frames)
+    assert _states(shm) == [CLAIMED]  # the replay did not free the slot under the holder
+    del held
+    with pytest.raises(codec.DecodeError, match=r"no longer in flight"):
+        decoder.decode(frames)
+
+
+def test_pool_handles_are_verified(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm)
+    frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
+    header = msgspec.msgpack.decode(frames[0])
+    handle = header["buffers"][0]["handle"]
+    assert handle["transport"] == "shm-slot"
+    header["buffers"][0]["handle"]["offset"] = size_class(160_000)
+    with pytest.raises(codec.DecodeError, match=r"outside its \d+-byte area"):
+        decoder.decode([msgspec.msgpack.encode(header)])
+    header["buffers"][0]["handle"]["name"] = "psm_not_ours"
+    with pytest.raises(codec.DecodeError, match=r"'psm_not_ours' is not a tensorwire name"):
+        decoder.decode([msgspec.msgpack.encode(header)])
+    assert _states(shm) == [FREE]  # the failed decode handed the slot back
+
+
+def test_a_segment_without_a_control_page_is_rejected(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm)
+    frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
+    name = msgspec.msgpack.decode(frames[0])["buffers"][0]["handle"]["name"]
+    with open(SHM_DIR / name, "r+b") as segment:
+        segment.write(b"NOTASLOT")
+    fresh = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False)])
+    with pytest.raises(codec.DecodeError, match=r"has no valid control page"):
+        fresh.decode(frames)
+
+
+def test_a_slot_claimed_by_a_dead_receiver_is_reclaimed(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm)
+    out = decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(30_000))))
+    slot = shm.pool.slots()[0]  # type: ignore[union-attr]
+    msgspec.structs  # noqa: B018 - keep the import used in every branch
+    import struct
+
+    struct.pack_into("<Q", slot.mapping, 24, 999_999_999)  # as if a receiver that died had claimed it
+    again = decoder.decode(encoder.encode(diffusion.Output(output=torch.zeros(30_000))))
+    assert len(shm.pool.slots()) == 1 and float(again.output.sum()) == 0.0  # type: ignore[union-attr]
+    del out, again
+
+
+def test_the_budget_falls_back_to_one_shot_segments() -> None:
+    shm = transports.ShmTransport(max_cached_bytes=300_000, idle_seconds=0)
+    encoder = codec.Encoder(transport=shm, options=OOB)
+    decoder = codec.Decoder(REGISTRY, transports=[shm])
+    frames = encoder.encode(diffusion.Output(output=[torch.ones(40_000), torch.ones(40_000)]))
+    kinds = [e["handle"]["transport"] for e in msgspec.msgpack.decode(frames[0])["buffers"]]
+    assert kinds == ["shm-slot", "shm"]  # 196 KiB slot fits, a second one would not
+    out = decoder.decode(frames)
+    assert float(out.output[1].sum()) == 40_000.0
+    del out
+    shm.close()
+    assert segments_of(os.getpid()) == []
+
+
+def test_idle_slots_are_given_back(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm)
+    for size in (10_000, 100_000, 1_000_000):
+        decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(size))))
+    gc.collect()
+    assert len(shm.pool.slots()) == 3  # type: ignore[union-attr]
+    freed = shm.trim(0)
+    assert freed == sum(size_class(n * 4) + CONTROL_BYTES for n in (10_000, 100_000, 1_000_000))
+    assert shm.pool.slots() == [] and segments_of(os.getpid()) == []  # type: ignore[union-attr]
+
+
+def test_ten_thousand_transfers_leave_nothing_behind() -> None:
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def shm_bytes() -> int:
+        stats = os.statvfs(SHM_DIR)
+        return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+
+    gc.collect()
+    base_fds, base_bytes = fds(), shm_bytes()
+    shm = transports.ShmTransport()
+    encoder, decoder = _pair(shm)
+    tensor = torch.arange(20_000, dtype=torch.float32)
+    for i in range(10_000):
+        out = decoder.decode(encoder.encode(diffusion.Output(output=tensor, chunk_index=i)))
+        assert out.chunk_index == i
+    assert float(out.output[-1]) == 19_999.0
+    del out
+    assert len(shm.pool.slots()) == 2  # type: ignore[union-attr]  # the previous message is held while the next is sent
+    shm.close()
+    gc.collect()
+    assert fds() == base_fds
+    assert shm_bytes() <= base_bytes
+    assert segments_of(os.getpid()) == []
