@@ -130,7 +130,7 @@ def test_pool_handles_are_verified(shm: transports.ShmTransport) -> None:
 
 
 def test_a_segment_without_a_control_page_is_rejected(shm: transports.ShmTransport) -> None:
-    encoder, decoder = _pair(shm)
+    encoder, _ = _pair(shm)
     frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
     name = msgspec.msgpack.decode(frames[0])["buffers"][0]["handle"]["name"]
     with open(SHM_DIR / name, "r+b") as segment:
@@ -144,7 +144,6 @@ def test_a_slot_claimed_by_a_dead_receiver_is_reclaimed(shm: transports.ShmTrans
     encoder, decoder = _pair(shm)
     out = decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(30_000))))
     slot = shm.pool.slots()[0]  # type: ignore[union-attr]
-    msgspec.structs  # noqa: B018 - keep the import used in every branch
     import struct
 
     struct.pack_into("<Q", slot.mapping, 24, 999_999_999)  # as if a receiver that died had claimed it
