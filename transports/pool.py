@@ -2,14 +2,14 @@
 
 Each slot is one segment: a 4 KiB control page, then the data area of one size class (quarter
 octaves from 64 KiB, so at most 25% is wasted). The control page holds a magic, the slot's state
-(free, held by the sender, in flight to a receiver), a generation counter bumped on every
-hand-over, and the receiver's pid. The sender copies into a free slot (or hands over a slot it
-allocated with ``empty``: no copy at all) and marks it in flight; the receiver maps the segment
-once, checks state and generation, claims the slot (a replayed handle finds it claimed), and
-gives back a view whose lease marks the slot free when the last view dies. A slot is never
-reused while a receiver holds a view of it; a slot held by a receiver that died is reclaimed. Growth is the only place that faults pages (pre-faulted with
-MAP_POPULATE); cached bytes are bounded by a fraction of the free space, and slots idle for a
-while are given back.
+(free, held by the sender, in flight, claimed by a receiver), a generation counter bumped on
+every hand-over, and the receiver's pid. The sender copies into a free slot (or hands over a
+slot it allocated with ``empty``: no copy at all) and marks it in flight; the receiver maps the
+segment once, checks state and generation, claims the slot (a replayed handle finds it claimed),
+and gives back a view whose lease marks the slot free when the last view dies. A slot is never
+reused while a receiver holds a view of it; a slot claimed by a receiver that died is reclaimed.
+Growth is the only place that faults pages (pre-faulted with MAP_POPULATE); cached bytes are
+bounded by a fraction of the free space, and slots idle for a while are given back.
 """
 
 from __future__ import annotations
