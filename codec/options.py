@@ -33,11 +33,12 @@ class EncodeOptions:
     """How an ``Encoder`` lays a message out.
 
     ``inline_threshold``: buffers of fewer bytes (counted on the bytes actually sent) travel as
-    frames; larger ones go to the encoder's out-of-band transport. ``validate``: check every value
+    frames; larger ones go to the encoder's out-of-band transport. The default, 256 KiB, is where
+    the pool overtakes inline frames over a pipe (``python -m tools.bench.threshold``). ``validate``: check every value
     against its schema before anything is exported (on by default).
     """
 
-    inline_threshold: int = 1 * MiB
+    inline_threshold: int = 256 * KiB
     validate: bool = True
     limits: Limits = Limits()
 

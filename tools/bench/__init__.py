@@ -1,1 +1,7 @@
-"""Benchmarks: tensorwire against the floors and peers, measured in the same run."""
+"""Benchmarks: tensorwire against the floors and every peer, measured in the same run.
+
+    python -m tools.bench [--json] [--plot FILE] [--sizes 4K,1M,...] [--quick]
+
+Prints a table of medians (p10-p90), GB/s, the ratio to the floor (``np.copyto`` of the same
+bytes into warm memory, or one wake-up for zero-copy modes) and to the best peer at that size.
+"""

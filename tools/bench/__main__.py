@@ -1,0 +1,143 @@
+"""Run the benchmark: ``python -m tools.bench`` (see the package docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from tools.bench.harness import SIZES, fits, measure_copyto, measure_mode, summary
+from tools.bench.inprocess import measure_small
+from tools.bench.modes import MODES, PEERS, TENSORWIRE, TinyMessage
+
+FLOOR = TinyMessage.name
+
+
+def _size(text: str) -> int:
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
+
+
+def _label(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if nbytes >= scale:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+def run(sizes: list[int], scale: float, names: list[str], log: Any = sys.stderr) -> dict[str, Any]:
+    skipped = [s for s in sizes if not fits(s)]
+    sizes = [s for s in sizes if s not in skipped]
+    raw: dict[str, dict[int, list[float]]] = {}
+    for name in names:
+        print(f"measuring {name} ...", file=log, flush=True)
+        try:
+            raw[name] = measure_mode(name, sizes, scale)
+        except ImportError as exc:  # e.g. pyzmq missing: say so and go on
+            print(f"  skipped: {exc}", file=log)
+    print("measuring np.copyto ...", file=log, flush=True)
+    raw["floor: np.copyto (warm)"] = measure_copyto(sizes, scale)
+    rows = []
+    peer_names = {m.name for m in PEERS}
+    for nbytes in sizes:
+        stats = {name: summary(samples[nbytes]) for name, samples in raw.items() if nbytes in samples}
+        copy = stats["floor: np.copyto (warm)"]["median"]
+        wake = stats[FLOOR]["median"] if FLOOR in stats else None
+        peers = {n: s["median"] for n, s in stats.items() if n in peer_names}
+        best_peer = min(peers, key=lambda n: peers[n]) if peers else None
+        for name, s in stats.items():
+            rows.append(
+                {
+                    "bytes": nbytes,
+                    "size": _label(nbytes),
+                    "mode": name,
+                    "median_ms": s["median"] * 1e3,
+                    "p10_ms": s["p10"] * 1e3,
+                    "p90_ms": s["p90"] * 1e3,
+                    "gb_per_s": nbytes / s["median"] / 1e9,
+                    "x_copyto": s["median"] / copy,
+                    "x_wakeup": s["median"] / wake if wake else None,
+                    "best_peer": best_peer,
+                    "speedup_vs_best_peer": peers[best_peer] / s["median"] if best_peer else None,
+                }
+            )
+    return {
+        "rows": rows,
+        "skipped_sizes": [_label(s) for s in skipped],
+        "in_process": measure_small(),
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = []
+    header = (
+        f"{'mode':<48} {'median ms':>10} {'p10-p90 ms':>17} {'GB/s':>7} {'x copyto':>9} {'x wake':>8} "
+        f"{'vs best peer':>12}"
+    )
+    size = None
+    for row in results["rows"]:
+        if row["size"] != size:
+            size = row["size"]
+            best = row["best_peer"]
+            lines += ["", f"== {size} (best peer: {best})", header]
+        spread = f"{row['p10_ms']:.3f}-{row['p90_ms']:.3f}"
+        wake = f"{row['x_wakeup']:.1f}" if row["x_wakeup"] else "-"
+        peer = f"{row['speedup_vs_best_peer']:.2f}x" if row["speedup_vs_best_peer"] else "-"
+        lines.append(
+            f"{row['mode']:<48} {row['median_ms']:>10.3f} {spread:>17} {row['gb_per_s']:>7.2f} "
+            f"{row['x_copyto']:>9.2f} {wake:>8} {peer:>12}"
+        )
+    if results["skipped_sizes"]:
+        lines.append(f"\nskipped (not enough free memory): {', '.join(results['skipped_sizes'])}")
+    lines += ["", "in process (median us per round trip):"]
+    for row in results["in_process"]:
+        lines.append(f"  {row['case']:<55} {row['us']:>8.2f}")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 6))
+    modes = sorted({r["mode"] for r in results["rows"]} - {FLOOR})
+    for mode in modes:
+        points = [(r["bytes"], r["gb_per_s"]) for r in results["rows"] if r["mode"] == mode]
+        style = "-" if mode.startswith("tensorwire") else "--" if not mode.startswith("floor") else ":"
+        ax.plot([p[0] for p in points], [p[1] for p in points], style, marker="o", label=mode)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("tensor size (bytes)")
+    ax.set_ylabel("GB/s, sender starts encoding -> receiver holds the tensor")
+    ax.set_title("Cross-process tensor transfer (2 vCPUs)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tensorwire bench", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--plot", metavar="FILE", help="write a PNG plot (GB/s vs size, log axes)")
+    parser.add_argument("--sizes", help="comma-separated sizes, e.g. 4K,1M,256M (default: 4K..1G)")
+    parser.add_argument("--modes", help="comma-separated mode names (default: all)")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args(argv)
+    sizes = [_size(s) for s in args.sizes.split(",")] if args.sizes else SIZES
+    names = args.modes.split(",") if args.modes else [m.name for m in [*TENSORWIRE, *PEERS, TinyMessage]]
+    unknown = [n for n in names if n not in MODES]
+    if unknown:
+        parser.error(f"unknown modes: {unknown}; known: {sorted(MODES)}")
+    results = run(sizes, 0.3 if args.quick else 1.0, names)
+    print(json.dumps(results, indent=2) if args.json else render(results))
+    if args.plot:
+        plot(results, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

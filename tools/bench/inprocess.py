@@ -1,0 +1,66 @@
+"""In-process encode+decode of small RPC envelopes against a raw msgspec Struct and pickle."""
+
+from __future__ import annotations
+
+import pickle
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import torch
+
+__all__ = ["measure_small"]
+
+
+class RawRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The same fields as rpc.Request, hand-written: the baseline."""
+
+    method: str
+    args: Any = []
+    kwargs: dict[str, Any] = {}
+    rpc_id: str | None = None
+    unique_reply_rank: int | None = None
+    exec_all_ranks: bool = False
+    collect_rank_status: bool = False
+    wave_id: str | None = None
+    wave_request_ids: list[str] | None = None
+
+
+def _time(fn: Callable[[], Any], rounds: int = 7, number: int = 2000) -> float:
+    fn()
+    best = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best.append((time.perf_counter() - start) / number)
+    return statistics.median(best)
+
+
+def measure_small() -> list[dict[str, Any]]:
+    import codec
+    from codec.generated import REGISTRY, rpc
+
+    encoder, decoder = codec.Encoder(), codec.Decoder(REGISTRY)
+    fields = {"method": "generate", "args": [1, 2], "kwargs": {"steps": 30}, "rpc_id": "r-1"}
+    envelope = rpc.Request(**fields)
+    raw = RawRequest(**fields)
+    raw_decoder = msgspec.msgpack.Decoder(RawRequest)
+    tensor = torch.randn(16, 16)
+    with_tensor = rpc.Request(**{**fields, "kwargs": {"latents": tensor}})
+    raw_bytes_fields = {**fields, "kwargs": {"latents": tensor.numpy().tobytes()}}
+    raw_with_tensor = RawRequest(**raw_bytes_fields)
+    rows = [
+        ("envelope: tensorwire encode+decode", lambda: decoder.decode(encoder.encode(envelope))),
+        ("envelope: raw msgspec Struct round trip", lambda: raw_decoder.decode(msgspec.msgpack.encode(raw))),
+        ("envelope: pickle round trip", lambda: pickle.loads(pickle.dumps(envelope, protocol=5))),
+        ("16x16 tensor: tensorwire encode+decode", lambda: decoder.decode(encoder.encode(with_tensor))),
+        (
+            "16x16 tensor: raw msgspec Struct (bytes) round trip",
+            lambda: raw_decoder.decode(msgspec.msgpack.encode(raw_with_tensor)),
+        ),
+        ("16x16 tensor: pickle round trip", lambda: pickle.loads(pickle.dumps(with_tensor, protocol=5))),
+    ]
+    return [{"case": label, "us": _time(fn) * 1e6} for label, fn in rows]

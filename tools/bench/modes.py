@@ -1,0 +1,276 @@
+"""Ways to move a tensor between two processes: tensorwire's modes and the peers.
+
+Each mode has a sender half and a receiver half, built inside their own processes from the
+shared ``channel`` the harness gives both (a Pipe end, a queue, or a zmq address). ``send``
+starts from a tensor the producer already holds; ``recv`` returns a tensor the consumer can use.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from multiprocessing import resource_tracker, shared_memory
+from typing import Any, ClassVar
+
+import msgspec
+import numpy as np
+import torch
+
+__all__ = ["MODES", "PEERS", "TENSORWIRE"]
+
+
+class Mode:
+    """One way of moving a tensor; subclasses fill in the halves."""
+
+    name = ""
+    channel = "pipe"  # what the harness must create: "pipe", "queue" or "zmq"
+    allocates = False  # the producer writes into memory the mode hands out (zero-copy modes)
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def prepare(self, template: torch.Tensor) -> torch.Tensor:
+        """The tensor to send (outside the timed window)."""
+        return template
+
+    def send(self, tensor: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def recv(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the mode holds."""
+
+
+class _Frames(Mode):
+    """tensorwire: frames over a pipe (frame 0 and inline buffers), the rest out of band."""
+
+    transport_options: ClassVar[dict[str, Any]] = {}
+    decode_options: ClassVar[dict[str, Any]] = {}
+    inline_threshold: int | None = None
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn)
+        import codec
+        import transports
+        from codec.generated import REGISTRY, diffusion
+
+        self._output = diffusion.Output
+        self.shm = transports.ShmTransport(**self.transport_options)
+        options = (
+            codec.EncodeOptions()
+            if self.inline_threshold is None
+            else codec.EncodeOptions(inline_threshold=self.inline_threshold)
+        )
+        self.encoder = codec.Encoder(transport=self.shm, options=options)
+        self.decoder = codec.Decoder(
+            REGISTRY, transports=[self.shm], options=codec.DecodeOptions(**self.decode_options)
+        )
+
+    def send(self, tensor: torch.Tensor) -> None:
+        frames = self.encoder.encode(self._output(output=tensor))
+        self.conn.send_bytes(len(frames).to_bytes(4, "little") + bytes(frames[0]))  # one wake-up for the header
+        for frame in frames[1:]:
+            self.conn.send_bytes(frame)
+
+    def recv(self) -> torch.Tensor:
+        first = self.conn.recv_bytes()
+        count = int.from_bytes(first[:4], "little")
+        frames = [memoryview(first)[4:], *(self.conn.recv_bytes() for _ in range(count - 1))]
+        tensor: torch.Tensor = self.decoder.decode(frames).output
+        return tensor
+
+    def close(self) -> None:
+        self.shm.close()
+
+
+class TwInline(_Frames):
+    name = "tensorwire inline"
+    inline_threshold = 2**62
+
+
+class TwShmCopy(_Frames):
+    name = "tensorwire shm copy-receive"
+    transport_options: ClassVar[dict[str, Any]] = {"pool": False}
+    decode_options: ClassVar[dict[str, Any]] = {"borrow": False}
+    inline_threshold = 0
+
+
+class TwShmBorrow(_Frames):
+    name = "tensorwire shm borrow"
+    transport_options: ClassVar[dict[str, Any]] = {"pool": False}
+    decode_options: ClassVar[dict[str, Any]] = {"borrow": True}
+    inline_threshold = 0
+
+
+class TwPool(_Frames):
+    name = "tensorwire pool (one copy)"
+    inline_threshold = 0
+
+
+class TwPoolZeroCopy(_Frames):
+    name = "tensorwire pool-allocated (zero-copy)"
+    inline_threshold = 0
+    allocates = True
+
+    def prepare(self, template: torch.Tensor) -> torch.Tensor:
+        tensor = self.shm.empty_like(template)
+        tensor.copy_(template)
+        return tensor
+
+
+class TwDefault(_Frames):
+    """What a plain Encoder(transport=ShmTransport()) does: inline below the threshold, pool above."""
+
+    name = "tensorwire default"
+
+
+class PickleInband(Mode):
+    name = "pickle-5 in-band, Pipe"
+
+    def send(self, tensor: torch.Tensor) -> None:
+        self.conn.send_bytes(pickle.dumps(tensor, protocol=5))
+
+    def recv(self) -> torch.Tensor:
+        tensor: torch.Tensor = pickle.loads(self.conn.recv_bytes())
+        return tensor
+
+
+class PickleOobShm(Mode):
+    name = "pickle-5 out-of-band, fresh SharedMemory"
+
+    def send(self, tensor: torch.Tensor) -> None:
+        buffers: list[pickle.PickleBuffer] = []
+        head = pickle.dumps(tensor.numpy(), protocol=5, buffer_callback=buffers.append)
+        raw = [b.raw() for b in buffers]
+        shm = shared_memory.SharedMemory(create=True, size=max(1, sum(r.nbytes for r in raw)))
+        offset = 0
+        for r in raw:
+            shm.buf[offset : offset + r.nbytes] = r
+            offset += r.nbytes
+        self.conn.send((head, shm.name, [r.nbytes for r in raw]))
+        shm.close()
+        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]  # the receiver unlinks
+
+    def recv(self) -> torch.Tensor:
+        head, name, sizes = self.conn.recv()
+        shm = shared_memory.SharedMemory(name=name)
+        views, offset = [], 0
+        for size in sizes:
+            views.append(shm.buf[offset : offset + size])
+            offset += size
+        array = pickle.loads(head, buffers=views).copy()
+        del views
+        shm.close()
+        shm.unlink()
+        return torch.from_numpy(array)
+
+
+class ReferenceStyle(Mode):
+    name = "reference style (fresh segment, copy out, unlink)"
+
+    def send(self, tensor: torch.Tensor) -> None:
+        array = tensor.numpy()
+        shm = shared_memory.SharedMemory(create=True, size=max(1, array.nbytes))
+        np.copyto(np.ndarray(array.shape, array.dtype, buffer=shm.buf), array)
+        self.conn.send({"name": shm.name, "shape": list(array.shape), "dtype": str(array.dtype)})
+        shm.close()
+        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+
+    def recv(self) -> torch.Tensor:
+        handle = self.conn.recv()
+        shm = shared_memory.SharedMemory(name=handle["name"])
+        view = np.ndarray(handle["shape"], dtype=np.dtype(handle["dtype"]), buffer=shm.buf)
+        array = view.copy()
+        del view
+        shm.close()
+        shm.unlink()
+        return torch.from_numpy(array)
+
+
+class TorchQueue(Mode):
+    name = "torch.multiprocessing Queue, share_memory_()"
+    channel = "queue"
+
+    def prepare(self, template: torch.Tensor) -> torch.Tensor:
+        return template.clone()  # an ordinary tensor each time: share_memory_() moves it (a copy)
+
+    def send(self, tensor: torch.Tensor) -> None:
+        tensor.share_memory_()
+        self.conn.put(tensor)
+
+    def recv(self) -> torch.Tensor:
+        tensor: torch.Tensor = self.conn.get()
+        return tensor
+
+
+class _Blob(msgspec.Struct, array_like=True):
+    shape: list[int]
+    dtype: str
+    data: bytearray
+
+
+class MsgspecInline(Mode):
+    name = "msgspec inline bytes, Pipe"
+
+    def send(self, tensor: torch.Tensor) -> None:
+        array = tensor.numpy()
+        self.conn.send_bytes(
+            msgspec.msgpack.encode(_Blob(list(array.shape), str(array.dtype), memoryview(array).cast("B")))
+        )  # type: ignore[arg-type]
+
+    def recv(self) -> torch.Tensor:
+        blob = msgspec.msgpack.decode(self.conn.recv_bytes(), type=_Blob)
+        return (
+            torch.frombuffer(blob.data, dtype=torch.float32).view(blob.shape) if blob.data else torch.empty(blob.shape)
+        )
+
+
+class Zmq(Mode):
+    name = "pyzmq PUSH/PULL copy=False, ipc://"
+    channel = "zmq"
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn)
+        import zmq
+
+        self.context = zmq.Context()
+        self.address, role = conn
+        self.socket = self.context.socket(zmq.PUSH if role == "sender" else zmq.PULL)
+        if role == "sender":
+            self.socket.bind(self.address)
+        else:
+            self.socket.connect(self.address)
+
+    def send(self, tensor: torch.Tensor) -> None:
+        array = tensor.numpy()
+        self.socket.send_multipart([str(array.shape[0]).encode(), memoryview(array).cast("B")], copy=False)
+
+    def recv(self) -> torch.Tensor:
+        _, body = self.socket.recv_multipart(copy=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a read-only frame: the receiver's tensor is zero-copy
+            return torch.from_numpy(np.frombuffer(body.buffer, dtype=np.float32))
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+        self.context.term()
+
+
+class TinyMessage(Mode):
+    """The floor: one wake-up, a 1-byte message over a Pipe (ignores the tensor)."""
+
+    name = "floor: one wake-up (1-byte Pipe message)"
+
+    def send(self, tensor: torch.Tensor) -> None:
+        self.conn.send_bytes(b"x")
+
+    def recv(self) -> torch.Tensor:
+        self.conn.recv_bytes()
+        return torch.empty(0)
+
+
+TENSORWIRE = [TwInline, TwShmCopy, TwShmBorrow, TwPool, TwPoolZeroCopy, TwDefault]
+PEERS = [PickleInband, PickleOobShm, TorchQueue, MsgspecInline, Zmq, ReferenceStyle]
+MODES = {mode.name: mode for mode in [*TENSORWIRE, *PEERS, TinyMessage]}
