@@ -37,8 +37,15 @@ test: lint typecheck gen-check
 demo: $(STAMP)
 	$(BIN)/tensorwire demo
 
-bench: $(STAMP)
-	$(PY) -m tools.bench.shm_roundtrip
+BENCH_STAMP := $(VENV)/.tensorwire-bench-installed
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[dev,bench]"
+	touch $(BENCH_STAMP)
+
+# Every mode and peer, 4 KiB to 1 GiB: table on stdout, plot in docs/bench.png (a few minutes).
+bench: $(BENCH_STAMP)
+	$(BIN)/tensorwire bench --plot docs/bench.png
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

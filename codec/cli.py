@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     shm_sub = shm.add_subparsers(dest="shm_command", required=True, parser_class=_Parser)
     shm_sub.add_parser("reap", help="remove tensorwire segments whose creator process is gone")
     shm_sub.add_parser("ls", help="list tensorwire segments in /dev/shm")
+    bench = sub.add_parser("bench", help="benchmark against every peer (from a source checkout)", add_help=False)
+    bench.add_argument("rest", nargs=argparse.REMAINDER, help="--json, --plot FILE, --sizes, --modes, --quick")
     return parser
 
 
@@ -108,9 +110,25 @@ def _shm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(rest: list[str]) -> int:
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "tools" / "bench").is_dir():
+        print("tensorwire: bench runs from a source checkout (tools/bench is not here)", file=sys.stderr)
+        return 2
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    import importlib
+
+    bench = importlib.import_module("tools.bench.__main__")  # repository tooling, not part of the package
+    code: int = bench.main(rest)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = _parser().parse_args(argv)
+    if args.command == "bench":
+        return _bench(args.rest)
     try:
         if args.command == "gen":
             return _gen(args)

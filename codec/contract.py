@@ -118,7 +118,10 @@ def check_struct(obj: Any) -> None:
     rules: StructRules = type(obj).__tw_rules__
     dims: dict[str, tuple[int, str]] = {}
     for name, check in rules.fields:
-        _check(check, getattr(obj, name), f"{rules.type_name}.{name}", dims)
+        value = getattr(obj, name)
+        if value is None and (type(check) is TreeCheck or (type(check) is EachCheck and check.container == "nullable")):
+            continue  # None is a tree leaf and fills a nullable field: nothing to check
+        _check(check, value, f"{rules.type_name}.{name}", dims)
     for group in rules.groups:
         present = [f for f in group.fields if getattr(obj, f) is not None]
         if group.rule == "at_most_one_of" and len(present) > 1:

@@ -58,7 +58,14 @@ class Encoder:
                 decode_body(cls, body, values.__getitem__)
         except CodecError as exc:
             raise EncodeError(f"{info.type_id}: {exc}") from None
-        except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError, AttributeError) as exc:
+        except (
+            msgspec.ValidationError,
+            msgspec.DecodeError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            RuntimeError,
+        ) as exc:
             raise EncodeError(f"{info.type_id}: {exc}") from None
         buffers, descriptors = plan.finish()
         if len(buffers) > limits.max_buffers:

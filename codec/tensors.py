@@ -23,6 +23,7 @@ from codec.wire import TensorDesc
 __all__ = ["BufferPlan", "TensorBuilder", "TensorPlan", "verify_descriptor"]
 
 _ALIGN = 16  # the largest itemsize in the table (complex128)
+_TORCH_NAMES = {getattr(torch, d.torch_name): d.name for d in DTYPES.values()}
 
 
 @dataclass
@@ -91,27 +92,26 @@ class TensorPlan:
         return index
 
     def _torch(self, tensor: torch.Tensor) -> _Entry:
-        if tensor.layout != torch.strided:
+        if tensor.layout is not torch.strided:
             raise EncodeError(f"only strided tensors travel, got layout {tensor.layout}")
-        name = str(tensor.dtype).removeprefix("torch.")
-        if name not in DTYPES:
+        name = _TORCH_NAMES.get(tensor.dtype)
+        if name is None:
             raise EncodeError(f"dtype {tensor.dtype} is not in the wire dtype table")
-        t = tensor.detach()
-        if t.is_conj() or t.is_neg():
+        t = tensor.detach() if tensor.requires_grad else tensor
+        if t.is_complex() and (t.is_conj() or t.is_neg()):
             t = t.resolve_conj().resolve_neg()
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             t = t.cpu()
         storage = t.untyped_storage()
-        key = ("torch", storage.data_ptr(), storage.nbytes()) if storage.nbytes() else ("empty", id(t))
+        size = storage.nbytes()
+        key = ("torch", storage.data_ptr(), size) if size else ("empty", id(t))
         group = self._groups.get(key)
         if group is None:
-            whole = (
-                torch.empty(0, dtype=torch.uint8).set_(storage)
-                if storage.nbytes()
-                else torch.empty(0, dtype=torch.uint8)
-            )
+            whole = torch.empty(0, dtype=torch.uint8)
+            if size:
+                whole = whole.set_(storage)
             raw = whole.numpy()
-            group = self._groups[key] = _Group(raw=raw, base=raw.ctypes.data)
+            group = self._groups[key] = _Group(raw=raw, base=storage.data_ptr())
             self._keep.append(whole)
         itemsize = t.element_size()
         start = group.base + int(t.storage_offset()) * itemsize

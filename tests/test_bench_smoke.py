@@ -1,0 +1,34 @@
+"""The benchmark harness runs end to end (tiny sizes, a few modes) and reports sane rows."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO))
+
+from tools.bench.__main__ import render, run  # noqa: E402
+from tools.bench.modes import PickleInband, TinyMessage, TwDefault, TwPoolZeroCopy  # noqa: E402
+
+
+def test_bench_runs_and_compares_against_peers_and_floors() -> None:
+    names = [TwDefault.name, TwPoolZeroCopy.name, PickleInband.name, TinyMessage.name]
+    results = run([4096, 2**20], 0.1, names, log=open("/dev/null", "w"))  # noqa: SIM115
+    modes = {row["mode"] for row in results["rows"]}
+    assert modes == {*names, "floor: np.copyto (warm)"}
+    for row in results["rows"]:
+        assert row["median_ms"] > 0 and row["p10_ms"] <= row["median_ms"] <= row["p90_ms"]
+        assert row["best_peer"] == PickleInband.name
+    text = render(results)
+    assert "== 4 KiB (best peer: pickle-5 in-band, Pipe)" in text and "in process" in text
+    assert {r["case"].split(":")[0] for r in results["in_process"]} == {"envelope", "16x16 tensor"}
+
+
+def test_unknown_mode_is_a_usage_error() -> None:
+    from tools.bench.__main__ import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--modes", "carrier pigeon"])
+    assert info.value.code == 2
