@@ -1,4 +1,4 @@
-"""Cross-process transfer of one large float32 tensor through shared memory, against np.copyto.
+"""Cross-process transfer of one large float32 tensor through one-shot shared-memory segments, against np.copyto.
 
 A long-lived spawned receiver decodes each message (private copy, or borrowed view of the
 mapping), checks a few elements and reports when the tensor was usable; the time counted is from
@@ -29,7 +29,7 @@ def _receiver(conn: Any) -> None:
     import transports
     from codec.generated import REGISTRY
 
-    shm = transports.ShmTransport()
+    shm = transports.ShmTransport(pool=False)
     decoders = {
         borrow: codec.Decoder(REGISTRY, transports=[shm], options=codec.DecodeOptions(borrow=borrow))
         for borrow in (False, True)
@@ -62,7 +62,9 @@ def run(mib: int, reps: int) -> dict[str, Any]:
     parent, child = ctx.Pipe()
     receiver = ctx.Process(target=_receiver, args=(child,))
     receiver.start()
-    encoder = codec.Encoder(transport=transports.ShmTransport())
+    encoder = codec.Encoder(
+        transport=transports.ShmTransport(pool=False), options=codec.EncodeOptions(inline_threshold=0)
+    )
     first, last = float(tensor[0]), float(tensor[-1])
     results: dict[str, Any] = {"mib": mib, "reps": reps, "modes": {}}
     try:
