@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BUILTIN_SCHEMAS = REPO / "schemas"
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))  # repository tooling (tools/) is tested too, but not installed
 
 CLIP = {
     "$schema": "../meta/tensorwire.v1.json",
