@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.tensorwire-installed
 # a bare requirement would download a multi-GB CUDA build. An existing torch is left alone.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv test lint typecheck gen gen-check demo bench clean
+.PHONY: venv test lint typecheck gen gen-check compat-check demo bench clean
 
 venv: $(STAMP)
 
@@ -31,7 +31,13 @@ gen: $(STAMP)
 gen-check: $(STAMP)
 	$(BIN)/tensorwire gen --check
 
-test: lint typecheck gen-check
+# The schemas of this commit against the previous commit's (when git history is there).
+compat-check: $(STAMP)
+	@if git rev-parse --verify -q HEAD~1 >/dev/null 2>&1; then \
+		$(BIN)/tensorwire compat --against HEAD~1 schemas; \
+	else echo "compat-check: no previous commit in this clone, skipped"; fi
+
+test: lint typecheck gen-check compat-check
 	$(BIN)/pytest
 
 demo: $(STAMP)

@@ -1,4 +1,4 @@
-"""The ``tensorwire`` command line: ``gen [--check]``, ``schemas [--meta]``, ``demo``, ``inspect``, ``shm``.
+"""The ``tensorwire`` command line: ``gen``, ``schemas``, ``compat``, ``demo``, ``inspect``, ``shm``, ``bench``.
 
 Exit codes: 0 success, 1 drift (``gen --check``), 2 usage error or invalid schema.
 """
@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from codec.errors import DecodeError, SchemaError
+from codec.errors import CompatError, DecodeError, SchemaError
 
 __all__ = ["main"]
 
@@ -34,6 +34,14 @@ def _parser() -> argparse.ArgumentParser:
     schemas = sub.add_parser("schemas", help="list types, versions and fingerprints")
     schemas.add_argument("dir", nargs="?", type=Path, help="schema directory (default: the generated built-ins)")
     schemas.add_argument("--meta", action="store_true", help="print the meta-schema (for editors) instead")
+    compat = sub.add_parser("compat", help="check a schema change for old readers and old writers")
+    compat.add_argument("dirs", nargs="*", type=Path, help="OLD_DIR NEW_DIR, or with --against REV: [DIR]")
+    compat.add_argument("--against", metavar="REV", help="read the old schemas from git (origin/main, a tag, a SHA)")
+    compat.add_argument("--mode", choices=["backward", "forward", "full", "none"], default="full")
+    compat.add_argument("--fail-on", choices=["error", "warning"], default="error")
+    compat.add_argument("--format", choices=["text", "json", "github"], default="text")
+    compat.add_argument("--list-rules", action="store_true", help="print the rule catalogue")
+    compat.add_argument("--explain", metavar="RULE_ID", help="explain one rule")
     sub.add_parser("demo", help="send a diffusion result from a producer process through shared memory")
     inspect = sub.add_parser("inspect", help="print a joined message blob's header as JSON")
     inspect.add_argument("file", type=Path, help="a blob written by codec.join(frames)")
@@ -80,6 +88,44 @@ def _schemas(args: argparse.Namespace) -> int:
     for info in infos:
         print(f"{info.type_id:<{width}}  v{info.version:<6}  sha256:{info.fingerprint}")
     return 0
+
+
+def _compat(args: argparse.Namespace) -> int:
+    from codec.compat import RULES, compare
+    from codec.compat.git import checkout_schemas, temporary_dir
+    from codec.compat.report import exit_code, render, rules_table
+    from codec.schema import SchemaSet, load_dir
+
+    if args.list_rules:
+        print(rules_table("json" if args.format == "json" else "text"))
+        return 0
+    if args.explain:
+        rule = RULES.get(args.explain)
+        if rule is None:
+            print(f"tensorwire: unknown rule {args.explain!r}; see tensorwire compat --list-rules", file=sys.stderr)
+            return 2
+        print(f"{rule.id} ({rule.severity}, breaks {rule.side}): {rule.purpose}")
+        return 0
+    if args.against:
+        if len(args.dirs) > 1:
+            print("tensorwire: compat --against REV takes at most one DIR", file=sys.stderr)
+            return 2
+        new_dir = args.dirs[0] if args.dirs else DEFAULT_SCHEMAS
+        with temporary_dir() as tmp:
+            old_root = checkout_schemas(new_dir, args.against, Path(tmp))
+            label = f"{args.against}:{new_dir.as_posix()}"
+            old = load_dir(old_root, display_root=label) if old_root else SchemaSet(Path(tmp), label, (), ())
+            new = load_dir(new_dir)
+    else:
+        if len(args.dirs) != 2:
+            print("tensorwire: compat needs OLD_DIR NEW_DIR, or --against REV [DIR]", file=sys.stderr)
+            return 2
+        old, new = load_dir(args.dirs[0]), load_dir(args.dirs[1])
+    findings = compare(old, new, args.mode)
+    text = render(findings, args.format)
+    if text:
+        print(text)
+    return exit_code(findings, args.fail_on)
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -138,10 +184,12 @@ def main(argv: list[str] | None = None) -> int:
             return run()
         if args.command == "inspect":
             return _inspect(args)
+        if args.command == "compat":
+            return _compat(args)
         if args.command == "shm":
             return _shm(args)
         return _schemas(args)
-    except (SchemaError, DecodeError) as exc:
+    except (SchemaError, DecodeError, CompatError) as exc:
         print(f"tensorwire: {exc}", file=sys.stderr)
         return 2
 

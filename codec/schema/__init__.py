@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from codec.errors import SchemaError
@@ -61,6 +61,7 @@ class SchemaSet:
     label: str  # the directory's name, used in generated headers (stable across machines)
     messages: tuple[Message, ...]  # dependency order
     named: tuple[EnumT | StructT, ...]  # nested enums and structs, dependency order
+    sources: dict[str, SourceFile] = field(default_factory=dict)  # display path -> parsed file (positions)
 
     def namespaces(self) -> list[str]:
         return sorted({m.struct.namespace for m in self.messages})
@@ -92,15 +93,19 @@ def _display(path: Path) -> str:
     return str(path) if rel.startswith("..") else rel
 
 
-def load_dir(directory: str | os.PathLike[str]) -> SchemaSet:
-    """Load and compile every ``<namespace>/<Name>.v<N>.json`` under ``directory``."""
+def load_dir(directory: str | os.PathLike[str], display_root: str | None = None) -> SchemaSet:
+    """Load and compile every ``<namespace>/<Name>.v<N>.json`` under ``directory``.
+
+    ``display_root`` replaces the directory in the paths errors and findings show (e.g.
+    ``origin/main:schemas`` for schemas read out of git).
+    """
     root = Path(directory)
     if not root.is_dir():
         raise SchemaError(f"{directory}: not a schema directory")
     parsed: list[tuple[str, str, int, SourceFile]] = []
     for path in sorted(root.rglob("*.json")):
         rel = path.relative_to(root)
-        display = _display(path)
+        display = f"{display_root}/{rel.as_posix()}" if display_root else _display(path)
         if rel.parts[0] == META_DIR:
             continue
         if len(rel.parts) != 2 or not _NAMESPACE.match(rel.parts[0]):
@@ -142,7 +147,8 @@ def load_dir(directory: str | os.PathLike[str]) -> SchemaSet:
         for key in builder.messages
     )
     named = tuple(node for node, _ in builder.named.values())
-    schemas = SchemaSet(root, root.resolve().name, messages, named)
+    sources = {entry.source.path: entry.source for entry in files.values()}
+    schemas = SchemaSet(root, root.resolve().name, messages, named, sources)
     _check_class_names(schemas, builder)
     return schemas
 

@@ -1,0 +1,14 @@
+"""Wire compatibility: what a schema change breaks, for old readers and for old writers.
+
+``compare(old, new, mode)`` diffs two compiled schema directories; ``reader_accepts(reader,
+writer)`` asks whether ``reader`` decodes what ``writer`` writes. Modes: ``backward`` (new reads
+old: protects old writers), ``forward`` (old reads new: protects old readers), ``full`` (both,
+the default inside one major version), ``none``. The rule catalogue is ``RULES``.
+"""
+
+from __future__ import annotations
+
+from codec.compat.diff import MODES, Finding, compare, reader_accepts
+from codec.compat.rules import RULES, Rule
+
+__all__ = ["MODES", "RULES", "Finding", "Rule", "compare", "reader_accepts"]

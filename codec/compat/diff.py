@@ -1,0 +1,478 @@
+"""Compare two compiled schema directories and report every change with its rule.
+
+One walk over old and new IR emits findings; each finding's rule says whom it breaks. BACKWARD
+(new reads old) keeps the findings that break old writers, FORWARD (old reads new) those that
+break old readers, FULL both.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from codec.compat.rules import BOTH, READERS, WRITERS, rule
+from codec.schema import Message, SchemaSet
+from codec.schema.ir import (
+    ArrayT,
+    EnumT,
+    MapT,
+    MessageRefT,
+    Node,
+    NullableT,
+    ScalarT,
+    StructT,
+    TensorT,
+    TreeT,
+    TupleT,
+    UnionT,
+)
+from codec.schema.source import join_pointer
+
+__all__ = ["MODES", "Finding", "compare", "reader_accepts"]
+
+_GONE = {"FIELD_DELETED", "FIELD_DELETED_OPTIONAL", "TYPE_DELETED"}
+MODES = {"backward": {WRITERS, BOTH}, "forward": {READERS, BOTH}, "full": {READERS, WRITERS, BOTH}, "none": set()}
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: str
+    side: str
+    message: str
+    type_id: str
+    version: int
+    pointer: str
+    old: str | None  # file:line:col in the old schemas
+    new: str | None  # file:line:col in the new schemas
+    suppressed: str | None = None  # the x-compat-ignore reason, if suppressed
+
+    @property
+    def where(self) -> str:
+        """Where to point a reader: the old file for something that is gone, else the new one."""
+        if self.rule in _GONE:
+            return self.old or self.new or ""
+        return self.new or self.old or ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "side": self.side,
+            "message": self.message,
+            "type_id": self.type_id,
+            "version": self.version,
+            "pointer": self.pointer,
+            "old": self.old,
+            "new": self.new,
+            "suppressed": self.suppressed,
+        }
+
+
+class _Walk:
+    def __init__(self, old: SchemaSet, new: SchemaSet, old_msg: Message | None, new_msg: Message | None) -> None:
+        self.old, self.new = old, new
+        msg = new_msg or old_msg
+        assert msg is not None
+        self.type_id, self.version = msg.type_id, msg.version
+        self.findings: list[Finding] = []
+
+    def emit(
+        self, rule_id: str, message: str, pointer: str, old_src: tuple[str, str] | None, new_src: tuple[str, str] | None
+    ) -> None:
+        r = rule(rule_id)
+        old_at = _where(self.old, *old_src) if old_src else None
+        new_at = _where(self.new, *new_src) if new_src else None
+        self.findings.append(
+            Finding(r.id, r.severity, r.side, message, self.type_id, self.version, pointer, old_at, new_at)
+        )
+
+    # -- structs ------------------------------------------------------------------------------
+    def struct(self, a: StructT, b: StructT) -> None:
+        label = f"{self.type_id} v{self.version}"
+        old_fields = {f.name: f for f in a.fields}
+        new_fields = {f.name: f for f in b.fields}
+        deleted = [n for n in old_fields if n not in new_fields]
+        added = [n for n in new_fields if n not in old_fields]
+        for name in list(deleted):
+            twin = next((n for n in added if new_fields[n].type.canonical() == old_fields[name].type.canonical()), None)
+            if twin is not None:
+                deleted.remove(name)
+                added.remove(twin)
+                self.emit(
+                    "FIELD_RENAMED",
+                    f"field {name!r} renamed to {twin!r} in {label}",
+                    self._ptr(b, twin),
+                    (a.source, self._ptr(a, name)),
+                    (b.source, self._ptr(b, twin)),
+                )
+        for name in deleted:
+            rid = "FIELD_DELETED" if old_fields[name].required else "FIELD_DELETED_OPTIONAL"
+            self.emit(
+                rid,
+                f"field {name!r} removed from {label}",
+                self._ptr(a, name),
+                (a.source, self._ptr(a, name)),
+                (b.source, b.pointer),
+            )
+        for name in added:
+            rid = "FIELD_ADDED_REQUIRED" if new_fields[name].required else "FIELD_ADDED_OPTIONAL"
+            kind = "required" if new_fields[name].required else "optional"
+            self.emit(
+                rid,
+                f"{kind} field {name!r} added to {label}",
+                self._ptr(b, name),
+                (a.source, a.pointer),
+                (b.source, self._ptr(b, name)),
+            )
+        for name in old_fields.keys() & new_fields.keys():
+            fa, fb = old_fields[name], new_fields[name]
+            where = ((a.source, self._ptr(a, name)), (b.source, self._ptr(b, name)))
+            ptr = self._ptr(b, name)
+            if fa.required and not fb.required:
+                self.emit("FIELD_MADE_OPTIONAL", f"field {name!r} of {label} is no longer required", ptr, *where)
+            if fb.required and not fa.required:
+                self.emit("FIELD_MADE_REQUIRED", f"field {name!r} of {label} is now required", ptr, *where)
+            if fa.has_default and fb.has_default and fa.default != fb.default:
+                self.emit(
+                    "DEFAULT_CHANGED",
+                    f"default of {name!r} in {label} changed from {json.dumps(fa.default)} to {json.dumps(fb.default)}",
+                    ptr,
+                    *where,
+                )
+            self.node(fa.type, fb.type, f"field {name!r} of {label}", ptr, where)
+        where = ((a.source, a.pointer), (b.source, b.pointer))
+        old_groups = {(c.rule, c.fields) for c in a.constraints}
+        new_groups = {(c.rule, c.fields) for c in b.constraints}
+        for rule_name, fields in sorted(new_groups - old_groups):
+            self.emit("CONSTRAINT_TIGHTENED", f"{label} now has {rule_name} {list(fields)}", b.pointer, *where)
+        for rule_name, fields in sorted(old_groups - new_groups):
+            self.emit("CONSTRAINT_LOOSENED", f"{label} no longer has {rule_name} {list(fields)}", b.pointer, *where)
+        for name in sorted(set(b.validators) - set(a.validators)):
+            self.emit("VALIDATOR_ADDED", f"{label} now runs validator {name!r}", b.pointer, *where)
+        for name in sorted(set(a.validators) - set(b.validators)):
+            self.emit("VALIDATOR_REMOVED", f"{label} no longer runs validator {name!r}", b.pointer, *where)
+        if (a.tag_field, a.tag) != (b.tag_field, b.tag):
+            self.emit(
+                "STRUCT_TAG_CHANGED",
+                f"tag of {label} changed from {a.tag_field}={a.tag!r} to {b.tag_field}={b.tag!r}",
+                b.pointer,
+                *where,
+            )
+
+    @staticmethod
+    def _ptr(struct: StructT, field: str) -> str:
+        return join_pointer(struct.pointer, "properties", field)
+
+    # -- nodes --------------------------------------------------------------------------------
+    def node(self, a: Node, b: Node, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        na, nb = isinstance(a, NullableT), isinstance(b, NullableT)
+        if nb and not na:
+            self.emit("NULLABLE_ADDED", f"{what} may now be null", ptr, *where)
+        if na and not nb:
+            self.emit("NULLABLE_REMOVED", f"{what} may no longer be null", ptr, *where)
+        a = a.inner if isinstance(a, NullableT) else a
+        b = b.inner if isinstance(b, NullableT) else b
+        if isinstance(a, ScalarT) and isinstance(b, ScalarT):
+            self.scalar(a, b, what, ptr, where)
+        elif isinstance(a, EnumT) and isinstance(b, EnumT):
+            self.enum(a, b, what, ptr, where)
+        elif isinstance(a, ArrayT) and isinstance(b, ArrayT):
+            if a.unique != b.unique:
+                self.emit("SET_SEMANTICS_CHANGED", f"{what} changed between list and set", ptr, *where)
+            self.node(a.items, b.items, f"items of {what}", ptr, where)
+        elif isinstance(a, TupleT) and isinstance(b, TupleT):
+            if len(a.items) != len(b.items):
+                self.emit(
+                    "TUPLE_LENGTH_CHANGED", f"{what} has {len(b.items)} items instead of {len(a.items)}", ptr, *where
+                )
+            else:
+                for i, (x, y) in enumerate(zip(a.items, b.items, strict=True)):
+                    self.node(x, y, f"item {i} of {what}", ptr, where)
+        elif isinstance(a, MapT) and isinstance(b, MapT):
+            self.node(a.values, b.values, f"values of {what}", ptr, where)
+        elif isinstance(a, TensorT) and isinstance(b, TensorT):
+            self.tensor(a, b, what, ptr, where)
+        elif isinstance(a, TreeT) and isinstance(b, TreeT):
+            if b.max_depth < a.max_depth:
+                self.emit(
+                    "TREE_DEPTH_DECREASED", f"{what} depth limit went from {a.max_depth} to {b.max_depth}", ptr, *where
+                )
+            if b.max_depth > a.max_depth:
+                self.emit(
+                    "TREE_DEPTH_INCREASED", f"{what} depth limit went from {a.max_depth} to {b.max_depth}", ptr, *where
+                )
+            if b.json_only and not a.json_only:
+                self.emit("TREE_JSON_TIGHTENED", f"{what} became JSON-only", ptr, *where)
+            if a.json_only and not b.json_only:
+                self.emit("TREE_JSON_LOOSENED", f"{what} is no longer JSON-only", ptr, *where)
+        elif isinstance(a, StructT) and isinstance(b, StructT):
+            self.struct(a, b)
+        elif isinstance(a, MessageRefT) and isinstance(b, MessageRefT):
+            ka, kb = (a.target.type_id, a.target.version), (b.target.type_id, b.target.version)
+            if ka != kb:
+                self.emit(
+                    "REF_TARGET_CHANGED", f"{what} refers to {kb[0]} v{kb[1]} instead of {ka[0]} v{ka[1]}", ptr, *where
+                )
+        elif isinstance(a, UnionT) and isinstance(b, UnionT):
+            self.union(a, b, what, ptr, where)
+        else:
+            self.emit("TYPE_CHANGED", f"{what} changed from {_kind(a)} to {_kind(b)}", ptr, *where)
+
+    def scalar(self, a: ScalarT, b: ScalarT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        if a.kind != b.kind:
+            if (a.kind, b.kind) == ("int", "float"):
+                self.emit("TYPE_WIDENED", f"{what} widened from integer to number", ptr, *where)
+            elif (a.kind, b.kind) == ("float", "int"):
+                self.emit("TYPE_NARROWED", f"{what} narrowed from number to integer", ptr, *where)
+            else:
+                self.emit("TYPE_CHANGED", f"{what} changed from {a.kind} to {b.kind}", ptr, *where)
+            return
+        tighter, looser = [], []
+        for key, lower_is_tighter in (("minimum", False), ("maximum", True), ("max_length", True)):
+            old, new = getattr(a, key), getattr(b, key)
+            if old == new:
+                continue
+            if new is None:
+                looser.append(f"{key} {old} dropped")
+            elif old is None:
+                tighter.append(f"{key} {new} added")
+            elif (new < old) == lower_is_tighter:
+                tighter.append(f"{key} {old} -> {new}")
+            else:
+                looser.append(f"{key} {old} -> {new}")
+        if tighter:
+            self.emit("RANGE_TIGHTENED", f"{what}: {', '.join(tighter)}", ptr, *where)
+        if looser:
+            self.emit("RANGE_LOOSENED", f"{what}: {', '.join(looser)}", ptr, *where)
+
+    def enum(self, a: EnumT, b: EnumT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        removed = [v for v in a.values if v not in b.values]
+        added = [v for v in b.values if v not in a.values]
+        if removed and len(removed) == len(added):
+            pairs = ", ".join(f"{x!r} -> {y!r}" for x, y in zip(removed, added, strict=True))
+            self.emit("ENUM_VALUE_CHANGED", f"{what}: enum value changed ({pairs})", ptr, *where)
+            return
+        if added:
+            self.emit("ENUM_MEMBER_ADDED", f"{what}: enum gained {added}", ptr, *where)
+        if removed:
+            self.emit("ENUM_MEMBER_REMOVED", f"{what}: enum lost {removed}", ptr, *where)
+
+    def union(self, a: UnionT, b: UnionT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        if a.tag_field != b.tag_field:
+            self.emit(
+                "UNION_TAG_FIELD_CHANGED", f"{what}: discriminator {a.tag_field!r} -> {b.tag_field!r}", ptr, *where
+            )
+        old_tags = {_variant_id(v): _variant_tag(v) for v in a.variants}
+        new_tags = {_variant_id(v): _variant_tag(v) for v in b.variants}
+        for vid in sorted(new_tags.keys() - old_tags.keys()):
+            self.emit("UNION_VARIANT_ADDED", f"{what}: variant {vid} added", ptr, *where)
+        for vid in sorted(old_tags.keys() - new_tags.keys()):
+            self.emit("UNION_VARIANT_REMOVED", f"{what}: variant {vid} removed", ptr, *where)
+        for vid in sorted(old_tags.keys() & new_tags.keys()):
+            if old_tags[vid] != new_tags[vid]:
+                self.emit(
+                    "UNION_TAG_CHANGED", f"{what}: tag of {vid} {old_tags[vid]!r} -> {new_tags[vid]!r}", ptr, *where
+                )
+
+    def tensor(self, a: TensorT, b: TensorT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        if a.kind != b.kind:
+            self.emit("TENSOR_KIND_CHANGED", f"{what} changed from {a.kind} to {b.kind}", ptr, *where)
+        old_d, new_d = a.dtypes, b.dtypes
+        if old_d != new_d and not (old_d and new_d and set(old_d) == set(new_d)):
+            if old_d and new_d and not set(old_d) & set(new_d):
+                self.emit("TENSOR_DTYPE_REPLACED", f"{what}: dtypes {sorted(old_d)} -> {sorted(new_d)}", ptr, *where)
+            else:
+                grown = new_d is None or (old_d is not None and bool(set(new_d) - set(old_d)))
+                shrunk = old_d is None or (new_d is not None and bool(set(old_d) - set(new_d)))
+                text = f"{what}: dtypes {sorted(old_d) if old_d else 'any'} -> {sorted(new_d) if new_d else 'any'}"
+                if grown:
+                    self.emit("TENSOR_DTYPES_GROWN", text, ptr, *where)
+                if shrunk:
+                    self.emit("TENSOR_DTYPES_SHRUNK", text, ptr, *where)
+        if a.shape != b.shape:
+            if a.shape is None or b.shape is None:
+                rid = "TENSOR_SHAPE_TIGHTENED" if a.shape is None else "TENSOR_SHAPE_LOOSENED"
+                self.emit(rid, f"{what}: shape {a.shape} -> {b.shape}", ptr, *where)
+            elif len(a.shape) != len(b.shape):
+                self.emit("TENSOR_RANK_CHANGED", f"{what}: rank {len(a.shape)} -> {len(b.shape)}", ptr, *where)
+            else:
+                names_a = [d for d in a.shape if isinstance(d, str)]
+                names_b = [d for d in b.shape if isinstance(d, str)]
+                if sorted(names_a) == sorted(names_b) and names_a != names_b:
+                    self.emit("TENSOR_DIMS_REORDERED", f"{what}: dims {list(a.shape)} -> {list(b.shape)}", ptr, *where)
+                else:
+                    tighter = any(x != y and y is not None for x, y in zip(a.shape, b.shape, strict=True))
+                    looser = any(x != y and x is not None for x, y in zip(a.shape, b.shape, strict=True))
+                    if tighter:
+                        self.emit(
+                            "TENSOR_SHAPE_TIGHTENED", f"{what}: shape {list(a.shape)} -> {list(b.shape)}", ptr, *where
+                        )
+                    if looser:
+                        self.emit(
+                            "TENSOR_SHAPE_LOOSENED", f"{what}: shape {list(a.shape)} -> {list(b.shape)}", ptr, *where
+                        )
+        old_dev, new_dev = set(a.devices or ("cpu", "cuda")), set(b.devices or ("cpu", "cuda"))
+        if new_dev - old_dev:
+            self.emit("TENSOR_DEVICES_GROWN", f"{what}: devices {sorted(old_dev)} -> {sorted(new_dev)}", ptr, *where)
+        if old_dev - new_dev:
+            self.emit("TENSOR_DEVICES_SHRUNK", f"{what}: devices {sorted(old_dev)} -> {sorted(new_dev)}", ptr, *where)
+        if bool(b.contiguous) and not a.contiguous:
+            self.emit("TENSOR_CONTIGUITY_REQUIRED", f"{what} must now be contiguous", ptr, *where)
+        if bool(a.contiguous) and not b.contiguous:
+            self.emit("TENSOR_CONTIGUITY_DROPPED", f"{what} no longer has to be contiguous", ptr, *where)
+
+
+def _kind(node: Node) -> str:
+    if isinstance(node, ScalarT):
+        return node.kind
+    if isinstance(node, MessageRefT):
+        return f"{node.target.type_id} v{node.target.version}"
+    return type(node).__name__.removesuffix("T").lower()
+
+
+def _variant_id(node: StructT | MessageRefT) -> str:
+    struct = node.target if isinstance(node, MessageRefT) else node
+    return f"{struct.type_id} v{struct.version}" if struct.type_id else f"{struct.namespace}.{struct.name}"
+
+
+def _variant_tag(node: StructT | MessageRefT) -> str | None:
+    struct = node.target if isinstance(node, MessageRefT) else node
+    return struct.tag
+
+
+def _where(schemas: SchemaSet, source: str, pointer: str) -> str | None:
+    file = schemas.sources.get(source)
+    return file.where(pointer) if file is not None else source or None
+
+
+def _shape_without_ids(message: Message) -> str:
+    canonical = message.struct.canonical()
+    canonical.pop("type_id", None)
+    canonical.pop("version", None)
+    canonical.pop("name", None)
+    return json.dumps(canonical, sort_keys=True)
+
+
+def _ignores(schemas: SchemaSet, source: str, pointer: str) -> list[dict[str, str]]:
+    """The x-compat-ignore entries at ``pointer`` and every ancestor in ``source``."""
+    file = schemas.sources.get(source)
+    if file is None:
+        return []
+    found: list[dict[str, str]] = []
+    node: Any = file.data
+    found += node.get("x-compat-ignore", []) if isinstance(node, dict) else []
+    for token in [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]:
+        node = node.get(token) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            found += node.get("x-compat-ignore", [])
+    return found
+
+
+def _suppress(schemas: SchemaSet, message: Message | None, finding: Finding) -> Finding:
+    if message is None:
+        return finding
+    for entry in _ignores(schemas, message.path, finding.pointer):
+        if entry.get("rule") == finding.rule:
+            return replace(finding, severity="info", suppressed=entry.get("reason", ""))
+    return finding
+
+
+def compare(old: SchemaSet, new: SchemaSet, mode: str = "full") -> list[Finding]:
+    """Every finding of ``old`` -> ``new`` that matters in ``mode`` (plus info-level notes)."""
+    sides = MODES[mode]
+    old_by = {(m.type_id, m.version): m for m in old.messages}
+    new_by = {(m.type_id, m.version): m for m in new.messages}
+    findings: list[Finding] = []
+    gone = sorted(old_by.keys() - new_by.keys())
+    fresh = sorted(new_by.keys() - old_by.keys())
+    renamed: dict[tuple[str, int], tuple[str, int]] = {}
+    for key in gone:
+        twin = next(
+            (
+                k
+                for k in fresh
+                if k not in renamed.values() and _shape_without_ids(new_by[k]) == _shape_without_ids(old_by[key])
+            ),
+            None,
+        )
+        if twin is not None:
+            renamed[key] = twin
+    for key in gone:
+        walk = _Walk(old, new, old_by[key], None)
+        msg = old_by[key]
+        if key in renamed:
+            nk = renamed[key]
+            walk.emit(
+                "TYPE_ID_CHANGED",
+                f"{key[0]} v{key[1]} is now {nk[0]} v{nk[1]}",
+                "",
+                (msg.path, ""),
+                (new_by[nk].path, "/$id"),
+            )
+        else:
+            walk.emit("TYPE_DELETED", f"{key[0]} v{key[1]} was removed", "", (msg.path, ""), None)
+        findings += walk.findings
+    for key in fresh:
+        if key in renamed.values():
+            continue
+        walk = _Walk(old, new, None, new_by[key])
+        known = [v for (t, v) in old_by if t == key[0]]
+        if known:
+            walk.emit(
+                "MAJOR_VERSION_ADDED",
+                f"{key[0]} v{key[1]} added beside v{max(known)}",
+                "",
+                None,
+                (new_by[key].path, ""),
+            )
+        else:
+            walk.emit("TYPE_ADDED", f"{key[0]} v{key[1]} added", "", None, (new_by[key].path, ""))
+        findings += walk.findings
+    for type_id in sorted({t for t, _ in old_by} & {t for t, _ in new_by}):
+        old_top = max(v for t, v in old_by if t == type_id)
+        new_top = max(v for t, v in new_by if t == type_id)
+        if new_top < old_top:
+            walk = _Walk(old, new, old_by[(type_id, old_top)], None)
+            walk.emit(
+                "VERSION_DECREASED",
+                f"{type_id}: newest version went from v{old_top} to v{new_top}",
+                "",
+                (old_by[(type_id, old_top)].path, "/x-version"),
+                (new_by[(type_id, new_top)].path, "/x-version"),
+            )
+            findings += walk.findings
+    for key in sorted(old_by.keys() & new_by.keys()):
+        a, b = old_by[key], new_by[key]
+        walk = _Walk(old, new, a, b)
+        walk.struct(a.struct, b.struct)
+        type_findings = [_suppress(new, b, f) for f in walk.findings]
+        breaking = [f for f in type_findings if f.severity == "error" and f.side in sides and not f.suppressed]
+        if breaking:
+            walk.findings = []
+            walk.emit(
+                "VERSION_NOT_BUMPED",
+                f"{key[0]} v{key[1]} has {len(breaking)} breaking change(s) but kept its major version; "
+                f"add {a.struct.name}.v{key[1] + 1}.json",
+                "/x-version",
+                (a.path, "/x-version"),
+                (b.path, "/x-version"),
+            )
+            type_findings += walk.findings
+        elif not type_findings and a.fingerprint == b.fingerprint and _docs(old, a) != _docs(new, b):
+            walk.findings = []
+            walk.emit("DOC_CHANGED", f"{key[0]} v{key[1]}: documentation changed", "", (a.path, ""), (b.path, ""))
+            type_findings += walk.findings
+        findings += type_findings
+    return [f for f in findings if f.side in sides or f.side == "none" or f.suppressed]
+
+
+def _docs(schemas: SchemaSet, message: Message) -> str:
+    file = schemas.sources.get(message.path)
+    return file.text if file is not None else ""
+
+
+def reader_accepts(reader: SchemaSet, writer: SchemaSet) -> list[Finding]:
+    """Findings that stop ``reader`` from decoding what ``writer`` writes (BACKWARD of writer -> reader)."""
+    return [f for f in compare(writer, reader, "backward") if f.severity != "info"]

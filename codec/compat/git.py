@@ -1,0 +1,55 @@
+"""Read a schema directory as it was at a git revision (``tensorwire compat --against REV``)."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+from codec.errors import CompatError
+
+__all__ = ["checkout_schemas"]
+
+
+def _git(cwd: Path, *args: str) -> str:
+    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise CompatError(result.stderr.strip() or f"git {' '.join(args)} failed")
+    return result.stdout
+
+
+def _fetch_hint(rev: str) -> str:
+    if "/" in rev and not rev.startswith("refs/"):
+        remote, _, branch = rev.partition("/")
+        return f"git fetch {remote} {branch}"
+    return f"git fetch origin {rev}"
+
+
+def checkout_schemas(schema_dir: Path, rev: str, into: Path) -> Path | None:
+    """Write ``schema_dir`` as of ``rev`` under ``into``; None if it did not exist at ``rev``."""
+    schema_dir = schema_dir.resolve()
+    try:
+        top = Path(_git(schema_dir, "rev-parse", "--show-toplevel").strip())
+    except CompatError as exc:
+        raise CompatError(f"{schema_dir} is not inside a git repository: {exc}") from None
+    try:
+        _git(top, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    except CompatError:
+        raise CompatError(f"revision {rev!r} is not in this clone; fetch it first: {_fetch_hint(rev)}") from None
+    rel = schema_dir.relative_to(top).as_posix()
+    names = [n for n in _git(top, "ls-tree", "-r", "--name-only", rev, "--", rel).splitlines() if n.endswith(".json")]
+    if not names:
+        return None
+    for name in names:
+        try:
+            blob = subprocess.run(["git", "show", f"{rev}:{name}"], cwd=top, capture_output=True, check=True).stdout
+        except subprocess.CalledProcessError:
+            raise CompatError(f"cannot read {rev}:{name}; fetch it first: {_fetch_hint(rev)}") from None
+        target = into / Path(name).relative_to(rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(blob)
+    return into
+
+
+def temporary_dir() -> tempfile.TemporaryDirectory[str]:
+    return tempfile.TemporaryDirectory(prefix="tensorwire-compat-")

@@ -1,0 +1,78 @@
+"""Findings as text, JSON or GitHub workflow commands; and the exit code they call for."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from codec.compat.diff import Finding
+from codec.compat.rules import RULES
+
+__all__ = ["JSON_SCHEMA", "exit_code", "render", "rules_table"]
+
+SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+JSON_SCHEMA = {
+    "type": "object",
+    "required": ["findings", "summary"],
+    "properties": {
+        "findings": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["rule", "severity", "side", "message", "type_id", "version", "pointer", "old", "new"],
+                "properties": {
+                    "rule": {"type": "string", "description": "rule ID from `tensorwire compat --list-rules`"},
+                    "severity": {"enum": ["error", "warning", "info"]},
+                    "side": {"enum": ["old readers", "old writers", "both", "none"], "description": "whom it breaks"},
+                    "message": {"type": "string"},
+                    "type_id": {"type": "string"},
+                    "version": {"type": "integer"},
+                    "pointer": {"type": "string", "description": "JSON pointer into the schema file"},
+                    "old": {"type": ["string", "null"], "description": "file:line:col in the old schemas"},
+                    "new": {"type": ["string", "null"], "description": "file:line:col in the new schemas"},
+                    "suppressed": {"type": ["string", "null"], "description": "the x-compat-ignore reason"},
+                },
+            },
+        },
+        "summary": {"type": "object", "additionalProperties": {"type": "integer"}},
+    },
+}
+
+
+def _side(finding: Finding) -> str:
+    if finding.suppressed is not None:
+        return f"suppressed: {finding.suppressed}"
+    return {"both": "breaks old readers and old writers", "none": "info"}.get(finding.side, f"breaks {finding.side}")
+
+
+def render(findings: Sequence[Finding], fmt: str) -> str:
+    if fmt == "json":
+        summary = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
+        return json.dumps({"findings": [f.as_json() for f in findings], "summary": summary}, indent=2)
+    lines = []
+    for f in findings:
+        if fmt == "github":
+            level = {"error": "error", "warning": "warning"}.get(f.severity, "notice")
+            parts = f.where.rsplit(":", 2)
+            file, line, col = parts if len(parts) == 3 else (f.where, "1", "1")
+            lines.append(f"::{level} file={file},line={line},col={col},title={f.rule}::{f.message} [{_side(f)}]")
+        else:
+            lines.append(f"{f.where}: {f.rule} [{_side(f)}] {f.message}")
+    return "\n".join(lines)
+
+
+def exit_code(findings: Sequence[Finding], fail_on: str) -> int:
+    """1 when a finding (not suppressed) reaches ``fail_on``, else 0."""
+    limit = SEVERITY_RANK[fail_on]
+    return int(any(SEVERITY_RANK[f.severity] >= limit and f.suppressed is None for f in findings))
+
+
+def rules_table(fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(
+            [{"id": r.id, "side": r.side, "severity": r.severity, "purpose": r.purpose} for r in RULES.values()],
+            indent=2,
+        )
+    width = max(len(r) for r in RULES)
+    return "\n".join(f"{r.id:<{width}}  {r.severity:<7}  {r.side:<11}  {r.purpose}" for r in RULES.values())

@@ -1,0 +1,142 @@
+"""The rule catalogue: every kind of schema change the checker knows, with a stable ID.
+
+``side`` says whom a change breaks: ``old readers`` (consumers still on the old schema reading
+new messages: FORWARD), ``old writers`` (producers still on the old schema whose messages new
+code reads: BACKWARD), ``both``, or ``none``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["RULES", "Rule", "rule"]
+
+READERS, WRITERS, BOTH, NONE = "old readers", "old writers", "both", "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    id: str
+    side: str
+    severity: str  # error, warning, info
+    purpose: str
+
+
+_CATALOGUE = [
+    # types and versions
+    Rule(
+        "TYPE_DELETED",
+        BOTH,
+        "error",
+        "a type (at one major version) is gone; its readers and writers have nothing to talk to",
+    ),
+    Rule("TYPE_ADDED", NONE, "info", "a new type; nobody depends on it yet"),
+    Rule("TYPE_ID_CHANGED", BOTH, "error", "a type reappears under another id; messages name types by id"),
+    Rule(
+        "MAJOR_VERSION_ADDED", NONE, "info", "a new major version file beside the old one (the way to break on purpose)"
+    ),
+    Rule("VERSION_DECREASED", BOTH, "error", "the newest major version of a type went down"),
+    Rule(
+        "VERSION_NOT_BUMPED", BOTH, "error", "a breaking change inside one major version; add Name.v<N+1>.json instead"
+    ),
+    Rule("DOC_CHANGED", NONE, "info", "only descriptions or titles changed; the wire is the same"),
+    # fields
+    Rule("FIELD_ADDED_REQUIRED", WRITERS, "error", "a required field old writers never send"),
+    Rule("FIELD_ADDED_OPTIONAL", NONE, "info", "an optional field with a default; old readers ignore it"),
+    Rule("FIELD_DELETED", READERS, "error", "a required field new writers no longer send"),
+    Rule(
+        "FIELD_DELETED_OPTIONAL",
+        READERS,
+        "warning",
+        "an optional field new writers no longer send; old readers fall back to their default",
+    ),
+    Rule("FIELD_RENAMED", BOTH, "error", "a field removed and one of the same type added; names are the wire keys"),
+    Rule("FIELD_MADE_REQUIRED", WRITERS, "error", "old writers omit the field when it equals its default"),
+    Rule(
+        "FIELD_MADE_OPTIONAL",
+        READERS,
+        "error",
+        "new writers omit the field when it equals the default; old readers require it",
+    ),
+    Rule("DEFAULT_CHANGED", BOTH, "error", "an omitted field means its default; the two sides now disagree on it"),
+    # types of fields
+    Rule("TYPE_CHANGED", BOTH, "error", "a field's type changed to an unrelated one"),
+    Rule(
+        "TYPE_WIDENED", READERS, "error", "the type accepts more (integer to number): old readers reject the new values"
+    ),
+    Rule(
+        "TYPE_NARROWED", WRITERS, "error", "the type accepts less (number to integer): old writers' values are rejected"
+    ),
+    Rule("NULLABLE_ADDED", READERS, "error", "new writers may send null; old readers reject it"),
+    Rule("NULLABLE_REMOVED", WRITERS, "error", "old writers may send null; new readers reject it"),
+    Rule("RANGE_TIGHTENED", WRITERS, "error", "minimum, maximum or maxLength tightened: some old values are rejected"),
+    Rule(
+        "RANGE_LOOSENED", READERS, "error", "minimum, maximum or maxLength loosened: old readers reject some new values"
+    ),
+    Rule("TUPLE_LENGTH_CHANGED", BOTH, "error", "a tuple gained or lost items"),
+    Rule("SET_SEMANTICS_CHANGED", BOTH, "warning", "an array became a set (uniqueItems) or the reverse"),
+    Rule("REF_TARGET_CHANGED", BOTH, "error", "a field now refers to another message type or major version"),
+    # enums
+    Rule("ENUM_MEMBER_ADDED", READERS, "error", "new writers may send a member old readers do not know"),
+    Rule("ENUM_MEMBER_REMOVED", WRITERS, "error", "old writers may send a member new readers no longer accept"),
+    Rule("ENUM_VALUE_CHANGED", BOTH, "error", "a member's wire value changed (removed and added in its place)"),
+    # unions
+    Rule("UNION_VARIANT_ADDED", READERS, "error", "new writers may send a variant old readers do not know"),
+    Rule("UNION_VARIANT_REMOVED", WRITERS, "error", "old writers may send a variant new readers no longer accept"),
+    Rule("UNION_TAG_CHANGED", BOTH, "error", "a variant's tag value changed"),
+    Rule("UNION_TAG_FIELD_CHANGED", BOTH, "error", "the discriminator property changed"),
+    # tensors and arrays
+    Rule("TENSOR_KIND_CHANGED", BOTH, "error", "a torch tensor became a numpy array or the reverse"),
+    Rule("TENSOR_DTYPE_REPLACED", BOTH, "error", "the dtype set was replaced by a disjoint one"),
+    Rule("TENSOR_DTYPES_GROWN", READERS, "error", "new writers may send dtypes old readers reject"),
+    Rule("TENSOR_DTYPES_SHRUNK", WRITERS, "error", "old writers may send dtypes new readers reject"),
+    Rule("TENSOR_RANK_CHANGED", BOTH, "error", "the rank changed"),
+    Rule("TENSOR_DIMS_REORDERED", BOTH, "error", "the named dims were permuted: same rank, different meaning per axis"),
+    Rule("TENSOR_SHAPE_TIGHTENED", WRITERS, "error", "a free dim became fixed or named, or a fixed size changed"),
+    Rule("TENSOR_SHAPE_LOOSENED", READERS, "error", "a fixed or named dim became free: old readers reject other sizes"),
+    Rule("TENSOR_DEVICES_GROWN", READERS, "warning", "new writers may send tensors on devices old readers reject"),
+    Rule("TENSOR_DEVICES_SHRUNK", WRITERS, "warning", "old writers may send tensors on devices new readers reject"),
+    Rule("TENSOR_CONTIGUITY_REQUIRED", WRITERS, "error", "old writers may send non-contiguous tensors"),
+    Rule(
+        "TENSOR_CONTIGUITY_DROPPED",
+        READERS,
+        "warning",
+        "old readers reject non-contiguous tensors new writers may send",
+    ),
+    # trees
+    Rule("TREE_DEPTH_DECREASED", WRITERS, "error", "old writers' deeper trees are rejected"),
+    Rule("TREE_DEPTH_INCREASED", READERS, "error", "old readers reject new writers' deeper trees"),
+    Rule(
+        "TREE_JSON_TIGHTENED",
+        WRITERS,
+        "error",
+        "the tree became JSON-only: old writers' tensors, bytes or tuples are rejected",
+    ),
+    Rule("TREE_JSON_LOOSENED", READERS, "error", "the tree may now hold tensors, bytes or tuples old readers reject"),
+    # constraints and rules
+    Rule(
+        "CONSTRAINT_TIGHTENED", WRITERS, "error", "a cross-field constraint was added: some old messages are rejected"
+    ),
+    Rule(
+        "CONSTRAINT_LOOSENED",
+        READERS,
+        "error",
+        "a cross-field constraint was dropped: old readers reject some new messages",
+    ),
+    Rule("VALIDATOR_ADDED", WRITERS, "warning", "a named rule now applies; some old messages may be rejected"),
+    Rule(
+        "VALIDATOR_REMOVED",
+        READERS,
+        "warning",
+        "a named rule no longer applies; old readers may reject some new messages",
+    ),
+    Rule("STRUCT_TAG_CHANGED", BOTH, "warning", "a struct's tag property or value changed"),
+    Rule("SUPPRESSED", NONE, "info", "a finding suppressed by x-compat-ignore, shown so it stays visible"),
+]
+
+RULES: dict[str, Rule] = {r.id: r for r in _CATALOGUE}
+
+
+def rule(rule_id: str) -> Rule:
+    """The rule with this ID (``KeyError`` if none)."""
+    return RULES[rule_id]

@@ -1,0 +1,390 @@
+"""The compatibility checker: every rule fires on its change, modes pick sides, CLI formats and git."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from conftest import write_schemas
+
+import codec
+from codec.cli import main
+from codec.compat import RULES, compare, reader_accepts
+from codec.schema import load_dir
+
+
+def _variant(type_id: str, tag: str) -> dict[str, Any]:
+    return {
+        "$id": type_id,
+        "x-version": 1,
+        "type": "object",
+        "properties": {"kind": {"const": tag}, "n": {"type": "integer"}},
+        "required": ["n"],
+    }
+
+
+BASE: dict[str, Any] = {
+    "t/A.v1.json": _variant("t.A", "a"),
+    "t/B.v1.json": _variant("t.B", "b"),
+    "t/Thing.v1.json": {
+        "$id": "t.Thing",
+        "x-version": 1,
+        "description": "A thing.",
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 10},
+            "count": {"type": "integer", "minimum": 0, "maximum": 100},
+            "ratio": {"type": "number"},
+            "note": {"type": ["string", "null"], "default": None},
+            "mode": {"$ref": "#/$defs/Mode", "default": "fast"},
+            "tags": {"type": "array", "items": {"type": "string"}, "default": []},
+            "pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "integer"}], "default": [0, 0]},
+            "image": {"x-tensor": {"dtypes": ["float32", "uint8"], "shape": ["c", "h", "w"], "devices": ["cpu"]}},
+            "extra": {"x-tree": {"max_depth": 8}, "default": None},
+            "item": {
+                "oneOf": [{"$ref": "A.v1.json"}, {"$ref": "B.v1.json"}, {"type": "null"}],
+                "discriminator": {"propertyName": "kind"},
+                "default": None,
+            },
+            "link": {"oneOf": [{"$ref": "A.v1.json"}, {"type": "null"}], "default": None},
+        },
+        "required": ["name", "count", "ratio", "image"],
+        "$defs": {"Mode": {"type": "string", "enum": ["fast", "slow"], "x-enum-name": "Mode"}},
+    },
+}
+
+
+def _thing(change: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], None]:
+    def apply(docs: dict[str, Any]) -> None:
+        change(docs["t/Thing.v1.json"])
+
+    return apply
+
+
+def _props(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc["properties"]  # type: ignore[no-any-return]
+
+
+CASES: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
+    ("TYPE_DELETED", lambda d: d.pop("t/B.v1.json") and _props(d["t/Thing.v1.json"])["item"]["oneOf"].pop(1)),
+    ("TYPE_ADDED", lambda d: d.update({"t/C.v1.json": _variant("t.C", "c")})),
+    ("MAJOR_VERSION_ADDED", lambda d: d.update({"t/A.v2.json": {**_variant("t.A", "a"), "x-version": 2}})),
+    ("DOC_CHANGED", _thing(lambda t: t.update(description="Another thing."))),
+    (
+        "FIELD_ADDED_REQUIRED",
+        _thing(lambda t: (_props(t).update(size={"type": "integer"}), t["required"].append("size"))),
+    ),
+    ("FIELD_ADDED_OPTIONAL", _thing(lambda t: _props(t).update(size={"type": "integer", "default": 1}))),
+    ("FIELD_DELETED", _thing(lambda t: (_props(t).pop("ratio"), t["required"].remove("ratio")))),
+    ("FIELD_DELETED_OPTIONAL", _thing(lambda t: _props(t).pop("note"))),
+    ("FIELD_RENAMED", _thing(lambda t: _props(t).update(remark=_props(t).pop("note")))),
+    ("FIELD_MADE_REQUIRED", _thing(lambda t: (_props(t)["note"].pop("default"), t["required"].append("note")))),
+    ("FIELD_MADE_OPTIONAL", _thing(lambda t: (_props(t)["ratio"].update(default=1.0), t["required"].remove("ratio")))),
+    ("DEFAULT_CHANGED", _thing(lambda t: _props(t)["mode"].update(default="slow"))),
+    ("TYPE_CHANGED", _thing(lambda t: _props(t).update(ratio={"type": "string"}))),
+    ("TYPE_WIDENED", _thing(lambda t: _props(t)["count"].update(type="number"))),
+    ("TYPE_NARROWED", _thing(lambda t: _props(t)["ratio"].update(type="integer"))),
+    ("NULLABLE_ADDED", _thing(lambda t: _props(t)["name"].update(type=["string", "null"]))),
+    ("NULLABLE_REMOVED", _thing(lambda t: _props(t)["note"].update(type="string", default=""))),
+    ("RANGE_TIGHTENED", _thing(lambda t: _props(t)["count"].update(maximum=50))),
+    ("RANGE_LOOSENED", _thing(lambda t: _props(t)["name"].update(maxLength=20))),
+    (
+        "TUPLE_LENGTH_CHANGED",
+        _thing(
+            lambda t: (
+                _props(t)["pair"]["prefixItems"].append({"type": "integer"}),
+                _props(t)["pair"].update(default=[0, 0, 0]),
+            )
+        ),
+    ),
+    ("SET_SEMANTICS_CHANGED", _thing(lambda t: _props(t)["tags"].update(uniqueItems=True))),
+    (
+        "REF_TARGET_CHANGED",
+        _thing(lambda t: _props(t).update(link={"oneOf": [{"$ref": "B.v1.json"}, {"type": "null"}], "default": None})),
+    ),
+    ("ENUM_MEMBER_ADDED", _thing(lambda t: t["$defs"]["Mode"]["enum"].append("eco"))),
+    ("ENUM_MEMBER_REMOVED", _thing(lambda t: t["$defs"]["Mode"]["enum"].pop())),
+    ("ENUM_VALUE_CHANGED", _thing(lambda t: t["$defs"]["Mode"].update(enum=["fast", "sluggish"]))),
+    (
+        "UNION_VARIANT_ADDED",
+        lambda d: (
+            d.update({"t/C.v1.json": _variant("t.C", "c")}),
+            _props(d["t/Thing.v1.json"])["item"]["oneOf"].insert(0, {"$ref": "C.v1.json"}),
+        ),
+    ),
+    ("UNION_VARIANT_REMOVED", _thing(lambda t: _props(t)["item"]["oneOf"].pop(1))),
+    ("UNION_TAG_CHANGED", lambda d: _props(d["t/B.v1.json"])["kind"].update(const="bee")),
+    (
+        "UNION_TAG_FIELD_CHANGED",
+        lambda d: (
+            [(_props(d[f]).update(type_=_props(d[f]).pop("kind"))) for f in ("t/A.v1.json", "t/B.v1.json")]
+            and _props(d["t/Thing.v1.json"])["item"]["discriminator"].update(propertyName="type_")
+        ),
+    ),
+    ("TENSOR_KIND_CHANGED", _thing(lambda t: _props(t).update(image={"x-ndarray": _props(t)["image"]["x-tensor"]}))),
+    ("TENSOR_DTYPE_REPLACED", _thing(lambda t: _props(t)["image"]["x-tensor"].update(dtypes=["float64"]))),
+    ("TENSOR_DTYPES_GROWN", _thing(lambda t: _props(t)["image"]["x-tensor"]["dtypes"].append("float16"))),
+    ("TENSOR_DTYPES_SHRUNK", _thing(lambda t: _props(t)["image"]["x-tensor"]["dtypes"].remove("uint8"))),
+    ("TENSOR_RANK_CHANGED", _thing(lambda t: _props(t)["image"]["x-tensor"].update(shape=["h", "w"]))),
+    ("TENSOR_DIMS_REORDERED", _thing(lambda t: _props(t)["image"]["x-tensor"].update(shape=["h", "w", "c"]))),
+    ("TENSOR_SHAPE_TIGHTENED", _thing(lambda t: _props(t)["image"]["x-tensor"].update(shape=[3, "h", "w"]))),
+    ("TENSOR_SHAPE_LOOSENED", _thing(lambda t: _props(t)["image"]["x-tensor"].update(shape=["c", None, "w"]))),
+    ("TENSOR_DEVICES_GROWN", _thing(lambda t: _props(t)["image"]["x-tensor"].update(devices=["cpu", "cuda"]))),
+    ("TENSOR_DEVICES_SHRUNK", _thing(lambda t: _props(t)["image"]["x-tensor"].update(devices=["cuda"]))),
+    ("TENSOR_CONTIGUITY_REQUIRED", _thing(lambda t: _props(t)["image"]["x-tensor"].update(contiguous=True))),
+    ("TREE_DEPTH_DECREASED", _thing(lambda t: _props(t)["extra"]["x-tree"].update(max_depth=4))),
+    ("TREE_DEPTH_INCREASED", _thing(lambda t: _props(t)["extra"]["x-tree"].update(max_depth=16))),
+    ("TREE_JSON_TIGHTENED", _thing(lambda t: _props(t)["extra"]["x-tree"].update(json=True))),
+    ("CONSTRAINT_TIGHTENED", _thing(lambda t: t.update({"x-constraints": {"at_most_one_of": ["note", "extra"]}}))),
+    ("VALIDATOR_ADDED", _thing(lambda t: t.update({"x-validators": ["rpc.ok_xor_error"]}))),
+    (
+        "STRUCT_TAG_CHANGED",
+        lambda d: (
+            _props(d["t/A.v1.json"]).pop("kind")
+            and d.update(
+                {
+                    "t/Thing.v1.json": {
+                        **d["t/Thing.v1.json"],
+                        "properties": {k: v for k, v in _props(d["t/Thing.v1.json"]).items() if k != "item"},
+                    }
+                }
+            )
+        ),
+    ),
+]
+
+
+def _dirs(tmp_path: Path, change: Callable[[dict[str, Any]], Any]) -> tuple[Any, Any]:
+    new_docs = copy.deepcopy(BASE)
+    change(new_docs)
+    return load_dir(write_schemas(tmp_path / "old", copy.deepcopy(BASE))), load_dir(
+        write_schemas(tmp_path / "new", new_docs)
+    )
+
+
+@pytest.mark.parametrize(("rule_id", "change"), CASES, ids=[c[0] for c in CASES])
+def test_each_rule_fires_on_its_change(tmp_path: Path, rule_id: str, change: Callable[[dict[str, Any]], Any]) -> None:
+    old, new = _dirs(tmp_path, change)
+    findings = compare(old, new, "full")
+    fired = {f.rule for f in findings}
+    assert rule_id in fired, [(f.rule, f.message) for f in findings]
+    finding = next(f for f in findings if f.rule == rule_id)
+    assert finding.side == RULES[rule_id].side and finding.severity == RULES[rule_id].severity
+    if RULES[rule_id].severity == "error" and finding.type_id == "t.Thing" and finding.version == 1:
+        assert "VERSION_NOT_BUMPED" in fired
+
+
+def test_the_catalogue_is_large_and_every_rule_is_documented() -> None:
+    assert len(RULES) >= 35
+    assert all(r.purpose and r.severity in ("error", "warning", "info") for r in RULES.values())
+    tested = {c[0] for c in CASES}
+    assert len(tested) >= 35
+
+
+def test_an_unchanged_directory_is_clean(tmp_path: Path) -> None:
+    old, new = _dirs(tmp_path, lambda d: None)
+    assert compare(old, new) == []
+
+
+def test_modes_pick_the_side_that_breaks(tmp_path: Path) -> None:
+    old, new = _dirs(tmp_path, _thing(lambda t: t["$defs"]["Mode"]["enum"].append("eco")))  # breaks old readers
+    assert {f.rule for f in compare(old, new, "forward")} == {"ENUM_MEMBER_ADDED", "VERSION_NOT_BUMPED"}
+    assert compare(old, new, "backward") == []
+    assert compare(old, new, "none") == []
+    assert reader_accepts(new, old) == []  # new readers accept what old writers write
+    # the old reader, seen from the new writer: the old schema lacks a member the writer sends
+    assert [f.rule for f in reader_accepts(old, new)] == ["ENUM_MEMBER_REMOVED", "VERSION_NOT_BUMPED"]
+
+
+def test_suppressions_keep_the_finding_visible(tmp_path: Path) -> None:
+    def change(docs: dict[str, Any]) -> None:
+        thing = docs["t/Thing.v1.json"]
+        thing["$defs"]["Mode"]["enum"].append("eco")
+        _props(thing)["mode"]["x-compat-ignore"] = [
+            {"rule": "ENUM_MEMBER_ADDED", "reason": "all readers upgraded first"}
+        ]
+
+    old, new = _dirs(tmp_path, change)
+    findings = compare(old, new)
+    assert [(f.rule, f.severity, f.suppressed) for f in findings] == [
+        ("ENUM_MEMBER_ADDED", "info", "all readers upgraded first")
+    ]
+
+
+def test_a_suppression_needs_a_reason(tmp_path: Path) -> None:
+    docs = copy.deepcopy(BASE)
+    _props(docs["t/Thing.v1.json"])["mode"]["x-compat-ignore"] = [{"rule": "ENUM_MEMBER_ADDED", "reason": ""}]
+    with pytest.raises(codec.SchemaError, match=r"x-compat-ignore/0/reason: '' should be non-empty"):
+        load_dir(write_schemas(tmp_path, docs))
+
+
+# -- behaviour: what the rules predict is what decoding does --------------------------------------
+
+
+def _registry(root: Path, docs: dict[str, Any]) -> codec.Registry:
+    return codec.load_schemas(write_schemas(root, docs))
+
+
+@pytest.mark.parametrize(
+    ("rule_id", "change", "old_sends", "new_sends"),
+    [
+        ("FIELD_ADDED_OPTIONAL", _thing(lambda t: _props(t).update(size={"type": "integer", "default": 1})), {}, {}),
+        (
+            "FIELD_ADDED_REQUIRED",
+            _thing(lambda t: (_props(t).update(size={"type": "integer"}), t["required"].append("size"))),
+            {},
+            {"size": 2},
+        ),
+        (
+            "ENUM_MEMBER_ADDED",
+            _thing(lambda t: t["$defs"]["Mode"]["enum"].append("eco")),
+            {"mode": "fast"},
+            {"mode": "eco"},
+        ),
+        ("RANGE_TIGHTENED", _thing(lambda t: _props(t)["count"].update(maximum=50)), {"count": 75}, {"count": 25}),
+        (
+            "DEFAULT_CHANGED",
+            _thing(lambda t: _props(t)["mode"].update(default="slow")),
+            {"mode": "fast"},
+            {"mode": "slow"},
+        ),
+    ],
+)
+def test_rules_agree_with_decoding(
+    tmp_path: Path,
+    rule_id: str,
+    change: Callable[[dict[str, Any]], Any],
+    old_sends: dict[str, Any],
+    new_sends: dict[str, Any],
+) -> None:
+    """Old writer -> new reader fails exactly when the rule breaks old writers; new -> old likewise for readers."""
+    import torch
+
+    new_docs = copy.deepcopy(BASE)
+    change(new_docs)
+    old_reg, new_reg = _registry(tmp_path / "o", copy.deepcopy(BASE)), _registry(tmp_path / "n", new_docs)
+
+    def travels(writer: codec.Registry, reader: codec.Registry, extra: dict[str, Any]) -> bool:
+        cls = writer.type("t.Thing")
+        values = {"name": "x", "count": 1, "ratio": 0.5, "image": torch.zeros(1, 2, 2), **extra}
+        message = cls(**{k: _coerce(cls, k, v) for k, v in values.items()})
+        try:
+            out = codec.Decoder(reader).decode(codec.Encoder().encode(message))
+        except codec.DecodeError:
+            return False
+        shared = [k for k in values if k != "image" and hasattr(out, k)]
+        return all(_plain(getattr(out, k)) == _plain(values[k]) for k in shared)
+
+    side = RULES[rule_id].side
+    assert travels(old_reg, new_reg, old_sends) == (side not in ("old writers", "both"))  # BACKWARD
+    assert travels(new_reg, old_reg, new_sends) == (side not in ("old readers", "both"))  # FORWARD
+
+
+def _coerce(cls: type, name: str, value: Any) -> Any:
+    hint = msgspec.inspect.type_info(cls).fields
+    field = next(f for f in hint if f.name == name)
+    if isinstance(field.type, msgspec.inspect.EnumType):
+        return field.type.cls(value)
+    return value
+
+
+def _plain(value: Any) -> Any:
+    return getattr(value, "value", value)
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+def _write_pair(tmp_path: Path) -> tuple[Path, Path]:
+    new_docs = copy.deepcopy(BASE)
+    _props(new_docs["t/Thing.v1.json"]).pop("ratio")
+    new_docs["t/Thing.v1.json"]["required"].remove("ratio")
+    return write_schemas(tmp_path / "old", copy.deepcopy(BASE)), write_schemas(tmp_path / "new", new_docs)
+
+
+def test_cli_text_json_github_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old, new = _write_pair(tmp_path)
+    assert main(["compat", str(old), str(new)]) == 1
+    text = capsys.readouterr().out.splitlines()
+    assert (
+        text[0].startswith(f"{old}/t/Thing.v1.json:")
+        and ": FIELD_DELETED [breaks old readers] field 'ratio' removed from t.Thing v1" in text[0]
+    )
+    assert main(["compat", str(old), str(new), "--format", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    import jsonschema
+
+    from codec.compat.report import JSON_SCHEMA
+
+    jsonschema.validate(report, JSON_SCHEMA)
+    assert report["findings"][0]["rule"] == "FIELD_DELETED" and report["findings"][0]["pointer"] == "/properties/ratio"
+    assert main(["compat", str(old), str(new), "--format", "github"]) == 1
+    github = capsys.readouterr().out.splitlines()[0]
+    assert (
+        github.startswith(f"::error file={old}/t/Thing.v1.json,line=")
+        and ",title=FIELD_DELETED::field 'ratio'" in github
+    )
+    assert main(["compat", str(old), str(new), "--mode", "backward"]) == 0  # a deleted field only breaks old readers
+    capsys.readouterr()
+    assert main(["compat", str(old), str(old)]) == 0 and capsys.readouterr().out == ""
+
+
+def test_cli_fail_on_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    new_docs = copy.deepcopy(BASE)
+    _props(new_docs["t/Thing.v1.json"])["image"]["x-tensor"]["devices"] = ["cpu", "cuda"]
+    old, new = write_schemas(tmp_path / "o", copy.deepcopy(BASE)), write_schemas(tmp_path / "n", new_docs)
+    assert main(["compat", str(old), str(new)]) == 0
+    assert main(["compat", str(old), str(new), "--fail-on", "warning"]) == 1
+    assert "TENSOR_DEVICES_GROWN" in capsys.readouterr().out
+
+
+def test_cli_rules_and_usage(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["compat", "--list-rules", "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert len(listed) == len(RULES) and {"id", "side", "severity", "purpose"} <= set(listed[0])
+    assert main(["compat", "--explain", "FIELD_DELETED"]) == 0
+    assert capsys.readouterr().out.startswith("FIELD_DELETED (error, breaks old readers):")
+    assert main(["compat", "--explain", "NOPE"]) == 2
+    assert main(["compat", str(tmp_path)]) == 2
+    assert "needs OLD_DIR NEW_DIR" in capsys.readouterr().err
+    bad = write_schemas(tmp_path / "bad", {"t/X.v1.json": {"$id": "t.X"}})
+    assert main(["compat", str(bad), str(bad)]) == 2
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=repo, check=True, capture_output=True
+    )
+
+
+def test_cli_against_a_git_revision(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = tmp_path / "repo"
+    write_schemas(repo / "schemas", copy.deepcopy(BASE))
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "schemas")
+    thing = repo / "schemas" / "t" / "Thing.v1.json"
+    doc = json.loads(thing.read_text())
+    doc["$defs"]["Mode"]["enum"].append("eco")
+    thing.write_text(json.dumps(doc, indent=2))
+    monkeypatch.chdir(repo)
+    assert main(["compat", "--against", "HEAD"]) == 1
+    out = capsys.readouterr().out
+    assert "schemas/t/Thing.v1.json:" in out and "ENUM_MEMBER_ADDED [breaks old readers]" in out
+    assert main(["compat", "--against", "HEAD", "schemas", "--mode", "backward"]) == 0
+    capsys.readouterr()
+    assert main(["compat", "--against", "origin/main"]) == 2
+    assert (
+        "revision 'origin/main' is not in this clone; fetch it first: git fetch origin main" in capsys.readouterr().err
+    )
+    (repo / "schemas" / "t" / "C.v1.json").write_text(json.dumps(_variant("t.C", "c")))
+    assert main(["compat", "--against", "HEAD", "--mode", "backward"]) == 0
+    assert "TYPE_ADDED" in capsys.readouterr().out
