@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("--format", choices=["text", "json", "github"], default="text")
     compat.add_argument("--list-rules", action="store_true", help="print the rule catalogue")
     compat.add_argument("--explain", metavar="RULE_ID", help="explain one rule")
+    golden = sub.add_parser("golden", help="golden wire fixtures")
+    golden_sub = golden.add_subparsers(dest="golden_command", required=True, parser_class=_Parser)
+    record = golden_sub.add_parser("record", help="write fixtures for every type version that has none yet")
+    record.add_argument("--dir", type=Path, default=Path("tests/golden"), help="fixture root (default: tests/golden)")
     sub.add_parser("demo", help="send a diffusion result from a producer process through shared memory")
     inspect = sub.add_parser("inspect", help="print a joined message blob's header as JSON")
     inspect.add_argument("file", type=Path, help="a blob written by codec.join(frames)")
@@ -186,6 +190,18 @@ def main(argv: list[str] | None = None) -> int:
             return _inspect(args)
         if args.command == "compat":
             return _compat(args)
+        if args.command == "golden":
+            from codec.golden import record
+
+            try:
+                written = record(args.dir)
+            except ValueError as exc:
+                print(f"tensorwire: {exc}", file=sys.stderr)
+                return 2
+            for path in written:
+                print(f"wrote {path}")
+            print(f"{len(written)} fixture file(s) written; manifest {args.dir / 'MANIFEST.sha256'}")
+            return 0
         if args.command == "shm":
             return _shm(args)
         return _schemas(args)
