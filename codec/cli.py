@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("--mode", choices=["backward", "forward", "full", "none"], default="full")
     compat.add_argument("--fail-on", choices=["error", "warning"], default="error")
     compat.add_argument("--format", choices=["text", "json", "github"], default="text")
+    compat.add_argument(
+        "--transitive", action="store_true", help="with --against: check every earlier state of DIR, not just REV"
+    )
     compat.add_argument("--list-rules", action="store_true", help="print the rule catalogue")
     compat.add_argument("--explain", metavar="RULE_ID", help="explain one rule")
     golden = sub.add_parser("golden", help="golden wire fixtures")
@@ -95,8 +98,8 @@ def _schemas(args: argparse.Namespace) -> int:
 
 
 def _compat(args: argparse.Namespace) -> int:
-    from codec.compat import RULES, compare
-    from codec.compat.git import checkout_schemas, temporary_dir
+    from codec.compat import RULES, compare, compare_transitive
+    from codec.compat.git import checkout_schemas, history, temporary_dir
     from codec.compat.report import exit_code, render, rules_table
     from codec.schema import SchemaSet, load_dir
 
@@ -115,17 +118,23 @@ def _compat(args: argparse.Namespace) -> int:
             print("tensorwire: compat --against REV takes at most one DIR", file=sys.stderr)
             return 2
         new_dir = args.dirs[0] if args.dirs else DEFAULT_SCHEMAS
+        revs = history(new_dir, args.against) if args.transitive else [args.against]
+        olds = []
         with temporary_dir() as tmp:
-            old_root = checkout_schemas(new_dir, args.against, Path(tmp))
-            label = f"{args.against}:{new_dir.as_posix()}"
-            old = load_dir(old_root, display_root=label) if old_root else SchemaSet(Path(tmp), label, (), ())
+            for i, rev in enumerate(revs):
+                old_root = checkout_schemas(new_dir, rev, Path(tmp) / str(i))
+                label = f"{rev if not args.transitive else rev[:12]}:{new_dir.as_posix()}"
+                olds.append(load_dir(old_root, display_root=label) if old_root else SchemaSet(Path(tmp), label, (), ()))
             new = load_dir(new_dir)
+        findings = compare_transitive(olds, new, args.mode)
     else:
         if len(args.dirs) != 2:
             print("tensorwire: compat needs OLD_DIR NEW_DIR, or --against REV [DIR]", file=sys.stderr)
             return 2
-        old, new = load_dir(args.dirs[0]), load_dir(args.dirs[1])
-    findings = compare(old, new, args.mode)
+        if args.transitive:
+            print("tensorwire: --transitive needs --against REV (the history to walk)", file=sys.stderr)
+            return 2
+        findings = compare(load_dir(args.dirs[0]), load_dir(args.dirs[1]), args.mode)
     text = render(findings, args.format)
     if text:
         print(text)

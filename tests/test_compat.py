@@ -388,3 +388,29 @@ def test_cli_against_a_git_revision(
     (repo / "schemas" / "t" / "C.v1.json").write_text(json.dumps(_variant("t.C", "c")))
     assert main(["compat", "--against", "HEAD", "--mode", "backward"]) == 0
     assert "TYPE_ADDED" in capsys.readouterr().out
+
+
+def test_cli_transitive_checks_every_earlier_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A: note is a string; B: note removed (fine against A for new readers); C: note back as an integer."""
+    repo = tmp_path / "repo"
+    docs = copy.deepcopy(BASE)
+    write_schemas(repo / "schemas", docs)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "A")
+    thing = repo / "schemas" / "t" / "Thing.v1.json"
+    doc = json.loads(thing.read_text())
+    doc["properties"].pop("note")
+    thing.write_text(json.dumps(doc))
+    _git(repo, "commit", "-qam", "B")
+    doc["properties"]["note"] = {"type": ["integer", "null"], "default": None}
+    thing.write_text(json.dumps(doc))
+    monkeypatch.chdir(repo)
+    assert main(["compat", "--against", "HEAD"]) == 0  # against B alone: an optional field was added
+    assert "FIELD_ADDED_OPTIONAL" in capsys.readouterr().out
+    assert main(["compat", "--against", "HEAD", "--transitive"]) == 1  # against A too: note changed type
+    out = capsys.readouterr().out
+    assert "TYPE_CHANGED" in out and "changed from str to int" in out
+    assert main(["compat", str(repo / "schemas"), str(repo / "schemas"), "--transitive"]) == 2

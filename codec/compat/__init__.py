@@ -3,12 +3,13 @@
 ``compare(old, new, mode)`` diffs two compiled schema directories; ``reader_accepts(reader,
 writer)`` asks whether ``reader`` decodes what ``writer`` writes. Modes: ``backward`` (new reads
 old: protects old writers), ``forward`` (old reads new: protects old readers), ``full`` (both,
-the default inside one major version), ``none``. The rule catalogue is ``RULES``.
+the default inside one major version), ``none``; ``compare_transitive`` checks against every
+earlier state. The rule catalogue is ``RULES``.
 """
 
 from __future__ import annotations
 
-from codec.compat.diff import MODES, Finding, compare, reader_accepts
+from codec.compat.diff import MODES, Finding, compare, compare_transitive, reader_accepts
 from codec.compat.rules import RULES, Rule
 
-__all__ = ["MODES", "RULES", "Finding", "Rule", "compare", "reader_accepts"]
+__all__ = ["MODES", "RULES", "Finding", "Rule", "compare", "compare_transitive", "reader_accepts"]

@@ -29,7 +29,7 @@ from codec.schema.ir import (
 )
 from codec.schema.source import join_pointer
 
-__all__ = ["MODES", "Finding", "compare", "reader_accepts"]
+__all__ = ["MODES", "Finding", "compare", "compare_transitive", "reader_accepts"]
 
 _GONE = {"FIELD_DELETED", "FIELD_DELETED_OPTIONAL", "TYPE_DELETED"}
 MODES = {"backward": {WRITERS, BOTH}, "forward": {READERS, BOTH}, "full": {READERS, WRITERS, BOTH}, "none": set()}
@@ -466,6 +466,19 @@ def compare(old: SchemaSet, new: SchemaSet, mode: str = "full") -> list[Finding]
             type_findings += walk.findings
         findings += type_findings
     return [f for f in findings if f.side in sides or f.side == "none" or f.suppressed]
+
+
+def compare_transitive(olds: list[SchemaSet], new: SchemaSet, mode: str = "full") -> list[Finding]:
+    """``compare`` against every earlier state (newest first); each finding reported once."""
+    seen: set[tuple[str, str, str | None]] = set()
+    out: list[Finding] = []
+    for old in olds:
+        for finding in compare(old, new, mode):
+            key = (finding.rule, finding.message, finding.new)
+            if key not in seen:
+                seen.add(key)
+                out.append(finding)
+    return out
 
 
 def _docs(schemas: SchemaSet, message: Message) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from codec.errors import CompatError
 
-__all__ = ["checkout_schemas"]
+__all__ = ["checkout_schemas", "history", "temporary_dir"]
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -49,6 +49,19 @@ def checkout_schemas(schema_dir: Path, rev: str, into: Path) -> Path | None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(blob)
     return into
+
+
+def history(schema_dir: Path, rev: str, limit: int = 100) -> list[str]:
+    """Commits reachable from ``rev`` (first parents, newest first) that changed ``schema_dir``."""
+    schema_dir = schema_dir.resolve()
+    top = Path(_git(schema_dir, "rev-parse", "--show-toplevel").strip())
+    try:
+        _git(top, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    except CompatError:
+        raise CompatError(f"revision {rev!r} is not in this clone; fetch it first: {_fetch_hint(rev)}") from None
+    rel = schema_dir.relative_to(top).as_posix()
+    out = _git(top, "rev-list", "--first-parent", f"--max-count={limit}", rev, "--", rel)
+    return out.split()
 
 
 def temporary_dir() -> tempfile.TemporaryDirectory[str]:

@@ -1,0 +1,86 @@
+"""Property: what the checker calls compatible decodes across the versions; what it calls breaking can fail."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import write_schemas
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import codec
+from codec.compat import compare
+from codec.schema import load_dir
+
+FIELDS = ["a", "b", "c"]
+
+
+def _base(lo: list[int], hi: list[int], members: list[str]) -> dict[str, Any]:
+    props: dict[str, Any] = {f: {"type": "integer", "minimum": lo[i], "maximum": hi[i]} for i, f in enumerate(FIELDS)}
+    props["mode"] = {"type": "string", "enum": members, "x-enum-name": "Mode"}
+    return {"$id": "p.Msg", "x-version": 1, "type": "object", "properties": props, "required": [*FIELDS, "mode"]}
+
+
+@st.composite
+def evolutions(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An old schema and a new one made by changes that keep BACKWARD compatibility (new reads old)."""
+    lo = [draw(st.integers(-50, 0)) for _ in FIELDS]
+    hi = [draw(st.integers(1, 50)) for _ in FIELDS]
+    old = _base(lo, hi, ["x", "y"])
+    new = copy.deepcopy(old)
+    for op in draw(st.lists(st.sampled_from(["add_optional", "loosen", "add_member", "docs"]), max_size=4)):
+        i = draw(st.integers(0, len(FIELDS) - 1))
+        props = new["properties"]
+        if op == "add_optional":
+            name = f"extra{len(props)}"
+            props[name] = {"type": "integer", "default": draw(st.integers(-5, 5))}
+        elif op == "loosen":
+            props[FIELDS[i]]["minimum"] -= draw(st.integers(0, 10))
+            props[FIELDS[i]]["maximum"] += draw(st.integers(0, 10))
+        elif op == "add_member":
+            members = props["mode"]["enum"]
+            members.append(f"m{len(members)}")
+        else:
+            props[FIELDS[i]]["description"] = "documented"
+    return old, new
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pair=evolutions(), data=st.data())
+def test_backward_compatible_changes_decode_old_messages(
+    tmp_path_factory: pytest.TempPathFactory, pair: Any, data: st.DataObject
+) -> None:
+    old_doc, new_doc = pair
+    root = tmp_path_factory.mktemp("evo")
+    old_dir = write_schemas(root / "old", {"p/Msg.v1.json": old_doc})
+    new_dir = write_schemas(root / "new", {"p/Msg.v1.json": new_doc})
+    findings = compare(load_dir(old_dir), load_dir(new_dir), "backward")
+    assert [f for f in findings if f.severity == "error"] == []
+    old_cls = codec.load_schemas(old_dir).type("p.Msg")
+    new_reg = codec.load_schemas(new_dir)
+    props = old_doc["properties"]
+    values = {f: data.draw(st.integers(props[f]["minimum"], props[f]["maximum"])) for f in FIELDS}
+    mode = data.draw(st.sampled_from(props["mode"]["enum"]))
+    message = old_cls(**values, mode=mode)  # the encoder checks the value against the old schema's enum
+    out = codec.Decoder(new_reg).decode(codec.Encoder().encode(message))
+    assert {f: getattr(out, f) for f in FIELDS} == values and out.mode.value == mode
+
+
+def test_a_sample_of_breaking_changes_do_fail(tmp_path: Path) -> None:
+    old_doc = _base([0, 0, 0], [10, 10, 10], ["x", "y"])
+    tightened = copy.deepcopy(old_doc)
+    tightened["properties"]["a"]["maximum"] = 5
+    removed = copy.deepcopy(old_doc)
+    removed["properties"]["mode"]["enum"] = ["x"]
+    for name, new_doc, values in (("range", tightened, {"a": 9}), ("enum", removed, {"mode": "y"})):
+        old_dir = write_schemas(tmp_path / name / "old", {"p/Msg.v1.json": old_doc})
+        new_dir = write_schemas(tmp_path / name / "new", {"p/Msg.v1.json": new_doc})
+        assert any(f.severity == "error" for f in compare(load_dir(old_dir), load_dir(new_dir), "backward"))
+        old_cls = codec.load_schemas(old_dir).type("p.Msg")
+        fields: dict[str, Any] = {"a": 1, "b": 1, "c": 1, "mode": "x", **values}
+        message = old_cls(**fields)
+        with pytest.raises(codec.DecodeError):
+            codec.Decoder(codec.load_schemas(new_dir)).decode(codec.Encoder().encode(message))
