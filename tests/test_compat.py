@@ -11,153 +11,13 @@ from typing import Any
 
 import msgspec
 import pytest
+from compat_cases import BASE, CASES, _props, _thing, _variant
 from conftest import write_schemas
 
 import codec
 from codec.cli import main
 from codec.compat import RULES, compare, reader_accepts
 from codec.schema import load_dir
-
-
-def _variant(type_id: str, tag: str) -> dict[str, Any]:
-    return {
-        "$id": type_id,
-        "x-version": 1,
-        "type": "object",
-        "properties": {"kind": {"const": tag}, "n": {"type": "integer"}},
-        "required": ["n"],
-    }
-
-
-BASE: dict[str, Any] = {
-    "t/A.v1.json": _variant("t.A", "a"),
-    "t/B.v1.json": _variant("t.B", "b"),
-    "t/Thing.v1.json": {
-        "$id": "t.Thing",
-        "x-version": 1,
-        "description": "A thing.",
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "maxLength": 10},
-            "count": {"type": "integer", "minimum": 0, "maximum": 100},
-            "ratio": {"type": "number"},
-            "note": {"type": ["string", "null"], "default": None},
-            "mode": {"$ref": "#/$defs/Mode", "default": "fast"},
-            "tags": {"type": "array", "items": {"type": "string"}, "default": []},
-            "pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "integer"}], "default": [0, 0]},
-            "image": {"x-tensor": {"dtypes": ["float32", "uint8"], "shape": ["c", "h", "w"], "devices": ["cpu"]}},
-            "extra": {"x-tree": {"max_depth": 8}, "default": None},
-            "item": {
-                "oneOf": [{"$ref": "A.v1.json"}, {"$ref": "B.v1.json"}, {"type": "null"}],
-                "discriminator": {"propertyName": "kind"},
-                "default": None,
-            },
-            "link": {"oneOf": [{"$ref": "A.v1.json"}, {"type": "null"}], "default": None},
-        },
-        "required": ["name", "count", "ratio", "image"],
-        "$defs": {"Mode": {"type": "string", "enum": ["fast", "slow"], "x-enum-name": "Mode"}},
-    },
-}
-
-
-def _thing(change: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], None]:
-    def apply(docs: dict[str, Any]) -> None:
-        change(docs["t/Thing.v1.json"])
-
-    return apply
-
-
-def _props(doc: dict[str, Any]) -> dict[str, Any]:
-    return doc["properties"]  # type: ignore[no-any-return]
-
-
-CASES: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
-    ("TYPE_DELETED", lambda d: d.pop("t/B.v1.json") and _props(d["t/Thing.v1.json"])["item"]["oneOf"].pop(1)),
-    ("TYPE_ADDED", lambda d: d.update({"t/C.v1.json": _variant("t.C", "c")})),
-    ("MAJOR_VERSION_ADDED", lambda d: d.update({"t/A.v2.json": {**_variant("t.A", "a"), "x-version": 2}})),
-    ("DOC_CHANGED", _thing(lambda t: t.update(description="Another thing."))),
-    (
-        "FIELD_ADDED_REQUIRED",
-        _thing(lambda t: (_props(t).update(size={"type": "integer"}), t["required"].append("size"))),
-    ),
-    ("FIELD_ADDED_OPTIONAL", _thing(lambda t: _props(t).update(size={"type": "integer", "default": 1}))),
-    ("FIELD_DELETED", _thing(lambda t: (_props(t).pop("ratio"), t["required"].remove("ratio")))),
-    ("FIELD_DELETED_OPTIONAL", _thing(lambda t: _props(t).pop("note"))),
-    ("FIELD_RENAMED", _thing(lambda t: _props(t).update(remark=_props(t).pop("note")))),
-    ("FIELD_MADE_REQUIRED", _thing(lambda t: (_props(t)["note"].pop("default"), t["required"].append("note")))),
-    ("FIELD_MADE_OPTIONAL", _thing(lambda t: (_props(t)["ratio"].update(default=1.0), t["required"].remove("ratio")))),
-    ("DEFAULT_CHANGED", _thing(lambda t: _props(t)["mode"].update(default="slow"))),
-    ("TYPE_CHANGED", _thing(lambda t: _props(t).update(ratio={"type": "string"}))),
-    ("TYPE_WIDENED", _thing(lambda t: _props(t)["count"].update(type="number"))),
-    ("TYPE_NARROWED", _thing(lambda t: _props(t)["ratio"].update(type="integer"))),
-    ("NULLABLE_ADDED", _thing(lambda t: _props(t)["name"].update(type=["string", "null"]))),
-    ("NULLABLE_REMOVED", _thing(lambda t: _props(t)["note"].update(type="string", default=""))),
-    ("RANGE_TIGHTENED", _thing(lambda t: _props(t)["count"].update(maximum=50))),
-    ("RANGE_LOOSENED", _thing(lambda t: _props(t)["name"].update(maxLength=20))),
-    (
-        "TUPLE_LENGTH_CHANGED",
-        _thing(
-            lambda t: (
-                _props(t)["pair"]["prefixItems"].append({"type": "integer"}),
-                _props(t)["pair"].update(default=[0, 0, 0]),
-            )
-        ),
-    ),
-    ("SET_SEMANTICS_CHANGED", _thing(lambda t: _props(t)["tags"].update(uniqueItems=True))),
-    (
-        "REF_TARGET_CHANGED",
-        _thing(lambda t: _props(t).update(link={"oneOf": [{"$ref": "B.v1.json"}, {"type": "null"}], "default": None})),
-    ),
-    ("ENUM_MEMBER_ADDED", _thing(lambda t: t["$defs"]["Mode"]["enum"].append("eco"))),
-    ("ENUM_MEMBER_REMOVED", _thing(lambda t: t["$defs"]["Mode"]["enum"].pop())),
-    ("ENUM_VALUE_CHANGED", _thing(lambda t: t["$defs"]["Mode"].update(enum=["fast", "sluggish"]))),
-    (
-        "UNION_VARIANT_ADDED",
-        lambda d: (
-            d.update({"t/C.v1.json": _variant("t.C", "c")}),
-            _props(d["t/Thing.v1.json"])["item"]["oneOf"].insert(0, {"$ref": "C.v1.json"}),
-        ),
-    ),
-    ("UNION_VARIANT_REMOVED", _thing(lambda t: _props(t)["item"]["oneOf"].pop(1))),
-    ("UNION_TAG_CHANGED", lambda d: _props(d["t/B.v1.json"])["kind"].update(const="bee")),
-    (
-        "UNION_TAG_FIELD_CHANGED",
-        lambda d: (
-            [(_props(d[f]).update(type_=_props(d[f]).pop("kind"))) for f in ("t/A.v1.json", "t/B.v1.json")]
-            and _props(d["t/Thing.v1.json"])["item"]["discriminator"].update(propertyName="type_")
-        ),
-    ),
-    ("TENSOR_KIND_CHANGED", _thing(lambda t: _props(t).update(image={"x-ndarray": _props(t)["image"]["x-tensor"]}))),
-    ("TENSOR_DTYPE_REPLACED", _thing(lambda t: _props(t)["image"]["x-tensor"].update(dtypes=["float64"]))),
-    ("TENSOR_DTYPES_GROWN", _thing(lambda t: _props(t)["image"]["x-tensor"]["dtypes"].append("float16"))),
-    ("TENSOR_DTYPES_SHRUNK", _thing(lambda t: _props(t)["image"]["x-tensor"]["dtypes"].remove("uint8"))),
-    ("TENSOR_RANK_CHANGED", _thing(lambda t: _props(t)["image"]["x-tensor"].update(shape=["h", "w"]))),
-    ("TENSOR_DIMS_REORDERED", _thing(lambda t: _props(t)["image"]["x-tensor"].update(shape=["h", "w", "c"]))),
-    ("TENSOR_SHAPE_TIGHTENED", _thing(lambda t: _props(t)["image"]["x-tensor"].update(shape=[3, "h", "w"]))),
-    ("TENSOR_SHAPE_LOOSENED", _thing(lambda t: _props(t)["image"]["x-tensor"].update(shape=["c", None, "w"]))),
-    ("TENSOR_DEVICES_GROWN", _thing(lambda t: _props(t)["image"]["x-tensor"].update(devices=["cpu", "cuda"]))),
-    ("TENSOR_DEVICES_SHRUNK", _thing(lambda t: _props(t)["image"]["x-tensor"].update(devices=["cuda"]))),
-    ("TENSOR_CONTIGUITY_REQUIRED", _thing(lambda t: _props(t)["image"]["x-tensor"].update(contiguous=True))),
-    ("TREE_DEPTH_DECREASED", _thing(lambda t: _props(t)["extra"]["x-tree"].update(max_depth=4))),
-    ("TREE_DEPTH_INCREASED", _thing(lambda t: _props(t)["extra"]["x-tree"].update(max_depth=16))),
-    ("TREE_JSON_TIGHTENED", _thing(lambda t: _props(t)["extra"]["x-tree"].update(json=True))),
-    ("CONSTRAINT_TIGHTENED", _thing(lambda t: t.update({"x-constraints": {"at_most_one_of": ["note", "extra"]}}))),
-    ("VALIDATOR_ADDED", _thing(lambda t: t.update({"x-validators": ["rpc.ok_xor_error"]}))),
-    (
-        "STRUCT_TAG_CHANGED",
-        lambda d: (
-            _props(d["t/A.v1.json"]).pop("kind")
-            and d.update(
-                {
-                    "t/Thing.v1.json": {
-                        **d["t/Thing.v1.json"],
-                        "properties": {k: v for k, v in _props(d["t/Thing.v1.json"]).items() if k != "item"},
-                    }
-                }
-            )
-        ),
-    ),
-]
 
 
 def _dirs(tmp_path: Path, change: Callable[[dict[str, Any]], Any]) -> tuple[Any, Any]:
@@ -178,6 +38,30 @@ def test_each_rule_fires_on_its_change(tmp_path: Path, rule_id: str, change: Cal
     assert finding.side == RULES[rule_id].side and finding.severity == RULES[rule_id].severity
     if RULES[rule_id].severity == "error" and finding.type_id == "t.Thing" and finding.version == 1:
         assert "VERSION_NOT_BUMPED" in fired
+
+
+FIXTURES = sorted(p for p in (Path(__file__).parent / "compat").iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("pair", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_every_fixture_pair_fires_its_rule(pair: Path) -> None:
+    findings = compare(load_dir(pair / "old"), load_dir(pair / "new"), "full")
+    matching = [f for f in findings if f.rule == pair.name]
+    assert matching, [(f.rule, f.message) for f in findings]
+    assert matching[0].side == RULES[pair.name].side and matching[0].severity == RULES[pair.name].severity
+
+
+def test_there_is_a_fixture_pair_for_every_rule_and_they_are_current(tmp_path: Path) -> None:
+    import compat_cases
+
+    assert {p.name for p in FIXTURES} == set(RULES)
+    compat_cases.write(tmp_path / "compat")  # the committed fixtures are what the cases produce
+    fresh = {p.relative_to(tmp_path / "compat"): p.read_text() for p in (tmp_path / "compat").rglob("*.json")}
+    committed = {
+        p.relative_to(Path(__file__).parent / "compat"): p.read_text()
+        for p in (Path(__file__).parent / "compat").rglob("*.json")
+    }
+    assert fresh == committed
 
 
 def test_the_catalogue_is_large_and_every_rule_is_documented() -> None:

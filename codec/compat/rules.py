@@ -1,6 +1,7 @@
 """The rule catalogue: every kind of schema change the checker knows, with a stable ID.
 
-``side`` says whom a change breaks: ``old readers`` (consumers still on the old schema reading
+A finding suppressed with ``x-compat-ignore`` keeps its rule ID, drops to ``info`` and carries
+the reason, so it stays visible. ``side`` says whom a change breaks: ``old readers`` (consumers still on the old schema reading
 new messages: FORWARD), ``old writers`` (producers still on the old schema whose messages new
 code reads: BACKWARD), ``both``, or ``none``.
 """
@@ -131,7 +132,6 @@ _CATALOGUE = [
         "a named rule no longer applies; old readers may reject some new messages",
     ),
     Rule("STRUCT_TAG_CHANGED", BOTH, "warning", "a struct's tag property or value changed"),
-    Rule("SUPPRESSED", NONE, "info", "a finding suppressed by x-compat-ignore, shown so it stays visible"),
 ]
 
 RULES: dict[str, Rule] = {r.id: r for r in _CATALOGUE}
