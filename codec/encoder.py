@@ -77,9 +77,16 @@ class Encoder:
         exported: list[tuple[Transport, Handle]] = []
         entries = []
         try:
+            begin = getattr(self.transport, "begin_message", None)
+            if begin is not None and any(self._route(b.nbytes) is self.transport for b in buffers):
+                begin()
             for buffer in buffers:
                 transport = self._route(buffer.nbytes)
-                handle = transport.export(buffer.view, frames)
+                export_storage = getattr(transport, "export_storage", None)
+                if export_storage is not None and buffer.storage is not None:
+                    handle = export_storage(buffer.storage, buffer.start, buffer.nbytes, frames)
+                else:
+                    handle = transport.export(buffer.view, frames)
                 exported.append((transport, handle))
                 entries.append({"nbytes": buffer.nbytes, "handle": handle})
             header = {

@@ -32,6 +32,8 @@ class BufferPlan:
 
     view: memoryview
     owner: Any
+    storage: torch.Tensor | None = None  # uint8 tensor over the whole torch storage the view is cut from
+    start: int = 0  # byte offset of the view in ``storage``
 
     @property
     def nbytes(self) -> int:
@@ -42,6 +44,7 @@ class BufferPlan:
 class _Group:
     raw: np.ndarray  # uint8 view of the whole memory block, or of a private copy
     base: int  # address of raw[0]
+    tensor: torch.Tensor | None = None  # for torch storages: a uint8 tensor over the whole storage
     lo: int = 2**63
     hi: int = 0
     members: list[int] = field(default_factory=list)  # descriptor indices
@@ -111,7 +114,7 @@ class TensorPlan:
             if size:
                 whole = whole.set_(storage)
             raw = whole.numpy()
-            group = self._groups[key] = _Group(raw=raw, base=storage.data_ptr())
+            group = self._groups[key] = _Group(raw=raw, base=storage.data_ptr(), tensor=whole)
             self._keep.append(whole)
         itemsize = t.element_size()
         start = group.base + int(t.storage_offset()) * itemsize
@@ -177,7 +180,7 @@ class TensorPlan:
                     group.lo = group.hi = group.base
                 group.lo -= (group.lo - group.base) % _ALIGN
                 view = memoryview(group.raw[group.lo - group.base : group.hi - group.base])  # type: ignore[arg-type]
-                buffers.append(BufferPlan(view=view, owner=group.raw))
+                buffers.append(BufferPlan(view, group.raw, group.tensor, group.lo - group.base))
         descriptors = []
         for entry in self.entries:
             group = entry.group

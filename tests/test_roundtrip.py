@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import torch.multiprocessing as torch_mp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wire_helpers import bits, same, segments_of
@@ -19,6 +20,7 @@ from transports.pool import FREE
 
 SHM = transports.ShmTransport(pool=False)
 POOL = transports.ShmTransport()
+QUEUE = torch_mp.get_context("spawn").Queue()
 ALL_OOB = codec.EncodeOptions(inline_threshold=1)
 MODES = {
     "inline": (codec.Encoder(), codec.Decoder(REGISTRY)),
@@ -31,6 +33,10 @@ MODES = {
     "pool-copy": (
         codec.Encoder(transport=POOL, options=ALL_OOB),
         codec.Decoder(REGISTRY, transports=[POOL], options=codec.DecodeOptions(borrow=False)),
+    ),
+    "queue": (
+        codec.Encoder(transport=transports.QueueTransport(QUEUE, snapshot=True), options=ALL_OOB),
+        codec.Decoder(REGISTRY, transports=[transports.QueueTransport(QUEUE)]),
     ),
 }
 

@@ -3,12 +3,15 @@
 import codec  # noqa: F401  (first: codec's encoder/decoder import these modules, which use codec.errors)
 from transports.base import Handle, Transport, available, by_name
 from transports.inline import InlineHandle, InlineTransport
+from transports.queue import QueueHandle, QueueTransport
 from transports.shm import ShmHandle, ShmTransport, SlotHandle, reap
 
 __all__ = [
     "Handle",
     "InlineHandle",
     "InlineTransport",
+    "QueueHandle",
+    "QueueTransport",
     "ShmHandle",
     "ShmTransport",
     "SlotHandle",

@@ -5,6 +5,11 @@ transport's name, placed in the header's buffer table); the receiving side ``ver
 handle of a message before touching anything, then ``import_``s each into a buffer. ``release``
 undoes an export (or discards an unread one); ``close`` releases what the transport holds.
 Third-party transports register under the ``tensorwire.transports`` entry-point group.
+
+Two optional methods: ``begin_message()`` (called once per encode before its exports, for
+transports that number messages) and ``export_storage(storage, start, nbytes, frames)`` (given
+instead of a byte view when the buffer is cut from a torch storage, for transports that move
+storages rather than bytes).
 """
 
 from __future__ import annotations

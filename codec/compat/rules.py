@@ -1,9 +1,9 @@
 """The rule catalogue: every kind of schema change the checker knows, with a stable ID.
 
-A finding suppressed with ``x-compat-ignore`` keeps its rule ID, drops to ``info`` and carries
-the reason, so it stays visible. ``side`` says whom a change breaks: ``old readers`` (consumers still on the old schema reading
+``side`` says whom a change breaks: ``old readers`` (consumers still on the old schema reading
 new messages: FORWARD), ``old writers`` (producers still on the old schema whose messages new
-code reads: BACKWARD), ``both``, or ``none``.
+code reads: BACKWARD), ``both``, or ``none``. A finding suppressed with ``x-compat-ignore``
+keeps its rule ID, drops to ``info`` and carries the reason, so it stays visible.
 """
 
 from __future__ import annotations

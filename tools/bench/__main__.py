@@ -124,11 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--plot", metavar="FILE", help="write a PNG plot (GB/s vs size, log axes)")
     parser.add_argument("--sizes", help="comma-separated sizes, e.g. 4K,1M,256M (default: 4K..1G)")
-    parser.add_argument("--modes", help="comma-separated mode names (default: all)")
+    parser.add_argument("--modes", help="semicolon-separated mode names (default: all)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = parser.parse_args(argv)
     sizes = [_size(s) for s in args.sizes.split(",")] if args.sizes else SIZES
-    names = args.modes.split(",") if args.modes else [m.name for m in [*TENSORWIRE, *PEERS, TinyMessage]]
+    names = args.modes.split(";") if args.modes else [m.name for m in [*TENSORWIRE, *PEERS, TinyMessage]]
     unknown = [n for n in names if n not in MODES]
     if unknown:
         parser.error(f"unknown modes: {unknown}; known: {sorted(MODES)}")

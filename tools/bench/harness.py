@@ -96,11 +96,14 @@ def measure_mode(name: str, sizes: list[int], scale: float = 1.0, warmup: int = 
     if kind == "pipe":
         a, b = ctx.Pipe()
         sender_channel, receiver_channel = a, b
-    elif kind == "queue":
+    elif kind in ("queue", "pipe+queue"):
         import torch.multiprocessing as tmp
 
         queue = tmp.get_context("spawn").Queue()
         sender_channel = receiver_channel = queue
+        if kind == "pipe+queue":  # frames over a pipe, buffers through the queue
+            a, b = ctx.Pipe()
+            sender_channel, receiver_channel = (a, queue), (b, queue)
     else:
         folder = tempfile.mkdtemp(prefix="tw-bench-")
         address = f"ipc://{folder}/sock"

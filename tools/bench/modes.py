@@ -130,6 +130,28 @@ class TwPoolZeroCopy(_Frames):
         return tensor
 
 
+class TwQueue(_Frames):
+    """tensorwire over a torch.multiprocessing queue: storages moved into shared memory, sent by fd."""
+
+    name = "tensorwire queue"
+    channel = "pipe+queue"
+    inline_threshold = 0
+
+    def __init__(self, conn: Any) -> None:
+        import codec
+        import transports
+        from codec.generated import REGISTRY, diffusion
+
+        self.conn, queue = conn
+        self._output = diffusion.Output
+        self.shm = transports.QueueTransport(queue)
+        self.encoder = codec.Encoder(transport=self.shm, options=codec.EncodeOptions(inline_threshold=0))
+        self.decoder = codec.Decoder(REGISTRY, transports=[self.shm])
+
+    def prepare(self, template: torch.Tensor) -> torch.Tensor:
+        return template.clone()  # an ordinary tensor each time: the transport moves it into shared memory
+
+
 class TwDefault(_Frames):
     """What a plain Encoder(transport=ShmTransport()) does: inline below the threshold, pool above."""
 
@@ -281,6 +303,6 @@ class TinyMessage(Mode):
         return torch.empty(0)
 
 
-TENSORWIRE = [TwInline, TwShmCopy, TwShmBorrow, TwPool, TwPoolZeroCopy, TwDefault]
+TENSORWIRE = [TwInline, TwShmCopy, TwShmBorrow, TwPool, TwPoolZeroCopy, TwQueue, TwDefault]
 PEERS = [PickleInband, PickleOobShm, TorchQueue, MsgspecInline, Zmq, ReferenceStyle]
 MODES = {mode.name: mode for mode in [*TENSORWIRE, *PEERS, TinyMessage]}

@@ -1,0 +1,206 @@
+"""The torch.multiprocessing queue transport: many producers, stale discard, TTL, bounds, timeouts, leaks."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import pytest
+import torch
+import torch.multiprocessing as tmp
+
+import codec
+import transports
+from codec.generated import REGISTRY, diffusion
+
+OOB = codec.EncodeOptions(inline_threshold=1)
+
+
+def _ctx() -> Any:
+    return tmp.get_context("spawn")
+
+
+def _pair(queue: Any, **options: Any) -> tuple[codec.Encoder, codec.Decoder, transports.QueueTransport]:
+    tx = transports.QueueTransport(queue)
+    rx = transports.QueueTransport(queue, **options)
+    return codec.Encoder(transport=tx, options=OOB), codec.Decoder(REGISTRY, transports=[rx]), rx
+
+
+def producer(
+    name: int, data_queue: Any, frames_queue: Any, done_queue: Any, messages: int, die_after_first_put: bool = False
+) -> None:
+    """Encode ``messages`` messages of two tensors (different dtypes and shapes) each."""
+    tx = transports.QueueTransport(data_queue)
+    encoder = codec.Encoder(transport=tx, options=OOB)
+    for m in range(messages):
+        floats = torch.full((3 + name, 4), float(100 * name + m))
+        ints = torch.arange(5 + m, dtype=torch.int16) + name
+        if die_after_first_put:
+            tx.begin_message()
+            tx.export_storage(
+                torch.empty(0, dtype=torch.uint8).set_(floats.untyped_storage()), 0, floats.numel() * 4, []
+            )
+            data_queue.close()
+            data_queue.join_thread()  # the first tensor is really on its way
+            os._exit(3)  # killed mid-stream: one tensor of the message is out, the other never comes
+        frames = encoder.encode(diffusion.Output(output=(floats, ints), chunk_index=m))
+        frames_queue.put((name, m, [bytes(memoryview(f)) for f in frames]))
+    frames_queue.put((name, None, None))
+    done_queue.get()  # stay alive until the consumer has taken our tensors (their fds come from us)
+
+
+def test_four_producers_three_messages_two_tensors_out_of_order() -> None:
+    ctx = _ctx()
+    data, frames_q, done = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    procs = [ctx.Process(target=producer, args=(n, data, frames_q, done, 3)) for n in range(4)]
+    for p in procs:
+        p.start()
+    received: dict[int, list[tuple[int, list[bytes]]]] = {n: [] for n in range(4)}
+    finished = 0
+    while finished < 4:
+        name, m, frames = frames_q.get(timeout=60)
+        if m is None:
+            finished += 1
+        else:
+            received[name].append((m, frames))
+    rx = transports.QueueTransport(data)
+    decoder = codec.Decoder(REGISTRY, transports=[rx])
+    order = [(3, 0), (1, 0), (1, 1), (0, 0), (3, 1), (2, 0), (0, 1), (2, 1), (0, 2), (1, 2), (3, 2), (2, 2)]
+    for name, m in order:  # producers in any order, each producer's messages in its own order
+        message = decoder.decode(received[name][m][1])
+        floats, ints = message.output
+        assert message.chunk_index == m
+        assert floats.shape == (3 + name, 4) and bool((floats == 100 * name + m).all())
+        assert ints.dtype == torch.int16 and ints.tolist() == [i + name for i in range(5 + m)]
+    assert rx.buffered() == 0
+    for _ in procs:
+        done.put(None)
+    for p in procs:
+        p.join(timeout=30)
+
+
+def test_stale_messages_are_discarded_with_a_counting_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    queue = _ctx().Queue()
+    encoder, decoder, rx = _pair(queue)
+    first = encoder.encode(diffusion.Output(output=(torch.ones(3), torch.ones(2, dtype=torch.int64))))
+    second = encoder.encode(diffusion.Output(output=(torch.zeros(3), torch.zeros(2, dtype=torch.int64))))
+    with caplog.at_level(logging.WARNING, logger="tensorwire.queue"):
+        out = decoder.decode(second)
+    assert float(out.output[0].sum()) == 0.0
+    assert "discarding 2 stale tensor(s) of 1 older message(s) from sender" in caplog.text
+    assert rx.buffered() == 0
+    with pytest.raises(codec.TransportError, match=r"no tensor 0 of message 1 from sender .* after waiting 0.2s"):
+        codec.Decoder(REGISTRY, transports=[transports.QueueTransport(queue, timeout=0.2)]).decode(first)
+
+
+def test_a_silent_sender_is_evicted_after_its_ttl(caplog: pytest.LogCaptureFixture) -> None:
+    import time
+
+    queue = _ctx().Queue()
+    quiet = transports.QueueTransport(queue)
+    talker = codec.Encoder(transport=transports.QueueTransport(queue), options=OOB)
+    rx = transports.QueueTransport(queue, ttl=0.2)
+    decoder = codec.Decoder(REGISTRY, transports=[rx])
+    codec.Encoder(transport=quiet, options=OOB).encode(diffusion.Output(output=torch.ones(4)))  # never read
+    first = talker.encode(diffusion.Output(output=torch.ones(2)))
+    decoder.decode(first)  # drains quiet's tensor into the buffer on the way
+    assert rx.buffered() == 1
+    time.sleep(0.3)
+    with caplog.at_level(logging.WARNING, logger="tensorwire.queue"):
+        decoder.decode(talker.encode(diffusion.Output(output=torch.ones(2))))
+    assert f"evicting sender {quiet.sender_id}, silent for over 0.2s (1 buffered tensor(s) dropped)" in caplog.text
+    assert rx.buffered() == 0
+
+
+def test_the_buffer_is_bounded() -> None:
+    queue = _ctx().Queue()
+    other = codec.Encoder(transport=transports.QueueTransport(queue), options=OOB)
+    wanted = codec.Encoder(transport=transports.QueueTransport(queue), options=OOB)
+    for _ in range(3):
+        other.encode(diffusion.Output(output=torch.ones(8)))
+    frames = wanted.encode(diffusion.Output(output=torch.ones(8)))
+    rx = transports.QueueTransport(queue, max_buffered=2)
+    with pytest.raises(codec.TransportError, match=r"receive buffer full \(2 tensors, 64 bytes; limits 2 and"):
+        codec.Decoder(REGISTRY, transports=[rx]).decode(frames)
+    small = transports.QueueTransport(queue, max_buffered_bytes=10)
+    with pytest.raises(codec.TransportError, match=r"receive buffer full"):
+        codec.Decoder(REGISTRY, transports=[small]).decode(frames)
+
+
+def test_the_arriving_tensor_is_checked_against_the_buffer_entry() -> None:
+    import msgspec
+
+    queue = _ctx().Queue()
+    encoder, decoder, _ = _pair(queue)
+    frames = encoder.encode(diffusion.Output(output=torch.ones(8)))
+    header = msgspec.msgpack.decode(frames[0])
+    header["buffers"][0]["nbytes"] = 16
+    header["tensors"][0][2] = [4]
+    header["tensors"][0][6] = 16
+    with pytest.raises(codec.DecodeError, match=r"is torch.uint8 of shape \(32,\), the buffer entry says 16 bytes"):
+        decoder.decode([msgspec.msgpack.encode(header)])
+
+
+def test_snapshot_copies_and_default_aliases() -> None:
+    queue = _ctx().Queue()
+    encoder, decoder, _ = _pair(queue)
+    tensor = torch.arange(6.0)
+    frames = encoder.encode(diffusion.Output(output=tensor))
+    assert tensor.is_shared()  # moved into shared memory in place
+    tensor[0] = 99.0
+    assert float(decoder.decode(frames).output[0]) == 99.0  # later writes are visible: aliasing
+    snap = codec.Encoder(transport=transports.QueueTransport(queue, snapshot=True), options=OOB)
+    other = torch.arange(6.0)
+    frames = snap.encode(diffusion.Output(output=other))
+    other[0] = 99.0
+    assert not other.is_shared() and float(decoder.decode(frames).output[0]) == 0.0
+
+
+def test_a_producer_killed_mid_stream_does_not_stop_the_others() -> None:
+    ctx = _ctx()
+    data, frames_q, done = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    dying = ctx.Process(target=producer, args=(7, data, frames_q, done, 1, True))
+    dying.start()
+    dying.join(timeout=60)
+    assert dying.exitcode == 3
+    healthy = ctx.Process(target=producer, args=(1, data, frames_q, done, 2))
+    healthy.start()
+    got = []
+    while len(got) < 2:
+        _, m, frames = frames_q.get(timeout=60)
+        if m is not None:
+            got.append(frames)
+    rx = transports.QueueTransport(data, timeout=5)
+    decoder = codec.Decoder(REGISTRY, transports=[rx])
+    for m, frames in enumerate(got):
+        assert decoder.decode(frames).chunk_index == m
+    assert rx.buffered() <= 1  # the dead producer's half message (if it could be received) waits for its TTL
+    frames_q.get(timeout=60)  # the healthy producer's end marker
+    done.put(None)
+    healthy.join(timeout=30)
+
+
+def test_two_thousand_messages_do_not_grow_anything() -> None:
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def shm_used() -> int:
+        stats = os.statvfs("/dev/shm")
+        return (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+
+    queue = _ctx().Queue()
+    encoder, decoder, rx = _pair(queue)
+    for i in range(50):  # warm-up: the queue's feeder thread and pipes exist from here on
+        decoder.decode(encoder.encode(diffusion.Output(output=torch.full((64,), float(i)))))
+    base_fds, base_shm = fds(), shm_used()
+    for i in range(2000):
+        out = decoder.decode(encoder.encode(diffusion.Output(output=torch.full((64,), float(i)))))
+        assert float(out.output[0]) == float(i)
+    del out
+    import gc
+
+    gc.collect()
+    assert rx.buffered() == 0
+    assert fds() <= base_fds + 2
+    assert shm_used() <= base_shm + 1024 * 1024
