@@ -30,7 +30,7 @@ import numpy as np
 
 from codec.errors import DecodeError, TransportError
 
-__all__ = ["CLAIMED", "CONTROL_BYTES", "FREE", "IN_FLIGHT", "SENDER", "Pool", "SlotReader", "size_class"]
+__all__ = ["CLAIMED", "CONTROL_BYTES", "FREE", "IN_FLIGHT", "SENDER", "Pool", "SlotReader", "alive", "size_class"]
 
 CONTROL_BYTES = 4096
 MAGIC = b"TWSLOT01"
@@ -62,7 +62,8 @@ def _put(view: Any, offset: int, value: int) -> None:
     _U64.pack_into(view, offset, value)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (ours or not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -160,7 +161,7 @@ class Pool:
                 current = slot.state
                 if current == CLAIMED:
                     receiver = _get(slot.mapping, _RECEIVER)
-                    if receiver and not _alive(receiver):
+                    if receiver and not alive(receiver):
                         current = FREE  # its receiver died holding it
                 if current == FREE:
                     self._take(slot, state)
@@ -309,7 +310,7 @@ def _free(mapping: mmap.mmap, path: Path, generation: int, states: tuple[int, ..
         creator = int(path.name.split("-")[1])
     except (IndexError, ValueError):
         return
-    if not _alive(creator):
+    if not alive(creator):
         try:
             os.unlink(path)
         except FileNotFoundError:

@@ -33,7 +33,7 @@ import torch
 
 from codec.errors import DecodeError, TransportError
 from transports.base import Buffer, Handle
-from transports.pool import CONTROL_BYTES, IN_FLIGHT, SENDER, Pool, SlotReader
+from transports.pool import CONTROL_BYTES, IN_FLIGHT, SENDER, Pool, SlotReader, alive
 
 __all__ = ["SHM_DIR", "ShmHandle", "ShmTransport", "SlotHandle", "our_segments", "reap"]
 
@@ -280,23 +280,13 @@ def our_segments(directory: str | os.PathLike[str] = SHM_DIR) -> list[str]:
     return sorted(n for n in names if _NAME.fullmatch(n))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def reap(directory: str | os.PathLike[str] = SHM_DIR) -> list[str]:
     """Remove tensorwire segments whose creator process is gone; return their names."""
     removed = []
     for name in our_segments(directory):
         match = _NAME.fullmatch(name)
         assert match is not None
-        if not _alive(int(match.group(1))):
+        if not alive(int(match.group(1))):
             _unlink(Path(directory) / name)
             removed.append(name)
     return removed
