@@ -201,3 +201,20 @@ def test_ten_thousand_transfers_leave_nothing_behind() -> None:
     assert fds() == base_fds
     assert shm_bytes() <= base_bytes
     assert segments_of(os.getpid()) == []
+
+
+def test_a_pool_dropped_without_close_unlinks_its_free_slots_and_stops_trimming() -> None:
+    import threading
+    import weakref
+
+    shm = transports.ShmTransport(idle_seconds=60)
+    encoder, decoder = _pair(shm)
+    decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(10_000))))
+    gc.collect()
+    pool_ref = weakref.ref(shm.pool)  # type: ignore[arg-type]
+    names = [slot.name for slot in shm.pool.slots()]  # type: ignore[union-attr]
+    assert any(t.name == "tensorwire-pool-trim" for t in threading.enumerate())
+    del shm, encoder, decoder
+    gc.collect()
+    assert pool_ref() is None  # the trimmer thread does not keep it alive
+    assert not any((SHM_DIR / n).exists() for n in names)

@@ -129,11 +129,11 @@ class Pool:
         self.idle_seconds = idle_seconds
         self._slots: dict[int, list[Slot]] = {}
         # at exit, or when the pool is dropped without close(), its segments are unlinked
-        self._finalizer = weakref.finalize(self, _unlink_all, self._slots)
+        self._wake = threading.Event()
+        self._finalizer = weakref.finalize(self, _finalize, self._slots, self._wake)
         self._lock = threading.Lock()
         self._closed = False
         self._trimmer: threading.Thread | None = None
-        self._wake = threading.Event()
 
     # -- accounting ---------------------------------------------------------------------------
     @property
@@ -269,12 +269,9 @@ class Pool:
 
     def _start_trimmer(self) -> None:
         if self._trimmer is None and self.idle_seconds > 0:
-            self._trimmer = threading.Thread(target=self._trim_loop, name="tensorwire-pool-trim", daemon=True)
+            args = (weakref.ref(self), self._wake, max(self.idle_seconds / 2, 0.05))
+            self._trimmer = threading.Thread(target=_trim_loop, args=args, name="tensorwire-pool-trim", daemon=True)
             self._trimmer.start()
-
-    def _trim_loop(self) -> None:
-        while not self._wake.wait(max(self.idle_seconds / 2, 0.05)):
-            self.trim()
 
     def close(self) -> None:
         """Unlink every slot; receivers keep what they have mapped until they let go."""
@@ -284,6 +281,21 @@ class Pool:
             for slots in list(self._slots.values()):
                 for slot in list(slots):
                     self._drop(slot)
+
+
+def _trim_loop(pool_ref: weakref.ref[Pool], wake: threading.Event, period: float) -> None:
+    """Trim idle slots every ``period`` until the pool is closed or dropped (holds no strong reference)."""
+    while not wake.wait(period):
+        pool = pool_ref()
+        if pool is None:
+            return
+        pool.trim()
+        del pool
+
+
+def _finalize(slots: dict[int, list[Slot]], wake: threading.Event) -> None:
+    wake.set()
+    _unlink_all(slots)
 
 
 def _unlink_all(slots: dict[int, list[Slot]]) -> None:
