@@ -61,9 +61,10 @@ class Transport(Protocol):
 def available() -> dict[str, type[Any]]:
     """Transport classes by name: the built-ins plus the ``tensorwire.transports`` entry points."""
     from transports.inline import InlineTransport
+    from transports.queue import QueueTransport
     from transports.shm import ShmTransport
 
-    found: dict[str, type[Any]] = {InlineTransport.name: InlineTransport, ShmTransport.name: ShmTransport}
+    found: dict[str, type[Any]] = {t.name: t for t in (InlineTransport, ShmTransport, QueueTransport)}
     for entry in metadata.entry_points(group="tensorwire.transports"):
         cls = entry.load()
         found[cls.name] = cls
