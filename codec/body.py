@@ -190,7 +190,12 @@ def _sorted(values: set[Any] | frozenset[Any]) -> list[Any]:
         return sorted(values, key=repr)
 
 
+_SCALAR_TYPES = frozenset({type(None), bool, int, float, str})
+
+
 def _tree(value: Any, depth: int, max_depth: int) -> Any:
+    if type(value) in _SCALAR_TYPES:
+        return value
     if depth > max_depth:
         raise EncodeError(f"nesting deeper than the limit of {max_depth}")
     if isinstance(value, tuple):

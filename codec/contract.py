@@ -196,7 +196,12 @@ _JSON_LEAVES = (type(None), bool, int, float, str)
 _TREE_LEAVES = (*_JSON_LEAVES, bytes, torch.Tensor, np.ndarray)
 
 
+_SCALAR_TYPES = frozenset({type(None), bool, int, float, str})
+
+
 def _check_tree(check: TreeCheck, value: Any, path: str, depth: int) -> None:
+    if type(value) in _SCALAR_TYPES:
+        return  # the common leaf, allowed in every tree
     if isinstance(value, dict | list | tuple):
         if depth >= check.max_depth:
             raise ValidationError(f"{path}: tree is deeper than its limit of {check.max_depth}")
