@@ -66,7 +66,7 @@ class Decoder:
         except msgspec.MsgspecError as exc:
             raise DecodeError(f"invalid header: {exc}") from None
         handles = [entry.handle for entry in header.buffers]
-        self._verify_handles(header, handles, frames)
+        self._verify_handles(handles, frames)
         done = False
         try:
             cls = self._resolve(header)
@@ -101,7 +101,7 @@ class Decoder:
             )
         return cls
 
-    def _verify_handles(self, header: Any, handles: list[Handle], frames: Sequence[Buffer]) -> None:
+    def _verify_handles(self, handles: list[Handle], frames: Sequence[Buffer]) -> None:
         """Every handle well-formed for its transport, before anything is opened or released."""
         limits = self.options.limits
         if len(handles) > limits.max_buffers:

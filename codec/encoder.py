@@ -44,21 +44,12 @@ class Encoder:
             raise EncodeError(f"{cls.__name__} is not a tensorwire message type (no __tw_type__)")
         limits = self.options.limits
         plan = TensorPlan(limits)
-        values: list[Any] = []
-
-        def add(value: Any) -> int:
-            index = plan.add(value)
-            if index == len(values):
-                values.append(value)
-            return index
-
         try:
-            body = encode_body(message, add, limits.max_depth)
+            body = encode_body(message, plan.add, limits.max_depth)
             if self.options.validate:
-                decode_body(cls, body, values.__getitem__)
-        except CodecError as exc:
-            raise EncodeError(f"{info.type_id}: {exc}") from None
+                decode_body(cls, body, plan.values.__getitem__)
         except (
+            CodecError,
             msgspec.ValidationError,
             msgspec.DecodeError,
             TypeError,

@@ -9,7 +9,7 @@ own bytes. Values are raw bits: bf16, fp8 and NaN payloads are never converted.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,6 @@ class _Group:
     tensor: torch.Tensor | None = None  # for torch storages: a uint8 tensor over the whole storage
     lo: int = 2**63
     hi: int = 0
-    members: list[int] = field(default_factory=list)  # descriptor indices
 
 
 @dataclass
@@ -67,8 +66,9 @@ class TensorPlan:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.entries: list[_Entry] = []
+        self.values: list[Any] = []  # the registered tensors and arrays, by descriptor index
         self._by_id: dict[int, int] = {}
-        self._keep: list[Any] = []  # values whose ids are used as keys must stay alive
+        self._keep: list[Any] = []  # memory blocks the buffers are cut from
         self._groups: dict[Any, _Group] = {}
 
     def add(self, value: Any) -> int:
@@ -87,11 +87,10 @@ class TensorPlan:
         index = len(self.entries)
         self.entries.append(entry)
         self._by_id[id(value)] = index
-        self._keep.append(value)
+        self.values.append(value)  # also keeps ``id(value)`` from being reused during the call
         if nbytes:
             lo, hi = _extent(entry.start, entry.shape, entry.strides, entry.itemsize)
             entry.group.lo, entry.group.hi = min(entry.group.lo, lo), max(entry.group.hi, hi)
-        entry.group.members.append(index)
         return index
 
     def _torch(self, tensor: torch.Tensor) -> _Entry:
@@ -126,28 +125,31 @@ class TensorPlan:
         if name not in DTYPES or DTYPES[name].numpy_name is None:
             raise EncodeError(f"numpy dtype {dtype.str!r} ({dtype}) is not in the wire dtype table")
         itemsize = dtype.itemsize
-        strides_bytes = array.strides
-        if any(s % itemsize for s in strides_bytes):
+        if any(s % itemsize for s in array.strides):
             array = np.ascontiguousarray(array)  # byte strides that are not whole elements: one copy
-            strides_bytes = array.strides
-        group = self._numpy_group(array)
+        group, array = self._numpy_group(array)
         start = array.__array_interface__["data"][0]
-        strides = [s // itemsize for s in strides_bytes]
+        strides = [s // itemsize for s in array.strides]
         return _Entry("ndarray", name, list(array.shape), strides, start, group, itemsize)
 
-    def _numpy_group(self, array: np.ndarray) -> _Group:
+    def _numpy_group(self, array: np.ndarray) -> tuple[_Group, np.ndarray]:
+        """The memory block ``array`` lives in, and the array to describe (a private copy if that
+        block cannot be addressed as one flat run of bytes)."""
         root: Any = array
         while isinstance(root, np.ndarray) and root.base is not None:
             root = root.base
         key = ("numpy", id(root))
         group = self._groups.get(key)
         if group is not None:
-            return group
+            return group, array
         try:
             if isinstance(root, np.ndarray):
-                raw = root.reshape(-1, order="A").view(np.uint8) if root.size else np.empty(0, np.uint8)
+                block = root
+            elif hasattr(root, "__array_interface__"):
+                block = np.asarray(root)  # e.g. a lease over a shared-memory mapping
             else:
-                raw = np.frombuffer(root, dtype=np.uint8)
+                block = np.frombuffer(root, dtype=np.uint8)
+            raw = block.reshape(-1, order="A").view(np.uint8) if block.size else np.empty(0, np.uint8)
             base = raw.ctypes.data
             lo, hi = _extent(
                 array.__array_interface__["data"][0],
@@ -156,17 +158,14 @@ class TensorPlan:
                 array.itemsize,
             )
             if array.size and not (base <= lo and hi <= base + raw.nbytes):
-                raise ValueError("view outside its base")
+                raise ValueError("the array is not inside its base's bytes")
         except (TypeError, ValueError, BufferError):
-            # memory we cannot address as one block (a foreign exporter): send a private copy
-            copy = np.ascontiguousarray(array).reshape(-1).view(np.uint8) if array.size else np.empty(0, np.uint8)
-            key = ("copy", id(array))
-            raw, base = copy, copy.ctypes.data
-            # the copy is what the descriptor points at
-            self._keep.append(copy)
+            array = np.ascontiguousarray(array).copy()  # a block we cannot address: send a private copy
+            raw = array.reshape(-1).view(np.uint8) if array.size else np.empty(0, np.uint8)
+            key, root, base = ("copy", id(array)), array, raw.ctypes.data
         group = self._groups[key] = _Group(raw=raw, base=base)
         self._keep.append(root)
-        return group
+        return group, array
 
     def finish(self) -> tuple[list[BufferPlan], list[TensorDesc]]:
         """The buffers to send (one per memory block, in first-use order) and every descriptor."""

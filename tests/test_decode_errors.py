@@ -329,3 +329,13 @@ def test_untouched_foreign_paths(tmp_path: Path) -> None:
     transport = transports.ShmTransport(tmp_path)
     with pytest.raises(codec.DecodeError, match=r"not a tensorwire name"):
         transport.verify([transports.ShmHandle(name="../etc/passwd")], [])
+
+
+def test_a_descriptor_failure_releases_every_segment_of_the_message() -> None:
+    frames = _shm_frames()
+    names = [e["handle"]["name"] for e in _header(frames)["buffers"] if e["handle"]["transport"] == "shm"]
+    assert names and all((SHM_DIR / n).exists() for n in names)
+    crafted = _with(frames, lambda h: h["tensors"][0].__setitem__(1, "object"))
+    with pytest.raises(codec.DecodeError, match=r"'object' is not in the wire dtype table"):
+        DECODER.decode(crafted)
+    assert not any((SHM_DIR / n).exists() for n in names)

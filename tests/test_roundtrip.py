@@ -388,3 +388,26 @@ def test_transports_are_found_by_name() -> None:
         transports.by_name("carrier-pigeon")
     for cls in transports.available().values():
         assert isinstance(cls.handle_types, tuple) and cls.handle_types
+
+
+class _Foreign:
+    """Memory exposed only through ``__array_interface__`` (no buffer protocol)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._array = array
+        self.__array_interface__ = array.__array_interface__
+
+
+def test_arrays_over_foreign_exporters_round_trip() -> None:
+    src = np.arange(24, dtype=np.int32)
+    contiguous = np.asarray(_Foreign(src)).reshape(4, 6)[:, 1:4]  # addressed in place
+    strided = np.asarray(_Foreign(src[::2]))  # a strided foreign block: sent as a private copy
+    for mode in ("inline", "shm-copy", "pool-borrow"):
+        out = roundtrip(diffusion.Output(output=[contiguous, strided]), mode).output
+        assert np.array_equal(out[0], contiguous) and np.array_equal(out[1], strided), mode
+
+
+def teardown_module() -> None:
+    """Leave /dev/shm as this module found it: its long-lived pool is closed."""
+    POOL.close()
+    SHM.close()
