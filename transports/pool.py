@@ -30,7 +30,19 @@ import numpy as np
 
 from codec.errors import DecodeError, TransportError
 
-__all__ = ["CLAIMED", "CONTROL_BYTES", "FREE", "IN_FLIGHT", "SENDER", "Pool", "SlotReader", "alive", "size_class"]
+__all__ = [
+    "CLAIMED",
+    "CONTROL_BYTES",
+    "FREE",
+    "IN_FLIGHT",
+    "POPULATE",
+    "SENDER",
+    "Pool",
+    "SlotReader",
+    "alive",
+    "create_segment",
+    "size_class",
+]
 
 CONTROL_BYTES = 4096
 MAGIC = b"TWSLOT01"
@@ -38,7 +50,7 @@ FREE, SENDER, IN_FLIGHT, CLAIMED = 0, 1, 2, 3
 MIN_CLASS = 64 * 1024
 _U64 = struct.Struct("<Q")
 _STATE, _GENERATION, _RECEIVER, _CAPACITY = 8, 16, 24, 32
-_POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 
 
 def size_class(nbytes: int) -> int:
@@ -51,6 +63,28 @@ def size_class(nbytes: int) -> int:
         if candidate >= nbytes:
             return -(-candidate // 4096) * 4096
     return top
+
+
+def create_segment(path: Path, size: int) -> mmap.mmap:
+    """A new segment of ``size`` bytes, reserved with ``posix_fallocate`` and mapped pre-faulted.
+
+    A full file system is a ``TransportError`` (ENOSPC) here, before anything is written, never a
+    SIGBUS on a later write. Nothing is left behind on failure.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise TransportError(exc.errno, f"cannot create shared memory segment {path.name}: {exc.strerror}") from None
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return mmap.mmap(fd, size, flags=POPULATE)
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise TransportError(
+            exc.errno, f"cannot reserve {size} bytes in {path.parent} for {path.name}: {exc.strerror}"
+        ) from None
+    finally:
+        os.close(fd)
 
 
 def _get(view: Any, offset: int) -> int:
@@ -182,6 +216,18 @@ class Pool:
         _put(slot.mapping, _STATE, IN_FLIGHT)
         return slot.generation
 
+    def release(self, name: str, generation: int) -> bool:
+        """Undo the hand-over of one of our slots (a failed encode); False if the slot is not ours.
+
+        A slot a receiver has already claimed is left alone: its lease frees it.
+        """
+        for slot in self.slots():
+            if slot.name == name:
+                if slot.generation == generation and slot.state == IN_FLIGHT:
+                    self.give_back(slot)
+                return True
+        return False
+
     def give_back(self, slot: Slot) -> None:
         _put(slot.mapping, _STATE, FREE)
         slot.last_used = time.monotonic()
@@ -211,20 +257,7 @@ class Pool:
                 return None
         name = self._make_name()
         path = self.directory / name
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        except OSError as exc:
-            raise TransportError(exc.errno, f"cannot create pool segment {name}: {exc.strerror}") from None
-        try:
-            os.posix_fallocate(fd, 0, size)
-            mapping = mmap.mmap(fd, size, flags=_POPULATE)
-        except OSError as exc:
-            os.unlink(path)
-            raise TransportError(
-                exc.errno, f"cannot reserve {size} bytes for pool segment {name}: {exc.strerror}"
-            ) from None
-        finally:
-            os.close(fd)
+        mapping = create_segment(path, size)
         mapping[:8] = MAGIC
         _put(mapping, _CAPACITY, capacity)
         address = np.frombuffer(mapping, dtype=np.uint8, count=1, offset=CONTROL_BYTES).ctypes.data

@@ -33,7 +33,7 @@ import torch
 
 from codec.errors import DecodeError, TransportError
 from transports.base import Buffer, Handle
-from transports.pool import CONTROL_BYTES, IN_FLIGHT, SENDER, Pool, SlotReader, alive
+from transports.pool import CONTROL_BYTES, POPULATE, SENDER, Pool, SlotReader, alive, create_segment
 
 __all__ = ["SHM_DIR", "ShmHandle", "ShmTransport", "SlotHandle", "our_segments", "reap"]
 
@@ -41,7 +41,6 @@ SHM_DIR = Path("/dev/shm")
 _NAME = re.compile(r"tw-([1-9][0-9]{0,9})-([0-9a-f]{32})-([0-9a-f]{1,16})")
 _TOKEN = secrets.token_hex(16)
 _TOKEN_PID = os.getpid()
-_POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)  # pre-fault in bulk where Linux offers it
 _lock = threading.Lock()
 _counter = 0
 
@@ -168,40 +167,23 @@ class ShmTransport:
         return SlotHandle(name=slot.name, offset=0, generation=self.pool.hand_over(slot))
 
     def _export_segment(self, data: memoryview) -> Handle:
-        nbytes = data.nbytes
         name = _next_name()
         path = self.directory / name
+        mapping = create_segment(path, data.nbytes)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        except OSError as exc:
-            raise TransportError(exc.errno, f"cannot create shared memory segment {name}: {exc.strerror}") from None
-        try:
-            try:
-                os.posix_fallocate(fd, 0, nbytes)
-            except OSError as exc:
-                raise TransportError(
-                    exc.errno, f"cannot reserve {nbytes} bytes in {self.directory} for {name}: {exc.strerror}"
-                ) from None
-            with mmap.mmap(fd, nbytes, flags=_POPULATE) as mapping:  # map every page in one call
-                mapping[:] = data
+            mapping[:] = data
         except BaseException:
-            os.close(fd)
-            _unlink(path)
+            path.unlink(missing_ok=True)
             raise
-        os.close(fd)
+        finally:
+            mapping.close()
         return ShmHandle(name=name)
 
     def release(self, handle: Handle) -> None:
         if not _NAME.fullmatch(getattr(handle, "name", "")):
             return
         if isinstance(handle, SlotHandle):
-            own = self.pool is not None and any(s.name == handle.name for s in self.pool.slots())
-            if own:
-                assert self.pool is not None
-                for slot in self.pool.slots():
-                    if slot.name == handle.name and slot.generation == handle.generation and slot.state == IN_FLIGHT:
-                        self.pool.give_back(slot)  # never one a receiver has claimed
-            else:
+            if self.pool is None or not self.pool.release(handle.name, handle.generation):
                 self._reader.discard(handle.name, handle.generation)
             return
         assert isinstance(handle, ShmHandle)
@@ -246,7 +228,7 @@ class ShmTransport:
             size = os.fstat(fd).st_size
             if size != nbytes:
                 raise DecodeError(f"shm segment {handle.name} holds {size} bytes, its buffer entry says {nbytes}")
-            mapping = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED if borrow else _POPULATE)
+            mapping = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED if borrow else POPULATE)
         finally:
             os.close(fd)
             _unlink(path)
