@@ -20,6 +20,7 @@ import msgspec.inspect as mi
 import numpy as np
 import torch
 
+from codec.contract import SCALAR_TYPES, TREE_LEAVES
 from codec.errors import DecodeError, EncodeError
 from codec.wire import EXT_TENSOR, EXT_TUPLE
 
@@ -106,32 +107,32 @@ def dec_hook(tp: type, obj: Any) -> Any:
 
 
 def prepare(message: Any, max_depth: int) -> Any:
-    """``message`` with every tree tuple wrapped, copying only the structs and containers on the way."""
+    """``message`` with tree tuples wrapped and sets sorted, copying only the structs and containers on the way."""
     return _struct(message, 0, max_depth)
 
 
 @cache
 def _plan(cls: type) -> tuple[tuple[str, Any], ...]:
-    """Fields of ``cls`` whose values may hold a tree."""
+    """Fields of ``cls`` whose values ``prepare`` may rewrite."""
     info = mi.type_info(cls)
     assert isinstance(info, mi.StructType)
-    return tuple((f.name, f.type) for f in info.fields if _may_hold_tree(f.type, frozenset({cls})))
+    return tuple((f.name, f.type) for f in info.fields if _rewritable(f.type, frozenset({cls})))
 
 
-def _may_hold_tree(t: Any, seen: frozenset[type]) -> bool:
+def _rewritable(t: Any, seen: frozenset[type]) -> bool:
     """Whether values of ``t`` may hold a tree or a set (both are rewritten before encoding)."""
     if isinstance(t, mi.AnyType | mi.SetType | mi.FrozenSetType):
         return True
     if isinstance(t, mi.StructType):
-        return t.cls not in seen and any(_may_hold_tree(f.type, seen | {t.cls}) for f in t.fields)
+        return t.cls not in seen and any(_rewritable(f.type, seen | {t.cls}) for f in t.fields)
     if isinstance(t, mi.UnionType):
-        return any(_may_hold_tree(u, seen) for u in t.types)
+        return any(_rewritable(u, seen) for u in t.types)
     if isinstance(t, mi.ListType | mi.VarTupleType):
-        return _may_hold_tree(t.item_type, seen)
+        return _rewritable(t.item_type, seen)
     if isinstance(t, mi.TupleType):
-        return any(_may_hold_tree(u, seen) for u in t.item_types)
+        return any(_rewritable(u, seen) for u in t.item_types)
     if isinstance(t, mi.DictType):
-        return _may_hold_tree(t.value_type, seen)
+        return _rewritable(t.value_type, seen)
     return False
 
 
@@ -190,11 +191,8 @@ def _sorted(values: set[Any] | frozenset[Any]) -> list[Any]:
         return sorted(values, key=repr)
 
 
-_SCALAR_TYPES = frozenset({type(None), bool, int, float, str})
-
-
 def _tree(value: Any, depth: int, max_depth: int) -> Any:
-    if type(value) in _SCALAR_TYPES:
+    if type(value) in SCALAR_TYPES:
         return value
     if depth > max_depth:
         raise EncodeError(f"nesting deeper than the limit of {max_depth}")
@@ -206,9 +204,6 @@ def _tree(value: Any, depth: int, max_depth: int) -> Any:
     if isinstance(value, dict):
         items = {k: _tree(v, depth + 1, max_depth) for k, v in value.items()}
         return items if any(items[k] is not value[k] for k in value) else value
-    if not isinstance(value, _TREE_LEAVES):
+    if not isinstance(value, TREE_LEAVES):
         raise EncodeError(f"{type(value).__name__} is not allowed in a tree")
     return value
-
-
-_TREE_LEAVES = (type(None), bool, int, float, str, bytes, torch.Tensor, np.ndarray)

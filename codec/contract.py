@@ -22,6 +22,9 @@ from codec.errors import ValidationError
 __all__ = [
     "Check",
     "EachCheck",
+    "JSON_LEAVES",
+    "SCALAR_TYPES",
+    "TREE_LEAVES",
     "GroupRule",
     "StructRules",
     "TensorCheck",
@@ -192,15 +195,13 @@ def _check_tensor(check: TensorCheck, value: Any, path: str, dims: dict[str, tup
         raise ValidationError(f"{path}: must be contiguous")
 
 
-_JSON_LEAVES = (type(None), bool, int, float, str)
-_TREE_LEAVES = (*_JSON_LEAVES, bytes, torch.Tensor, np.ndarray)
-
-
-_SCALAR_TYPES = frozenset({type(None), bool, int, float, str})
+JSON_LEAVES = (type(None), bool, int, float, str)  # what a JSON-only tree may hold besides containers
+TREE_LEAVES = (*JSON_LEAVES, bytes, torch.Tensor, np.ndarray)  # what any tree may hold
+SCALAR_TYPES = frozenset(JSON_LEAVES)  # exact types: the fast path of the tree walks
 
 
 def _check_tree(check: TreeCheck, value: Any, path: str, depth: int) -> None:
-    if type(value) in _SCALAR_TYPES:
+    if type(value) in SCALAR_TYPES:
         return  # the common leaf, allowed in every tree
     if isinstance(value, dict | list | tuple):
         if depth >= check.max_depth:
@@ -216,7 +217,7 @@ def _check_tree(check: TreeCheck, value: Any, path: str, depth: int) -> None:
         for i, item in enumerate(value):
             _check_tree(check, item, f"{path}[{i}]", depth + 1)
         return
-    leaves = _JSON_LEAVES if check.json_only else _TREE_LEAVES
+    leaves = JSON_LEAVES if check.json_only else TREE_LEAVES
     if not isinstance(value, leaves):
         kind = "a JSON tree" if check.json_only else "a tree"
         raise ValidationError(f"{path}: {type(value).__name__} is not allowed in {kind}")
