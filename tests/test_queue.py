@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from typing import Any
@@ -204,3 +205,38 @@ def test_two_thousand_messages_do_not_grow_anything() -> None:
     assert rx.buffered() == 0
     assert fds() <= base_fds + 2
     assert shm_used() <= base_shm + 1024 * 1024
+
+
+def test_a_full_queue_fails_the_export_after_its_timeout() -> None:
+    queue = _ctx().Queue(maxsize=1)
+    encoder = codec.Encoder(transport=transports.QueueTransport(queue, timeout=0.2), options=OOB)
+    encoder.encode(diffusion.Output(output=torch.ones(4)))
+    with pytest.raises(codec.TransportError, match=r"queue full for 0.2s sending") as info:
+        encoder.encode(diffusion.Output(output=torch.ones(4)))
+    assert info.value.errno == errno.EAGAIN
+
+
+class _FlakyQueue:
+    """A queue whose first item cannot be received (as when its producer died before we took its fds)."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+        self.failed = False
+
+    def get(self, timeout: float) -> Any:
+        if not self.failed:
+            self.failed = True
+            raise ConnectionRefusedError("the producer is gone")
+        return self.items.pop(0)
+
+
+def test_an_item_that_cannot_be_received_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    real = _ctx().Queue()
+    frames = codec.Encoder(transport=transports.QueueTransport(real), options=OOB).encode(
+        diffusion.Output(output=torch.arange(3.0))
+    )
+    flaky = _FlakyQueue([real.get(timeout=10)])
+    with caplog.at_level(logging.WARNING, logger="tensorwire.queue"):
+        out = codec.Decoder(REGISTRY, transports=[transports.QueueTransport(flaky)]).decode(frames)
+    assert out.output.tolist() == [0.0, 1.0, 2.0]
+    assert "dropping a queue item that could not be received: the producer is gone" in caplog.text
