@@ -388,15 +388,10 @@ def compare(old: SchemaSet, new: SchemaSet, mode: str = "full") -> list[Finding]
     gone = sorted(old_by.keys() - new_by.keys())
     fresh = sorted(new_by.keys() - old_by.keys())
     renamed: dict[tuple[str, int], tuple[str, int]] = {}
+    fresh_shapes = {k: _shape_without_ids(new_by[k]) for k in fresh}
     for key in gone:
-        twin = next(
-            (
-                k
-                for k in fresh
-                if k not in renamed.values() and _shape_without_ids(new_by[k]) == _shape_without_ids(old_by[key])
-            ),
-            None,
-        )
+        shape = _shape_without_ids(old_by[key])
+        twin = next((k for k in fresh if k not in renamed.values() and fresh_shapes[k] == shape), None)
         if twin is not None:
             renamed[key] = twin
     for key in gone:
