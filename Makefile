@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.tensorwire-installed
 # a bare requirement would download a multi-GB CUDA build. An existing torch is left alone.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv test lint typecheck gen gen-check compat-check demo bench clean
+.PHONY: venv test lint typecheck gen gen-check compat-check demo bench gpu-wheels clean
 
 venv: $(STAMP)
 
@@ -52,6 +52,16 @@ $(BENCH_STAMP): $(STAMP)
 # Every mode and peer, 4 KiB to 1 GiB: table on stdout, plot in docs/bench.png (a few minutes).
 bench: $(BENCH_STAMP)
 	$(BIN)/tensorwire bench --plot docs/bench.png
+
+# Wheels of the dependencies a GPU machine lacks (it has torch and numpy), for CPython 3.12 on
+# x86-64: tools/gpu_check.sh installs them from .whl/ there.
+GPU_WHEELS ?= msgspec==0.23.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
+
+gpu-wheels:
+	mkdir -p .whl
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d .whl $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

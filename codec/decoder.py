@@ -3,7 +3,8 @@
 Order of one ``decode`` call: bound the nesting depth of frame 0; decode the header; check magic,
 wire version, type id and version; verify every handle (names of our pattern only) and every
 tensor descriptor (dtype in the table, sizes, strides and offsets inside their buffer, limits);
-import the buffers; decode the body against the message class (its rules run as it is built).
+import the buffers; copy the buffers of tensors placed on a device there (``device=``, see
+``codec.placement``); decode the body against the message class (its rules run as it is built).
 If any step after the handles were verified fails, every buffer of the message is released.
 """
 
@@ -18,11 +19,13 @@ from codec.body import decode_body
 from codec.errors import CodecError, DecodeError
 from codec.inspect import describe
 from codec.options import DecodeOptions
+from codec.placement import DeviceSpec, Placement
 from codec.registry import Registry, UnknownTypeError
 from codec.scan import check_depth
 from codec.tensors import TensorBuilder, verify_descriptor
 from codec.wire import MAGIC, WIRE_VERSION, header_type
 from transports.base import Buffer, Handle, Transport
+from transports.cuda_runtime import CudaRuntime
 from transports.inline import InlineHandle, InlineTransport
 
 __all__ = ["Decoder"]
@@ -31,17 +34,25 @@ _HEADER_LEVELS = 2  # the header map and its body entry sit above the message's 
 
 
 class Decoder:
-    """Decodes messages of the types in ``registry``; immutable and safe to share between threads."""
+    """Decodes messages of the types in ``registry``; immutable and safe to share between threads.
 
-    __slots__ = ("_header", "_sealed", "_transports", "options", "registry")
+    ``device``: put decoded torch tensors on a device: ``"cuda:0"``, a mapping from body path to
+    device, or a ``codec.placement.Placement`` (see that module); ``runtime``: its CUDA adapter.
+    """
+
+    __slots__ = ("_header", "_sealed", "_transports", "options", "placement", "registry")
 
     def __init__(
         self,
         registry: Registry,
         transports: Iterable[Transport] = (),
         options: DecodeOptions | None = None,
+        *,
+        device: DeviceSpec | Placement | None = None,
+        runtime: CudaRuntime | None = None,
     ) -> None:
         self.registry = registry
+        self.placement = device if isinstance(device, Placement) or device is None else Placement(device, runtime)
         self.options = options if options is not None else DecodeOptions()
         known: dict[str, Transport] = {}  # handle tag -> the transport that reads it
         for transport in [InlineTransport(), *transports]:
@@ -72,7 +83,14 @@ class Decoder:
             cls = self._resolve(header)
             self._verify_tensors(header, head)
             buffers = self._import(header, frames)
-            builder = TensorBuilder(header.tensors, buffers)
+            devices: dict[int, Any] = {}
+            placed: dict[tuple[int, Any], Any] = {}
+            if self.placement is not None:
+                devices = self.placement.targets(header, head)
+                if devices:
+                    wanted = {(header.tensors[i].buffer, device) for i, device in devices.items()}
+                    placed = self.placement.upload(buffers, wanted)
+            builder = TensorBuilder(header.tensors, buffers, devices, placed)
             try:
                 message = decode_body(cls, header.body, builder.build)
             except (msgspec.MsgspecError, CodecError) as exc:

@@ -5,10 +5,15 @@ encode the body, registering each tensor; decode that body back against the mess
 with the real tensors (the schema check: types, enum members, ranges, lengths, tensor specs,
 constraints, named rules); only then export the buffers. If anything fails, every buffer exported
 by this call is released. The caller's message is never mutated.
+
+Tensors on a CUDA device stay there until export: a transport with ``export_device`` (e.g.
+``CudaShmTransport``) copies them straight into shared memory; otherwise the encoder stages them
+(a pinned side-stream copy after the producer's pending work) and sends the host copy.
 """
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 import msgspec
@@ -16,9 +21,10 @@ import msgspec
 from codec.body import decode_body, encode_body
 from codec.errors import CodecError, EncodeError, TransportError
 from codec.options import EncodeOptions
-from codec.tensors import TensorPlan
+from codec.tensors import BufferPlan, TensorPlan
 from codec.wire import MAGIC, WIRE_VERSION
 from transports.base import Buffer, Handle, Transport
+from transports.cuda_runtime import stage_to_host, transport_runtime
 from transports.inline import InlineTransport
 
 __all__ = ["Encoder"]
@@ -73,11 +79,7 @@ class Encoder:
                 begin()
             for buffer in buffers:
                 transport = self._route(buffer.nbytes)
-                export_storage = getattr(transport, "export_storage", None)
-                if export_storage is not None and buffer.storage is not None:
-                    handle = export_storage(buffer.storage, buffer.start, buffer.nbytes, frames)
-                else:
-                    handle = transport.export(buffer.view, frames)
+                handle = self._export(transport, buffer, frames)
                 exported.append((transport, handle))
                 entries.append({"nbytes": buffer.nbytes, "handle": handle})
             header = {
@@ -103,6 +105,29 @@ class Encoder:
                 raise TransportError(exc.errno, f"{info.type_id}: export failed: {exc}") from exc
             raise
         return frames
+
+    def _export(self, transport: Transport, buffer: BufferPlan, frames: list[Buffer]) -> Handle:
+        """Hand one buffer to ``transport``: a device buffer to its ``export_device`` if it takes
+        it, else staged to the host first; a torch storage to ``export_storage`` if it has one."""
+        storage, view, start = buffer.storage, buffer.view, buffer.start
+        if view is None:
+            assert storage is not None
+            export_device = getattr(transport, "export_device", None)
+            if export_device is not None:
+                handle: Handle | None = export_device(storage, start, buffer.nbytes, frames)
+                if handle is not None:
+                    return handle
+            try:
+                storage = stage_to_host(storage[start : start + buffer.nbytes], transport_runtime(self.transport))
+            except RuntimeError as exc:  # CudaCallError included
+                raise TransportError(
+                    errno.EIO, f"copying a {buffer.nbytes}-byte device buffer to the host: {exc}"
+                ) from None
+            view, start = memoryview(storage.numpy()), 0  # type: ignore[arg-type]
+        export_storage = getattr(transport, "export_storage", None)
+        if export_storage is not None and storage is not None:
+            return export_storage(storage, start, buffer.nbytes, frames)  # type: ignore[no-any-return]
+        return transport.export(view, frames)
 
     def _route(self, nbytes: int) -> Transport:
         if nbytes == 0 or nbytes < self.options.inline_threshold:

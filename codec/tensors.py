@@ -3,7 +3,9 @@
 Encoding groups tensors by the memory they live in: every view of one storage travels in one
 buffer covering just the bytes the views reach (aligned down to 16 bytes so every view keeps an
 element-aligned offset), so aliasing survives and a small view of a huge storage sends only its
-own bytes. Values are raw bits: bf16, fp8 and NaN payloads are never converted.
+own bytes. Values are raw bits: bf16, fp8 and NaN payloads are never converted. Tensors on a device stay
+there: their buffer carries the device storage and no host view, and the encoder's transport
+(or a staging copy) moves the bytes.
 """
 
 from __future__ import annotations
@@ -28,21 +30,18 @@ _TORCH_NAMES = {getattr(torch, d.torch_name): d.name for d in DTYPES.values()}
 
 @dataclass
 class BufferPlan:
-    """One buffer to send: a flat byte view and the objects that keep its memory alive."""
+    """One buffer to send: a flat byte view (None for device memory) and what keeps its memory alive."""
 
-    view: memoryview
+    view: memoryview | None
     owner: Any
-    storage: torch.Tensor | None = None  # uint8 tensor over the whole torch storage the view is cut from
-    start: int = 0  # byte offset of the view in ``storage``
-
-    @property
-    def nbytes(self) -> int:
-        return self.view.nbytes
+    nbytes: int
+    storage: torch.Tensor | None = None  # uint8 tensor over the whole torch storage the buffer is cut from
+    start: int = 0  # byte offset of the buffer in ``storage``
 
 
 @dataclass
 class _Group:
-    raw: np.ndarray  # uint8 view of the whole memory block, or of a private copy
+    raw: np.ndarray | None  # uint8 view of the whole host memory block (or of a private copy); None on a device
     base: int  # address of raw[0]
     tensor: torch.Tensor | None = None  # for torch storages: a uint8 tensor over the whole storage
     lo: int = 2**63
@@ -102,18 +101,17 @@ class TensorPlan:
         t = tensor.detach() if tensor.requires_grad else tensor
         if t.is_complex() and (t.is_conj() or t.is_neg()):
             t = t.resolve_conj().resolve_neg()
-        if not t.is_cpu:
-            t = t.cpu()
         storage = t.untyped_storage()
         size = storage.nbytes()
-        key = ("torch", storage.data_ptr(), size) if size else ("empty", id(t))
+        address = storage.data_ptr()
+        key = ("torch", str(t.device), address, size) if size and address else ("alone", id(t))
         group = self._groups.get(key)
         if group is None:
-            whole = torch.empty(0, dtype=torch.uint8)
+            whole = torch.empty(0, dtype=torch.uint8, device=t.device)
             if size:
                 whole = whole.set_(storage)
-            raw = whole.numpy()
-            group = self._groups[key] = _Group(raw=raw, base=storage.data_ptr(), tensor=whole)
+            raw = whole.numpy() if t.is_cpu else None  # device memory has no host view: the transport moves it
+            group = self._groups[key] = _Group(raw=raw, base=address, tensor=whole)
             self._keep.append(whole)
         itemsize = t.element_size()
         start = group.base + int(t.storage_offset()) * itemsize
@@ -178,8 +176,9 @@ class TensorPlan:
                 if group.hi <= group.lo:
                     group.lo = group.hi = group.base
                 group.lo -= (group.lo - group.base) % _ALIGN
-                view = memoryview(group.raw[group.lo - group.base : group.hi - group.base])  # type: ignore[arg-type]
-                buffers.append(BufferPlan(view, group.raw, group.tensor, group.lo - group.base))
+                lo, hi = group.lo - group.base, group.hi - group.base
+                view = None if group.raw is None else memoryview(group.raw[lo:hi])  # type: ignore[arg-type]
+                buffers.append(BufferPlan(view, group.raw, hi - lo, group.tensor, lo))
         descriptors = []
         for entry in self.entries:
             group = entry.group
@@ -248,9 +247,17 @@ def verify_descriptor(desc: TensorDesc, buffer_sizes: list[int], limits: Limits)
 class TensorBuilder:
     """Per-decode state: builds each described tensor once, on the buffers of the message."""
 
-    def __init__(self, descriptors: list[TensorDesc], buffers: list[Any]) -> None:
+    def __init__(
+        self,
+        descriptors: list[TensorDesc],
+        buffers: list[Any],
+        devices: dict[int, torch.device] | None = None,
+        device_buffers: dict[tuple[int, torch.device], torch.Tensor] | None = None,
+    ) -> None:
         self.descriptors = descriptors
         self.buffers = buffers
+        self.devices = devices or {}  # descriptor index -> device, for tensors placed off the host
+        self.device_buffers = device_buffers or {}  # (buffer index, device) -> uint8 copy there
         self._built: dict[int, Any] = {}
         self._torch_bases: dict[int, torch.Tensor] = {}
 
@@ -271,8 +278,9 @@ class TensorBuilder:
                 strides=[s * dtype.itemsize for s in desc.strides],
             )
         else:
-            base = self._torch_base(desc.buffer)
-            value = torch.empty(0, dtype=getattr(torch, dtype.torch_name)).set_(
+            device = self.devices.get(index)
+            base = self._torch_base(desc.buffer) if device is None else self.device_buffers[(desc.buffer, device)]
+            value = torch.empty(0, dtype=getattr(torch, dtype.torch_name), device=base.device).set_(
                 base.untyped_storage(), desc.offset // dtype.itemsize, desc.shape, desc.strides
             )
         self._built[index] = value

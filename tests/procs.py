@@ -56,3 +56,31 @@ def export_and_exit(conn: Any) -> None:
     encoder = codec.Encoder(transport=transports.ShmTransport(), options=codec.EncodeOptions(inline_threshold=1))
     frames = encoder.encode(diffusion.Output(output=torch.arange(1000, dtype=torch.float32)))
     conn.send([bytes(memoryview(f)) for f in frames])
+
+
+def cuda_tensors(seed: int) -> list[torch.Tensor]:
+    """The CUDA tensors of the GPU round-trip test: bf16, fp16, fp32 and uint8, from ``seed``."""
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    shape = (4, 1024, 1024)
+    floats = [
+        torch.randn(shape, generator=generator, device="cuda", dtype=dtype)
+        for dtype in (torch.bfloat16, torch.float16, torch.float32)
+    ]
+    return [*floats, torch.randint(0, 256, shape, generator=generator, device="cuda", dtype=torch.uint8)]
+
+
+def cuda_producer(conn: Any, seed: int) -> None:
+    """Encode ``cuda_tensors(seed)`` with ``CudaShmTransport`` and send the frames plus the expected bytes."""
+    import codec
+    import transports
+    from codec.generated import diffusion
+
+    transport = transports.CudaShmTransport()
+    tensors = cuda_tensors(seed)
+    frames = codec.Encoder(transport=transport).encode(diffusion.Output(output=tuple(tensors)))
+    conn.send([bytes(memoryview(f)) for f in frames])
+    conn.send([t.cpu().view(torch.uint8).numpy().tobytes() for t in tensors])
+    conn.send((transport.available, transport.registrations))
+    conn.recv()  # the receiver has the message: the pool may go
+    transport.close()
+    conn.send(transport.registrations)

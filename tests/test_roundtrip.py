@@ -382,9 +382,10 @@ def test_equal_messages_give_equal_bytes_whatever_the_hash_seed() -> None:
 
 
 def test_transports_are_found_by_name() -> None:
-    assert set(transports.available()) >= {"inline", "shm", "queue"}
+    assert set(transports.available()) >= {"inline", "shm", "cuda_shm", "queue"}
     assert transports.by_name("shm") is transports.ShmTransport
-    with pytest.raises(KeyError, match=r"unknown transport 'carrier-pigeon'; available: inline, queue, shm"):
+    assert transports.by_name("cuda_shm") is transports.CudaShmTransport
+    with pytest.raises(KeyError, match=r"unknown transport 'carrier-pigeon'; available: cuda_shm, inline, queue, shm"):
         transports.by_name("carrier-pigeon")
     for cls in transports.available().values():
         assert isinstance(cls.handle_types, tuple) and cls.handle_types

@@ -2,11 +2,16 @@
 
 import codec  # noqa: F401  (first: codec's encoder/decoder import these modules, which use codec.errors)
 from transports.base import Handle, Transport, available, by_name
+from transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime
+from transports.cuda_shm import CudaShmTransport
 from transports.inline import InlineHandle, InlineTransport
 from transports.queue import QueueHandle, QueueTransport
 from transports.shm import ShmHandle, ShmTransport, SlotHandle, reap
 
 __all__ = [
+    "CudaCallError",
+    "CudaRuntime",
+    "CudaShmTransport",
     "Handle",
     "InlineHandle",
     "InlineTransport",
@@ -15,6 +20,7 @@ __all__ = [
     "ShmHandle",
     "ShmTransport",
     "SlotHandle",
+    "TorchCudaRuntime",
     "Transport",
     "available",
     "by_name",

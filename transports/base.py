@@ -6,10 +6,11 @@ handle of a message before touching anything, then ``import_``s each into a buff
 undoes an export (or discards an unread one); ``close`` releases what the transport holds.
 Third-party transports register under the ``tensorwire.transports`` entry-point group.
 
-Two optional methods: ``begin_message()`` (called once per encode before its exports, for
-transports that number messages) and ``export_storage(storage, start, nbytes, frames)`` (given
+Optional methods: ``begin_message()`` (called once per encode before its exports, for
+transports that number messages); ``export_storage(storage, start, nbytes, frames)`` (given
 instead of a byte view when the buffer is cut from a torch storage, for transports that move
-storages rather than bytes).
+storages rather than bytes); ``export_device(storage, start, nbytes, frames) -> handle | None``
+(given a buffer that lives on a device; None lets the encoder stage it to the host instead).
 """
 
 from __future__ import annotations
@@ -60,11 +61,12 @@ class Transport(Protocol):
 
 def available() -> dict[str, type[Any]]:
     """Transport classes by name: the built-ins plus the ``tensorwire.transports`` entry points."""
+    from transports.cuda_shm import CudaShmTransport
     from transports.inline import InlineTransport
     from transports.queue import QueueTransport
     from transports.shm import ShmTransport
 
-    found: dict[str, type[Any]] = {t.name: t for t in (InlineTransport, ShmTransport, QueueTransport)}
+    found: dict[str, type[Any]] = {t.name: t for t in (InlineTransport, ShmTransport, CudaShmTransport, QueueTransport)}
     for entry in metadata.entry_points(group="tensorwire.transports"):
         cls = entry.load()
         found[cls.name] = cls

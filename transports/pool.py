@@ -9,7 +9,9 @@ segment once, checks state and generation, claims the slot (a replayed handle fi
 and gives back a view whose lease marks the slot free when the last view dies. A slot is never
 reused while a receiver holds a view of it; a slot claimed by a receiver that died is reclaimed.
 Growth is the only place that faults pages (pre-faulted with MAP_POPULATE); cached bytes are
-bounded by a fraction of the free space, and slots idle for a while are given back.
+bounded by a retention policy (``transports.retention``), and slots idle for a while are given
+back. An owner may ``prepare`` each new slot (e.g. register it with a device) and ``retire`` it
+before it is unmapped (returning False keeps the mapping alive: the owner holds on to it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from codec.errors import DecodeError, TransportError
+from transports.retention import Retention
 
 __all__ = [
     "CLAIMED",
@@ -38,6 +41,7 @@ __all__ = [
     "POPULATE",
     "SENDER",
     "Pool",
+    "Slot",
     "SlotReader",
     "alive",
     "create_segment",
@@ -152,15 +156,17 @@ class Pool:
         directory: Path,
         make_name: Callable[[], str],
         *,
-        cache_fraction: float = 0.25,
-        max_cached_bytes: int | None = None,
+        retention: Retention | None = None,
         idle_seconds: float = 30.0,
+        prepare: Callable[[Slot], None] | None = None,
+        retire: Callable[[Slot], bool] | None = None,
     ) -> None:
         self.directory = directory
         self._make_name = make_name
-        self.cache_fraction = cache_fraction
-        self.max_cached_bytes = max_cached_bytes
+        self.retention = retention if retention is not None else Retention()
         self.idle_seconds = idle_seconds
+        self._prepare = prepare
+        self._retire = retire
         self._slots: dict[int, list[Slot]] = {}
         # at exit, or when the pool is dropped without close(), its segments are unlinked
         self._wake = threading.Event()
@@ -179,10 +185,7 @@ class Pool:
             return [s for slots in self._slots.values() for s in slots]
 
     def _budget(self) -> int:
-        if self.max_cached_bytes is not None:
-            return self.max_cached_bytes
-        stats = os.statvfs(self.directory)
-        return int((stats.f_bavail * stats.f_frsize + self.cached_bytes) * self.cache_fraction)
+        return self.retention.budget(self.directory, self.cached_bytes)
 
     # -- taking and giving back ---------------------------------------------------------------
     def acquire(self, nbytes: int, state: int) -> Slot | None:
@@ -228,6 +231,14 @@ class Pool:
                 return True
         return False
 
+    def forget(self, slot: Slot) -> None:
+        """Take ``slot`` out of the pool for good, unlinked but still mapped (its owner keeps the mapping)."""
+        with self._lock:
+            group = self._slots.get(slot.capacity, [])
+            if slot in group:
+                group.remove(slot)
+        slot.path.unlink(missing_ok=True)
+
     def give_back(self, slot: Slot) -> None:
         _put(slot.mapping, _STATE, FREE)
         slot.last_used = time.monotonic()
@@ -262,6 +273,13 @@ class Pool:
         _put(mapping, _CAPACITY, capacity)
         address = np.frombuffer(mapping, dtype=np.uint8, count=1, offset=CONTROL_BYTES).ctypes.data
         slot = Slot(name, path, capacity, mapping, address)
+        if self._prepare is not None:
+            try:
+                self._prepare(slot)
+            except BaseException:
+                path.unlink(missing_ok=True)
+                mapping.close()
+                raise
         self._slots.setdefault(capacity, []).append(slot)
         self._start_trimmer()
         return slot
@@ -282,6 +300,8 @@ class Pool:
             os.unlink(slot.path)
         except FileNotFoundError:
             pass
+        if self._retire is not None and not self._retire(slot):
+            return  # the owner keeps the mapping (e.g. a device may still use it)
         try:
             slot.mapping.close()
         except BufferError:

@@ -34,6 +34,7 @@ import torch
 from codec.errors import DecodeError, TransportError
 from transports.base import Buffer, Handle
 from transports.pool import CONTROL_BYTES, POPULATE, SENDER, Pool, SlotReader, alive, create_segment
+from transports.retention import Retention
 
 __all__ = ["SHM_DIR", "ShmHandle", "ShmTransport", "SlotHandle", "our_segments", "reap"]
 
@@ -101,8 +102,7 @@ class ShmTransport:
             self.pool = Pool(
                 self.directory,
                 _next_name,
-                cache_fraction=cache_fraction,
-                max_cached_bytes=max_cached_bytes,
+                retention=Retention(shm_fraction=cache_fraction, max_bytes=max_cached_bytes),
                 idle_seconds=idle_seconds,
             )
         self._reader = SlotReader(self.directory)

@@ -1,0 +1,160 @@
+"""Device placement on receive: decoded torch tensors land on a device instead of the host.
+
+``Decoder(registry, ..., device="cuda:0")`` places every torch tensor of a message on that device;
+a mapping places them per body path (``{"$.media.video.tensor": "cuda:0", "*": "cpu"}``: exact
+paths as ``tensorwire inspect`` prints them, ``"*"`` for every other tensor; a tensor with no
+entry stays on the host). numpy arrays always stay on the host.
+
+Each received buffer that holds a placed tensor is copied to the device once (views and aliases
+survive, as on the host): the host memory is page-locked for the copy when it can be (registered
+with the runtime; if registration fails the copy reads pageable memory), a new device buffer is
+allocated (on out-of-memory the allocator's cache is flushed once and the allocation retried),
+the copy runs on a side stream that the current stream then waits on, and the host range is
+unregistered once the copy has finished. Any failure releases everything of the message. A copy
+whose cleanup is uncertain (its synchronize or unregistration failed) keeps its host memory for
+good; the placement then turns unhealthy and refuses further device copies (``healthy``,
+``reason``), like ``CudaShmTransport``.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
+import torch
+
+from codec.errors import TransportError
+from codec.inspect import describe
+from transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime
+
+__all__ = ["DeviceSpec", "Placement"]
+
+DeviceSpec: TypeAlias = "str | torch.device | Mapping[str, str | torch.device]"
+
+REGISTER_MIN_BYTES = 1024 * 1024  # below this a pageable copy costs less than page-locking
+
+
+class Placement:
+    """Where a decoder puts torch tensors, and the device copies that put them there."""
+
+    def __init__(self, device: DeviceSpec, runtime: CudaRuntime | None = None, *, register_host: bool = True) -> None:
+        self.runtime: CudaRuntime = runtime if runtime is not None else TorchCudaRuntime()
+        spec = device if isinstance(device, Mapping) else {"*": device}
+        self.by_path: dict[str, torch.device] = {}
+        for path, target in spec.items():
+            if not isinstance(path, str):
+                raise TypeError(f"device mapping keys are body paths (str), got {type(path).__name__}")
+            try:
+                self.by_path[path] = torch.device(target)
+            except (RuntimeError, TypeError) as exc:
+                raise ValueError(f"device for {path!r}: {exc}") from None
+        for path, target in self.by_path.items():
+            if target.type not in ("cpu", "cuda"):
+                raise ValueError(f"device for {path!r}: only cpu and cuda devices are supported, got {target}")
+        if any(d.type != "cpu" for d in self.by_path.values()):
+            reason = self.runtime.unavailable_reason()
+            if reason is not None and not torch.cuda.is_available():
+                raise ValueError(f"cannot place tensors on a device: {reason}")
+            self.register_host = register_host and reason is None
+        else:
+            self.register_host = False
+        self._lock = threading.Lock()
+        self._kept: list[tuple[str, Any]] = []  # (reason, host memory a copy may still read)
+
+    @property
+    def healthy(self) -> bool:
+        return not self._kept
+
+    @property
+    def reason(self) -> str | None:
+        return self._kept[0][0] if self._kept else None
+
+    def targets(self, header: Any, head: memoryview) -> dict[int, torch.device]:
+        """Descriptor index -> device, for the torch tensors of one message that leave the host."""
+        kinds = [desc.kind for desc in header.tensors]
+        default = self.by_path.get("*")
+        if len(self.by_path) == 1 and default is not None:
+            return {} if default.type == "cpu" else {i: default for i, kind in enumerate(kinds) if kind == "tensor"}
+        paths = [entry["path"] for entry in describe(head)["tensors"]]
+        chosen: dict[int, torch.device] = {}
+        for i, kind in enumerate(kinds):
+            path = paths[i]
+            target = self.by_path.get(path, default) if isinstance(path, str) else default
+            if kind == "tensor" and target is not None and target.type != "cpu":
+                chosen[i] = target
+        return chosen
+
+    def upload(self, buffers: list[Any], wanted: set[tuple[int, torch.device]]) -> dict[tuple[int, torch.device], Any]:
+        """Device copies of the buffers named in ``wanted`` ((buffer index, device) pairs)."""
+        if not self.healthy:
+            raise TransportError(errno.EIO, f"device placement refused: {self.reason}")
+        placed: dict[tuple[int, torch.device], Any] = {}
+        for index, device in sorted(wanted, key=lambda key: (key[0], str(key[1]))):
+            placed[(index, device)] = self._upload_one(index, buffers[index], device)
+        return placed
+
+    def _upload_one(self, index: int, buffer: Any, device: torch.device) -> torch.Tensor:
+        nbytes = memoryview(buffer).nbytes
+        host = torch.frombuffer(buffer, dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
+        what = f"buffer {index} ({nbytes} bytes) to {device}"
+        address: int | None = host.data_ptr() if self.register_host and nbytes >= REGISTER_MIN_BYTES else None
+        if address is not None:
+            try:
+                self.runtime.register(address, nbytes)
+            except CudaCallError:
+                address = None  # the runtime cleared its error; copy from pageable memory instead
+        try:
+            target, token = self._copy(host, device)
+        except CudaCallError as exc:
+            if exc.oom or self._drained(device, what, (host, buffer)):
+                self._unregister(address, what, (host, buffer))
+            raise _error(exc, what) from None
+        try:
+            self.runtime.synchronize(token)
+        except CudaCallError as exc:
+            self._keep(f"{exc} while copying {what}", (host, buffer))  # never unregistered or released
+            raise _error(exc, what) from None
+        if not self._unregister(address, what, (host, buffer)):
+            raise TransportError(errno.EIO, f"placing {what}: {self.reason}")
+        return target
+
+    def _copy(self, host: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, Any]:
+        """Allocate and fill a device copy of ``host``; one flush-and-retry when the device is out of memory."""
+        try:
+            return self.runtime.copy_to_device(host, device)
+        except CudaCallError as exc:
+            if not exc.oom:
+                raise
+        self.runtime.empty_cache()
+        return self.runtime.copy_to_device(host, device)
+
+    def _drained(self, device: torch.device, what: str, memory: Any) -> bool:
+        """After a failed enqueue: wait out the copy stream; if that fails too, keep ``memory`` for good."""
+        try:
+            self.runtime.drain(device)
+        except CudaCallError as exc:
+            self._keep(f"{exc} while copying {what}", memory)
+            return False
+        return True
+
+    def _unregister(self, address: int | None, what: str, memory: Any) -> bool:
+        if address is None:
+            return True
+        try:
+            self.runtime.unregister(address)
+        except CudaCallError as exc:
+            self._keep(f"{exc} after copying {what}", memory)
+            return False
+        return True
+
+    def _keep(self, reason: str, memory: Any) -> None:
+        with self._lock:
+            self._kept.append((reason, memory))
+
+
+def _error(exc: CudaCallError, what: str) -> TransportError:
+    code = errno.ENOMEM if exc.oom else errno.EIO
+    retried = " (after flushing the allocator cache once)" if exc.oom else ""
+    return TransportError(code, f"placing {what}: {exc.call} failed with CUDA error {exc.code} ({exc.text}){retried}")

@@ -1,0 +1,133 @@
+"""The CUDA paths on a real GPU (marked ``cuda``; skipped where torch sees no CUDA device).
+
+Run by ``tools/gpu_check.sh`` on a machine with a GPU: registered-shm round trips of every
+common dtype across processes with device placement on receive, stream ordering against a long
+producer kernel, registrations back to zero after 1,000 transfers, the staging fallback and the
+out-of-memory path of placement.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from typing import Any
+
+import pytest
+import torch
+
+import codec
+import transports
+from codec.generated import REGISTRY, diffusion
+from tests import procs
+from transports.pool import FREE
+from transports.shm import our_segments
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+MiB = 1024 * 1024
+
+
+def _raw(tensor: torch.Tensor) -> bytes:
+    return tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+
+
+def test_every_dtype_round_trips_bit_exact_across_processes_onto_the_device() -> None:
+    before = set(our_segments())
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    producer = ctx.Process(target=procs.cuda_producer, args=(child, 1234))
+    producer.start()
+    try:
+        frames = parent.recv()
+        expected = parent.recv()
+        available, registrations = parent.recv()
+        assert available and registrations >= 1
+        shm = transports.ShmTransport()
+        on_device = codec.Decoder(REGISTRY, transports=[shm], device="cuda:0").decode(frames).output
+        assert [t.dtype for t in on_device] == [torch.bfloat16, torch.float16, torch.float32, torch.uint8]
+        assert all(t.device.type == "cuda" for t in on_device)
+        assert [_raw(t) for t in on_device] == expected  # raw bits, bf16 included
+        parent.send("done")
+        assert parent.recv() == 0  # the producer's registrations after close
+    finally:
+        producer.join(60)
+    assert producer.exitcode == 0
+    assert set(our_segments()) <= before
+
+
+def test_a_tensor_still_being_written_arrives_complete() -> None:
+    transport = transports.CudaShmTransport()
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    try:
+        with torch.cuda.stream(stream):
+            tensor = torch.zeros(16 * MiB // 4, device="cuda")
+            torch.cuda._sleep(1_000_000_000)  # type: ignore[no-untyped-call]  # about half a second of GPU time
+            tensor.fill_(7.0)  # queued behind the sleep on the producer's stream
+            frames = codec.Encoder(transport=transport).encode(diffusion.Output(output=tensor))
+        received = codec.Decoder(REGISTRY, transports=[transport]).decode(frames).output
+        assert bool((received == 7.0).all())
+        del received
+    finally:
+        transport.close()
+
+
+def test_registrations_return_to_zero_after_a_thousand_transfers() -> None:
+    transport = transports.CudaShmTransport()
+    encoder = codec.Encoder(transport=transport)
+    decoder = codec.Decoder(REGISTRY, transports=[transport], options=codec.DecodeOptions(borrow=False))
+    tensor = torch.arange(MiB // 4, dtype=torch.float32, device="cuda")
+    try:
+        for i in range(1000):
+            tensor.add_(1)
+            received = decoder.decode(encoder.encode(diffusion.Output(output=tensor))).output
+            if i % 250 == 0:
+                assert float(received[0]) == i + 1
+            assert transport.registrations <= 2
+    finally:
+        transport.close()
+    assert transport.registrations == 0 and transport.healthy
+
+
+def test_without_cuda_shm_the_encoder_stages_through_pinned_memory() -> None:
+    shm = transports.ShmTransport()
+    try:
+        tensor = torch.randn(3, 1000, 1000, device="cuda").to(torch.bfloat16)
+        frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=tensor))
+        received = codec.Decoder(REGISTRY, transports=[shm]).decode(frames).output
+        assert received.device.type == "cpu" and _raw(received) == _raw(tensor)
+        del received
+    finally:
+        shm.close()
+
+
+class _CountingRuntime(transports.TorchCudaRuntime):
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed = 0
+
+    def empty_cache(self) -> None:
+        self.flushed += 1
+        super().empty_cache()
+
+
+def test_placement_out_of_memory_flushes_once_then_releases_the_message() -> None:
+    shm = transports.ShmTransport()
+    runtime = _CountingRuntime()
+    decoder = codec.Decoder(REGISTRY, transports=[shm], device="cuda:0", runtime=runtime)
+    cap = int(torch.cuda.get_device_properties(0).total_memory * 0.05)  # this process's allocator cap
+    hog: Any = None
+    try:
+        torch.cuda.set_per_process_memory_fraction(0.05)
+        frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(64 * MiB // 4)))
+        hog = torch.empty(cap - 32 * MiB, dtype=torch.uint8, device="cuda")  # leaves less than the 64 MiB needed
+        with pytest.raises(codec.TransportError, match=r"cudaMalloc failed .* after flushing the allocator cache once"):
+            decoder.decode(frames)
+        assert runtime.flushed == 1
+        assert shm.pool is not None and [s.state for s in shm.pool.slots()] == [FREE]  # the message was released
+    finally:
+        del hog
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+        shm.close()

@@ -1,0 +1,214 @@
+"""CudaShmTransport's logic on CPU: policy and fallback, failure injection at every runtime call,
+quarantine, pool bounds and retention (the GPU itself is exercised by tests/test_cuda_gpu.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import codec
+import transports
+from codec.generated import REGISTRY, diffusion
+from codec.inspect import describe
+from tests.cuda_fakes import FILL, FakeCudaRuntime
+from transports.pool import FREE, IN_FLIGHT
+from transports.shm import our_segments
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def fake() -> FakeCudaRuntime:
+    return FakeCudaRuntime()
+
+
+@pytest.fixture
+def cuda_shm(tmp_path: Path, fake: FakeCudaRuntime) -> Iterator[transports.CudaShmTransport]:
+    transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)
+    yield transport
+    transport.close()
+    if transport.healthy:
+        assert fake.registered == {}, "every registration is undone by close()"
+        assert our_segments(tmp_path) == []
+
+
+def _send(transport: transports.CudaShmTransport, source: torch.Tensor) -> Any:
+    storage = source.view(torch.uint8).reshape(-1)
+    return transport.export_device(storage, 0, storage.numel(), [])
+
+
+def _receive(tmp_path: Path, handle: Any, nbytes: int) -> bytes:
+    reader = transports.ShmTransport(tmp_path, pool=False)
+    return bytes(reader.import_(handle, [], nbytes, borrow=False))
+
+
+def _registered_states(transport: transports.CudaShmTransport) -> list[int]:
+    assert transport.registered is not None
+    return [slot.state for slot in transport.registered.slots()]
+
+
+# -- policy -------------------------------------------------------------------------------------
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only answer")
+def test_without_cuda_the_transport_says_why_and_takes_no_device_buffers(tmp_path: Path) -> None:
+    transport = transports.CudaShmTransport(tmp_path)
+    try:
+        assert not transport.available and transport.registered is None
+        assert transport.unavailable_reason == "torch was built without CUDA"
+        assert _send(transport, torch.arange(4.0)) is None
+    finally:
+        transport.close()
+
+
+def test_a_rocm_build_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from transports.cuda_runtime import cuda_unavailable_reason
+
+    monkeypatch.setattr(torch.version, "hip", "6.2.0", raising=False)
+    assert cuda_unavailable_reason() == "torch is a ROCm build (HIP 6.2.0); the CUDA runtime calls are not used"
+
+
+def test_a_device_tensor_goes_straight_into_a_registered_slot(tmp_path: Path, cuda_shm: Any, fake: Any) -> None:
+    source = torch.randn(3, 1000, dtype=torch.float32).to(torch.bfloat16)
+    before = source.clone()
+    handle = _send(cuda_shm, source)
+    assert isinstance(handle, transports.SlotHandle)
+    assert cuda_shm.registrations == 1 and fake.calls["register"] == 1
+    assert _receive(tmp_path, handle, 6000) == source.view(torch.uint8).numpy().tobytes()  # raw bf16 bits
+    assert torch.equal(source.view(torch.int16), before.view(torch.int16))  # the caller's tensor is untouched
+    assert _registered_states(cuda_shm) == [FREE]  # the copy-receive handed it back
+
+
+def test_registered_slots_are_reused_not_registered_again(tmp_path: Path, cuda_shm: Any, fake: Any) -> None:
+    for i in range(20):
+        source = torch.full((100_000,), i, dtype=torch.uint8)
+        assert _receive(tmp_path, _send(cuda_shm, source), 100_000) == bytes([i]) * 100_000
+    assert fake.calls["register"] == 1 and cuda_shm.registrations == 1
+    assert cuda_shm.release_cache() > 0
+    assert cuda_shm.registrations == 0 and fake.registered == {} and fake.calls["unregister"] == 1
+
+
+def test_a_zero_byte_buffer_is_never_registered(cuda_shm: Any, fake: Any) -> None:
+    with pytest.raises(codec.TransportError, match="0-byte buffer is never registered"):
+        cuda_shm.export_device(torch.empty(0, dtype=torch.uint8), 0, 0, [])
+    assert fake.calls["register"] == 0
+
+
+def _video_message(*tensors: torch.Tensor) -> Any:
+    return diffusion.Output(output=tuple(tensors))
+
+
+def _meta(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8, device="meta")
+
+
+def test_the_encoder_sends_device_buffers_through_export_device(tmp_path: Path, cuda_shm: Any, fake: Any) -> None:
+    encoder = codec.Encoder(transport=cuda_shm, options=codec.EncodeOptions(inline_threshold=1024))
+    decoder = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(tmp_path, pool=False)])
+    frames = encoder.encode(_video_message(_meta(300_000), _meta(100)))
+    assert [b["transport"] for b in describe(frames[0])["buffers"]] == ["shm-slot", "inline"]
+    assert fake.calls["copy_to_host"] == 2  # the big one into its registered slot, the small one staged
+    big, small = decoder.decode(frames).output
+    assert big.dtype == torch.uint8 and big.shape == (300_000,) and bool((big == FILL).all())
+    assert bool((small == FILL).all()) and small.shape == (100,)
+    del big, small
+    assert _registered_states(cuda_shm) == [FREE]
+
+
+def test_unavailable_runtime_falls_back_to_a_staged_copy_through_the_plain_pool(tmp_path: Path) -> None:
+    fake = FakeCudaRuntime(unavailable="torch is a ROCm build (HIP 6.2.0); the CUDA runtime calls are not used")
+    transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)
+    try:
+        assert not transport.available and transport.registered is None
+        frames = codec.Encoder(transport=transport).encode(_video_message(_meta(400_000)))
+        assert fake.calls["copy_to_host"] == 1 and fake.calls["register"] == 0  # staged, never registered
+        assert transport.pool is not None and [s.state for s in transport.pool.slots()] == [IN_FLIGHT]
+        decoder = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(tmp_path, pool=False)])
+        (tensor,) = decoder.decode(frames).output
+        assert bool((tensor == FILL).all())
+    finally:
+        transport.close()
+
+
+def test_a_spent_registered_budget_falls_back_to_staging(tmp_path: Path, fake: Any) -> None:
+    transport = transports.CudaShmTransport(tmp_path, runtime=fake, max_registered_bytes=200_000, idle_seconds=0)
+    try:
+        frames = codec.Encoder(transport=transport).encode(_video_message(_meta(300_000)))
+        assert fake.calls["register"] == 0 and transport.registrations == 0
+        assert transport.pool is not None and len(transport.pool.slots()) == 1  # the staged copy went there
+        del frames
+    finally:
+        transport.close()
+
+
+# -- failure injection ----------------------------------------------------------------------------
+def test_a_failed_registration_leaves_nothing_behind(tmp_path: Path, cuda_shm: Any, fake: Any) -> None:
+    fake.fail_next("register", code=2)
+    source = torch.arange(50_000, dtype=torch.int32)
+    with pytest.raises(codec.TransportError, match=r"cudaHostRegister of \d+ bytes failed with CUDA error 2"):
+        _send(cuda_shm, source)
+    assert our_segments(tmp_path) == [] and cuda_shm.registrations == 0 and cuda_shm.healthy
+    assert torch.equal(source, torch.arange(50_000, dtype=torch.int32))
+    assert _send(cuda_shm, source) is not None  # the next transfer registers afresh
+
+
+def test_a_failed_copy_enqueue_gives_the_slot_back_once_the_stream_is_drained(cuda_shm: Any, fake: Any) -> None:
+    fake.fail_next("copy_to_host", code=700)
+    with pytest.raises(codec.TransportError, match=r"cuda_shm: cudaMemcpyAsync failed with CUDA error 700"):
+        _send(cuda_shm, torch.ones(100_000))
+    assert fake.calls["drain"] == 1 and cuda_shm.healthy and _registered_states(cuda_shm) == [FREE]
+    assert _send(cuda_shm, torch.ones(100_000)) is not None and fake.calls["register"] == 1  # reused
+
+
+def test_an_uncertain_copy_is_quarantined_and_further_transfers_refused(tmp_path: Path, fake: Any) -> None:
+    transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)
+    fake.fail_next("copy_to_host", code=700)
+    fake.fail_next("drain", code=700)
+    source = torch.ones(100_000)
+    with pytest.raises(codec.TransportError, match="cudaMemcpyAsync failed with CUDA error 700"):
+        _send(transport, source)
+    assert not transport.healthy
+    assert transport.reason is not None and "draining the copy stream then" in transport.reason
+    (kept,) = transport.quarantined
+    assert not kept.mapping.closed and kept.source is not None  # never unmapped under the device
+    assert transport.registered is not None and transport.registered.slots() == []  # out of the pool
+    with pytest.raises(codec.TransportError, match="cuda_shm refuses device transfers: cudaMemcpyAsync"):
+        _send(transport, source)
+    transport.close()
+    assert not kept.mapping.closed and transport.registrations == 1  # still registered: never unregistered
+    assert our_segments(tmp_path) == []  # its name is gone, the mapping stays
+
+
+def test_a_failed_synchronize_after_a_queued_copy_is_quarantined(tmp_path: Path, fake: Any) -> None:
+    transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)
+    fake.fail_next("synchronize", code=999)
+    with pytest.raises(codec.TransportError, match="cudaEventSynchronize failed with CUDA error 999"):
+        _send(transport, torch.ones(100_000))
+    assert not transport.healthy and "was queued" in str(transport.reason)
+    assert fake.registered != {}  # not unregistered while the copy may run
+    transport.close()
+
+
+def test_a_failed_unregistration_keeps_the_mapping(tmp_path: Path, fake: Any) -> None:
+    transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)
+    assert _receive(tmp_path, _send(transport, torch.ones(100_000)), 400_000) == torch.ones(100_000).numpy().tobytes()
+    fake.fail_next("unregister", code=1)
+    transport.release_cache()
+    (kept,) = transport.quarantined
+    assert not kept.mapping.closed and "cudaHostUnregister failed with CUDA error 1" in kept.reason
+    assert not transport.healthy and our_segments(tmp_path) == []
+    transport.close()
+
+
+def test_a_failure_mid_message_releases_what_was_exported(tmp_path: Path, cuda_shm: Any, fake: Any) -> None:
+    encoder = codec.Encoder(transport=cuda_shm)
+    decoder = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(tmp_path, pool=False)])
+    decoder.decode(encoder.encode(_video_message(_meta(300_000))))  # one registered slot, handed back
+    assert _registered_states(cuda_shm) == [FREE]
+    fake.fail_next("register", code=2)  # the next message's second buffer needs a new, bigger slot
+    with pytest.raises(codec.TransportError, match="cudaHostRegister of 655360 bytes failed with CUDA error 2"):
+        encoder.encode(_video_message(_meta(300_000), _meta(600_000)))
+    assert _registered_states(cuda_shm) == [FREE]  # the first buffer's slot was released
+    assert cuda_shm.registrations == 1 and len(our_segments(tmp_path)) == 1

@@ -1,0 +1,165 @@
+"""Device placement on receive (``Decoder(..., device=...)``) through a fake runtime, and the
+retention policy's bounds; the real device copies run in tests/test_cuda_gpu.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import codec
+import transports
+from codec.generated import REGISTRY, diffusion
+from tests.cuda_fakes import FakeCudaRuntime
+from transports import retention
+from transports.pool import FREE
+from transports.retention import Retention
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def shm(tmp_path: Path) -> Iterator[transports.ShmTransport]:
+    transport = transports.ShmTransport(tmp_path, idle_seconds=0)
+    yield transport
+    transport.close()
+
+
+def _on_device(fake: FakeCudaRuntime, tensor: torch.Tensor) -> bool:
+    return tensor.untyped_storage().data_ptr() in fake.device_storages
+
+
+def _decoder(shm: transports.ShmTransport, fake: FakeCudaRuntime, device: Any = "cuda:0") -> codec.Decoder:
+    return codec.Decoder(REGISTRY, transports=[shm], device=device, runtime=fake)
+
+
+def test_every_tensor_lands_on_the_device_and_views_keep_sharing(shm: Any) -> None:
+    fake = FakeCudaRuntime()
+    base = torch.randn(2 * MiB // 4)
+    array = np.arange(10)
+    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=(base, base[10:20], array)))
+    whole, view, arr = _decoder(shm, fake).decode(frames).output
+    assert torch.equal(whole, base) and torch.equal(view, base[10:20]) and np.array_equal(arr, array)
+    assert _on_device(fake, whole) and _on_device(fake, view)  # one device buffer for both views
+    assert whole.untyped_storage().data_ptr() == view.untyped_storage().data_ptr()
+    assert isinstance(arr, np.ndarray)  # numpy arrays stay on the host
+    assert fake.calls["copy_to_device"] == 1 and fake.calls["register"] == 1 and fake.registered == {}
+    assert [s.state for s in shm.pool.slots()] == [FREE]  # type: ignore[union-attr]  # host slot let go
+
+
+def test_small_buffers_are_copied_without_registration(shm: Any) -> None:
+    fake = FakeCudaRuntime()
+    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.arange(100)))
+    tensor = _decoder(shm, fake).decode(frames).output
+    assert _on_device(fake, tensor) and torch.equal(tensor, torch.arange(100))
+    assert fake.calls["register"] == 0 and fake.calls["copy_to_device"] == 1
+
+
+def test_per_path_placement_moves_only_the_named_tensors(shm: Any) -> None:
+    fake = FakeCudaRuntime()
+    message = diffusion.Output(
+        output={"latents": torch.ones(8), "mask": torch.zeros(8)}, trajectory_latents=torch.ones(3)
+    )
+    frames = codec.Encoder(transport=shm).encode(message)
+    decoded = _decoder(shm, fake, {"$.output.latents": "cuda:0", "$.trajectory_latents": "cuda:0"}).decode(frames)
+    assert _on_device(fake, decoded.output["latents"]) and _on_device(fake, decoded.trajectory_latents)
+    assert not _on_device(fake, decoded.output["mask"])
+    everything_else = _decoder(shm, fake, {"$.output.mask": "cpu", "*": "cuda:0"}).decode(frames)
+    assert not _on_device(fake, everything_else.output["mask"]) and _on_device(fake, everything_else.trajectory_latents)
+
+
+def test_out_of_memory_flushes_the_cache_once_and_retries(shm: Any) -> None:
+    fake = FakeCudaRuntime()
+    fake.fail_next("alloc", code=2)
+    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
+    tensor = _decoder(shm, fake).decode(frames).output
+    assert fake.flushed == 1 and _on_device(fake, tensor) and fake.registered == {}
+
+
+def test_out_of_memory_twice_releases_the_whole_message(shm: Any) -> None:
+    fake = FakeCudaRuntime()
+    fake.fail_next("alloc", code=2, times=2)
+    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
+    with pytest.raises(
+        codec.TransportError, match=r"placing buffer 0 \(4194304 bytes\) to cuda:0: cudaMalloc .*after flushing"
+    ):
+        _decoder(shm, fake).decode(frames)
+    assert fake.flushed == 1 and fake.registered == {}
+    assert [s.state for s in shm.pool.slots()] == [FREE]  # the message was released
+
+
+def test_a_failed_registration_falls_back_to_a_pageable_copy(shm: Any) -> None:
+    fake = FakeCudaRuntime()
+    fake.fail_next("register", code=1)
+    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
+    tensor = _decoder(shm, fake).decode(frames).output
+    assert _on_device(fake, tensor) and fake.calls["unregister"] == 0
+
+
+def test_a_failed_copy_enqueue_drains_and_releases(shm: Any) -> None:
+    fake = FakeCudaRuntime()
+    fake.fail_next("copy_to_device", code=700)
+    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
+    decoder = _decoder(shm, fake)
+    with pytest.raises(codec.TransportError, match="cudaMemcpyAsync failed with CUDA error 700"):
+        decoder.decode(frames)
+    assert fake.calls["drain"] == 1 and fake.registered == {} and decoder.placement is not None
+    assert decoder.placement.healthy
+
+
+def test_an_uncertain_copy_keeps_its_host_memory_and_refuses_more(shm: Any) -> None:
+    fake = FakeCudaRuntime()
+    fake.fail_next("synchronize", code=999)
+    encoder = codec.Encoder(transport=shm)
+    decoder = _decoder(shm, fake)
+    with pytest.raises(codec.TransportError, match="cudaEventSynchronize failed with CUDA error 999"):
+        decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(MiB))))
+    assert decoder.placement is not None and not decoder.placement.healthy
+    assert len(fake.registered) == 1  # still registered: a copy may be reading it
+    with pytest.raises(codec.TransportError, match="device placement refused: cudaEventSynchronize"):
+        decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(MiB))))
+
+
+def test_device_arguments_are_checked_up_front() -> None:
+    with pytest.raises(ValueError, match="only cpu and cuda devices are supported, got mps"):
+        codec.Decoder(REGISTRY, device="mps", runtime=FakeCudaRuntime())
+    with pytest.raises(ValueError, match=r"device for 'x': Invalid device string"):
+        codec.Decoder(REGISTRY, device={"x": "gpu!"}, runtime=FakeCudaRuntime())
+    with pytest.raises(TypeError, match=r"keys are body paths \(str\), got int"):
+        codec.Decoder(REGISTRY, device={1: "cuda"}, runtime=FakeCudaRuntime())  # type: ignore[dict-item]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only answer")
+def test_a_cuda_device_without_cuda_is_refused() -> None:
+    with pytest.raises(ValueError, match="cannot place tensors on a device: torch was built without CUDA"):
+        codec.Decoder(REGISTRY, device="cuda:0")
+
+
+def test_cpu_placement_is_the_plain_decode(shm: Any) -> None:
+    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(10)))
+    tensor = codec.Decoder(REGISTRY, transports=[shm], device="cpu").decode(frames).output
+    assert tensor.device.type == "cpu" and torch.equal(tensor, torch.ones(10))
+
+
+# -- retention ------------------------------------------------------------------------------------
+def test_retention_takes_the_smallest_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retention, "host_memory", lambda: (10 * MiB, 100 * MiB))  # available, total
+    shm_room = Retention(shm_fraction=1.0).budget(tmp_path, 0)
+    assert shm_room > 0
+    assert Retention(shm_fraction=1.0, host_fraction=0.5).budget(tmp_path, 2 * MiB) == 6 * MiB
+    # 2 MiB cached + 10 MiB available, of which 9% of 100 MiB must stay free: 3 MiB in all
+    assert Retention(shm_fraction=1.0, min_free_fraction=0.09).budget(tmp_path, 2 * MiB) == 3 * MiB
+    assert Retention(max_bytes=123).budget(tmp_path, 0) == 123
+    monkeypatch.setattr(retention, "host_memory", lambda: None)
+    assert Retention(host_fraction=0.5).budget(tmp_path, 0) == 0  # no telemetry: no growth
+
+
+def test_retention_fractions_are_checked() -> None:
+    with pytest.raises(ValueError, match=r"host_fraction must be in \[0, 1\], got 1.5"):
+        Retention(host_fraction=1.5)
+    with pytest.raises(ValueError, match="max_bytes must be >= 0, got -1"):
+        Retention(max_bytes=-1)

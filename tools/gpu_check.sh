@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# GPU verification, on a machine with a CUDA GPU where torch and numpy are installed (under 5 min):
+# the CUDA-marked tests, the CPU tests of the CUDA paths, then a short benchmark whose table is
+# printed last. The project's other dependencies come from .whl/ when present (`make gpu-wheels`
+# fills it with CPython 3.12 x86-64 wheels); results also go to $OUT/gpu_bench.json when $OUT is set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/tw-site .whl/*.whl
+    export PYTHONPATH="/tmp/tw-site:$PWD"
+else
+    export PYTHONPATH="$PWD"
+fi
+python3 - <<'PY'
+import torch
+assert torch.cuda.is_available(), "gpu_check.sh needs a CUDA device"
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}")
+PY
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
+df -h /dev/shm || true
+python3 -m pytest -q -p no:cacheprovider -o addopts="" -ra \
+    tests/test_cuda_gpu.py tests/test_cuda_shm.py tests/test_placement.py
+python3 -m tools.bench.cuda --mib "${GPU_CHECK_MIB:-1024}" --reps "${GPU_CHECK_REPS:-5}" ${OUT:+--json "$OUT/gpu_bench.json"}

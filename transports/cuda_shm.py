@@ -1,0 +1,235 @@
+"""CUDA tensors to another process: a device-to-host copy straight into registered shared memory.
+
+``CudaShmTransport`` is a ``ShmTransport`` (host buffers go through its plain pool, and any
+shared-memory reader decodes its messages: the receiver needs no GPU) with one more path, taken
+by the encoder for buffers that live on a CUDA device (``export_device``):
+
+1. take a slot from a second pool whose segments are reserved with ``posix_fallocate`` and
+   registered once with ``cudaHostRegister`` when created (registration is expensive, so slots
+   are reused; they are unregistered when the pool gives them back);
+2. copy device -> slot on a side stream that first waits on the producer's current stream (an
+   event), so unfinished producer work is never read; wait for that copy to finish;
+3. hand the slot over like any pool slot.
+
+The registered pool's bytes are bounded by a retention policy (a fraction of /dev/shm, a
+fraction of available host memory, and a minimum of free host memory); idle slots are given
+back; ``release_cache()`` gives back every free slot now.
+
+Failures: every CUDA error is a ``TransportError`` naming the call and its code (the adapter has
+cleared the thread's error state). If a copy may still be running when its cleanup fails (the
+synchronize after a queued copy failed, or an unregistration failed), the slot is quarantined:
+its mapping and the source tensor are kept, never unmapped under the device, and the transport
+turns unhealthy (``healthy`` False, ``reason`` says why) and refuses further device transfers.
+The quarantine lives in the transport, so it is bounded by the transfers in flight when it
+turned unhealthy and it goes with the transport.
+
+Where the runtime is unusable (torch without CUDA, a ROCm build, no device) ``available`` is
+False and ``export_device`` returns None: the encoder then stages the tensor itself (a pinned
+side-stream copy, ``transports.cuda_runtime.stage_to_host``) and sends the host copy through the plain pool.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from codec.errors import TransportError
+from transports.base import Buffer, Handle
+from transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime
+from transports.pool import CONTROL_BYTES, SENDER, Pool, Slot
+from transports.retention import Retention
+from transports.shm import SHM_DIR, ShmHandle, ShmTransport, SlotHandle, _next_name
+
+__all__ = ["CudaShmTransport", "Quarantined"]
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """A registered slot whose cleanup is uncertain: kept mapped (and its source alive) for good."""
+
+    name: str
+    nbytes: int
+    reason: str
+    mapping: Any
+    source: torch.Tensor | None
+
+
+class CudaShmTransport(ShmTransport):
+    """``ShmTransport`` plus direct device-to-registered-shared-memory copies for CUDA tensors.
+
+    ``runtime``: the CUDA adapter (default: ``TorchCudaRuntime``). ``registered_shm_fraction``,
+    ``registered_host_fraction``, ``min_free_fraction``, ``max_registered_bytes``: the retention
+    policy of the registered pool. The other arguments are ``ShmTransport``'s.
+    """
+
+    name: ClassVar[str] = "cuda_shm"
+    handle_types: ClassVar[tuple[type[Handle], ...]] = (ShmHandle, SlotHandle)
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] = SHM_DIR,
+        *,
+        runtime: CudaRuntime | None = None,
+        pool: bool = True,
+        cache_fraction: float = 0.25,
+        max_cached_bytes: int | None = None,
+        idle_seconds: float = 30.0,
+        registered_shm_fraction: float = 0.25,
+        registered_host_fraction: float = 0.25,
+        min_free_fraction: float = 0.05,
+        max_registered_bytes: int | None = None,
+    ) -> None:
+        super().__init__(
+            directory,
+            pool=pool,
+            cache_fraction=cache_fraction,
+            max_cached_bytes=max_cached_bytes,
+            idle_seconds=idle_seconds,
+        )
+        self.runtime: CudaRuntime = runtime if runtime is not None else TorchCudaRuntime()
+        self.unavailable_reason = self.runtime.unavailable_reason()
+        self._lock = threading.Lock()
+        self._quarantine: list[Quarantined] = []
+        self._registered_slots: dict[str, int] = {}  # slot name -> registered bytes
+        self.registered: Pool | None = None
+        if self.unavailable_reason is None:
+            retention = Retention(
+                shm_fraction=registered_shm_fraction,
+                host_fraction=registered_host_fraction,
+                min_free_fraction=min_free_fraction,
+                max_bytes=max_registered_bytes,
+            )
+            self.registered = Pool(
+                self.directory,
+                _next_name,
+                retention=retention,
+                idle_seconds=idle_seconds,
+                prepare=self._register,
+                retire=self._unregister,
+            )
+
+    # -- state ------------------------------------------------------------------------------------
+    @property
+    def available(self) -> bool:
+        """Whether device buffers can take the registered path in this process."""
+        return self.registered is not None
+
+    @property
+    def healthy(self) -> bool:
+        """False once a transfer's cleanup was uncertain; device transfers are then refused."""
+        return not self._quarantine
+
+    @property
+    def reason(self) -> str | None:
+        """Why the transport is unhealthy (the first quarantined transfer), or None."""
+        return self._quarantine[0].reason if self._quarantine else None
+
+    @property
+    def quarantined(self) -> tuple[Quarantined, ...]:
+        return tuple(self._quarantine)
+
+    @property
+    def registrations(self) -> int:
+        """Host ranges currently registered with the device runtime by this transport."""
+        return len(self._registered_slots)
+
+    @property
+    def registered_bytes(self) -> int:
+        return sum(self._registered_slots.values())
+
+    # -- sending ----------------------------------------------------------------------------------
+    def export_device(self, storage: torch.Tensor, start: int, nbytes: int, frames: list[Buffer]) -> Handle | None:
+        """Send bytes ``[start, start + nbytes)`` of a uint8 device tensor over a whole storage.
+
+        None when this transport does not take the buffer (runtime unavailable, not a device the
+        runtime copies from, or the registered pool's budget is spent): the caller stages it.
+        """
+        if self.registered is None or not self.runtime.is_device(storage):
+            return None
+        if not self.healthy:
+            raise TransportError(errno.EIO, f"cuda_shm refuses device transfers: {self.reason}")
+        if nbytes == 0:
+            raise TransportError(errno.EINVAL, "a 0-byte buffer is never registered; send it inline")
+        slot = self.registered.acquire(nbytes, SENDER)
+        if slot is None:
+            return None
+        source = storage[start : start + nbytes]
+        target = torch.frombuffer(slot.mapping, dtype=torch.uint8, count=nbytes, offset=CONTROL_BYTES)
+        try:
+            token = self.runtime.copy_to_host(target, source)
+        except CudaCallError as exc:
+            del target
+            self._settle(slot, source, exc)
+            raise _error(exc) from None
+        try:
+            self.runtime.synchronize(token)
+        except CudaCallError as exc:
+            del target
+            self._quarantine_slot(slot, source, f"{exc} after a copy into {slot.name} was queued")
+            raise _error(exc) from None
+        return SlotHandle(name=slot.name, offset=0, generation=self.registered.hand_over(slot))
+
+    def _settle(self, slot: Slot, source: torch.Tensor, failure: CudaCallError) -> None:
+        """After a failed enqueue: once the side stream is drained nothing writes the slot and it
+        goes back to the pool; if draining fails too, the slot is quarantined."""
+        assert self.registered is not None
+        try:
+            self.runtime.drain(source.device)
+        except CudaCallError as exc:
+            self._quarantine_slot(slot, source, f"{failure}; draining the copy stream then: {exc}")
+            return
+        self.registered.give_back(slot)
+
+    def _quarantine_slot(self, slot: Slot, source: torch.Tensor | None, reason: str) -> None:
+        assert self.registered is not None
+        with self._lock:
+            self._quarantine.append(Quarantined(slot.name, slot.capacity, reason, slot.mapping, source))
+        self.registered.forget(slot)
+
+    # -- the registered pool's hooks -----------------------------------------------------------------
+    def _register(self, slot: Slot) -> None:
+        try:
+            self.runtime.register(slot.address, slot.capacity)
+        except CudaCallError as exc:
+            raise TransportError(
+                errno.EIO,
+                f"cuda_shm: {exc.call} of {slot.capacity} bytes failed with CUDA error {exc.code} ({exc.text})",
+            ) from None
+        with self._lock:
+            self._registered_slots[slot.name] = slot.capacity
+
+    def _unregister(self, slot: Slot) -> bool:
+        with self._lock:
+            if self._registered_slots.pop(slot.name, None) is None:
+                return True
+        try:
+            self.runtime.unregister(slot.address)
+        except CudaCallError as exc:
+            with self._lock:
+                self._quarantine.append(Quarantined(slot.name, slot.capacity, f"{exc}", slot.mapping, None))
+            return False
+        return True
+
+    # -- retention ------------------------------------------------------------------------------
+    def trim(self, idle_seconds: float | None = None) -> int:
+        freed = super().trim(idle_seconds)
+        return freed + (0 if self.registered is None else self.registered.trim(idle_seconds))
+
+    def release_cache(self) -> int:
+        """Give back every free slot of both pools now (unregistering them); return the bytes freed."""
+        return self.trim(0.0)
+
+    def close(self) -> None:
+        """Unregister and unlink every slot; quarantined mappings stay mapped (never unmapped under the device)."""
+        if self.registered is not None:
+            self.registered.close()
+        super().close()
+
+
+def _error(exc: CudaCallError) -> TransportError:
+    return TransportError(errno.EIO, f"cuda_shm: {exc.call} failed with CUDA error {exc.code} ({exc.text})")
