@@ -96,6 +96,11 @@ class Placement:
         return placed
 
     def _upload_one(self, index: int, buffer: Any, device: torch.device) -> torch.Tensor:
+        if isinstance(buffer, torch.Tensor) and not buffer.is_cpu:  # already on a device (CUDA IPC)
+            try:
+                return buffer.to(device)  # the same tensor when it is there already
+            except RuntimeError as exc:
+                raise TransportError(errno.EIO, f"placing buffer {index} on {device}: {exc}") from None
         nbytes = memoryview(buffer).nbytes
         host = torch.frombuffer(buffer, dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
         what = f"buffer {index} ({nbytes} bytes) to {device}"

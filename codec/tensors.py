@@ -273,23 +273,36 @@ class TensorBuilder:
             value = np.ndarray(
                 desc.shape,
                 dtype=np.dtype(dtype.numpy_name),
-                buffer=self.buffers[desc.buffer],
+                buffer=self._host(desc.buffer),
                 offset=desc.offset,
                 strides=[s * dtype.itemsize for s in desc.strides],
             )
         else:
             device = self.devices.get(index)
             base = self._torch_base(desc.buffer) if device is None else self.device_buffers[(desc.buffer, device)]
+            offset = base.storage_offset() + desc.offset  # a delivered tensor may start inside its storage
             value = torch.empty(0, dtype=getattr(torch, dtype.torch_name), device=base.device).set_(
-                base.untyped_storage(), desc.offset // dtype.itemsize, desc.shape, desc.strides
+                base.untyped_storage(), offset // dtype.itemsize, desc.shape, desc.strides
             )
         self._built[index] = value
         return value
+
+    def _host(self, index: int) -> Any:
+        """Buffer ``index`` in host memory (a buffer a transport delivered on a device is copied once)."""
+        buffer = self.buffers[index]
+        if isinstance(buffer, torch.Tensor) and not buffer.is_cpu:
+            buffer = self.buffers[index] = buffer.cpu().numpy()
+        return buffer
 
     def _torch_base(self, index: int) -> torch.Tensor:
         base = self._torch_bases.get(index)
         if base is None:
             buffer = self.buffers[index]
+            if isinstance(buffer, torch.Tensor):  # delivered as a uint8 tensor, e.g. on a device
+                if buffer.storage_offset() % _ALIGN:
+                    buffer = buffer.clone()  # its start in its storage would misalign wider dtypes
+                self._torch_bases[index] = buffer
+                return buffer
             base = (
                 torch.frombuffer(buffer, dtype=torch.uint8)
                 if memoryview(buffer).nbytes

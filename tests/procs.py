@@ -84,3 +84,19 @@ def cuda_producer(conn: Any, seed: int) -> None:
     conn.recv()  # the receiver has the message: the pool may go
     transport.close()
     conn.send(transport.registrations)
+
+
+def cuda_queue_producer(data_queue: Any, conn: Any, seed: int) -> None:
+    """Encode ``cuda_tensors(seed)`` with ``QueueTransport`` (CUDA IPC); report what stays unacknowledged."""
+    import codec
+    import transports
+    from codec.generated import diffusion
+
+    transport = transports.QueueTransport(data_queue)
+    tensors = cuda_tensors(seed)
+    frames = codec.Encoder(transport=transport).encode(diffusion.Output(output=tuple(tensors)))
+    conn.send([bytes(memoryview(f)) for f in frames])
+    conn.send([t.cpu().view(torch.uint8).numpy().tobytes() for t in tensors])
+    conn.recv()  # the receiver has decoded the message and let go of its views
+    conn.send(transport.in_flight)
+    transport.close()

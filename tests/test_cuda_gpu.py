@@ -1,9 +1,9 @@
 """The CUDA paths on a real GPU (marked ``cuda``; skipped where torch sees no CUDA device).
 
 Run by ``tools/gpu_check.sh`` on a machine with a GPU: registered-shm round trips of every
-common dtype across processes with device placement on receive, stream ordering against a long
-producer kernel, registrations back to zero after 1,000 transfers, the staging fallback and the
-out-of-memory path of placement.
+common dtype across processes with device placement on receive, CUDA IPC through the queue
+transport with acknowledgements, stream ordering against a long producer kernel, registrations
+back to zero after 1,000 transfers, the staging fallback and the out-of-memory path of placement.
 """
 
 from __future__ import annotations
@@ -55,6 +55,31 @@ def test_every_dtype_round_trips_bit_exact_across_processes_onto_the_device() ->
         producer.join(60)
     assert producer.exitcode == 0
     assert set(our_segments()) <= before
+
+
+def test_cuda_tensors_through_the_queue_arrive_by_ipc_and_are_acknowledged() -> None:
+    import torch.multiprocessing as tmp
+
+    ctx = tmp.get_context("spawn")
+    data = ctx.Queue()
+    parent, child = ctx.Pipe()
+    producer = ctx.Process(target=procs.cuda_queue_producer, args=(data, child, 99))
+    producer.start()
+    try:
+        frames = parent.recv()
+        expected = parent.recv()
+        receiver = transports.QueueTransport(data, timeout=60)
+        received = codec.Decoder(REGISTRY, transports=[receiver]).decode(frames).output
+        assert all(t.device.type == "cuda" for t in received)  # views of the producer's memory
+        assert [_raw(t) for t in received] == expected
+        del received
+        torch.cuda.synchronize()
+        parent.send("done")
+        assert parent.recv() == 0  # every tensor was acknowledged
+        receiver.close()
+    finally:
+        producer.join(60)
+    assert producer.exitcode == 0
 
 
 def test_a_tensor_still_being_written_arrives_complete() -> None:

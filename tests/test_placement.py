@@ -163,3 +163,15 @@ def test_retention_fractions_are_checked() -> None:
         Retention(host_fraction=1.5)
     with pytest.raises(ValueError, match="max_bytes must be >= 0, got -1"):
         Retention(max_bytes=-1)
+
+
+def test_a_buffer_delivered_as_a_tensor_view_keeps_its_offset() -> None:
+    from codec.tensors import TensorBuilder
+    from codec.wire import TensorDesc
+
+    storage = torch.arange(40, dtype=torch.uint8)
+    buffers: list[Any] = [storage[8:24], storage[3:19]]  # views starting inside their storage
+    descs = [TensorDesc("tensor", "int32", [2], [1], 4, 0, 8), TensorDesc("tensor", "int16", [2], [1], 2, 1, 4)]
+    builder = TensorBuilder(descs, buffers)
+    assert torch.equal(builder.build(0), storage[12:20].view(torch.int32))
+    assert torch.equal(builder.build(1), storage[5:9].clone().view(torch.int16))  # odd start: realigned

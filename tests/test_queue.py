@@ -240,3 +240,74 @@ def test_an_item_that_cannot_be_received_is_skipped(caplog: pytest.LogCaptureFix
         out = codec.Decoder(REGISTRY, transports=[transports.QueueTransport(flaky)]).decode(frames)
     assert out.output.tolist() == [0.0, 1.0, 2.0]
     assert "dropping a queue item that could not be received: the producer is gone" in caplog.text
+
+
+# -- CUDA tensors (their logic, with a runtime that takes host tensors for device ones) -----------
+def _device_like(values: torch.Tensor) -> torch.Tensor:
+    return values.view(torch.uint8).reshape(-1)
+
+
+def test_cuda_tensors_are_kept_until_the_receiver_acknowledges_them() -> None:
+    from tests.cuda_fakes import FakeCudaRuntime
+    from transports.shm import our_segments
+
+    queue = _ctx().Queue()
+    tx = transports.QueueTransport(queue, runtime=FakeCudaRuntime(), max_in_flight=2, timeout=0.3)
+    rx = transports.QueueTransport(queue)
+    first, second = torch.arange(1000, dtype=torch.float32), torch.full((10,), 7, dtype=torch.int64)
+    handles = []
+    for values in (first, second):
+        tx.begin_message()
+        handles.append(tx.export_device(_device_like(values), 0, values.numel() * values.element_size(), []))
+    assert tx.in_flight == 2 and all(isinstance(h, transports.QueueHandle) for h in handles)
+    tx.begin_message()
+    with pytest.raises(
+        codec.TransportError,
+        match=r"2 CUDA tensor\(s\) from sender \S+ not acknowledged by the receiver after 0.3s \(max_in_flight 2\)",
+    ):
+        tx.export_device(_device_like(first), 0, 4000, [])
+    assert bytes(rx.import_(handles[0], [], 4000, borrow=False)) == first.numpy().tobytes()
+    assert tx.in_flight == 1  # the first arrived; the second is still on its way
+    assert bytes(rx.import_(handles[1], [], 80, borrow=False)) == second.numpy().tobytes()
+    assert tx.in_flight == 0
+    assert tx.export_device(_device_like(first), 0, 4000, []) is not None  # room again
+    tx.close()
+    rx.close()
+    assert our_segments() == []  # the ack page went with its sender
+
+
+def test_a_cuda_tensor_that_cannot_be_shared_fails_the_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.cuda_fakes import FakeCudaRuntime
+    from transports import queue as queue_module
+
+    def refuse(obj: Any, protocol: Any = None) -> bytes:
+        raise RuntimeError("CUDA IPC is not supported with expandable segments")
+
+    queue = _ctx().Queue()
+    tx = transports.QueueTransport(queue, runtime=FakeCudaRuntime(), timeout=0.2)
+    monkeypatch.setattr(queue_module.ForkingPickler, "dumps", refuse)
+    tx.begin_message()
+    with pytest.raises(codec.TransportError, match="cannot share a 40-byte buffer on cpu: CUDA IPC is not supported"):
+        tx.export_device(_device_like(torch.ones(10)), 0, 40, [])
+    assert tx.in_flight == 0 and queue.empty()
+    tx.close()
+
+
+def test_snapshot_sends_a_device_copy() -> None:
+    from tests.cuda_fakes import FakeCudaRuntime
+
+    queue = _ctx().Queue()
+    tx = transports.QueueTransport(queue, runtime=FakeCudaRuntime(), snapshot=True)
+    rx = transports.QueueTransport(queue)
+    values = torch.zeros(4)
+    tx.begin_message()
+    handle = tx.export_device(_device_like(values), 0, 16, [])
+    values.fill_(5.0)  # after export: not seen by the receiver
+    assert bytes(rx.import_(handle, [], 16, borrow=False)) == torch.zeros(4).numpy().tobytes()
+    tx.close()
+    rx.close()
+
+
+def test_a_cpu_tensor_is_not_taken_as_a_device_one() -> None:
+    tx = transports.QueueTransport(_ctx().Queue())  # the real runtime: a CPU tensor is no CUDA tensor
+    assert tx.export_device(torch.zeros(4, dtype=torch.uint8), 0, 4, []) is None

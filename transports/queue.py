@@ -1,4 +1,4 @@
-"""Buffers through a ``torch.multiprocessing`` queue: CPU storages travel as shared memory by fd.
+"""Buffers through a ``torch.multiprocessing`` queue: CPU storages as shared memory, CUDA ones by CUDA IPC.
 
 The sender puts ``(sender id, message id, tensor id, tensor)`` on the queue and returns a typed
 handle; message ids grow per sender and tensor ids restart with each message. The receiver
@@ -9,9 +9,16 @@ Aliasing is explicit. By default a tensor's storage is moved into shared memory 
 (``share_memory_()``): the sender's tensor now lives there, and writes it makes after encoding
 are visible to the receiver. ``snapshot=True`` copies each buffer on export instead, so the
 sender may go on writing. The queue keeps a shared tensor alive only while it is in the queue:
-the producer must outlive the hand-over (for CUDA tensors, which would travel by CUDA IPC, until
-the receiver has them; this transport currently sends CPU buffers only: the encoder moves CUDA
-tensors to the host first).
+the producer must outlive the hand-over.
+
+CUDA buffers (``export_device``) travel by CUDA IPC: the tensor is pickled on export, so a tensor
+that cannot be shared fails ``export`` itself, and the receiver gets a view of the sender's device
+memory (no copy; ``snapshot=True`` sends a device copy instead). The sender keeps each CUDA tensor
+alive until the receiver acknowledges it through a small shared-memory ack page (written when the
+tensor arrives, whether it is then read or discarded as stale); ``max_in_flight`` bounds the
+unacknowledged ones (an export past it waits up to ``timeout``, then fails). After the ack, torch's
+IPC reference count keeps the memory while any receiver view lives: the producer process must
+outlive every receiver view of its CUDA tensors.
 
 Buffered tensors are bounded in count and bytes (going over is a ``TransportError``); when a
 sender's newer message is consumed its older buffered tensors are discarded (with one log line
@@ -26,14 +33,21 @@ import os
 import queue as stdlib_queue
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
+import torch.multiprocessing  # registers torch's tensor reductions (CUDA IPC included) with ForkingPickler
 
 from codec.errors import DecodeError, TransportError
+from transports.ack import AckPage
 from transports.base import Buffer, Handle
+from transports.cuda_runtime import CudaRuntime, TorchCudaRuntime
+from transports.shm import _NAME, SHM_DIR, _next_name
 
 __all__ = ["QueueHandle", "QueueTransport"]
 
@@ -72,6 +86,9 @@ class QueueTransport:
         ttl: float = 300.0,
         max_buffered: int = 1024,
         max_buffered_bytes: int = 8 * 1024**3,
+        max_in_flight: int = 64,
+        runtime: CudaRuntime | None = None,
+        directory: str | os.PathLike[str] = SHM_DIR,
     ) -> None:
         self.queue = queue
         self.snapshot = snapshot
@@ -83,6 +100,12 @@ class QueueTransport:
         self._message = 0
         self._tensor = 0
         self._senders: dict[str, _Sender] = {}
+        self.max_in_flight = max_in_flight
+        self.runtime: CudaRuntime = runtime if runtime is not None else TorchCudaRuntime()
+        self.directory = Path(directory)
+        self._ack: AckPage | None = None  # ours, as a sender of CUDA tensors
+        self._in_flight: deque[tuple[int, torch.Tensor]] = deque()  # (ack position, tensor) not yet acknowledged
+        self._peer_acks: dict[str, AckPage] = {}  # senders' pages, as a receiver
 
     # -- sending ------------------------------------------------------------------------------
     def begin_message(self) -> None:
@@ -111,13 +134,59 @@ class QueueTransport:
     def _put(self, tensor: torch.Tensor) -> Handle:
         if not tensor.is_shared():  # type: ignore[no-untyped-call]
             raise TransportError(errno.EINVAL, "the tensor is not in shared memory and cannot be sent")
-        handle = QueueHandle(sender=self.sender_id, message=self._message, tensor=self._tensor)
+        handle = self._next_handle()
+        self._send((handle.sender, handle.message, handle.tensor, tensor), handle)
+        return handle
+
+    def export_device(self, storage: torch.Tensor, start: int, nbytes: int, frames: list[Buffer]) -> Handle | None:
+        """Send bytes ``[start, start + nbytes)`` of a CUDA storage by CUDA IPC (None for other devices)."""
+        if not self.runtime.is_device(storage):
+            return None
+        part = storage[start : start + nbytes]
+        if self.snapshot:
+            part = part.clone()
+        self._wait_for_room()
+        handle = self._next_handle()
         try:
-            self.queue.put((handle.sender, handle.message, handle.tensor, tensor), timeout=self.timeout)
+            payload = bytes(ForkingPickler.dumps(part))  # now, so that a failure to share fails this call
+        except (RuntimeError, TypeError, ValueError, OSError) as exc:
+            raise TransportError(errno.EINVAL, f"cannot share a {nbytes}-byte buffer on {part.device}: {exc}") from None
+        if self._ack is None:
+            self._ack = AckPage.create(self.directory / _next_name())
+        self._send((handle.sender, handle.message, handle.tensor, payload, self._ack.name), handle)
+        self._in_flight.append((_position(handle), part))
+        return handle
+
+    @property
+    def in_flight(self) -> int:
+        """CUDA tensors sent and not yet acknowledged by the receiver (kept alive until then)."""
+        acked = 0 if self._ack is None else self._ack.position
+        while self._in_flight and self._in_flight[0][0] <= acked:
+            self._in_flight.popleft()
+        return len(self._in_flight)
+
+    def _wait_for_room(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        while self.in_flight >= self.max_in_flight:
+            if time.monotonic() >= deadline:
+                raise TransportError(
+                    errno.EAGAIN,
+                    f"{self.in_flight} CUDA tensor(s) from sender {self.sender_id} not acknowledged by the receiver "
+                    f"after {self.timeout}s (max_in_flight {self.max_in_flight})",
+                )
+            time.sleep(0.001)
+
+    def _next_handle(self) -> QueueHandle:
+        if self._tensor >= _TENSORS_PER_MESSAGE:
+            raise TransportError(errno.E2BIG, f"more than {_TENSORS_PER_MESSAGE} queue tensors in one message")
+        return QueueHandle(sender=self.sender_id, message=self._message, tensor=self._tensor)
+
+    def _send(self, item: tuple[Any, ...], handle: QueueHandle) -> None:
+        try:
+            self.queue.put(item, timeout=self.timeout)
         except stdlib_queue.Full:
             raise TransportError(errno.EAGAIN, f"queue full for {self.timeout}s sending {handle}") from None
         self._tensor += 1
-        return handle
 
     def release(self, handle: Handle) -> None:
         """A sent tensor cannot be recalled; a receiver drops a buffered one it will not read."""
@@ -146,6 +215,8 @@ class QueueTransport:
                 f"queue tensor {handle.sender}/{handle.message}/{handle.tensor} is {tensor.dtype} of shape "
                 f"{tuple(tensor.shape)}, the buffer entry says {nbytes} bytes"
             )
+        if not tensor.is_cpu:  # a view of the sender's device memory (CUDA IPC)
+            return tensor if borrow is not False else tensor.clone()
         array = tensor.numpy()
         return array if borrow is not False else array.copy()
 
@@ -175,7 +246,16 @@ class QueueTransport:
             self._store(item)
 
     def _store(self, item: Any) -> None:
-        sender_id, message, index, tensor = item
+        if len(item) == 5:  # a CUDA tensor, pickled on export, and its sender's ack page
+            sender_id, message, index, payload, ack_name = item
+            try:
+                tensor = ForkingPickler.loads(payload)
+            except (RuntimeError, OSError, EOFError, ValueError) as exc:
+                log.warning("dropping a CUDA tensor from sender %s that could not be opened: %s", sender_id, exc)
+                return
+            self._acknowledge(sender_id, ack_name, message, index)
+        else:
+            sender_id, message, index, tensor = item
         now = time.monotonic()
         self._evict_silent(now)
         sender = self._senders.setdefault(sender_id, _Sender())
@@ -207,8 +287,25 @@ class QueueTransport:
         if not sender.messages.get(message):
             sender.messages.pop(message, None)
 
+    def _acknowledge(self, sender_id: str, ack_name: Any, message: int, index: int) -> None:
+        """Tell the sender its tensor arrived (it may let go of it now)."""
+        page = self._peer_acks.get(sender_id)
+        if page is None:
+            if not isinstance(ack_name, str) or not _NAME.fullmatch(ack_name):
+                log.warning("sender %s names an ack page %r that is not a tensorwire name", sender_id, ack_name)
+                return
+            try:
+                page = self._peer_acks[sender_id] = AckPage.open(self.directory / ack_name)
+            except (TransportError, DecodeError) as exc:
+                log.warning("cannot acknowledge sender %s: %s", sender_id, exc)
+                return
+        page.acknowledge(_position(QueueHandle(sender=sender_id, message=message, tensor=index)))
+
     def _evict_silent(self, now: float) -> None:
         for sender_id in [s for s, v in self._senders.items() if now - v.last_seen > self.ttl]:
+            page = self._peer_acks.pop(sender_id, None)
+            if page is not None:
+                page.close()
             dropped = sum(len(t) for t in self._senders.pop(sender_id).messages.values())
             log.warning(
                 "evicting sender %s, silent for over %ss (%d buffered tensor(s) dropped)", sender_id, self.ttl, dropped
@@ -222,5 +319,18 @@ class QueueTransport:
         return sum(x.numel() for s in self._senders.values() for t in s.messages.values() for x in t.values())
 
     def close(self) -> None:
-        """Drop everything buffered."""
+        """Drop everything buffered, and (as a sender) the CUDA tensors kept for the receiver and the ack page."""
         self._senders.clear()
+        self._in_flight.clear()
+        for page in [*self._peer_acks.values(), *([self._ack] if self._ack is not None else [])]:
+            page.close()
+        self._peer_acks.clear()
+        self._ack = None
+
+
+_TENSORS_PER_MESSAGE = 1 << 20
+
+
+def _position(handle: QueueHandle) -> int:
+    """A tensor's place in its sender's stream, as written on the ack page (0 means none)."""
+    return (handle.message << 20 | handle.tensor) + 1
