@@ -212,3 +212,38 @@ def test_a_failure_mid_message_releases_what_was_exported(tmp_path: Path, cuda_s
         encoder.encode(_video_message(_meta(300_000), _meta(600_000)))
     assert _registered_states(cuda_shm) == [FREE]  # the first buffer's slot was released
     assert cuda_shm.registrations == 1 and len(our_segments(tmp_path)) == 1
+
+
+# -- the torch adapter's error handling (its device calls run in tests/test_cuda_gpu.py) -------------
+class _StickyError(RuntimeError):
+    error_code = 700
+
+
+def test_the_torch_runtime_names_call_and_code_and_clears_the_error_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    from transports import cuda_runtime
+
+    runtime = transports.TorchCudaRuntime()
+    cleared: list[int] = []
+    monkeypatch.setattr(runtime, "clear_error", lambda: cleared.append(1))
+
+    class _Cudart:
+        def cudaHostRegister(self, address: int, nbytes: int, flags: int) -> int:
+            return 2
+
+        def cudaGetErrorString(self, error: int) -> str:
+            return "out of memory"
+
+    monkeypatch.setattr(cuda_runtime, "_cudart", _Cudart)
+    with pytest.raises(transports.CudaCallError, match=r"cudaHostRegister failed with CUDA error 2 \(out of memory\)"):
+        runtime.register(4096, 4096)
+    failure = runtime._failed("cudaEventSynchronize", _StickyError("CUDA error: an illegal memory access\nsecond line"))
+    assert (failure.call, failure.code, failure.text) == (
+        "cudaEventSynchronize",
+        700,
+        "CUDA error: an illegal memory access",
+    )
+    assert cleared == [1, 1]
+    assert not runtime.is_device(torch.zeros(1))
+    assert torch.equal(
+        cuda_runtime.stage_to_host(torch.arange(5, dtype=torch.uint8)), torch.arange(5, dtype=torch.uint8)
+    )

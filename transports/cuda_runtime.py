@@ -128,7 +128,7 @@ class TorchCudaRuntime:
                 done = torch.cuda.Event()  # type: ignore[no-untyped-call]
                 done.record(side)
         except RuntimeError as exc:
-            raise _from_torch("cudaMemcpyAsync", exc) from None
+            raise self._failed("cudaMemcpyAsync", exc) from None
         return done
 
     def copy_to_device(self, src: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, Any]:
@@ -137,7 +137,7 @@ class TorchCudaRuntime:
         except torch.OutOfMemoryError as exc:
             raise CudaCallError("cudaMalloc", 2, str(exc).splitlines()[0], oom=True) from None
         except RuntimeError as exc:
-            raise _from_torch("cudaMalloc", exc) from None
+            raise self._failed("cudaMalloc", exc) from None
         side = self._stream(device)
         try:
             with torch.cuda.device(device):
@@ -149,20 +149,20 @@ class TorchCudaRuntime:
                 done.record(side)
                 consumer.wait_event(done)  # work queued after this sees the filled tensor
         except RuntimeError as exc:
-            raise _from_torch("cudaMemcpyAsync", exc) from None
+            raise self._failed("cudaMemcpyAsync", exc) from None
         return dst, done
 
     def synchronize(self, token: Any) -> None:
         try:
             token.synchronize()
         except RuntimeError as exc:
-            raise _from_torch("cudaEventSynchronize", exc) from None
+            raise self._failed("cudaEventSynchronize", exc) from None
 
     def drain(self, device: torch.device) -> None:
         try:
             self._stream(device).synchronize()
         except RuntimeError as exc:
-            raise _from_torch("cudaStreamSynchronize", exc) from None
+            raise self._failed("cudaStreamSynchronize", exc) from None
 
     def clear_error(self) -> None:
         library = _cudart_library()
@@ -179,6 +179,12 @@ class TorchCudaRuntime:
             if stream is None:
                 stream = self._streams[index] = torch.cuda.Stream(device=index)  # type: ignore[no-untyped-call]
             return stream
+
+    def _failed(self, call: str, exc: RuntimeError) -> CudaCallError:
+        """The ``CudaCallError`` for an error torch raised during ``call``, after clearing the error state."""
+        self.clear_error()
+        code = getattr(exc, "error_code", None)
+        return CudaCallError(call, int(code) if code is not None else -1, str(exc).splitlines()[0])
 
     def _check(self, call: str, error: Any) -> None:
         code = int(error)
@@ -211,11 +217,6 @@ def transport_runtime(transport: Any) -> CudaRuntime | None:
 def _cudart() -> Any:
     """torch's bindings of the CUDA runtime (cudaHostRegister, cudaHostUnregister, cudaGetErrorString)."""
     return torch.cuda.cudart()  # type: ignore[no-untyped-call]
-
-
-def _from_torch(call: str, exc: RuntimeError) -> CudaCallError:
-    code = getattr(exc, "error_code", None)
-    return CudaCallError(call, int(code) if code is not None else -1, str(exc).splitlines()[0])
 
 
 _CUDART: list[Any] = []
