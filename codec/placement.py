@@ -27,7 +27,7 @@ import torch
 
 from codec.errors import TransportError
 from codec.inspect import describe
-from transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime
+from transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime, keep_forever
 
 __all__ = ["DeviceSpec", "Placement"]
 
@@ -155,6 +155,7 @@ class Placement:
         return True
 
     def _keep(self, reason: str, memory: Any) -> None:
+        keep_forever(memory)
         with self._lock:
             self._kept.append((reason, memory))
 

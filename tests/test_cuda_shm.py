@@ -3,6 +3,8 @@ quarantine, pool bounds and retention (the GPU itself is exercised by tests/test
 
 from __future__ import annotations
 
+import gc
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -179,6 +181,10 @@ def test_an_uncertain_copy_is_quarantined_and_further_transfers_refused(tmp_path
     transport.close()
     assert not kept.mapping.closed and transport.registrations == 1  # still registered: never unregistered
     assert our_segments(tmp_path) == []  # its name is gone, the mapping stays
+    mapping = kept.mapping
+    del transport, kept
+    gc.collect()
+    assert sys.getrefcount(mapping) >= 3  # ours, the call's, and the keep-alive: dropping the transport unmaps nothing
 
 
 def test_a_failed_synchronize_after_a_queued_copy_is_quarantined(tmp_path: Path, fake: Any) -> None:

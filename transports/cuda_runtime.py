@@ -208,6 +208,14 @@ def stage_to_host(source: torch.Tensor, runtime: CudaRuntime | None = None) -> t
     return host
 
 
+def keep_forever(*objects: Any) -> None:
+    """Keep ``objects`` alive until the process exits, whoever drops them: memory a device may
+    still be reading or writing (a quarantined mapping, the source of a copy) is never freed."""
+    for obj in objects:
+        if obj is not None:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
 def transport_runtime(transport: Any) -> CudaRuntime | None:
     """The CUDA adapter a transport carries (``runtime`` attribute), if any."""
     runtime = getattr(transport, "runtime", None)

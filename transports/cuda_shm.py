@@ -20,8 +20,8 @@ cleared the thread's error state). If a copy may still be running when its clean
 synchronize after a queued copy failed, or an unregistration failed), the slot is quarantined:
 its mapping and the source tensor are kept, never unmapped under the device, and the transport
 turns unhealthy (``healthy`` False, ``reason`` says why) and refuses further device transfers.
-The quarantine lives in the transport, so it is bounded by the transfers in flight when it
-turned unhealthy and it goes with the transport.
+The quarantine is the transport's (visible, and bounded by the transfers in flight when it turned
+unhealthy); what it holds is kept alive until the process exits, even if the transport is dropped.
 
 Where the runtime is unusable (torch without CUDA, a ROCm build, no device) ``available`` is
 False and ``export_device`` returns None: the encoder then stages the tensor itself (a pinned
@@ -40,7 +40,7 @@ import torch
 
 from codec.errors import TransportError
 from transports.base import Buffer, Handle
-from transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime
+from transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime, keep_forever
 from transports.pool import CONTROL_BYTES, SENDER, Pool, Slot
 from transports.retention import Retention
 from transports.shm import SHM_DIR, ShmHandle, ShmTransport, SlotHandle, _next_name
@@ -187,6 +187,7 @@ class CudaShmTransport(ShmTransport):
 
     def _quarantine_slot(self, slot: Slot, source: torch.Tensor | None, reason: str) -> None:
         assert self.registered is not None
+        keep_forever(slot.mapping, source)  # outlives this transport too
         with self._lock:
             self._quarantine.append(Quarantined(slot.name, slot.capacity, reason, slot.mapping, source))
         self.registered.forget(slot)
@@ -210,6 +211,7 @@ class CudaShmTransport(ShmTransport):
         try:
             self.runtime.unregister(slot.address)
         except CudaCallError as exc:
+            keep_forever(slot.mapping)
             with self._lock:
                 self._quarantine.append(Quarantined(slot.name, slot.capacity, f"{exc}", slot.mapping, None))
             return False
