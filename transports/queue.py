@@ -20,6 +20,10 @@ unacknowledged ones (an export past it waits up to ``timeout``, then fails). Aft
 IPC reference count keeps the memory while any receiver view lives: the producer process must
 outlive every receiver view of its CUDA tensors.
 
+Trust: a ``torch.multiprocessing`` queue carries pickles (torch's tensor reductions, as any such
+queue does), so this transport is for processes that trust each other, like an engine and its
+workers; the message frames themselves never carry a pickle.
+
 Buffered tensors are bounded in count and bytes (going over is a ``TransportError``); when a
 sender's newer message is consumed its older buffered tensors are discarded (with one log line
 that counts them); a sender silent for ``ttl`` seconds is evicted; every wait is bounded.
