@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import errno
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, TypeAlias
 
 import torch
@@ -110,19 +111,23 @@ class Placement:
                 self.runtime.register(address, nbytes)
             except CudaCallError:
                 address = None  # the runtime cleared its error; copy from pageable memory instead
+        memory = (host, buffer)
+        unregister = None if address is None else partial(self.runtime.unregister, address)
         try:
             target, token = self._copy(host, device)
         except CudaCallError as exc:
-            if exc.oom or self._drained(device, what, (host, buffer)):
-                self._unregister(address, what, (host, buffer))
+            # once nothing can still read the host memory (the copy stream drained), it may be unregistered
+            if exc.oom or self._cleanup(partial(self.runtime.drain, device), memory, f"while copying {what}") is None:
+                self._cleanup(unregister, memory, f"after copying {what}")
             raise _error(exc, what) from None
         try:
             self.runtime.synchronize(token)
         except CudaCallError as exc:
-            self._keep(f"{exc} while copying {what}", (host, buffer))  # never unregistered or released
+            self._keep(f"{exc} while copying {what}", memory)  # never unregistered or released
             raise _error(exc, what) from None
-        if not self._unregister(address, what, (host, buffer)):
-            raise TransportError(errno.EIO, f"placing {what}: {self.reason}")
+        failure = self._cleanup(unregister, memory, f"after copying {what}")
+        if failure is not None:
+            raise TransportError(errno.EIO, f"placing {what}: {failure}")
         return target
 
     def _copy(self, host: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, Any]:
@@ -135,24 +140,17 @@ class Placement:
         self.runtime.empty_cache()
         return self.runtime.copy_to_device(host, device)
 
-    def _drained(self, device: torch.device, what: str, memory: Any) -> bool:
-        """After a failed enqueue: wait out the copy stream; if that fails too, keep ``memory`` for good."""
+    def _cleanup(self, call: Callable[[], None] | None, memory: Any, when: str) -> str | None:
+        """Run a cleanup ``call``; if it fails, keep ``memory`` for good and return why (None: it went well)."""
+        if call is None:
+            return None
         try:
-            self.runtime.drain(device)
+            call()
         except CudaCallError as exc:
-            self._keep(f"{exc} while copying {what}", memory)
-            return False
-        return True
-
-    def _unregister(self, address: int | None, what: str, memory: Any) -> bool:
-        if address is None:
-            return True
-        try:
-            self.runtime.unregister(address)
-        except CudaCallError as exc:
-            self._keep(f"{exc} after copying {what}", memory)
-            return False
-        return True
+            reason = f"{exc} {when}"
+            self._keep(reason, memory)
+            return reason
+        return None
 
     def _keep(self, reason: str, memory: Any) -> None:
         keep_forever(memory)

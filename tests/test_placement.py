@@ -124,6 +124,30 @@ def test_an_uncertain_copy_keeps_its_host_memory_and_refuses_more(shm: Any) -> N
         decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(MiB))))
 
 
+def test_a_failed_drain_after_a_failed_enqueue_keeps_the_registration(shm: Any) -> None:
+    fake = FakeCudaRuntime()
+    fake.fail_next("copy_to_device", code=700)
+    fake.fail_next("drain", code=700)
+    decoder = _decoder(shm, fake)
+    with pytest.raises(codec.TransportError, match="cudaMemcpyAsync failed with CUDA error 700"):
+        decoder.decode(codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB))))
+    assert decoder.placement is not None and not decoder.placement.healthy
+    assert "cudaStreamSynchronize failed with CUDA error 700" in str(decoder.placement.reason)
+    assert len(fake.registered) == 1 and fake.calls["unregister"] == 0
+
+
+def test_a_failed_unregistration_fails_the_decode_and_keeps_the_memory(shm: Any) -> None:
+    fake = FakeCudaRuntime()
+    fake.fail_next("unregister", code=1)
+    decoder = _decoder(shm, fake)
+    with pytest.raises(
+        codec.TransportError,
+        match=r"placing buffer 0 \(4194304 bytes\) to cuda:0: cudaHostUnregister failed with CUDA error 1 .*after",
+    ):
+        decoder.decode(codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB))))
+    assert decoder.placement is not None and not decoder.placement.healthy
+
+
 def test_device_arguments_are_checked_up_front() -> None:
     with pytest.raises(ValueError, match="only cpu and cuda devices are supported, got mps"):
         codec.Decoder(REGISTRY, device="mps", runtime=FakeCudaRuntime())
