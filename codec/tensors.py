@@ -104,7 +104,7 @@ class TensorPlan:
         storage = t.untyped_storage()
         size = storage.nbytes()
         address = storage.data_ptr()
-        key = ("torch", str(t.device), address, size) if size and address else ("alone", id(t))
+        key = ("torch", t.device, address, size) if size and address else ("alone", id(t))
         group = self._groups.get(key)
         if group is None:
             whole = torch.empty(0, dtype=torch.uint8, device=t.device)
@@ -177,8 +177,12 @@ class TensorPlan:
                     group.lo = group.hi = group.base
                 group.lo -= (group.lo - group.base) % _ALIGN
                 lo, hi = group.lo - group.base, group.hi - group.base
-                view = None if group.raw is None else memoryview(group.raw[lo:hi])  # type: ignore[arg-type]
-                buffers.append(BufferPlan(view, group.raw, hi - lo, group.tensor, lo))
+                if group.raw is not None:
+                    buffers.append(BufferPlan(memoryview(group.raw[lo:hi]), group.raw, hi - lo, group.tensor, lo))  # type: ignore[arg-type]
+                elif hi == lo:  # nothing to move off the device
+                    buffers.append(BufferPlan(memoryview(b""), None, 0))
+                else:
+                    buffers.append(BufferPlan(None, group.tensor, hi - lo, group.tensor, lo))
         descriptors = []
         for entry in self.entries:
             group = entry.group

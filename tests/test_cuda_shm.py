@@ -98,6 +98,13 @@ def test_a_zero_byte_buffer_is_never_registered(cuda_shm: Any, fake: Any) -> Non
     assert fake.calls["register"] == 0
 
 
+def test_a_zero_byte_device_tensor_is_neither_copied_nor_registered(tmp_path: Path, cuda_shm: Any, fake: Any) -> None:
+    frames = codec.Encoder(transport=cuda_shm).encode(_video_message(_meta(0)))
+    (tensor,) = codec.Decoder(REGISTRY).decode(frames).output
+    assert tensor.shape == (0,) and tensor.dtype == torch.uint8
+    assert fake.calls["copy_to_host"] == 0 and fake.calls["register"] == 0
+
+
 def _video_message(*tensors: torch.Tensor) -> Any:
     return diffusion.Output(output=tuple(tensors))
 
