@@ -224,6 +224,7 @@ def test_a_failure_mid_message_releases_what_was_exported(tmp_path: Path, cuda_s
     with pytest.raises(codec.TransportError, match="cudaHostRegister of 655360 bytes failed with CUDA error 2"):
         encoder.encode(_video_message(_meta(300_000), _meta(600_000)))
     assert _registered_states(cuda_shm) == [FREE]  # the first buffer's slot was released
+    assert cuda_shm._reader._maps == {}  # by its own pool, not by mapping it again as a reader
     assert cuda_shm.registrations == 1 and len(our_segments(tmp_path)) == 1
 
 

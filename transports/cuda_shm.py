@@ -174,6 +174,12 @@ class CudaShmTransport(ShmTransport):
             raise _error(exc) from None
         return SlotHandle(name=slot.name, offset=0, generation=self.registered.hand_over(slot))
 
+    def release(self, handle: Handle) -> None:
+        if isinstance(handle, SlotHandle) and self.registered is not None:
+            if self.registered.release(handle.name, handle.generation):
+                return
+        super().release(handle)
+
     def _settle(self, slot: Slot, source: torch.Tensor, failure: CudaCallError) -> None:
         """After a failed enqueue: once the side stream is drained nothing writes the slot and it
         goes back to the pool; if draining fails too, the slot is quarantined."""
