@@ -52,6 +52,7 @@ def _d2h(nbytes: int, reps: int) -> dict[str, Any]:
             start = time.perf_counter()
             handle = transport.export_device(storage, 0, nbytes, [])
             samples.append(time.perf_counter() - start)
+            assert handle is not None and transport.registrations == 1  # the same registered slot every time
             reader.import_(handle, [], nbytes, borrow=True)
         out["registered shm slot (warm)"] = samples
     finally:
