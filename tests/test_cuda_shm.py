@@ -240,8 +240,11 @@ def test_the_torch_runtime_names_call_and_code_and_clears_the_error_state(monkey
     cleared: list[int] = []
     monkeypatch.setattr(runtime, "clear_error", lambda: cleared.append(1))
 
+    flags_seen: list[int] = []
+
     class _Cudart:
         def cudaHostRegister(self, address: int, nbytes: int, flags: int) -> int:
+            flags_seen.append(flags)
             return 2
 
         def cudaGetErrorString(self, error: int) -> str:
@@ -250,6 +253,7 @@ def test_the_torch_runtime_names_call_and_code_and_clears_the_error_state(monkey
     monkeypatch.setattr(cuda_runtime, "_cudart", _Cudart)
     with pytest.raises(transports.CudaCallError, match=r"cudaHostRegister failed with CUDA error 2 \(out of memory\)"):
         runtime.register(4096, 4096)
+    assert flags_seen == [1]  # cudaHostRegisterPortable: pinned for every device's context
     failure = runtime._failed("cudaEventSynchronize", _StickyError("CUDA error: an illegal memory access\nsecond line"))
     assert (failure.call, failure.code, failure.text) == (
         "cudaEventSynchronize",

@@ -96,6 +96,9 @@ def cuda_unavailable_reason() -> str | None:
     return None
 
 
+_HOST_REGISTER_PORTABLE = 1  # cudaHostRegisterPortable
+
+
 class TorchCudaRuntime:
     """``CudaRuntime`` on torch: ``torch.cuda.cudart()`` for (un)registration, one side stream per device."""
 
@@ -110,7 +113,9 @@ class TorchCudaRuntime:
         return bool(tensor.is_cuda)
 
     def register(self, address: int, nbytes: int) -> None:
-        self._check("cudaHostRegister", _cudart().cudaHostRegister(address, nbytes, 0))
+        # portable: pinned for every device's context, whichever device copies and whichever
+        # thread (e.g. the pool's idle trimmer) unregisters
+        self._check("cudaHostRegister", _cudart().cudaHostRegister(address, nbytes, _HOST_REGISTER_PORTABLE))
 
     def unregister(self, address: int) -> None:
         self._check("cudaHostUnregister", _cudart().cudaHostUnregister(address))
