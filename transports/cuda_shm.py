@@ -5,7 +5,7 @@ shared-memory reader decodes its messages: the receiver needs no GPU) with one m
 by the encoder for buffers that live on a CUDA device (``export_device``):
 
 1. take a slot from a second pool whose segments are reserved with ``posix_fallocate`` and
-   registered once with ``cudaHostRegister`` when created (registration is expensive, so slots
+   registered once (portable) with ``cudaHostRegister`` when created (registration is expensive, so slots
    are reused; they are unregistered when the pool gives them back);
 2. copy device -> slot on a side stream that first waits on the producer's current stream (an
    event), so unfinished producer work is never read; wait for that copy to finish;
