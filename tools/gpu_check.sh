@@ -19,6 +19,9 @@ print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_de
 PY
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 df -h /dev/shm || true
+status=0  # a failing test does not skip the benchmark: one GPU run should report everything
 python3 -m pytest -q -p no:cacheprovider -o addopts="" -ra \
-    tests/test_cuda_gpu.py tests/test_cuda_shm.py tests/test_placement.py
-python3 -m tools.bench.cuda --mib "${GPU_CHECK_MIB:-1024}" --reps "${GPU_CHECK_REPS:-5}" ${OUT:+--json "$OUT/gpu_bench.json"}
+    tests/test_cuda_gpu.py tests/test_cuda_shm.py tests/test_placement.py tests/test_queue.py || status=$?
+python3 -m tools.bench.cuda --mib "${GPU_CHECK_MIB:-1024}" --reps "${GPU_CHECK_REPS:-5}" \
+    ${OUT:+--json "$OUT/gpu_bench.json"} || status=$?
+exit $status

@@ -21,6 +21,8 @@ import argparse
 import json
 import multiprocessing as mp
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -31,7 +33,18 @@ from tools.bench.harness import summary
 MODES = ("cuda_shm, registered receive", "cuda_shm, pageable receive", "staged via shm", "reference style")
 
 
+def _time(reps: int, step: Callable[[], Any]) -> list[float]:
+    samples = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
 def _d2h(nbytes: int, reps: int) -> dict[str, Any]:
+    """Each path's samples, or the error that stopped it (one failing path does not hide the others)."""
     import transports
 
     source = torch.randn(nbytes // 2, device="cuda", dtype=torch.float32).to(torch.bfloat16)
@@ -39,42 +52,35 @@ def _d2h(nbytes: int, reps: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     transport = transports.CudaShmTransport()
     reader = transports.ShmTransport(pool=False)
-    try:
-        start = time.perf_counter()
+
+    def registered() -> None:
         handle = transport.export_device(storage, 0, nbytes, [])
-        out["registered, first (creates + registers the slot)"] = [time.perf_counter() - start]
         if handle is None:
-            raise SystemExit("the registered pool's budget has no room for the tensor (is /dev/shm too small?)")
-        reader.import_(handle, [], nbytes, borrow=True)  # claim it; the lease dies at once: the slot is free again
-        samples = []
-        for _ in range(reps):
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            handle = transport.export_device(storage, 0, nbytes, [])
-            samples.append(time.perf_counter() - start)
-            assert handle is not None and transport.registrations == 1  # the same registered slot every time
-            reader.import_(handle, [], nbytes, borrow=True)
-        out["registered shm slot (warm)"] = samples
+            raise RuntimeError("the registered pool's budget has no room for the tensor (is /dev/shm too small?)")
+        reader.import_(handle, [], nbytes, borrow=True)  # claimed, and the lease dies at once: the slot is free
+
+    try:
+        out["registered, first (creates + registers the slot)"] = _attempt(lambda: _time(1, registered))
+        out["registered shm slot (warm)"] = _attempt(lambda: _time(reps, registered))
+        out["registrations after the warm runs"] = transport.registrations
     finally:
         transport.close()
     pinned = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    samples = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
+
+    def pinned_copy() -> None:
         pinned.copy_(storage, non_blocking=True)
         torch.cuda.current_stream().synchronize()
-        samples.append(time.perf_counter() - start)
-    out["pinned copy_ (warm)"] = samples
-    samples = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        host = storage.cpu()
-        samples.append(time.perf_counter() - start)
-        del host
-    out["pageable .cpu()"] = samples
+
+    out["pinned copy_ (warm)"] = _attempt(lambda: _time(reps, pinned_copy))
+    out["pageable .cpu()"] = _attempt(lambda: _time(reps, storage.cpu))
     return out
+
+
+def _attempt(measure: Callable[[], list[float]]) -> list[float] | str:
+    try:
+        return measure()
+    except Exception as exc:  # reported in the table
+        return f"failed: {type(exc).__name__}: {exc}"
 
 
 def _receiver(conn: Any) -> None:
@@ -89,27 +95,45 @@ def _receiver(conn: Any) -> None:
         "registered": codec.Decoder(REGISTRY, transports=[shm], device=Placement("cuda:0")),
         "pageable": codec.Decoder(REGISTRY, transports=[shm], device=Placement("cuda:0", register_host=False)),
     }
-    from multiprocessing import shared_memory
-
     conn.send("ready")
     while True:
         job = conn.recv()
         if job is None:
             return
-        kind, payload = job
-        if kind == "reference":
-            name, numel = payload
-            segment = shared_memory.SharedMemory(name=name)
-            host = np.ndarray((numel,), dtype=np.uint16, buffer=segment.buf).copy()
-            segment.close()
-            segment.unlink()
-            tensor = torch.from_numpy(host).view(torch.bfloat16).to("cuda:0")
-        else:
-            tensor = decoders[kind].decode(payload).output
-        torch.cuda.synchronize()
-        ok = tensor.device.type == "cuda" and float(tensor[1]) == 1.0 and float(tensor[-1]) == 1.0
-        conn.send((time.monotonic(), ok))
-        del tensor
+        try:
+            tensor = _receive(decoders, *job)
+            torch.cuda.synchronize()
+            ok = tensor.device.type == "cuda" and float(tensor[1]) == 1.0 and float(tensor[-1]) == 1.0
+            conn.send((time.monotonic(), "" if ok else "the receiver saw wrong values"))
+            del tensor
+        except Exception as exc:  # the sender reports it
+            conn.send((time.monotonic(), f"{type(exc).__name__}: {exc}"))
+
+
+def _receive(decoders: dict[str, Any], kind: str, payload: Any) -> torch.Tensor:
+    if kind != "reference":
+        tensor: torch.Tensor = decoders[kind].decode(payload).output
+        return tensor
+    from multiprocessing import shared_memory
+
+    name, numel = payload
+    segment = shared_memory.SharedMemory(name=name)
+    host = np.ndarray((numel,), dtype=np.uint16, buffer=segment.buf).copy()
+    segment.close()
+    segment.unlink()
+    return torch.from_numpy(host).view(torch.bfloat16).to("cuda:0")
+
+
+def _send_reference(parent: Any, tensor: torch.Tensor, nbytes: int) -> None:
+    """The reference sources' style: ``.cpu()``, a fresh segment, the receiver copies out and unlinks."""
+    from multiprocessing import resource_tracker, shared_memory
+
+    host = tensor.cpu().view(torch.uint16).numpy()
+    segment = shared_memory.SharedMemory(create=True, size=nbytes)
+    np.ndarray(host.shape, dtype=host.dtype, buffer=segment.buf)[:] = host
+    parent.send(("reference", (segment.name, host.size)))
+    segment.close()
+    resource_tracker.unregister(segment._name, "shared_memory")  # type: ignore[attr-defined]  # the receiver unlinks
 
 
 def _end_to_end(nbytes: int, reps: int) -> dict[str, Any]:
@@ -130,33 +154,29 @@ def _end_to_end(nbytes: int, reps: int) -> dict[str, Any]:
         MODES[1]: ("pageable", codec.Encoder(transport=cuda_shm)),
         MODES[2]: ("registered", codec.Encoder(transport=shm)),
     }
+
+    def one(mode: str) -> float:
+        torch.cuda.synchronize()
+        time.sleep(0.05)
+        start = time.monotonic()
+        if mode == MODES[3]:
+            _send_reference(parent, tensor, nbytes)
+        else:
+            kind, encoder = senders[mode]
+            frames = encoder.encode(diffusion.Output(output=tensor))
+            parent.send((kind, [bytes(memoryview(f)) for f in frames]))
+        done, error = parent.recv()
+        if error:
+            raise RuntimeError(f"receiver: {error}")
+        return float(done - start)
+
+    def runs(mode: str) -> list[float]:
+        return [one(mode) for _ in range(reps + 1)][1:]  # the first is a warm-up
+
     out: dict[str, Any] = {}
     try:
         for mode in MODES:
-            samples = []
-            for rep in range(reps + 1):  # the first is a warm-up
-                torch.cuda.synchronize()
-                time.sleep(0.05)
-                start = time.monotonic()
-                if mode == MODES[3]:
-                    from multiprocessing import resource_tracker, shared_memory
-
-                    host = tensor.cpu().view(torch.uint16).numpy()
-                    segment = shared_memory.SharedMemory(create=True, size=nbytes)
-                    np.ndarray(host.shape, dtype=host.dtype, buffer=segment.buf)[:] = host
-                    parent.send(("reference", (segment.name, host.size)))
-                    segment.close()
-                    resource_tracker.unregister(segment._name, "shared_memory")  # type: ignore[attr-defined]  # the receiver unlinks
-                else:
-                    kind, encoder = senders[mode]
-                    frames = encoder.encode(diffusion.Output(output=tensor))
-                    parent.send((kind, [bytes(memoryview(f)) for f in frames]))
-                done, ok = parent.recv()
-                if not ok:
-                    raise AssertionError(f"{mode}: the receiver saw wrong values")
-                if rep:
-                    samples.append(done - start)
-            out[mode] = samples
+            out[mode] = _attempt(partial(runs, mode))
     finally:
         parent.send(None)
         receiver.join(30)
@@ -181,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "nbytes": nbytes,
-        "d2h": {k: summary(v) for k, v in d2h.items()},
-        "end_to_end": {k: summary(v) for k, v in e2e.items()},
+        "d2h": {k: summary(v) if isinstance(v, list) else v for k, v in d2h.items()},
+        "end_to_end": {k: summary(v) if isinstance(v, list) else v for k, v in e2e.items()},
     }
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
@@ -192,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     for section, rows in (("D2H", results["d2h"]), ("cross-process, onto the receiver's GPU", results["end_to_end"])):
         print(f"-- {section}")
         for name, s in rows.items():
+            if not isinstance(s, dict):
+                print(f"{name:58} {s}")
+                continue
             band = f"{s['median'] * 1e3:8.2f} ({s['p10'] * 1e3:.2f}-{s['p90'] * 1e3:.2f})"
             print(f"{name:58} {band:>24} {nbytes / 1e9 / s['median']:8.2f}")
     return 0
