@@ -212,6 +212,7 @@ def test_a_failed_unregistration_keeps_the_mapping(tmp_path: Path, fake: Any) ->
     (kept,) = transport.quarantined
     assert not kept.mapping.closed and "cudaHostUnregister failed with CUDA error 1" in kept.reason
     assert not transport.healthy and our_segments(tmp_path) == []
+    assert transport.registrations == 1 and len(fake.registered) == 1  # still registered, and counted so
     transport.close()
 
 

@@ -211,16 +211,17 @@ class CudaShmTransport(ShmTransport):
             self._registered_slots[slot.name] = slot.capacity
 
     def _unregister(self, slot: Slot) -> bool:
-        with self._lock:
-            if self._registered_slots.pop(slot.name, None) is None:
-                return True
+        if slot.name not in self._registered_slots:
+            return True
         try:
             self.runtime.unregister(slot.address)
-        except CudaCallError as exc:
+        except CudaCallError as exc:  # still registered: counted, and its mapping is kept
             keep_forever(slot.mapping)
             with self._lock:
                 self._quarantine.append(Quarantined(slot.name, slot.capacity, f"{exc}", slot.mapping, None))
             return False
+        with self._lock:
+            del self._registered_slots[slot.name]
         return True
 
     # -- retention ------------------------------------------------------------------------------
