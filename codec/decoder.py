@@ -86,7 +86,7 @@ class Decoder:
             devices: dict[int, Any] = {}
             placed: dict[tuple[int, Any], Any] = {}
             if self.placement is not None:
-                devices = self.placement.targets(header, head)
+                devices = self.placement.targets(header, head, buffers)
                 if devices:
                     wanted = {(header.tensors[i].buffer, device) for i, device in devices.items()}
                     placed = self.placement.upload(buffers, wanted)

@@ -3,7 +3,8 @@
 ``Decoder(registry, ..., device="cuda:0")`` places every torch tensor of a message on that device;
 a mapping places them per body path (``{"$.media.video.tensor": "cuda:0", "*": "cpu"}``: exact
 paths as ``tensorwire inspect`` prints them, ``"*"`` for every other tensor; a tensor with no
-entry stays on the host). numpy arrays always stay on the host.
+entry stays where it arrived). ``"cpu"`` also brings tensors a transport delivered on a device
+(CUDA IPC through the queue) to the host. numpy arrays always stay on the host.
 
 Each received buffer that holds a placed tensor is copied to the device once (views and aliases
 survive, as on the host): the host memory is page-locked for the copy when it can be (registered
@@ -72,18 +73,20 @@ class Placement:
     def reason(self) -> str | None:
         return self._kept[0][0] if self._kept else None
 
-    def targets(self, header: Any, head: memoryview) -> dict[int, torch.device]:
-        """Descriptor index -> device, for the torch tensors of one message that leave the host."""
-        kinds = [desc.kind for desc in header.tensors]
+    def targets(self, header: Any, head: memoryview, buffers: list[Any]) -> dict[int, torch.device]:
+        """Descriptor index -> device, for the torch tensors of one message that must move: those
+        placed on a device, and those placed on the cpu whose buffer arrived on a device."""
         default = self.by_path.get("*")
-        if len(self.by_path) == 1 and default is not None:
-            return {} if default.type == "cpu" else {i: default for i, kind in enumerate(kinds) if kind == "tensor"}
-        paths = [entry["path"] for entry in describe(head)["tensors"]]
+        whole = len(self.by_path) == 1 and default is not None
+        paths = [None] * len(header.tensors) if whole else [e["path"] for e in describe(head)["tensors"]]
         chosen: dict[int, torch.device] = {}
-        for i, kind in enumerate(kinds):
+        for i, desc in enumerate(header.tensors):
             path = paths[i]
             target = self.by_path.get(path, default) if isinstance(path, str) else default
-            if kind == "tensor" and target is not None and target.type != "cpu":
+            if desc.kind != "tensor" or target is None:
+                continue
+            buffer = buffers[desc.buffer]
+            if target.type != "cpu" or (isinstance(buffer, torch.Tensor) and not buffer.is_cpu):
                 chosen[i] = target
         return chosen
 

@@ -87,15 +87,17 @@ def cuda_producer(conn: Any, seed: int) -> None:
 
 
 def cuda_queue_producer(data_queue: Any, conn: Any, seed: int) -> None:
-    """Encode ``cuda_tensors(seed)`` with ``QueueTransport`` (CUDA IPC); report what stays unacknowledged."""
+    """Encode ``cuda_tensors(seed)`` twice with ``QueueTransport`` (CUDA IPC); report what stays unacknowledged."""
     import codec
     import transports
     from codec.generated import diffusion
 
     transport = transports.QueueTransport(data_queue)
     tensors = cuda_tensors(seed)
-    frames = codec.Encoder(transport=transport).encode(diffusion.Output(output=tuple(tensors)))
-    conn.send([bytes(memoryview(f)) for f in frames])
+    encoder = codec.Encoder(transport=transport)
+    for _ in range(2):  # the receiver reads the first as device views, the second onto its host
+        frames = encoder.encode(diffusion.Output(output=tuple(tensors)))
+        conn.send([bytes(memoryview(f)) for f in frames])
     conn.send([t.cpu().view(torch.uint8).numpy().tobytes() for t in tensors])
     conn.recv()  # the receiver has decoded the message and let go of its views
     conn.send(transport.in_flight)

@@ -66,13 +66,14 @@ def test_cuda_tensors_through_the_queue_arrive_by_ipc_and_are_acknowledged() -> 
     producer = ctx.Process(target=procs.cuda_queue_producer, args=(data, child, 99))
     producer.start()
     try:
-        frames = parent.recv()
-        expected = parent.recv()
+        first, second, expected = parent.recv(), parent.recv(), parent.recv()
         receiver = transports.QueueTransport(data, timeout=60)
-        received = codec.Decoder(REGISTRY, transports=[receiver]).decode(frames).output
+        received = codec.Decoder(REGISTRY, transports=[receiver]).decode(first).output
         assert all(t.device.type == "cuda" for t in received)  # views of the producer's memory
         assert [_raw(t) for t in received] == expected
-        del received
+        on_host = codec.Decoder(REGISTRY, transports=[receiver], device="cpu").decode(second).output
+        assert all(t.device.type == "cpu" for t in on_host) and [_raw(t) for t in on_host] == expected
+        del received, on_host
         torch.cuda.synchronize()
         parent.send("done")
         assert parent.recv() == 0  # every tensor was acknowledged
