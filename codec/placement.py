@@ -162,6 +162,6 @@ class Placement:
 
 
 def _error(exc: CudaCallError, what: str) -> TransportError:
-    code = errno.ENOMEM if exc.oom else errno.EIO
-    retried = " (after flushing the allocator cache once)" if exc.oom else ""
-    return TransportError(code, f"placing {what}: {exc.call} failed with CUDA error {exc.code} ({exc.text}){retried}")
+    if exc.oom:
+        return TransportError(errno.ENOMEM, f"placing {what}: {exc} (after flushing the allocator cache once)")
+    return TransportError(errno.EIO, f"placing {what}: {exc}")

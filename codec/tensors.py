@@ -30,10 +30,9 @@ _TORCH_NAMES = {getattr(torch, d.torch_name): d.name for d in DTYPES.values()}
 
 @dataclass
 class BufferPlan:
-    """One buffer to send: a flat byte view (None for device memory) and what keeps its memory alive."""
+    """One buffer to send: a flat byte view of host memory (None for device memory: see ``storage``)."""
 
     view: memoryview | None
-    owner: Any
     nbytes: int
     storage: torch.Tensor | None = None  # uint8 tensor over the whole torch storage the buffer is cut from
     start: int = 0  # byte offset of the buffer in ``storage``
@@ -41,7 +40,7 @@ class BufferPlan:
 
 @dataclass
 class _Group:
-    raw: np.ndarray | None  # uint8 view of the whole host memory block (or of a private copy); None on a device
+    raw: np.ndarray | None  # uint8 view of the whole host block (or a private copy), keeping it alive; None on a device
     base: int  # address of raw[0]
     tensor: torch.Tensor | None = None  # for torch storages: a uint8 tensor over the whole storage
     lo: int = 2**63
@@ -67,7 +66,6 @@ class TensorPlan:
         self.entries: list[_Entry] = []
         self.values: list[Any] = []  # the registered tensors and arrays, by descriptor index
         self._by_id: dict[int, int] = {}
-        self._keep: list[Any] = []  # memory blocks the buffers are cut from
         self._groups: dict[Any, _Group] = {}
 
     def add(self, value: Any) -> int:
@@ -112,7 +110,6 @@ class TensorPlan:
                 whole = whole.set_(storage)
             raw = whole.numpy() if t.is_cpu else None  # device memory has no host view: the transport moves it
             group = self._groups[key] = _Group(raw=raw, base=address, tensor=whole)
-            self._keep.append(whole)
         itemsize = t.element_size()
         start = group.base + int(t.storage_offset()) * itemsize
         return _Entry("tensor", name, list(t.shape), list(t.stride()), start, group, itemsize)
@@ -162,7 +159,6 @@ class TensorPlan:
             raw = array.reshape(-1).view(np.uint8) if array.size else np.empty(0, np.uint8)
             key, root, base = ("copy", id(array)), array, raw.ctypes.data
         group = self._groups[key] = _Group(raw=raw, base=base)
-        self._keep.append(root)
         return group, array
 
     def finish(self) -> tuple[list[BufferPlan], list[TensorDesc]]:
@@ -178,11 +174,11 @@ class TensorPlan:
                 group.lo -= (group.lo - group.base) % _ALIGN
                 lo, hi = group.lo - group.base, group.hi - group.base
                 if group.raw is not None:
-                    buffers.append(BufferPlan(memoryview(group.raw[lo:hi]), group.raw, hi - lo, group.tensor, lo))  # type: ignore[arg-type]
+                    buffers.append(BufferPlan(memoryview(group.raw[lo:hi]), hi - lo, group.tensor, lo))  # type: ignore[arg-type]
                 elif hi == lo:  # nothing to move off the device
-                    buffers.append(BufferPlan(memoryview(b""), None, 0))
+                    buffers.append(BufferPlan(memoryview(b""), 0))
                 else:
-                    buffers.append(BufferPlan(None, group.tensor, hi - lo, group.tensor, lo))
+                    buffers.append(BufferPlan(None, hi - lo, group.tensor, lo))
         descriptors = []
         for entry in self.entries:
             group = entry.group

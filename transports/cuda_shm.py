@@ -241,4 +241,4 @@ class CudaShmTransport(ShmTransport):
 
 
 def _error(exc: CudaCallError) -> TransportError:
-    return TransportError(errno.EIO, f"cuda_shm: {exc.call} failed with CUDA error {exc.code} ({exc.text})")
+    return TransportError(errno.EIO, f"cuda_shm: {exc}")  # "<call> failed with CUDA error <code> (<text>)"

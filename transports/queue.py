@@ -158,7 +158,7 @@ class QueueTransport:
         if self._ack is None:
             self._ack = AckPage.create(self.directory / _next_name())
         self._send((handle.sender, handle.message, handle.tensor, payload, self._ack.name), handle)
-        self._in_flight.append((_position(handle), part))
+        self._in_flight.append((_position(handle.message, handle.tensor), part))
         return handle
 
     @property
@@ -303,7 +303,7 @@ class QueueTransport:
             except (TransportError, DecodeError) as exc:
                 log.warning("cannot acknowledge sender %s: %s", sender_id, exc)
                 return
-        page.acknowledge(_position(QueueHandle(sender=sender_id, message=message, tensor=index)))
+        page.acknowledge(_position(message, index))
 
     def _evict_silent(self, now: float) -> None:
         for sender_id in [s for s, v in self._senders.items() if now - v.last_seen > self.ttl]:
@@ -335,6 +335,6 @@ class QueueTransport:
 _TENSORS_PER_MESSAGE = 1 << 20
 
 
-def _position(handle: QueueHandle) -> int:
+def _position(message: int, tensor: int) -> int:
     """A tensor's place in its sender's stream, as written on the ack page (0 means none)."""
-    return (handle.message << 20 | handle.tensor) + 1
+    return (message << 20 | tensor) + 1
