@@ -199,3 +199,8 @@ def test_a_buffer_delivered_as_a_tensor_view_keeps_its_offset() -> None:
     builder = TensorBuilder(descs, buffers)
     assert torch.equal(builder.build(0), storage[12:20].view(torch.int32))
     assert torch.equal(builder.build(1), storage[5:9].clone().view(torch.int16))  # odd start: realigned
+
+
+def test_retention_without_a_readable_directory_allows_no_growth(tmp_path: Path) -> None:
+    assert Retention().budget(tmp_path / "missing", 0) == 0
+    assert Retention(max_bytes=5).budget(tmp_path / "missing", 0) == 5  # a fixed cap needs no telemetry

@@ -311,3 +311,33 @@ def test_snapshot_sends_a_device_copy() -> None:
 def test_a_cpu_tensor_is_not_taken_as_a_device_one() -> None:
     tx = transports.QueueTransport(_ctx().Queue())  # the real runtime: a CPU tensor is no CUDA tensor
     assert tx.export_device(torch.zeros(4, dtype=torch.uint8), 0, 4, []) is None
+
+
+def test_a_receiver_that_cannot_acknowledge_says_so_and_still_delivers(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from multiprocessing.reduction import ForkingPickler
+
+    from transports.shm import _next_name
+
+    impostor = tmp_path / _next_name()  # a tensorwire name, but not an ack page
+    impostor.write_bytes(b"\0" * 4096)
+    queue = _ctx().Queue()
+    rx = transports.QueueTransport(queue, directory=tmp_path, timeout=0.3)
+
+    def payload() -> bytes:  # each carries its own shared fd, usable once
+        return bytes(ForkingPickler.dumps(torch.arange(4, dtype=torch.uint8)))
+
+    queue.put(("s1", 0, 0, payload(), "../../etc/passwd"))
+    queue.put(("s2", 0, 0, payload(), impostor.name))
+    queue.put(("s3", 0, 0, b"not a pickle", impostor.name))
+    with caplog.at_level(logging.WARNING, logger="tensorwire.queue"):
+        for sender in ("s1", "s2"):
+            handle = transports.QueueHandle(sender=sender, message=0, tensor=0)
+            assert bytes(rx.import_(handle, [], 4, borrow=False)) == bytes(range(4))
+        with pytest.raises(codec.TransportError, match=r"no tensor 0 of message 0 from sender s3 after waiting 0\.3s"):
+            rx.import_(transports.QueueHandle(sender="s3", message=0, tensor=0), [], 4, borrow=False)
+    assert "sender s1 names an ack page '../../etc/passwd' that is not a tensorwire name" in caplog.text
+    assert "cannot acknowledge sender s2: ack page" in caplog.text and "is not a 4096-byte page" in caplog.text
+    assert "dropping a CUDA tensor from sender s3 that could not be opened" in caplog.text
+    rx.close()

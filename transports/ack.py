@@ -9,12 +9,11 @@ and read whole, so no reader sees half of it; positions only grow.
 from __future__ import annotations
 
 import mmap
-import os
 import struct
 from pathlib import Path
 
-from codec.errors import DecodeError, TransportError
-from transports.pool import create_segment
+from codec.errors import DecodeError
+from transports.pool import create_segment, map_segment
 
 __all__ = ["AckPage"]
 
@@ -38,19 +37,10 @@ class AckPage:
 
     @classmethod
     def open(cls, path: Path) -> AckPage:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
-        except OSError as exc:
-            raise TransportError(exc.errno, f"cannot open ack page {path.name}: {exc.strerror}") from None
-        try:
-            if os.fstat(fd).st_size != _SIZE:
-                raise DecodeError(f"ack page {path.name} is not {_SIZE} bytes")
-            mapping = mmap.mmap(fd, _SIZE)
-        finally:
-            os.close(fd)
-        if mapping[: len(_MAGIC)] != _MAGIC:
+        mapping = map_segment(path, "ack page", _SIZE)
+        if len(mapping) != _SIZE or mapping[: len(_MAGIC)] != _MAGIC:
             mapping.close()
-            raise DecodeError(f"ack page {path.name} has no valid magic")
+            raise DecodeError(f"ack page {path.name} is not a {_SIZE}-byte page with its magic")
         return cls(path, mapping, owner=False)
 
     @property

@@ -45,6 +45,7 @@ __all__ = [
     "SlotReader",
     "alive",
     "create_segment",
+    "map_segment",
     "size_class",
 ]
 
@@ -87,6 +88,21 @@ def create_segment(path: Path, size: int) -> mmap.mmap:
         raise TransportError(
             exc.errno, f"cannot reserve {size} bytes in {path.parent} for {path.name}: {exc.strerror}"
         ) from None
+    finally:
+        os.close(fd)
+
+
+def map_segment(path: Path, what: str, min_size: int) -> mmap.mmap:
+    """Map an existing segment someone else created (no symlinks), after checking its real size."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise TransportError(exc.errno, f"cannot open {what} {path.name}: {exc.strerror}") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < min_size:
+            raise DecodeError(f"{what} {path.name} holds {size} bytes, less than its {min_size}-byte header")
+        return mmap.mmap(fd, size)
     finally:
         os.close(fd)
 
@@ -413,18 +429,8 @@ class SlotReader:
             mapping = self._maps.get(name)
             if mapping is not None:
                 return mapping
-            try:
-                fd = os.open(self.directory / name, os.O_RDWR | os.O_NOFOLLOW)
-            except OSError as exc:
-                raise TransportError(exc.errno, f"cannot open pool segment {name}: {exc.strerror}") from None
-            try:
-                size = os.fstat(fd).st_size
-                if size < CONTROL_BYTES:
-                    raise DecodeError(f"pool segment {name} holds {size} bytes, less than its control page")
-                mapping = mmap.mmap(fd, size)
-            finally:
-                os.close(fd)
-            if mapping[:8] != MAGIC or _get(mapping, _CAPACITY) != size - CONTROL_BYTES:
+            mapping = map_segment(self.directory / name, "pool segment", CONTROL_BYTES)
+            if mapping[:8] != MAGIC or _get(mapping, _CAPACITY) != len(mapping) - CONTROL_BYTES:
                 mapping.close()
                 raise DecodeError(f"pool segment {name} has no valid control page")
             self._maps[name] = mapping

@@ -254,8 +254,8 @@ class QueueTransport:
             sender_id, message, index, payload, ack_name = item
             try:
                 tensor = ForkingPickler.loads(payload)
-            except (RuntimeError, OSError, EOFError, ValueError) as exc:
-                log.warning("dropping a CUDA tensor from sender %s that could not be opened: %s", sender_id, exc)
+            except Exception as exc:  # any item that cannot be opened (bad pickle, IPC failure) is dropped, not fatal
+                log.warning("dropping a CUDA tensor from sender %s that could not be opened: %r", sender_id, exc)
                 return
             self._acknowledge(sender_id, ack_name, message, index)
         else:
