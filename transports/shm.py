@@ -33,6 +33,7 @@ import torch
 
 from codec.errors import DecodeError, TransportError
 from transports.base import Buffer, Handle
+from transports.copy import copy_into
 from transports.pool import CONTROL_BYTES, POPULATE, SENDER, Pool, SlotReader, alive, create_segment
 from transports.retention import Retention
 
@@ -163,7 +164,8 @@ class ShmTransport:
         slot = self.pool.acquire(nbytes, SENDER)
         if slot is None:
             return None
-        slot.mapping[CONTROL_BYTES : CONTROL_BYTES + nbytes] = data
+        with memoryview(slot.mapping) as area:
+            copy_into(area[CONTROL_BYTES : CONTROL_BYTES + nbytes], data)
         return SlotHandle(name=slot.name, offset=0, generation=self.pool.hand_over(slot))
 
     def _export_segment(self, data: memoryview) -> Handle:
@@ -171,7 +173,8 @@ class ShmTransport:
         path = self.directory / name
         mapping = create_segment(path, data.nbytes)
         try:
-            mapping[:] = data
+            with memoryview(mapping) as area:
+                copy_into(area, data)
         except BaseException:
             path.unlink(missing_ok=True)
             raise

@@ -1,0 +1,40 @@
+"""transports.copy: large copies split across helper threads land every byte exactly once."""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+import pytest
+
+from transports import copy as bulk
+
+
+@pytest.mark.parametrize("helpers", [0, 1, 3])
+@pytest.mark.parametrize("nbytes", [1, 4095, 4096 * 3 + 17, 1 << 20])
+def test_copy_into_is_exact(monkeypatch: pytest.MonkeyPatch, helpers: int, nbytes: int) -> None:
+    monkeypatch.setattr(bulk, "PARALLEL_MIN", 1)  # every size takes the split path
+    monkeypatch.setattr(bulk, "helper_count", lambda: helpers)
+    source = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
+    target = mmap.mmap(-1, nbytes + 8)
+    with memoryview(target) as area:
+        bulk.copy_into(area[4 : 4 + nbytes], memoryview(source))
+        assert bytes(area[:4]) == b"\0" * 4 and bytes(area[4 + nbytes :]) == b"\0" * 4  # nothing outside
+        assert np.array_equal(np.frombuffer(area[4 : 4 + nbytes], dtype=np.uint8), source)
+    target.close()  # no view of the mapping is left behind
+
+
+def test_copy_into_rejects_a_size_mismatch() -> None:
+    with pytest.raises(ValueError, match="copy of 8 bytes into a 7-byte buffer"):
+        bulk.copy_into(bytearray(7), bytes(8))
+
+
+def test_copy_into_refuses_a_read_only_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bulk, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(bulk, "helper_count", lambda: 1)
+    with pytest.raises(ValueError, match="read-only"):
+        bulk.copy_into(bytes(1 << 16), bytearray(1 << 16))  # a read-only target
+
+
+def test_helper_count_leaves_one_cpu_to_the_caller() -> None:
+    assert 0 <= bulk.helper_count() <= 3

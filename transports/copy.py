@@ -1,0 +1,67 @@
+"""Bulk copies into shared memory, split across the process's CPUs when the buffer is large.
+
+One thread's ``memcpy`` does not reach the memory bandwidth of a machine (on 2 vCPUs a warm
+256 MiB copy takes ~26 ms on one thread and ~21 ms on two; 16 MiB, ~1.3 ms and ~0.7 ms). Buffers
+of at least ``PARALLEL_MIN`` bytes are cut into page-aligned chunks copied at once by this
+thread and a few helper threads (numpy releases the GIL while it copies).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+__all__ = ["PARALLEL_MIN", "copy_into", "helper_count"]
+
+PARALLEL_MIN = 8 * 1024 * 1024
+_CHUNK_ALIGN = 4096
+_MAX_THREADS = 4
+_lock = threading.Lock()
+_executor: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, executor)
+
+
+def helper_count() -> int:
+    """Helper threads a large copy uses: one less than the CPUs this process may run on (at most 3)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(0, min(cpus, _MAX_THREADS) - 1)
+
+
+def _helpers() -> ThreadPoolExecutor | None:
+    """This process's helper threads (a forked child makes its own), or None on one CPU."""
+    global _executor
+    count = helper_count()
+    if count == 0:
+        return None
+    with _lock:
+        if _executor is None or _executor[0] != os.getpid():
+            _executor = (os.getpid(), ThreadPoolExecutor(count, thread_name_prefix="tensorwire-copy"))
+        return _executor[1]
+
+
+def copy_into(dst: Any, src: Any) -> None:
+    """Copy the bytes of ``src`` into ``dst`` (buffers of equal size), in parallel when large."""
+    target = np.frombuffer(dst, dtype=np.uint8)
+    source = np.frombuffer(src, dtype=np.uint8)
+    if target.nbytes != source.nbytes:
+        raise ValueError(f"copy of {source.nbytes} bytes into a {target.nbytes}-byte buffer")
+    helpers = _helpers() if source.nbytes >= PARALLEL_MIN else None
+    if helpers is None:
+        np.copyto(target, source)
+        return
+    parts = helper_count() + 1
+    step = -(-source.nbytes // parts // _CHUNK_ALIGN) * _CHUNK_ALIGN
+    bounds = [(lo, min(lo + step, source.nbytes)) for lo in range(0, source.nbytes, step)]
+    pending: list[Future[None]] = [helpers.submit(np.copyto, target[lo:hi], source[lo:hi]) for lo, hi in bounds[1:]]
+    try:
+        lo, hi = bounds[0]
+        np.copyto(target[lo:hi], source[lo:hi])
+    finally:
+        for future in pending:
+            future.result()  # every chunk is done (or failed) before the buffer is handed on
