@@ -42,8 +42,11 @@ _TENSOR_REFS: ContextVar[Callable[[Any], int]] = ContextVar("tensorwire_tensor_r
 _TENSORS: ContextVar[Callable[[int], Any]] = ContextVar("tensorwire_tensors")
 
 
+_ARRAYS = (torch.Tensor, np.ndarray)
+
+
 def _enc_hook(value: Any) -> Any:
-    if isinstance(value, torch.Tensor | np.ndarray):
+    if isinstance(value, _ARRAYS):
         return msgspec.msgpack.Ext(EXT_TENSOR, _INDEX.pack(_TENSOR_REFS.get()(value)))
     if isinstance(value, TupleMarker):
         return msgspec.msgpack.Ext(EXT_TUPLE, msgspec.msgpack.encode(value.items, enc_hook=_enc_hook))
@@ -111,12 +114,16 @@ def prepare(message: Any, max_depth: int) -> Any:
     return _struct(message, 0, max_depth)
 
 
+Rewrite = Callable[[Any, int, int], Any]  # (value, depth, max_depth) -> value, or a rewritten copy
+
+
 @cache
-def _plan(cls: type) -> tuple[tuple[str, Any], ...]:
-    """Fields of ``cls`` whose values ``prepare`` may rewrite."""
+def _plan(cls: type) -> tuple[tuple[str, Rewrite], ...]:
+    """Fields of ``cls`` whose values ``prepare`` may rewrite, each with its rewriter."""
     info = mi.type_info(cls)
     assert isinstance(info, mi.StructType)
-    return tuple((f.name, f.type) for f in info.fields if _rewritable(f.type, frozenset({cls})))
+    seen = frozenset({cls})
+    return tuple((f.name, _rewriter(f.type)) for f in info.fields if _rewritable(f.type, seen))
 
 
 def _rewritable(t: Any, seen: frozenset[type]) -> bool:
@@ -140,13 +147,20 @@ def _struct(obj: Any, depth: int, max_depth: int) -> Any:
     plan = _plan(type(obj))  # type: ignore[arg-type]
     if not plan:
         return obj
-    changes = {}
-    for name, t in plan:
+    depth += 1
+    changes = None
+    for name, rewrite in plan:
         old = getattr(obj, name)
-        new = _typed(old, t, depth + 1, max_depth)
+        if old is None:
+            continue
+        if depth > max_depth:
+            raise EncodeError(f"nesting deeper than the limit of {max_depth}")
+        new = rewrite(old, depth, max_depth)
         if new is not old:
+            if changes is None:
+                changes = {}
             changes[name] = new
-    if not changes:
+    if changes is None:
         return obj
     clone = copy.copy(obj)
     for name, value in changes.items():
@@ -154,34 +168,97 @@ def _struct(obj: Any, depth: int, max_depth: int) -> Any:
     return clone
 
 
-def _typed(value: Any, t: Any, depth: int, max_depth: int) -> Any:
-    if value is None:
-        return None
-    if depth > max_depth:
-        raise EncodeError(f"nesting deeper than the limit of {max_depth}")
+def _rewriter(t: Any) -> Rewrite:
+    """The function that rewrites a value of declared type ``t`` (built once per field).
+
+    Each rewriter takes a non-None value at ``depth`` (its caller checked the depth limit);
+    anything that does not have the declared shape is left as it is (the schema check reports it).
+    """
     if isinstance(t, mi.AnyType):
-        return _tree(value, depth, max_depth)
+        return _tree
     if isinstance(t, mi.StructType):
-        return _struct(value, depth, max_depth) if isinstance(value, t.cls) else value
+        cls = t.cls
+        return lambda value, depth, max_depth: _struct(value, depth, max_depth) if isinstance(value, cls) else value
     if isinstance(t, mi.UnionType):
-        for option in t.types:
-            if isinstance(option, mi.StructType) and isinstance(value, option.cls):
-                return _struct(value, depth, max_depth)
-        if any(isinstance(option, mi.AnyType) for option in t.types):
+        return _union_rewriter(t)
+    if isinstance(t, mi.SetType | mi.FrozenSetType):
+        return lambda value, depth, max_depth: _sorted(value) if isinstance(value, set | frozenset) else value
+    if isinstance(t, mi.DictType):
+        return _dict_rewriter(_rewriter(t.value_type))
+    if isinstance(t, mi.ListType | mi.VarTupleType):
+        return _sequence_rewriter(_rewriter(t.item_type))
+    if isinstance(t, mi.TupleType):
+        return _tuple_rewriter(tuple(_rewriter(u) for u in t.item_types))
+    return _same
+
+
+def _same(value: Any, depth: int, max_depth: int) -> Any:
+    return value
+
+
+def _checked(rewrite: Rewrite) -> Rewrite:
+    """``rewrite`` for an item one level down: None passes, the depth limit is enforced."""
+    if rewrite is _same:
+        return rewrite
+
+    def item(value: Any, depth: int, max_depth: int) -> Any:
+        if value is None:
+            return None
+        if depth > max_depth:
+            raise EncodeError(f"nesting deeper than the limit of {max_depth}")
+        return rewrite(value, depth, max_depth)
+
+    return item
+
+
+def _union_rewriter(t: Any) -> Rewrite:
+    structs = tuple(option.cls for option in t.types if isinstance(option, mi.StructType))
+    has_tree = any(isinstance(option, mi.AnyType) for option in t.types)
+
+    def union(value: Any, depth: int, max_depth: int) -> Any:
+        if structs and isinstance(value, structs):
+            return _struct(value, depth, max_depth)
+        if has_tree:
             return _tree(value, depth, max_depth)
         return value
-    if isinstance(t, mi.SetType | mi.FrozenSetType) and isinstance(value, set | frozenset):
-        return _sorted(value)  # a set's wire order is its sorted order: the same bytes every time
-    if isinstance(t, mi.DictType) and isinstance(value, dict):
-        items = {k: _typed(v, t.value_type, depth + 1, max_depth) for k, v in value.items()}
+
+    return union
+
+
+def _dict_rewriter(inner: Rewrite) -> Rewrite:
+    item = _checked(inner)
+
+    def rewrite(value: Any, depth: int, max_depth: int) -> Any:
+        if not isinstance(value, dict):
+            return value
+        items = {k: item(v, depth + 1, max_depth) for k, v in value.items()}
         return items if any(items[k] is not value[k] for k in value) else value
-    if isinstance(t, mi.ListType | mi.VarTupleType) and isinstance(value, list | tuple):
-        seq = [_typed(v, t.item_type, depth + 1, max_depth) for v in value]
+
+    return rewrite
+
+
+def _sequence_rewriter(inner: Rewrite) -> Rewrite:
+    item = _checked(inner)
+
+    def rewrite(value: Any, depth: int, max_depth: int) -> Any:
+        if not isinstance(value, list | tuple):
+            return value
+        seq = [item(v, depth + 1, max_depth) for v in value]
         return type(value)(seq) if any(a is not b for a, b in zip(seq, value, strict=True)) else value
-    if isinstance(t, mi.TupleType) and isinstance(value, tuple) and len(value) == len(t.item_types):
-        seq = [_typed(v, u, depth + 1, max_depth) for v, u in zip(value, t.item_types, strict=True)]
+
+    return rewrite
+
+
+def _tuple_rewriter(inners: tuple[Rewrite, ...]) -> Rewrite:
+    items = tuple(_checked(inner) for inner in inners)
+
+    def rewrite(value: Any, depth: int, max_depth: int) -> Any:
+        if not isinstance(value, tuple) or len(value) != len(items):
+            return value
+        seq = [item(v, depth + 1, max_depth) for v, item in zip(value, items, strict=True)]
         return tuple(seq) if any(a is not b for a, b in zip(seq, value, strict=True)) else value
-    return value
+
+    return rewrite
 
 
 def _sorted(values: set[Any] | frozenset[Any]) -> list[Any]:

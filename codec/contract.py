@@ -117,14 +117,14 @@ def violation(type_name: str, rule: str, message: str) -> ValidationError:
 
 
 def check_struct(obj: Any) -> None:
-    """Check ``obj`` against its class's ``__tw_rules__``; raise ``ValidationError`` on the first breach."""
+    """Check ``obj`` against its class's ``__tw_rules__``; raise ``ValidationError`` on the first breach.
+
+    The fields are first checked without building any path; only a breach walks them again with
+    paths, to say exactly where it is.
+    """
     rules: StructRules = type(obj).__tw_rules__
-    dims: dict[str, tuple[int, str]] = {}
-    for name, check in rules.fields:
-        value = getattr(obj, name)
-        if value is None and (type(check) is TreeCheck or (type(check) is EachCheck and check.container == "nullable")):
-            continue  # None is a tree leaf and fills a nullable field: nothing to check
-        _check(check, value, f"{rules.type_name}.{name}", dims)
+    if rules.fields and not _fields_ok(rules, obj):
+        _check_fields(rules, obj)
     for group in rules.groups:
         present = [f for f in group.fields if getattr(obj, f) is not None]
         if group.rule == "at_most_one_of" and len(present) > 1:
@@ -140,6 +140,77 @@ def check_struct(obj: Any) -> None:
         except KeyError:
             raise ValidationError(f"{rules.type_name}: no validator named {name!r} is registered") from None
         validator(obj)
+
+
+def _skips_none(check: Check) -> bool:
+    """None is a tree leaf and fills a nullable field: nothing to check."""
+    return type(check) is TreeCheck or (type(check) is EachCheck and check.container == "nullable")
+
+
+def _check_fields(rules: StructRules, obj: Any) -> None:
+    dims: dict[str, tuple[int, str]] = {}
+    for name, check in rules.fields:
+        value = getattr(obj, name)
+        if value is None and _skips_none(check):
+            continue
+        _check(check, value, f"{rules.type_name}.{name}", dims)
+
+
+def _fields_ok(rules: StructRules, obj: Any) -> bool:
+    """Whether every field rule holds (``_check_fields`` without paths: it says nothing about where)."""
+    dims: dict[str, tuple[int, str]] = {}
+    for name, check in rules.fields:
+        value = getattr(obj, name)
+        if value is None and _skips_none(check):
+            continue
+        if not _ok(check, value, dims):
+            return False
+    return True
+
+
+def _ok(check: Check, value: Any, dims: dict[str, tuple[int, str]]) -> bool:
+    kind = type(check)
+    if kind is TreeCheck:
+        return type(value) in SCALAR_TYPES or _tree_ok(check, value, 0)  # type: ignore[arg-type]
+    if kind is TensorCheck:
+        try:
+            _check_tensor(check, value, "", dims)  # type: ignore[arg-type]
+        except ValidationError:
+            return False
+        return True
+    if kind is TupleCheck:
+        for item_check, item in zip(check.items, value, strict=False):  # type: ignore[union-attr]
+            if item_check is not None and not _ok(item_check, item, dims):
+                return False
+        return True
+    assert isinstance(check, EachCheck)
+    if check.container == "nullable":
+        return value is None or _ok(check.inner, value, dims)
+    for item in value.values() if check.container == "map" else value:
+        if not _ok(check.inner, item, dims):
+            return False
+    return True
+
+
+def _tree_ok(check: TreeCheck, value: Any, depth: int) -> bool:
+    """``_check_tree`` without paths."""
+    if type(value) in SCALAR_TYPES:
+        return True
+    if isinstance(value, dict | list | tuple):
+        if depth >= check.max_depth:
+            return False
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str) or not (type(item) in SCALAR_TYPES or _tree_ok(check, item, depth + 1)):
+                    return False
+            return True
+        if check.json_only and isinstance(value, tuple):
+            return False
+        for item in value:
+            if not (type(item) in SCALAR_TYPES or _tree_ok(check, item, depth + 1)):
+                return False
+        return True
+    return isinstance(value, JSON_LEAVES if check.json_only else TREE_LEAVES)
 
 
 def _check(check: Check, value: Any, path: str, dims: dict[str, tuple[int, str]]) -> None:

@@ -63,6 +63,17 @@ def dtype_of(value: object) -> str | None:
     dtype = getattr(value, "dtype", None)
     if dtype is None:
         return None
-    text = str(dtype)
-    name = text.removeprefix("torch.")
-    return name if name in DTYPES else None
+    try:
+        return _NAME_OF[dtype]
+    except KeyError:
+        pass
+    except TypeError:  # not hashable: not a dtype of ours
+        return None
+    name = str(dtype).removeprefix("torch.")
+    known = name if name in DTYPES else None
+    if len(_NAME_OF) < 256:  # dtypes are few; anything else is not worth remembering
+        _NAME_OF[dtype] = known
+    return known
+
+
+_NAME_OF: dict[object, str | None] = {}

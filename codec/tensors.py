@@ -26,6 +26,11 @@ __all__ = ["BufferPlan", "TensorBuilder", "TensorPlan", "verify_descriptor"]
 
 _ALIGN = 16  # the largest itemsize in the table (complex128)
 _TORCH_NAMES = {getattr(torch, d.torch_name): d.name for d in DTYPES.values()}
+_BUILD = {  # name -> (torch dtype, numpy dtype or None, itemsize), for building tensors quickly
+    d.name: (getattr(torch, d.torch_name), np.dtype(d.numpy_name) if d.numpy_name else None, d.itemsize)
+    for d in DTYPES.values()
+}
+_COMPLEX = frozenset(name for name in DTYPES if name.startswith("complex"))
 
 
 @dataclass
@@ -38,28 +43,40 @@ class BufferPlan:
     start: int = 0  # byte offset of the buffer in ``storage``
 
 
-@dataclass
 class _Group:
-    raw: np.ndarray | None  # uint8 view of the whole host block (or a private copy), keeping it alive; None on a device
-    base: int  # address of raw[0]
-    tensor: torch.Tensor | None = None  # for torch storages: a uint8 tensor over the whole storage
-    lo: int = 2**63
-    hi: int = 0
+    """One memory block tensors of a message live in, and the byte range they reach."""
+
+    __slots__ = ("base", "hi", "lo", "raw", "tensor")
+
+    def __init__(self, raw: np.ndarray | None, base: int, tensor: torch.Tensor | None = None) -> None:
+        self.raw = raw  # uint8 view of the whole host block (or a private copy), keeping it alive; None on a device
+        self.base = base  # address of raw[0]
+        self.tensor = tensor  # for torch storages: a uint8 tensor over the whole storage
+        self.lo = 2**63
+        self.hi = 0
 
 
-@dataclass
 class _Entry:
-    kind: str
-    dtype: str
-    shape: list[int]
-    strides: list[int]
-    start: int  # absolute address of the element at index 0
-    group: _Group
-    itemsize: int
+    """One registered tensor: its descriptor fields and the group it lives in."""
+
+    __slots__ = ("dtype", "group", "kind", "nbytes", "shape", "start", "strides")
+
+    def __init__(
+        self, kind: str, dtype: str, shape: list[int], strides: list[int], start: int, group: _Group, nbytes: int
+    ) -> None:
+        self.kind = kind
+        self.dtype = dtype
+        self.shape = shape
+        self.strides = strides
+        self.start = start  # absolute address of the element at index 0
+        self.group = group
+        self.nbytes = nbytes  # prod(shape) * itemsize
 
 
 class TensorPlan:
     """Per-encode state: every tensor seen, grouped by the memory block it lives in."""
+
+    __slots__ = ("_by_id", "_groups", "entries", "limits", "values")
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
@@ -73,48 +90,61 @@ class TensorPlan:
         known = self._by_id.get(id(value))
         if known is not None:
             return known
-        if len(self.entries) >= self.limits.max_tensors:
-            raise EncodeError(f"more than {self.limits.max_tensors} tensors in one message (limit max_tensors)")
-        entry = self._torch(value) if isinstance(value, torch.Tensor) else self._numpy(value)
-        if len(entry.shape) > self.limits.max_rank:
-            raise EncodeError(f"rank {len(entry.shape)} is over the limit of {self.limits.max_rank}")
-        nbytes = math.prod(entry.shape) * entry.itemsize
-        if nbytes > self.limits.max_tensor_bytes:
-            raise EncodeError(f"tensor of {nbytes} bytes is over the limit of {self.limits.max_tensor_bytes}")
+        limits = self.limits
+        if len(self.entries) >= limits.max_tensors:
+            raise EncodeError(f"more than {limits.max_tensors} tensors in one message (limit max_tensors)")
+        if isinstance(value, torch.Tensor):
+            entry, contiguous = self._torch(value)
+        else:
+            entry, contiguous = self._numpy(value)
+        if len(entry.shape) > limits.max_rank:
+            raise EncodeError(f"rank {len(entry.shape)} is over the limit of {limits.max_rank}")
+        nbytes = entry.nbytes
+        if nbytes > limits.max_tensor_bytes:
+            raise EncodeError(f"tensor of {nbytes} bytes is over the limit of {limits.max_tensor_bytes}")
         index = len(self.entries)
         self.entries.append(entry)
         self._by_id[id(value)] = index
         self.values.append(value)  # also keeps ``id(value)`` from being reused during the call
         if nbytes:
-            lo, hi = _extent(entry.start, entry.shape, entry.strides, entry.itemsize)
-            entry.group.lo, entry.group.hi = min(entry.group.lo, lo), max(entry.group.hi, hi)
+            if contiguous:
+                lo, hi = entry.start, entry.start + nbytes
+            else:
+                lo, hi = _extent(entry.start, entry.shape, entry.strides, nbytes // math.prod(entry.shape))
+            group = entry.group
+            if lo < group.lo:
+                group.lo = lo
+            if hi > group.hi:
+                group.hi = hi
         return index
 
-    def _torch(self, tensor: torch.Tensor) -> _Entry:
+    def _torch(self, tensor: torch.Tensor) -> tuple[_Entry, bool]:
         if tensor.layout is not torch.strided:
             raise EncodeError(f"only strided tensors travel, got layout {tensor.layout}")
         name = _TORCH_NAMES.get(tensor.dtype)
         if name is None:
             raise EncodeError(f"dtype {tensor.dtype} is not in the wire dtype table")
         t = tensor.detach() if tensor.requires_grad else tensor
-        if t.is_complex() and (t.is_conj() or t.is_neg()):
+        if name in _COMPLEX and (t.is_conj() or t.is_neg()):
             t = t.resolve_conj().resolve_neg()
         storage = t.untyped_storage()
         size = storage.nbytes()
         address = storage.data_ptr()
-        key = ("torch", t.device, address, size) if size and address else ("alone", id(t))
+        cpu = t.is_cpu
+        key = (cpu or t.device, address, size) if size and address else id(t)
         group = self._groups.get(key)
         if group is None:
             whole = torch.empty(0, dtype=torch.uint8, device=t.device)
             if size:
                 whole = whole.set_(storage)
-            raw = whole.numpy() if t.is_cpu else None  # device memory has no host view: the transport moves it
-            group = self._groups[key] = _Group(raw=raw, base=address, tensor=whole)
+            raw = whole.numpy() if cpu else None  # device memory has no host view: the transport moves it
+            group = self._groups[key] = _Group(raw, address, whole)
         itemsize = t.element_size()
-        start = group.base + int(t.storage_offset()) * itemsize
-        return _Entry("tensor", name, list(t.shape), list(t.stride()), start, group, itemsize)
+        start = address + int(t.storage_offset()) * itemsize
+        entry = _Entry("tensor", name, list(t.shape), list(t.stride()), start, group, int(t.numel()) * itemsize)
+        return entry, t.is_contiguous()
 
-    def _numpy(self, array: np.ndarray) -> _Entry:
+    def _numpy(self, array: np.ndarray) -> tuple[_Entry, bool]:
         dtype = array.dtype
         name = dtype.name if dtype.isnative and not dtype.fields and not dtype.subdtype else None
         if name not in DTYPES or DTYPES[name].numpy_name is None:
@@ -125,7 +155,8 @@ class TensorPlan:
         group, array = self._numpy_group(array)
         start = array.__array_interface__["data"][0]
         strides = [s // itemsize for s in array.strides]
-        return _Entry("ndarray", name, list(array.shape), strides, start, group, itemsize)
+        entry = _Entry("ndarray", name, list(array.shape), strides, start, group, array.size * itemsize)
+        return entry, bool(array.flags.c_contiguous)
 
     def _numpy_group(self, array: np.ndarray) -> tuple[_Group, np.ndarray]:
         """The memory block ``array`` lives in, and the array to describe (a private copy if that
@@ -158,17 +189,19 @@ class TensorPlan:
             array = np.ascontiguousarray(array).copy()  # a block we cannot address: send a private copy
             raw = array.reshape(-1).view(np.uint8) if array.size else np.empty(0, np.uint8)
             key, root, base = ("copy", id(array)), array, raw.ctypes.data
-        group = self._groups[key] = _Group(raw=raw, base=base)
+        group = self._groups[key] = _Group(raw, base)
         return group, array
 
     def finish(self) -> tuple[list[BufferPlan], list[TensorDesc]]:
         """The buffers to send (one per memory block, in first-use order) and every descriptor."""
         buffers: list[BufferPlan] = []
         index_of: dict[int, int] = {}
+        descriptors = []
         for entry in self.entries:
             group = entry.group
-            if id(group) not in index_of:
-                index_of[id(group)] = len(buffers)
+            index = index_of.get(id(group))
+            if index is None:
+                index = index_of[id(group)] = len(buffers)
                 if group.hi <= group.lo:
                     group.lo = group.hi = group.base
                 group.lo -= (group.lo - group.base) % _ALIGN
@@ -179,13 +212,9 @@ class TensorPlan:
                     buffers.append(BufferPlan(memoryview(b""), 0))
                 else:
                     buffers.append(BufferPlan(None, hi - lo, group.tensor, lo))
-        descriptors = []
-        for entry in self.entries:
-            group = entry.group
-            offset = entry.start - group.lo if math.prod(entry.shape) else 0
-            nbytes = math.prod(entry.shape) * entry.itemsize
+            offset = entry.start - group.lo if entry.nbytes else 0
             descriptors.append(
-                TensorDesc(entry.kind, entry.dtype, entry.shape, entry.strides, offset, index_of[id(group)], nbytes)
+                TensorDesc(entry.kind, entry.dtype, entry.shape, entry.strides, offset, index, entry.nbytes)
             )
         return buffers, descriptors
 
@@ -260,32 +289,63 @@ class TensorBuilder:
         self.device_buffers = device_buffers or {}  # (buffer index, device) -> uint8 copy there
         self._built: dict[int, Any] = {}
         self._torch_bases: dict[int, torch.Tensor] = {}
+        self._counts: dict[int, int] | None = None  # tensors per buffer, counted on first use
 
     def build(self, index: int) -> Any:
-        if index in self._built:
-            return self._built[index]
+        value = self._built.get(index)
+        if value is not None:
+            return value
         if index >= len(self.descriptors):
             raise DecodeError(f"tensor reference {index} names no descriptor (the message has {len(self.descriptors)})")
         desc = self.descriptors[index]
-        dtype = lookup(desc.dtype)
-        value: Any
+        torch_dtype, numpy_dtype, itemsize = _BUILD[desc.dtype]
         if desc.kind == "ndarray":
             value = np.ndarray(
                 desc.shape,
-                dtype=np.dtype(dtype.numpy_name),
+                dtype=numpy_dtype,
                 buffer=self._host(desc.buffer),
                 offset=desc.offset,
-                strides=[s * dtype.itemsize for s in desc.strides],
+                strides=[s * itemsize for s in desc.strides],
             )
         else:
             device = self.devices.get(index)
-            base = self._torch_base(desc.buffer) if device is None else self.device_buffers[(desc.buffer, device)]
-            offset = base.storage_offset() + desc.offset  # a delivered tensor may start inside its storage
-            value = torch.empty(0, dtype=getattr(torch, dtype.torch_name), device=base.device).set_(
-                base.untyped_storage(), offset // dtype.itemsize, desc.shape, desc.strides
-            )
+            value = None
+            if device is None and numpy_dtype is not None and self._alone(desc.buffer):
+                value = self._from_numpy(desc, numpy_dtype, itemsize)
+            if value is None:
+                base = self._torch_base(desc.buffer) if device is None else self.device_buffers[(desc.buffer, device)]
+                offset = base.storage_offset() + desc.offset  # a delivered tensor may start inside its storage
+                value = torch.empty(0, dtype=torch_dtype, device=base.device).set_(
+                    base.untyped_storage(), offset // itemsize, desc.shape, desc.strides
+                )
         self._built[index] = value
         return value
+
+    def _alone(self, buffer: int) -> bool:
+        """Whether buffer ``buffer`` holds one tensor only (no storage to share with another view)."""
+        if self._counts is None:
+            counts: dict[int, int] = {}
+            for desc in self.descriptors:
+                counts[desc.buffer] = counts.get(desc.buffer, 0) + 1
+            self._counts = counts
+        return self._counts[buffer] == 1
+
+    def _from_numpy(self, desc: TensorDesc, numpy_dtype: np.dtype[Any], itemsize: int) -> torch.Tensor | None:
+        """The tensor as a numpy view of a host buffer handed to torch (the quick way), or None
+        where that does not apply (a buffer delivered as a tensor, a read-only buffer)."""
+        buffer = self.buffers[desc.buffer]
+        if isinstance(buffer, torch.Tensor):
+            return None
+        array = np.ndarray(
+            desc.shape,
+            dtype=numpy_dtype,
+            buffer=buffer,
+            offset=desc.offset,
+            strides=[s * itemsize for s in desc.strides],
+        )
+        if not array.flags.writeable:
+            return None
+        return torch.from_numpy(array)
 
     def _host(self, index: int) -> Any:
         """Buffer ``index`` in host memory (a buffer a transport delivered on a device is copied once)."""
