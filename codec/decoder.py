@@ -40,7 +40,7 @@ class Decoder:
     device, or a ``codec.placement.Placement`` (see that module); ``runtime``: its CUDA adapter.
     """
 
-    __slots__ = ("_header", "_sealed", "_transports", "options", "placement", "registry")
+    __slots__ = ("_by_type", "_header", "_sealed", "_transports", "options", "placement", "registry")
 
     def __init__(
         self,
@@ -60,6 +60,7 @@ class Decoder:
                 known[str(handle_type.__struct_config__.tag)] = transport
         self._transports = known
         handle_types = list({id(h): h for t in known.values() for h in t.handle_types}.values())
+        self._by_type = {h: known[str(h.__struct_config__.tag)] for h in handle_types}  # handle class -> reader
         self._header = msgspec.msgpack.Decoder(header_type(handle_types))
         self._sealed = True
 
@@ -77,12 +78,16 @@ class Decoder:
         except msgspec.MsgspecError as exc:
             raise DecodeError(f"invalid header: {exc}") from None
         handles = [entry.handle for entry in header.buffers]
-        self._verify_handles(handles, frames)
+        if handles:
+            self._verify_handles(handles, frames)
+        elif len(frames) != 1:
+            raise DecodeError(f"the message has {len(frames)} frames but its header names 0 inline buffers")
         done = False
         try:
             cls = self._resolve(header)
-            self._verify_tensors(header, head)
-            buffers = self._import(header, frames)
+            if handles or header.tensors:
+                self._verify_tensors(header, head)
+            buffers = self._import(header, frames) if handles else []
             devices: dict[int, Any] = {}
             placed: dict[tuple[int, Any], Any] = {}
             if self.placement is not None:
@@ -125,12 +130,13 @@ class Decoder:
         if len(handles) > limits.max_buffers:
             raise DecodeError(f"{len(handles)} buffers is over the limit of {limits.max_buffers} - at `$.buffers`")
         by_transport: dict[int, tuple[Transport, list[Handle]]] = {}
+        by_type = self._by_type
         for handle in handles:
-            transport = self._transports[_tag(handle)]
+            transport = by_type[type(handle)]
             by_transport.setdefault(id(transport), (transport, []))[1].append(handle)
         for transport, group in by_transport.values():
             transport.verify(group, frames)
-        inline = sum(isinstance(h, InlineHandle) for h in handles)
+        inline = sum(type(h) is InlineHandle for h in handles)
         if inline != len(frames) - 1:
             raise DecodeError(f"the message has {len(frames)} frames but its header names {inline} inline buffers")
 
@@ -155,11 +161,12 @@ class Decoder:
 
     def _import(self, header: Any, frames: Sequence[Buffer]) -> list[Any]:
         options = self.options
+        by_type = self._by_type
         buffers = []
         for entry in header.buffers:
-            transport = self._transports[_tag(entry.handle)]
+            transport = by_type[type(entry.handle)]
             data = transport.import_(entry.handle, frames, entry.nbytes, borrow=options.borrow)
-            if isinstance(entry.handle, InlineHandle) and options.copy_readonly and memoryview(data).readonly:
+            if type(entry.handle) is InlineHandle and options.copy_readonly and memoryview(data).readonly:
                 data = bytearray(data)
             buffers.append(data)
         return buffers
@@ -167,7 +174,7 @@ class Decoder:
     def _release(self, handles: list[Handle]) -> None:
         for handle in handles:
             try:
-                self._transports[_tag(handle)].release(handle)
+                self._by_type[type(handle)].release(handle)
             except Exception:
                 pass
 
@@ -188,7 +195,3 @@ def _locate(head: memoryview, index: int) -> str:
         path = None
     return path if isinstance(path, str) else f"$.tensors[{index}]"
 
-
-def _tag(handle: Handle) -> str:
-    """The transport name a handle is tagged with."""
-    return str(type(handle).__struct_config__.tag)

@@ -22,7 +22,7 @@ from codec.body import decode_body, encode_body
 from codec.errors import CodecError, EncodeError, TransportError
 from codec.options import EncodeOptions
 from codec.tensors import BufferPlan, TensorPlan
-from codec.wire import MAGIC, WIRE_VERSION
+from codec.wire import header_bytes
 from transports.base import Buffer, Handle, Transport
 from transports.cuda_runtime import stage_to_host, transport_runtime
 from transports.inline import InlineTransport
@@ -65,14 +65,34 @@ class Encoder:
         ) as exc:
             raise EncodeError(f"{info.type_id}: {exc}") from None
         buffers, descriptors = plan.finish()
+        frames: list[Buffer] = [b""]
+        entries: list[dict[str, Any]] = []
+        exported: list[tuple[Transport, Handle]] = []
+        if buffers:
+            self._export_all(info.type_id, buffers, frames, entries, exported)
+        try:
+            frames[0] = header_bytes(info.type_id, info.version, info.fingerprint, entries, descriptors, body)
+        except BaseException:
+            _release(exported)
+            raise
+        return frames
+
+    def _export_all(
+        self,
+        type_id: str,
+        buffers: list[BufferPlan],
+        frames: list[Buffer],
+        entries: list[dict[str, Any]],
+        exported: list[tuple[Transport, Handle]],
+    ) -> None:
+        """Hand every buffer to its transport, filling ``frames``, the header's buffer ``entries`` and
+        ``exported``; on any failure, release what was exported and raise."""
+        limits = self.options.limits
         if len(buffers) > limits.max_buffers:
-            raise EncodeError(f"{info.type_id}: {len(buffers)} buffers is over the limit of {limits.max_buffers}")
+            raise EncodeError(f"{type_id}: {len(buffers)} buffers is over the limit of {limits.max_buffers}")
         total = sum(b.nbytes for b in buffers)
         if total > limits.max_message_bytes:
-            raise EncodeError(f"{info.type_id}: {total} bytes is over the limit of {limits.max_message_bytes}")
-        frames: list[Buffer] = [b""]
-        exported: list[tuple[Transport, Handle]] = []
-        entries = []
+            raise EncodeError(f"{type_id}: {total} bytes is over the limit of {limits.max_message_bytes}")
         try:
             begin = getattr(self.transport, "begin_message", None)
             if begin is not None and any(self._route(b.nbytes) is self.transport for b in buffers):
@@ -82,29 +102,13 @@ class Encoder:
                 handle = self._export(transport, buffer, frames)
                 exported.append((transport, handle))
                 entries.append({"nbytes": buffer.nbytes, "handle": handle})
-            header = {
-                "magic": MAGIC,
-                "wire": WIRE_VERSION,
-                "type": info.type_id,
-                "version": info.version,
-                "fingerprint": info.fingerprint,
-                "buffers": entries,
-                "tensors": descriptors,
-                "body": msgspec.Raw(body),
-            }
-            frames[0] = msgspec.msgpack.encode(header)
         except BaseException as exc:
-            for transport, handle in reversed(exported):
-                try:
-                    transport.release(handle)
-                except Exception:
-                    pass
+            _release(exported)
             if isinstance(exc, TransportError | KeyboardInterrupt):
                 raise
             if isinstance(exc, OSError):
-                raise TransportError(exc.errno, f"{info.type_id}: export failed: {exc}") from exc
+                raise TransportError(exc.errno, f"{type_id}: export failed: {exc}") from exc
             raise
-        return frames
 
     def _export(self, transport: Transport, buffer: BufferPlan, frames: list[Buffer]) -> Handle:
         """Hand one buffer to ``transport``: a device buffer to its ``export_device`` if it takes
@@ -141,3 +145,12 @@ class Encoder:
 
     def __repr__(self) -> str:
         return f"Encoder(transport={type(self.transport).__name__}, options={self.options})"
+
+
+def _release(exported: list[tuple[Transport, Handle]]) -> None:
+    """Undo the exports of a message that will not be sent, newest first."""
+    for transport, handle in reversed(exported):
+        try:
+            transport.release(handle)
+        except Exception:
+            pass

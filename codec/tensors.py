@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from codec.dtypes import DTYPES, lookup
+from codec.dtypes import DTYPES
 from codec.errors import DecodeError, EncodeError
 from codec.options import Limits
 from codec.wire import TensorDesc
@@ -235,39 +235,52 @@ def _numel(shape: list[int]) -> int:
 
 def verify_descriptor(desc: TensorDesc, buffer_sizes: list[int], limits: Limits) -> str | None:
     """Why ``desc`` cannot be trusted (with a path suffix like ``.shape[2]``); None if it is sound."""
-    if desc.kind not in ("tensor", "ndarray"):
-        return f".kind: {desc.kind!r} is neither 'tensor' nor 'ndarray'"
-    if desc.dtype not in DTYPES:
+    kind = desc.kind
+    if kind != "tensor" and kind != "ndarray":
+        return f".kind: {kind!r} is neither 'tensor' nor 'ndarray'"
+    entry = _BUILD.get(desc.dtype)
+    if entry is None:
         return f".dtype: {desc.dtype!r} is not in the wire dtype table"
-    dtype = lookup(desc.dtype)
-    if desc.kind == "ndarray" and dtype.numpy_name is None:
+    itemsize = entry[2]
+    if kind == "ndarray" and entry[1] is None:
         return f".dtype: numpy has no dtype {desc.dtype!r}"
-    rank = len(desc.shape)
+    shape, strides = desc.shape, desc.strides
+    rank = len(shape)
     if rank > limits.max_rank:
         return f".shape: rank {rank} is over the limit of {limits.max_rank}"
-    if len(desc.strides) != rank:
-        return f".strides: {len(desc.strides)} strides for rank {rank}"
-    numel = 1
-    for axis, dim in enumerate(desc.shape):
-        numel *= dim
-        if numel * dtype.itemsize > limits.max_tensor_bytes and _numel(desc.shape):
-            return f".shape[{axis}]: {dim} makes the tensor larger than the limit of {limits.max_tensor_bytes} bytes"
-    numel = _numel(desc.shape)
-    if desc.nbytes != numel * dtype.itemsize:
-        return f".nbytes: {desc.nbytes} != prod(shape) * itemsize = {numel * dtype.itemsize}"
+    if len(strides) != rank:
+        return f".strides: {len(strides)} strides for rank {rank}"
+    numel = _numel(shape)
+    if numel * itemsize > limits.max_tensor_bytes:  # the first axis that takes it past the limit
+        running = 1
+        for axis, dim in enumerate(shape):
+            running *= dim
+            if running * itemsize > limits.max_tensor_bytes:
+                return f".shape[{axis}]: {dim} makes the tensor larger than the limit of {limits.max_tensor_bytes} bytes"
+    if desc.nbytes != numel * itemsize:
+        return f".nbytes: {desc.nbytes} != prod(shape) * itemsize = {numel * itemsize}"
     if desc.buffer >= len(buffer_sizes):
         return f".buffer: {desc.buffer} names no buffer (the message has {len(buffer_sizes)})"
     size = buffer_sizes[desc.buffer]
-    if desc.offset % dtype.itemsize:
-        return f".offset: {desc.offset} is not a multiple of the itemsize {dtype.itemsize}"
-    for axis, stride in enumerate(desc.strides):
-        if abs(stride) > limits.max_tensor_bytes:
-            return f".strides[{axis}]: {stride} is out of range"
-        if stride < 0 and desc.kind == "tensor":
-            return f".strides[{axis}]: torch tensors have no negative strides, got {stride}"
+    offset = desc.offset
+    if offset % itemsize:
+        return f".offset: {offset} is not a multiple of the itemsize {itemsize}"
+    expected = 1  # the strides of a C-contiguous layout, from the last axis
+    contiguous = True
+    for axis in range(rank - 1, -1, -1):
+        if strides[axis] != expected or expected > limits.max_tensor_bytes:
+            contiguous = False
+            break
+        expected *= shape[axis]
+    if not contiguous:
+        for axis, stride in enumerate(strides):
+            if abs(stride) > limits.max_tensor_bytes:
+                return f".strides[{axis}]: {stride} is out of range"
+            if stride < 0 and kind == "tensor":
+                return f".strides[{axis}]: torch tensors have no negative strides, got {stride}"
     if numel == 0:
-        return None if desc.offset <= size else f".offset: {desc.offset} is past the end of a {size}-byte buffer"
-    lo, hi = _extent(desc.offset, desc.shape, desc.strides, dtype.itemsize)
+        return None if offset <= size else f".offset: {offset} is past the end of a {size}-byte buffer"
+    lo, hi = (offset, offset + desc.nbytes) if contiguous else _extent(offset, shape, strides, itemsize)
     if lo < 0 or hi > size:
         return f".strides: elements reach bytes [{lo}, {hi}) outside the {size}-byte buffer {desc.buffer}"
     return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Annotated, Any
 
 import msgspec
@@ -29,6 +30,7 @@ __all__ = [
     "WIRE_VERSION",
     "Buffer",
     "TensorDesc",
+    "header_bytes",
     "header_type",
     "join",
     "split",
@@ -80,6 +82,33 @@ def header_type(handle_types: Sequence[type[Any]]) -> type[Any]:
         ],
         kw_only=True,
     )
+
+
+_KEYS = ("magic", "wire", "type", "version", "fingerprint", "buffers", "tensors", "body")
+_TENSORS_KEY = msgspec.msgpack.encode("tensors")
+_BODY_KEY = msgspec.msgpack.encode("body")
+_NO_BUFFERS = msgspec.msgpack.encode([]) + _TENSORS_KEY + msgspec.msgpack.encode([]) + _BODY_KEY
+
+
+@lru_cache(maxsize=1024)
+def _prefix(type_id: str, version: int, fingerprint: str) -> bytes:
+    """Frame 0 up to the value of ``buffers``: the map header and the type's fixed entries."""
+    fixed = msgspec.msgpack.encode(
+        {"magic": MAGIC, "wire": WIRE_VERSION, "type": type_id, "version": version, "fingerprint": fingerprint}
+    )
+    assert fixed[0] == 0x80 | 5  # a fixmap of the five entries above: widened to all eight keys
+    return bytes([0x80 | len(_KEYS)]) + fixed[1:] + msgspec.msgpack.encode("buffers")
+
+
+def header_bytes(
+    type_id: str, version: int, fingerprint: str, buffers: list[Any], tensors: list[TensorDesc], body: bytes
+) -> bytes:
+    """Frame 0 (the map described above, keys in that order), built around the already encoded body."""
+    prefix = _prefix(type_id, version, fingerprint)
+    if not buffers and not tensors:
+        return prefix + _NO_BUFFERS + body
+    encode = msgspec.msgpack.encode
+    return b"".join((prefix, encode(buffers), _TENSORS_KEY, encode(tensors), _BODY_KEY, body))
 
 
 def join(frames: Sequence[Buffer]) -> bytes:
