@@ -194,4 +194,3 @@ def _locate(head: memoryview, index: int) -> str:
     except (CodecError, IndexError, KeyError):
         path = None
     return path if isinstance(path, str) else f"$.tensors[{index}]"
-

@@ -256,7 +256,9 @@ def verify_descriptor(desc: TensorDesc, buffer_sizes: list[int], limits: Limits)
         for axis, dim in enumerate(shape):
             running *= dim
             if running * itemsize > limits.max_tensor_bytes:
-                return f".shape[{axis}]: {dim} makes the tensor larger than the limit of {limits.max_tensor_bytes} bytes"
+                return (
+                    f".shape[{axis}]: {dim} makes the tensor larger than the limit of {limits.max_tensor_bytes} bytes"
+                )
     if desc.nbytes != numel * itemsize:
         return f".nbytes: {desc.nbytes} != prod(shape) * itemsize = {numel * itemsize}"
     if desc.buffer >= len(buffer_sizes):

@@ -11,7 +11,7 @@ from conftest import REPO
 
 import codec
 from codec.generated import REGISTRY
-from codec.golden import MANIFEST, describe, manifest_lines, read_manifest, record
+from codec.golden import MANIFEST, cases, describe, manifest_lines, read_manifest, record
 
 GOLDEN = REPO / "tests" / "golden"
 FIXTURES = sorted(GOLDEN.rglob("*.bin"))
@@ -30,6 +30,19 @@ def test_every_fixture_decodes_to_its_described_value(path: Path) -> None:
     assert json.loads(json.dumps(describe(message), sort_keys=True)) == expected
     type_id, version = path.parent.parent.name, int(path.parent.name[1:])
     assert type(message).__tw_type__.type_id == type_id and type(message).__tw_type__.version == version
+
+
+def test_todays_encoder_writes_the_released_bytes_of_every_case() -> None:
+    """Encoding is deterministic and unchanged: the same message gives the fixture's exact bytes."""
+    encoder, compared = codec.Encoder(), 0
+    for type_id, builders in cases().items():
+        for case, build in builders:
+            message = build()
+            path = GOLDEN / type_id / f"v{type(message).__tw_type__.version}" / f"{case}.bin"
+            if path.exists():
+                assert codec.join(encoder.encode(message)) == path.read_bytes(), path
+                compared += 1
+    assert compared >= 13
 
 
 def test_every_builtin_type_version_has_fixtures_including_bf16_and_trees() -> None:
