@@ -156,12 +156,29 @@ def _check_fields(rules: StructRules, obj: Any) -> None:
         _check(check, value, f"{rules.type_name}.{name}", dims)
 
 
+_FieldPlan: TypeAlias = tuple[tuple[str, Check, bool, bool], ...]  # (name, check, skips None, is a tree)
+_FIELD_PLANS: dict[int, tuple[StructRules, _FieldPlan]] = {}  # by id: hashing the rules costs more than the check
+
+
+def _field_plan(rules: StructRules) -> _FieldPlan:
+    known = _FIELD_PLANS.get(id(rules))
+    if known is not None and known[0] is rules:  # the entry holds its rules: their id cannot be reused
+        return known[1]
+    plan = tuple((name, check, _skips_none(check), type(check) is TreeCheck) for name, check in rules.fields)
+    if len(_FIELD_PLANS) < 4096:  # one per message type in practice
+        _FIELD_PLANS[id(rules)] = (rules, plan)
+    return plan
+
+
 def _fields_ok(rules: StructRules, obj: Any) -> bool:
     """Whether every field rule holds (``_check_fields`` without paths: it says nothing about where)."""
     dims: dict[str, tuple[int, str]] = {}
-    for name, check in rules.fields:
+    for name, check, skips_none, tree in _field_plan(rules):
         value = getattr(obj, name)
-        if value is None and _skips_none(check):
+        if value is None:
+            if skips_none:
+                continue
+        elif tree and type(value) in SCALAR_TYPES:
             continue
         if not _ok(check, value, dims):
             return False

@@ -382,13 +382,13 @@ def _unlink_all(slots: dict[int, list[Slot]]) -> None:
                 pass
 
 
-def _free(mapping: mmap.mmap, path: Path, generation: int, states: tuple[int, ...] = (CLAIMED,)) -> None:
+def _free(mapping: mmap.mmap, path: str, generation: int, states: tuple[int, ...] = (CLAIMED,)) -> None:
     """Hand a slot in one of ``states`` back; if its creator has exited, nobody will reuse it: unlink it."""
     if _get(mapping, _GENERATION) != generation or _get(mapping, _STATE) not in states:
         return
     _put(mapping, _STATE, FREE)
     try:
-        creator = int(path.name.split("-")[1])
+        creator = int(os.path.basename(path).split("-")[1])
     except (IndexError, ValueError):
         return
     if not alive(creator):
@@ -401,7 +401,7 @@ def _free(mapping: mmap.mmap, path: Path, generation: int, states: tuple[int, ..
 class _ReceiverLease:
     """Backs a borrowed view of a slot; marks the slot free when the last view dies."""
 
-    def __init__(self, mapping: mmap.mmap, path: Path, nbytes: int, offset: int, generation: int) -> None:
+    def __init__(self, mapping: mmap.mmap, path: str, nbytes: int, offset: int, generation: int) -> None:
         self._mapping, self._path, self._generation = mapping, path, generation
         array = np.frombuffer(mapping, dtype=np.uint8, count=nbytes, offset=CONTROL_BYTES + offset)
         self.__array_interface__ = array.__array_interface__
@@ -450,11 +450,11 @@ class SlotReader:
         _put(mapping, _RECEIVER, os.getpid())
         _put(mapping, _STATE, CLAIMED)
         if borrow:
-            return np.asarray(_ReceiverLease(mapping, self.directory / name, nbytes, offset, generation))
+            return np.asarray(_ReceiverLease(mapping, os.path.join(self.directory, name), nbytes, offset, generation))
         start = CONTROL_BYTES + offset
         with memoryview(mapping) as view:
             data = bytearray(view[start : start + nbytes])
-        _free(mapping, self.directory / name, generation)
+        _free(mapping, os.path.join(self.directory, name), generation)
         return data
 
     def discard(self, name: str, generation: int) -> None:
@@ -463,7 +463,7 @@ class SlotReader:
             mapping = self._mapping(name)
         except (TransportError, DecodeError):
             return
-        _free(mapping, self.directory / name, generation, states=(IN_FLIGHT,))
+        _free(mapping, os.path.join(self.directory, name), generation, states=(IN_FLIGHT,))
 
     def _prune(self) -> None:
         """Forget mappings of segments their creator has unlinked (checked every few imports)."""
