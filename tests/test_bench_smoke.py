@@ -29,3 +29,17 @@ def test_unknown_mode_is_a_usage_error() -> None:
     with pytest.raises(SystemExit) as info:
         main(["--modes", "carrier pigeon"])
     assert info.value.code == 2
+
+
+def test_the_command_line_passes_every_option_to_the_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from codec.cli import main
+
+    floor = TinyMessage.name
+    assert main(["bench", "--json", "--quick", "--sizes", "4K", "--modes", floor]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert {row["mode"] for row in results["rows"]} == {floor, "floor: np.copyto (warm)"}
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "--modes", "carrier pigeon"])  # the benchmark's own usage error, not the CLI's
+    assert info.value.code == 2

@@ -1,0 +1,74 @@
+"""The quick rule check (no paths) and the reporting walk (with paths) always agree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from codec import ValidationError
+from codec.contract import EachCheck, TensorCheck, TreeCheck, _check, _ok
+
+LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=3),
+    st.binary(max_size=3),
+    st.just(torch.zeros(2)),
+    st.just(np.zeros(2, dtype=np.int16)),
+    st.sampled_from([{1, 2}, object(), 1j]),  # not allowed in any tree
+)
+TREES = st.recursive(
+    LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=2), st.integers(0, 3)), inner, max_size=3),
+    ),
+    max_leaves=12,
+)
+CHECKS = st.one_of(
+    st.builds(TreeCheck, max_depth=st.integers(0, 4), json_only=st.booleans()),
+    st.builds(lambda c: EachCheck(container="map", inner=c), st.builds(TreeCheck, max_depth=st.integers(0, 3))),
+    st.builds(lambda c: EachCheck(container="array", inner=c), st.builds(TreeCheck, max_depth=st.integers(0, 3))),
+)
+
+
+def _reported(check: Any, value: Any) -> bool:
+    try:
+        _check(check, value, "T.f", {})
+    except ValidationError:
+        return True
+    return False
+
+
+@settings(max_examples=400, deadline=None)
+@given(check=CHECKS, value=TREES)
+def test_quick_check_passes_exactly_what_the_reporting_walk_passes(check: Any, value: Any) -> None:
+    if isinstance(check, EachCheck) and not isinstance(value, dict if check.container == "map" else list | tuple):
+        return  # the schema's type check runs first: a map rule only ever sees a map
+    assert _ok(check, value, {}) is not _reported(check, value)
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (torch.zeros(2, 3), None),
+        (torch.zeros(2, 4), "dim 1 must be 3"),
+        (torch.zeros(2, 3, dtype=torch.int8), "dtype int8 is not allowed"),
+        (np.zeros((2, 3), dtype=np.float32), "expected torch.Tensor"),
+        (torch.zeros(3, 2).t(), "must be contiguous"),
+    ],
+)
+def test_quick_tensor_check_agrees_with_the_reported_breach(value: Any, reason: str | None) -> None:
+    check = TensorCheck(kind="tensor", dtypes=("float32",), shape=(None, 3), contiguous=True)
+    assert _ok(check, value, {}) is (reason is None)
+    if reason is not None:
+        with pytest.raises(ValidationError, match=reason):
+            _check(check, value, "T.f", {})
