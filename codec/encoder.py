@@ -113,8 +113,10 @@ class Encoder:
     def _export(self, transport: Transport, buffer: BufferPlan, frames: list[Buffer]) -> Handle:
         """Hand one buffer to ``transport``: a device buffer to its ``export_device`` if it takes
         it, else staged to the host first; a torch storage to ``export_storage`` if it has one."""
-        storage, view, start = buffer.storage, buffer.view, buffer.start
+        view, start = buffer.view, buffer.start
+        storage = None
         if view is None:
+            storage = buffer.storage
             assert storage is not None
             export_device = getattr(transport, "export_device", None)
             if export_device is not None:
@@ -129,8 +131,10 @@ class Encoder:
                 ) from None
             view, start = memoryview(storage.numpy()), 0  # type: ignore[arg-type]
         export_storage = getattr(transport, "export_storage", None)
-        if export_storage is not None and storage is not None:
-            return export_storage(storage, start, buffer.nbytes, frames)  # type: ignore[no-any-return]
+        if export_storage is not None:
+            storage = storage if storage is not None else buffer.storage  # made only for transports that take it
+            if storage is not None:
+                return export_storage(storage, start, buffer.nbytes, frames)  # type: ignore[no-any-return]
         return transport.export(view, frames)
 
     def _route(self, nbytes: int) -> Transport:

@@ -11,7 +11,6 @@ there: their buffer carries the device storage and no host view, and the encoder
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,25 +32,49 @@ _BUILD = {  # name -> (torch dtype, numpy dtype or None, itemsize), for building
 _COMPLEX = frozenset(name for name in DTYPES if name.startswith("complex"))
 
 
-@dataclass
 class BufferPlan:
     """One buffer to send: a flat byte view of host memory (None for device memory: see ``storage``)."""
 
-    view: memoryview | None
-    nbytes: int
-    storage: torch.Tensor | None = None  # uint8 tensor over the whole torch storage the buffer is cut from
-    start: int = 0  # byte offset of the buffer in ``storage``
+    __slots__ = ("_storage", "_untyped", "nbytes", "start", "view")
+
+    def __init__(
+        self, view: memoryview | None, nbytes: int, untyped: torch.UntypedStorage | None = None, start: int = 0
+    ) -> None:
+        self.view = view
+        self.nbytes = nbytes
+        self.start = start  # byte offset of the buffer in ``storage``
+        self._untyped = untyped
+        self._storage: torch.Tensor | None = None
+
+    @property
+    def storage(self) -> torch.Tensor | None:
+        """A uint8 tensor over the whole torch storage the buffer is cut from (None for numpy memory);
+        made on first use: most transports only read ``view``."""
+        if self._storage is None and self._untyped is not None:
+            whole = torch.empty(0, dtype=torch.uint8, device=self._untyped.device)
+            self._storage = whole.set_(self._untyped) if self._untyped.nbytes() else whole
+        return self._storage
+
+
+class _HostBlock:
+    """Exposes bytes [0, size) of a host torch storage to numpy, keeping the storage alive."""
+
+    __slots__ = ("__array_interface__", "storage")
+
+    def __init__(self, storage: torch.UntypedStorage, address: int, size: int) -> None:
+        self.storage = storage
+        self.__array_interface__ = {"data": (address, False), "shape": (size,), "typestr": "|u1", "version": 3}
 
 
 class _Group:
     """One memory block tensors of a message live in, and the byte range they reach."""
 
-    __slots__ = ("base", "hi", "lo", "raw", "tensor")
+    __slots__ = ("base", "hi", "lo", "raw", "storage")
 
-    def __init__(self, raw: np.ndarray | None, base: int, tensor: torch.Tensor | None = None) -> None:
+    def __init__(self, raw: np.ndarray | None, base: int, storage: torch.UntypedStorage | None = None) -> None:
         self.raw = raw  # uint8 view of the whole host block (or a private copy), keeping it alive; None on a device
         self.base = base  # address of raw[0]
-        self.tensor = tensor  # for torch storages: a uint8 tensor over the whole storage
+        self.storage = storage  # the torch storage the block is, if it is one
         self.lo = 2**63
         self.hi = 0
 
@@ -134,11 +157,10 @@ class TensorPlan:
         key = (cpu or t.device, address, size) if size and address else id(t)
         group = self._groups.get(key)
         if group is None:
-            whole = torch.empty(0, dtype=torch.uint8, device=t.device)
-            if size:
-                whole = whole.set_(storage)
-            raw = whole.numpy() if cpu else None  # device memory has no host view: the transport moves it
-            group = self._groups[key] = _Group(raw, address, whole)
+            raw = None  # device memory has no host view: the transport moves it
+            if cpu:
+                raw = np.asarray(_HostBlock(storage, address, size)) if size and address else np.empty(0, np.uint8)
+            group = self._groups[key] = _Group(raw, address, storage)
         itemsize = t.element_size()
         start = address + int(t.storage_offset()) * itemsize
         entry = _Entry("tensor", name, list(t.shape), list(t.stride()), start, group, int(t.numel()) * itemsize)
@@ -207,11 +229,11 @@ class TensorPlan:
                 group.lo -= (group.lo - group.base) % _ALIGN
                 lo, hi = group.lo - group.base, group.hi - group.base
                 if group.raw is not None:
-                    buffers.append(BufferPlan(memoryview(group.raw[lo:hi]), hi - lo, group.tensor, lo))  # type: ignore[arg-type]
+                    buffers.append(BufferPlan(memoryview(group.raw[lo:hi]), hi - lo, group.storage, lo))  # type: ignore[arg-type]
                 elif hi == lo:  # nothing to move off the device
                     buffers.append(BufferPlan(memoryview(b""), 0))
                 else:
-                    buffers.append(BufferPlan(None, hi - lo, group.tensor, lo))
+                    buffers.append(BufferPlan(None, hi - lo, group.storage, lo))
             offset = entry.start - group.lo if entry.nbytes else 0
             descriptors.append(
                 TensorDesc(entry.kind, entry.dtype, entry.shape, entry.strides, offset, index, entry.nbytes)

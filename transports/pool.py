@@ -398,17 +398,32 @@ def _free(mapping: mmap.mmap, path: str, generation: int, states: tuple[int, ...
             pass
 
 
+class _Mapped:
+    """A segment the receiver mapped: the mapping, an array over all of it (while any lease holds
+    that array the mapping cannot be closed), the address of its first byte and its path."""
+
+    __slots__ = ("address", "anchor", "mapping", "path")
+
+    def __init__(self, mapping: mmap.mmap, path: str) -> None:
+        self.mapping = mapping
+        self.anchor = np.frombuffer(mapping, dtype=np.uint8)
+        self.address: int = self.anchor.__array_interface__["data"][0]
+        self.path = path
+
+
 class _ReceiverLease:
     """Backs a borrowed view of a slot; marks the slot free when the last view dies."""
 
-    def __init__(self, mapping: mmap.mmap, path: str, nbytes: int, offset: int, generation: int) -> None:
-        self._mapping, self._path, self._generation = mapping, path, generation
-        array = np.frombuffer(mapping, dtype=np.uint8, count=nbytes, offset=CONTROL_BYTES + offset)
-        self.__array_interface__ = array.__array_interface__
+    __slots__ = ("__array_interface__", "_generation", "_segment")
+
+    def __init__(self, segment: _Mapped, nbytes: int, offset: int, generation: int) -> None:
+        self._segment, self._generation = segment, generation
+        start = segment.address + CONTROL_BYTES + offset
+        self.__array_interface__ = {"data": (start, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
 
     def __del__(self) -> None:
         try:
-            _free(self._mapping, self._path, self._generation)
+            _free(self._segment.mapping, self._segment.path, self._generation)
         except ValueError:  # mapping already closed
             pass
 
@@ -420,26 +435,27 @@ class SlotReader:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._maps: dict[str, mmap.mmap] = {}
+        self._maps: dict[str, _Mapped] = {}
         self._lock = threading.Lock()
         self._imports = 0
 
-    def _mapping(self, name: str) -> mmap.mmap:
+    def _mapping(self, name: str) -> _Mapped:
         with self._lock:
-            mapping = self._maps.get(name)
-            if mapping is not None:
-                return mapping
+            segment = self._maps.get(name)
+            if segment is not None:
+                return segment
             mapping = map_segment(self.directory / name, "pool segment", CONTROL_BYTES)
             if mapping[:8] != MAGIC or _get(mapping, _CAPACITY) != len(mapping) - CONTROL_BYTES:
                 mapping.close()
                 raise DecodeError(f"pool segment {name} has no valid control page")
-            self._maps[name] = mapping
-            return mapping
+            segment = self._maps[name] = _Mapped(mapping, os.path.join(self.directory, name))
+            return segment
 
     def open(self, name: str, offset: int, nbytes: int, generation: int, *, borrow: bool) -> Any:
         """The slot's bytes: a lease-backed array (``borrow``) or a private copy (the slot is freed)."""
         self._prune()
-        mapping = self._mapping(name)
+        segment = self._mapping(name)
+        mapping = segment.mapping
         capacity = len(mapping) - CONTROL_BYTES
         if offset + nbytes > capacity:
             raise DecodeError(f"pool slot {name}: bytes [{offset}, {offset + nbytes}) outside its {capacity}-byte area")
@@ -450,20 +466,19 @@ class SlotReader:
         _put(mapping, _RECEIVER, os.getpid())
         _put(mapping, _STATE, CLAIMED)
         if borrow:
-            return np.asarray(_ReceiverLease(mapping, os.path.join(self.directory, name), nbytes, offset, generation))
+            return np.asarray(_ReceiverLease(segment, nbytes, offset, generation))
         start = CONTROL_BYTES + offset
-        with memoryview(mapping) as view:
-            data = bytearray(view[start : start + nbytes])
-        _free(mapping, os.path.join(self.directory, name), generation)
+        data = bytearray(segment.anchor[start : start + nbytes])
+        _free(mapping, segment.path, generation)
         return data
 
     def discard(self, name: str, generation: int) -> None:
         """Free a slot whose message will not be read (a failed decode), unless someone claimed it."""
         try:
-            mapping = self._mapping(name)
+            segment = self._mapping(name)
         except (TransportError, DecodeError):
             return
-        _free(mapping, os.path.join(self.directory, name), generation, states=(IN_FLIGHT,))
+        _free(segment.mapping, segment.path, generation, states=(IN_FLIGHT,))
 
     def _prune(self) -> None:
         """Forget mappings of segments their creator has unlinked (checked every few imports)."""

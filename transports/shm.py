@@ -157,7 +157,7 @@ class ShmTransport:
     def _export_pooled(self, data: memoryview) -> Handle | None:
         assert self.pool is not None
         nbytes = data.nbytes
-        address = np.frombuffer(data, dtype=np.uint8).ctypes.data
+        address = np.frombuffer(data, dtype=np.uint8).__array_interface__["data"][0]
         slot = self.pool.find(address, nbytes)
         if slot is not None:  # allocated by empty(): hand it over as it is
             return SlotHandle(name=slot.name, offset=address - slot.address, generation=self.pool.hand_over(slot))
