@@ -129,13 +129,17 @@ class Decoder:
         limits = self.options.limits
         if len(handles) > limits.max_buffers:
             raise DecodeError(f"{len(handles)} buffers is over the limit of {limits.max_buffers} - at `$.buffers`")
-        by_transport: dict[int, tuple[Transport, list[Handle]]] = {}
         by_type = self._by_type
-        for handle in handles:
-            transport = by_type[type(handle)]
-            by_transport.setdefault(id(transport), (transport, []))[1].append(handle)
-        for transport, group in by_transport.values():
-            transport.verify(group, frames)
+        first = by_type[type(handles[0])]
+        if all(by_type[type(h)] is first for h in handles):
+            first.verify(handles, frames)  # the common case: one transport
+        else:
+            by_transport: dict[int, tuple[Transport, list[Handle]]] = {}
+            for handle in handles:
+                transport = by_type[type(handle)]
+                by_transport.setdefault(id(transport), (transport, []))[1].append(handle)
+            for transport, group in by_transport.values():
+                transport.verify(group, frames)
         inline = sum(type(h) is InlineHandle for h in handles)
         if inline != len(frames) - 1:
             raise DecodeError(f"the message has {len(frames)} frames but its header names {inline} inline buffers")

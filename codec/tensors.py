@@ -24,7 +24,7 @@ from codec.wire import TensorDesc
 __all__ = ["BufferPlan", "TensorBuilder", "TensorPlan", "verify_descriptor"]
 
 _ALIGN = 16  # the largest itemsize in the table (complex128)
-_TORCH_NAMES = {getattr(torch, d.torch_name): d.name for d in DTYPES.values()}
+_TORCH_NAMES = {getattr(torch, d.torch_name): (d.name, d.itemsize) for d in DTYPES.values()}
 _BUILD = {  # name -> (torch dtype, numpy dtype or None, itemsize), for building tensors quickly
     d.name: (getattr(torch, d.torch_name), np.dtype(d.numpy_name) if d.numpy_name else None, d.itemsize)
     for d in DTYPES.values()
@@ -144,9 +144,10 @@ class TensorPlan:
     def _torch(self, tensor: torch.Tensor) -> tuple[_Entry, bool]:
         if tensor.layout is not torch.strided:
             raise EncodeError(f"only strided tensors travel, got layout {tensor.layout}")
-        name = _TORCH_NAMES.get(tensor.dtype)
-        if name is None:
+        known = _TORCH_NAMES.get(tensor.dtype)
+        if known is None:
             raise EncodeError(f"dtype {tensor.dtype} is not in the wire dtype table")
+        name, itemsize = known
         t = tensor.detach() if tensor.requires_grad else tensor
         if name in _COMPLEX and (t.is_conj() or t.is_neg()):
             t = t.resolve_conj().resolve_neg()
@@ -161,7 +162,6 @@ class TensorPlan:
             if cpu:
                 raw = np.asarray(_HostBlock(storage, address, size)) if size and address else np.empty(0, np.uint8)
             group = self._groups[key] = _Group(raw, address, storage)
-        itemsize = t.element_size()
         start = address + int(t.storage_offset()) * itemsize
         entry = _Entry("tensor", name, list(t.shape), list(t.stride()), start, group, int(t.numel()) * itemsize)
         return entry, t.is_contiguous()

@@ -202,10 +202,9 @@ class ShmTransport:
         seen: set[str] = set()
         for handle in handles:
             assert isinstance(handle, ShmHandle | SlotHandle)
-            match = _NAME.fullmatch(handle.name)
-            if match is None:
+            sender = _creator(handle.name)
+            if sender is None:
                 raise DecodeError(f"shm segment name {handle.name!r} is not a tensorwire name (tw-<pid>-<token>-<seq>)")
-            sender = (match.group(1), match.group(2))
             if owner is None:
                 owner = sender
             elif sender != owner:
@@ -247,6 +246,23 @@ class ShmTransport:
         if self.pool is not None:
             self.pool.close()
         self._reader.close()
+
+
+_CREATORS: dict[str, tuple[str, str]] = {}  # names already checked (pool slot names recur) -> (pid, token)
+
+
+def _creator(name: str) -> tuple[str, str] | None:
+    """(pid, token) of a segment name of our pattern; None for any other name."""
+    known = _CREATORS.get(name)
+    if known is not None:
+        return known
+    match = _NAME.fullmatch(name)
+    if match is None:
+        return None
+    if len(_CREATORS) >= 4096:
+        _CREATORS.clear()
+    known = _CREATORS[name] = (match.group(1), match.group(2))
+    return known
 
 
 def _unlink(path: Path) -> None:
