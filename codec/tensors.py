@@ -347,8 +347,8 @@ class TensorBuilder:
         else:
             device = self.devices.get(index)
             value = None
-            if device is None and numpy_dtype is not None and self._alone(desc.buffer):
-                value = self._from_numpy(desc, numpy_dtype, itemsize)
+            if device is None and self._alone(desc.buffer):
+                value = self._quick(desc, torch_dtype, itemsize)
             if value is None:
                 base = self._torch_base(desc.buffer) if device is None else self.device_buffers[(desc.buffer, device)]
                 offset = base.storage_offset() + desc.offset  # a delivered tensor may start inside its storage
@@ -367,22 +367,20 @@ class TensorBuilder:
             self._counts = counts
         return self._counts[buffer] == 1
 
-    def _from_numpy(self, desc: TensorDesc, numpy_dtype: np.dtype[Any], itemsize: int) -> torch.Tensor | None:
-        """The tensor as a numpy view of a host buffer handed to torch (the quick way), or None
-        where that does not apply (a buffer delivered as a tensor, a read-only buffer)."""
+    def _quick(self, desc: TensorDesc, torch_dtype: torch.dtype, itemsize: int) -> torch.Tensor | None:
+        """A C-contiguous tensor read straight from its writable host buffer (the quick way), or None
+        where that does not apply (a buffer delivered as a tensor, read-only, empty, other strides)."""
         buffer = self.buffers[desc.buffer]
-        if isinstance(buffer, torch.Tensor):
+        if isinstance(buffer, torch.Tensor) or not desc.nbytes or memoryview(buffer).readonly:
             return None
-        array = np.ndarray(
-            desc.shape,
-            dtype=numpy_dtype,
-            buffer=buffer,
-            offset=desc.offset,
-            strides=[s * itemsize for s in desc.strides],
-        )
-        if not array.flags.writeable:
-            return None
-        return torch.from_numpy(array)
+        shape, strides = desc.shape, desc.strides
+        expected = 1
+        for axis in range(len(shape) - 1, -1, -1):
+            if strides[axis] != expected:
+                return None
+            expected *= shape[axis]
+        flat = torch.frombuffer(buffer, dtype=torch_dtype, count=desc.nbytes // itemsize, offset=desc.offset)
+        return flat if len(shape) == 1 else flat.view(shape)
 
     def _host(self, index: int) -> Any:
         """Buffer ``index`` in host memory (a buffer a transport delivered on a device is copied once)."""
