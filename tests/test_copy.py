@@ -38,3 +38,24 @@ def test_copy_into_refuses_a_read_only_target(monkeypatch: pytest.MonkeyPatch) -
 
 def test_helper_count_leaves_one_cpu_to_the_caller() -> None:
     assert 0 <= bulk.helper_count() <= 3
+
+
+def test_a_forked_child_copies_with_its_own_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import signal
+
+    monkeypatch.setattr(bulk, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(bulk, "helper_count", lambda: 1)
+    bulk.copy_into(bytearray(1 << 16), bytes(1 << 16))  # the parent's helpers exist now
+    bulk._lock.acquire()  # a parent thread holding the lock at fork time must not hang the child
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: copy with fresh helpers and report through the exit status
+            signal.alarm(10)  # a hang ends the child with SIGALRM: the test fails instead of hanging
+            target = bytearray(1 << 16)
+            bulk.copy_into(target, b"\x07" * (1 << 16))
+            os._exit(0 if target == b"\x07" * (1 << 16) else 1)
+    finally:
+        bulk._lock.release()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

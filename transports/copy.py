@@ -24,6 +24,15 @@ _lock = threading.Lock()
 _executor: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, executor)
 
 
+def _forget_after_fork() -> None:
+    """A forked child has none of its parent's threads, and a lock a parent thread held stays held."""
+    global _lock, _executor
+    _lock, _executor = threading.Lock(), None
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def helper_count() -> int:
     """Helper threads a large copy uses: one less than the CPUs this process may run on (at most 3)."""
     try:
