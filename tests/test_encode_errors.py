@@ -189,6 +189,23 @@ def test_a_failed_export_hands_every_pool_slot_back() -> None:
     assert segments_of(os.getpid()) == []
 
 
+def test_an_interrupt_while_the_header_is_built_hands_every_slot_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import codec.encoder
+
+    def interrupted(*args: Any) -> bytes:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(codec.encoder, "header_bytes", interrupted)
+    transport = transports.ShmTransport()
+    encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
+    with pytest.raises(KeyboardInterrupt):
+        encoder.encode(diffusion.Output(output=[torch.ones(256), torch.zeros(256)]))
+    assert transport.pool is not None and len(transport.pool.slots()) == 2
+    assert all(slot.state == transports.pool.FREE for slot in transport.pool.slots())
+    transport.close()
+    assert segments_of(os.getpid()) == []
+
+
 def test_a_full_dev_shm_is_a_transport_error_before_any_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     copied = []
     real_mmap = transports.shm.mmap.mmap
