@@ -65,14 +65,15 @@ def dtype_of(value: object) -> str | None:
         return None
     try:
         return _NAME_OF[dtype]
-    except KeyError:
+    except (KeyError, TypeError):  # not seen yet, or not hashable
         pass
-    except TypeError:  # not hashable: not a dtype of ours
-        return None
     name = str(dtype).removeprefix("torch.")
     known = name if name in DTYPES else None
-    if len(_NAME_OF) < 256:  # dtypes are few; anything else is not worth remembering
-        _NAME_OF[dtype] = known
+    try:
+        if len(_NAME_OF) < 256:  # dtypes are few; anything else is not worth remembering
+            _NAME_OF[dtype] = known
+    except TypeError:
+        pass
     return known
 
 

@@ -72,3 +72,24 @@ def test_quick_tensor_check_agrees_with_the_reported_breach(value: Any, reason: 
     if reason is not None:
         with pytest.raises(ValidationError, match=reason):
             _check(check, value, "T.f", {})
+
+
+def test_dtype_names_are_exact_whichever_was_seen_first() -> None:
+    from codec.dtypes import dtype_of
+
+    class Listed:  # an unhashable dtype-like value: named from its text, never cached
+        __hash__ = None  # type: ignore[assignment]
+
+        def __str__(self) -> str:
+            return "int8"
+
+    class Holder:
+        dtype = Listed()
+
+    for _ in range(2):  # the second round answers from the cache
+        assert dtype_of(np.zeros(1, dtype=">f4")) is None  # big-endian: not the wire's float32
+        assert dtype_of(np.zeros(1, dtype="<f4")) == "float32"
+        assert dtype_of(torch.zeros(1, dtype=torch.bfloat16)) == "bfloat16"
+        assert dtype_of(np.zeros(1, dtype=[("a", "<i4")])) is None
+        assert dtype_of(object()) is None
+        assert dtype_of(Holder()) == "int8"
