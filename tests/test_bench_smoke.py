@@ -43,3 +43,15 @@ def test_the_command_line_passes_every_option_to_the_benchmark(capsys: pytest.Ca
     with pytest.raises(SystemExit) as info:
         main(["bench", "--modes", "carrier pigeon"])  # the benchmark's own usage error, not the CLI's
     assert info.value.code == 2
+
+
+def test_the_stage_profile_times_both_sides_of_a_transfer() -> None:
+    from tools.bench.stages import measure
+
+    medians = measure(64 * 1024, count=20)
+    assert {"sender: encode, total", "receiver: decode, total", "encode: export", "decode: import buffers"} <= set(
+        medians
+    )
+    assert all(micros > 0 for micros in medians.values())
+    assert medians["encode: export"] < medians["sender: encode, total"]  # a stage is part of its total
+    assert medians["decode: import buffers"] < medians["receiver: decode, total"]

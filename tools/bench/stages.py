@@ -1,0 +1,150 @@
+"""Where one cross-process transfer's time goes: per-stage medians on each side.
+
+    python -m tools.bench.stages [--mib 1] [--count 300] [--copy]
+
+A spawned sender encodes ``diffusion.Output(output=tensor)`` with a pool-allocated tensor (or,
+with ``--copy``, an ordinary one the pool copies) and sends frame 0 over a pipe; a spawned
+receiver decodes it and reads one element. The stages of the encoder and decoder are wrapped
+with timers in those processes only (each wrapper adds well under a microsecond), so the figures
+are those of a process that waits between messages, as in ``tools.bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["measure", "main"]
+
+Samples = dict[str, list[int]]
+
+
+def _wrap(owner: Any, name: str, samples: Samples, label: str) -> None:
+    inner: Callable[..., Any] = getattr(owner, name)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter_ns()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            samples.setdefault(label, []).append(time.perf_counter_ns() - start)
+
+    setattr(owner, name, timed)
+
+
+def _medians(samples: Samples, skip: int) -> dict[str, float]:
+    return {label: statistics.median(values[skip:]) / 1000 for label, values in samples.items() if values[skip:]}
+
+
+def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> None:
+    import torch
+
+    import codec
+    import codec.encoder as encoder_module
+    import transports
+    from codec.generated import diffusion
+
+    samples: Samples = {}
+    _wrap(encoder_module, "encode_body", samples, "encode: body (+ tensor plan)")
+    _wrap(encoder_module.TensorPlan, "add", samples, "encode: tensor plan, per tensor")
+    _wrap(encoder_module, "decode_body", samples, "encode: schema check (decode)")
+    _wrap(encoder_module.TensorPlan, "finish", samples, "encode: buffers and descriptors")
+    _wrap(codec.Encoder, "_export_all", samples, "encode: export")
+    _wrap(encoder_module, "header_bytes", samples, "encode: frame 0")
+    shm = transports.ShmTransport()
+    encoder = codec.Encoder(shm, codec.EncodeOptions(inline_threshold=0))
+    template = torch.ones(max(1, nbytes // 4))
+    try:
+        for _ in range(count):
+            control.recv()
+            tensor = template if copy else shm.empty_like(template)
+            if not copy:
+                tensor.copy_(template)
+            start = time.perf_counter_ns()
+            message = diffusion.Output(output=tensor)
+            built = time.perf_counter_ns()
+            frames = encoder.encode(message)
+            done = time.perf_counter_ns()
+            pipe.send_bytes(codec.join(frames))
+            samples.setdefault("sender: build the message", []).append(built - start)
+            samples.setdefault("sender: encode, total", []).append(done - built)
+            del tensor, message, frames
+        control.send(samples)
+    finally:
+        shm.close()
+
+
+def _receiver(pipe: Any, control: Any, count: int) -> None:
+    import codec
+    import codec.decoder as decoder_module
+    import codec.tensors as tensors_module
+    import transports
+    from codec.generated import REGISTRY
+
+    samples: Samples = {}
+    _wrap(decoder_module, "check_depth", samples, "decode: depth scan")
+    _wrap(codec.Decoder, "_verify_handles", samples, "decode: handle checks")
+    _wrap(codec.Decoder, "_verify_tensors", samples, "decode: descriptor checks")
+    _wrap(codec.Decoder, "_import", samples, "decode: import buffers")
+    _wrap(decoder_module, "decode_body", samples, "decode: body (+ tensors, rules)")
+    _wrap(tensors_module.TensorBuilder, "build", samples, "decode: build one tensor")
+    shm = transports.ShmTransport()
+    decoder = codec.Decoder(REGISTRY, [shm])
+    try:
+        for _ in range(count):
+            blob = pipe.recv_bytes()
+            start = time.perf_counter_ns()
+            tensor = decoder.decode(codec.split(bytearray(blob))).output
+            float(tensor[0])
+            samples.setdefault("receiver: decode, total", []).append(time.perf_counter_ns() - start)
+            del tensor
+            control.send(None)
+        control.send(samples)
+    finally:
+        shm.close()
+
+
+def measure(nbytes: int, count: int, copy: bool = False) -> dict[str, float]:
+    """Median microseconds per stage over ``count`` transfers (the first tenth are warm-ups)."""
+    ctx = mp.get_context("spawn")
+    send_end, recv_end = ctx.Pipe()
+    sender_control, sender_remote = ctx.Pipe()
+    receiver_control, receiver_remote = ctx.Pipe()
+    sender = ctx.Process(target=_sender, args=(send_end, sender_remote, count, nbytes, copy), daemon=True)
+    receiver = ctx.Process(target=_receiver, args=(recv_end, receiver_remote, count), daemon=True)
+    sender.start()
+    receiver.start()
+    try:
+        for _ in range(count):
+            sender_control.send(None)
+            receiver_control.recv()
+        skip = count // 10
+        medians = _medians(sender_control.recv(), skip)
+        medians.update(_medians(receiver_control.recv(), skip))
+        return medians
+    finally:
+        for proc in (sender, receiver):
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.stages", description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=float, default=1.0, help="tensor size in MiB (default 1)")
+    parser.add_argument("--count", type=int, default=300, help="transfers (default 300)")
+    parser.add_argument("--copy", action="store_true", help="an ordinary tensor the pool copies (default: allocated)")
+    args = parser.parse_args(argv)
+    medians = measure(int(args.mib * 2**20), args.count, args.copy)
+    for label, micros in medians.items():
+        print(f"{label:38s} {micros:9.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
