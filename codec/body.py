@@ -198,8 +198,6 @@ def _same(value: Any, depth: int, max_depth: int) -> Any:
 
 def _checked(rewrite: Rewrite) -> Rewrite:
     """``rewrite`` for an item one level down: None passes, the depth limit is enforced."""
-    if rewrite is _same:
-        return rewrite
 
     def item(value: Any, depth: int, max_depth: int) -> Any:
         if value is None:

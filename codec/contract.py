@@ -149,9 +149,9 @@ def _skips_none(check: Check) -> bool:
 
 def _check_fields(rules: StructRules, obj: Any) -> None:
     dims: dict[str, tuple[int, str]] = {}
-    for name, check in rules.fields:
+    for name, check, skips_none, _ in _field_plan(rules):
         value = getattr(obj, name)
-        if value is None and _skips_none(check):
+        if value is None and skips_none:
             continue
         _check(check, value, f"{rules.type_name}.{name}", dims)
 

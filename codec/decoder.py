@@ -40,7 +40,7 @@ class Decoder:
     device, or a ``codec.placement.Placement`` (see that module); ``runtime``: its CUDA adapter.
     """
 
-    __slots__ = ("_by_type", "_header", "_sealed", "_transports", "options", "placement", "registry")
+    __slots__ = ("_by_type", "_header", "_sealed", "options", "placement", "registry")
 
     def __init__(
         self,
@@ -58,7 +58,6 @@ class Decoder:
         for transport in [InlineTransport(), *transports]:
             for handle_type in transport.handle_types:
                 known[str(handle_type.__struct_config__.tag)] = transport
-        self._transports = known
         handle_types = list({id(h): h for t in known.values() for h in t.handle_types}.values())
         self._by_type = {h: known[str(h.__struct_config__.tag)] for h in handle_types}  # handle class -> reader
         self._header = msgspec.msgpack.Decoder(header_type(handle_types))
@@ -129,17 +128,11 @@ class Decoder:
         limits = self.options.limits
         if len(handles) > limits.max_buffers:
             raise DecodeError(f"{len(handles)} buffers is over the limit of {limits.max_buffers} - at `$.buffers`")
-        by_type = self._by_type
-        first = by_type[type(handles[0])]
-        if all(by_type[type(h)] is first for h in handles):
-            first.verify(handles, frames)  # the common case: one transport
-        else:
-            by_transport: dict[int, tuple[Transport, list[Handle]]] = {}
-            for handle in handles:
-                transport = by_type[type(handle)]
-                by_transport.setdefault(id(transport), (transport, []))[1].append(handle)
-            for transport, group in by_transport.values():
-                transport.verify(group, frames)
+        by_transport: dict[Transport, list[Handle]] = {}
+        for handle in handles:
+            by_transport.setdefault(self._by_type[type(handle)], []).append(handle)
+        for transport, group in by_transport.items():
+            transport.verify(group, frames)
         inline = sum(type(h) is InlineHandle for h in handles)
         if inline != len(frames) - 1:
             raise DecodeError(f"the message has {len(frames)} frames but its header names {inline} inline buffers")
@@ -188,7 +181,8 @@ class Decoder:
         object.__setattr__(self, name, value)
 
     def __repr__(self) -> str:
-        return f"Decoder({self.registry!r}, transports={sorted(self._transports)}, options={self.options})"
+        tags = sorted(str(h.__struct_config__.tag) for h in self._by_type)
+        return f"Decoder({self.registry!r}, transports={tags}, options={self.options})"
 
 
 def _locate(head: memoryview, index: int) -> str:

@@ -10,7 +10,6 @@ there: their buffer carries the device storage and no host view, and the encoder
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -133,7 +132,7 @@ class TensorPlan:
             if contiguous:
                 lo, hi = entry.start, entry.start + nbytes
             else:
-                lo, hi = _extent(entry.start, entry.shape, entry.strides, nbytes // math.prod(entry.shape))
+                lo, hi = _extent(entry.start, entry.shape, entry.strides, DTYPES[entry.dtype].itemsize)
             group = entry.group
             if lo < group.lo:
                 group.lo = lo
@@ -260,11 +259,11 @@ def verify_descriptor(desc: TensorDesc, buffer_sizes: list[int], limits: Limits)
     kind = desc.kind
     if kind != "tensor" and kind != "ndarray":
         return f".kind: {kind!r} is neither 'tensor' nor 'ndarray'"
-    entry = _BUILD.get(desc.dtype)
-    if entry is None:
+    known = _BUILD.get(desc.dtype)
+    if known is None:
         return f".dtype: {desc.dtype!r} is not in the wire dtype table"
-    itemsize = entry[2]
-    if kind == "ndarray" and entry[1] is None:
+    _, numpy_dtype, itemsize = known
+    if kind == "ndarray" and numpy_dtype is None:
         return f".dtype: numpy has no dtype {desc.dtype!r}"
     shape, strides = desc.shape, desc.strides
     rank = len(shape)

@@ -84,7 +84,6 @@ def header_type(handle_types: Sequence[type[Any]]) -> type[Any]:
     )
 
 
-_KEYS = ("magic", "wire", "type", "version", "fingerprint", "buffers", "tensors", "body")
 _TENSORS_KEY = msgspec.msgpack.encode("tensors")
 _BODY_KEY = msgspec.msgpack.encode("body")
 _NO_BUFFERS = msgspec.msgpack.encode([]) + _TENSORS_KEY + msgspec.msgpack.encode([]) + _BODY_KEY
@@ -96,8 +95,8 @@ def _prefix(type_id: str, version: int, fingerprint: str) -> bytes:
     fixed = msgspec.msgpack.encode(
         {"magic": MAGIC, "wire": WIRE_VERSION, "type": type_id, "version": version, "fingerprint": fingerprint}
     )
-    assert fixed[0] == 0x80 | 5  # a fixmap of the five entries above: widened to all eight keys
-    return bytes([0x80 | len(_KEYS)]) + fixed[1:] + msgspec.msgpack.encode("buffers")
+    assert fixed[0] == 0x80 | 5  # a fixmap of the five entries above, widened to all eight keys:
+    return bytes([0x80 | 8]) + fixed[1:] + msgspec.msgpack.encode("buffers")  # + buffers, tensors, body
 
 
 def header_bytes(

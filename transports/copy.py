@@ -21,7 +21,7 @@ PARALLEL_MIN = 8 * 1024 * 1024
 _CHUNK_ALIGN = 4096
 _MAX_THREADS = 4
 _lock = threading.Lock()
-_executor: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, executor)
+_executor: tuple[int, int, ThreadPoolExecutor] | None = None  # (pid that made it, threads, executor)
 
 
 def _forget_after_fork() -> None:
@@ -42,16 +42,15 @@ def helper_count() -> int:
     return max(0, min(cpus, _MAX_THREADS) - 1)
 
 
-def _helpers() -> ThreadPoolExecutor | None:
-    """This process's helper threads (a forked child makes its own), or None on one CPU."""
+def _helpers(count: int) -> ThreadPoolExecutor:
+    """This process's ``count`` helper threads (a forked child makes its own)."""
     global _executor
-    count = helper_count()
-    if count == 0:
-        return None
     with _lock:
-        if _executor is None or _executor[0] != os.getpid():
-            _executor = (os.getpid(), ThreadPoolExecutor(count, thread_name_prefix="tensorwire-copy"))
-        return _executor[1]
+        if _executor is None or _executor[:2] != (os.getpid(), count):
+            if _executor is not None and _executor[0] == os.getpid():
+                _executor[2].shutdown(wait=False)
+            _executor = (os.getpid(), count, ThreadPoolExecutor(count, thread_name_prefix="tensorwire-copy"))
+        return _executor[2]
 
 
 def copy_into(dst: Any, src: Any) -> None:
@@ -60,11 +59,12 @@ def copy_into(dst: Any, src: Any) -> None:
     source = np.frombuffer(src, dtype=np.uint8)
     if target.nbytes != source.nbytes:
         raise ValueError(f"copy of {source.nbytes} bytes into a {target.nbytes}-byte buffer")
-    helpers = _helpers() if source.nbytes >= PARALLEL_MIN else None
-    if helpers is None:
+    count = helper_count() if source.nbytes >= PARALLEL_MIN else 0
+    if count == 0:
         np.copyto(target, source)
         return
-    parts = helper_count() + 1
+    helpers = _helpers(count)
+    parts = count + 1
     step = -(-source.nbytes // parts // _CHUNK_ALIGN) * _CHUNK_ALIGN
     bounds = [(lo, min(lo + step, source.nbytes)) for lo in range(0, source.nbytes, step)]
     pending: list[Future[None]] = [helpers.submit(np.copyto, target[lo:hi], source[lo:hi]) for lo, hi in bounds[1:]]

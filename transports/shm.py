@@ -183,7 +183,7 @@ class ShmTransport:
         return ShmHandle(name=name)
 
     def release(self, handle: Handle) -> None:
-        if not _NAME.fullmatch(getattr(handle, "name", "")):
+        if _creator(getattr(handle, "name", "")) is None:
             return
         if isinstance(handle, SlotHandle):
             if self.pool is None or not self.pool.release(handle.name, handle.generation):
