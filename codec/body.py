@@ -225,10 +225,13 @@ def _union_rewriter(t: Any) -> Rewrite:
 
 def _dict_rewriter(inner: Rewrite) -> Rewrite:
     item = _checked(inner)
+    trees = inner is _tree
 
     def rewrite(value: Any, depth: int, max_depth: int) -> Any:
         if not isinstance(value, dict):
             return value
+        if trees and depth < max_depth and _SCALARS_ONLY(map(type, value.values())):
+            return value  # scalar leaves: nothing to rewrite
         items = {k: item(v, depth + 1, max_depth) for k, v in value.items()}
         return items if any(items[k] is not value[k] for k in value) else value
 
@@ -237,9 +240,12 @@ def _dict_rewriter(inner: Rewrite) -> Rewrite:
 
 def _sequence_rewriter(inner: Rewrite) -> Rewrite:
     item = _checked(inner)
+    trees = inner is _tree
 
     def rewrite(value: Any, depth: int, max_depth: int) -> Any:
         if not isinstance(value, list | tuple):
+            return value
+        if trees and depth < max_depth and _SCALARS_ONLY(map(type, value)):
             return value
         seq = [item(v, depth + 1, max_depth) for v in value]
         return type(value)(seq) if any(a is not b for a, b in zip(seq, value, strict=True)) else value
@@ -266,6 +272,9 @@ def _sorted(values: set[Any] | frozenset[Any]) -> list[Any]:
         return sorted(values, key=repr)
 
 
+_SCALARS_ONLY = SCALAR_TYPES.issuperset  # applied to ``map(type, items)``: whether all items are scalars
+
+
 def _tree(value: Any, depth: int, max_depth: int) -> Any:
     if type(value) in SCALAR_TYPES:
         return value
@@ -274,9 +283,13 @@ def _tree(value: Any, depth: int, max_depth: int) -> Any:
     if isinstance(value, tuple):
         return TupleMarker([_tree(v, depth + 1, max_depth) for v in value])
     if isinstance(value, list):
+        if _SCALARS_ONLY(map(type, value)):
+            return value  # the common leaf list, checked at C speed
         seq = [_tree(v, depth + 1, max_depth) for v in value]
         return seq if any(a is not b for a, b in zip(seq, value, strict=True)) else value
     if isinstance(value, dict):
+        if _SCALARS_ONLY(map(type, value.values())):
+            return value
         items = {k: _tree(v, depth + 1, max_depth) for k, v in value.items()}
         return items if any(items[k] is not value[k] for k in value) else value
     if not isinstance(value, TREE_LEAVES):

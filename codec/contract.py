@@ -126,6 +126,12 @@ def check_struct(obj: Any) -> None:
     if rules.fields and not _fields_ok(rules, obj):
         _check_fields(rules, obj)
     for group in rules.groups:
+        count = 0
+        for name in group.fields:
+            if getattr(obj, name) is not None:
+                count += 1
+        if count == 1 or (count == 0 and group.rule == "at_most_one_of"):
+            continue  # the rule holds; the names are gathered only for a breach
         present = [f for f in group.fields if getattr(obj, f) is not None]
         if group.rule == "at_most_one_of" and len(present) > 1:
             raise ValidationError(
@@ -217,12 +223,16 @@ def _tree_ok(check: TreeCheck, value: Any, depth: int) -> bool:
         if depth >= check.max_depth:
             return False
         if isinstance(value, dict):
+            if _STR_ONLY(map(type, value)) and _SCALARS_ONLY(map(type, value.values())):
+                return True  # the common flat map, checked at C speed
             for key, item in value.items():
                 if not isinstance(key, str) or not (type(item) in SCALAR_TYPES or _tree_ok(check, item, depth + 1)):
                     return False
             return True
         if check.json_only and isinstance(value, tuple):
             return False
+        if _SCALARS_ONLY(map(type, value)):
+            return True
         for item in value:
             if not (type(item) in SCALAR_TYPES or _tree_ok(check, item, depth + 1)):
                 return False
@@ -286,6 +296,8 @@ def _check_tensor(check: TensorCheck, value: Any, path: str, dims: dict[str, tup
 JSON_LEAVES = (type(None), bool, int, float, str)  # what a JSON-only tree may hold besides containers
 TREE_LEAVES = (*JSON_LEAVES, bytes, torch.Tensor, np.ndarray)  # what any tree may hold
 SCALAR_TYPES = frozenset(JSON_LEAVES)  # exact types: the fast path of the tree walks
+_SCALARS_ONLY = SCALAR_TYPES.issuperset  # applied to ``map(type, items)``
+_STR_ONLY = frozenset({str}).issuperset
 
 
 def _check_tree(check: TreeCheck, value: Any, path: str, depth: int) -> None:

@@ -87,16 +87,16 @@ class Decoder:
             if handles or header.tensors:
                 self._verify_tensors(header, head)
             buffers = self._import(header, frames) if handles else []
-            devices: dict[int, Any] = {}
-            placed: dict[tuple[int, Any], Any] = {}
+            devices: dict[int, Any] | None = None
+            placed: dict[tuple[int, Any], Any] | None = None
             if self.placement is not None:
                 devices = self.placement.targets(header, head, buffers)
                 if devices:
                     wanted = {(header.tensors[i].buffer, device) for i, device in devices.items()}
                     placed = self.placement.upload(buffers, wanted)
-            builder = TensorBuilder(header.tensors, buffers, devices, placed)
+            tensor = TensorBuilder(header.tensors, buffers, devices, placed).build if header.tensors else _no_tensor
             try:
-                message = decode_body(cls, header.body, builder.build)
+                message = decode_body(cls, header.body, tensor)
             except (msgspec.MsgspecError, CodecError) as exc:
                 raise DecodeError(f"{header.type} v{header.version}: {exc}") from None
             done = True
@@ -129,11 +129,13 @@ class Decoder:
         if len(handles) > limits.max_buffers:
             raise DecodeError(f"{len(handles)} buffers is over the limit of {limits.max_buffers} - at `$.buffers`")
         by_transport: dict[Transport, list[Handle]] = {}
+        inline = 0
         for handle in handles:
-            by_transport.setdefault(self._by_type[type(handle)], []).append(handle)
+            kind = type(handle)
+            inline += kind is InlineHandle
+            by_transport.setdefault(self._by_type[kind], []).append(handle)
         for transport, group in by_transport.items():
             transport.verify(group, frames)
-        inline = sum(type(h) is InlineHandle for h in handles)
         if inline != len(frames) - 1:
             raise DecodeError(f"the message has {len(frames)} frames but its header names {inline} inline buffers")
 
@@ -183,6 +185,10 @@ class Decoder:
     def __repr__(self) -> str:
         tags = sorted(str(h.__struct_config__.tag) for h in self._by_type)
         return f"Decoder({self.registry!r}, transports={tags}, options={self.options})"
+
+
+def _no_tensor(index: int) -> Any:
+    raise DecodeError(f"tensor reference {index} names no descriptor (the message has 0)")
 
 
 def _locate(head: memoryview, index: int) -> str:

@@ -56,7 +56,7 @@ class BufferPlan:
 
 
 class _HostBlock:
-    """Exposes bytes [0, size) of a host torch storage to numpy, keeping the storage alive."""
+    """Exposes ``size`` bytes of a host torch storage from ``address`` to numpy, keeping the storage alive."""
 
     __slots__ = ("__array_interface__", "storage")
 
@@ -68,14 +68,29 @@ class _HostBlock:
 class _Group:
     """One memory block tensors of a message live in, and the byte range they reach."""
 
-    __slots__ = ("base", "hi", "lo", "raw", "storage")
+    __slots__ = ("base", "hi", "host", "lo", "raw", "storage")
 
-    def __init__(self, raw: np.ndarray | None, base: int, storage: torch.UntypedStorage | None = None) -> None:
-        self.raw = raw  # uint8 view of the whole host block (or a private copy), keeping it alive; None on a device
-        self.base = base  # address of raw[0]
+    def __init__(
+        self, raw: np.ndarray | None, base: int, storage: torch.UntypedStorage | None = None, host: bool = True
+    ) -> None:
+        self.raw = raw  # uint8 view of a numpy block (or a private copy), keeping it alive; None for a torch storage
+        self.base = base  # address of the block's first byte
         self.storage = storage  # the torch storage the block is, if it is one
+        self.host = host  # False: device memory, which has no host view (the transport moves it)
         self.lo = 2**63
         self.hi = 0
+
+    def view(self, lo: int, hi: int) -> memoryview | None:
+        """Bytes [lo, hi) of the block (offsets from ``base``) as a writable view that keeps it alive;
+        None on a device."""
+        if self.raw is not None:
+            return memoryview(self.raw[lo:hi])  # type: ignore[arg-type]
+        if not self.host:
+            return None
+        if hi == lo:
+            return memoryview(bytearray())
+        assert self.storage is not None
+        return memoryview(np.asarray(_HostBlock(self.storage, self.base + lo, hi - lo)))  # type: ignore[arg-type]
 
 
 class _Entry:
@@ -157,10 +172,7 @@ class TensorPlan:
         key = (cpu or t.device, address, size) if size and address else id(t)
         group = self._groups.get(key)
         if group is None:
-            raw = None  # device memory has no host view: the transport moves it
-            if cpu:
-                raw = np.asarray(_HostBlock(storage, address, size)) if size and address else np.empty(0, np.uint8)
-            group = self._groups[key] = _Group(raw, address, storage)
+            group = self._groups[key] = _Group(None, address, storage, cpu)  # its host view is made by ``finish``
         start = address + int(t.storage_offset()) * itemsize
         entry = _Entry("tensor", name, list(t.shape), list(t.stride()), start, group, int(t.numel()) * itemsize)
         return entry, t.is_contiguous()
@@ -227,12 +239,11 @@ class TensorPlan:
                     group.lo = group.hi = group.base
                 group.lo -= (group.lo - group.base) % _ALIGN
                 lo, hi = group.lo - group.base, group.hi - group.base
-                if group.raw is not None:
-                    buffers.append(BufferPlan(memoryview(group.raw[lo:hi]), hi - lo, group.storage, lo))  # type: ignore[arg-type]
-                elif hi == lo:  # nothing to move off the device
+                view = group.view(lo, hi)
+                if view is None and hi == lo:  # nothing to move off the device
                     buffers.append(BufferPlan(memoryview(b""), 0))
                 else:
-                    buffers.append(BufferPlan(None, hi - lo, group.storage, lo))
+                    buffers.append(BufferPlan(view, hi - lo, group.storage, lo))
             offset = entry.start - group.lo if entry.nbytes else 0
             descriptors.append(
                 TensorDesc(entry.kind, entry.dtype, entry.shape, entry.strides, offset, index, entry.nbytes)
@@ -312,6 +323,8 @@ def verify_descriptor(desc: TensorDesc, buffer_sizes: list[int], limits: Limits)
 class TensorBuilder:
     """Per-decode state: builds each described tensor once, on the buffers of the message."""
 
+    __slots__ = ("_built", "_counts", "_torch_bases", "buffers", "descriptors", "device_buffers", "devices")
+
     def __init__(
         self,
         descriptors: list[TensorDesc],
@@ -347,7 +360,7 @@ class TensorBuilder:
             device = self.devices.get(index)
             value = None
             if device is None and self._alone(desc.buffer):
-                value = self._quick(desc, torch_dtype, itemsize)
+                value = self._quick(desc, torch_dtype, numpy_dtype, itemsize)
             if value is None:
                 base = self._torch_base(desc.buffer) if device is None else self.device_buffers[(desc.buffer, device)]
                 offset = base.storage_offset() + desc.offset  # a delivered tensor may start inside its storage
@@ -359,6 +372,8 @@ class TensorBuilder:
 
     def _alone(self, buffer: int) -> bool:
         """Whether buffer ``buffer`` holds one tensor only (no storage to share with another view)."""
+        if len(self.descriptors) == 1:
+            return True
         if self._counts is None:
             counts: dict[int, int] = {}
             for desc in self.descriptors:
@@ -366,11 +381,13 @@ class TensorBuilder:
             self._counts = counts
         return self._counts[buffer] == 1
 
-    def _quick(self, desc: TensorDesc, torch_dtype: torch.dtype, itemsize: int) -> torch.Tensor | None:
+    def _quick(
+        self, desc: TensorDesc, torch_dtype: torch.dtype, numpy_dtype: np.dtype[Any] | None, itemsize: int
+    ) -> torch.Tensor | None:
         """A C-contiguous tensor read straight from its writable host buffer (the quick way), or None
         where that does not apply (a buffer delivered as a tensor, read-only, empty, other strides)."""
         buffer = self.buffers[desc.buffer]
-        if isinstance(buffer, torch.Tensor) or not desc.nbytes or memoryview(buffer).readonly:
+        if not desc.nbytes or isinstance(buffer, torch.Tensor) or memoryview(buffer).readonly:
             return None
         shape, strides = desc.shape, desc.strides
         expected = 1
@@ -378,6 +395,8 @@ class TensorBuilder:
             if strides[axis] != expected:
                 return None
             expected *= shape[axis]
+        if numpy_dtype is not None:  # numpy builds the view faster than torch.frombuffer + view
+            return torch.from_numpy(np.ndarray(shape, numpy_dtype, buffer, desc.offset))
         flat = torch.frombuffer(buffer, dtype=torch_dtype, count=desc.nbytes // itemsize, offset=desc.offset)
         return flat if len(shape) == 1 else flat.view(shape)
 

@@ -412,3 +412,35 @@ def teardown_module() -> None:
     """Leave /dev/shm as this module found it: its long-lived pool is closed."""
     POOL.close()
     SHM.close()
+
+
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(allow_nan=False), st.text(max_size=3)
+)
+_TREES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=4).map(tuple),
+        st.dictionaries(st.text(max_size=2), inner, max_size=4),
+    ),
+    max_leaves=16,
+)
+
+
+def _shape(value: Any) -> Any:
+    """The value with every container's exact type kept, for comparing trees (``==`` ignores tuple vs list)."""
+    if isinstance(value, list | tuple):
+        return (type(value).__name__, [_shape(v) for v in value])
+    if isinstance(value, dict):
+        return ("dict", {k: _shape(v) for k, v in value.items()})
+    return (type(value).__name__, value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(args=_TREES, kwargs=st.dictionaries(st.text(max_size=2), _TREES, max_size=3))
+def test_any_tree_of_scalars_comes_back_with_its_tuples_lists_and_maps(args: Any, kwargs: dict[str, Any]) -> None:
+    message = rpc.Request(method="m", args=args, kwargs=kwargs)
+    out = codec.Decoder(REGISTRY).decode(codec.Encoder().encode(message))
+    assert _shape(out.args) == _shape(args) and _shape(out.kwargs) == _shape(kwargs)
+    assert message.args is args and message.kwargs is kwargs
