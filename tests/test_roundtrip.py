@@ -444,3 +444,15 @@ def test_any_tree_of_scalars_comes_back_with_its_tuples_lists_and_maps(args: Any
     out = codec.Decoder(REGISTRY).decode(codec.Encoder().encode(message))
     assert _shape(out.args) == _shape(args) and _shape(out.kwargs) == _shape(kwargs)
     assert message.args is args and message.kwargs is kwargs
+
+
+@pytest.mark.parametrize("name", list(codec.dtypes.DTYPES))
+def test_a_lone_tensor_read_from_a_writable_blob_is_exact_and_outlives_the_blob(name: str) -> None:
+    dtype = getattr(torch, codec.dtypes.DTYPES[name].torch_name)
+    raw = torch.arange(24 * 16, dtype=torch.int32).to(torch.uint8)[: 24 * torch.empty(0, dtype=dtype).element_size()]
+    sent = raw.view(dtype).reshape(2, 3, -1)
+    blob = bytearray(codec.join(codec.Encoder().encode(diffusion.Output(output=sent))))
+    got = codec.Decoder(REGISTRY).decode(codec.split(blob)).output
+    del blob  # the tensor keeps the bytes it was read from alive
+    assert got.dtype == dtype and got.shape == sent.shape and got.stride() == sent.stride()
+    assert bits(got) == bits(sent)
