@@ -395,7 +395,7 @@ class TensorBuilder:
             if strides[axis] != expected:
                 return None
             expected *= shape[axis]
-        if numpy_dtype is not None:  # numpy builds the view faster than torch.frombuffer + view
+        if len(shape) != 1 and numpy_dtype is not None:  # faster than torch.frombuffer + view
             return torch.from_numpy(np.ndarray(shape, numpy_dtype, buffer, desc.offset))
         flat = torch.frombuffer(buffer, dtype=torch_dtype, count=desc.nbytes // itemsize, offset=desc.offset)
         return flat if len(shape) == 1 else flat.view(shape)
