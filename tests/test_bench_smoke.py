@@ -55,3 +55,13 @@ def test_the_stage_profile_times_both_sides_of_a_transfer() -> None:
     assert all(micros > 0 for micros in medians.values())
     assert medians["encode: export"] < medians["sender: encode, total"]  # a stage is part of its total
     assert medians["decode: import buffers"] < medians["receiver: decode, total"]
+
+
+def test_the_idle_probe_times_work_after_each_pause() -> None:
+    from tools.bench.idle import measure
+
+    rows = measure(mib=1, rounds=2, pauses=[0.0, 0.002])
+    assert [row["pause_s"] for row in rows] == [0.0, 0.002]
+    for row in rows:
+        assert set(row) == {"pause_s", "loop_us", "write_ns_per_page", "tensorwire_decode_us", "msgspec_decode_us"}
+        assert all(value > 0 for key, value in row.items() if key != "pause_s")
