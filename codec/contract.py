@@ -209,7 +209,10 @@ def _ok(check: Check, value: Any, dims: dict[str, tuple[int, str]]) -> bool:
     assert isinstance(check, EachCheck)
     if check.container == "nullable":
         return value is None or _ok(check.inner, value, dims)
-    for item in value.values() if check.container == "map" else value:
+    items = value.values() if check.container == "map" else value
+    if type(check.inner) is TreeCheck and _SCALARS_ONLY(map(type, items)):
+        return True  # a scalar passes every tree rule
+    for item in items:
         if not _ok(check.inner, item, dims):
             return False
     return True
