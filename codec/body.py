@@ -20,7 +20,7 @@ import msgspec.inspect as mi
 import numpy as np
 import torch
 
-from codec.contract import SCALAR_TYPES, TREE_LEAVES
+from codec.contract import SCALAR_TYPES, SCALARS_ONLY, TREE_LEAVES
 from codec.errors import DecodeError, EncodeError
 from codec.wire import EXT_TENSOR, EXT_TUPLE
 
@@ -230,7 +230,7 @@ def _dict_rewriter(inner: Rewrite) -> Rewrite:
     def rewrite(value: Any, depth: int, max_depth: int) -> Any:
         if not isinstance(value, dict):
             return value
-        if trees and depth < max_depth and _SCALARS_ONLY(map(type, value.values())):
+        if trees and depth < max_depth and SCALARS_ONLY(map(type, value.values())):
             return value  # scalar leaves: nothing to rewrite
         items = {k: item(v, depth + 1, max_depth) for k, v in value.items()}
         return items if any(items[k] is not value[k] for k in value) else value
@@ -245,7 +245,7 @@ def _sequence_rewriter(inner: Rewrite) -> Rewrite:
     def rewrite(value: Any, depth: int, max_depth: int) -> Any:
         if not isinstance(value, list | tuple):
             return value
-        if trees and depth < max_depth and _SCALARS_ONLY(map(type, value)):
+        if trees and depth < max_depth and SCALARS_ONLY(map(type, value)):
             return value
         seq = [item(v, depth + 1, max_depth) for v in value]
         return type(value)(seq) if any(a is not b for a, b in zip(seq, value, strict=True)) else value
@@ -272,9 +272,6 @@ def _sorted(values: set[Any] | frozenset[Any]) -> list[Any]:
         return sorted(values, key=repr)
 
 
-_SCALARS_ONLY = SCALAR_TYPES.issuperset  # applied to ``map(type, items)``: whether all items are scalars
-
-
 def _tree(value: Any, depth: int, max_depth: int) -> Any:
     if type(value) in SCALAR_TYPES:
         return value
@@ -283,12 +280,12 @@ def _tree(value: Any, depth: int, max_depth: int) -> Any:
     if isinstance(value, tuple):
         return TupleMarker([_tree(v, depth + 1, max_depth) for v in value])
     if isinstance(value, list):
-        if _SCALARS_ONLY(map(type, value)):
+        if SCALARS_ONLY(map(type, value)):
             return value  # the common leaf list, checked at C speed
         seq = [_tree(v, depth + 1, max_depth) for v in value]
         return seq if any(a is not b for a, b in zip(seq, value, strict=True)) else value
     if isinstance(value, dict):
-        if _SCALARS_ONLY(map(type, value.values())):
+        if SCALARS_ONLY(map(type, value.values())):
             return value
         items = {k: _tree(v, depth + 1, max_depth) for k, v in value.items()}
         return items if any(items[k] is not value[k] for k in value) else value

@@ -23,6 +23,7 @@ __all__ = [
     "Check",
     "EachCheck",
     "JSON_LEAVES",
+    "SCALARS_ONLY",
     "SCALAR_TYPES",
     "TREE_LEAVES",
     "GroupRule",
@@ -210,7 +211,7 @@ def _ok(check: Check, value: Any, dims: dict[str, tuple[int, str]]) -> bool:
     if check.container == "nullable":
         return value is None or _ok(check.inner, value, dims)
     items = value.values() if check.container == "map" else value
-    if type(check.inner) is TreeCheck and _SCALARS_ONLY(map(type, items)):
+    if type(check.inner) is TreeCheck and SCALARS_ONLY(map(type, items)):
         return True  # a scalar passes every tree rule
     for item in items:
         if not _ok(check.inner, item, dims):
@@ -226,7 +227,7 @@ def _tree_ok(check: TreeCheck, value: Any, depth: int) -> bool:
         if depth >= check.max_depth:
             return False
         if isinstance(value, dict):
-            if _STR_ONLY(map(type, value)) and _SCALARS_ONLY(map(type, value.values())):
+            if _STR_ONLY(map(type, value)) and SCALARS_ONLY(map(type, value.values())):
                 return True  # the common flat map, checked at C speed
             for key, item in value.items():
                 if not isinstance(key, str) or not (type(item) in SCALAR_TYPES or _tree_ok(check, item, depth + 1)):
@@ -234,7 +235,7 @@ def _tree_ok(check: TreeCheck, value: Any, depth: int) -> bool:
             return True
         if check.json_only and isinstance(value, tuple):
             return False
-        if _SCALARS_ONLY(map(type, value)):
+        if SCALARS_ONLY(map(type, value)):
             return True
         for item in value:
             if not (type(item) in SCALAR_TYPES or _tree_ok(check, item, depth + 1)):
@@ -299,7 +300,7 @@ def _check_tensor(check: TensorCheck, value: Any, path: str, dims: dict[str, tup
 JSON_LEAVES = (type(None), bool, int, float, str)  # what a JSON-only tree may hold besides containers
 TREE_LEAVES = (*JSON_LEAVES, bytes, torch.Tensor, np.ndarray)  # what any tree may hold
 SCALAR_TYPES = frozenset(JSON_LEAVES)  # exact types: the fast path of the tree walks
-_SCALARS_ONLY = SCALAR_TYPES.issuperset  # applied to ``map(type, items)``
+SCALARS_ONLY = SCALAR_TYPES.issuperset  # ``SCALARS_ONLY(map(type, items))``: every item a scalar (one C call)
 _STR_ONLY = frozenset({str}).issuperset
 
 

@@ -163,6 +163,13 @@ def test_frames_must_match_the_header() -> None:
         DECODER.decode([*frames, b"extra"])
 
 
+def test_a_tensor_reference_in_a_message_without_tensors_is_rejected() -> None:
+    frames = INLINE.encode(diffusion.Output(output=[1, 2]))
+    forged = _with(frames, lambda h: h["body"].__setitem__("output", msgspec.msgpack.Ext(1, b"\x00\x00\x00\x00")))
+    with pytest.raises(codec.DecodeError, match=r"tensor reference 0 names no descriptor \(the message has 0\)"):
+        DECODER.decode(forged)
+
+
 def _deep_header(levels: int, body: bytes | None = None) -> bytes:
     frames = INLINE.encode(diffusion.Output())
     header = _header(frames)
