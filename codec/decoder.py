@@ -77,10 +77,7 @@ class Decoder:
         except msgspec.MsgspecError as exc:
             raise DecodeError(f"invalid header: {exc}") from None
         handles = [entry.handle for entry in header.buffers]
-        if handles:
-            self._verify_handles(handles, frames)
-        elif len(frames) != 1:
-            raise DecodeError(f"the message has {len(frames)} frames but its header names 0 inline buffers")
+        self._verify_handles(handles, frames)
         done = False
         try:
             cls = self._resolve(header)
@@ -94,9 +91,9 @@ class Decoder:
                 if devices:
                     wanted = {(header.tensors[i].buffer, device) for i, device in devices.items()}
                     placed = self.placement.upload(buffers, wanted)
-            tensor = TensorBuilder(header.tensors, buffers, devices, placed).build if header.tensors else _no_tensor
+            builder = TensorBuilder(header.tensors, buffers, devices, placed) if header.tensors else _NO_TENSORS
             try:
-                message = decode_body(cls, header.body, tensor)
+                message = decode_body(cls, header.body, builder.build)
             except (msgspec.MsgspecError, CodecError) as exc:
                 raise DecodeError(f"{header.type} v{header.version}: {exc}") from None
             done = True
@@ -187,8 +184,7 @@ class Decoder:
         return f"Decoder({self.registry!r}, transports={tags}, options={self.options})"
 
 
-def _no_tensor(index: int) -> Any:
-    raise DecodeError(f"tensor reference {index} names no descriptor (the message has 0)")
+_NO_TENSORS = TensorBuilder([], [])  # for a message without tensors: any reference is an error, nothing is kept
 
 
 def _locate(head: memoryview, index: int) -> str:

@@ -99,10 +99,7 @@ class Encoder:
                 begin()
             for buffer in buffers:
                 transport = self._route(buffer.nbytes)
-                if transport is _INLINE and buffer.view is not None:
-                    handle = _INLINE.export(buffer.view, frames)  # host bytes as a frame: nothing to stage
-                else:
-                    handle = self._export(transport, buffer, frames)
+                handle = self._export(transport, buffer, frames)
                 exported.append((transport, handle))
                 entries.append({"nbytes": buffer.nbytes, "handle": handle})
         except BaseException as exc:
