@@ -276,7 +276,9 @@ def test_the_real_segment_size_is_checked_and_the_message_released() -> None:
     frames = _shm_frames()
     names = [e["handle"]["name"] for e in _header(frames)["buffers"] if e["handle"]["transport"] == "shm"]
     os.truncate(SHM_DIR / names[1], 64)
-    with pytest.raises(codec.DecodeError, match=rf"shm segment {names[1]} holds 64 bytes, its buffer entry says 256"):
+    with pytest.raises(
+        codec.DecodeError, match=rf"shared memory segment {names[1]} holds 64 bytes, its handle names 256"
+    ):
         DECODER.decode(frames)
     assert not any((SHM_DIR / n).exists() for n in names)
 

@@ -92,19 +92,33 @@ def create_segment(path: Path, size: int) -> mmap.mmap:
         os.close(fd)
 
 
-def map_segment(path: Path, what: str, min_size: int) -> mmap.mmap:
-    """Map an existing segment someone else created (no symlinks), after checking its real size."""
+def map_segment(
+    path: Path,
+    what: str,
+    min_size: int,
+    *,
+    exact: int | None = None,
+    flags: int = mmap.MAP_SHARED,
+    unlink: bool = False,
+) -> mmap.mmap:
+    """Map an existing segment someone else created (no symlinks), after checking its real size:
+    at least ``min_size`` bytes, or exactly ``exact`` (the size its handle names). ``unlink``: remove
+    the name once the file is open (whatever the checks find: a one-shot segment is read once)."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
     except OSError as exc:
         raise TransportError(exc.errno, f"cannot open {what} {path.name}: {exc.strerror}") from None
     try:
         size = os.fstat(fd).st_size
+        if exact is not None and size != exact:
+            raise DecodeError(f"{what} {path.name} holds {size} bytes, its handle names {exact}")
         if size < min_size:
             raise DecodeError(f"{what} {path.name} holds {size} bytes, less than its {min_size}-byte header")
-        return mmap.mmap(fd, size)
+        return mmap.mmap(fd, size, flags=flags)
     finally:
         os.close(fd)
+        if unlink:
+            path.unlink(missing_ok=True)
 
 
 def _get(view: Any, offset: int) -> int:

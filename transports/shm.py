@@ -34,7 +34,7 @@ import torch
 from codec.errors import DecodeError, TransportError
 from transports.base import Buffer, Handle
 from transports.copy import copy_into
-from transports.pool import CONTROL_BYTES, POPULATE, SENDER, Pool, SlotReader, alive, create_segment
+from transports.pool import CONTROL_BYTES, POPULATE, SENDER, Pool, SlotReader, alive, create_segment, map_segment
 from transports.retention import Retention
 
 __all__ = ["SHM_DIR", "ShmHandle", "ShmTransport", "SlotHandle", "our_segments", "reap"]
@@ -219,21 +219,14 @@ class ShmTransport:
         if isinstance(handle, SlotHandle):
             return self._reader.open(handle.name, handle.offset, nbytes, handle.generation, borrow=borrow is not False)
         assert isinstance(handle, ShmHandle)
-        path = self.directory / handle.name
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
-        except OSError as exc:
-            raise TransportError(
-                exc.errno, f"cannot open shared memory segment {handle.name}: {exc.strerror}"
-            ) from None
-        try:
-            size = os.fstat(fd).st_size
-            if size != nbytes:
-                raise DecodeError(f"shm segment {handle.name} holds {size} bytes, its buffer entry says {nbytes}")
-            mapping = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED if borrow else POPULATE)
-        finally:
-            os.close(fd)
-            _unlink(path)
+        mapping = map_segment(
+            self.directory / handle.name,
+            "shared memory segment",
+            0,
+            exact=nbytes,
+            flags=mmap.MAP_SHARED if borrow else POPULATE,
+            unlink=True,
+        )
         if borrow:
             return mapping  # the mapping lives as long as any view of it
         try:
