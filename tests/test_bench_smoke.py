@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import io
+import os
 
 import pytest
 
 from tools.bench.__main__ import render, run
-from tools.bench.modes import PickleInband, TinyMessage, TwDefault, TwPoolZeroCopy
+from tools.bench.modes import BareZeroCopy, PickleInband, TinyMessage, TwDefault, TwPoolZeroCopy
 
 
 def test_bench_runs_and_compares_against_peers_and_floors() -> None:
-    names = [TwDefault.name, TwPoolZeroCopy.name, PickleInband.name, TinyMessage.name]
-    results = run([4096, 2**20], 0.1, names, log=io.StringIO())
+    names = [TwDefault.name, TwPoolZeroCopy.name, PickleInband.name, TinyMessage.name, BareZeroCopy.name]
+    before = set(os.listdir("/dev/shm"))
+    results = run([4096, 2**20], 0.1, names, log=io.StringIO())  # a receiver that got wrong data raises
+    assert set(os.listdir("/dev/shm")) <= before  # the floors' segments are gone too
     modes = {row["mode"] for row in results["rows"]}
     assert modes == {*names, "floor: np.copyto (warm)"}
     for row in results["rows"]:
@@ -20,7 +23,10 @@ def test_bench_runs_and_compares_against_peers_and_floors() -> None:
         assert row["best_peer"] == PickleInband.name
     text = render(results)
     assert "== 4 KiB (best peer: pickle-5 in-band, Pipe)" in text and "in process" in text
-    assert {r["case"].split(":")[0] for r in results["in_process"]} == {"envelope", "16x16 tensor"}
+    cases = {r["case"] for r in results["in_process"]}
+    assert {c.split(":")[0] for c in cases} == {"envelope", "16x16 tensor"}
+    assert {"envelope: floor: header + body, no checks (msgspec)"} < cases
+    assert {"16x16 tensor: floor: tensor to bytes, raw msgspec, bytes to tensor"} < cases
 
 
 def test_unknown_mode_is_a_usage_error() -> None:

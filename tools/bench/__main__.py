@@ -9,7 +9,7 @@ from typing import Any
 
 from tools.bench.harness import SIZES, fits, measure_copyto, measure_mode, summary
 from tools.bench.inprocess import measure_small
-from tools.bench.modes import MODES, PEERS, TENSORWIRE, TinyMessage
+from tools.bench.modes import FLOORS, MODES, PEERS, TENSORWIRE, TinyMessage
 
 FLOOR = TinyMessage.name
 
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = parser.parse_args(argv)
     sizes = [_size(s) for s in args.sizes.split(",")] if args.sizes else SIZES
-    names = args.modes.split(";") if args.modes else [m.name for m in [*TENSORWIRE, *PEERS, TinyMessage]]
+    names = args.modes.split(";") if args.modes else [m.name for m in [*TENSORWIRE, *PEERS, *FLOORS]]
     unknown = [n for n in names if n not in MODES]
     if unknown:
         parser.error(f"unknown modes: {unknown}; known: {sorted(MODES)}")

@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 import torch
 
-__all__ = ["MODES", "PEERS", "TENSORWIRE"]
+__all__ = ["FLOORS", "MODES", "PEERS", "TENSORWIRE"]
 
 
 class Mode:
@@ -303,6 +303,54 @@ class TinyMessage(Mode):
         return torch.empty(0)
 
 
+class BareZeroCopy(Mode):
+    """The floor of any zero-copy handoff in Python: the producer wrote into a segment both sides
+    mapped beforehand; the message is the segment name and element count; the receiver wraps the
+    mapping with ``torch.frombuffer``. No checks, no slot lifetime: what no real transport can go below."""
+
+    name = "floor: bare zero-copy (premapped segment, name over a Pipe)"
+    allocates = True
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn)
+        self.segment: shared_memory.SharedMemory | None = None
+
+    def prepare(self, template: torch.Tensor) -> torch.Tensor:
+        if self.segment is None or self.segment.size < template.numel() * 4:
+            self._drop()
+            self.segment = shared_memory.SharedMemory(create=True, size=template.numel() * 4)
+            resource_tracker.unregister(self.segment._name, "shared_memory")  # type: ignore[attr-defined]
+            self.conn.send_bytes(self.segment.name.encode())  # the receiver maps it before the timed send
+        tensor = torch.frombuffer(self.segment.buf, dtype=torch.float32, count=template.numel())
+        tensor.copy_(template)
+        return tensor
+
+    def send(self, tensor: torch.Tensor) -> None:
+        self.conn.send_bytes(tensor.numel().to_bytes(8, "little"))
+
+    def recv(self) -> torch.Tensor:
+        data = self.conn.recv_bytes()
+        while len(data) != 8:  # a new segment's name: map it, then wait for the message itself
+            self._drop()
+            self.segment = shared_memory.SharedMemory(name=data.decode())
+            resource_tracker.unregister(self.segment._name, "shared_memory")  # type: ignore[attr-defined]
+            data = self.conn.recv_bytes()
+        assert self.segment is not None
+        return torch.frombuffer(self.segment.buf, dtype=torch.float32, count=int.from_bytes(data, "little"))
+
+    def _drop(self) -> None:
+        if self.segment is not None:
+            name, self.segment = self.segment.name, None
+            try:
+                shared_memory.SharedMemory(name=name).unlink()
+            except FileNotFoundError:
+                pass  # the other side unlinked it
+
+    def close(self) -> None:
+        self._drop()
+
+
 TENSORWIRE = [TwInline, TwShmCopy, TwShmBorrow, TwPool, TwPoolZeroCopy, TwQueue, TwDefault]
 PEERS = [PickleInband, PickleOobShm, TorchQueue, MsgspecInline, Zmq, ReferenceStyle]
-MODES = {mode.name: mode for mode in [*TENSORWIRE, *PEERS, TinyMessage]}
+FLOORS = [TinyMessage, BareZeroCopy]
+MODES = {mode.name: mode for mode in [*TENSORWIRE, *PEERS, *FLOORS]}
