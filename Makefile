@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check codec transports tests tools
 
 typecheck: $(STAMP)
-	$(BIN)/mypy codec transports
+	$(BIN)/mypy codec transports tools
 
 gen: $(STAMP)
 	$(BIN)/tensorwire gen

@@ -89,7 +89,7 @@ def _receiver(conn: Any) -> None:
     from codec.generated import REGISTRY
     from codec.placement import Placement
 
-    torch.cuda.init()
+    torch.cuda.init()  # type: ignore[no-untyped-call]
     shm = transports.ShmTransport()
     decoders = {
         "registered": codec.Decoder(REGISTRY, transports=[shm], device=Placement("cuda:0")),

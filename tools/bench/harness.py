@@ -93,6 +93,8 @@ def measure_mode(name: str, sizes: list[int], scale: float = 1.0, warmup: int = 
     send_control, send_remote = ctx.Pipe()
     recv_control, recv_remote = ctx.Pipe()
     cleanup = None
+    sender_channel: Any
+    receiver_channel: Any
     if kind == "pipe":
         a, b = ctx.Pipe()
         sender_channel, receiver_channel = a, b

@@ -49,7 +49,7 @@ def measure_small() -> list[dict[str, Any]]:
     from codec.generated import REGISTRY, rpc
 
     encoder, decoder = codec.Encoder(), codec.Decoder(REGISTRY)
-    fields = {"method": "generate", "args": [1, 2], "kwargs": {"steps": 30}, "rpc_id": "r-1"}
+    fields: dict[str, Any] = {"method": "generate", "args": [1, 2], "kwargs": {"steps": 30}, "rpc_id": "r-1"}
     envelope = rpc.Request(**fields)
     raw = RawRequest(**fields)
     raw_decoder = msgspec.msgpack.Decoder(RawRequest)

@@ -7,6 +7,8 @@ starts from a tensor the producer already holds; ``recv`` returns a tensor the c
 
 from __future__ import annotations
 
+import mmap
+import os
 import pickle
 import warnings
 from multiprocessing import resource_tracker, shared_memory
@@ -144,12 +146,15 @@ class TwQueue(_Frames):
 
         self.conn, queue = conn
         self._output = diffusion.Output
-        self.shm = transports.QueueTransport(queue)
-        self.encoder = codec.Encoder(transport=self.shm, options=codec.EncodeOptions(inline_threshold=0))
-        self.decoder = codec.Decoder(REGISTRY, transports=[self.shm])
+        self.queue = transports.QueueTransport(queue)
+        self.encoder = codec.Encoder(transport=self.queue, options=codec.EncodeOptions(inline_threshold=0))
+        self.decoder = codec.Decoder(REGISTRY, transports=[self.queue])
 
     def prepare(self, template: torch.Tensor) -> torch.Tensor:
         return template.clone()  # an ordinary tensor each time: the transport moves it into shared memory
+
+    def close(self) -> None:
+        self.queue.close()
 
 
 class TwDefault(_Frames):
@@ -177,20 +182,25 @@ class PickleOobShm(Mode):
         head = pickle.dumps(tensor.numpy(), protocol=5, buffer_callback=buffers.append)
         raw = [b.raw() for b in buffers]
         shm = shared_memory.SharedMemory(create=True, size=max(1, sum(r.nbytes for r in raw)))
+        buf = shm.buf
+        assert buf is not None
         offset = 0
         for r in raw:
-            shm.buf[offset : offset + r.nbytes] = r
+            buf[offset : offset + r.nbytes] = r
             offset += r.nbytes
+        # the receiver unlinks; unregistered before it can (the tracker is shared: no double removal)
+        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
         self.conn.send((head, shm.name, [r.nbytes for r in raw]))
         shm.close()
-        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]  # the receiver unlinks
 
     def recv(self) -> torch.Tensor:
         head, name, sizes = self.conn.recv()
         shm = shared_memory.SharedMemory(name=name)
+        buf = shm.buf
+        assert buf is not None
         views, offset = [], 0
         for size in sizes:
-            views.append(shm.buf[offset : offset + size])
+            views.append(buf[offset : offset + size])
             offset += size
         array = pickle.loads(head, buffers=views).copy()
         del views
@@ -206,9 +216,9 @@ class ReferenceStyle(Mode):
         array = tensor.numpy()
         shm = shared_memory.SharedMemory(create=True, size=max(1, array.nbytes))
         np.copyto(np.ndarray(array.shape, array.dtype, buffer=shm.buf), array)
+        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]  # as above
         self.conn.send({"name": shm.name, "shape": list(array.shape), "dtype": str(array.dtype)})
         shm.close()
-        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
 
     def recv(self) -> torch.Tensor:
         handle = self.conn.recv()
@@ -229,7 +239,7 @@ class TorchQueue(Mode):
         return template.clone()  # an ordinary tensor each time: share_memory_() moves it (a copy)
 
     def send(self, tensor: torch.Tensor) -> None:
-        tensor.share_memory_()
+        tensor.share_memory_()  # type: ignore[no-untyped-call]
         self.conn.put(tensor)
 
     def recv(self) -> torch.Tensor:
@@ -248,9 +258,8 @@ class MsgspecInline(Mode):
 
     def send(self, tensor: torch.Tensor) -> None:
         array = tensor.numpy()
-        self.conn.send_bytes(
-            msgspec.msgpack.encode(_Blob(list(array.shape), str(array.dtype), memoryview(array).cast("B")))
-        )  # type: ignore[arg-type]
+        data: Any = array.data.cast("B")  # encoded as bin like the bytearray it decodes to
+        self.conn.send_bytes(msgspec.msgpack.encode(_Blob(list(array.shape), str(array.dtype), data)))
 
     def recv(self) -> torch.Tensor:
         blob = msgspec.msgpack.decode(self.conn.recv_bytes(), type=_Blob)
@@ -277,7 +286,7 @@ class Zmq(Mode):
 
     def send(self, tensor: torch.Tensor) -> None:
         array = tensor.numpy()
-        self.socket.send_multipart([str(array.shape[0]).encode(), memoryview(array).cast("B")], copy=False)
+        self.socket.send_multipart([str(array.shape[0]).encode(), array.data.cast("B")], copy=False)
 
     def recv(self) -> torch.Tensor:
         _, body = self.socket.recv_multipart(copy=False)
@@ -305,23 +314,25 @@ class TinyMessage(Mode):
 
 class BareZeroCopy(Mode):
     """The floor of any zero-copy handoff in Python: the producer wrote into a segment both sides
-    mapped beforehand; the message is the segment name and element count; the receiver wraps the
-    mapping with ``torch.frombuffer``. No checks, no slot lifetime: what no real transport can go below."""
+    mapped beforehand; the message is an element count; the receiver wraps the mapping with
+    ``torch.frombuffer``. No checks, no slot lifetime: what no real transport can go below."""
 
-    name = "floor: bare zero-copy (premapped segment, name over a Pipe)"
+    name = "floor: bare zero-copy (premapped segment, count over a Pipe)"
     allocates = True
 
     def __init__(self, conn: Any) -> None:
         super().__init__(conn)
-        self.segment: shared_memory.SharedMemory | None = None
+        self.path: str | None = None  # the sender's segment, which it unlinks
+        self.mapping: mmap.mmap | None = None
 
     def prepare(self, template: torch.Tensor) -> torch.Tensor:
-        if self.segment is None or self.segment.size < template.numel() * 4:
-            self._drop()
-            self.segment = shared_memory.SharedMemory(create=True, size=template.numel() * 4)
-            resource_tracker.unregister(self.segment._name, "shared_memory")  # type: ignore[attr-defined]
-            self.conn.send_bytes(self.segment.name.encode())  # the receiver maps it before the timed send
-        tensor = torch.frombuffer(self.segment.buf, dtype=torch.float32, count=template.numel())
+        nbytes = template.numel() * 4
+        if self.mapping is None or len(self.mapping) < nbytes:
+            self.close()
+            self.path = f"/dev/shm/twbench-{os.getpid()}-{nbytes}"
+            self.mapping = _map(self.path, nbytes, create=True)
+            self.conn.send_bytes(self.path.encode())  # the receiver maps it before the timed send
+        tensor = torch.frombuffer(self.mapping, dtype=torch.float32, count=template.numel())
         tensor.copy_(template)
         return tensor
 
@@ -330,24 +341,27 @@ class BareZeroCopy(Mode):
 
     def recv(self) -> torch.Tensor:
         data = self.conn.recv_bytes()
-        while len(data) != 8:  # a new segment's name: map it, then wait for the message itself
-            self._drop()
-            self.segment = shared_memory.SharedMemory(name=data.decode())
-            resource_tracker.unregister(self.segment._name, "shared_memory")  # type: ignore[attr-defined]
+        while len(data) != 8:  # a new segment's path: map it, then wait for the message itself
+            self.mapping = None  # the previous tensor is gone: its mapping closes with it
+            self.mapping = _map(data.decode(), 0, create=False)
             data = self.conn.recv_bytes()
-        assert self.segment is not None
-        return torch.frombuffer(self.segment.buf, dtype=torch.float32, count=int.from_bytes(data, "little"))
-
-    def _drop(self) -> None:
-        if self.segment is not None:
-            name, self.segment = self.segment.name, None
-            try:
-                shared_memory.SharedMemory(name=name).unlink()
-            except FileNotFoundError:
-                pass  # the other side unlinked it
+        return torch.frombuffer(self.mapping, dtype=torch.float32, count=int.from_bytes(data, "little"))
 
     def close(self) -> None:
-        self._drop()
+        self.mapping = None
+        if self.path is not None:
+            os.unlink(self.path)
+            self.path = None
+
+
+def _map(path: str, nbytes: int, create: bool) -> mmap.mmap:
+    fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
+    try:
+        if create:
+            os.ftruncate(fd, nbytes)
+        return mmap.mmap(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
 
 
 TENSORWIRE = [TwInline, TwShmCopy, TwShmBorrow, TwPool, TwPoolZeroCopy, TwQueue, TwDefault]

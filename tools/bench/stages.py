@@ -48,12 +48,13 @@ def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> Non
     import codec.encoder as encoder_module
     import transports
     from codec.generated import diffusion
+    from codec.tensors import TensorPlan
 
     samples: Samples = {}
     _wrap(encoder_module, "encode_body", samples, "encode: body (+ tensor plan)")
-    _wrap(encoder_module.TensorPlan, "add", samples, "encode: tensor plan, per tensor")
+    _wrap(TensorPlan, "add", samples, "encode: tensor plan, per tensor")
     _wrap(encoder_module, "decode_body", samples, "encode: schema check (decode)")
-    _wrap(encoder_module.TensorPlan, "finish", samples, "encode: buffers and descriptors")
+    _wrap(TensorPlan, "finish", samples, "encode: buffers and descriptors")
     _wrap(codec.Encoder, "_export_all", samples, "encode: export")
     _wrap(encoder_module, "header_bytes", samples, "encode: frame 0")
     shm = transports.ShmTransport()
