@@ -20,7 +20,7 @@ import msgspec.inspect as mi
 import numpy as np
 import torch
 
-from codec.contract import SCALAR_TYPES, SCALARS_ONLY, TREE_LEAVES
+from codec.contract import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
 from codec.errors import DecodeError, EncodeError
 from codec.wire import EXT_TENSOR, EXT_TUPLE
 
@@ -230,8 +230,8 @@ def _dict_rewriter(inner: Rewrite) -> Rewrite:
     def rewrite(value: Any, depth: int, max_depth: int) -> Any:
         if not isinstance(value, dict):
             return value
-        if trees and depth < max_depth and SCALARS_ONLY(map(type, value.values())):
-            return value  # scalar leaves: nothing to rewrite
+        if trees and depth < max_depth and LEAVES_ONLY(map(type, value.values())):
+            return value  # leaves only: nothing to rewrite
         items = {k: item(v, depth + 1, max_depth) for k, v in value.items()}
         return items if any(items[k] is not value[k] for k in value) else value
 
@@ -245,7 +245,7 @@ def _sequence_rewriter(inner: Rewrite) -> Rewrite:
     def rewrite(value: Any, depth: int, max_depth: int) -> Any:
         if not isinstance(value, list | tuple):
             return value
-        if trees and depth < max_depth and SCALARS_ONLY(map(type, value)):
+        if trees and depth < max_depth and LEAVES_ONLY(map(type, value)):
             return value
         seq = [item(v, depth + 1, max_depth) for v in value]
         return type(value)(seq) if any(a is not b for a, b in zip(seq, value, strict=True)) else value
@@ -273,19 +273,19 @@ def _sorted(values: set[Any] | frozenset[Any]) -> list[Any]:
 
 
 def _tree(value: Any, depth: int, max_depth: int) -> Any:
-    if type(value) in SCALAR_TYPES:
+    if type(value) in LEAF_TYPES:
         return value
     if depth > max_depth:
         raise EncodeError(f"nesting deeper than the limit of {max_depth}")
     if isinstance(value, tuple):
         return TupleMarker([_tree(v, depth + 1, max_depth) for v in value])
     if isinstance(value, list):
-        if SCALARS_ONLY(map(type, value)):
+        if LEAVES_ONLY(map(type, value)):
             return value  # the common leaf list, checked at C speed
         seq = [_tree(v, depth + 1, max_depth) for v in value]
         return seq if any(a is not b for a, b in zip(seq, value, strict=True)) else value
     if isinstance(value, dict):
-        if SCALARS_ONLY(map(type, value.values())):
+        if LEAVES_ONLY(map(type, value.values())):
             return value
         items = {k: _tree(v, depth + 1, max_depth) for k, v in value.items()}
         return items if any(items[k] is not value[k] for k in value) else value

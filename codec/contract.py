@@ -23,6 +23,8 @@ __all__ = [
     "Check",
     "EachCheck",
     "JSON_LEAVES",
+    "LEAF_TYPES",
+    "LEAVES_ONLY",
     "SCALARS_ONLY",
     "SCALAR_TYPES",
     "TREE_LEAVES",
@@ -211,8 +213,9 @@ def _ok(check: Check, value: Any, dims: dict[str, tuple[int, str]]) -> bool:
     if check.container == "nullable":
         return value is None or _ok(check.inner, value, dims)
     items = value.values() if check.container == "map" else value
-    if type(check.inner) is TreeCheck and SCALARS_ONLY(map(type, items)):
-        return True  # a scalar passes every tree rule
+    inner = check.inner
+    if type(inner) is TreeCheck and (SCALARS_ONLY if inner.json_only else LEAVES_ONLY)(map(type, items)):
+        return True  # a leaf passes every tree rule
     for item in items:
         if not _ok(check.inner, item, dims):
             return False
@@ -221,24 +224,25 @@ def _ok(check: Check, value: Any, dims: dict[str, tuple[int, str]]) -> bool:
 
 def _tree_ok(check: TreeCheck, value: Any, depth: int) -> bool:
     """``_check_tree`` without paths."""
-    if type(value) in SCALAR_TYPES:
+    leaves = SCALAR_TYPES if check.json_only else LEAF_TYPES
+    if type(value) in leaves:
         return True
     if isinstance(value, dict | list | tuple):
         if depth >= check.max_depth:
             return False
         if isinstance(value, dict):
-            if _STR_ONLY(map(type, value)) and SCALARS_ONLY(map(type, value.values())):
+            if _STR_ONLY(map(type, value)) and leaves.issuperset(map(type, value.values())):
                 return True  # the common flat map, checked at C speed
             for key, item in value.items():
-                if not isinstance(key, str) or not (type(item) in SCALAR_TYPES or _tree_ok(check, item, depth + 1)):
+                if not isinstance(key, str) or not (type(item) in leaves or _tree_ok(check, item, depth + 1)):
                     return False
             return True
         if check.json_only and isinstance(value, tuple):
             return False
-        if SCALARS_ONLY(map(type, value)):
+        if leaves.issuperset(map(type, value)):
             return True
         for item in value:
-            if not (type(item) in SCALAR_TYPES or _tree_ok(check, item, depth + 1)):
+            if not (type(item) in leaves or _tree_ok(check, item, depth + 1)):
                 return False
         return True
     return isinstance(value, JSON_LEAVES if check.json_only else TREE_LEAVES)
@@ -301,6 +305,8 @@ JSON_LEAVES = (type(None), bool, int, float, str)  # what a JSON-only tree may h
 TREE_LEAVES = (*JSON_LEAVES, bytes, torch.Tensor, np.ndarray)  # what any tree may hold
 SCALAR_TYPES = frozenset(JSON_LEAVES)  # exact types: the fast path of the tree walks
 SCALARS_ONLY = SCALAR_TYPES.issuperset  # ``SCALARS_ONLY(map(type, items))``: every item a scalar (one C call)
+LEAF_TYPES = frozenset(TREE_LEAVES)  # exact types of every leaf of a (non-JSON) tree: nothing in them to walk
+LEAVES_ONLY = LEAF_TYPES.issuperset  # as ``SCALARS_ONLY``, for trees that may hold tensors
 _STR_ONLY = frozenset({str}).issuperset
 
 

@@ -414,11 +414,18 @@ def teardown_module() -> None:
     SHM.close()
 
 
-_SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(allow_nan=False), st.text(max_size=3)
+_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=3),
+    st.binary(max_size=3),
+    st.integers(0, 3).map(lambda n: torch.arange(n, dtype=torch.float32)),
+    st.integers(0, 3).map(lambda n: np.arange(n, dtype=np.int16)),
 )
 _TREES = st.recursive(
-    _SCALARS,
+    _LEAVES,
     lambda inner: st.one_of(
         st.lists(inner, max_size=4),
         st.lists(inner, max_size=4).map(tuple),
@@ -434,12 +441,14 @@ def _shape(value: Any) -> Any:
         return (type(value).__name__, [_shape(v) for v in value])
     if isinstance(value, dict):
         return ("dict", {k: _shape(v) for k, v in value.items()})
+    if isinstance(value, torch.Tensor | np.ndarray):
+        return (type(value).__name__, str(value.dtype), value.tolist())
     return (type(value).__name__, value)
 
 
 @settings(max_examples=200, deadline=None)
 @given(args=_TREES, kwargs=st.dictionaries(st.text(max_size=2), _TREES, max_size=3))
-def test_any_tree_of_scalars_comes_back_with_its_tuples_lists_and_maps(args: Any, kwargs: dict[str, Any]) -> None:
+def test_any_tree_of_leaves_comes_back_with_its_tuples_lists_and_maps(args: Any, kwargs: dict[str, Any]) -> None:
     message = rpc.Request(method="m", args=args, kwargs=kwargs)
     out = codec.Decoder(REGISTRY).decode(codec.Encoder().encode(message))
     assert _shape(out.args) == _shape(args) and _shape(out.kwargs) == _shape(kwargs)

@@ -35,8 +35,14 @@ TREES = st.recursive(
 )
 CHECKS = st.one_of(
     st.builds(TreeCheck, max_depth=st.integers(0, 4), json_only=st.booleans()),
-    st.builds(lambda c: EachCheck(container="map", inner=c), st.builds(TreeCheck, max_depth=st.integers(0, 3))),
-    st.builds(lambda c: EachCheck(container="array", inner=c), st.builds(TreeCheck, max_depth=st.integers(0, 3))),
+    st.builds(
+        lambda c: EachCheck(container="map", inner=c),
+        st.builds(TreeCheck, max_depth=st.integers(0, 3), json_only=st.booleans()),
+    ),
+    st.builds(
+        lambda c: EachCheck(container="array", inner=c),
+        st.builds(TreeCheck, max_depth=st.integers(0, 3), json_only=st.booleans()),
+    ),
 )
 
 
