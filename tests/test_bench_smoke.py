@@ -51,10 +51,11 @@ def test_the_command_line_passes_every_option_to_the_benchmark(capsys: pytest.Ca
     assert info.value.code == 2
 
 
-def test_the_stage_profile_times_both_sides_of_a_transfer() -> None:
+@pytest.mark.parametrize("spin", [False, True])
+def test_the_stage_profile_times_both_sides_of_a_transfer(spin: bool) -> None:
     from tools.bench.stages import measure
 
-    medians = measure(64 * 1024, count=20)
+    medians = measure(64 * 1024, count=20, spin=spin)
     assert {"sender: encode, total", "receiver: decode, total", "encode: export", "decode: import buffers"} <= set(
         medians
     )

@@ -1,12 +1,13 @@
 """Where one cross-process transfer's time goes: per-stage medians on each side.
 
-    python -m tools.bench.stages [--mib 1] [--count 300] [--copy]
+    python -m tools.bench.stages [--mib 1] [--count 300] [--copy] [--spin]
 
 A spawned sender encodes ``diffusion.Output(output=tensor)`` with a pool-allocated tensor (or,
 with ``--copy``, an ordinary one the pool copies) and sends frame 0 over a pipe; a spawned
 receiver decodes it and reads one element. The stages of the encoder and decoder are wrapped
 with timers in those processes only (each wrapper adds well under a microsecond), so the figures
-are those of a process that waits between messages, as in ``tools.bench``.
+are those of a process that waits between messages, as in ``tools.bench``; with ``--spin`` the
+receiver polls its pipe instead of sleeping in it (what a busy-looping consumer sees).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> Non
         shm.close()
 
 
-def _receiver(pipe: Any, control: Any, count: int) -> None:
+def _receiver(pipe: Any, control: Any, count: int, spin: bool) -> None:
     import codec
     import codec.decoder as decoder_module
     import codec.tensors as tensors_module
@@ -98,6 +99,9 @@ def _receiver(pipe: Any, control: Any, count: int) -> None:
     decoder = codec.Decoder(REGISTRY, [shm])
     try:
         for _ in range(count):
+            if spin:
+                while not pipe.poll(0):
+                    pass
             blob = pipe.recv_bytes()
             start = time.perf_counter_ns()
             tensor = decoder.decode(codec.split(bytearray(blob))).output
@@ -110,14 +114,14 @@ def _receiver(pipe: Any, control: Any, count: int) -> None:
         shm.close()
 
 
-def measure(nbytes: int, count: int, copy: bool = False) -> dict[str, float]:
+def measure(nbytes: int, count: int, copy: bool = False, spin: bool = False) -> dict[str, float]:
     """Median microseconds per stage over ``count`` transfers (the first tenth are warm-ups)."""
     ctx = mp.get_context("spawn")
     send_end, recv_end = ctx.Pipe()
     sender_control, sender_remote = ctx.Pipe()
     receiver_control, receiver_remote = ctx.Pipe()
     sender = ctx.Process(target=_sender, args=(send_end, sender_remote, count, nbytes, copy), daemon=True)
-    receiver = ctx.Process(target=_receiver, args=(recv_end, receiver_remote, count), daemon=True)
+    receiver = ctx.Process(target=_receiver, args=(recv_end, receiver_remote, count, spin), daemon=True)
     sender.start()
     receiver.start()
     try:
@@ -140,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mib", type=float, default=1.0, help="tensor size in MiB (default 1)")
     parser.add_argument("--count", type=int, default=300, help="transfers (default 300)")
     parser.add_argument("--copy", action="store_true", help="an ordinary tensor the pool copies (default: allocated)")
+    parser.add_argument("--spin", action="store_true", help="the receiver polls its pipe instead of sleeping in it")
     args = parser.parse_args(argv)
-    medians = measure(int(args.mib * 2**20), args.count, args.copy)
+    medians = measure(int(args.mib * 2**20), args.count, args.copy, args.spin)
     for label, micros in medians.items():
         print(f"{label:38s} {micros:9.1f} us")
     return 0
