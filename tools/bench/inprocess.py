@@ -47,6 +47,8 @@ def _time(fn: Callable[[], Any], rounds: int = 7, number: int = 2000) -> float:
 def measure_small() -> list[dict[str, Any]]:
     import codec
     from codec.generated import REGISTRY, rpc
+    from codec.wire import header_bytes, header_type
+    from transports.inline import InlineHandle
 
     encoder, decoder = codec.Encoder(), codec.Decoder(REGISTRY)
     fields: dict[str, Any] = {"method": "generate", "args": [1, 2], "kwargs": {"steps": 30}, "rpc_id": "r-1"}
@@ -57,9 +59,6 @@ def measure_small() -> list[dict[str, Any]]:
     with_tensor = rpc.Request(**{**fields, "kwargs": {"latents": tensor}})
     raw_bytes_fields = {**fields, "kwargs": {"latents": tensor.numpy().tobytes()}}
     raw_with_tensor = RawRequest(**raw_bytes_fields)
-    from codec.wire import header_bytes, header_type
-    from transports.inline import InlineHandle
-
     info = rpc.Request.__tw_type__
     header_decoder = msgspec.msgpack.Decoder(header_type([InlineHandle]))
 
