@@ -217,7 +217,7 @@ def _ok(check: Check, value: Any, dims: dict[str, tuple[int, str]]) -> bool:
     if type(inner) is TreeCheck and (SCALARS_ONLY if inner.json_only else LEAVES_ONLY)(map(type, items)):
         return True  # a leaf passes every tree rule
     for item in items:
-        if not _ok(check.inner, item, dims):
+        if not _ok(inner, item, dims):
             return False
     return True
 
