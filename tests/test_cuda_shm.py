@@ -88,8 +88,10 @@ def test_registered_slots_are_reused_not_registered_again(tmp_path: Path, cuda_s
         source = torch.full((100_000,), i, dtype=torch.uint8)
         assert _receive(tmp_path, _send(cuda_shm, source), 100_000) == bytes([i]) * 100_000
     assert fake.calls["register"] == 1 and cuda_shm.registrations == 1
+    assert cuda_shm.registered_bytes == sum(fake.registered.values()) >= 100_000
     assert cuda_shm.release_cache() > 0
     assert cuda_shm.registrations == 0 and fake.registered == {} and fake.calls["unregister"] == 1
+    assert cuda_shm.registered_bytes == 0
 
 
 def test_a_zero_byte_buffer_is_never_registered(cuda_shm: Any, fake: Any) -> None:

@@ -39,6 +39,16 @@ def test_every_builtin_schema_loads_with_a_sha256_fingerprint() -> None:
     assert len({m.fingerprint for m in schemas.messages}) == len(BUILTIN_IDS)
 
 
+def test_a_registry_finds_each_type_by_its_schema_fingerprint() -> None:
+    from codec.generated import REGISTRY
+
+    for message in load_dir(BUILTIN_SCHEMAS).messages:
+        cls = REGISTRY.by_fingerprint(message.fingerprint)
+        assert cls is REGISTRY.type(message.type_id, message.version)
+        assert cls.__tw_type__.fingerprint == message.fingerprint
+    assert REGISTRY.by_fingerprint("0" * 64) is None
+
+
 def test_builtin_ir_is_faithful_to_the_video_contract() -> None:
     video = load_dir(BUILTIN_SCHEMAS).message("media.Video", 1).struct
     fields = {f.name: f for f in video.fields}

@@ -140,6 +140,7 @@ class CudaShmTransport(ShmTransport):
 
     @property
     def registered_bytes(self) -> int:
+        """Bytes of host memory currently registered with the device runtime by this transport."""
         return sum(self._registered_slots.values())
 
     # -- sending ----------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from codec.schema.ir import (
     ArrayT,
     EnumT,
     MapT,
-    MessageRefT,
     Node,
     NullableT,
     ScalarT,
@@ -28,7 +27,6 @@ from codec.schema.ir import (
     TensorT,
     TreeT,
     TupleT,
-    UnionT,
     member_name,
 )
 
@@ -95,7 +93,3 @@ def default_value(node: Node, value: Any, enum_member: Callable[[EnumT, str], An
     if isinstance(node, TreeT):
         return value
     raise AssertionError(f"no default for {node!r}")  # the builder only lets null through here
-
-
-def is_struct_like(node: Node) -> bool:
-    return isinstance(node, StructT | MessageRefT | UnionT)

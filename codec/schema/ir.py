@@ -193,10 +193,6 @@ class StructT:
     source: str = ""  # file the type is declared in (display path)
     pointer: str = ""
 
-    @property
-    def is_message(self) -> bool:
-        return self.type_id is not None
-
     def canonical(self) -> JSON:
         out: dict[str, JSON] = {
             "kind": "struct",
