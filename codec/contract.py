@@ -25,7 +25,6 @@ __all__ = [
     "JSON_LEAVES",
     "LEAF_TYPES",
     "LEAVES_ONLY",
-    "SCALARS_ONLY",
     "SCALAR_TYPES",
     "TREE_LEAVES",
     "GroupRule",
@@ -165,7 +164,7 @@ def _check_fields(rules: StructRules, obj: Any) -> None:
         _check(check, value, f"{rules.type_name}.{name}", dims)
 
 
-_FieldPlan: TypeAlias = tuple[tuple[str, Check, bool, bool], ...]  # (name, check, skips None, is a tree)
+_FieldPlan: TypeAlias = tuple[tuple[str, Check, bool, frozenset[type] | None], ...]  # name, check, skips None, leaves
 _FIELD_PLANS: dict[int, tuple[StructRules, _FieldPlan]] = {}  # by id: hashing the rules costs more than the check
 
 
@@ -173,7 +172,7 @@ def _field_plan(rules: StructRules) -> _FieldPlan:
     known = _FIELD_PLANS.get(id(rules))
     if known is not None and known[0] is rules:  # the entry holds its rules: their id cannot be reused
         return known[1]
-    plan = tuple((name, check, _skips_none(check), type(check) is TreeCheck) for name, check in rules.fields)
+    plan = tuple((name, check, _skips_none(check), _leaves(check)) for name, check in rules.fields)
     if len(_FIELD_PLANS) < 4096:  # one per message type in practice
         _FIELD_PLANS[id(rules)] = (rules, plan)
     return plan
@@ -182,13 +181,13 @@ def _field_plan(rules: StructRules) -> _FieldPlan:
 def _fields_ok(rules: StructRules, obj: Any) -> bool:
     """Whether every field rule holds (``_check_fields`` without paths: it says nothing about where)."""
     dims: dict[str, tuple[int, str]] = {}
-    for name, check, skips_none, tree in _field_plan(rules):
+    for name, check, skips_none, leaves in _field_plan(rules):
         value = getattr(obj, name)
         if value is None:
             if skips_none:
                 continue
-        elif tree and type(value) in SCALAR_TYPES:
-            continue
+        elif leaves is not None and type(value) in leaves:
+            continue  # a leaf passes its tree rule
         if not _ok(check, value, dims):
             return False
     return True
@@ -197,7 +196,7 @@ def _fields_ok(rules: StructRules, obj: Any) -> bool:
 def _ok(check: Check, value: Any, dims: dict[str, tuple[int, str]]) -> bool:
     kind = type(check)
     if kind is TreeCheck:
-        return type(value) in SCALAR_TYPES or _tree_ok(check, value, 0)  # type: ignore[arg-type]
+        return _tree_ok(check, value, 0, _leaves(check))  # type: ignore[arg-type]
     if kind is TensorCheck:
         try:
             _check_tensor(check, value, "", dims)  # type: ignore[arg-type]
@@ -214,7 +213,8 @@ def _ok(check: Check, value: Any, dims: dict[str, tuple[int, str]]) -> bool:
         return value is None or _ok(check.inner, value, dims)
     items = value.values() if check.container == "map" else value
     inner = check.inner
-    if type(inner) is TreeCheck and (SCALARS_ONLY if inner.json_only else LEAVES_ONLY)(map(type, items)):
+    leaves = _leaves(inner)
+    if leaves is not None and leaves.issuperset(map(type, items)):
         return True  # a leaf passes every tree rule
     for item in items:
         if not _ok(inner, item, dims):
@@ -222,9 +222,15 @@ def _ok(check: Check, value: Any, dims: dict[str, tuple[int, str]]) -> bool:
     return True
 
 
-def _tree_ok(check: TreeCheck, value: Any, depth: int) -> bool:
-    """``_check_tree`` without paths."""
-    leaves = SCALAR_TYPES if check.json_only else LEAF_TYPES
+def _leaves(check: Check) -> frozenset[type] | None:
+    """Exact types that pass tree rule ``check`` with nothing to walk; None for other rules."""
+    if type(check) is not TreeCheck:
+        return None
+    return SCALAR_TYPES if check.json_only else LEAF_TYPES
+
+
+def _tree_ok(check: TreeCheck, value: Any, depth: int, leaves: frozenset[type]) -> bool:
+    """``_check_tree`` without paths; ``leaves`` is ``_leaves(check)``."""
     if type(value) in leaves:
         return True
     if isinstance(value, dict | list | tuple):
@@ -234,7 +240,7 @@ def _tree_ok(check: TreeCheck, value: Any, depth: int) -> bool:
             if _STR_ONLY(map(type, value)) and leaves.issuperset(map(type, value.values())):
                 return True  # the common flat map, checked at C speed
             for key, item in value.items():
-                if not isinstance(key, str) or not (type(item) in leaves or _tree_ok(check, item, depth + 1)):
+                if not isinstance(key, str) or not (type(item) in leaves or _tree_ok(check, item, depth + 1, leaves)):
                     return False
             return True
         if check.json_only and isinstance(value, tuple):
@@ -242,7 +248,7 @@ def _tree_ok(check: TreeCheck, value: Any, depth: int) -> bool:
         if leaves.issuperset(map(type, value)):
             return True
         for item in value:
-            if not (type(item) in leaves or _tree_ok(check, item, depth + 1)):
+            if not (type(item) in leaves or _tree_ok(check, item, depth + 1, leaves)):
                 return False
         return True
     return isinstance(value, JSON_LEAVES if check.json_only else TREE_LEAVES)
@@ -304,9 +310,8 @@ def _check_tensor(check: TensorCheck, value: Any, path: str, dims: dict[str, tup
 JSON_LEAVES = (type(None), bool, int, float, str)  # what a JSON-only tree may hold besides containers
 TREE_LEAVES = (*JSON_LEAVES, bytes, torch.Tensor, np.ndarray)  # what any tree may hold
 SCALAR_TYPES = frozenset(JSON_LEAVES)  # exact types: the fast path of the tree walks
-SCALARS_ONLY = SCALAR_TYPES.issuperset  # ``SCALARS_ONLY(map(type, items))``: every item a scalar (one C call)
 LEAF_TYPES = frozenset(TREE_LEAVES)  # exact types of every leaf of a (non-JSON) tree: nothing in them to walk
-LEAVES_ONLY = LEAF_TYPES.issuperset  # as ``SCALARS_ONLY``, for trees that may hold tensors
+LEAVES_ONLY = LEAF_TYPES.issuperset  # ``LEAVES_ONLY(map(type, items))``: every item a leaf (one C call)
 _STR_ONLY = frozenset({str}).issuperset
 
 

@@ -141,6 +141,24 @@ def test_a_segment_without_a_control_page_is_rejected(shm: transports.ShmTranspo
         fresh.decode(frames)
 
 
+def test_a_segment_shorter_than_its_control_page_is_rejected(shm: transports.ShmTransport) -> None:
+    encoder, _ = _pair(shm)
+    frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
+    header = msgspec.msgpack.decode(frames[0])
+    name = header["buffers"][0]["handle"]["name"]
+    short = name.rsplit("-", 1)[0] + "-fffff"  # a name of our pattern, same creator
+    (SHM_DIR / short).write_bytes(b"\0" * 64)
+    header["buffers"][0]["handle"]["name"] = short
+    fresh = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False)])
+    try:
+        with pytest.raises(
+            codec.DecodeError, match=rf"pool segment {short} holds 64 bytes, less than its \d+-byte header"
+        ):
+            fresh.decode([msgspec.msgpack.encode(header)])
+    finally:
+        (SHM_DIR / short).unlink()
+
+
 def test_a_slot_claimed_by_a_dead_receiver_is_reclaimed(shm: transports.ShmTransport) -> None:
     encoder, decoder = _pair(shm)
     out = decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(30_000))))

@@ -222,7 +222,7 @@ class CudaShmTransport(ShmTransport):
                 self._quarantine.append(Quarantined(slot.name, slot.capacity, f"{exc}", slot.mapping, None))
             return False
         with self._lock:
-            del self._registered_slots[slot.name]
+            self._registered_slots.pop(slot.name, None)
         return True
 
     # -- retention ------------------------------------------------------------------------------

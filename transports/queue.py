@@ -337,4 +337,4 @@ _TENSORS_PER_MESSAGE = 1 << 20
 
 def _position(message: int, tensor: int) -> int:
     """A tensor's place in its sender's stream, as written on the ack page (0 means none)."""
-    return (message << 20 | tensor) + 1
+    return message * _TENSORS_PER_MESSAGE + tensor + 1
