@@ -36,8 +36,10 @@ def test_copy_into_refuses_a_read_only_target(monkeypatch: pytest.MonkeyPatch) -
         bulk.copy_into(bytes(1 << 16), bytearray(1 << 16))  # a read-only target
 
 
-def test_helper_count_leaves_one_cpu_to_the_caller() -> None:
-    assert 0 <= bulk.helper_count() <= 3
+@pytest.mark.parametrize(("cpus", "helpers"), [(1, 0), (2, 1), (4, 3), (64, 3)])
+def test_helper_count_leaves_one_cpu_to_the_caller(monkeypatch: pytest.MonkeyPatch, cpus: int, helpers: int) -> None:
+    monkeypatch.setattr(bulk.os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    assert bulk.helper_count() == helpers  # the CPUs this process may use, less the caller's, at most 3
 
 
 def test_a_forked_child_copies_with_its_own_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
