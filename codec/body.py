@@ -22,6 +22,7 @@ import torch
 
 from codec.contract import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
 from codec.errors import DecodeError, EncodeError
+from codec.locate import locate
 from codec.wire import EXT_TENSOR, EXT_TUPLE
 
 __all__ = ["TupleMarker", "dec_hook", "decode_body", "encode_body", "prepare"]
@@ -45,9 +46,21 @@ _TENSORS: ContextVar[Callable[[int], Any]] = ContextVar("tensorwire_tensors")
 _ARRAYS = (torch.Tensor, np.ndarray)
 
 
+class _Rejected(Exception):
+    """A tensor the encoder refused, carried out of msgspec so that its path can be found."""
+
+    def __init__(self, error: EncodeError, value: Any) -> None:
+        super().__init__(str(error))
+        self.value = value
+
+
 def _enc_hook(value: Any) -> Any:
     if isinstance(value, _ARRAYS):
-        return msgspec.msgpack.Ext(EXT_TENSOR, _INDEX.pack(_TENSOR_REFS.get()(value)))
+        try:
+            index = _TENSOR_REFS.get()(value)
+        except EncodeError as exc:
+            raise _Rejected(exc, value) from None
+        return msgspec.msgpack.Ext(EXT_TENSOR, _INDEX.pack(index))
     if isinstance(value, TupleMarker):
         return msgspec.msgpack.Ext(EXT_TUPLE, msgspec.msgpack.encode(value.items, enc_hook=_enc_hook))
     raise NotImplementedError
@@ -73,13 +86,40 @@ def encode_body(message: Any, add_tensor: Callable[[Any], int], max_depth: int) 
     """msgpack of ``message``: each tensor becomes ``ext(1, add_tensor(tensor))``, tree tuples ``ext(2, ...)``.
 
     Per-call state travels in a context variable, so the hooks (and the cached encoder) hold no
-    reference to it: a call's tensors are let go the moment the call ends.
+    reference to it: a call's tensors are let go the moment the call ends. A tensor ``add_tensor``
+    refuses, or an int msgpack cannot hold, is an ``EncodeError`` ending with its field path.
     """
     token = _TENSOR_REFS.set(add_tensor)
     try:
         return _ENCODER.encode(prepare(message, max_depth))
+    except _Rejected as exc:
+        rejected = exc.value
+        raise EncodeError(f"{exc}{_at(locate(message, lambda v: v is rejected, max_depth))}") from None
+    except OverflowError as exc:
+        raise _int_error(message, max_depth, exc) from None
     finally:
         _TENSOR_REFS.reset(token)
+
+
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what a msgpack int holds
+
+
+def _too_big(value: Any) -> bool:
+    return isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX
+
+
+def _int_error(message: Any, max_depth: int, error: OverflowError) -> EncodeError:
+    """The error for an int msgpack cannot hold, naming the first one in ``message`` and its path."""
+    found = locate(message, _too_big, max_depth)
+    if found is None:  # not found within the depth limit: msgspec's own words
+        return EncodeError(str(error))
+    path, value = found
+    return EncodeError(f"integer {value} does not fit the wire (msgpack holds -2**63 .. 2**64-1) - at `{path}`")
+
+
+def _at(found: tuple[str, Any] | None) -> str:
+    """`` - at `path` `` for a value ``locate`` found; nothing if it found none."""
+    return "" if found is None else f" - at `{found[0]}`"
 
 
 def decode_body(cls: type, data: Any, tensor: Callable[[int], Any]) -> Any:

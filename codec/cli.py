@@ -54,7 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("file", type=Path, help="a blob written by codec.join(frames)")
     shm = sub.add_parser("shm", help="shared-memory housekeeping")
     shm_sub = shm.add_subparsers(dest="shm_command", required=True, parser_class=_Parser)
-    shm_sub.add_parser("reap", help="remove tensorwire segments whose creator process is gone")
+    reap = shm_sub.add_parser(
+        "reap", help="remove this user's tensorwire segments in /dev/shm whose creator process is gone"
+    )
+    reap.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     shm_sub.add_parser("ls", help="list tensorwire segments in /dev/shm")
     bench = sub.add_parser("bench", help="benchmark against every peer (from a source checkout)", add_help=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="--json, --plot FILE, --sizes, --modes, --quick")
@@ -160,12 +163,15 @@ def _inspect(args: argparse.Namespace) -> int:
 def _shm(args: argparse.Namespace) -> int:
     from transports.shm import our_segments, reap
 
-    names = reap() if args.shm_command == "reap" else our_segments()
-    verb = "removed" if args.shm_command == "reap" else "segment"
+    if args.shm_command != "reap":
+        for name in our_segments():
+            print(f"segment {name}")
+        return 0
+    names = reap(dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
     for name in names:
         print(f"{verb} {name}")
-    if args.shm_command == "reap":
-        print(f"{len(names)} segment(s) of dead processes removed")
+    print(f"{len(names)} segment(s) of dead processes {'would be removed' if args.dry_run else 'removed'}")
     return 0
 
 

@@ -3,9 +3,11 @@
 Order of one ``decode`` call: bound the nesting depth of frame 0; decode the header; check magic,
 wire version, type id and version; verify every handle (names of our pattern only) and every
 tensor descriptor (dtype in the table, sizes, strides and offsets inside their buffer, limits);
-import the buffers; copy the buffers of tensors placed on a device there (``device=``, see
-``codec.placement``); decode the body against the message class (its rules run as it is built).
-If any step after the handles were verified fails, every buffer of the message is released.
+import the buffers (each transport proves the handle's capability before any side effect); copy
+the buffers of tensors placed on a device there (``device=``, see ``codec.placement``); decode the
+body against the message class (its rules run as it is built). If any step after the handles
+were verified fails, the decode lets go of what it imported and gives back the rest, each
+transport acting only on handles that prove their capability: a forged handle changes nothing.
 """
 
 from __future__ import annotations
@@ -78,12 +80,14 @@ class Decoder:
             raise DecodeError(f"invalid header: {exc}") from None
         handles = [entry.handle for entry in header.buffers]
         self._verify_handles(handles, frames)
-        done = False
+        buffers: list[Any] = []  # imported so far, in handle order
+        builder = _NO_TENSORS
         try:
             cls = self._resolve(header)
             if handles or header.tensors:
                 self._verify_tensors(header, head)
-            buffers = self._import(header, frames) if handles else []
+            if handles:
+                self._import(header, frames, buffers)
             devices: dict[int, Any] | None = None
             placed: dict[tuple[int, Any], Any] | None = None
             if self.placement is not None:
@@ -91,16 +95,21 @@ class Decoder:
                 if devices:
                     wanted = {(header.tensors[i].buffer, device) for i, device in devices.items()}
                     placed = self.placement.upload(buffers, wanted)
-            builder = TensorBuilder(header.tensors, buffers, devices, placed) if header.tensors else _NO_TENSORS
+            if header.tensors:
+                builder = TensorBuilder(header.tensors, buffers, devices, placed)
             try:
-                message = decode_body(cls, header.body, builder.build)
+                return decode_body(cls, header.body, builder.build)
             except (msgspec.MsgspecError, CodecError) as exc:
                 raise DecodeError(f"{header.type} v{header.version}: {exc}") from None
-            done = True
-            return message
-        finally:
-            if not done:
-                self._release(handles)
+        except BaseException:
+            # Let go of what this decode holds (a borrowed slot is freed as its last view dies) and
+            # give back the buffers it did not import, each only if its handle proves its capability.
+            unread = handles[len(buffers) :]
+            buffers.clear()
+            if builder is not _NO_TENSORS:
+                builder.clear()
+            self._release(unread)
+            raise
 
     def _resolve(self, header: Any) -> Any:
         if header.magic != MAGIC:
@@ -152,22 +161,27 @@ class Decoder:
             problem = verify_descriptor(desc, sizes, limits)
             if problem is not None:
                 suffix, reason = problem.split(": ", 1)
-                where = _locate(head, i) + suffix
+                where = _locate(head, i, limits.max_depth + _HEADER_LEVELS) + suffix
                 raise DecodeError(f"{header.type} v{header.version}: {reason} - at `{where}`")
 
-    def _import(self, header: Any, frames: Sequence[Buffer]) -> list[Any]:
+    def _import(self, header: Any, frames: Sequence[Buffer], buffers: list[Any]) -> None:
+        """Import every buffer into ``buffers``. A read-only one is copied when ``copy_readonly`` says
+        so, and always when a torch tensor lives in it (torch has no read-only tensors)."""
         options = self.options
         by_type = self._by_type
-        buffers = []
-        for entry in header.buffers:
+        torch_buffers: set[int] | None = None
+        for index, entry in enumerate(header.buffers):
             transport = by_type[type(entry.handle)]
             data = transport.import_(entry.handle, frames, entry.nbytes, borrow=options.borrow)
-            if type(entry.handle) is InlineHandle and options.copy_readonly and memoryview(data).readonly:
-                data = bytearray(data)
+            if memoryview(data).readonly:
+                if torch_buffers is None:
+                    torch_buffers = {desc.buffer for desc in header.tensors if desc.kind == "tensor"}
+                if options.copy_readonly or index in torch_buffers:
+                    data = bytearray(data)
             buffers.append(data)
-        return buffers
 
     def _release(self, handles: list[Handle]) -> None:
+        """Give back buffers this decode will not read (each transport acts only on proven handles)."""
         for handle in handles:
             try:
                 self._by_type[type(handle)].release(handle)
@@ -187,10 +201,10 @@ class Decoder:
 _NO_TENSORS = TensorBuilder([], [])  # for a message without tensors: any reference is an error, nothing is kept
 
 
-def _locate(head: memoryview, index: int) -> str:
+def _locate(head: memoryview, index: int, max_depth: int) -> str:
     """The body path of tensor ``index`` (e.g. ``$.media.video.tensor``), or its header path."""
     try:
-        path = describe(head)["tensors"][index]["path"]
-    except (CodecError, IndexError, KeyError):
+        path = describe(head, max_depth)["tensors"][index]["path"]
+    except Exception:  # the locator only improves a message; it never replaces the error
         path = None
     return path if isinstance(path, str) else f"$.tensors[{index}]"

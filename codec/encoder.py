@@ -62,6 +62,7 @@ class Encoder:
             ValueError,
             AttributeError,
             RuntimeError,
+            OverflowError,  # ``encode_body`` names the field of an int msgpack cannot hold; this is a guard
         ) as exc:
             raise EncodeError(f"{info.type_id}: {exc}") from None
         buffers, descriptors = plan.finish()

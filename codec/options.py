@@ -52,8 +52,10 @@ class DecodeOptions:
     memory (and a pool slot is handed back at once); None (default): each transport's own default,
     which for the shared-memory transport is a borrowed view of a pool slot and a copy of a
     one-shot segment.
-    ``copy_readonly``: an inline frame that is not writable (e.g. ``bytes``) is copied so the
-    tensor built on it is writable; set False to share it read-only (numpy arrays only).
+    ``copy_readonly``: a received buffer that is not writable (e.g. an inline frame received as
+    ``bytes``) is copied so the tensors built on it are writable; set False to share it: numpy
+    arrays on it are then read-only views, and a buffer holding a torch tensor is still copied
+    (torch has no read-only tensors, and writes must never reach the sender's or a blob's memory).
     ``strict_fingerprint``: reject a message whose schema fingerprint differs from the registry's
     class of the same type id and version (by default such compatible minor changes are decoded).
     """

@@ -10,6 +10,7 @@ there: their buffer carries the device storage and no host view, and the encoder
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from codec.errors import DecodeError, EncodeError
 from codec.options import Limits
 from codec.wire import TensorDesc
 
-__all__ = ["BufferPlan", "TensorBuilder", "TensorPlan", "verify_descriptor"]
+__all__ = ["BufferPlan", "TensorBuilder", "TensorPlan", "shape_problem", "verify_descriptor"]
 
 _ALIGN = 16  # the largest itemsize in the table (complex128)
 _TORCH_NAMES = {getattr(torch, d.torch_name): (d.name, d.itemsize) for d in DTYPES.values()}
@@ -139,6 +140,9 @@ class TensorPlan:
         nbytes = entry.nbytes
         if nbytes > limits.max_tensor_bytes:
             raise EncodeError(f"tensor of {nbytes} bytes is over the limit of {limits.max_tensor_bytes}")
+        problem = _layout_problem(entry, limits.max_tensor_bytes) if not nbytes else None
+        if problem is not None:  # an empty tensor can still have dimensions or strides no decoder takes
+            raise EncodeError(f"{problem[0][1:]}: {problem[1]}")
         index = len(self.entries)
         self.entries.append(entry)
         self._by_id[id(value)] = index
@@ -178,6 +182,11 @@ class TensorPlan:
         return entry, t.is_contiguous()
 
     def _numpy(self, array: np.ndarray) -> tuple[_Entry, bool]:
+        if type(array) is not np.ndarray:
+            raise EncodeError(
+                f"{_type_name(type(array))} is a subclass of numpy.ndarray and cannot travel (its extra state "
+                "would be lost); send numpy.asarray(value) for its data"
+            )
         dtype = array.dtype
         name = dtype.name if dtype.isnative and not dtype.fields and not dtype.subdtype else None
         if name not in DTYPES or DTYPES[name].numpy_name is None:
@@ -258,6 +267,47 @@ def _extent(start: int, shape: list[int], strides: list[int], itemsize: int) -> 
     return start + low * itemsize, start + (high + 1) * itemsize
 
 
+def shape_problem(shape: list[int], itemsize: int, limit: int) -> tuple[str, str] | None:
+    """Why ``shape`` is out of bounds, as ``(".shape[axis]", reason)``; None if it is within them.
+
+    Every dimension, and the product of the non-zero ones times the itemsize, must be at most
+    ``limit`` (``max_tensor_bytes``), for an empty tensor too: torch and numpy then never meet a
+    size they cannot compute.
+    """
+    running = itemsize
+    for axis, dim in enumerate(shape):
+        if dim > limit:
+            return f".shape[{axis}]", f"dimension {dim} is larger than the limit of {limit}"
+        if dim:
+            running *= dim
+            if running > limit:
+                return f".shape[{axis}]", f"{dim} makes the tensor larger than the limit of {limit} bytes"
+    if running > limit:
+        return ".dtype", f"an element of {itemsize} bytes is larger than the limit of {limit} bytes"
+    return None
+
+
+def _layout_problem(entry: _Entry, limit: int) -> tuple[str, str] | None:
+    """Why a decoder would reject the shape or strides of ``entry`` (see ``verify_descriptor``)."""
+    problem = shape_problem(entry.shape, DTYPES[entry.dtype].itemsize, limit)
+    if problem is not None:
+        return problem
+    for axis, stride in enumerate(entry.strides):
+        if abs(stride) > limit:
+            return f".strides[{axis}]", f"{stride} is out of range (over the limit of {limit})"
+    return None
+
+
+def _type_name(cls: type) -> str:
+    """``cls`` by its shortest public name, e.g. ``numpy.ma.MaskedArray`` for ``numpy.ma.core.MaskedArray``."""
+    parts = cls.__module__.split(".")
+    for end in range(1, len(parts)):
+        module = sys.modules.get(".".join(parts[:end]))
+        if module is not None and getattr(module, cls.__qualname__, None) is cls:
+            return f"{'.'.join(parts[:end])}.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _numel(shape: list[int]) -> int:
     count = 1
     for dim in shape:
@@ -282,15 +332,10 @@ def verify_descriptor(desc: TensorDesc, buffer_sizes: list[int], limits: Limits)
         return f".shape: rank {rank} is over the limit of {limits.max_rank}"
     if len(strides) != rank:
         return f".strides: {len(strides)} strides for rank {rank}"
+    problem = shape_problem(shape, itemsize, limits.max_tensor_bytes)
+    if problem is not None:
+        return f"{problem[0]}: {problem[1]}"
     numel = _numel(shape)
-    if numel * itemsize > limits.max_tensor_bytes:  # the first axis that takes it past the limit
-        running = 1
-        for axis, dim in enumerate(shape):
-            running *= dim
-            if running * itemsize > limits.max_tensor_bytes:
-                return (
-                    f".shape[{axis}]: {dim} makes the tensor larger than the limit of {limits.max_tensor_bytes} bytes"
-                )
     if desc.nbytes != numel * itemsize:
         return f".nbytes: {desc.nbytes} != prod(shape) * itemsize = {numel * itemsize}"
     if desc.buffer >= len(buffer_sizes):
@@ -340,6 +385,12 @@ class TensorBuilder:
         self._torch_bases: dict[int, torch.Tensor] = {}
         self._counts: dict[int, int] | None = None  # tensors per buffer, counted on first use
 
+    def clear(self) -> None:
+        """Drop every built tensor and buffer (a failed decode lets go of borrowed memory at once)."""
+        self._built.clear()
+        self._torch_bases.clear()
+        self.buffers = []
+
     def build(self, index: int) -> Any:
         value = self._built.get(index)
         if value is not None:
@@ -347,28 +398,35 @@ class TensorBuilder:
         if index >= len(self.descriptors):
             raise DecodeError(f"tensor reference {index} names no descriptor (the message has {len(self.descriptors)})")
         desc = self.descriptors[index]
+        try:
+            value = self._make(index, desc)
+        except (TypeError, ValueError, OverflowError, RuntimeError, BufferError) as exc:  # not expected after
+            # ``verify_descriptor``; a guard so that no torch or numpy error ever leaves a decode
+            raise DecodeError(f"tensor {index} of shape {desc.shape} cannot be built: {exc}") from None
+        self._built[index] = value
+        return value
+
+    def _make(self, index: int, desc: TensorDesc) -> Any:
+        """The tensor or array ``desc`` (descriptor ``index``, verified) describes, on its buffer."""
         torch_dtype, numpy_dtype, itemsize = _BUILD[desc.dtype]
         if desc.kind == "ndarray":
-            value = np.ndarray(
+            return np.ndarray(
                 desc.shape,
                 dtype=numpy_dtype,
                 buffer=self._host(desc.buffer),
                 offset=desc.offset,
                 strides=[s * itemsize for s in desc.strides],
             )
-        else:
-            device = self.devices.get(index)
-            value = None
-            if device is None and self._alone(desc.buffer):
-                value = self._quick(desc, torch_dtype, numpy_dtype, itemsize)
-            if value is None:
-                base = self._torch_base(desc.buffer) if device is None else self.device_buffers[(desc.buffer, device)]
-                offset = base.storage_offset() + desc.offset  # a delivered tensor may start inside its storage
-                value = torch.empty(0, dtype=torch_dtype, device=base.device).set_(
-                    base.untyped_storage(), offset // itemsize, desc.shape, desc.strides
-                )
-        self._built[index] = value
-        return value
+        device = self.devices.get(index)
+        if device is None and self._alone(desc.buffer):
+            value = self._quick(desc, torch_dtype, numpy_dtype, itemsize)
+            if value is not None:
+                return value
+        base = self._torch_base(desc.buffer) if device is None else self.device_buffers[(desc.buffer, device)]
+        offset = base.storage_offset() + desc.offset  # a delivered tensor may start inside its storage
+        return torch.empty(0, dtype=torch_dtype, device=base.device).set_(
+            base.untyped_storage(), offset // itemsize, desc.shape, desc.strides
+        )
 
     def _alone(self, buffer: int) -> bool:
         """Whether buffer ``buffer`` holds one tensor only (no storage to share with another view)."""

@@ -47,13 +47,14 @@ def consumer(conn: Any, report: Any, count: int, borrow: bool) -> None:
     report.send((count, ok))
 
 
-def export_and_exit(conn: Any) -> None:
-    """Export one segment, hand its frames to the parent, and exit without anyone receiving it yet."""
+def export_and_exit(conn: Any, backing: str = "memfd") -> None:
+    """Export one pool slot, hand its frames to the parent, and exit without anyone receiving it yet."""
     import codec
     import transports
     from codec.generated import diffusion
 
-    encoder = codec.Encoder(transport=transports.ShmTransport(), options=codec.EncodeOptions(inline_threshold=1))
+    transport = transports.ShmTransport(backing=backing)  # type: ignore[arg-type]
+    encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
     frames = encoder.encode(diffusion.Output(output=torch.arange(1000, dtype=torch.float32)))
     conn.send([bytes(memoryview(f)) for f in frames])
 

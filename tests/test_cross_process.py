@@ -8,7 +8,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 import torch
 from conftest import REPO
@@ -78,44 +80,71 @@ def test_no_resource_tracker_output_and_no_leak(tmp_path: Path) -> None:
     assert segments_of(producer_pid) == []
 
 
-def test_a_sender_that_exits_does_not_destroy_its_segments_and_reap_removes_them() -> None:
+def _exported_by_a_sender_that_exited(backing: str) -> tuple[int, list[Any]]:
     import procs
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    sender = ctx.Process(target=procs.export_and_exit, args=(child,))
+    sender = ctx.Process(target=procs.export_and_exit, args=(child, backing))
     sender.start()
     frames = parent.recv()
     sender.join(timeout=60)
-    assert sender.exitcode == 0
-    names = segments_of(sender.pid)
+    assert sender.exitcode == 0 and sender.pid is not None
+    return sender.pid, frames
+
+
+def test_a_named_segment_outlives_its_sender_and_reap_removes_it() -> None:
+    pid, frames = _exported_by_a_sender_that_exited("named")
+    names = segments_of(pid)
     assert len(names) == 1  # the creator is gone; its segment is still there (no tracker destroyed it)
+    would = [n for n in reap(dry_run=True) if n.startswith(f"tw-{pid}-")]
+    assert would == names and (SHM_DIR / names[0]).exists()  # a dry run removes nothing
     removed = reap()
-    assert names[0] in removed and segments_of(sender.pid) == []
+    assert names[0] in removed and segments_of(pid) == []
     with pytest.raises(codec.TransportError, match=r"cannot open pool segment .*: No such file or directory"):
+        codec.Decoder(REGISTRY, transports=[transports.ShmTransport(backing="named")]).decode(frames)
+
+
+def test_a_memfd_slot_goes_with_its_sender_and_leaves_nothing_to_reap() -> None:
+    pid, frames = _exported_by_a_sender_that_exited("memfd")
+    assert segments_of(pid) == [] and not any(n.startswith(f"tw-{pid}-") for n in reap(dry_run=True))
+    with pytest.raises(
+        codec.TransportError, match=rf"cannot open pool segment tw-{pid}-.* through /proc/{pid}/fd/\d+: No such file"
+    ):
         codec.Decoder(REGISTRY, transports=[transports.ShmTransport()]).decode(frames)
 
 
 def test_reap_keeps_segments_of_live_processes() -> None:
+    before = set(segments_of(os.getpid()))
     one_shot = transports.ShmTransport(pool=False)
     encoder = codec.Encoder(transport=one_shot, options=codec.EncodeOptions(inline_threshold=1))
     frames = encoder.encode(codec.generated.diffusion.Output(output=torch.ones(10)))
-    mine = segments_of(os.getpid())
+    mine = sorted(set(segments_of(os.getpid())) - before)
     assert len(mine) == 1
     assert mine[0] not in reap()
     assert (SHM_DIR / mine[0]).exists()
     codec.Decoder(REGISTRY, transports=[one_shot]).decode(frames)
-    assert segments_of(os.getpid()) == []
+    assert set(segments_of(os.getpid())) <= before
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
 
 
 def test_cli_shm_reap_and_ls(capsys: pytest.CaptureFixture[str]) -> None:
     from codec.cli import main
 
-    dead = SHM_DIR / ("tw-999999999-" + "b" * 32 + "-1")
+    dead = SHM_DIR / (f"tw-{_dead_pid()}-" + "b" * 32 + "-1")
     dead.write_bytes(b"x")
     try:
         assert main(["shm", "ls"]) == 0
         assert dead.name in capsys.readouterr().out
+        assert main(["shm", "reap", "--dry-run"]) == 0
+        out = capsys.readouterr().out
+        assert f"would remove {dead.name}" in out and "segment(s) of dead processes would be removed" in out
+        assert dead.exists()
         assert main(["shm", "reap"]) == 0
         out = capsys.readouterr().out
         assert f"removed {dead.name}" in out and "segment(s) of dead processes removed" in out
@@ -129,7 +158,7 @@ def test_a_borrowed_mapping_lives_until_its_last_view_dies() -> None:
     import gc
     import weakref
 
-    shm = transports.ShmTransport(pool=False)
+    shm = transports.ShmTransport(pool=False, backing="named")  # a receiver that maps one-shot segments
     encoder = codec.Encoder(transport=shm, options=codec.EncodeOptions(inline_threshold=1))
     decoder = codec.Decoder(REGISTRY, transports=[shm], options=codec.DecodeOptions(borrow=True))
     sent = torch.arange(4096, dtype=torch.float32)
@@ -138,7 +167,7 @@ def test_a_borrowed_mapping_lives_until_its_last_view_dies() -> None:
     gc.disable()
     try:
         frames = encoder.encode(codec.generated.diffusion.Output(output=(sent, "tuple in a tree")))
-        name = segments_of(os.getpid())[0]
+        name = msgspec.msgpack.decode(frames[0])["buffers"][0]["handle"]["name"]
 
         def mapped() -> bool:
             return name in Path("/proc/self/maps").read_text()

@@ -228,7 +228,8 @@ def test_a_failure_mid_message_releases_what_was_exported(tmp_path: Path, cuda_s
         encoder.encode(_video_message(_meta(300_000), _meta(600_000)))
     assert _registered_states(cuda_shm) == [FREE]  # the first buffer's slot was released
     assert cuda_shm._reader._maps == {}  # by its own pool, not by mapping it again as a reader
-    assert cuda_shm.registrations == 1 and len(our_segments(tmp_path)) == 1
+    assert cuda_shm.registrations == 1 and len(cuda_shm.registered.slots()) == 1
+    assert our_segments(tmp_path) == []  # memfds: nothing named in the directory
 
 
 # -- the torch adapter's error handling (its device calls run in tests/test_cuda_gpu.py) -------------

@@ -14,7 +14,7 @@ from wire_helpers import segments_of
 import codec
 import transports
 import transports.pool
-from codec.generated import diffusion, media, rpc
+from codec.generated import REGISTRY, diffusion, media, rpc
 
 SHM = transports.ShmTransport(pool=False)
 ENCODER = codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=1))
@@ -22,8 +22,9 @@ ENCODER = codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_thresh
 
 @pytest.fixture(autouse=True)
 def no_segments_left() -> Any:
+    before = set(segments_of(os.getpid()))  # other modules may keep some (e.g. quarantined on purpose)
     yield
-    assert segments_of(os.getpid()) == []
+    assert set(segments_of(os.getpid())) <= before
 
 
 def _video(**changes: Any) -> Any:
@@ -165,12 +166,13 @@ def test_a_failed_export_at_any_buffer_releases_everything_and_mutates_nothing()
     tensors = [torch.full((256,), float(i)) for i in range(5)]
     message = diffusion.Output(output=(tensors[0], [tensors[1], (tensors[2],)], {"x": tensors[3], "y": tensors[4]}))
     snapshot = [t.clone() for t in tensors]
+    before = set(segments_of(os.getpid()))
     for k in range(1, 6):
         transport = _FailingShm(k)
         encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
         with pytest.raises(codec.TransportError, match=rf"injected failure at export {k}"):
             encoder.encode(message)
-        assert segments_of(os.getpid()) == [], f"segments left after a failure at export {k}"
+        assert set(segments_of(os.getpid())) <= before, f"segments left after a failure at export {k}"
         assert isinstance(message.output, tuple) and isinstance(message.output[1][1], tuple)
         assert all(torch.equal(t, s) for t, s in zip(tensors, snapshot, strict=True))
 
@@ -178,6 +180,7 @@ def test_a_failed_export_at_any_buffer_releases_everything_and_mutates_nothing()
 def test_a_failed_export_hands_every_pool_slot_back() -> None:
     tensors = [torch.full((256,), float(i)) for i in range(4)]
     message = diffusion.Output(output=tensors)
+    before = set(segments_of(os.getpid()))
     for k in range(1, 5):
         transport = _FailingShm(k, pool=True)
         encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
@@ -186,7 +189,7 @@ def test_a_failed_export_hands_every_pool_slot_back() -> None:
         assert transport.pool is not None
         assert all(slot.state == transports.pool.FREE for slot in transport.pool.slots())
         transport.close()
-    assert segments_of(os.getpid()) == []
+    assert set(segments_of(os.getpid())) <= before
 
 
 def test_an_interrupt_while_the_header_is_built_hands_every_slot_back(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,6 +199,7 @@ def test_an_interrupt_while_the_header_is_built_hands_every_slot_back(monkeypatc
         raise KeyboardInterrupt
 
     monkeypatch.setattr(codec.encoder, "header_bytes", interrupted)
+    before = set(segments_of(os.getpid()))
     transport = transports.ShmTransport()
     encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
     with pytest.raises(KeyboardInterrupt):
@@ -203,7 +207,7 @@ def test_an_interrupt_while_the_header_is_built_hands_every_slot_back(monkeypatc
     assert transport.pool is not None and len(transport.pool.slots()) == 2
     assert all(slot.state == transports.pool.FREE for slot in transport.pool.slots())
     transport.close()
-    assert segments_of(os.getpid()) == []
+    assert set(segments_of(os.getpid())) <= before
 
 
 def test_a_full_dev_shm_is_a_transport_error_before_any_copy(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -219,26 +223,36 @@ def test_a_full_dev_shm_is_a_transport_error_before_any_copy(monkeypatch: pytest
 
     monkeypatch.setattr(transports.shm.os, "posix_fallocate", no_space)
     monkeypatch.setattr(transports.shm.mmap, "mmap", watch_mmap)
-    with pytest.raises(codec.TransportError, match=r"cannot reserve 4096 bytes in /dev/shm") as info:
+    with pytest.raises(codec.TransportError, match=r"cannot reserve 8192 bytes in /dev/shm") as info:
         ENCODER.encode(diffusion.Output(output=torch.zeros(1024)))
     assert info.value.errno == errno.ENOSPC
     assert copied == []  # nothing was mapped, nothing copied
 
 
 def test_a_real_full_filesystem(tmp_path: Any) -> None:
-    """On a 1 MiB tmpfs, where the machine lets us mount one, a 2 MiB buffer fails with ENOSPC."""
+    """On a 1 MiB tmpfs, where the machine lets us mount one, a 2 MiB buffer fails with ENOSPC in a
+    named segment; a memfd pool does not live there and takes it."""
     mount = tmp_path / "tiny"
     mount.mkdir()
     if os.system(f"mount -t tmpfs -o size=1m tmpfs {mount} 2>/dev/null") != 0:
         pytest.skip("cannot mount a tmpfs here")
     try:
-        # one-shot segments, and the pool growing a slot past the budget it was told it has
-        for shm in (transports.ShmTransport(mount, pool=False), transports.ShmTransport(mount, max_cached_bytes=2**30)):
+        # one-shot segments, and a named pool growing a slot past the budget it was told it has
+        named = transports.ShmTransport(mount, backing="named", max_cached_bytes=2**30)
+        for shm in (transports.ShmTransport(mount, pool=False), named):
             encoder = codec.Encoder(transport=shm, options=codec.EncodeOptions(inline_threshold=1))
             with pytest.raises(codec.TransportError, match=r"cannot reserve \d+ bytes in .*tiny") as info:
                 encoder.encode(diffusion.Output(output=torch.zeros(2**19)))
             assert info.value.errno == errno.ENOSPC
             assert os.listdir(mount) == []
             shm.close()
+        memfd = transports.ShmTransport(mount, max_cached_bytes=2**30)
+        frames = codec.Encoder(transport=memfd, options=codec.EncodeOptions(inline_threshold=1)).encode(
+            diffusion.Output(output=torch.zeros(2**19))
+        )
+        out = codec.Decoder(REGISTRY, transports=[memfd]).decode(frames)
+        assert out.output.shape == (2**19,) and os.listdir(mount) == []
+        del out
+        memfd.close()
     finally:
         os.system(f"umount {mount}")

@@ -19,17 +19,23 @@ from codec.generated import REGISTRY, diffusion, media, rpc
 from transports.pool import FREE
 
 SHM = transports.ShmTransport(pool=False)
+SHM_NAMED = transports.ShmTransport(pool=False, backing="named")  # a receiver that maps one-shot segments
 POOL = transports.ShmTransport()
+NAMED_POOL = transports.ShmTransport(backing="named")
 QUEUE = torch_mp.get_context("spawn").Queue()
 ALL_OOB = codec.EncodeOptions(inline_threshold=1)
 MODES = {
     "inline": (codec.Encoder(), codec.Decoder(REGISTRY)),
     "shm-copy": (codec.Encoder(transport=SHM, options=ALL_OOB), codec.Decoder(REGISTRY, transports=[SHM])),
     "shm-borrow": (
-        codec.Encoder(transport=SHM, options=ALL_OOB),
-        codec.Decoder(REGISTRY, transports=[SHM], options=codec.DecodeOptions(borrow=True)),
+        codec.Encoder(transport=SHM_NAMED, options=ALL_OOB),
+        codec.Decoder(REGISTRY, transports=[SHM_NAMED], options=codec.DecodeOptions(borrow=True)),
     ),
     "pool-borrow": (codec.Encoder(transport=POOL, options=ALL_OOB), codec.Decoder(REGISTRY, transports=[POOL])),
+    "named-pool-borrow": (
+        codec.Encoder(transport=NAMED_POOL, options=ALL_OOB),
+        codec.Decoder(REGISTRY, transports=[NAMED_POOL]),
+    ),
     "pool-copy": (
         codec.Encoder(transport=POOL, options=ALL_OOB),
         codec.Decoder(REGISTRY, transports=[POOL], options=codec.DecodeOptions(borrow=False)),
@@ -48,12 +54,14 @@ def roundtrip(message: Any, mode: str = "inline") -> Any:
 
 @pytest.fixture(autouse=True)
 def no_segments_left() -> Any:
-    """After each test: no one-shot segment left, and every pool slot handed back."""
+    """After each test: no one-shot segment left, and every pool slot handed back (segments that
+    were there before the test, e.g. kept by other modules, are not this test's)."""
+    before = set(segments_of(os.getpid()))
     yield
-    assert POOL.pool is not None
-    slots = POOL.pool.slots()
+    assert POOL.pool is not None and NAMED_POOL.pool is not None
+    slots = POOL.pool.slots() + NAMED_POOL.pool.slots()
     assert all(slot.state == FREE for slot in slots)
-    assert sorted(segments_of(os.getpid())) == sorted(slot.name for slot in slots)
+    assert set(segments_of(os.getpid())) - before <= {slot.name for slot in slots}
 
 
 # -- every dtype, rank and layout ---------------------------------------------------------------
@@ -411,7 +419,9 @@ def test_arrays_over_foreign_exporters_round_trip() -> None:
 def teardown_module() -> None:
     """Leave /dev/shm as this module found it: its long-lived pool is closed."""
     POOL.close()
+    NAMED_POOL.close()
     SHM.close()
+    SHM_NAMED.close()
 
 
 _LEAVES = st.one_of(

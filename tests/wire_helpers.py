@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import msgspec
@@ -9,6 +10,8 @@ import numpy as np
 import torch
 
 from transports.shm import our_segments
+
+_MEMFD = "/memfd:"
 
 
 def bits(value: Any) -> Any:
@@ -35,5 +38,35 @@ def same(a: Any, b: Any) -> bool:
 
 
 def segments_of(pid: int) -> list[str]:
-    """tensorwire segments in /dev/shm created by ``pid``."""
-    return [n for n in our_segments() if n.startswith(f"tw-{pid}-")]
+    """tensorwire segments created by ``pid`` that still exist: named ones in /dev/shm, and memfds
+    that this process or ``pid`` still holds (open or mapped)."""
+    prefix = f"tw-{pid}-"
+    names = {n for n in our_segments() if n.startswith(prefix)}
+    for holder in {"self", str(pid)}:
+        names.update(n for n in memfds_held(holder) if n.startswith(prefix))
+    return sorted(names)
+
+
+def memfds_held(holder: str = "self") -> set[str]:
+    """Names of the memfds process ``holder`` has open or mapped (empty if it is gone)."""
+    names: set[str] = set()
+    root = f"/proc/{holder}"
+    links = []
+    try:
+        fds = os.listdir(f"{root}/fd")
+    except OSError:
+        fds = []
+    for fd in fds:
+        try:
+            links.append(os.readlink(f"{root}/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            pass
+    try:
+        with open(f"{root}/maps", encoding="ascii", errors="replace") as maps:
+            links += [line.split(None, 5)[-1].strip() for line in maps if _MEMFD in line]
+    except OSError:
+        pass
+    for link in links:
+        if link.startswith(_MEMFD):
+            names.add(link[len(_MEMFD) :].removesuffix(" (deleted)"))
+    return names

@@ -6,7 +6,7 @@ from transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime
 from transports.cuda_shm import CudaShmTransport
 from transports.inline import InlineHandle, InlineTransport
 from transports.queue import QueueHandle, QueueTransport
-from transports.shm import ShmHandle, ShmTransport, SlotHandle, reap
+from transports.shm import ShmHandle, ShmTransport, SlotHandle, our_segments, reap
 
 __all__ = [
     "CudaCallError",
@@ -24,5 +24,6 @@ __all__ = [
     "Transport",
     "available",
     "by_name",
+    "our_segments",
     "reap",
 ]

@@ -3,19 +3,25 @@
 The sender creates the page (a tensorwire segment name, so the reaper removes it if the sender
 dies) and reads it; the receiver opens it by name (our pattern only, exact size and magic
 checked) and writes the highest position it has received. A position is one 8-byte word, written
-and read whole, so no reader sees half of it; positions only grow.
+and read whole, so no reader sees half of it; positions only grow. A page serves one stream of
+positions (one sending thread); ``InFlight`` is that stream's side: its page and what it keeps.
 """
 
 from __future__ import annotations
 
 import mmap
+import os
 import struct
+import threading
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from codec.errors import DecodeError
-from transports.pool import create_segment, map_segment
+from transports.segment import create_named, open_named
 
-__all__ = ["AckPage"]
+__all__ = ["AckPage", "InFlight"]
 
 _MAGIC = b"TWACK001"
 _SIZE = 4096
@@ -31,13 +37,18 @@ class AckPage:
 
     @classmethod
     def create(cls, path: Path) -> AckPage:
-        mapping = create_segment(path, _SIZE)
+        fd, mapping = create_named(path, _SIZE)
+        os.close(fd)
         mapping[: len(_MAGIC)] = _MAGIC
         return cls(path, mapping, owner=True)
 
     @classmethod
     def open(cls, path: Path) -> AckPage:
-        mapping = map_segment(path, "ack page", _SIZE)
+        fd = open_named(path, "ack page", exact=_SIZE)
+        try:
+            mapping = mmap.mmap(fd, _SIZE, flags=mmap.MAP_SHARED)
+        finally:
+            os.close(fd)
         if len(mapping) != _SIZE or mapping[: len(_MAGIC)] != _MAGIC:
             mapping.close()
             raise DecodeError(f"ack page {path.name} is not a {_SIZE}-byte page with its magic")
@@ -58,3 +69,42 @@ class AckPage:
         if self._owner:
             self.path.unlink(missing_ok=True)
         self._mapping.close()
+
+
+class InFlight:
+    """What one stream sent and its receiver has not acknowledged yet, each object kept alive until
+    the stream's page shows its position. The page is created on first use. Thread-safe."""
+
+    def __init__(self, directory: Path, name: Callable[[], str]) -> None:
+        self._directory, self._name = directory, name
+        self._page: AckPage | None = None
+        self._kept: deque[tuple[int, Any]] = deque()  # (position, object), positions growing
+        self._lock = threading.Lock()
+
+    def page_name(self) -> str:
+        """The name of this stream's page (created now if it is not there yet)."""
+        with self._lock:
+            if self._page is None:
+                self._page = AckPage.create(self._directory / self._name())
+            return self._page.name
+
+    def keep(self, position: int, obj: Any) -> None:
+        """Hold ``obj`` until ``position`` is acknowledged."""
+        with self._lock:
+            self._kept.append((position, obj))
+
+    def count(self) -> int:
+        """Objects still held: let go of the acknowledged ones first."""
+        with self._lock:
+            acked = 0 if self._page is None else self._page.position
+            while self._kept and self._kept[0][0] <= acked:
+                self._kept.popleft()
+            return len(self._kept)
+
+    def close(self) -> None:
+        """Let go of everything and remove the page (a later use makes a new one)."""
+        with self._lock:
+            self._kept.clear()
+            if self._page is not None:
+                self._page.close()
+                self._page = None

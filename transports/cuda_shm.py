@@ -40,10 +40,11 @@ import torch
 
 from codec.errors import TransportError
 from transports.base import Buffer, Handle
+from transports.control import CONTROL_BYTES, SENDER
 from transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime, keep_forever
-from transports.pool import CONTROL_BYTES, SENDER, Pool, Slot
+from transports.pool import Pool, Slot
 from transports.retention import Retention
-from transports.shm import SHM_DIR, ShmHandle, ShmTransport, SlotHandle, _next_name
+from transports.shm import SHM_DIR, Backing, ShmHandle, ShmTransport, SlotHandle, _next_name
 
 __all__ = ["CudaShmTransport", "Quarantined"]
 
@@ -64,7 +65,8 @@ class CudaShmTransport(ShmTransport):
 
     ``runtime``: the CUDA adapter (default: ``TorchCudaRuntime``). ``registered_shm_fraction``,
     ``registered_host_fraction``, ``min_free_fraction``, ``max_registered_bytes``: the retention
-    policy of the registered pool. The other arguments are ``ShmTransport``'s.
+    policy of the registered pool (``registered_shm_fraction`` bounds named pools only: memfds
+    live outside /dev/shm). The other arguments are ``ShmTransport``'s.
     """
 
     name: ClassVar[str] = "cuda_shm"
@@ -76,9 +78,11 @@ class CudaShmTransport(ShmTransport):
         *,
         runtime: CudaRuntime | None = None,
         pool: bool = True,
+        backing: Backing = "memfd",
         cache_fraction: float = 0.25,
         max_cached_bytes: int | None = None,
         idle_seconds: float = 30.0,
+        claim_timeout: float = 60.0,
         registered_shm_fraction: float = 0.25,
         registered_host_fraction: float = 0.25,
         min_free_fraction: float = 0.05,
@@ -87,9 +91,11 @@ class CudaShmTransport(ShmTransport):
         super().__init__(
             directory,
             pool=pool,
+            backing=backing,
             cache_fraction=cache_fraction,
             max_cached_bytes=max_cached_bytes,
             idle_seconds=idle_seconds,
+            claim_timeout=claim_timeout,
         )
         self.runtime: CudaRuntime = runtime if runtime is not None else TorchCudaRuntime()
         self.unavailable_reason = self.runtime.unavailable_reason()
@@ -99,7 +105,7 @@ class CudaShmTransport(ShmTransport):
         self.registered: Pool | None = None
         if self.unavailable_reason is None:
             retention = Retention(
-                shm_fraction=registered_shm_fraction,
+                shm_fraction=registered_shm_fraction if backing == "named" else None,
                 host_fraction=registered_host_fraction,
                 min_free_fraction=min_free_fraction,
                 max_bytes=max_registered_bytes,
@@ -107,8 +113,10 @@ class CudaShmTransport(ShmTransport):
             self.registered = Pool(
                 self.directory,
                 _next_name,
+                memfd=backing == "memfd",
                 retention=retention,
                 idle_seconds=idle_seconds,
+                claim_timeout=claim_timeout,
                 prepare=self._register,
                 retire=self._unregister,
             )
@@ -173,11 +181,13 @@ class CudaShmTransport(ShmTransport):
             del target
             self._quarantine_slot(slot, source, f"{exc} after a copy into {slot.name} was queued")
             raise _error(exc) from None
-        return SlotHandle(name=slot.name, offset=0, generation=self.registered.hand_over(slot))
+        generation, capability = self.registered.hand_over(slot)
+        number = slot.fd if self.registered.memfd else None
+        return SlotHandle(name=slot.name, offset=0, generation=generation, capability=capability, fd=number)
 
     def release(self, handle: Handle) -> None:
         if isinstance(handle, SlotHandle) and self.registered is not None:
-            if self.registered.release(handle.name, handle.generation):
+            if self.registered.release(handle.name, handle.generation, handle.capability):
                 return
         super().release(handle)
 

@@ -5,11 +5,32 @@ handle; message ids grow per sender and tensor ids restart with each message. Th
 drains the queue, buffering what arrives from any number of producers (arrival order between
 producers is free, each producer's order is kept), until the tensor it was asked for is there.
 
+Threads. One transport (and so one ``Encoder`` or ``Decoder`` over it) may be shared by any
+number of threads on either side:
+
+- sending: each thread that sends is a stream of its own, a sender id drawn under a lock the
+  first time it sends (the first thread's is ``sender_id``, a later one's ``<sender_id>-<n>``),
+  with its own message and tensor numbering and, for CUDA tensors, its own ack page and
+  bookkeeping; a stream's order is its thread's order. ``in_flight`` counts over every stream and
+  ``max_in_flight`` bounds that sum. Streams of threads that have ended are dropped (their ack
+  page removed) once nothing of theirs is in flight.
+- receiving: ``import_``, ``release``, ``buffered()`` and ``buffered_bytes()`` may be called from
+  any thread. One thread at a time drains the queue (without holding the buffer's lock while it
+  waits on the queue), stores what it takes and wakes the others, which look again in the buffer;
+  every wait is bounded by ``timeout``. The stale rule below holds per stream, so a stream's
+  messages must be decoded in the order they were encoded: two threads decoding two messages of
+  one sending thread at once may find the older one discarded.
+- ``close()`` must not run while other threads use the transport. A forked child makes its own.
+
 Aliasing is explicit. By default a tensor's storage is moved into shared memory in place
 (``share_memory_()``): the sender's tensor now lives there, and writes it makes after encoding
 are visible to the receiver. ``snapshot=True`` copies each buffer on export instead, so the
 sender may go on writing. The queue keeps a shared tensor alive only while it is in the queue:
-the producer must outlive the hand-over.
+the producer must outlive the hand-over. A storage that /dev/shm has no room for is a
+``TransportError`` (ENOSPC, or the errno of torch's failure) naming the bytes, checked before
+torch is asked; if torch fails anyway, the file its failed allocation left is removed. An earlier
+tensor of that message may already be on the queue: the receiver buffers it until the stream's
+next consumed message discards it as stale (or the stream's ``ttl`` runs out), never delivering it.
 
 CUDA buffers (``export_device``) travel by CUDA IPC: the tensor is pickled on export, so a tensor
 that cannot be shared fails ``export`` itself, and the receiver gets a view of the sender's device
@@ -35,9 +56,9 @@ import errno
 import logging
 import os
 import queue as stdlib_queue
+import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
@@ -48,14 +69,17 @@ import torch
 import torch.multiprocessing  # registers torch's tensor reductions (CUDA IPC included) with ForkingPickler
 
 from codec.errors import DecodeError, TransportError
-from transports.ack import AckPage
+from transports.ack import AckPage, InFlight
 from transports.base import Buffer, Handle
 from transports.cuda_runtime import CudaRuntime, TorchCudaRuntime
 from transports.shm import _NAME, SHM_DIR, _next_name
+from transports.torch_shm import share
 
 __all__ = ["QueueHandle", "QueueTransport"]
 
 log = logging.getLogger("tensorwire.queue")
+
+_POLL = 0.1  # seconds a draining thread waits on the queue before it looks at the buffer again
 
 
 class QueueHandle(Handle, tag="queue", frozen=True):
@@ -73,6 +97,17 @@ class _Sender:
     newest_consumed: int = -1
     messages: dict[int, dict[int, torch.Tensor]] = field(default_factory=dict)
     last_seen: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Stream:
+    """One sending thread's stream: its sender id, its counters, its CUDA tensors in flight."""
+
+    sender: str
+    thread: threading.Thread
+    acks: InFlight
+    message: int = 0
+    tensor: int = 0
 
 
 class QueueTransport:
@@ -101,45 +136,49 @@ class QueueTransport:
         self.max_buffered = max_buffered
         self.max_buffered_bytes = max_buffered_bytes
         self.sender_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self._message = 0
-        self._tensor = 0
-        self._senders: dict[str, _Sender] = {}
         self.max_in_flight = max_in_flight
         self.runtime: CudaRuntime = runtime if runtime is not None else TorchCudaRuntime()
         self.directory = Path(directory)
-        self._ack: AckPage | None = None  # ours, as a sender of CUDA tensors
-        self._in_flight: deque[tuple[int, torch.Tensor]] = deque()  # (ack position, tensor) not yet acknowledged
-        self._peer_acks: dict[str, AckPage] = {}  # senders' pages, as a receiver
+        # sending: a stream per thread
+        self._local = threading.local()
+        self._streams: list[_Stream] = []
+        self._streams_drawn = 0
+        self._streams_lock = threading.Lock()
+        # receiving: the buffer, its lock, and whether a thread is draining the queue
+        self._senders: dict[str, _Sender] = {}
+        self._peer_acks: dict[str, AckPage] = {}  # senders' pages
+        self._ready = threading.Condition(threading.Lock())
+        self._draining = False
 
     # -- sending ------------------------------------------------------------------------------
     def begin_message(self) -> None:
-        """A new message: its id grows, tensor ids start again at 0."""
-        self._message += 1
-        self._tensor = 0
+        """A new message of the calling thread's stream: its id grows, tensor ids start again at 0."""
+        stream = self._stream()
+        stream.message += 1
+        stream.tensor = 0
 
     def export_storage(self, storage: torch.Tensor, start: int, nbytes: int, frames: list[Buffer]) -> Handle:
         """Send bytes ``[start, start + nbytes)`` of a uint8 tensor over a whole torch storage."""
         if self.snapshot:
-            part = torch.empty(nbytes, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]
+            part = share(torch.empty(nbytes, dtype=torch.uint8), nbytes)
             part.copy_(storage[start : start + nbytes])
             return self._put(part)
-        try:
-            storage.share_memory_()  # type: ignore[no-untyped-call]  # the sender's own storage moves there
-        except RuntimeError as exc:
-            raise TransportError(errno.EINVAL, f"cannot share a storage of {storage.numel()} bytes: {exc}") from None
+        if not storage.is_shared():  # type: ignore[no-untyped-call]
+            share(storage, storage.numel())  # the sender's own storage moves there
         return self._put(storage[start : start + nbytes])
 
     def export(self, data: memoryview, frames: list[Buffer]) -> Handle:
         """Send a byte view that is not a torch storage (a numpy array): one copy into shared memory."""
-        part = torch.empty(data.nbytes, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]
+        part = share(torch.empty(data.nbytes, dtype=torch.uint8), data.nbytes)
         part.numpy()[:] = memoryview(data).cast("B")
         return self._put(part)
 
     def _put(self, tensor: torch.Tensor) -> Handle:
         if not tensor.is_shared():  # type: ignore[no-untyped-call]
             raise TransportError(errno.EINVAL, "the tensor is not in shared memory and cannot be sent")
-        handle = self._next_handle()
-        self._send((handle.sender, handle.message, handle.tensor, tensor), handle)
+        stream = self._stream()
+        handle = _next_handle(stream)
+        self._send(stream, (handle.sender, handle.message, handle.tensor, tensor), handle)
         return handle
 
     def export_device(self, storage: torch.Tensor, start: int, nbytes: int, frames: list[Buffer]) -> Handle | None:
@@ -150,24 +189,22 @@ class QueueTransport:
         if self.snapshot:
             part = part.clone()
         self._wait_for_room()
-        handle = self._next_handle()
+        stream = self._stream()
+        handle = _next_handle(stream)
         try:
             payload = bytes(ForkingPickler.dumps(part))  # now, so that a failure to share fails this call
         except (RuntimeError, TypeError, ValueError, OSError) as exc:
             raise TransportError(errno.EINVAL, f"cannot share a {nbytes}-byte buffer on {part.device}: {exc}") from None
-        if self._ack is None:
-            self._ack = AckPage.create(self.directory / _next_name())
-        self._send((handle.sender, handle.message, handle.tensor, payload, self._ack.name), handle)
-        self._in_flight.append((_position(handle.message, handle.tensor), part))
+        page = stream.acks.page_name()
+        self._send(stream, (handle.sender, handle.message, handle.tensor, payload, page), handle)
+        stream.acks.keep(_position(handle.message, handle.tensor), part)
         return handle
 
     @property
     def in_flight(self) -> int:
-        """CUDA tensors sent and not yet acknowledged by the receiver (kept alive until then)."""
-        acked = 0 if self._ack is None else self._ack.position
-        while self._in_flight and self._in_flight[0][0] <= acked:
-            self._in_flight.popleft()
-        return len(self._in_flight)
+        """CUDA tensors sent by any thread and not yet acknowledged by the receiver (kept alive until then)."""
+        with self._streams_lock:
+            return sum(stream.acks.count() for stream in self._streams)
 
     def _wait_for_room(self) -> None:
         deadline = time.monotonic() + self.timeout
@@ -180,24 +217,43 @@ class QueueTransport:
                 )
             time.sleep(0.001)
 
-    def _next_handle(self) -> QueueHandle:
-        if self._tensor >= _TENSORS_PER_MESSAGE:
-            raise TransportError(errno.E2BIG, f"more than {_TENSORS_PER_MESSAGE} queue tensors in one message")
-        return QueueHandle(sender=self.sender_id, message=self._message, tensor=self._tensor)
+    def _stream(self) -> _Stream:
+        """The calling thread's stream, drawn the first time it sends."""
+        stream: _Stream | None = getattr(self._local, "stream", None)
+        if stream is None:
+            stream = self._local.stream = self._new_stream()
+        return stream
 
-    def _send(self, item: tuple[Any, ...], handle: QueueHandle) -> None:
+    def _new_stream(self) -> _Stream:
+        with self._streams_lock:
+            self._drop_ended_streams()
+            n = self._streams_drawn
+            self._streams_drawn += 1
+            sender = self.sender_id if n == 0 else f"{self.sender_id}-{n}"
+            stream = _Stream(sender, threading.current_thread(), InFlight(self.directory, _next_name))
+            self._streams.append(stream)
+        return stream
+
+    def _drop_ended_streams(self) -> None:
+        """Forget the streams of threads that have ended and have nothing in flight (the lock held)."""
+        for stream in [s for s in self._streams if not s.thread.is_alive() and s.acks.count() == 0]:
+            stream.acks.close()
+            self._streams.remove(stream)
+
+    def _send(self, stream: _Stream, item: tuple[Any, ...], handle: QueueHandle) -> None:
         try:
             self.queue.put(item, timeout=self.timeout)
         except stdlib_queue.Full:
             raise TransportError(errno.EAGAIN, f"queue full for {self.timeout}s sending {handle}") from None
-        self._tensor += 1
+        stream.tensor += 1
 
     def release(self, handle: Handle) -> None:
         """A sent tensor cannot be recalled; a receiver drops a buffered one it will not read."""
         assert isinstance(handle, QueueHandle)
-        sender = self._senders.get(handle.sender)
-        if sender is not None:
-            sender.messages.get(handle.message, {}).pop(handle.tensor, None)
+        with self._ready:
+            sender = self._senders.get(handle.sender)
+            if sender is not None:
+                sender.messages.get(handle.message, {}).pop(handle.tensor, None)
 
     # -- receiving ----------------------------------------------------------------------------
     def verify(self, handles: Sequence[Handle], frames: Sequence[Buffer]) -> None:
@@ -225,41 +281,76 @@ class QueueTransport:
         return array if borrow is not False else array.copy()
 
     def _take(self, handle: QueueHandle) -> torch.Tensor:
+        """The tensor ``handle`` names: from the buffer, or drained into it (by this thread or another)."""
         deadline = time.monotonic() + self.timeout
-        while True:
-            sender = self._senders.get(handle.sender)
-            if sender is not None:
-                tensor = sender.messages.get(handle.message, {}).pop(handle.tensor, None)
+        with self._ready:
+            while True:
+                tensor = self._pop(handle)
                 if tensor is not None:
-                    self._consumed(handle.sender, sender, handle.message)
                     return tensor
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TransportError(
-                    errno.ETIMEDOUT,
-                    f"no tensor {handle.tensor} of message {handle.message} from sender {handle.sender} "
-                    f"after waiting {self.timeout}s",
-                )
-            try:
-                item = self.queue.get(timeout=left)
-            except stdlib_queue.Empty:
-                continue
-            except (OSError, EOFError, RuntimeError) as exc:  # e.g. its producer died before we took its fds
-                log.warning("dropping a queue item that could not be received: %s", exc)
-                continue
-            self._store(item)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TransportError(
+                        errno.ETIMEDOUT,
+                        f"no tensor {handle.tensor} of message {handle.message} from sender {handle.sender} "
+                        f"after waiting {self.timeout}s",
+                    )
+                if self._draining:
+                    self._ready.wait(left)  # another thread drains; it wakes us when it stored something
+                else:
+                    self._drain_one(min(left, _POLL))
 
-    def _store(self, item: Any) -> None:
-        if len(item) == 5:  # a CUDA tensor, pickled on export, and its sender's ack page
-            sender_id, message, index, payload, ack_name = item
+    def _pop(self, handle: QueueHandle) -> torch.Tensor | None:
+        """Take ``handle``'s tensor out of the buffer, if it is there (the lock held)."""
+        sender = self._senders.get(handle.sender)
+        if sender is None:
+            return None
+        tensor = sender.messages.get(handle.message, {}).pop(handle.tensor, None)
+        if tensor is not None:
+            self._consumed(handle.sender, sender, handle.message)
+        return tensor
+
+    def _drain_one(self, timeout: float) -> None:
+        """Take at most one item off the queue into the buffer, the lock released while waiting for
+        it (the lock held on entry and on return); then wake every waiting thread."""
+        self._draining = True
+        try:
+            self._ready.release()
             try:
-                tensor = ForkingPickler.loads(payload)
-            except Exception as exc:  # any item that cannot be opened (bad pickle, IPC failure) is dropped, not fatal
-                log.warning("dropping a CUDA tensor from sender %s that could not be opened: %r", sender_id, exc)
-                return
-            self._acknowledge(sender_id, ack_name, message, index)
-        else:
+                item = self._receive(timeout)
+            finally:
+                self._ready.acquire()
+            if item is not None:
+                self._store(*item)
+        finally:
+            self._draining = False
+            self._ready.notify_all()
+
+    def _receive(self, timeout: float) -> tuple[str, int, int, torch.Tensor, Any] | None:
+        """The next item of the queue as ``(sender, message, tensor id, tensor, ack page name or
+        None)``; None if nothing came within ``timeout`` or the item could not be opened."""
+        try:
+            item = self.queue.get(timeout=timeout)
+        except stdlib_queue.Empty:
+            return None
+        except (OSError, EOFError, RuntimeError) as exc:  # e.g. its producer died before we took its fds
+            log.warning("dropping a queue item that could not be received: %s", exc)
+            return None
+        if len(item) != 5:
             sender_id, message, index, tensor = item
+            return sender_id, message, index, tensor, None
+        sender_id, message, index, payload, ack_name = item  # a CUDA tensor, pickled on export, and its ack page
+        try:
+            tensor = ForkingPickler.loads(payload)
+        except Exception as exc:  # any item that cannot be opened (bad pickle, IPC failure) is dropped, not fatal
+            log.warning("dropping a CUDA tensor from sender %s that could not be opened: %r", sender_id, exc)
+            return None
+        return sender_id, message, index, tensor, ack_name
+
+    def _store(self, sender_id: str, message: int, index: int, tensor: torch.Tensor, ack_name: Any) -> None:
+        """Buffer a received tensor (the lock held), acknowledging a CUDA one first."""
+        if ack_name is not None:
+            self._acknowledge(sender_id, ack_name, message, index)
         now = time.monotonic()
         self._evict_silent(now)
         sender = self._senders.setdefault(sender_id, _Sender())
@@ -269,10 +360,10 @@ class QueueTransport:
                 "ignoring a stale tensor from sender %s (message %d is older than the one consumed)", sender_id, message
             )
             return
-        if self.buffered() >= self.max_buffered or self.buffered_bytes() + tensor.numel() > self.max_buffered_bytes:
+        if self._count() >= self.max_buffered or self._bytes() + tensor.numel() > self.max_buffered_bytes:
             raise TransportError(
                 errno.ENOBUFS,
-                f"receive buffer full ({self.buffered()} tensors, {self.buffered_bytes()} bytes; "
+                f"receive buffer full ({self._count()} tensors, {self._bytes()} bytes; "
                 f"limits {self.max_buffered} and {self.max_buffered_bytes}) taking a tensor from {sender_id}",
             )
         sender.messages.setdefault(message, {})[index] = tensor
@@ -317,22 +408,42 @@ class QueueTransport:
 
     def buffered(self) -> int:
         """Tensors waiting in the receive buffer."""
-        return sum(len(t) for s in self._senders.values() for t in s.messages.values())
+        with self._ready:
+            return self._count()
 
     def buffered_bytes(self) -> int:
+        """Bytes of the tensors waiting in the receive buffer."""
+        with self._ready:
+            return self._bytes()
+
+    def _count(self) -> int:
+        return sum(len(t) for s in self._senders.values() for t in s.messages.values())
+
+    def _bytes(self) -> int:
         return sum(x.numel() for s in self._senders.values() for t in s.messages.values() for x in t.values())
 
     def close(self) -> None:
-        """Drop everything buffered, and (as a sender) the CUDA tensors kept for the receiver and the ack page."""
-        self._senders.clear()
-        self._in_flight.clear()
-        for page in [*self._peer_acks.values(), *([self._ack] if self._ack is not None else [])]:
-            page.close()
-        self._peer_acks.clear()
-        self._ack = None
+        """Drop everything buffered, and (as a sender) every stream: the CUDA tensors kept for the
+        receiver and the ack pages. Threads that send afterwards get new streams."""
+        with self._ready:
+            self._senders.clear()
+            for page in self._peer_acks.values():
+                page.close()
+            self._peer_acks.clear()
+        with self._streams_lock:
+            for stream in self._streams:
+                stream.acks.close()
+            self._streams.clear()
+            self._local = threading.local()
 
 
 _TENSORS_PER_MESSAGE = 1 << 20
+
+
+def _next_handle(stream: _Stream) -> QueueHandle:
+    if stream.tensor >= _TENSORS_PER_MESSAGE:
+        raise TransportError(errno.E2BIG, f"more than {_TENSORS_PER_MESSAGE} queue tensors in one message")
+    return QueueHandle(sender=stream.sender, message=stream.message, tensor=stream.tensor)
 
 
 def _position(message: int, tensor: int) -> int:

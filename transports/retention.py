@@ -2,9 +2,10 @@
 
 A pool asks ``budget(cached)`` before it grows (``cached``: the bytes it already holds). The
 answer is the smallest of: a fixed cap; a fraction of what /dev/shm could hold (its free space
-plus what the pool holds); a fraction of the host memory available (for pools whose pages are
-pinned, e.g. CUDA-registered ones); and what keeps at least ``min_free_fraction`` of the host's
-memory free. Telemetry that cannot be read counts as no room to grow (the conservative answer).
+plus what the pool holds; for pools of named segments); a fraction of the host memory available
+(for memfd pools, which /dev/shm's size does not bound, and pools whose pages are pinned, e.g.
+CUDA-registered ones); and what keeps at least ``min_free_fraction`` of the host's memory free.
+Telemetry that cannot be read counts as no room to grow (the conservative answer).
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ def host_memory() -> tuple[int, int] | None:
 
 @dataclass(frozen=True, slots=True)
 class Retention:
-    """Bounds on a pool's cached bytes (``None`` or 0 disables a bound, except ``shm_fraction``)."""
+    """Bounds on a pool's cached bytes (``None`` or 0 disables a bound)."""
 
-    shm_fraction: float = 0.25
+    shm_fraction: float | None = 0.25
     host_fraction: float | None = None
     min_free_fraction: float = 0.0
     max_bytes: int | None = None
@@ -54,11 +55,12 @@ class Retention:
         if self.max_bytes is not None and self.host_fraction is None and not self.min_free_fraction:
             return self.max_bytes  # a fixed cap alone: no telemetry needed
         limits = [] if self.max_bytes is None else [self.max_bytes]
-        try:
-            stats = os.statvfs(directory)
-        except OSError:
-            return 0
-        limits.append(int((stats.f_bavail * stats.f_frsize + cached) * self.shm_fraction))
+        if self.shm_fraction is not None:
+            try:
+                stats = os.statvfs(directory)
+            except OSError:
+                return 0
+            limits.append(int((stats.f_bavail * stats.f_frsize + cached) * self.shm_fraction))
         if self.host_fraction is not None or self.min_free_fraction:
             memory = host_memory()
             if memory is None:
@@ -67,4 +69,4 @@ class Retention:
             if self.host_fraction is not None:
                 limits.append(int((available + cached) * self.host_fraction))
             limits.append(cached + available - int(total * self.min_free_fraction))
-        return max(0, min(limits))
+        return max(0, min(limits)) if limits else 0

@@ -1,18 +1,25 @@
-"""POSIX shared memory, with lifetime owned by tensorwire (never by Python's resource tracker).
+"""Shared memory, with lifetime owned by tensorwire (never by Python's resource tracker).
 
-By default buffers go through a warm pool of reusable slots (``transports.pool``): no page faults,
-no create or unlink in steady state, and ``empty()`` hands out tensors that travel with no copy at
-all. A buffer the pool cannot take (``pool=False``, or past the pool's memory budget) gets a
-one-shot segment, as below.
+By default buffers go through a warm pool of reusable slots (``transports.pool``), each a sealed
+memfd that no other process can resize (no SIGBUS from a neighbour) and that disappears with its
+last fd and mapping (a SIGKILL of every process leaves nothing behind). Receivers open it through
+``/proc/<pid>/fd``, so sender and receiver must share a pid namespace and the sender must be alive
+when the message is first read from a new slot. ``backing="named"`` pools files in /dev/shm
+instead: they outlive their sender and cross pid namespaces, but a same-uid process can truncate
+them. No copy at all for tensors from ``empty()``. A buffer the pool cannot take (``pool=False``,
+or past the pool's memory budget) gets a one-shot named segment.
 
-Segments live in ``/dev/shm`` and are named ``tw-<pid>-<token>-<seq>``: the creator's pid, a
-random 128-bit token drawn once per process, and a counter. The sender reserves the space with
-``posix_fallocate`` (a full /dev/shm is a ``TransportError`` before any byte is copied, never a
-SIGBUS), copies the buffer in, and closes it. The receiver accepts only names of this exact
-pattern, with one pid and token per message and no name twice; it opens the segment, checks its
-real size, maps it, unlinks it, and returns a private copy or (``borrow``) the mapping itself,
-which stays alive until the last numpy or torch view of it dies. ``reap()`` removes segments
-whose creator has died.
+Every handle carries a fresh capability (128 random bits, in the handle only); the receiver
+proves it against the segment's control page (``transports.control``) before reading payload
+bytes, claiming, freeing or unlinking anything. A handle that fails leaves its file as it was.
+
+Named segments are ``tw-<pid>-<token>-<seq>`` (the creator's pid, a random token per process, a
+counter). A one-shot segment is a control page then exactly the buffer; the receiver opens it (a
+regular file of its own uid, of the exact size), claims it, unlinks it, and reads a private copy
+with ``pread`` (never a SIGBUS). Only a receiver that asked for named segments (``backing="named"``)
+maps one (``borrow``) or a named pool slot: a memfd receiver maps nothing another process can
+resize. Unclaimed one-shots are unlinked by their sender after the claim timeout; ``tensorwire
+shm reap`` removes those of dead creators.
 """
 
 from __future__ import annotations
@@ -21,30 +28,46 @@ import errno
 import math
 import mmap
 import os
-import re
 import secrets
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
+import msgspec
 import numpy as np
 import torch
 
-from codec.errors import DecodeError, TransportError
+from codec.errors import CodecError, DecodeError, TransportError
 from transports.base import Buffer, Handle
+from transports.control import (
+    CAPABILITY_BYTES,
+    CONTROL_BYTES,
+    SENDER,
+    claim_file,
+    digest,
+    discard_file,
+    expire_file,
+    init_file,
+)
 from transports.copy import copy_into
-from transports.pool import CONTROL_BYTES, POPULATE, SENDER, Pool, SlotReader, alive, create_segment, map_segment
+from transports.pool import Pool
+from transports.reaper import NAME, SHM_DIR, our_segments, reap
 from transports.retention import Retention
+from transports.segment import create_named, open_named, read_into, valid_pid
+from transports.slots import SlotReader
 
-__all__ = ["SHM_DIR", "ShmHandle", "ShmTransport", "SlotHandle", "our_segments", "reap"]
+__all__ = ["SHM_DIR", "Backing", "Capability", "ShmHandle", "ShmTransport", "SlotHandle", "our_segments", "reap"]
 
-SHM_DIR = Path("/dev/shm")
-_NAME = re.compile(r"tw-([1-9][0-9]{0,9})-([0-9a-f]{32})-([0-9a-f]{1,16})")
+_NAME = NAME  # the segment name pattern (kept under its old name for the other transports)
 _TOKEN = secrets.token_hex(16)
 _TOKEN_PID = os.getpid()
 _lock = threading.Lock()
 _counter = 0
+
+Backing = Literal["memfd", "named"]
+Capability = Annotated[bytes, msgspec.Meta(min_length=CAPABILITY_BYTES, max_length=CAPABILITY_BYTES)]
 
 
 def _process_token() -> str:
@@ -64,25 +87,91 @@ def _next_name() -> str:
 
 
 class ShmHandle(Handle, tag="shm", frozen=True):
-    """A one-shot segment in /dev/shm holding exactly the buffer; the receiver unlinks it."""
+    """A one-shot segment in /dev/shm (a control page, then exactly the buffer); the receiver unlinks it."""
 
     name: str
+    capability: Capability
+
+    def __repr__(self) -> str:
+        return f"ShmHandle(name={self.name!r}, capability=<{len(self.capability)} bytes>)"
 
 
-class SlotHandle(Handle, tag="shm-slot", frozen=True):
-    """Bytes ``[offset, offset + nbytes)`` of a pool slot, handed over as ``generation``."""
+class SlotHandle(Handle, tag="shm-slot", frozen=True, omit_defaults=True):
+    """Bytes ``[offset, offset + nbytes)`` of a pool slot, handed over as ``generation``; ``fd``: the
+    creator's fd of a memfd-backed slot (None: a named segment in /dev/shm)."""
 
     name: str
     offset: int
     generation: int
+    capability: Capability
+    fd: int | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"SlotHandle(name={self.name!r}, offset={self.offset}, generation={self.generation}, "
+            f"capability=<{len(self.capability)} bytes>, fd={self.fd})"
+        )
+
+
+class _OneShots:
+    """One-shot segments this transport made that may still be unclaimed: name -> (digest, deadline)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._lock = threading.Lock()
+        self._pending: dict[str, tuple[bytes, int]] = {}
+
+    def add(self, name: str, capability: bytes, deadline_ns: int) -> None:
+        with self._lock:
+            self._pending[name] = (digest(capability), deadline_ns)
+
+    def take(self, name: str, capability: bytes) -> bool:
+        """Forget ``name`` if this transport made it under ``capability``."""
+        with self._lock:
+            known = self._pending.get(name)
+            if known is None or known[0] != digest(capability):
+                return False
+            del self._pending[name]
+            return True
+
+    def sweep(self) -> int:
+        """Unlink the segments nobody claimed before their deadline; return how many."""
+        now = time.monotonic_ns()
+        with self._lock:
+            due = [name for name, (_, deadline) in self._pending.items() if deadline < now]
+            for name in due:
+                del self._pending[name]
+        return sum(_expire_one_shot(self.directory / name) for name in due)
+
+
+def _expire_one_shot(path: Path) -> bool:
+    try:
+        fd = open_named(path, "shared memory segment", min_size=CONTROL_BYTES)
+    except CodecError:
+        return False  # claimed and unlinked by its receiver (or not ours any more)
+    try:
+        if not expire_file(fd, path.name):
+            return False
+        path.unlink(missing_ok=True)
+        return True
+    except CodecError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class ShmTransport:
-    """Out-of-band buffers in POSIX shared memory: pooled slots by default, one-shot segments otherwise.
+    """Out-of-band buffers in shared memory: pooled slots by default, one-shot segments otherwise.
 
-    ``pool``: reuse warm slots (default). ``cache_fraction`` / ``max_cached_bytes``: the most the
-    pool keeps (a fraction of /dev/shm's free space, or a fixed number of bytes); past it a buffer
-    gets a one-shot segment. ``idle_seconds``: free slots unused this long are given back.
+    ``pool``: reuse warm slots (default). ``backing``: ``"memfd"`` (default: sealed, nameless; as a
+    receiver, maps only sealed memfds and copies one-shot segments) or ``"named"`` (files in
+    /dev/shm, for hand-offs that outlive their sender or cross pid namespaces; as a receiver, also
+    maps named slots and, with ``borrow``, one-shot segments). ``cache_fraction`` /
+    ``max_cached_bytes``: the most the pool keeps (a fraction of available host memory for memfds,
+    of /dev/shm's free space for named slots, or a fixed number of bytes); past it a buffer gets a
+    one-shot segment. ``idle_seconds``: free slots unused this
+    long are given back. ``claim_timeout``: a buffer nobody claims this long comes back (a later
+    claim is an "expired" ``DecodeError``). Thread-safe.
     """
 
     name: ClassVar[str] = "shm"
@@ -93,18 +182,30 @@ class ShmTransport:
         directory: str | os.PathLike[str] = SHM_DIR,
         *,
         pool: bool = True,
+        backing: Backing = "memfd",
         cache_fraction: float = 0.25,
         max_cached_bytes: int | None = None,
         idle_seconds: float = 30.0,
+        claim_timeout: float = 60.0,
     ) -> None:
+        if backing not in ("memfd", "named"):
+            raise ValueError(f"backing must be 'memfd' or 'named', got {backing!r}")
+        if claim_timeout <= 0:
+            raise ValueError(f"claim_timeout must be > 0 seconds, got {claim_timeout}")
         self.directory = Path(directory)
+        self.backing: Backing = backing
+        self.claim_timeout = claim_timeout
+        self._one_shots = _OneShots(self.directory)
         self.pool: Pool | None = None
         if pool:
+            memfd = backing == "memfd"
             self.pool = Pool(
                 self.directory,
                 _next_name,
-                retention=Retention(shm_fraction=cache_fraction, max_bytes=max_cached_bytes),
+                memfd=memfd,
+                retention=_retention(memfd, cache_fraction, max_cached_bytes),
                 idle_seconds=idle_seconds,
+                claim_timeout=claim_timeout,
             )
         self._reader = SlotReader(self.directory)
 
@@ -114,7 +215,8 @@ class ShmTransport:
 
         Ownership: write it, encode it, then stop writing; the slot returns to the pool when the
         receiver's last view of it dies (or when this tensor dies unsent). Reusing the tensor after
-        that sees whatever the slot holds next.
+        that sees whatever the slot holds next. Its memory stays mapped while the tensor lives,
+        even after ``close()`` or ``trim()``.
         """
         itemsize = torch.empty(0, dtype=dtype).element_size()
         nbytes = math.prod(shape) * itemsize
@@ -155,45 +257,64 @@ class ShmTransport:
         return self._export_segment(data)
 
     def _export_pooled(self, data: memoryview) -> Handle | None:
-        assert self.pool is not None
+        pool = self.pool
+        assert pool is not None
         nbytes = data.nbytes
         address = np.frombuffer(data, dtype=np.uint8).__array_interface__["data"][0]
-        slot = self.pool.find(address, nbytes)
-        if slot is not None:  # allocated by empty(): hand it over as it is
-            return SlotHandle(name=slot.name, offset=address - slot.address, generation=self.pool.hand_over(slot))
-        slot = self.pool.acquire(nbytes, SENDER)
-        if slot is None:
-            return None
-        with memoryview(slot.mapping) as area:
-            copy_into(area[CONTROL_BYTES : CONTROL_BYTES + nbytes], data)
-        return SlotHandle(name=slot.name, offset=0, generation=self.pool.hand_over(slot))
+        allocated = pool.hand_over_allocated(address, nbytes)
+        if allocated is not None:  # allocated by empty(): handed over as it is
+            slot, generation, capability = allocated
+            offset = address - slot.address
+        else:
+            found = pool.acquire(nbytes, SENDER)
+            if found is None:
+                return None
+            slot, offset = found, 0
+            with memoryview(slot.mapping) as area:
+                copy_into(area[CONTROL_BYTES : CONTROL_BYTES + nbytes], data)
+            generation, capability = pool.hand_over(slot)
+        number = slot.fd if pool.memfd else None
+        return SlotHandle(name=slot.name, offset=offset, generation=generation, capability=capability, fd=number)
 
     def _export_segment(self, data: memoryview) -> Handle:
+        self._one_shots.sweep()
         name = _next_name()
         path = self.directory / name
-        mapping = create_segment(path, data.nbytes)
+        fd, mapping = create_named(path, CONTROL_BYTES + data.nbytes)
         try:
             with memoryview(mapping) as area:
-                copy_into(area, data)
+                copy_into(area[CONTROL_BYTES:], data)
+            capability = init_file(mapping, data.nbytes, self.claim_timeout)
         except BaseException:
             path.unlink(missing_ok=True)
             raise
         finally:
             mapping.close()
-        return ShmHandle(name=name)
+            os.close(fd)
+        self._one_shots.add(name, capability, time.monotonic_ns() + int(self.claim_timeout * 1e9))
+        return ShmHandle(name=name, capability=capability)
 
     def release(self, handle: Handle) -> None:
-        if _creator(getattr(handle, "name", "")) is None:
-            return
+        """Undo one of this transport's exports, or give back a received buffer that will not be
+        read; either way only once the handle's capability proves it (a forged handle is ignored)."""
         if isinstance(handle, SlotHandle):
-            if self.pool is None or not self.pool.release(handle.name, handle.generation):
-                self._reader.discard(handle.name, handle.generation)
-            return
-        assert isinstance(handle, ShmHandle)
-        _unlink(self.directory / handle.name)
+            if _creator(handle.name) is None:
+                return
+            if self.pool is not None and self.pool.release(handle.name, handle.generation, handle.capability):
+                return
+            if handle.fd is not None or self.backing == "named":  # a memfd receiver maps no named segment
+                self._reader.discard(handle.name, handle.fd, handle.generation, handle.capability)
+        elif isinstance(handle, ShmHandle) and _creator(handle.name) is not None:
+            path = self.directory / handle.name
+            if self._one_shots.take(handle.name, handle.capability):
+                path.unlink(missing_ok=True)
+            else:
+                _discard_one_shot(path, handle.capability)
 
     def trim(self, idle_seconds: float | None = None) -> int:
-        """Give back pool slots idle for ``idle_seconds``; return the bytes freed."""
+        """Give back pool slots idle for ``idle_seconds`` (and what is past its claim timeout);
+        return the bytes freed."""
+        self._one_shots.sweep()
         return 0 if self.pool is None else self.pool.trim(idle_seconds)
 
     # -- receiving ----------------------------------------------------------------------------
@@ -212,75 +333,92 @@ class ShmTransport:
             if handle.name in seen:
                 raise DecodeError(f"shm segment {handle.name!r} is named twice in one message")
             seen.add(handle.name)
-            if isinstance(handle, SlotHandle) and (handle.offset < 0 or handle.generation < 1):
-                raise DecodeError(f"pool slot {handle.name!r}: offset and generation must be positive")
+            if isinstance(handle, SlotHandle):
+                if handle.offset < 0 or handle.generation < 1:
+                    raise DecodeError(f"pool slot {handle.name!r}: offset and generation must be positive")
+                if handle.fd is not None and not 0 <= handle.fd < 2**31:
+                    raise DecodeError(f"pool slot {handle.name!r}: fd {handle.fd} is out of range")
 
     def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
+        named = self.backing == "named"
         if isinstance(handle, SlotHandle):
-            return self._reader.open(handle.name, handle.offset, nbytes, handle.generation, borrow=borrow is not False)
+            if handle.fd is None and not named:
+                raise DecodeError(
+                    f"pool slot {handle.name} is a named segment, which a same-uid process can truncate under a "
+                    "mapping; this receiver maps only sealed memfds (ShmTransport(backing='named') maps both)"
+                )
+            return self._reader.open(
+                handle.name,
+                handle.fd,
+                handle.offset,
+                nbytes,
+                handle.generation,
+                handle.capability,
+                borrow=borrow is not False,
+            )
         assert isinstance(handle, ShmHandle)
-        mapping = map_segment(
-            self.directory / handle.name,
-            "shared memory segment",
-            0,
-            exact=nbytes,
-            flags=mmap.MAP_SHARED if borrow else POPULATE,
-            unlink=True,
-        )
-        if borrow:
-            return mapping  # the mapping lives as long as any view of it
-        try:
-            return bytearray(mapping)
-        finally:
-            mapping.close()
+        borrowed = bool(borrow) and named  # a memfd receiver never maps a file that can be truncated: it copies
+        return _receive_one_shot(self.directory / handle.name, handle.capability, nbytes, borrow=borrowed)
 
     def close(self) -> None:
-        """Unlink the pool's slots and forget mapped ones; one-shot segments belong to their messages."""
+        """Let go of the pool's slots and of mapped ones; one-shot segments belong to their messages
+        (those past their claim timeout are unlinked)."""
         if self.pool is not None:
             self.pool.close()
         self._reader.close()
+        self._one_shots.sweep()
+
+
+def _retention(memfd: bool, fraction: float, max_bytes: int | None) -> Retention:
+    if memfd:
+        return Retention(shm_fraction=None, host_fraction=fraction, max_bytes=max_bytes)
+    return Retention(shm_fraction=fraction, max_bytes=max_bytes)
+
+
+def _receive_one_shot(path: Path, capability: bytes, nbytes: int, *, borrow: bool) -> Any:
+    """Claim a one-shot segment, unlink it, and return its bytes (a private copy, or mapped)."""
+    what = f"shared memory segment {path.name}"
+    fd = open_named(path, "shared memory segment", exact=CONTROL_BYTES + nbytes)
+    try:
+        claim_file(fd, capability, what)
+        path.unlink(missing_ok=True)  # read once
+        if borrow:
+            mapping = mmap.mmap(fd, CONTROL_BYTES + nbytes, flags=mmap.MAP_SHARED)
+            return np.frombuffer(mapping, dtype=np.uint8, offset=CONTROL_BYTES)  # lives while a view does
+        data = np.empty(nbytes, dtype=np.uint8)
+        read_into(fd, memoryview(data), CONTROL_BYTES, what)  # type: ignore[arg-type]
+        return data
+    finally:
+        os.close(fd)
+
+
+def _discard_one_shot(path: Path, capability: bytes) -> None:
+    """Unlink a received one-shot segment that will not be read, if the capability proves it."""
+    try:
+        fd = open_named(path, "shared memory segment", min_size=CONTROL_BYTES)
+    except CodecError:
+        return
+    try:
+        if discard_file(fd, capability, f"shared memory segment {path.name}"):
+            path.unlink(missing_ok=True)
+    except CodecError:
+        pass
+    finally:
+        os.close(fd)
 
 
 _CREATORS: dict[str, tuple[str, str]] = {}  # names already checked (pool slot names recur) -> (pid, token)
 
 
 def _creator(name: str) -> tuple[str, str] | None:
-    """(pid, token) of a segment name of our pattern; None for any other name."""
+    """(pid, token) of a segment name of our pattern (a pid a process can have); None for any other name."""
     known = _CREATORS.get(name)
     if known is not None:
         return known
-    match = _NAME.fullmatch(name)
-    if match is None:
+    match = NAME.fullmatch(name)
+    if match is None or not valid_pid(int(match.group(1))):
         return None
     if len(_CREATORS) >= 4096:
         _CREATORS.clear()
     known = _CREATORS[name] = (match.group(1), match.group(2))
     return known
-
-
-def _unlink(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def our_segments(directory: str | os.PathLike[str] = SHM_DIR) -> list[str]:
-    """Names of tensorwire segments in ``directory``."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    return sorted(n for n in names if _NAME.fullmatch(n))
-
-
-def reap(directory: str | os.PathLike[str] = SHM_DIR) -> list[str]:
-    """Remove tensorwire segments whose creator process is gone; return their names."""
-    removed = []
-    for name in our_segments(directory):
-        match = _NAME.fullmatch(name)
-        assert match is not None
-        if not alive(int(match.group(1))):
-            _unlink(Path(directory) / name)
-            removed.append(name)
-    return removed

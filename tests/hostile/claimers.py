@@ -1,0 +1,30 @@
+"""Receivers racing for the same messages (run in spawned children by test_slot_lifetime)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def claim_all(start: Any, frames_list: list[list[bytes]], backing: str, report: Any) -> None:
+    """Wait for ``start``, then try to decode every message; report which ones this process got."""
+    import codec
+    import transports
+    from codec.generated import REGISTRY
+
+    decoder = codec.Decoder(
+        REGISTRY,
+        transports=[transports.ShmTransport(backing=backing)],  # type: ignore[arg-type]
+        options=codec.DecodeOptions(borrow=False),
+    )
+    won: list[int] = []
+    lost: list[str] = []
+    start.wait(60)
+    for i, frames in enumerate(frames_list):
+        try:
+            message = decoder.decode(frames)
+        except codec.DecodeError as exc:
+            lost.append(str(exc))
+            continue
+        if int(message.chunk_index) == i and float(message.output[0]) == float(i):
+            won.append(i)
+    report.send((won, lost))

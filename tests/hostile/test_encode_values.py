@@ -1,0 +1,204 @@
+"""Values that cannot travel are EncodeErrors naming the field: ints msgpack cannot hold, ndarray subclasses.
+
+The path comes from ``codec.locate``, an iterative walk run only once encoding has failed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+import torch
+
+import codec
+from codec.generated import REGISTRY, diffusion, rpc
+
+pytestmark = pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+ENCODER = codec.Encoder()
+DECODER = codec.Decoder(REGISTRY)
+FITS = r"does not fit the wire \(msgpack holds -2\*\*63 \.\. 2\*\*64-1\)"
+
+
+def _request(**fields: Any) -> Any:
+    request = rpc.Request(method="m")
+    for name, value in fields.items():
+        setattr(request, name, value)  # set after construction: only encode can catch it
+    return request
+
+
+def _batch_with_step(step: int) -> Any:
+    batch = diffusion.RunnerBatch(
+        runner_outputs=[diffusion.RunnerOutput(request_id="a"), diffusion.RunnerOutput(request_id="b")]
+    )
+    batch.runner_outputs[1].step_index = step
+    return batch
+
+
+@pytest.mark.parametrize(
+    ("message", "value", "path"),
+    [
+        (rpc.Request(method="m", kwargs={"x": [1, 2, 2**64]}), 2**64, r"\$\.kwargs\.x\[2\]"),
+        (rpc.Request(method="m", kwargs={"x": [1, 2, -(2**63) - 1]}), -(2**63) - 1, r"\$\.kwargs\.x\[2\]"),
+        (rpc.Request(method="m", args=(1, (2, [3, (2**70,)]))), 2**70, r"\$\.args\[1\]\[1\]\[1\]\[0\]"),
+        (rpc.Request(method="m", kwargs={"a b": {"c": [0, 10**30]}}), 10**30, r'\$\.kwargs\["a b"\]\.c\[1\]'),
+        (_request(kwargs={"y": {2**64: 1}}), 2**64, r"\$\.kwargs\.y\[18446744073709551616\]"),  # a dict key
+        (_request(unique_reply_rank=2**64), 2**64, r"\$\.unique_reply_rank"),
+        (_batch_with_step(2**65), 2**65, r"\$\.runner_outputs\[1\]\.step_index"),
+        (diffusion.Output(output=(torch.zeros(2), {"n": [True, -(2**100)]})), -(2**100), r"\$\.output\[1\]\.n\[1\]"),
+        (rpc.Result(method="m", ok=True, payload=rpc.Value(value=[2**64])), 2**64, r"\$\.payload\.value\[0\]"),
+    ],
+)
+def test_an_int_that_does_not_fit_the_wire_is_an_encode_error_naming_its_field(
+    message: Any, value: int, path: str
+) -> None:
+    type_id = re.escape(type(message).__tw_type__.type_id)
+    with pytest.raises(codec.EncodeError, match=rf"^{type_id}: integer {value} {FITS} - at `{path}`$"):
+        ENCODER.encode(message)
+
+
+def test_the_ints_at_the_ends_of_the_range_travel() -> None:
+    message = rpc.Request(method="m", kwargs={"x": [2**64 - 1, -(2**63)], "t": (2**63, -1)})
+    assert DECODER.decode(ENCODER.encode(message)).kwargs == message.kwargs
+
+
+@pytest.mark.parametrize(
+    ("make", "name", "path"),
+    [
+        (lambda tmp: np.ma.masked_array([1.0, 2.0], mask=[False, True]), r"numpy\.ma\.MaskedArray", r"\$\.output\[1\]"),
+        (lambda tmp: np.matrix([[1, 2]]), r"numpy\.matrix", r"\$\.output\[1\]"),
+        (
+            lambda tmp: np.memmap(tmp / "m.bin", dtype=np.float32, mode="w+", shape=(4,)),
+            r"numpy\.memmap",
+            r"\$\.output\[1\]",
+        ),
+        (lambda tmp: np.zeros(3).view(_Tagged), r"test_encode_values\._Tagged", r"\$\.output\[1\]"),
+        (lambda tmp: np.zeros(2).view(np.recarray), r"numpy\.recarray", r"\$\.output\[1\]"),
+    ],
+)
+def test_ndarray_subclasses_are_encode_errors_naming_the_field_and_the_type(
+    tmp_path: Path, make: Any, name: str, path: str
+) -> None:
+    message = diffusion.Output(output=(torch.zeros(1), make(tmp_path)))
+    error = (
+        rf"^diffusion\.Output: {name} is a subclass of numpy\.ndarray and cannot travel \(its extra state would be"
+        rf" lost\); send numpy\.asarray\(value\) for its data - at `{path}`$"
+    )
+    with pytest.raises(codec.EncodeError, match=error):
+        ENCODER.encode(message)
+
+
+class _Tagged(np.ndarray):
+    """An ndarray subclass of the kind a library might define."""
+
+
+def test_a_subclass_in_a_typed_field_or_a_map_names_its_path() -> None:
+    masked = np.ma.masked_array(np.zeros((2, 2, 3), np.uint8), mask=False)
+    output = diffusion.Output(trajectory_decoded=[np.zeros((2, 2, 3), np.uint8)])
+    output.trajectory_decoded = [np.zeros((2, 2, 3), np.uint8), masked]
+    with pytest.raises(
+        codec.EncodeError, match=r"numpy\.ma\.MaskedArray is a subclass .* - at `\$\.trajectory_decoded\[1\]`$"
+    ):
+        ENCODER.encode(output)
+    request = rpc.Request(method="m", kwargs={"mask": np.matrix([[1.0]])})
+    with pytest.raises(
+        codec.EncodeError, match=r"^rpc\.Request: numpy\.matrix is a subclass .* - at `\$\.kwargs\.mask`$"
+    ):
+        ENCODER.encode(request)
+
+
+def test_the_data_of_a_subclass_travels_as_a_plain_array() -> None:
+    masked = np.ma.masked_array([1.0, 2.0, 3.0], mask=[False, True, False])
+    out = DECODER.decode(ENCODER.encode(diffusion.Output(output=np.asarray(masked)))).output
+    assert type(out) is np.ndarray and out.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_torch_tensor_subclasses_are_left_as_they_are() -> None:
+    parameter = torch.nn.Parameter(torch.ones(2))
+    out = DECODER.decode(ENCODER.encode(diffusion.Output(output=[parameter]))).output
+    assert torch.equal(out[0], torch.ones(2))
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (torch.zeros([1] * 9), r"rank 9 is over the limit of 8"),
+        (torch.zeros(2, dtype=torch.float8_e4m3fnuz), r"dtype torch\.float8_e4m3fnuz is not in the wire dtype table"),
+        (np.zeros(2, dtype=">f4"), r"numpy dtype '>f4' \(>f4\) is not in the wire dtype table"),
+        (torch.zeros(2).to_sparse(), r"only strided tensors travel, got layout torch\.sparse_coo"),
+    ],
+)
+def test_every_tensor_the_encoder_refuses_names_its_path(value: Any, error: str) -> None:
+    message = diffusion.Output(output={"ok": torch.ones(3), "bad": [1, value]})
+    with pytest.raises(codec.EncodeError, match=rf"^diffusion\.Output: {error} - at `\$\.output\.bad\[1\]`$"):
+        ENCODER.encode(message)
+
+
+# -- the locator ------------------------------------------------------------------------------------
+
+
+def _locate(message: Any, match: Any, max_depth: int = 64) -> tuple[str, Any] | None:
+    from codec.locate import locate  # imported here: the module is new, the tests above run without it
+
+    return locate(message, match, max_depth)
+
+
+class _Point(msgspec.Struct, rename="camel"):
+    x_value: int
+    inner: Any = None
+
+
+def test_paths_of_fields_items_and_keys() -> None:
+    def is_big(value: Any) -> bool:
+        return isinstance(value, int) and value > 100
+
+    assert _locate(_Point(x_value=101), is_big) == ("$.xValue", 101)  # a struct field by its wire name
+    assert _locate(_Point(x_value=1, inner=[0, (1, 200)]), is_big) == ("$.inner[1][1]", 200)
+    assert _locate(_Point(x_value=1, inner={"a": {"b c": [300]}}), is_big) == ('$.inner.a["b c"][0]', 300)
+    assert _locate(_Point(x_value=1, inner={7: 0, 400: 1}), is_big) == ("$.inner[400]", 400)  # a key
+    assert _locate(_Point(x_value=1, inner={5, 500, 3}), is_big) == ("$.inner[2]", 500)  # sets in sorted order
+    assert _locate(_Point(x_value=1, inner=[1, 2]), is_big) is None
+    assert _locate(1000, is_big) == ("$", 1000)
+
+
+def test_the_first_match_in_encoding_order_wins() -> None:
+    found = _locate({"a": [1, {"b": 2}], "c": 3}, lambda v: v in (2, 3) and isinstance(v, int))
+    assert found == ("$.a[1].b", 2)
+
+
+def test_the_walk_stops_at_the_depth_limit_and_survives_cycles() -> None:
+    deep: Any = 101
+    for _ in range(10):
+        deep = [deep]
+    assert _locate(deep, lambda v: v == 101, max_depth=9) == ("$" + "[0]" * 10, 101)  # 9 lists below the root
+    assert _locate(deep, lambda v: v == 101, max_depth=8) is None
+    cycle: list[Any] = [1]
+    cycle.append(cycle)
+    assert _locate(cycle, lambda v: v == 2, max_depth=10**6) is None
+
+
+def test_the_walk_is_iterative() -> None:
+    deep: Any = "needle"
+    for _ in range(200_000):
+        deep = {"k": [deep]}
+    found = _locate(deep, lambda v: v == "needle", max_depth=10**6)
+    assert found is not None and found[0] == "$" + ".k[0]" * 200_000
+
+
+def test_a_shared_container_is_walked_once() -> None:
+    shared: list[Any] = list(range(10))
+    wide: Any = shared
+    for _ in range(60):  # 2**60 paths through one list each level: visited once each
+        wide = [wide, wide]
+    calls = 0
+
+    def count(value: Any) -> bool:
+        nonlocal calls
+        calls += 1
+        return False
+
+    assert _locate(wide, count) is None
+    assert calls < 1000

@@ -1,0 +1,237 @@
+"""Forged shared-memory handles: a receiver never reads, claims, frees or unlinks what they name.
+
+A victim (another live process, ``tests/hostile/victim.py``) owns decoys named like its segments
+and real buffers in flight. The attacker sends this process's decoder handles naming each of them,
+without their capabilities, through every failure path of a decode (none, a bad magic, an unknown
+type, a bad body, a bad descriptor, a wrong size). Each decode raises a ``CodecError``; afterwards
+every decoy and buffer is exactly as it was (kind, size, contents, atime, mtime, slot state and
+generation), and the victim's real messages still reach their receiver.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import multiprocessing as mp
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import torch
+
+import codec
+import transports
+from codec.generated import REGISTRY, diffusion
+from tests.hostile import victim as victim_module
+from transports.control import CONTROL_BYTES, SENDER, Page
+from transports.segment import SEALS
+
+OOB = codec.EncodeOptions(inline_threshold=1)
+
+
+@pytest.fixture
+def directory() -> Iterator[Path]:
+    """A private directory on /dev/shm's file system: nothing else on the machine can disturb it."""
+    path = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="twtest-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def victim(directory: Path) -> Iterator[dict[str, Any]]:
+    """Run the victim; after the block, check it is untouched and that its real messages arrive."""
+    ctx = mp.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    child = ctx.Process(target=victim_module.victim, args=(theirs, str(directory)), daemon=True)
+    child.start()
+    try:
+        info: dict[str, Any] = ours.recv()
+        yield info
+        ours.send("done")
+        report = ours.recv()
+        assert report["unchanged"], f"the victim's files or slots changed: {report['before']} -> {report['after']}"
+        receiver = transports.ShmTransport(directory, backing="named", pool=False)
+        for i, frames in enumerate(ours.recv()):
+            out = codec.Decoder(REGISTRY, transports=[receiver]).decode(frames).output
+            assert torch.equal(out, victim_module.PAYLOAD + i)  # the intended receiver still gets it
+            del out
+        receiver.close()
+        ours.send("bye")
+        child.join(60)
+        assert child.exitcode == 0
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join(10)
+
+
+def _template(directory: Path) -> tuple[transports.ShmTransport, list[Any], dict[str, Any]]:
+    """This process's own one-shot message of 4 KiB, as frames and as a header to forge."""
+    transport = transports.ShmTransport(directory, pool=False)
+    frames = codec.Encoder(transport=transport, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
+    return transport, frames, msgspec.msgpack.decode(frames[0])
+
+
+def _release_own(transport: transports.ShmTransport, header: dict[str, Any]) -> None:
+    transport.release(msgspec.convert(header["buffers"][0]["handle"], transports.ShmHandle))
+
+
+FAILURES: dict[str, Callable[[dict[str, Any]], None]] = {
+    "none": lambda h: None,
+    "magic": lambda h: h.update(magic="pickle"),
+    "type": lambda h: h.update(type="evil.Type"),
+    "body": lambda h: h["body"].update(chunk_index="x"),
+    "descriptor": lambda h: h["tensors"][0].__setitem__(1, "object"),
+    "size": lambda h: h["buffers"][0].update(nbytes=4095),
+}
+
+
+def _attack(decoder: codec.Decoder, header: dict[str, Any], handle: dict[str, Any]) -> list[str]:
+    """Decode ``header`` with ``handle`` in its buffer table through every failure path; the errors."""
+    errors = []
+    for failure in FAILURES.values():
+        forged = msgspec.msgpack.decode(msgspec.msgpack.encode(header))
+        forged["buffers"][0]["handle"] = handle
+        failure(forged)
+        with pytest.raises(codec.CodecError) as info:
+            decoder.decode([msgspec.msgpack.encode(forged)])
+        errors.append(str(info.value))
+    return errors
+
+
+ONE_SHOT_ERRORS = {
+    "regular": r"has no valid control page",
+    "empty": r"holds 0 bytes, its handle names 8192",
+    "fifo": r"is not a regular file",
+    "symlink": r"is a symbolic link",
+    "directory": r"is not a regular file",
+    "foreign_uid": r"belongs to uid 65534, not to this process's uid",
+    "control_like": r"the handle's capability does not match",
+}
+
+
+def test_forged_one_shot_handles_leave_every_file_as_it_was(directory: Path) -> None:
+    own, frames, header = _template(directory)
+    decoder = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(directory, backing="named", pool=False)])
+    with victim(directory) as info:
+        if os.geteuid() != 0:
+            ONE_SHOT_ERRORS["foreign_uid"] = r"."  # only root can make another uid's file here
+        for kind, name in info["decoys"].items():
+            errors = _attack(decoder, header, {"transport": "shm", "name": name, "capability": secrets.token_bytes(16)})
+            assert _matches(errors[0], ONE_SHOT_ERRORS[kind]), (kind, errors[0])
+        targets = [info["handles"]["one_shot"]["name"], info["handles"]["named"]["name"]]
+        for name in targets:
+            for capability in (secrets.token_bytes(16), bytes(16)):
+                errors = _attack(decoder, header, {"transport": "shm", "name": name, "capability": capability})
+                assert _matches(errors[0], r"the handle's capability does not match|holds \d+ bytes, its handle")
+        assert _matches(_attack(decoder, header, _shm(f"tw-2147483648-{'a' * 32}-1"))[0], r"not a tensorwire name")
+    assert codec.Decoder(REGISTRY, transports=[own]).decode(frames).output.sum() == victim_module.PAYLOAD.sum()
+
+
+def test_forged_slot_handles_leave_every_slot_and_file_as_it_was(directory: Path) -> None:
+    own = transports.ShmTransport(directory, backing="named", claim_timeout=3600.0)
+    frames = codec.Encoder(transport=own, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
+    header = msgspec.msgpack.decode(frames[0])
+    decoders = {
+        backing: codec.Decoder(REGISTRY, transports=[transports.ShmTransport(directory, backing=backing)])
+        for backing in ("memfd", "named")
+    }
+    with victim(directory) as info:
+        pid = info["pid"]
+        for kind in ("memfd", "named"):
+            real = info["handles"][kind]
+            for capability in (secrets.token_bytes(16), bytes(16)):
+                forged = {**real, "transport": "shm-slot", "capability": capability}
+                for backing, decoder in decoders.items():
+                    errors = _attack(decoder, header, forged)
+                    expected = (
+                        r"capability does not match" if backing == "named" or kind == "memfd" else "named segment"
+                    )
+                    assert _matches(errors[0], expected), (kind, backing, errors[0])
+        memfd = info["handles"]["memfd"]
+        for number in info["other_fds"]:  # the victim's pipe and /dev/null, named as if they were its memfd
+            errors = _attack(decoders["memfd"], header, {**memfd, "fd": number, "capability": bytes(16)})
+            assert _matches(errors[0], rf"/proc/{pid}/fd/{number} is not that memfd"), errors[0]
+        for kind, name in info["decoys"].items():
+            slot = {"transport": "shm-slot", "name": name, "offset": 0, "generation": 1, "capability": bytes(16)}
+            errors = _attack(decoders["named"], header, slot)
+            assert all("pool segment" in e or "pool slot" in e for e in errors[:1]), (kind, errors[0])
+            errors = _attack(decoders["memfd"], header, {**slot, "fd": 3})
+            assert _matches(errors[0], r"is not that memfd|cannot open pool segment"), (kind, errors[0])
+    out = decoders["named"].decode(frames).output
+    assert torch.equal(out, victim_module.PAYLOAD)  # our own in-flight slot survived every forgery too
+    del out
+    own.close()
+
+
+def test_a_memfd_receiver_refuses_named_slots_and_maps_no_one_shot(directory: Path) -> None:
+    named = transports.ShmTransport(directory, backing="named")
+    frames = codec.Encoder(transport=named, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
+    receiver = transports.ShmTransport(directory)
+    with pytest.raises(codec.DecodeError, match=r"is a named segment, which a same-uid process can truncate"):
+        codec.Decoder(REGISTRY, transports=[receiver]).decode(frames)
+    assert named.pool is not None and [s.state for s in named.pool.slots()] == [transports.control.IN_FLIGHT]
+    one_shot = transports.ShmTransport(directory, pool=False)
+    frames = codec.Encoder(transport=one_shot, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
+    name = msgspec.msgpack.decode(frames[0])["buffers"][0]["handle"]["name"]
+    borrowing = codec.Decoder(REGISTRY, transports=[receiver], options=codec.DecodeOptions(borrow=True))
+    out = borrowing.decode(frames).output
+    assert torch.equal(out, victim_module.PAYLOAD)
+    assert name not in Path("/proc/self/maps").read_text()  # a private copy, not a mapping of the file
+    named.close()
+
+
+def _crafted_memfd(sealed: bool) -> tuple[int, mmap.mmap, dict[str, Any]]:
+    """A hostile sender's own memfd laid out as a valid slot in flight, with a capability it knows."""
+    name = f"tw-{os.getpid()}-{secrets.token_hex(16)}-1"
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, CONTROL_BYTES + 65536)
+    if sealed:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    mapping = mmap.mmap(fd, CONTROL_BYTES + 65536)
+    page = Page(fd, mapping, name)
+    page.init(65536)
+    generation = page.take(SENDER)
+    capability = page.hand_over(60.0)
+    page.release()
+    handle = {"transport": "shm-slot", "name": name, "offset": 0, "generation": generation, "capability": capability}
+    return fd, mapping, {**handle, "fd": fd}
+
+
+def test_an_unsealed_memfd_is_refused_even_with_the_right_capability(directory: Path) -> None:
+    """A hostile sender could shrink an unsealed memfd under the receiver's mapping (a SIGBUS)."""
+    own, _, header = _template(directory)
+    _release_own(own, header)
+    header["buffers"][0]["nbytes"] = 4096
+    decoder = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(directory)])
+    for sealed in (False, True):
+        fd, mapping, handle = _crafted_memfd(sealed)
+        forged = {**header, "buffers": [{"nbytes": 4096, "handle": handle}]}
+        try:
+            if sealed:  # the same layout, sealed: accepted, which shows the refusal is about the seals
+                out = decoder.decode([msgspec.msgpack.encode(forged)]).output
+                assert out.shape == (1024,)
+                del out
+            else:
+                with pytest.raises(codec.DecodeError, match=r"is not sealed against resizing"):
+                    decoder.decode([msgspec.msgpack.encode(forged)])
+        finally:
+            mapping.close()
+            os.close(fd)
+
+
+def _shm(name: str) -> dict[str, Any]:
+    return {"transport": "shm", "name": name, "capability": bytes(16)}
+
+
+def _matches(text: str, pattern: str) -> bool:
+    import re
+
+    return re.search(pattern, text) is not None

@@ -1,0 +1,117 @@
+"""No signal from memory going away: mapped memory lives as long as anything points into it.
+
+A pool-allocated tensor stays readable after ``close()``, ``trim()`` or the idle trimmer let go of
+its slot (each run in a child, so a SIGSEGV fails the test instead of the run). A receiver holding
+a borrowed view of a memfd slot survives a same-uid neighbour trying to shrink the memory: the
+seals refuse it (EPERM), so there is no SIGBUS, then or when the slot is reused.
+"""
+
+from __future__ import annotations
+
+import errno
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import REPO
+
+import codec
+import transports
+from codec.generated import diffusion
+from tests.hostile import mapping_procs
+
+LET_GO = {
+    "close": "shm.close()",
+    "trim": "held = dec.decode(enc.encode(diffusion.Output(output=t))); del held; assert shm.trim(0) > 0",
+    "trimmer": (
+        "held = dec.decode(enc.encode(diffusion.Output(output=t))); del held; time.sleep(0.5); "
+        "assert shm.pool.slots() == [], shm.pool.slots()"
+    ),
+}
+
+CHILD = textwrap.dedent(
+    """
+    import gc, sys, time
+    sys.path.insert(0, {repo!r})
+    import torch, codec, transports
+    from codec.generated import REGISTRY, diffusion
+    shm = transports.ShmTransport(backing={backing!r}, idle_seconds=0.05)
+    enc = codec.Encoder(transport=shm, options=codec.EncodeOptions(inline_threshold=1))
+    dec = codec.Decoder(REGISTRY, transports=[shm])
+    t = shm.{allocate}
+    t[...] = 3
+    {let_go}
+    gc.collect()
+    total = float(t.sum(dtype=torch.float64) if isinstance(t, torch.Tensor) else t.sum(dtype="float64"))
+    assert total == 3.0 * 512 * 512, total
+    t[...] = 4  # still writable: its memory is still mapped
+    print("read", total)
+    """
+)
+
+
+@pytest.mark.parametrize("backing", ["memfd", "named"])
+@pytest.mark.parametrize("let_go", sorted(LET_GO))
+@pytest.mark.parametrize("allocate", ["empty((512, 512), torch.float32)", "empty_numpy((512, 512), 'float32')"])
+def test_a_pool_tensor_outlives_its_slot(backing: str, let_go: str, allocate: str) -> None:
+    script = CHILD.format(repo=str(REPO), backing=backing, allocate=allocate, let_go=LET_GO[let_go])
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, (
+        f"child {'killed by ' + signal.Signals(-result.returncode).name if result.returncode < 0 else 'failed'}: "
+        f"{result.stderr[-2000:]}"
+    )
+    assert "read 786432.0" in result.stdout
+
+
+def _memfd_fds(pid: int | str) -> list[str]:
+    """Paths under /proc/<pid>/fd of this process's tensorwire memfds that process ``pid`` holds."""
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith(f"/memfd:tw-{os.getpid()}-"):
+            found.append(f"/proc/{pid}/fd/{fd}")
+    return found
+
+
+def test_a_neighbour_cannot_shrink_memory_a_receiver_has_mapped() -> None:
+    shm = transports.ShmTransport()
+    encoder = codec.Encoder(transport=shm, options=codec.EncodeOptions(inline_threshold=1))
+    ctx = mp.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    child = ctx.Process(target=mapping_procs.hold_and_read, args=(theirs,), daemon=True)
+    child.start()
+    try:
+        first = torch.arange(262_144, dtype=torch.float32)
+        ours.send([bytes(memoryview(f)) for f in encoder.encode(diffusion.Output(output=first))])
+        assert ours.recv() == "holding"
+        targets = _memfd_fds(child.pid or 0) + _memfd_fds("self")
+        assert targets, "the receiver holds no memfd of ours"
+        for path in targets:  # as a same-uid neighbour would, through any fd of the memory
+            fd = os.open(path, os.O_RDWR)
+            try:
+                for size in (0, 4096):
+                    with pytest.raises(PermissionError) as info:
+                        os.ftruncate(fd, size)
+                    assert info.value.errno == errno.EPERM
+            finally:
+                os.close(fd)
+        ours.send("tried")
+        second = torch.full((262_144,), 2.0)
+        ours.send([bytes(memoryview(f)) for f in encoder.encode(diffusion.Output(output=second))])
+        sums = ours.recv()
+        assert sums == (float(first.double().sum()), 2.0 * 262_144)
+        ours.send("bye")
+        child.join(60)
+        assert child.exitcode == 0
+    finally:
+        if child.is_alive():
+            child.kill()
+        shm.close()

@@ -1,0 +1,286 @@
+"""Hostile nesting: every kind of container and tree tuple, 100,000 levels deep, on a small stack.
+
+Each deep frame is decoded (and described) in a child process, on a 256 KiB thread with the
+recursion limit raised, so that a recursion in C or Python crashes the child (its signal fails
+the test) rather than pytest. Frames are built as bytes, from the inside out, in linear time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import torch
+
+import codec
+from codec.generated import REGISTRY, diffusion
+from codec.inspect import describe
+from codec.scan import check_depth
+
+DECODER = codec.Decoder(REGISTRY)
+INLINE = codec.Encoder()
+NESTING = "nesting deeper than the limit of 66"
+DEEP = 100_000
+
+# -- frames, from the inside out -----------------------------------------------------------------
+
+Wrap = Callable[[int], tuple[bytes, bytes]]  # the inner value's length -> (bytes before it, bytes after it)
+
+
+def ext_header(code: int, length: int) -> bytes:
+    """The msgpack header of an extension of ``length`` payload bytes (the shortest form)."""
+    fixed = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
+    if length in fixed:
+        return bytes([fixed[length], code])
+    if length < 2**8:
+        return bytes([0xC7, length, code])
+    if length < 2**16:
+        return b"\xc8" + length.to_bytes(2, "big") + bytes([code])
+    return b"\xc9" + length.to_bytes(4, "big") + bytes([code])
+
+
+def _array(n: int) -> tuple[bytes, bytes]:
+    return b"\x91", b""
+
+
+def _map(n: int) -> tuple[bytes, bytes]:
+    return b"\x81\xa1k", b""
+
+
+def _ext_in_ext(n: int) -> tuple[bytes, bytes]:
+    return ext_header(2, n), b""
+
+
+def _tuple(n: int) -> tuple[bytes, bytes]:  # ext(2, [inner]): an ext inside an array inside an ext
+    return ext_header(2, n + 1) + b"\x91", b""
+
+
+def _map_of_array(n: int) -> tuple[bytes, bytes]:
+    return b"\x81\xa1k\x91", b""
+
+
+def _array_key(n: int) -> tuple[bytes, bytes]:  # {[inner]: nil}: the nesting is in a map key
+    return b"\x81\x91", b"\xc0"
+
+
+# name -> (wraps applied in turn, levels each wrap adds)
+KINDS: dict[str, tuple[Sequence[Wrap], int]] = {
+    "arrays": ((_array,), 1),
+    "maps": ((_map,), 1),
+    "ext-in-ext": ((_ext_in_ext,), 1),
+    "tuples (ext in array in ext)": ((_tuple,), 1),
+    "maps of arrays": ((_map_of_array,), 2),
+    "array keys": ((_array_key,), 2),
+    "ext, array, map and tuple in turn": ((_ext_in_ext, _array, _map, _tuple), 1),
+    "everything": ((_array, _map, _ext_in_ext, _tuple, _ext_in_ext), 1),
+}
+LEAVES = {"int": b"\x01", "tensor": ext_header(1, 4) + b"\x00\x00\x00\x00", "empty map": b"\x80"}
+LEAF_LEVELS = {"int": 0, "tensor": 0, "empty map": 1}  # an empty container is a level of its own
+
+
+def nest(levels: int, leaf: bytes, wraps: Sequence[Wrap]) -> bytes:
+    """``leaf`` inside ``levels`` wraps (the innermost first), without recursion and in linear time."""
+    before: list[bytes] = []
+    after: list[bytes] = []
+    size = len(leaf)
+    for i in range(levels):
+        head, tail = wraps[i % len(wraps)](size)
+        before.append(head)
+        after.append(tail)
+        size += len(head) + len(tail)
+    return b"".join(reversed(before)) + leaf + b"".join(after)
+
+
+def frames_with_body(value: bytes) -> list[Any]:
+    """A real message's frames (one tensor) whose body's ``output`` is the raw msgpack ``value``."""
+    frames = INLINE.encode(diffusion.Output(output=torch.zeros(1)))
+    header = msgspec.msgpack.decode(frames[0])
+    header["body"] = msgspec.Raw(b"\x81\xa6output" + value)
+    return [msgspec.msgpack.encode(header), *frames[1:]]
+
+
+def deep_frames(kind: str, leaf: str, wraps_count: int) -> list[Any]:
+    wraps, _ = KINDS[kind]
+    return frames_with_body(nest(wraps_count, LEAVES[leaf], wraps))
+
+
+def outcome(call: Callable[[], Any]) -> str:
+    """``"ok"`` or the codec error's message; any other exception is reported by its type."""
+    try:
+        call()
+    except codec.DecodeError as exc:
+        return str(exc)
+    except Exception as exc:
+        return f"LEAK {type(exc).__name__}: {exc}"
+    return "ok"
+
+
+# -- the child process -----------------------------------------------------------------------------
+
+
+def _limit_messages() -> dict[str, Any]:
+    """Messages the encoder makes at exactly the depth limit (64 levels below the message)."""
+    wraps: dict[str, list[Callable[[Any], Any]]] = {
+        "lists": [lambda v: [v]],
+        "dicts": [lambda v: {"k": v}],
+        "tuples": [lambda v: (v,)],
+        "mixed": [lambda v: [v], lambda v: {"k": v}, lambda v: (v,)],
+    }
+    messages: dict[str, Any] = {}
+    for name, turns in wraps.items():
+        value: Any = torch.arange(3)
+        for i in range(64):
+            value = turns[i % len(turns)](value)
+        messages[name] = value
+    return messages
+
+
+def _roundtrip(frames: list[Any], sent: Any) -> None:
+    got = DECODER.decode(frames).output
+    while not isinstance(sent, torch.Tensor):
+        assert type(got) is type(sent), (type(got), type(sent))
+        sent, got = (sent["k"], got["k"]) if isinstance(sent, dict) else (sent[0], got[0])
+    assert torch.equal(got, sent)
+
+
+def _child_checks() -> dict[str, str]:
+    results: dict[str, str] = {}
+    for kind, (_, per_wrap) in KINDS.items():
+        for leaf in LEAVES:
+            frames = deep_frames(kind, leaf, DEEP)
+            results[f"decode {kind} / {leaf}"] = outcome(partial(DECODER.decode, frames))
+            results[f"describe {kind} / {leaf}"] = outcome(partial(describe, frames[0]))
+            at_limit = deep_frames(kind, leaf, (64 - LEAF_LEVELS[leaf]) // per_wrap)
+            results[f"at the limit {kind} / {leaf}"] = outcome(partial(DECODER.decode, at_limit))
+            results[f"describe at the limit {kind} / {leaf}"] = outcome(partial(describe, at_limit[0]))
+    for name, value in _limit_messages().items():
+        frames = INLINE.encode(diffusion.Output(output=value))
+        results[f"roundtrip at the limit: {name}"] = outcome(partial(_roundtrip, frames, value))
+    return results
+
+
+def child_main() -> None:
+    """Run every check on a 256 KiB thread with the recursion limit at 10**6; print the results."""
+    sys.setrecursionlimit(10**6)
+    threading.stack_size(256 * 1024)
+    results: dict[str, str] = {}
+    worker = threading.Thread(target=lambda: results.update(_child_checks()))
+    worker.start()
+    worker.join()
+    print(json.dumps(results))
+
+
+@pytest.fixture(scope="module")
+def child_results() -> dict[str, str]:
+    root = Path(__file__).absolute().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, __file__], capture_output=True, text=True, timeout=600, env=env, cwd=root, check=False
+    )
+    if proc.returncode < 0:
+        pytest.fail(f"the child process died of signal {-proc.returncode}; stderr:\n{proc.stderr[-2000:]}")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results: dict[str, str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return results
+
+
+@pytest.mark.parametrize("leaf", list(LEAVES))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_100000_levels_are_a_decode_error_on_a_small_stack(child_results: dict[str, str], kind: str, leaf: str) -> None:
+    assert child_results[f"decode {kind} / {leaf}"] == NESTING
+    assert child_results[f"describe {kind} / {leaf}"] == NESTING
+
+
+@pytest.mark.parametrize("leaf", list(LEAVES))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_frames_at_the_limit_do_not_crash_a_small_stack(child_results: dict[str, str], kind: str, leaf: str) -> None:
+    for check in ("at the limit", "describe at the limit"):
+        result = child_results[f"{check} {kind} / {leaf}"]
+        assert "nesting deeper" not in result and not result.startswith("LEAK"), (check, result)
+
+
+@pytest.mark.parametrize("name", ["lists", "dicts", "tuples", "mixed"])
+def test_messages_at_the_limit_decode_on_a_small_stack(child_results: dict[str, str], name: str) -> None:
+    assert child_results[f"roundtrip at the limit: {name}"] == "ok"
+
+
+# -- exact counting, in this process ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("leaf", list(LEAVES))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_every_level_counts_and_one_more_is_rejected(kind: str, leaf: str) -> None:
+    per_wrap = KINDS[kind][1]
+    fits = (64 - LEAF_LEVELS[leaf]) // per_wrap
+    at_limit = outcome(lambda: DECODER.decode(deep_frames(kind, leaf, fits)))
+    assert "nesting deeper" not in at_limit and not at_limit.startswith("LEAK"), at_limit
+    past = fits + 1
+    with pytest.raises(codec.DecodeError, match=rf"^{NESTING}$"):
+        DECODER.decode(deep_frames(kind, leaf, past))
+    with pytest.raises(codec.DecodeError, match=rf"^{NESTING}$"):
+        describe(deep_frames(kind, leaf, past)[0])
+
+
+def test_the_limit_counts_ext_in_ext_levels() -> None:
+    chain = nest(5, b"\xc0", [_ext_in_ext])
+    check_depth(chain, 5)
+    with pytest.raises(codec.DecodeError, match=r"^nesting deeper than the limit of 4$"):
+        check_depth(chain, 4)
+    tuples = nest(5, b"\xc0", [_tuple])  # a tuple and its array are one level, as the encoder counts them
+    check_depth(tuples, 5)
+    with pytest.raises(codec.DecodeError, match=r"^nesting deeper than the limit of 4$"):
+        check_depth(tuples, 4)
+
+
+# A string whose UTF-8 holds 100 bytes that could open a level: the walk cannot take its fast path.
+_PADDING = msgspec.msgpack.encode("\u0410" * 100)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (ext_header(2, 2) + b"\x01\x02", r"^a tree tuple's payload has 1 bytes left after its value$"),
+        (ext_header(2, 3) + b"\x91\x01\x02", r"^a tree tuple's payload has 1 bytes left after its value$"),
+        (ext_header(2, 2) + b"\x92\x01" + b"\x02", r"^a value runs past the end of its tree tuple's payload$"),
+        (ext_header(2, 2) + b"\xa3ab" + b"c", r"^a value runs past the end of its tree tuple's payload$"),
+        (ext_header(2, 1) + b"\xcd" + b"\x00\x01", r"^a value runs past the end of its tree tuple's payload$"),
+        (ext_header(2, 1) + ext_header(2, 2) + b"\x01\x01", r"^a value runs past the end of its tree tuple's payload$"),
+        (ext_header(2, 0), r"^a value runs past the end of its tree tuple's payload$"),
+        (b"\x92\x01", r"^header frame is truncated$"),
+        (b"\xc1", r"^invalid msgpack byte 0xc1 in header frame$"),
+    ],
+)
+def test_a_tuple_payload_must_hold_exactly_one_value(value: bytes, error: str) -> None:
+    framed = b"\x92" + _PADDING + value
+    with pytest.raises(codec.DecodeError, match=error):
+        check_depth(framed, 3)
+    with pytest.raises(codec.DecodeError, match=error):  # the decoder walks frame 0 first
+        DECODER.decode(frames_with_body(framed))
+
+
+@pytest.mark.parametrize(
+    ("message", "depth"),
+    [
+        (diffusion.Output(output=(b"\x91" * 100, [2, (3, {"a": (4,)})], ()), stage_durations={"x": 1.0}), 7),
+        (diffusion.Output(output={"t": (torch.ones(2), [torch.zeros(0)]), "b": b"\x91" * 200}), 5),
+    ],
+)
+def test_well_formed_frames_pass_the_walk_at_their_depth(message: Any, depth: int) -> None:
+    frames = INLINE.encode(message)  # the bytes values hold openers: the walk runs, never the fast path
+    check_depth(frames[0], depth)
+    with pytest.raises(codec.DecodeError, match=rf"^nesting deeper than the limit of {depth - 1}$"):
+        check_depth(frames[0], depth - 1)
+    assert DECODER.decode(frames).output is not None
+
+
+if __name__ == "__main__":
+    child_main()

@@ -1,0 +1,58 @@
+"""No pickle on the wire: every built-in type round-trips with pickling made impossible.
+
+With ``pickle``'s and ``multiprocessing``'s picklers replaced by functions that fail, messages of
+every built-in type go through the inline and shared-memory transports and come back equal; a
+frame that carries a pickle is just bytes to the decoder (a ``DecodeError``, nothing unpickled).
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import msgspec
+import pytest
+import torch
+from wire_helpers import same
+
+import codec
+import transports
+from codec.generated import REGISTRY
+from codec.golden import cases
+
+
+def _refuse(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("pickle was used")
+
+
+@pytest.fixture
+def no_pickle(monkeypatch: pytest.MonkeyPatch) -> None:
+    from multiprocessing.reduction import ForkingPickler
+
+    for name in ("dumps", "loads", "dump", "load"):
+        monkeypatch.setattr(pickle, name, _refuse)
+    monkeypatch.setattr(pickle, "Unpickler", _refuse)
+    monkeypatch.setattr(ForkingPickler, "dumps", _refuse)
+    monkeypatch.setattr(ForkingPickler, "loads", _refuse)
+
+
+def test_every_builtin_type_travels_without_pickle(no_pickle: None) -> None:
+    shm = transports.ShmTransport()
+    try:
+        for transport in (None, shm):
+            encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
+            decoder = codec.Decoder(REGISTRY, transports=[shm])
+            for message in (build() for builders in cases().values() for _, build in builders):
+                out = decoder.decode(encoder.encode(message))
+                assert same(out, message), type(message).__name__
+                del out
+    finally:
+        shm.close()
+
+
+def test_a_pickle_in_a_frame_is_only_bytes(no_pickle: None) -> None:
+    frames = codec.Encoder().encode(REGISTRY.type("diffusion.Output")(output=torch.ones(3)))
+    header = msgspec.msgpack.decode(frames[0])
+    header["body"]["output"] = msgspec.msgpack.Ext(1, b"\x80\x05K\x01.")  # a pickle where a tensor reference goes
+    with pytest.raises(codec.DecodeError, match=r"tensor reference of 5 bytes, expected 4"):
+        codec.Decoder(REGISTRY).decode([msgspec.msgpack.encode(header), *frames[1:]])

@@ -1,0 +1,105 @@
+"""The reaper against planted names: it removes only this uid's regular files of dead creators.
+
+Unparseable and out-of-range names, pids that do not fit pid_t, FIFOs, symlinks, directories and
+other users' files are skipped, never fatal; live creators' segments stay; ``--dry-run`` removes
+nothing. Each test plants in a private directory, except the command-line test, which must use
+/dev/shm and plants only names of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import transports
+from codec.cli import main
+from transports.shm import SHM_DIR
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+@pytest.fixture
+def directory() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="twtest-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _name(pid: int | str) -> str:
+    return f"tw-{pid}-{secrets.token_hex(16)}-1"
+
+
+def _plant(directory: Path) -> tuple[dict[str, Path], Path]:
+    """Everything the reaper must skip, and the one file it must remove."""
+    dead = _dead_pid()
+    skip = {
+        "pid 2**31": directory / _name(2**31),
+        "pid 2**32 + 1": directory / _name(2**32 + 1),
+        "pid past PID_MAX": directory / _name(4_194_305),
+        "ten-digit pid": directory / _name(9_999_999_999),
+        "live creator": directory / _name(os.getpid()),
+        "not our pattern": directory / f"tw-{dead}-short-1",
+        "fifo": directory / _name(dead),
+        "symlink": directory / _name(dead),
+        "directory": directory / _name(dead),
+        "other uid": directory / _name(dead),
+    }
+    for kind, path in skip.items():
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "symlink":
+            os.symlink("/etc/hostname", path)
+        elif kind == "directory":
+            path.mkdir()
+        else:
+            path.write_bytes(b"x" * 64)
+    if os.geteuid() == 0:
+        os.chown(skip["other uid"], 65534, 65534)
+    else:
+        del skip["other uid"]
+    removable = directory / _name(dead)
+    removable.write_bytes(b"x" * 64)
+    return skip, removable
+
+
+def test_planted_names_are_skipped_and_only_dead_creators_regular_files_go(directory: Path) -> None:
+    skip, removable = _plant(directory)
+    assert transports.reap(directory, dry_run=True) == [removable.name]
+    assert removable.exists()
+    assert transports.reap(directory) == [removable.name]
+    assert not removable.exists()
+    for kind, path in skip.items():
+        assert os.path.lexists(path), f"{kind} was removed"
+    assert Path("/etc/hostname").exists()
+
+
+def test_the_command_line_reaper_survives_planted_names(capsys: pytest.CaptureFixture[str]) -> None:
+    planted = [SHM_DIR / _name(2**31), SHM_DIR / _name(4_194_305)]
+    fifo = SHM_DIR / _name(_dead_pid())
+    dead = SHM_DIR / _name(_dead_pid())
+    try:
+        for path in planted:
+            path.write_bytes(b"x")
+        os.mkfifo(fifo)
+        dead.write_bytes(b"x")
+        assert main(["shm", "reap", "--dry-run"]) == 0
+        out = capsys.readouterr().out
+        assert f"would remove {dead.name}" in out and all(p.name not in out for p in [*planted, fifo])
+        assert main(["shm", "reap"]) == 0
+        out = capsys.readouterr().out
+        assert f"removed {dead.name}" in out and not dead.exists()
+        assert all(p.exists() for p in planted) and os.path.lexists(fifo)
+    finally:
+        for path in [*planted, fifo, dead]:
+            path.unlink(missing_ok=True)

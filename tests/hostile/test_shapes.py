@@ -1,0 +1,208 @@
+"""Hostile shapes and strides: sizes are checked in Python before torch or numpy computes any.
+
+Every dimension, and the product of the non-zero dimensions times the itemsize, must be at most
+``max_tensor_bytes`` (16 GiB by default), for an empty tensor too; strides are bounded the same
+way. A descriptor past those bounds is a ``DecodeError`` naming its axis, never a torch or numpy
+error; the encoder refuses what a decoder would refuse.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import codec
+from codec.generated import REGISTRY, diffusion
+
+DECODER = codec.Decoder(REGISTRY)
+INLINE = codec.Encoder()
+LIMIT = codec.Limits().max_tensor_bytes  # 2**34
+FRAMES = {
+    "tensor": INLINE.encode(diffusion.Output(output=[torch.zeros(4)])),
+    "ndarray": INLINE.encode(diffusion.Output(output=[np.zeros(4, np.float32)])),
+}
+ITEMSIZE = {"float32": 4, "uint8": 1, "complex128": 16}
+
+
+def forged(kind: str, shape: list[int], strides: list[int] | None = None, dtype: str = "float32") -> list[Any]:
+    """The frames of a one-tensor message whose descriptor says ``shape`` and ``strides`` (C order by default)."""
+    header = msgspec.msgpack.decode(FRAMES[kind][0])
+    desc = header["tensors"][0]
+    if strides is None:
+        strides, step = [], 1
+        for dim in reversed(shape):
+            strides.insert(0, step if step < 2**63 else 1)  # one msgpack can hold
+            step *= max(dim, 1)
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    desc[1], desc[2], desc[3] = dtype, shape, strides
+    desc[6] = numel * ITEMSIZE[dtype] if numel * ITEMSIZE[dtype] < 2**64 else 0
+    return [msgspec.msgpack.encode(header), *FRAMES[kind][1:]]
+
+
+def _at(axis: str) -> str:
+    return rf" - at `\$\.output\[0\]\.{axis}`$"
+
+
+DIMENSION = r"dimension {} is larger than the limit of 17179869184"
+PRODUCT = r"{} makes the tensor larger than the limit of 17179869184 bytes"
+STRIDE = r"{} is out of range"
+
+BAD_SHAPES = [
+    ([2**63 - 1], None, "shape\\[0\\]", DIMENSION.format(2**63 - 1)),
+    ([2**63], None, "shape\\[0\\]", DIMENSION.format(2**63)),
+    ([2**64 - 1], None, "shape\\[0\\]", DIMENSION.format(2**64 - 1)),
+    ([2**63, 0], None, "shape\\[0\\]", DIMENSION.format(2**63)),
+    ([0, 2**63], None, "shape\\[1\\]", DIMENSION.format(2**63)),
+    ([0, 2**64 - 1], None, "shape\\[1\\]", DIMENSION.format(2**64 - 1)),
+    ([2**63 - 1, 0], None, "shape\\[0\\]", DIMENSION.format(2**63 - 1)),
+    ([2**40, 2**40, 0], None, "shape\\[0\\]", DIMENSION.format(2**40)),
+    ([0, 2**62], None, "shape\\[1\\]", DIMENSION.format(2**62)),
+    ([0, 2**40], None, "shape\\[1\\]", DIMENSION.format(2**40)),
+    ([0, LIMIT + 1], None, "shape\\[1\\]", DIMENSION.format(LIMIT + 1)),
+    ([LIMIT, 0], None, "shape\\[0\\]", PRODUCT.format(LIMIT)),  # LIMIT elements of 4 bytes
+    ([2**32, 0, 4], None, "shape\\[2\\]", PRODUCT.format(4)),
+    ([2**31] * 8, None, "shape\\[1\\]", PRODUCT.format(2**31)),
+    ([0, *[2**31] * 7], None, "shape\\[2\\]", PRODUCT.format(2**31)),
+    ([2**17, 0, 2**15, 2**17], None, "shape\\[3\\]", PRODUCT.format(2**17)),
+    ([0, 5], [2**62, 1], "strides\\[0\\]", STRIDE.format(2**62)),
+    ([0, 5], [2**63 - 1, 1], "strides\\[0\\]", STRIDE.format(2**63 - 1)),
+    ([0, 5], [-(2**63), 1], "strides\\[0\\]", STRIDE.format(-(2**63))),
+    ([5, 0], [1, LIMIT + 1], "strides\\[1\\]", STRIDE.format(LIMIT + 1)),
+    ([0], [2**64 - 1], "strides\\[0\\]", STRIDE.format(2**64 - 1)),
+    ([3, 2], [LIMIT + 1, 1], "strides\\[0\\]", STRIDE.format(LIMIT + 1)),
+]
+
+
+@pytest.mark.parametrize("kind", ["tensor", "ndarray"])
+@pytest.mark.parametrize(("shape", "strides", "axis", "reason"), BAD_SHAPES)
+def test_sizes_past_the_limits_are_decode_errors_naming_the_axis(
+    kind: str, shape: list[int], strides: list[int] | None, axis: str, reason: str
+) -> None:
+    with pytest.raises(codec.DecodeError, match=rf"^diffusion\.Output v1: {reason}{_at(axis)}"):
+        DECODER.decode(forged(kind, shape, strides))
+
+
+def test_torch_tensors_have_no_negative_strides_even_empty() -> None:
+    with pytest.raises(codec.DecodeError, match=r"no negative strides, got -1" + _at("strides\\[0\\]")):
+        DECODER.decode(forged("tensor", [0, 3], [-1, 1]))
+    with pytest.raises(codec.DecodeError, match=r"no negative strides, got -5" + _at("strides\\[1\\]")):
+        DECODER.decode(forged("tensor", [3, 0], [1, -5]))
+
+
+@pytest.mark.parametrize(
+    ("kind", "shape", "strides", "dtype"),
+    [
+        ("tensor", [2**32, 0], [1, 1], "float32"),  # the product of the non-zero dims at the limit
+        ("ndarray", [2**32, 0], [1, 1], "float32"),
+        ("tensor", [0, LIMIT], [LIMIT, 1], "uint8"),  # a dimension and a stride at the limit
+        ("ndarray", [0, LIMIT], [LIMIT, 1], "uint8"),
+        ("ndarray", [0, 3], [-1, 1], "float32"),  # numpy takes negative strides
+        ("ndarray", [0, 3], [-LIMIT, LIMIT], "float32"),
+        ("tensor", [0, 2**20, 0, 2**10], [LIMIT, 1, LIMIT, 1], "complex128"),  # 2**34 bytes
+        ("ndarray", [0, 2**20, 0, 2**10], [-LIMIT, 1, LIMIT, -1], "complex128"),
+    ],
+)
+def test_empty_tensors_within_the_limits_decode_with_their_layout(
+    kind: str, shape: list[int], strides: list[int], dtype: str
+) -> None:
+    value = DECODER.decode(forged(kind, shape, strides, dtype)).output[0]
+    assert isinstance(value, torch.Tensor if kind == "tensor" else np.ndarray)
+    assert list(value.shape) == shape
+    got = list(value.stride()) if isinstance(value, torch.Tensor) else [s // ITEMSIZE[dtype] for s in value.strides]
+    assert got == strides
+
+
+_DIMS = st.sampled_from([0, 0, 1, 2, 3, 2**16, 2**31, 2**32, LIMIT, LIMIT + 1, 2**62, 2**63 - 1, 2**63, 2**64 - 1])
+_STRIDES = st.sampled_from([0, 1, -1, 3, 2**31, LIMIT, -LIMIT, LIMIT + 1, -(2**63), 2**63 - 1, 2**64 - 1])
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(["tensor", "ndarray"]),
+    dtype=st.sampled_from(list(ITEMSIZE)),
+    layout=st.integers(0, 8).flatmap(
+        lambda r: st.tuples(st.lists(_DIMS, min_size=r, max_size=r), st.lists(_STRIDES, min_size=r, max_size=r))
+    ),
+    offset=st.sampled_from([0, 16, 2**40, 2**63]),
+)
+def test_any_shape_strides_and_offset_decode_or_raise_a_decode_error(
+    kind: str, dtype: str, layout: tuple[list[int], list[int]], offset: int
+) -> None:
+    shape, strides = layout
+    frames = forged(kind, shape, strides, dtype)
+    header = msgspec.msgpack.decode(frames[0])
+    header["tensors"][0][4] = offset
+    try:
+        value = DECODER.decode([msgspec.msgpack.encode(header), *frames[1:]]).output[0]
+    except codec.DecodeError as exc:
+        assert " - at `$.output[0]" in str(exc)
+        return
+    assert list(value.shape) == shape
+    value.clone() if isinstance(value, torch.Tensor) else value.copy()  # every element readable
+
+
+# -- the encoder refuses what a decoder refuses ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (torch.empty(0, 2**40), r"shape\[1\]: dimension 1099511627776 is larger than the limit of 17179869184"),
+        (torch.empty(2**40, 0, dtype=torch.uint8), r"shape\[0\]: dimension 1099511627776 is larger than the limit"),
+        (torch.empty(0, 2**33), r"shape\[1\]: 8589934592 makes the tensor larger than the limit of 17179869184 bytes"),
+        (torch.empty(0, 2**20, 2**20), r"shape\[2\]: 1048576 makes the tensor larger than the limit"),
+        (torch.empty_strided((0, 5), (2**40, 1)), r"strides\[0\]: 1099511627776 is out of range"),
+        (np.empty((0, 2**40), np.uint8), r"shape\[1\]: dimension 1099511627776 is larger than the limit"),
+        (np.empty((2**32, 0, 4), np.float32), r"shape\[2\]: 4 makes the tensor larger than the limit"),
+        (np.empty((2**33, 0), np.float32), r"shape\[0\]: 8589934592 makes the tensor larger than the limit"),
+    ],
+)
+def test_empty_tensors_past_the_limits_are_encode_errors_naming_the_axis(value: Any, error: str) -> None:
+    with pytest.raises(codec.EncodeError, match=rf"^diffusion\.Output: {error}.* - at `\$\.output\.big`$"):
+        INLINE.encode(diffusion.Output(output={"small": torch.zeros(2), "big": value}))
+
+
+def test_what_the_encoder_sends_at_the_limits_decodes() -> None:
+    values: list[Any] = [
+        torch.empty(0, LIMIT, dtype=torch.uint8),
+        torch.empty(2**32, 0),
+        np.empty((0, LIMIT // 16), np.complex128),
+        torch.empty_strided((0, 5), (LIMIT, 1), dtype=torch.uint8),
+    ]
+    out = DECODER.decode(INLINE.encode(diffusion.Output(output=values))).output
+    assert [tuple(v.shape) for v in out] == [tuple(v.shape) for v in values]
+    assert list(out[3].stride()) == [LIMIT, 1]
+
+
+def test_a_smaller_limit_bounds_every_dimension_on_both_sides() -> None:
+    limits = codec.Limits(max_tensor_bytes=100)
+    encoder = codec.Encoder(options=codec.EncodeOptions(limits=limits))
+    decoder = codec.Decoder(REGISTRY, options=codec.DecodeOptions(limits=limits))
+    with pytest.raises(codec.EncodeError, match=r"shape\[1\]: dimension 101 is larger than the limit of 100"):
+        encoder.encode(diffusion.Output(output=torch.empty(0, 101, dtype=torch.uint8)))
+    frames = encoder.encode(diffusion.Output(output=torch.empty(0, 100, dtype=torch.uint8)))
+    assert decoder.decode(frames).output.shape == (0, 100)
+    header = msgspec.msgpack.decode(frames[0])
+    header["tensors"][0][2] = [0, 101]
+    with pytest.raises(
+        codec.DecodeError, match=r"dimension 101 is larger than the limit of 100 - at `\$\.output\.shape\[1\]`"
+    ):
+        decoder.decode([msgspec.msgpack.encode(header), *frames[1:]])
+
+
+@pytest.mark.parametrize("kind", ["tensor", "ndarray"])
+@pytest.mark.parametrize("shape", [[2**63, 0], [0, 2**64 - 1], [3, 0, 2**63]])  # past int64
+def test_with_limits_past_what_torch_and_numpy_hold_a_decode_still_raises_only_a_decode_error(
+    kind: str, shape: list[int]
+) -> None:
+    decoder = codec.Decoder(REGISTRY, options=codec.DecodeOptions(limits=codec.Limits(max_tensor_bytes=2**80)))
+    with pytest.raises(codec.DecodeError, match=r"tensor 0 of shape .* cannot be built: "):
+        decoder.decode(forged(kind, shape))

@@ -1,0 +1,227 @@
+"""How long a handed-over slot stays claimable, who may claim it, and garbage in its control page.
+
+A slot nobody claims comes back after the claim timeout, its capability void (a late claim is an
+"expired" DecodeError); a message rejected after its handles proved their capabilities gives its
+slots back at once, while forged handles give back nothing; of several receivers racing for one
+slot, exactly one wins; values a receiver scribbled into a control page never raise in the sender.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import pytest
+import torch
+
+import codec
+import transports
+from codec.generated import REGISTRY, diffusion
+from tests.hostile import claimers
+from transports.control import CLAIMED, FREE, IN_FLIGHT
+
+OOB = codec.EncodeOptions(inline_threshold=1)
+BACKINGS = ["memfd", "named"]
+
+
+@pytest.fixture(params=BACKINGS)
+def backing(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make() -> Iterator[Any]:
+    made: list[transports.ShmTransport] = []
+
+    def build(**options: Any) -> transports.ShmTransport:
+        made.append(transports.ShmTransport(**options))
+        return made[-1]
+
+    yield build
+    for transport in made:
+        transport.close()
+
+
+def _states(shm: transports.ShmTransport) -> list[int]:
+    assert shm.pool is not None
+    return [slot.state for slot in shm.pool.slots()]
+
+
+def _message(i: int = 0) -> Any:
+    return diffusion.Output(output=torch.full((20_000,), float(i)), chunk_index=i)
+
+
+def _wait_for(condition: Any, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return bool(condition())
+
+
+def test_an_unclaimed_slot_expires_and_a_late_claim_says_so(backing: str, make: Any) -> None:
+    shm = make(backing=backing, claim_timeout=0.2, idle_seconds=0)
+    receiver = make(backing=backing, pool=False)
+    encoder, decoder = codec.Encoder(transport=shm, options=OOB), codec.Decoder(REGISTRY, transports=[receiver])
+    frames = encoder.encode(_message())
+    assert _states(shm) == [IN_FLIGHT]
+    time.sleep(0.3)
+    with pytest.raises(codec.DecodeError, match=r"generation 1 expired: it was not claimed within its sender's"):
+        decoder.decode(frames)  # past the deadline (brought back by the trimmer, or not yet): refused
+    assert shm.pool is not None
+    shm.pool.expire()
+    assert _states(shm) == [FREE]
+    with pytest.raises(codec.DecodeError, match=r"generation 1 expired"):
+        decoder.decode(frames)
+    again = decoder.decode(encoder.encode(_message(1)))  # the slot is reused under a new generation
+    assert float(again.output[0]) == 1.0 and len(_states(shm)) == 1
+    del again
+    same = codec.Decoder(REGISTRY, transports=[shm])  # a late claim through the sender's own transport
+    frames = encoder.encode(_message(2))
+    time.sleep(0.3)
+    for _ in range(2):  # its failed claim gives the slot back, and the next one still says why
+        with pytest.raises(codec.DecodeError, match=r"generation 3 expired"):
+            same.decode(frames)
+    assert _states(shm) == [FREE]
+
+
+def test_the_trimmer_brings_expired_slots_back_by_itself(backing: str, make: Any) -> None:
+    shm = make(backing=backing, claim_timeout=0.1, idle_seconds=0)
+    codec.Encoder(transport=shm, options=OOB).encode(_message())
+    assert _wait_for(lambda: _states(shm) == [FREE]), _states(shm)
+
+
+def test_an_unclaimed_one_shot_is_unlinked_after_its_timeout(make: Any) -> None:
+    shm = make(pool=False, claim_timeout=0.1)
+    frames = codec.Encoder(transport=shm, options=OOB).encode(_message())
+    name = msgspec.msgpack.decode(frames[0])["buffers"][0]["handle"]["name"]
+    assert (shm.directory / name).exists()
+    time.sleep(0.2)
+    shm.trim()
+    assert not (shm.directory / name).exists()
+    with pytest.raises(codec.TransportError, match=rf"cannot open shared memory segment {name}: No such file"):
+        codec.Decoder(REGISTRY, transports=[shm]).decode(frames)
+
+
+def _rejected(frames: list[Any], **changes: Any) -> list[Any]:
+    header = msgspec.msgpack.decode(frames[0])
+    header.update(changes)
+    return [msgspec.msgpack.encode(header), *frames[1:]]
+
+
+def test_a_rejected_message_gives_its_proven_slots_back_at_once(backing: str, make: Any) -> None:
+    shm = make(backing=backing)
+    receiver = make(backing=backing, pool=False)
+    encoder, decoder = codec.Encoder(transport=shm, options=OOB), codec.Decoder(REGISTRY, transports=[receiver])
+    for change, error in (
+        ({"magic": "pickle"}, r"not a tensorwire message"),
+        ({"type": "evil.Type"}, r"unknown type id 'evil.Type'"),
+        ({"version": 9}, r"unknown version 9 of diffusion.Output"),
+    ):
+        frames = encoder.encode(diffusion.Output(output=[torch.ones(20_000), torch.zeros(30_000)]))
+        with pytest.raises(codec.DecodeError, match=error):
+            decoder.decode(_rejected(frames, **change))
+        assert set(_states(shm)) == {FREE}  # no waiting for the claim timeout
+
+
+def test_forged_handles_in_a_rejected_message_give_nothing_back(backing: str, make: Any) -> None:
+    shm = make(backing=backing)
+    receiver = make(backing=backing, pool=False)
+    encoder, decoder = codec.Encoder(transport=shm, options=OOB), codec.Decoder(REGISTRY, transports=[receiver])
+    frames = encoder.encode(_message(3))
+    header = msgspec.msgpack.decode(frames[0])
+    header["magic"] = "pickle"
+    header["buffers"][0]["handle"]["capability"] = bytes(16)
+    with pytest.raises(codec.DecodeError, match=r"not a tensorwire message"):
+        decoder.decode([msgspec.msgpack.encode(header)])
+    assert _states(shm) == [IN_FLIGHT]
+    out = decoder.decode(frames)  # the intended receiver still gets it
+    assert float(out.output[0]) == 3.0 and _states(shm) == [CLAIMED]
+    del out
+
+
+def test_of_racing_processes_exactly_one_claims_each_slot(backing: str, make: Any) -> None:
+    shm = make(backing=backing, claim_timeout=600.0)
+    encoder = codec.Encoder(transport=shm, options=OOB)
+    count, racers = 20, 4
+    frames_list = [[bytes(memoryview(f)) for f in encoder.encode(_message(i))] for i in range(count)]
+    ctx = mp.get_context("spawn")
+    start = ctx.Event()
+    pipes = [ctx.Pipe() for _ in range(racers)]
+    children = [
+        ctx.Process(target=claimers.claim_all, args=(start, frames_list, backing, child), daemon=True)
+        for _, child in pipes
+    ]
+    try:
+        for child in children:
+            child.start()
+        time.sleep(1.0)  # let them all reach the start line (they import torch first)
+        start.set()
+        results = [parent.recv() for parent, _ in pipes]
+        for child in children:
+            child.join(60)
+            assert child.exitcode == 0
+    finally:
+        for child in children:
+            if child.is_alive():
+                child.kill()
+    winners = sorted(i for won, _ in results for i in won)
+    assert winners == list(range(count))  # every message exactly once
+    losses = [error for _, lost in results for error in lost]
+    assert len(losses) == count * (racers - 1)
+    assert all("no longer in flight" in error for error in losses), losses[:3]
+    assert set(_states(shm)) == {FREE}
+
+
+def test_of_racing_threads_exactly_one_claims_a_slot(make: Any) -> None:
+    shm = make()
+    frames = codec.Encoder(transport=shm, options=OOB).encode(_message(5))
+    decoder = codec.Decoder(REGISTRY, transports=[make(pool=False)], options=codec.DecodeOptions(borrow=False))
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def race() -> None:
+        barrier.wait()
+        try:
+            outcomes.append(f"won {float(decoder.decode(frames).output[0])}")
+        except codec.DecodeError as exc:
+            outcomes.append(str(exc))
+
+    threads = [threading.Thread(target=race) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(outcomes)[-1] == "won 5.0" and outcomes.count("won 5.0") == 1
+    assert sum("no longer in flight" in o for o in outcomes) == 7
+
+
+@pytest.mark.parametrize(
+    ("word", "value"),
+    [
+        (3, 2**31),  # a receiver pid that does not fit pid_t
+        (3, 2**63 + 5),
+        (3, 4_194_305),  # one past the largest pid the kernel hands out
+        (2, 2**64 - 1),  # a generation about to wrap
+        (1, 77),  # no state of the protocol: the slot is dropped, never reused
+        (5, 2**64 - 1),  # a deadline far away
+    ],
+)
+def test_garbage_in_a_control_page_never_raises_in_the_sender(backing: str, make: Any, word: int, value: int) -> None:
+    shm = make(backing=backing)
+    encoder, decoder = codec.Encoder(transport=shm, options=OOB), codec.Decoder(REGISTRY, transports=[shm])
+    held = decoder.decode(encoder.encode(_message(1)))
+    assert shm.pool is not None
+    slot = shm.pool.slots()[0]
+    slot.page.words[word] = value  # what a broken or hostile receiver holding the slot could write
+    del held
+    for i in range(2, 5):
+        out = decoder.decode(encoder.encode(_message(i)))
+        assert float(out.output[0]) == float(i)
+        del out
+    assert len(shm.pool.slots()) <= 2  # reclaimed or replaced, not piling up

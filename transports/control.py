@@ -1,0 +1,369 @@
+"""A segment's control page: the cross-process protocol of hand-over, claim and release.
+
+Every shared-memory segment starts with a 4 KiB control page (the data follows it). Its words
+(little-endian u64): magic, state, generation, receiver pid, data capacity, claim deadline
+(``CLOCK_MONOTONIC`` ns), the last expired generation, flags (one-shot, dropped by its creator);
+then the 16-byte digest of the current hand-over's capability.
+
+A hand-over draws a fresh capability (128 random bits) that travels only in the message's handle;
+the page keeps its BLAKE2b digest, never the capability itself. A receiver proves the capability
+(constant-time comparison) before any side effect, and a claim clears the digest: a handle is good
+for one claim. Transitions that race across processes (claim, discard, expiry, undo) happen under
+an open-file-description lock on the page (``F_OFD_SETLK``, released by the kernel if its holder
+dies) plus a thread lock; a lock held elsewhere for long is a ``TransportError``, never a hang.
+
+States: FREE -> SENDER (the sender holds it) -> IN_FLIGHT (handed over) -> CLAIMED (a receiver
+holds it) -> FREE; IN_FLIGHT -> FREE when it is discarded by a receiver that proved its
+capability, undone by its sender, or not claimed before its deadline (expired).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import hmac
+import mmap
+import os
+import secrets
+import struct
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from codec.errors import DecodeError, TransportError
+
+__all__ = [
+    "CAPABILITY_BYTES",
+    "CLAIMED",
+    "CONTROL_BYTES",
+    "DROPPED",
+    "FREE",
+    "IN_FLIGHT",
+    "MAGIC",
+    "ONE_SHOT",
+    "SENDER",
+    "STATES",
+    "Page",
+    "claim_file",
+    "digest",
+    "discard_file",
+    "expire_file",
+    "init_file",
+]
+
+CONTROL_BYTES = 4096
+MAGIC = b"TWSLOT02"
+FREE, SENDER, IN_FLIGHT, CLAIMED = 0, 1, 2, 3
+STATES = frozenset({FREE, SENDER, IN_FLIGHT, CLAIMED})
+ONE_SHOT, DROPPED = 1, 2  # flag bits
+CAPABILITY_BYTES = 16
+_MAGIC_WORD = int.from_bytes(MAGIC, "little")
+_W_MAGIC, _W_STATE, _W_GENERATION, _W_RECEIVER, _W_CAPACITY, _W_DEADLINE, _W_EXPIRED, _W_FLAGS = range(8)
+_DIGEST = 64  # byte offset of the capability digest
+_HEAD = struct.Struct("<8Q16s")  # the words and the digest, as one read
+_NO_DIGEST = bytes(CAPABILITY_BYTES)
+_LOCK = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+_UNLOCK = struct.pack("hh4xqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
+_LOCK_WAIT = 0.25  # seconds a transition waits for a page locked by another process
+
+
+def digest(capability: bytes) -> bytes:
+    """What a page stores for ``capability``: its 16-byte keyed BLAKE2b digest."""
+    return hashlib.blake2b(capability, digest_size=CAPABILITY_BYTES, person=b"tensorwire.cap").digest()
+
+
+def _lock(fd: int, what: str) -> None:
+    deadline = time.monotonic() + _LOCK_WAIT
+    pause = 0.0
+    while True:
+        try:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _LOCK)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise TransportError(exc.errno, f"cannot lock the control page of {what}: {exc.strerror}") from None
+        if time.monotonic() >= deadline:
+            raise TransportError(
+                errno.EAGAIN, f"the control page of {what} has been locked by another process for over {_LOCK_WAIT}s"
+            )
+        time.sleep(pause)
+        pause = min(max(pause * 2, 1e-5), 1e-3)
+
+
+def _unlock(fd: int) -> None:
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _UNLOCK)
+
+
+def _refusal(
+    what: str, state: int, generation: int, expired: int, stored: bytes, deadline: int, wanted: int, capability: bytes
+) -> str | None:
+    """Why a handle (``wanted`` generation, ``capability``) may not claim or discard the page, or None."""
+    if generation != wanted or state != IN_FLIGHT:
+        if expired == wanted:
+            return f"{what} generation {wanted} expired: it was not claimed within its sender's claim timeout"
+        return f"{what} generation {wanted} is no longer in flight (stale or replayed handle)"
+    if stored == _NO_DIGEST or not hmac.compare_digest(stored, digest(capability)):
+        return f"{what}: the handle's capability does not match (a forged or stale handle)"
+    if time.monotonic_ns() > deadline:
+        return f"{what} generation {wanted} expired: it was not claimed within its sender's claim timeout"
+    return None
+
+
+class Page:
+    """The control page of a mapped segment: ``fd`` (for the lock) and the mapping's first page."""
+
+    __slots__ = ("_mutex", "_raw", "fd", "name", "words")
+
+    def __init__(self, fd: int, mapping: mmap.mmap, name: str) -> None:
+        self.fd, self.name = fd, name
+        self._raw = memoryview(mapping)[:CONTROL_BYTES]
+        self.words = self._raw.cast("Q")  # native u64 stores: one aligned write each, never torn
+        self._mutex = threading.Lock()
+
+    # -- reading ----------------------------------------------------------------------------------
+    @property
+    def valid(self) -> bool:
+        """Whether the page has the magic of this protocol."""
+        return bool(self.words[_W_MAGIC] == _MAGIC_WORD)
+
+    @property
+    def state(self) -> int:
+        return int(self.words[_W_STATE])
+
+    @property
+    def generation(self) -> int:
+        return int(self.words[_W_GENERATION])
+
+    @property
+    def receiver(self) -> int:
+        return int(self.words[_W_RECEIVER])
+
+    @property
+    def capacity(self) -> int:
+        return int(self.words[_W_CAPACITY])
+
+    @property
+    def flags(self) -> int:
+        return int(self.words[_W_FLAGS])
+
+    def due(self, now_ns: int) -> bool:
+        """Whether the page is in flight past its claim deadline."""
+        return self.words[_W_STATE] == IN_FLIGHT and now_ns > self.words[_W_DEADLINE]
+
+    # -- the sender's transitions -------------------------------------------------------------------
+    def init(self, capacity: int, flags: int = 0) -> None:
+        """Lay out a new page: free, generation 0."""
+        words = self.words
+        words[_W_CAPACITY], words[_W_FLAGS], words[_W_STATE] = capacity, flags, FREE
+        words[_W_MAGIC] = _MAGIC_WORD
+
+    def take(self, state: int) -> int:
+        """Move a free page to ``state`` under a new generation; return it."""
+        words = self.words
+        generation = (int(words[_W_GENERATION]) + 1) % 2**63 or 1  # whatever a receiver wrote there
+        words[_W_RECEIVER], words[_W_GENERATION], words[_W_STATE] = 0, generation, state
+        return generation
+
+    def hand_over(self, timeout: float) -> bytes:
+        """Put the page in flight for ``timeout`` seconds under a fresh capability; return the capability."""
+        capability = secrets.token_bytes(CAPABILITY_BYTES)
+        self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = digest(capability)
+        self.words[_W_DEADLINE] = time.monotonic_ns() + int(timeout * 1e9)
+        self.words[_W_STATE] = IN_FLIGHT
+        return capability
+
+    def give_back(self) -> None:
+        """The sender's own page back to FREE (a pool tensor dropped unsent)."""
+        self.words[_W_STATE] = FREE
+
+    def undo(self, generation: int, capability: bytes) -> bool:
+        """Take back a hand-over nobody claimed (a failed encode), if ``capability`` is the one it was
+        made under; False if it was claimed, is gone, or the capability does not match."""
+
+        def unclaimed() -> bool:
+            try:
+                self._check(generation, capability, self.name, deadline=False)
+            except DecodeError:
+                return False
+            if self.due(time.monotonic_ns()):
+                self.words[_W_EXPIRED] = generation  # a late claim still says why it is refused
+            return True
+
+        return self._to_free(unclaimed)
+
+    def expire(self, now_ns: int) -> bool:
+        """Free the page if it is in flight past its deadline, remembering the expired generation."""
+
+        def due() -> bool:
+            if not self.due(now_ns):
+                return False
+            self.words[_W_EXPIRED] = self.words[_W_GENERATION]
+            return True
+
+        return self._to_free(due)
+
+    def reclaim(self, alive: bool) -> bool:
+        """Free a claimed page whose receiver is gone (``alive`` False); True if it is free now."""
+        state = self.words[_W_STATE]
+        if state == FREE:
+            return True
+        return state == CLAIMED and not alive and self._to_free(lambda: bool(self.words[_W_STATE] == CLAIMED))
+
+    def mark_dropped(self) -> None:
+        """Tell receivers the creator let go of this segment (they may unmap it once unused)."""
+        self.words[_W_FLAGS] = self.words[_W_FLAGS] | DROPPED
+
+    def _to_free(self, condition: Callable[[], bool]) -> bool:
+        with self._mutex:
+            _lock(self.fd, self.name)
+            try:
+                if not condition():
+                    return False
+                self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+                self.words[_W_STATE] = FREE
+                return True
+            finally:
+                _unlock(self.fd)
+
+    # -- the receiver's transitions -----------------------------------------------------------------
+    def claim(self, generation: int, capability: bytes, what: str) -> None:
+        """Claim the hand-over the handle names (proving its capability) or raise ``DecodeError``."""
+        with self._mutex:
+            _lock(self.fd, self.name)
+            try:
+                self._check(generation, capability, what)
+                self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+                self.words[_W_RECEIVER] = os.getpid()
+                self.words[_W_STATE] = CLAIMED
+            finally:
+                _unlock(self.fd)
+
+    def discard(self, generation: int, capability: bytes) -> bool:
+        """Give back a hand-over this receiver will not read, if the handle proves its capability."""
+        with self._mutex:
+            _lock(self.fd, self.name)
+            try:
+                try:
+                    self._check(generation, capability, self.name)
+                except DecodeError:
+                    return False
+                self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+                self.words[_W_STATE] = FREE
+                return True
+            finally:
+                _unlock(self.fd)
+
+    def free(self, generation: int) -> bool:
+        """Hand back a page this process claimed as ``generation`` (its last view died)."""
+        words = self.words
+        if words[_W_GENERATION] != generation or words[_W_STATE] != CLAIMED or words[_W_RECEIVER] != os.getpid():
+            return False
+        words[_W_STATE] = FREE
+        return True
+
+    def _check(self, generation: int, capability: bytes, what: str, *, deadline: bool = True) -> None:
+        words = self.words
+        stored = self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES].tobytes()
+        reason = _refusal(
+            what,
+            int(words[_W_STATE]),
+            int(words[_W_GENERATION]),
+            int(words[_W_EXPIRED]),
+            stored,
+            int(words[_W_DEADLINE]) if deadline else 2**64,
+            generation,
+            capability,
+        )
+        if reason is not None:
+            raise DecodeError(reason)
+
+    def release(self) -> None:
+        """Let go of the views of the mapping (before it is closed)."""
+        self.words.release()
+        self._raw.release()
+
+
+# -- one-shot segments: the same page, read and written with pread/pwrite (never mapped unchecked) ---
+
+
+def init_file(mapping: mmap.mmap, capacity: int, timeout: float) -> bytes:
+    """Lay out the page of a new one-shot segment, in flight at once; return its capability."""
+    capability = secrets.token_bytes(CAPABILITY_BYTES)
+    deadline = time.monotonic_ns() + int(timeout * 1e9)
+    _HEAD.pack_into(mapping, 0, _MAGIC_WORD, IN_FLIGHT, 1, 0, capacity, deadline, 0, ONE_SHOT, digest(capability))
+    return capability
+
+
+def _read_head(fd: int, what: str) -> tuple[Any, ...]:
+    try:
+        head = os.pread(fd, _HEAD.size, 0)
+    except OSError as exc:
+        raise TransportError(exc.errno, f"cannot read {what}: {exc.strerror}") from None
+    if len(head) != _HEAD.size:
+        raise DecodeError(f"{what} has no control page")
+    values = _HEAD.unpack(head)
+    if values[_W_MAGIC] != _MAGIC_WORD or not values[_W_FLAGS] & ONE_SHOT:
+        raise DecodeError(f"{what} has no valid control page")
+    return values
+
+
+def _write_word(fd: int, index: int, value: int, what: str) -> None:
+    try:
+        os.pwrite(fd, struct.pack("<Q", value), index * 8)
+    except OSError as exc:
+        raise TransportError(exc.errno, f"cannot write the control page of {what}: {exc.strerror}") from None
+
+
+def _transition(fd: int, capability: bytes, what: str, state: int) -> int:
+    """Move a one-shot page from IN_FLIGHT to ``state`` once the capability proves; return its capacity."""
+    _lock(fd, what)
+    try:
+        head = _read_head(fd, what)
+        reason = _refusal(
+            what, head[_W_STATE], head[_W_GENERATION], head[_W_EXPIRED], head[8], head[_W_DEADLINE], 1, capability
+        )
+        if reason is not None:
+            raise DecodeError(reason)
+        try:
+            os.pwrite(fd, _NO_DIGEST, _DIGEST)
+        except OSError as exc:
+            raise TransportError(exc.errno, f"cannot write the control page of {what}: {exc.strerror}") from None
+        _write_word(fd, _W_RECEIVER, os.getpid(), what)
+        _write_word(fd, _W_STATE, state, what)
+        return int(head[_W_CAPACITY])
+    finally:
+        _unlock(fd)
+
+
+def claim_file(fd: int, capability: bytes, what: str) -> int:
+    """Claim the one-shot segment open as ``fd`` (proving the capability); return its data size."""
+    return _transition(fd, capability, what, CLAIMED)
+
+
+def expire_file(fd: int, what: str) -> bool:
+    """Void an unclaimed one-shot segment past its deadline (its sender then unlinks it)."""
+    _lock(fd, what)
+    try:
+        head = _read_head(fd, what)
+        if head[_W_STATE] != IN_FLIGHT or time.monotonic_ns() <= head[_W_DEADLINE]:
+            return False
+        try:
+            os.pwrite(fd, _NO_DIGEST, _DIGEST)
+        except OSError as exc:
+            raise TransportError(exc.errno, f"cannot write the control page of {what}: {exc.strerror}") from None
+        _write_word(fd, _W_EXPIRED, 1, what)
+        _write_word(fd, _W_STATE, FREE, what)
+        return True
+    finally:
+        _unlock(fd)
+
+
+def discard_file(fd: int, capability: bytes, what: str) -> bool:
+    """Mark a one-shot segment read-never (the caller unlinks it) if the capability proves it."""
+    try:
+        _transition(fd, capability, what, FREE)
+    except DecodeError:
+        return False
+    return True

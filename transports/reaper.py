@@ -1,0 +1,65 @@
+"""Named tensorwire segments in /dev/shm: listing them, and removing those whose creator died.
+
+Names are ``tw-<pid>-<token>-<seq>``. Anything else, a pid no process can have, and anything
+that is not a regular file of this process's uid (FIFOs, symlinks, directories, other users'
+files) is skipped, never fatal. memfd-backed segments have no name here: they disappear with
+their last fd and mapping, so nothing of them is ever left to reap.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+from transports.pool import alive
+from transports.segment import valid_pid
+
+__all__ = ["NAME", "SHM_DIR", "our_segments", "reap"]
+
+SHM_DIR = Path("/dev/shm")
+NAME = re.compile(r"tw-([1-9][0-9]{0,9})-([0-9a-f]{32})-([0-9a-f]{1,16})")
+
+
+def our_segments(directory: str | os.PathLike[str] = SHM_DIR) -> list[str]:
+    """Names of tensorwire segments in ``directory`` (by name only: whatever kind of file they are)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(n for n in names if NAME.fullmatch(n))
+
+
+def _reapable(directory: Path, name: str) -> bool:
+    """Whether ``name`` is a regular file of ours whose creator (a valid pid) is gone."""
+    match = NAME.fullmatch(name)
+    if match is None:
+        return False
+    pid = int(match.group(1))
+    if not valid_pid(pid) or alive(pid):
+        return False
+    try:
+        info = os.lstat(directory / name)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+
+
+def reap(directory: str | os.PathLike[str] = SHM_DIR, *, dry_run: bool = False) -> list[str]:
+    """Remove this uid's tensorwire segments whose creator process is gone; return their names
+    (with ``dry_run``, only say which)."""
+    root = Path(directory)
+    removed = []
+    for name in our_segments(root):
+        if not _reapable(root, name):
+            continue
+        if not dry_run:
+            try:
+                os.unlink(root / name)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                continue
+        removed.append(name)
+    return removed

@@ -1,0 +1,184 @@
+"""Shared-memory files: created reserved, opened only after checking what they are.
+
+Two kinds of backing:
+
+- **memfd** (``memfd_create``): a file with no name in any directory, sealed against shrinking
+  and growing (``F_SEAL_SHRINK | F_SEAL_GROW``), so no process can truncate it under a mapping
+  (no SIGBUS); it disappears with its last fd and mapping. A receiver opens the creator's fd
+  through ``/proc/<pid>/fd/<n>`` after checking that the link names exactly that memfd, then
+  checks the file is sealed.
+- **named** (a file in /dev/shm): outlives its creator and works across pid namespaces, but a
+  same-uid process can truncate it.
+
+Opening never follows a symlink, never opens a FIFO, device, directory or another uid's file
+(each is refused from ``lstat`` before any open), uses ``O_NOATIME`` (a refused file keeps its
+access time) and ``O_NONBLOCK``, and checks the real size before anything is mapped or read.
+Creation reserves the space with ``posix_fallocate``: a full file system is a ``TransportError``
+(ENOSPC) before any byte is written, never a SIGBUS later.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import stat
+from pathlib import Path
+
+from codec.errors import DecodeError, TransportError
+
+__all__ = [
+    "PID_MAX",
+    "POPULATE",
+    "SEALS",
+    "create_memfd",
+    "create_named",
+    "memfd_link",
+    "open_memfd",
+    "open_named",
+    "read_into",
+    "valid_pid",
+]
+
+POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+PID_MAX = 2**22  # the kernel's PID_MAX_LIMIT: no pid is larger
+_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
+
+
+def valid_pid(pid: int) -> bool:
+    """Whether ``pid`` can name a process at all (1 .. PID_MAX)."""
+    return 0 < pid <= PID_MAX
+
+
+def create_named(path: Path, size: int) -> tuple[int, mmap.mmap]:
+    """A new file of ``size`` bytes at ``path`` (mode 0600, reserved, mapped pre-faulted): (fd, mapping).
+    Nothing is left behind on failure."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise TransportError(exc.errno, f"cannot create shared memory segment {path.name}: {exc.strerror}") from None
+    try:
+        return fd, _reserve_and_map(fd, size, f"{path.parent} for {path.name}")
+    except BaseException:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+
+
+def create_memfd(name: str, size: int) -> tuple[int, mmap.mmap]:
+    """A new sealed memfd of ``size`` bytes labelled ``name`` (reserved, mapped pre-faulted): (fd, mapping)."""
+    try:
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except OSError as exc:
+        raise TransportError(exc.errno, f"cannot create memfd {name}: {exc.strerror}") from None
+    try:
+        mapping = _reserve_and_map(fd, size, f"memory for memfd {name}")
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
+        return fd, mapping
+    except OSError as exc:
+        os.close(fd)
+        raise TransportError(exc.errno, f"cannot seal memfd {name}: {exc.strerror}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _reserve_and_map(fd: int, size: int, where: str) -> mmap.mmap:
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return mmap.mmap(fd, size, flags=POPULATE)
+    except OSError as exc:
+        raise TransportError(exc.errno, f"cannot reserve {size} bytes in {where}: {exc.strerror}") from None
+
+
+def open_named(path: Path, what: str, *, exact: int | None = None, min_size: int = 0) -> int:
+    """An fd of the regular file at ``path``, owned by this uid, of ``exact`` bytes (or at least
+    ``min_size``). Special files, symlinks and other users' files are refused before any open."""
+    try:
+        before = os.lstat(path)
+    except OSError as exc:
+        raise TransportError(exc.errno, f"cannot open {what} {path.name}: {exc.strerror}") from None
+    _check_file(before, what, path.name, exact, min_size)
+    try:
+        fd = os.open(path, _OPEN)
+    except OSError as exc:
+        raise TransportError(exc.errno, f"cannot open {what} {path.name}: {exc.strerror}") from None
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+            raise DecodeError(f"{what} {path.name} was replaced while it was opened")
+        _check_file(now, what, path.name, exact, min_size)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def memfd_link(name: str) -> str:
+    """What ``/proc/<pid>/fd/<n>`` reads for a memfd labelled ``name``."""
+    return f"/memfd:{name} (deleted)"
+
+
+def open_memfd(pid: int, number: int, name: str, what: str, *, min_size: int) -> int:
+    """An fd of memfd ``name`` that process ``pid`` holds as fd ``number``: the link must name exactly
+    that memfd (before and after the open), and the file must be ours, sealed and large enough."""
+    if not valid_pid(pid) or not 0 <= number < 2**31:
+        raise DecodeError(f"{what} {name}: no process {pid} with an fd {number}")
+    link = f"/proc/{pid}/fd/{number}"
+    expected = memfd_link(name)
+    try:
+        target = os.readlink(link)
+    except OSError as exc:
+        raise TransportError(
+            exc.errno,
+            f"cannot open {what} {name} through {link}: {exc.strerror} (is its sender alive, in this pid namespace?)",
+        ) from None
+    if target != expected:
+        raise DecodeError(f"{what} {name}: {link} is not that memfd")
+    try:
+        fd = os.open(link, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0))
+    except OSError as exc:
+        raise TransportError(exc.errno, f"cannot open {what} {name} through {link}: {exc.strerror}") from None
+    try:
+        if os.readlink(f"/proc/self/fd/{fd}") != expected:
+            raise DecodeError(f"{what} {name}: {link} changed while it was opened")
+        _check_file(os.fstat(fd), what, name, None, min_size)
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        if seals & SEALS != SEALS:
+            raise DecodeError(f"{what} {name} is not sealed against resizing")
+    except OSError as exc:
+        os.close(fd)
+        raise TransportError(exc.errno, f"cannot check {what} {name}: {exc.strerror}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_file(info: os.stat_result, what: str, name: str, exact: int | None, min_size: int) -> None:
+    if stat.S_ISLNK(info.st_mode):
+        raise DecodeError(f"{what} {name} is a symbolic link")
+    if not stat.S_ISREG(info.st_mode):
+        raise DecodeError(f"{what} {name} is not a regular file")
+    if info.st_uid != os.geteuid():
+        raise DecodeError(f"{what} {name} belongs to uid {info.st_uid}, not to this process's uid {os.geteuid()}")
+    if exact is not None and info.st_size != exact:
+        raise DecodeError(f"{what} {name} holds {info.st_size} bytes, its handle names {exact}")
+    if info.st_size < min_size:
+        raise DecodeError(f"{what} {name} holds {info.st_size} bytes, less than its {min_size}-byte header")
+
+
+def read_into(fd: int, target: memoryview, offset: int, what: str) -> None:
+    """Fill ``target`` from ``fd`` at ``offset`` with ``pread`` (a file cut short is a ``DecodeError``,
+    never a SIGBUS)."""
+    done = 0
+    total = target.nbytes
+    while done < total:
+        try:
+            got = os.preadv(fd, [target[done:]], offset + done)
+        except OSError as exc:
+            raise TransportError(exc.errno, f"cannot read {what}: {exc.strerror}") from None
+        if got == 0:
+            raise DecodeError(f"{what} ended after {done} of {total} bytes (cut short while it was read)")
+        done += got

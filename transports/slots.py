@@ -1,0 +1,197 @@
+"""The receiver's side of pool slots: each segment opened and mapped once, every hand-over proven.
+
+A segment is opened only after the checks of ``transports.segment`` (a memfd through its creator's
+``/proc/<pid>/fd`` and sealed, or a regular file of ours in /dev/shm) and mapped only if its
+control page is valid for its size. A claim proves the handle's capability before anything
+changes (``transports.control``); the claimed bytes come back as a lease-backed view (the slot is
+freed when the last view dies) or a private copy (freed at once). Mapped segments are bounded in
+number; those their creator dropped, or whose creator died, are forgotten (their memory goes with
+the last view). Thread-safe; a forked child starts with nothing mapped.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import resource
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from codec.errors import CodecError, DecodeError
+from transports.control import CONTROL_BYTES, DROPPED, ONE_SHOT, Page
+from transports.pool import alive
+from transports.segment import open_memfd, open_named
+
+__all__ = ["SlotReader", "creator_pid"]
+
+
+def creator_pid(name: str) -> int:
+    """The pid in a segment name ``tw-<pid>-<token>-<seq>`` (0 if it has none)."""
+    parts = name.split("-")
+    return int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else 0
+
+
+class _Mapped:
+    """A segment the receiver mapped: its page, an array over all of it (while a lease holds that
+    array the mapping cannot be closed), the address of its first byte."""
+
+    __slots__ = ("address", "anchor", "capacity", "creator", "fd", "mapping", "name", "page", "path")
+
+    def __init__(self, name: str, fd: int, mapping: mmap.mmap, path: Path | None) -> None:
+        self.name, self.fd, self.mapping, self.path = name, fd, mapping, path
+        self.page = Page(fd, mapping, f"pool slot {name}")
+        self.anchor = np.frombuffer(mapping, dtype=np.uint8)
+        self.address: int = self.anchor.__array_interface__["data"][0]
+        self.capacity = len(mapping) - CONTROL_BYTES
+        self.creator = creator_pid(name)
+
+    def forget(self) -> None:
+        """Close the fd (the mapping lives on while a lease holds it)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.forget()
+
+    def freed(self, generation: int) -> None:
+        """The claim of ``generation`` is over: free the slot; a named segment whose creator died goes."""
+        if self.page.free(generation) and self.path is not None and not alive(self.creator):
+            self.path.unlink(missing_ok=True)
+
+
+class _ReceiverLease:
+    """Backs a borrowed view of a slot; frees the slot when the last view dies."""
+
+    __slots__ = ("__array_interface__", "_generation", "_segment")
+
+    def __init__(self, segment: _Mapped, nbytes: int, offset: int, generation: int) -> None:
+        self._segment, self._generation = segment, generation
+        start = segment.address + CONTROL_BYTES + offset
+        self.__array_interface__ = {"data": (start, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
+
+    def __del__(self) -> None:
+        try:
+            self._segment.freed(self._generation)
+        except ValueError:  # the page views were let go (a forked child's copy)
+            pass
+
+
+def _max_segments() -> int:
+    """How many segments a reader keeps mapped (each holds two fds): at most an eighth of the fd limit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, min(1024, soft // 8)) if soft > 0 else 1024
+
+
+class SlotReader:
+    """Opens, maps and claims the slots handles name."""
+
+    PRUNE_EVERY = 64
+
+    def __init__(self, directory: Path, max_segments: int | None = None) -> None:
+        self.directory = directory
+        self.max_segments = max_segments if max_segments is not None else _max_segments()
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._maps: dict[tuple[str, int | None], _Mapped] = {}
+        self._imports = 0
+
+    @property
+    def mapped(self) -> int:
+        """Segments mapped now."""
+        return len(self._maps)
+
+    def _segment(self, name: str, number: int | None) -> _Mapped:
+        key = (name, number)
+        with self._lock:
+            if self._pid != os.getpid():
+                for segment in self._maps.values():
+                    segment.forget()
+                self._reset()
+            found = self._maps.pop(key, None)
+            if found is not None:
+                segment = found
+            else:
+                segment = self._map(name, number)
+                while len(self._maps) >= self.max_segments:
+                    self._maps.pop(next(iter(self._maps))).forget()  # the least recently used
+            self._maps[key] = segment
+            return segment
+
+    def _map(self, name: str, number: int | None) -> _Mapped:
+        what = "pool segment"
+        path = None if number is not None else self.directory / name
+        if path is None:
+            fd = open_memfd(creator_pid(name), number or 0, name, what, min_size=CONTROL_BYTES)
+        else:
+            fd = open_named(path, what, min_size=CONTROL_BYTES)
+        try:
+            mapping = mmap.mmap(fd, os.fstat(fd).st_size, flags=mmap.MAP_SHARED)
+        except (OSError, ValueError) as exc:
+            os.close(fd)
+            raise DecodeError(f"{what} {name} cannot be mapped: {exc}") from None
+        segment = _Mapped(name, fd, mapping, path)
+        page = segment.page
+        if not page.valid or page.capacity != segment.capacity or page.flags & ONE_SHOT:
+            segment.forget()
+            del segment
+            page.release()
+            raise DecodeError(f"{what} {name} has no valid control page")
+        return segment
+
+    def open(
+        self,
+        name: str,
+        number: int | None,
+        offset: int,
+        nbytes: int,
+        generation: int,
+        capability: bytes,
+        *,
+        borrow: bool,
+    ) -> Any:
+        """Claim the slot and return its bytes: a lease-backed array (``borrow``) or a private copy."""
+        self._prune()
+        segment = self._segment(name, number)
+        if offset + nbytes > segment.capacity:
+            raise DecodeError(
+                f"pool slot {name}: bytes [{offset}, {offset + nbytes}) outside its {segment.capacity}-byte area"
+            )
+        segment.page.claim(generation, capability, f"pool slot {name}")
+        if borrow:
+            return np.asarray(_ReceiverLease(segment, nbytes, offset, generation))
+        start = CONTROL_BYTES + offset
+        data = bytearray(segment.anchor[start : start + nbytes])
+        segment.freed(generation)
+        return data
+
+    def discard(self, name: str, number: int | None, generation: int, capability: bytes) -> bool:
+        """Free a slot whose message will not be read, if the handle proves its capability."""
+        try:
+            segment = self._segment(name, number)
+        except CodecError:
+            return False
+        return segment.page.discard(generation, capability)
+
+    def _prune(self) -> None:
+        """Forget segments their creator dropped or died holding (checked every few imports)."""
+        self._imports += 1
+        if self._imports % self.PRUNE_EVERY:
+            return
+        with self._lock:
+            for key, segment in list(self._maps.items()):
+                if segment.page.flags & DROPPED or not alive(segment.creator):
+                    del self._maps[key]
+                    segment.forget()
+
+    def close(self) -> None:
+        with self._lock:
+            for segment in self._maps.values():
+                segment.forget()
+            self._maps.clear()
