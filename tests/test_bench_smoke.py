@@ -3,19 +3,58 @@
 from __future__ import annotations
 
 import io
+import multiprocessing as mp
 import os
+import re
+from collections.abc import Callable
 
 import pytest
 
 from tools.bench.__main__ import render, run
-from tools.bench.modes import BareZeroCopy, PickleInband, TinyMessage, TwDefault, TwPoolZeroCopy
+from tools.bench.modes import (
+    BareZeroCopy,
+    PickleInband,
+    TinyMessage,
+    TwDefault,
+    TwPoolNamed,
+    TwPoolZeroCopy,
+    TwPoolZeroCopyNamed,
+)
 
 
-def test_bench_runs_and_compares_against_peers_and_floors() -> None:
-    names = [TwDefault.name, TwPoolZeroCopy.name, PickleInband.name, TinyMessage.name, BareZeroCopy.name]
-    before = set(os.listdir("/dev/shm"))
+@pytest.fixture
+def left_in_shm(monkeypatch: pytest.MonkeyPatch) -> Callable[[], set[str]]:
+    """What the test's spawned processes (and the test itself) left in /dev/shm: the files named by
+    their pids (``tw-<pid>-...``, ``twbench-<pid>-...``; other tests on the machine may add theirs)."""
+    pids = [os.getpid()]
+    start = mp.context.SpawnProcess.start
+
+    def recording(process: mp.context.SpawnProcess) -> None:
+        start(process)
+        assert process.pid is not None
+        pids.append(process.pid)
+
+    monkeypatch.setattr(mp.context.SpawnProcess, "start", recording)
+
+    def left() -> set[str]:
+        owners = {name: re.match(r"tw(?:bench)?-(\d+)-", name) for name in os.listdir("/dev/shm")}
+        return {name for name, owner in owners.items() if owner is not None and int(owner.group(1)) in pids}
+
+    return left
+
+
+def test_bench_runs_and_compares_against_peers_and_floors(left_in_shm: Callable[[], set[str]]) -> None:
+    names = [
+        TwDefault.name,
+        TwPoolZeroCopy.name,
+        TwPoolNamed.name,
+        TwPoolZeroCopyNamed.name,
+        PickleInband.name,
+        TinyMessage.name,
+        BareZeroCopy.name,
+    ]
     results = run([4096, 2**20], 0.1, names, log=io.StringIO())  # a receiver that got wrong data raises
-    assert set(os.listdir("/dev/shm")) <= before  # the floors' segments are gone too
+    assert not left_in_shm()  # the named pool's slots and the floors' segments are gone too
     modes = {row["mode"] for row in results["rows"]}
     assert modes == {*names, "floor: np.copyto (warm)"}
     for row in results["rows"]:
@@ -43,12 +82,34 @@ def test_the_command_line_passes_every_option_to_the_benchmark(capsys: pytest.Ca
     from codec.cli import main
 
     floor = TinyMessage.name
-    assert main(["bench", "--json", "--quick", "--sizes", "4K", "--modes", floor]) == 0
+    assert main(["bench", "--json", "--quick", "--interleave", "--sizes", "4K", "--modes", floor]) == 0
     results = json.loads(capsys.readouterr().out)
     assert {row["mode"] for row in results["rows"]} == {floor, "floor: np.copyto (warm)"}
     with pytest.raises(SystemExit) as info:
         main(["bench", "--modes", "carrier pigeon"])  # the benchmark's own usage error, not the CLI's
     assert info.value.code == 2
+
+
+def test_the_backing_comparison_runs_both_pools_interleaved_and_gives_a_verdict(
+    left_in_shm: Callable[[], set[str]],
+) -> None:
+    from tools.bench.backing import compare, render
+
+    results = compare([64 * 1024, 2**20], rounds=2, warmup=1)
+    assert not left_in_shm()
+    assert [(row["size"], row["kind"]) for row in results["rows"]] == [
+        (size, kind) for size in ("64 KiB", "1 MiB") for kind in ("one copy", "pool-allocated")
+    ]
+    for row in results["rows"]:
+        for backing in ("memfd", "named"):
+            stats = row[backing]
+            assert 0 < stats["min_ms"] <= stats["median_ms"] <= stats["max_ms"]
+        assert row["named_over_memfd"] == pytest.approx(row["named"]["median_ms"] / row["memfd"]["median_ms"])
+    assert [v["deciding"] for v in results["verdicts"]] == [False, True]  # 1 MiB to 1 GiB decides
+    assert results["memfd_stays_default"] == results["verdicts"][1]["within"]
+    text = render(results)
+    assert "== 64 KiB" in text and "== 1 MiB" in text
+    assert text.count("verdict: memfd ") == 2 and "\ndefault: " in text
 
 
 @pytest.mark.parametrize("spin", [False, True])

@@ -1,7 +1,10 @@
 """Benchmarks: tensorwire against the floors and every peer, measured in the same run.
 
-    python -m tools.bench [--json] [--plot FILE] [--sizes 4K,1M,...] [--quick]
+    python -m tools.bench [--json] [--plot FILE] [--sizes 4K,1M,...] [--quick] [--interleave]
+    python -m tools.bench.backing [--sizes 1M,...] [--rounds 20] [--json]
 
 Prints a table of medians (p10-p90), GB/s, the ratio to the floor (``np.copyto`` of the same
 bytes into warm memory, or one wake-up for zero-copy modes) and to the best peer at that size.
+Modes run one after another (``--interleave``: all alive together, one transfer each per round);
+``tools.bench.backing`` compares the memfd-backed pool with the named-segment pool, interleaved.
 """

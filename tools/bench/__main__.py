@@ -7,35 +7,42 @@ import json
 import sys
 from typing import Any
 
-from tools.bench.harness import SIZES, fits, measure_copyto, measure_mode, summary
+from tools.bench.harness import (
+    SIZES,
+    fits,
+    measure_copyto,
+    measure_mode,
+    measure_modes,
+    missing_extra,
+    parse_size,
+    size_label,
+    summary,
+)
 from tools.bench.inprocess import measure_small
 from tools.bench.modes import FLOORS, MODES, PEERS, TENSORWIRE, TinyMessage
 
 FLOOR = TinyMessage.name
 
 
-def _size(text: str) -> int:
-    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
-    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
-
-
-def _label(nbytes: int) -> str:
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if nbytes >= scale:
-            return f"{nbytes // scale} {unit}"
-    return f"{nbytes} B"
-
-
-def run(sizes: list[int], scale: float, names: list[str], log: Any = sys.stderr) -> dict[str, Any]:
-    skipped = [s for s in sizes if not fits(s)]
+def run(
+    sizes: list[int], scale: float, names: list[str], log: Any = sys.stderr, interleave: bool = False
+) -> dict[str, Any]:
+    """Every mode in ``names`` at every size that fits, one mode after another (``interleave``: all
+    modes alive together, one transfer each per round), then ``np.copyto`` and the in-process cases."""
+    for name in names:
+        problem = missing_extra(name)
+        if problem is not None:  # e.g. pyzmq missing: say so and go on
+            print(f"skipped {name}: {problem}", file=log)
+    names = [name for name in names if missing_extra(name) is None]
+    skipped = [s for s in sizes if not fits(s, len(names) if interleave else 1)]
     sizes = [s for s in sizes if s not in skipped]
     raw: dict[str, dict[int, list[float]]] = {}
-    for name in names:
+    if interleave:
+        print(f"measuring {len(names)} modes, interleaved ...", file=log, flush=True)
+        raw.update(measure_modes(names, sizes, scale))
+    for name in [] if interleave else names:
         print(f"measuring {name} ...", file=log, flush=True)
-        try:
-            raw[name] = measure_mode(name, sizes, scale)
-        except ImportError as exc:  # e.g. pyzmq missing: say so and go on
-            print(f"  skipped: {exc}", file=log)
+        raw[name] = measure_mode(name, sizes, scale)
     print("measuring np.copyto ...", file=log, flush=True)
     raw["floor: np.copyto (warm)"] = measure_copyto(sizes, scale)
     rows = []
@@ -50,7 +57,7 @@ def run(sizes: list[int], scale: float, names: list[str], log: Any = sys.stderr)
             rows.append(
                 {
                     "bytes": nbytes,
-                    "size": _label(nbytes),
+                    "size": size_label(nbytes),
                     "mode": name,
                     "median_ms": s["median"] * 1e3,
                     "p10_ms": s["p10"] * 1e3,
@@ -64,7 +71,7 @@ def run(sizes: list[int], scale: float, names: list[str], log: Any = sys.stderr)
             )
     return {
         "rows": rows,
-        "skipped_sizes": [_label(s) for s in skipped],
+        "skipped_sizes": [size_label(s) for s in skipped],
         "in_process": measure_small(),
     }
 
@@ -126,13 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", help="comma-separated sizes, e.g. 4K,1M,256M (default: 4K..1G)")
     parser.add_argument("--modes", help="semicolon-separated mode names (default: all)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument(
+        "--interleave", action="store_true", help="all modes alive together, one transfer each per round"
+    )
     args = parser.parse_args(argv)
-    sizes = [_size(s) for s in args.sizes.split(",")] if args.sizes else SIZES
+    sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else SIZES
     names = args.modes.split(";") if args.modes else [m.name for m in [*TENSORWIRE, *PEERS, *FLOORS]]
     unknown = [n for n in names if n not in MODES]
     if unknown:
         parser.error(f"unknown modes: {unknown}; known: {sorted(MODES)}")
-    results = run(sizes, 0.3 if args.quick else 1.0, names)
+    results = run(sizes, 0.3 if args.quick else 1.0, names, interleave=args.interleave)
     print(json.dumps(results, indent=2) if args.json else render(results))
     if args.plot:
         plot(results, args.plot)

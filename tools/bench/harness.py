@@ -2,13 +2,18 @@
 
 For every size: the sender prepares the tensor (outside the timed window), the receiver waits;
 the sender notes ``CLOCK_MONOTONIC`` and sends; the receiver checks three elements and notes the
-clock when it holds a usable tensor. Warm-ups first, then medians with p10-p90.
+clock when it holds a usable tensor. Warm-ups first, then medians with p10-p90. ``measure_mode``
+runs one mode on its own; ``measure_modes`` keeps several alive together and interleaves them,
+one transfer each per round.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import multiprocessing as mp
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -17,7 +22,21 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["SIZES", "measure_mode", "measure_copyto", "reps_for", "fits"]
+__all__ = [
+    "SIZES",
+    "GiB",
+    "KiB",
+    "MiB",
+    "fits",
+    "measure_copyto",
+    "measure_mode",
+    "measure_modes",
+    "missing_extra",
+    "parse_size",
+    "reps_for",
+    "size_label",
+    "summary",
+]
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 256 * MiB, 1 * GiB]
@@ -28,10 +47,25 @@ def reps_for(nbytes: int, scale: float = 1.0) -> int:
     return max(2, int(base * scale))
 
 
-def fits(nbytes: int) -> bool:
-    """Whether five copies of the tensor fit in the memory now available (sender, segments, receiver)."""
+def fits(nbytes: int, modes: int = 1) -> bool:
+    """Whether the tensor fits in the memory now available, ``modes`` modes alive together: each
+    sender's tensor and warm slots, and three more copies for the transfer under way."""
     available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return 5 * nbytes < available
+    return (2 * modes + 3) * nbytes < available
+
+
+def parse_size(text: str) -> int:
+    """``4K``, ``16M``, ``1G`` or a byte count."""
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
+
+
+def size_label(nbytes: int) -> str:
+    """``4 KiB``, ``16 MiB``, ``1 GiB``."""
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if nbytes >= scale:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
 
 
 def template(nbytes: int) -> torch.Tensor:
@@ -84,69 +118,127 @@ def _receiver(name: str, control: Any, channel: Any) -> None:
         mode.close()
 
 
-def measure_mode(name: str, sizes: list[int], scale: float = 1.0, warmup: int = 2) -> dict[int, list[float]]:
-    """Seconds per transfer, per size, for mode ``name``."""
+def missing_extra(name: str) -> str | None:
+    """Why mode ``name`` cannot run here (an optional module it imports is missing), or None."""
     from tools.bench.modes import MODES
 
-    kind = MODES[name].channel
-    ctx = mp.get_context("spawn")
-    send_control, send_remote = ctx.Pipe()
-    recv_control, recv_remote = ctx.Pipe()
-    cleanup = None
-    sender_channel: Any
-    receiver_channel: Any
-    if kind == "pipe":
-        a, b = ctx.Pipe()
-        sender_channel, receiver_channel = a, b
-    elif kind in ("queue", "pipe+queue"):
-        import torch.multiprocessing as tmp
+    for module in MODES[name].requires:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            return str(exc)
+    return None
 
-        queue = tmp.get_context("spawn").Queue()
-        sender_channel = receiver_channel = queue
-        if kind == "pipe+queue":  # frames over a pipe, buffers through the queue
+
+class _Pair:
+    """One mode's long-lived spawned sender and receiver, driven over two control pipes."""
+
+    def __init__(self, name: str) -> None:
+        from tools.bench.modes import MODES
+
+        mode = MODES[name]
+        problem = missing_extra(name)
+        if problem is not None:  # an ImportError here rather than a child that dies
+            raise ImportError(problem)
+        self.name = name
+        self._floor_only = name.startswith("floor")
+        ctx = mp.get_context("spawn")
+        self._send, send_remote = ctx.Pipe()
+        self._recv, recv_remote = ctx.Pipe()
+        self._folder: str | None = None
+        local: list[Any] = [send_remote, recv_remote]  # ends only the children use: closed here once they run
+        sender_channel: Any
+        receiver_channel: Any
+        if mode.channel == "pipe":
             a, b = ctx.Pipe()
-            sender_channel, receiver_channel = (a, queue), (b, queue)
-    else:
-        folder = tempfile.mkdtemp(prefix="tw-bench-")
-        address = f"ipc://{folder}/sock"
-        sender_channel, receiver_channel = (address, "sender"), (address, "receiver")
-        cleanup = folder
-    sender = ctx.Process(target=_sender, args=(name, send_remote, sender_channel), daemon=True)
-    receiver = ctx.Process(target=_receiver, args=(name, recv_remote, receiver_channel), daemon=True)
-    sender.start()
-    receiver.start()
-    results: dict[int, list[float]] = {}
-    try:
-        for nbytes in sizes:
-            samples = []
-            floor_only = name.startswith("floor")
-            for rep in range(warmup + reps_for(nbytes, scale)):
-                recv_control.send(0 if floor_only else nbytes)
-                send_control.send(nbytes)
-                start = send_control.recv()
-                done, ok = recv_control.recv()
-                if not ok:
-                    raise RuntimeError(f"{name}: wrong data received at {nbytes} bytes")
-                if rep >= warmup:
-                    samples.append(done - start)
-                if nbytes >= 64 * MiB:
-                    time.sleep(0.2)  # let the previous transfer's memory be freed outside the next one
-            results[nbytes] = samples
-    finally:
-        for control in (send_control, recv_control):
+            sender_channel, receiver_channel = a, b
+            local += [a, b]
+        elif mode.channel in ("queue", "pipe+queue"):
+            import torch.multiprocessing as tmp
+
+            queue = tmp.get_context("spawn").Queue()
+            sender_channel = receiver_channel = queue
+            if mode.channel == "pipe+queue":  # frames over a pipe, buffers through the queue
+                a, b = ctx.Pipe()
+                sender_channel, receiver_channel = (a, queue), (b, queue)
+                local += [a, b]
+        else:
+            self._folder = tempfile.mkdtemp(prefix="tw-bench-")
+            address = f"ipc://{self._folder}/sock"
+            sender_channel, receiver_channel = (address, "sender"), (address, "receiver")
+        self._procs = [
+            ctx.Process(target=_sender, args=(name, send_remote, sender_channel), daemon=True),
+            ctx.Process(target=_receiver, args=(name, recv_remote, receiver_channel), daemon=True),
+        ]
+        for proc in self._procs:
+            proc.start()
+        for end in local:  # a child that dies is then an EOF here, never a wait forever
+            end.close()
+
+    def transfer(self, nbytes: int) -> float:
+        """Seconds from "sender starts encoding" to "receiver holds the tensor", for one tensor."""
+        self._recv.send(0 if self._floor_only else nbytes)
+        self._send.send(nbytes)
+        try:
+            start = self._send.recv()
+            done, ok = self._recv.recv()
+        except EOFError:
+            codes = [proc.exitcode for proc in self._procs]
+            raise RuntimeError(f"{self.name}: a benchmark process died (exit codes {codes})") from None
+        if not ok:
+            raise RuntimeError(f"{self.name}: wrong data received at {nbytes} bytes")
+        if nbytes >= 64 * MiB:
+            time.sleep(0.2)  # let the previous transfer's memory be freed outside the next one
+        seconds: float = done - start
+        return seconds
+
+    def close(self) -> None:
+        for control in (self._send, self._recv):
             try:
                 control.send(None)
             except OSError:
                 pass
-        for proc in (sender, receiver):
+        for proc in self._procs:
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
-        if cleanup:
-            import shutil
+        if self._folder:
+            shutil.rmtree(self._folder, ignore_errors=True)
 
-            shutil.rmtree(cleanup, ignore_errors=True)
+
+def measure_modes(
+    names: list[str], sizes: list[int], scale: float = 1.0, warmup: int = 2, rounds: int | None = None
+) -> dict[str, dict[int, list[float]]]:
+    """Seconds per transfer, per mode and size, every mode's processes alive together.
+
+    Each round moves one tensor through every mode in turn, in the order of ``names`` and reversed
+    every other round (no mode always goes first); ``warmup`` rounds first, then ``rounds`` (default:
+    ``reps_for`` the size).
+    """
+    if len(set(names)) != len(names):
+        raise ValueError(f"a mode is named twice: {names}")
+    results: dict[str, dict[int, list[float]]] = {name: {} for name in names}
+    with contextlib.ExitStack() as stack:
+        pairs = []
+        for name in names:
+            pair = _Pair(name)
+            stack.callback(pair.close)
+            pairs.append(pair)
+        for nbytes in sizes:
+            count = reps_for(nbytes, scale) if rounds is None else rounds
+            for name in names:
+                results[name][nbytes] = []
+            for index in range(warmup + count):
+                for pair in pairs if index % 2 == 0 else pairs[::-1]:
+                    seconds = pair.transfer(nbytes)
+                    if index >= warmup:
+                        results[pair.name][nbytes].append(seconds)
     return results
+
+
+def measure_mode(name: str, sizes: list[int], scale: float = 1.0, warmup: int = 2) -> dict[int, list[float]]:
+    """Seconds per transfer, per size, for mode ``name`` on its own."""
+    return measure_modes([name], sizes, scale, warmup)[name]
 
 
 def measure_copyto(sizes: list[int], scale: float = 1.0) -> dict[int, list[float]]:

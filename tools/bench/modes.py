@@ -3,6 +3,8 @@
 Each mode has a sender half and a receiver half, built inside their own processes from the
 shared ``channel`` the harness gives both (a Pipe end, a queue, or a zmq address). ``send``
 starts from a tensor the producer already holds; ``recv`` returns a tensor the consumer can use.
+The pool modes name their backing: sealed memfds (the default ``ShmTransport()``) or, in the rows
+labelled "named segments", files in /dev/shm (``ShmTransport(backing="named")``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import msgspec
 import numpy as np
 import torch
 
-__all__ = ["FLOORS", "MODES", "PEERS", "TENSORWIRE"]
+__all__ = ["FLOORS", "MODES", "PEERS", "POOL_TWINS", "TENSORWIRE"]
 
 
 class Mode:
@@ -27,6 +29,7 @@ class Mode:
     name = ""
     channel = "pipe"  # what the harness must create: "pipe", "queue" or "zmq"
     allocates = False  # the producer writes into memory the mode hands out (zero-copy modes)
+    requires: ClassVar[tuple[str, ...]] = ()  # optional modules the mode imports (the bench extra)
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
@@ -117,19 +120,50 @@ class TwShmBorrow(_Frames):
 
 
 class TwPool(_Frames):
+    """An ordinary tensor copied into a warm pool slot (a sealed memfd)."""
+
     name = "tensorwire pool (one copy)"
+    transport_options: ClassVar[dict[str, Any]] = {"backing": "memfd"}
     inline_threshold = 0
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn)
+        self._sent = 0  # bytes of the previous tensor
+
+    def prepare(self, template: torch.Tensor) -> torch.Tensor:
+        from transports.pool import size_class
+
+        nbytes = template.numel() * template.element_size()
+        pool = self.shm.pool
+        assert pool is not None
+        if nbytes == self._sent and size_class(nbytes) not in {slot.capacity for slot in pool.slots()}:
+            raise RuntimeError(f"{self.name}: {nbytes} bytes went to a one-shot segment (the pool's budget is full)")
+        self._sent = nbytes
+        return template
+
+
+class TwPoolNamed(TwPool):
+    name = "tensorwire pool (one copy), named segments"
+    transport_options: ClassVar[dict[str, Any]] = {"backing": "named"}
 
 
 class TwPoolZeroCopy(_Frames):
+    """A tensor allocated in a pool slot (a sealed memfd) and handed over as it is."""
+
     name = "tensorwire pool-allocated (zero-copy)"
+    transport_options: ClassVar[dict[str, Any]] = {"backing": "memfd"}
     inline_threshold = 0
     allocates = True
 
     def prepare(self, template: torch.Tensor) -> torch.Tensor:
-        tensor = self.shm.empty_like(template)
+        tensor = self.shm.empty_like(template)  # a full pool is a TransportError, never a fallback
         tensor.copy_(template)
         return tensor
+
+
+class TwPoolZeroCopyNamed(TwPoolZeroCopy):
+    name = "tensorwire pool-allocated (zero-copy), named segments"
+    transport_options: ClassVar[dict[str, Any]] = {"backing": "named"}
 
 
 class TwQueue(_Frames):
@@ -271,6 +305,7 @@ class MsgspecInline(Mode):
 class Zmq(Mode):
     name = "pyzmq PUSH/PULL copy=False, ipc://"
     channel = "zmq"
+    requires = ("zmq",)
 
     def __init__(self, conn: Any) -> None:
         super().__init__(conn)
@@ -364,7 +399,19 @@ def _map(path: str, nbytes: int, create: bool) -> mmap.mmap:
         os.close(fd)
 
 
-TENSORWIRE = [TwInline, TwShmCopy, TwShmBorrow, TwPool, TwPoolZeroCopy, TwQueue, TwDefault]
+TENSORWIRE = [
+    TwInline,
+    TwShmCopy,
+    TwShmBorrow,
+    TwPool,
+    TwPoolNamed,
+    TwPoolZeroCopy,
+    TwPoolZeroCopyNamed,
+    TwQueue,
+    TwDefault,
+]
+# the pool modes by kind: (memfd-backed, named-segment) twins, run interleaved by tools.bench.backing
+POOL_TWINS = {"one copy": (TwPool, TwPoolNamed), "pool-allocated": (TwPoolZeroCopy, TwPoolZeroCopyNamed)}
 PEERS = [PickleInband, PickleOobShm, TorchQueue, MsgspecInline, Zmq, ReferenceStyle]
 FLOORS = [TinyMessage, BareZeroCopy]
 MODES = {mode.name: mode for mode in [*TENSORWIRE, *PEERS, *FLOORS]}
