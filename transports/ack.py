@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from codec.errors import DecodeError
+from codec.errors import DecodeError, TransportError
 from transports.segment import create_named, open_named
 
 __all__ = ["AckPage", "InFlight"]
@@ -47,6 +47,8 @@ class AckPage:
         fd = open_named(path, "ack page", exact=_SIZE)
         try:
             mapping = mmap.mmap(fd, _SIZE, flags=mmap.MAP_SHARED)
+        except OSError as exc:
+            raise TransportError(exc.errno, f"cannot map ack page {path.name}: {exc.strerror}") from None
         finally:
             os.close(fd)
         if len(mapping) != _SIZE or mapping[: len(_MAGIC)] != _MAGIC:

@@ -381,9 +381,12 @@ def _receive_one_shot(path: Path, capability: bytes, nbytes: int, *, borrow: boo
     fd = open_named(path, "shared memory segment", exact=CONTROL_BYTES + nbytes)
     try:
         claim_file(fd, capability, what)
-        path.unlink(missing_ok=True)  # read once
+        _unlink(path)  # read once
         if borrow:
-            mapping = mmap.mmap(fd, CONTROL_BYTES + nbytes, flags=mmap.MAP_SHARED)
+            try:
+                mapping = mmap.mmap(fd, CONTROL_BYTES + nbytes, flags=mmap.MAP_SHARED)
+            except OSError as exc:
+                raise TransportError(exc.errno, f"cannot map {what}: {exc.strerror}") from None
             return np.frombuffer(mapping, dtype=np.uint8, offset=CONTROL_BYTES)  # lives while a view does
         data = np.empty(nbytes, dtype=np.uint8)
         read_into(fd, memoryview(data), CONTROL_BYTES, what)  # type: ignore[arg-type]
@@ -400,11 +403,19 @@ def _discard_one_shot(path: Path, capability: bytes) -> None:
         return
     try:
         if discard_file(fd, capability, f"shared memory segment {path.name}"):
-            path.unlink(missing_ok=True)
+            _unlink(path)
     except CodecError:
         pass
     finally:
         os.close(fd)
+
+
+def _unlink(path: Path) -> None:
+    """Remove a received segment's name; one already gone (or that cannot go) is not an error."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 _CREATORS: dict[str, tuple[str, str]] = {}  # names already checked (pool slot names recur) -> (pid, token)

@@ -60,7 +60,10 @@ class _Mapped:
     def freed(self, generation: int) -> None:
         """The claim of ``generation`` is over: free the slot; a named segment whose creator died goes."""
         if self.page.free(generation) and self.path is not None and not alive(self.creator):
-            self.path.unlink(missing_ok=True)
+            try:
+                os.unlink(self.path)
+            except OSError:  # gone already, or not ours to remove
+                pass
 
 
 class _ReceiverLease:
