@@ -216,44 +216,71 @@ class Page:
         self.words[_W_FLAGS] = self.words[_W_FLAGS] | DROPPED
 
     def _to_free(self, condition: Callable[[], bool]) -> bool:
-        with self._mutex:
+        try:
+            self._enter()
+        except TransportError:
+            return False  # let go of, or locked by another process for long: not now
+        try:
+            if not condition():
+                return False
+            self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+            self.words[_W_STATE] = FREE
+            return True
+        finally:
+            self._leave()
+
+    def _enter(self) -> None:
+        """Hold the page against this process's threads and other processes (``_leave`` undoes it)."""
+        self._mutex.acquire()
+        try:
+            if self.fd < 0:
+                raise TransportError(errno.EBADF, f"{self.name} was let go")
             _lock(self.fd, self.name)
-            try:
-                if not condition():
-                    return False
-                self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
-                self.words[_W_STATE] = FREE
-                return True
-            finally:
-                _unlock(self.fd)
+        except BaseException:
+            self._mutex.release()
+            raise
+
+    def _leave(self) -> None:
+        try:
+            _unlock(self.fd)
+        finally:
+            self._mutex.release()
+
+    def close_fd(self) -> None:
+        """Close the fd the lock is taken on, once no transition is using it."""
+        with self._mutex:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
 
     # -- the receiver's transitions -----------------------------------------------------------------
     def claim(self, generation: int, capability: bytes, what: str) -> None:
         """Claim the hand-over the handle names (proving its capability) or raise ``DecodeError``."""
-        with self._mutex:
-            _lock(self.fd, self.name)
-            try:
-                self._check(generation, capability, what)
-                self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
-                self.words[_W_RECEIVER] = os.getpid()
-                self.words[_W_STATE] = CLAIMED
-            finally:
-                _unlock(self.fd)
+        self._enter()
+        try:
+            self._check(generation, capability, what)
+            self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+            self.words[_W_RECEIVER] = os.getpid()
+            self.words[_W_STATE] = CLAIMED
+        finally:
+            self._leave()
 
     def discard(self, generation: int, capability: bytes) -> bool:
         """Give back a hand-over this receiver will not read, if the handle proves its capability."""
-        with self._mutex:
-            _lock(self.fd, self.name)
+        try:
+            self._enter()
+        except TransportError:
+            return False
+        try:
             try:
-                try:
-                    self._check(generation, capability, self.name)
-                except DecodeError:
-                    return False
-                self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
-                self.words[_W_STATE] = FREE
-                return True
-            finally:
-                _unlock(self.fd)
+                self._check(generation, capability, self.name)
+            except DecodeError:
+                return False
+            self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+            self.words[_W_STATE] = FREE
+            return True
+        finally:
+            self._leave()
 
     def free(self, generation: int) -> bool:
         """Hand back a page this process claimed as ``generation`` (its last view died)."""

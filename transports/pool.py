@@ -354,7 +354,7 @@ def _let_go(slot: Slot, *, unmap: bool, unlink: bool = True) -> None:
         return
     if slot.path is not None and unlink:
         slot.path.unlink(missing_ok=True)
-    os.close(slot.fd)
+    slot.page.close_fd()
     if unmap:
         try:
             slot.mapping.close()

@@ -35,7 +35,8 @@ def host_memory() -> tuple[int, int] | None:
 
 @dataclass(frozen=True, slots=True)
 class Retention:
-    """Bounds on a pool's cached bytes (``None`` or 0 disables a bound)."""
+    """Bounds on a pool's cached bytes: ``None`` disables a bound (``min_free_fraction`` 0 too); a
+    fraction or cap of 0 allows nothing, and so does a policy with no bound left."""
 
     shm_fraction: float | None = 0.25
     host_fraction: float | None = None

@@ -5,12 +5,14 @@ A segment is opened only after the checks of ``transports.segment`` (a memfd thr
 control page is valid for its size. A claim proves the handle's capability before anything
 changes (``transports.control``); the claimed bytes come back as a lease-backed view (the slot is
 freed when the last view dies) or a private copy (freed at once). Mapped segments are bounded in
-number; those their creator dropped, or whose creator died, are forgotten (their memory goes with
-the last view). Thread-safe; a forked child starts with nothing mapped.
+number; those their creator dropped, or whose creator died, are forgotten within a few seconds
+(``transports.janitor``; their memory goes with the last view). Thread-safe; a forked child
+starts with nothing mapped.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import resource
@@ -20,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from codec.errors import CodecError, DecodeError
+from codec.errors import CodecError, DecodeError, TransportError
+from transports import janitor
 from transports.control import CONTROL_BYTES, DROPPED, ONE_SHOT, Page
 from transports.pool import alive
 from transports.segment import open_memfd, open_named
@@ -38,10 +41,10 @@ class _Mapped:
     """A segment the receiver mapped: its page, an array over all of it (while a lease holds that
     array the mapping cannot be closed), the address of its first byte."""
 
-    __slots__ = ("address", "anchor", "capacity", "creator", "fd", "mapping", "name", "page", "path")
+    __slots__ = ("address", "anchor", "capacity", "creator", "mapping", "name", "page", "path")
 
     def __init__(self, name: str, fd: int, mapping: mmap.mmap, path: Path | None) -> None:
-        self.name, self.fd, self.mapping, self.path = name, fd, mapping, path
+        self.name, self.mapping, self.path = name, mapping, path
         self.page = Page(fd, mapping, f"pool slot {name}")
         self.anchor = np.frombuffer(mapping, dtype=np.uint8)
         self.address: int = self.anchor.__array_interface__["data"][0]
@@ -50,9 +53,7 @@ class _Mapped:
 
     def forget(self) -> None:
         """Close the fd (the mapping lives on while a lease holds it)."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self.page.close_fd()
 
     def __del__(self) -> None:
         self.forget()
@@ -99,6 +100,7 @@ class SlotReader:
         self.max_segments = max_segments if max_segments is not None else _max_segments()
         self._lock = threading.Lock()
         self._reset()
+        janitor.watch(self)
 
     def _reset(self) -> None:
         self._pid = os.getpid()
@@ -161,18 +163,36 @@ class SlotReader:
     ) -> Any:
         """Claim the slot and return its bytes: a lease-backed array (``borrow``) or a private copy."""
         self._prune()
-        segment = self._segment(name, number)
-        if offset + nbytes > segment.capacity:
-            raise DecodeError(
-                f"pool slot {name}: bytes [{offset}, {offset + nbytes}) outside its {segment.capacity}-byte area"
-            )
-        segment.page.claim(generation, capability, f"pool slot {name}")
+        segment = self._claim(name, number, offset, nbytes, generation, capability)
         if borrow:
             return np.asarray(_ReceiverLease(segment, nbytes, offset, generation))
         start = CONTROL_BYTES + offset
         data = bytearray(segment.anchor[start : start + nbytes])
         segment.freed(generation)
         return data
+
+    def _claim(
+        self, name: str, number: int | None, offset: int, nbytes: int, generation: int, capability: bytes
+    ) -> _Mapped:
+        """The segment, with the slot claimed (from a fresh mapping if the janitor let go of the one
+        found meanwhile)."""
+        segment = self._bounded(name, number, offset, nbytes)
+        try:
+            segment.page.claim(generation, capability, f"pool slot {name}")
+        except TransportError as exc:
+            if exc.errno != errno.EBADF:
+                raise
+            segment = self._bounded(name, number, offset, nbytes)
+            segment.page.claim(generation, capability, f"pool slot {name}")
+        return segment
+
+    def _bounded(self, name: str, number: int | None, offset: int, nbytes: int) -> _Mapped:
+        segment = self._segment(name, number)
+        if offset + nbytes > segment.capacity:
+            raise DecodeError(
+                f"pool slot {name}: bytes [{offset}, {offset + nbytes}) outside its {segment.capacity}-byte area"
+            )
+        return segment
 
     def discard(self, name: str, number: int | None, generation: int, capability: bytes) -> bool:
         """Free a slot whose message will not be read, if the handle proves its capability."""
@@ -183,10 +203,13 @@ class SlotReader:
         return segment.page.discard(generation, capability)
 
     def _prune(self) -> None:
-        """Forget segments their creator dropped or died holding (checked every few imports)."""
+        """``prune`` every few imports (the janitor also runs it every few seconds)."""
         self._imports += 1
-        if self._imports % self.PRUNE_EVERY:
-            return
+        if not self._imports % self.PRUNE_EVERY:
+            self.prune()
+
+    def prune(self) -> None:
+        """Forget segments their creator dropped or died holding (their memory goes with the last view)."""
         with self._lock:
             for key, segment in list(self._maps.items()):
                 if segment.page.flags & DROPPED or not alive(segment.creator):

@@ -19,3 +19,18 @@ def hold_and_read(conn: Any) -> None:
     second = decoder.decode(conn.recv()).output  # a slot reused after the attempt
     conn.send((float(first.double().sum()), float(second.double().sum())))
     conn.recv()
+
+
+def send_and_wait(conn: Any) -> None:
+    """Send one message through a memfd pool slot, then exit when told to (without closing)."""
+    import torch
+
+    import codec
+    import transports
+    from codec.generated import diffusion
+
+    transport = transports.ShmTransport()
+    encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
+    frames = encoder.encode(diffusion.Output(output=torch.ones(1 << 20)))
+    conn.send([bytes(memoryview(f)) for f in frames])
+    conn.recv()

@@ -15,15 +15,18 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
 from conftest import REPO
+from wire_helpers import memfds_held
 
 import codec
 import transports
-from codec.generated import diffusion
+from codec.generated import REGISTRY, diffusion
 from tests.hostile import mapping_procs
+from transports import janitor
 
 LET_GO = {
     "close": "shm.close()",
@@ -115,3 +118,28 @@ def test_a_neighbour_cannot_shrink_memory_a_receiver_has_mapped() -> None:
         if child.is_alive():
             child.kill()
         shm.close()
+
+
+def test_an_idle_receiver_lets_go_of_a_dead_senders_memory() -> None:
+    """No import needs to happen: the janitor forgets the segment of a sender that died."""
+    ctx = mp.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    sender = ctx.Process(target=mapping_procs.send_and_wait, args=(theirs,), daemon=True)
+    sender.start()
+    receiver = transports.ShmTransport()
+    try:
+        frames = ours.recv()
+        decoder = codec.Decoder(REGISTRY, transports=[receiver], options=codec.DecodeOptions(borrow=False))
+        assert float(decoder.decode(frames).output.sum()) == float(1 << 20)
+        prefix = f"tw-{sender.pid}-"
+        assert any(n.startswith(prefix) for n in memfds_held())  # mapped, and kept for the next message
+        ours.send("exit")
+        sender.join(60)
+        deadline = time.monotonic() + 5 * janitor.PERIOD
+        while any(n.startswith(prefix) for n in memfds_held()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(n.startswith(prefix) for n in memfds_held())
+    finally:
+        if sender.is_alive():
+            sender.kill()
+        receiver.close()
