@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wire_helpers import segments_of
+from wire_helpers import damage, segments_of
 
 import codec
 import transports
@@ -57,22 +57,6 @@ _EDITS = st.lists(
 )
 
 
-def _damage(data: bytes, edits: list[tuple[str, int, int]], cut: int | None) -> bytes:
-    out = bytearray(data)
-    for kind, where, byte in edits:
-        if kind == "insert":
-            out.insert(where % (len(out) + 1), byte)
-        elif out:
-            pos = where % len(out)
-            if kind == "flip":
-                out[pos] ^= 1 << (byte % 8)
-            elif kind == "set":
-                out[pos] = byte
-            else:
-                del out[pos]
-    return bytes(out[:cut] if cut is not None else out)
-
-
 def _decode(kind: str, frames: list[Any]) -> None:
     try:
         message = DECODERS[kind].decode(frames)
@@ -108,11 +92,11 @@ def test_damaged_inline_messages_decode_or_raise_a_codec_error(
     frames = _ENCODERS[kind].encode(message)
     if blob:
         try:
-            damaged = codec.split(bytearray(_damage(codec.join(frames), edits, cut)))
+            damaged = codec.split(bytearray(damage(codec.join(frames), edits, cut)))
         except codec.CodecError:
             return  # the blob's own framing rejected it
     else:
-        damaged = [_damage(bytes(frames[0]), edits, cut), *frames[1:]]
+        damaged = [damage(bytes(frames[0]), edits, cut), *frames[1:]]
     _decode(kind, damaged)
 
 
@@ -123,7 +107,7 @@ def test_damaged_bodies_decode_or_raise_a_codec_error(which: int, edits: list[tu
     frames = _ENCODERS[kind].encode(message)
     head = bytes(frames[0])
     start = len(head) - len(_ENTRIES.decode(head)["body"])  # the body is frame 0's last entry
-    _decode(kind, [head[:start] + _damage(head[start:], edits, None), *frames[1:]])
+    _decode(kind, [head[:start] + damage(head[start:], edits, None), *frames[1:]])
 
 
 _ENTRIES = msgspec.msgpack.Decoder(dict[str, msgspec.Raw])
@@ -164,7 +148,7 @@ def test_damaged_pool_messages_decode_or_raise_and_leave_no_slot_behind(
     tensor.copy_(torch.arange(32, dtype=torch.float32).reshape(4, 8))
     frames = _ENCODERS["pool"].encode(diffusion.Output(output=[tensor, tensor[:, 1:3]]))
     del tensor
-    _decode("pool", [_damage(bytes(frames[0]), edits, cut), *frames[1:]])
+    _decode("pool", [damage(bytes(frames[0]), edits, cut), *frames[1:]])
     try:  # the intact message: still readable, unless the damaged one claimed its slot or gave it back
         intact = DECODERS["pool"].decode(frames)
     except codec.DecodeError as exc:

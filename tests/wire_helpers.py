@@ -70,3 +70,21 @@ def memfds_held(holder: str = "self") -> set[str]:
         if link.startswith(_MEMFD):
             names.add(link[len(_MEMFD) :].removesuffix(" (deleted)"))
     return names
+
+
+def damage(data: bytes, edits: list[tuple[str, int, int]], cut: int | None = None) -> bytes:
+    """``data`` with ``edits`` applied in order (``(kind, where, byte)``: flip a bit, set, insert or
+    delete a byte, positions taken modulo the length), then cut to ``cut`` bytes."""
+    out = bytearray(data)
+    for kind, where, byte in edits:
+        if kind == "insert":
+            out.insert(where % (len(out) + 1), byte)
+        elif out:
+            pos = where % len(out)
+            if kind == "flip":
+                out[pos] ^= 1 << (byte % 8)
+            elif kind == "set":
+                out[pos] = byte
+            else:
+                del out[pos]
+    return bytes(out[:cut] if cut is not None else out)

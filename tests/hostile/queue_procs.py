@@ -21,32 +21,11 @@ import msgspec
 import numpy as np
 import torch
 
+from tests.hostile.messages import check_message, make_message
+
 THREADS = 4
 MESSAGES = 100
 SHM = "/dev/shm"
-
-
-def make_message(thread: int, index: int) -> Any:
-    """Message ``index`` of ``thread``: two out-of-band tensors whose content names both."""
-    from codec.generated import diffusion
-
-    tag = thread * 1000 + index
-    floats = torch.full((64,), float(tag))
-    ints = torch.arange(16, dtype=torch.int32) + tag
-    return diffusion.Output(output=(floats, ints), chunk_index=index)
-
-
-def check_message(thread: int, index: int, message: Any) -> str | None:
-    """None when ``message`` is message ``index`` of ``thread``, else what is wrong with it."""
-    tag = thread * 1000 + index
-    floats, ints = message.output
-    if message.chunk_index != index:
-        return f"thread {thread} message {index}: chunk_index {message.chunk_index}"
-    if floats.shape != (64,) or not bool((floats == float(tag)).all()):
-        return f"thread {thread} message {index}: floats {floats[:4].tolist()}..."
-    if ints.dtype != torch.int32 or ints.tolist() != [tag + i for i in range(16)]:
-        return f"thread {thread} message {index}: ints {ints[:4].tolist()}..."
-    return None
 
 
 def handle_ids(frames: list[Any]) -> list[tuple[str, int, int]]:

@@ -8,49 +8,21 @@ it prints one JSON report, checked here case by case.
 from __future__ import annotations
 
 import errno
-import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.hostile import private_shm
 from tests.hostile.kill_procs import BIG, LEFT, SMALL
 from transports.control import CONTROL_BYTES, FREE
 
-REPO = Path(__file__).resolve().parents[2]
-_MOUNT = "mount -t tmpfs -o size=4m tmpfs /dev/shm"
 _SEGMENT = r"tw-\d+-[0-9a-f]{32}-[0-9a-f]+"
-
-
-def _private_shm(command: str) -> subprocess.CompletedProcess[str]:
-    """``command`` (a shell line) in a new mount namespace with a 4 MiB tmpfs on /dev/shm."""
-    return subprocess.run(
-        ["unshare", "-m", "sh", "-c", f"{_MOUNT} && {command}"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
-    if shutil.which("unshare") is None:
-        pytest.skip("needs unshare(1) to mount a private tmpfs over /dev/shm")
-    probe = _private_shm("true")
-    if probe.returncode != 0:
-        pytest.skip(f"cannot mount a private tmpfs over /dev/shm (needs root or CAP_SYS_ADMIN): {probe.stderr.strip()}")
-    code = "from tests.hostile.kill_procs import full_shm_report; full_shm_report()"
-    run = _private_shm(f"exec {sys.executable} -c '{code}'")
-    assert run.returncode == 0, run.stderr
-    parsed: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    parsed: dict[str, Any] = private_shm.report_from("tests.hostile.kill_procs")
     return parsed
 
 

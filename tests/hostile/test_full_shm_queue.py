@@ -7,44 +7,17 @@ The body runs in a child process under ``unshare -m`` with a 4 MiB tmpfs mounted
 from __future__ import annotations
 
 import errno
-import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-_MOUNT = "mount -t tmpfs -o size=4m tmpfs /dev/shm"
-
-
-def _private_shm(command: str) -> subprocess.CompletedProcess[str]:
-    """``command`` (a shell line) in a new mount namespace with a 4 MiB tmpfs on /dev/shm."""
-    return subprocess.run(
-        ["unshare", "-m", "sh", "-c", f"{_MOUNT} && {command}"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+from tests.hostile import private_shm
 
 
 @pytest.fixture(scope="module")
 def reports() -> dict[str, dict[str, Any]]:
-    if shutil.which("unshare") is None:
-        pytest.skip("needs unshare(1) to mount a private tmpfs over /dev/shm")
-    probe = _private_shm("true")
-    if probe.returncode != 0:
-        pytest.skip(f"cannot mount a private tmpfs over /dev/shm (needs root or CAP_SYS_ADMIN): {probe.stderr.strip()}")
-    code = "from tests.hostile.queue_procs import full_shm_report; full_shm_report()"
-    run = _private_shm(f"exec {sys.executable} -c '{code}'")
-    assert run.returncode == 0, run.stderr
-    return {r["case"]: r for r in json.loads(run.stdout.strip().splitlines()[-1])}
+    return {r["case"]: r for r in private_shm.report_from("tests.hostile.queue_procs")}
 
 
 CASES = [

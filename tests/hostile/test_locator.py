@@ -19,6 +19,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from wire_helpers import damage
 
 import codec
 from codec.cli import main
@@ -247,22 +248,6 @@ _EDITS = st.lists(
 )
 
 
-def _damage(data: bytes, edits: list[tuple[str, int, int]]) -> bytes:
-    out = bytearray(data)
-    for kind, where, byte in edits:
-        if kind == "insert":
-            out.insert(where % (len(out) + 1), byte)
-        elif out:
-            pos = where % len(out)
-            if kind == "flip":
-                out[pos] ^= 1 << (byte % 8)
-            elif kind == "set":
-                out[pos] = byte
-            else:
-                del out[pos]
-    return bytes(out)
-
-
 def _valid_frames() -> list[bytes]:
     header = _header()
     header["buffers"][1]["handle"] = _slot_handle(capability=SECRET)
@@ -279,7 +264,7 @@ VALID = _valid_frames()
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.integers(0, len(VALID) - 1), edits=_EDITS, cut=st.none() | st.integers(0, 400))
 def test_damaged_valid_frames(which: int, edits: list[tuple[str, int, int]], cut: int | None) -> None:
-    _describes_or_rejects(_damage(VALID[which], edits)[:cut])
+    _describes_or_rejects(damage(VALID[which], edits)[:cut])
 
 
 _LEAVES = (

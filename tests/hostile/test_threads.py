@@ -23,12 +23,12 @@ from typing import Any
 
 import msgspec
 import pytest
-import torch
 
 import codec
 import transports
-from codec.generated import REGISTRY, diffusion
+from codec.generated import REGISTRY
 from tests.cuda_fakes import FakeCudaRuntime
+from tests.hostile import messages
 from tests.wire_helpers import segments_of
 from transports.control import FREE
 
@@ -42,24 +42,11 @@ Key = tuple[str, int]  # (segment name, generation) of one hand-over
 
 
 def make_message(thread: int, index: int) -> Any:
-    """Message ``index`` of ``thread``: two out-of-band tensors whose contents name both."""
-    tag = thread * 1000 + index
-    floats = torch.full((FLOATS,), float(tag))
-    ints = torch.arange(INTS, dtype=torch.int32) + tag
-    return diffusion.Output(output=(floats, ints), chunk_index=index)
+    return messages.make_message(thread, index, FLOATS, INTS)
 
 
 def check_message(thread: int, index: int, message: Any) -> str | None:
-    """None when ``message`` is message ``index`` of ``thread``, else what is wrong with it."""
-    tag = thread * 1000 + index
-    floats, ints = message.output
-    if message.chunk_index != index:
-        return f"thread {thread} message {index}: chunk_index {message.chunk_index}"
-    if floats.dtype != torch.float32 or floats.shape != (FLOATS,) or not bool((floats == float(tag)).all()):
-        return f"thread {thread} message {index}: floats {floats[:4].tolist()}..."
-    if ints.dtype != torch.int32 or not torch.equal(ints, torch.arange(INTS, dtype=torch.int32) + tag):
-        return f"thread {thread} message {index}: ints {ints[:4].tolist()}..."
-    return None
+    return messages.check_message(thread, index, message, FLOATS, INTS)
 
 
 def hand_overs(frames: list[Any]) -> list[Key]:
