@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.tensorwire-installed
 # a bare requirement would download a multi-GB CUDA build. An existing torch is left alone.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv test lint typecheck gen gen-check compat-check demo bench gpu-wheels clean
+.PHONY: venv test lint typecheck gen gen-check compat-check demo bench fuzz gpu-wheels clean
 
 venv: $(STAMP)
 
@@ -42,6 +42,11 @@ test: lint typecheck gen-check compat-check
 
 demo: $(STAMP)
 	$(BIN)/tensorwire demo
+
+# The decoder against hostile input and a live victim process (a few minutes); every failing input
+# goes to the regression corpus that `make test` replays.
+fuzz: $(STAMP)
+	$(PY) -m tools.fuzz --cases 100000 --save-failures --corpus tests/hostile/corpus
 
 BENCH_STAMP := $(VENV)/.tensorwire-bench-installed
 

@@ -1,0 +1,184 @@
+"""Case generation: a valid seed message, then structural mutations of one family, deterministically.
+
+``generate(seed, index)`` depends on nothing but its two arguments (no pid, no clock, no victim):
+every process builds the same case, and what is live (names, fds, capabilities) is bound when the
+case is materialized. Families:
+
+- ``legit``: a valid message, unchanged (it must decode: the harness's own check);
+- ``header``: magic, wire, type, version, fingerprint, keys dropped, added, duplicated, retyped;
+- ``buffers``: entries added, removed, duplicated, swapped, retyped, nbytes edges; inline frames;
+- ``handles``: transport tag, name, fd, generation, offset, capability, fields, victim targets;
+- ``victim``: every handle forged to name victim targets (slots in flight, one-shots);
+- ``leaked``: the victim's one leaked message, as sent or with its capability used elsewhere;
+- ``descriptors``: kind, dtype, shape, strides, offset, buffer, nbytes; added, dropped, many;
+- ``body``: tensor references, extension codes and chains, deep nesting, wrong types, raw oddities;
+- ``damage``: byte-level damage to frame 0 or an inline frame; ``blob``: the joined form, damaged.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from tools.fuzz import damage, decoders, ops_table, ops_tensors, targets
+from tools.fuzz.case import Case, Export
+from tools.fuzz.draft import Draft, Live, LiveHandle, finish, start
+from tools.fuzz.ops_table import Op
+from tools.fuzz.seeds import LEAKED, SEEDS, THRESHOLDS, Template, template
+
+__all__ = ["FAMILIES", "generate"]
+
+FAMILIES: tuple[tuple[str, int], ...] = (
+    ("legit", 3),
+    ("header", 8),
+    ("buffers", 10),
+    ("handles", 18),
+    ("victim", 12),
+    ("leaked", 3),
+    ("descriptors", 14),
+    ("body", 16),
+    ("damage", 11),
+    ("blob", 5),
+)
+_NAMES = [name for name, _ in FAMILIES]
+_WEIGHTS = [weight for _, weight in FAMILIES]
+_MODES = ("memfd", "memfd", "named", "oneshot")
+
+
+def _template(rng: random.Random, out_of_band: bool) -> Template:
+    while True:
+        tpl = template(rng.randrange(len(SEEDS)), rng.choice((0, 0, 1024) if out_of_band else THRESHOLDS))
+        if tpl.oob or not out_of_band:
+            return tpl
+
+
+def _exports(rng: random.Random, tpl: Template) -> list[Export]:
+    same = rng.choice(_MODES) if rng.random() < 0.6 else None
+    exports = []
+    for _, data in tpl.oob:
+        mode = same or rng.choice(_MODES)
+        pad = rng.choice((16, 64, 4096, 8192)) if mode != "oneshot" and rng.random() < 0.2 else 0
+        exports.append(Export(mode, data, pad))
+    return exports
+
+
+def _draft(rng: random.Random, family: str, out_of_band: bool = False) -> Draft:
+    tpl = _template(rng, out_of_band)
+    d = start(rng, family, tpl, _exports(rng, tpl))
+    d.labels.append(tpl.name)
+    d.decoder = rng.randrange(len(decoders.CONFIGS))
+    d.writable = rng.random() < 0.2
+    return d
+
+
+def _mutate(d: Draft, ops: tuple[Op, ...], count: int) -> None:
+    for _ in range(count):
+        for _attempt in range(6):
+            label = d.rng.choice(ops)(d)
+            if label is not None:
+                d.labels.append(label)
+                break
+
+
+def _extras(d: Draft) -> None:
+    """Sometimes some byte damage on top, and sometimes the joined form."""
+    if d.rng.random() < 0.08 and not d.no_frames:
+        d.damage = damage.draw(d.rng, 0, 512)
+        d.labels.append("plus byte damage")
+    if d.rng.random() < 0.12:
+        d.joined = True
+        d.labels.append("joined")
+
+
+def _legit(rng: random.Random) -> Case:
+    d = _draft(rng, "legit", rng.random() < 0.7)
+    named = any(e.mode == "named" for e in d.exports)
+    d.decoder = rng.choice([i for i in decoders.SAFE if i in decoders.NAMED or not named])
+    d.joined = rng.random() < 0.2
+    return finish(d, " ".join(d.labels))
+
+
+def _family(name: str, ops: tuple[Op, ...], out_of_band: bool = False) -> Callable[[random.Random], Case]:
+    def build(rng: random.Random) -> Case:
+        d = _draft(rng, name, out_of_band)
+        _mutate(d, ops, rng.choice((1, 1, 1, 2, 3)))
+        _extras(d)
+        return finish(d, "; ".join(d.labels))
+
+    return build
+
+
+def _victim(rng: random.Random) -> Case:
+    d = _draft(rng, "victim", True)
+    label = ops_table.retarget_all(d, True)
+    d.labels.append(label or "no handles")
+    _mutate(d, ops_table.HANDLE_OPS[5:9], rng.choice((0, 0, 1, 2)))
+    _extras(d)
+    return finish(d, "; ".join(d.labels))
+
+
+def _leaked(rng: random.Random) -> Case:
+    tpl = template(LEAKED, 0)
+    d = start(rng, "leaked", tpl, [])
+    d.labels.append("the victim's leaked message")
+    d.decoder = rng.choice(decoders.SAFE)
+    buffers = d.listed("buffers") or []
+    for k, (entry_index, _) in enumerate(tpl.oob):
+        buffers[entry_index]["handle"] = LiveHandle(targets.leaked(k, "handle"))
+    if rng.random() < 0.4:
+        entry = buffers[tpl.oob[0][0]]
+        kind = rng.choice(("memfd", "named"))
+        count = targets.MEMFD_SLOTS if kind == "memfd" else targets.NAMED_SLOTS
+        index = rng.randrange(count)
+        entry["handle"] = LiveHandle(targets.slot(kind, index, "handle"))
+        entry["handle"].fields["capability"] = Live(targets.leaked(0, "handle", "capability"))
+        entry["nbytes"] = Live(targets.slot(kind, index, "nbytes"))
+        d.labels.append(f"its capability on a {kind} victim slot")
+    elif rng.random() < 0.5:
+        _mutate(d, ops_table.HANDLE_OPS, 1)
+    return finish(d, "; ".join(d.labels))
+
+
+def _damage(rng: random.Random) -> Case:
+    d = _draft(rng, "damage")
+    if rng.random() < 0.3:
+        _mutate(d, ops_table.HANDLE_OPS + ops_tensors.DESCRIPTOR_OPS + ops_tensors.BODY_OPS, 1)
+    target = rng.randrange(1, len(d.frames) + 1) if d.frames and rng.random() < 0.15 else 0
+    d.damage = damage.draw(rng, target, 512 if target == 0 else len(d.frames[target - 1]))
+    d.labels.append(f"byte damage to frame {target}")
+    return finish(d, "; ".join(d.labels))
+
+
+def _blob(rng: random.Random) -> Case:
+    d = _draft(rng, "blob")
+    d.joined = True
+    if rng.random() < 0.85:
+        d.damage = damage.draw(rng, -1, 1024)
+        d.labels.append("byte damage to the joined blob")
+    return finish(d, "; ".join(d.labels))
+
+
+_BUILDERS: dict[str, Callable[[random.Random], Case]] = {
+    "legit": _legit,
+    "header": _family("header", ops_table.HEADER_OPS),
+    "buffers": _family("buffers", ops_table.BUFFER_OPS),
+    "handles": _family("handles", ops_table.HANDLE_OPS, True),
+    "victim": _victim,
+    "leaked": _leaked,
+    "descriptors": _family("descriptors", ops_tensors.DESCRIPTOR_OPS),
+    "body": _family("body", ops_tensors.BODY_OPS),
+    "damage": _damage,
+    "blob": _blob,
+}
+
+
+def generate(seed: int, index: int) -> Case:
+    """Case ``index`` of the run seeded ``seed``."""
+    for attempt in range(8):
+        rng = random.Random(f"twfuzz/{seed}/{index}/{attempt}" if attempt else f"twfuzz/{seed}/{index}")
+        family = rng.choices(_NAMES, _WEIGHTS)[0]
+        try:
+            return _BUILDERS[family](rng)
+        except OverflowError:  # mutations stacked an int msgpack cannot hold: draw again
+            continue
+    raise AssertionError(f"case {index} of seed {seed}: no encodable draw")

@@ -1,0 +1,54 @@
+"""The decoder configurations a case may name (receiver backing and decode options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import codec
+import transports
+from codec.generated import REGISTRY
+
+__all__ = ["CONFIGS", "NAMED", "SAFE", "Reading", "build"]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One way of reading: the receiving transport's backing and the ``DecodeOptions``."""
+
+    backing: str
+    options: codec.DecodeOptions
+    device: Any = None
+
+
+_TIGHT = codec.Limits(
+    max_header_bytes=4096,
+    max_message_bytes=1 << 20,
+    max_tensors=4,
+    max_buffers=4,
+    max_tensor_bytes=1 << 16,
+    max_depth=8,
+)
+CONFIGS: tuple[Reading, ...] = (
+    Reading("memfd", codec.DecodeOptions()),
+    Reading("memfd", codec.DecodeOptions(borrow=False)),
+    Reading("named", codec.DecodeOptions(borrow=True, copy_readonly=False)),
+    Reading("named", codec.DecodeOptions(strict_fingerprint=True)),
+    Reading("memfd", codec.DecodeOptions(borrow=True), device="cpu"),
+    Reading("named", codec.DecodeOptions(limits=_TIGHT)),
+)
+NAMED = tuple(i for i, c in enumerate(CONFIGS) if c.backing == "named")  # these also map named slots
+SAFE = tuple(i for i, c in enumerate(CONFIGS) if c.options.limits is not _TIGHT)  # every valid seed decodes
+
+
+def build(directory: Path) -> tuple[list[codec.Decoder], list[transports.ShmTransport]]:
+    """A decoder per configuration, over one receiving transport per backing (in ``directory``)."""
+    receivers = {
+        backing: transports.ShmTransport(directory, pool=False, backing=backing, claim_timeout=3600.0)
+        for backing in ("memfd", "named")
+    }
+    decoders = [
+        codec.Decoder(REGISTRY, transports=[receivers[c.backing]], options=c.options, device=c.device) for c in CONFIGS
+    ]
+    return decoders, list(receivers.values())

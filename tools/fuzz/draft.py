@@ -1,0 +1,211 @@
+"""A case being generated: frame 0 as ``[key, value]`` pairs that mutations edit in place.
+
+Values the generator cannot know (the victim's names and fds, the worker's own handles) are
+``Live`` markers, and a handle bound whole is a ``LiveHandle`` whose fields may then be
+overridden. ``finish`` turns the markers into ``Binding``s (paths computed at the end, so
+mutations may add, drop and reorder entries freely) and encodes frame 0 with placeholders.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from tools.fuzz import rawmp
+from tools.fuzz.case import Binding, Case, Damage, Export
+from tools.fuzz.materialize import bindable
+from tools.fuzz.seeds import Template
+
+__all__ = ["DELETE", "BodyTuple", "Draft", "Live", "LiveHandle", "encode", "finish", "start"]
+
+_BOUND_KEYS = ("buffers", "tensors")  # the only top-level entries that may hold live values
+_EXT_TUPLE = 2
+_WALKED = 256  # markers only sit in short lists: longer ones (thousands of entries) are not walked
+
+
+class _Delete:
+    """Marks a key (or item) to remove at materialization."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE = _Delete()
+
+
+class Live:
+    """A value resolved at materialization from ``ref`` (see ``tools.fuzz.materialize``)."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: list[Any]) -> None:
+        self.ref = ref
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Live:
+        return Live(list(self.ref))
+
+
+class LiveHandle:
+    """A handle bound whole from ``ref``, then ``fields`` set on it (literals, ``Live``, ``DELETE``)."""
+
+    __slots__ = ("fields", "ref")
+
+    def __init__(self, ref: list[Any], fields: dict[str, Any] | None = None) -> None:
+        self.ref = ref
+        self.fields: dict[str, Any] = dict(fields or {})
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LiveHandle:
+        return LiveHandle(list(self.ref), dict(self.fields))
+
+
+class BodyTuple:
+    """A tree tuple of the body opened for mutation (written back as ``ext(2, items)``)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+
+def _enc_hook(value: Any) -> Any:
+    if isinstance(value, BodyTuple):
+        return msgspec.msgpack.Ext(_EXT_TUPLE, encode(value.items))
+    if isinstance(value, Live | LiveHandle | _Delete):
+        return "$unbound"  # a marker outside a bound entry: a plain string on the wire
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+_ENTRIES = msgspec.msgpack.Decoder(dict[str, msgspec.Raw])
+
+
+def encode(value: Any) -> bytes:
+    """msgpack of a draft value (``msgspec.Raw`` verbatim, tuples as extensions)."""
+    return _ENCODER.encode(value)
+
+
+@dataclass
+class Draft:
+    """The parts of a case under construction."""
+
+    rng: random.Random
+    family: str
+    pairs: list[list[Any]]
+    frames: list[bytes]  # frames 1.. (inline buffers)
+    exports: list[Export] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    raw_header: bytes | None = None  # frame 0 replaced by these bytes
+    no_frames: bool = False
+    damage: Damage | None = None
+    joined: bool = False
+    writable: bool = False
+    decoder: int = 0
+
+    def index(self, key: str) -> int | None:
+        """The position of the first pair whose key is ``key``."""
+        for i, pair in enumerate(self.pairs):
+            if type(pair[0]) is str and pair[0] == key:
+                return i
+        return None
+
+    def get(self, key: str) -> Any:
+        """The value of ``key`` (decoded on first use), or None if there is none."""
+        i = self.index(key)
+        if i is None:
+            return None
+        value = self.pairs[i][1]
+        if isinstance(value, msgspec.Raw):
+            try:
+                value = self.pairs[i][1] = msgspec.msgpack.decode(value)
+            except msgspec.MsgspecError:
+                return None
+        return value
+
+    def put(self, key: str, value: Any) -> None:
+        """Set ``key`` (the first pair with it), or add it at the end."""
+        i = self.index(key)
+        if i is None:
+            self.pairs.append([key, value])
+        else:
+            self.pairs[i][1] = value
+
+    def listed(self, key: str) -> list[Any] | None:
+        """The value of ``key`` if it is a list."""
+        value = self.get(key)
+        return value if isinstance(value, list) else None
+
+
+def start(rng: random.Random, family: str, tpl: Template, exports: list[Export]) -> Draft:
+    """A draft of template ``tpl`` whose out-of-band entries are bound to ``exports`` (one each)."""
+    decoded = _ENTRIES.decode(tpl.frames[0])
+    pairs: list[list[Any]] = [[k, v] for k, v in decoded.items()]
+    draft = Draft(rng, family, pairs, list(tpl.frames[1:]), exports)
+    buffers = draft.listed("buffers")
+    if buffers is not None:
+        for k, (entry_index, _) in enumerate(tpl.oob[: len(exports)]):
+            buffers[entry_index]["handle"] = LiveHandle(["ctx", "own", k, "handle"])
+    return draft
+
+
+def _extract(value: Any, top: str, bindings: list[Binding]) -> Any:
+    """``value`` with its markers replaced by placeholders, recording a binding for each (iterative)."""
+    holder = [value]
+    stack: list[tuple[Any, Any, list[str | int]]] = [(holder, 0, [top])]
+    while stack:
+        parent, key, path = stack.pop()
+        node = parent[key]
+        if isinstance(node, LiveHandle):
+            bindings.append(Binding(path, node.ref))
+            for name, item in node.fields.items():
+                bindings.append(Binding([*path, name], _ref(item)))
+            parent[key] = "$" + ".".join(str(step) for step in node.ref[1:])
+        elif isinstance(node, Live | _Delete):
+            bindings.append(Binding(path, _ref(node)))
+            parent[key] = "$bound"
+        elif isinstance(node, dict):
+            stack.extend((node, k, [*path, k]) for k in list(node) if isinstance(k, str | int))
+        elif isinstance(node, list) and len(node) <= _WALKED:
+            stack.extend((node, i, [*path, i]) for i in range(len(node)))
+    return holder[0]
+
+
+def _ref(item: Any) -> list[Any]:
+    if isinstance(item, Live):
+        return item.ref
+    if isinstance(item, _Delete):
+        return ["del"]
+    return ["lit", item]
+
+
+def finish(draft: Draft, label: str) -> Case:
+    """The case the draft describes."""
+    bindings: list[Binding] = []
+    if draft.no_frames:
+        frames: list[bytes] = []
+    elif draft.raw_header is not None:
+        frames = [draft.raw_header, *draft.frames]
+    else:
+        raw: list[tuple[bytes, bytes]] = []
+        seen: set[str] = set()
+        for key, value in draft.pairs:
+            if type(key) is str and key in _BOUND_KEYS and key not in seen:
+                seen.add(key)
+                value = _extract(value, key, bindings)
+            raw.append((encode(key), encode(value)))
+        frames = [rawmp.build_map(raw), *draft.frames]
+        if bindings and not bindable(frames[0], bindings):
+            bindings = []  # keys shuffled behind a body that does not parse: the placeholders stay
+    return Case(
+        draft.family,
+        label,
+        frames,
+        draft.exports,
+        bindings,
+        draft.damage,
+        draft.joined,
+        draft.writable,
+        draft.decoder,
+    )

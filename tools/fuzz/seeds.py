@@ -1,0 +1,204 @@
+"""Valid seed messages of the built-in types, and their encoded templates.
+
+Every seed is built deterministically (fixed generators), so every process gets the same bytes.
+A template is a seed encoded by the real ``codec.Encoder`` through a recording transport: frame 0
+holds a placeholder handle for each out-of-band buffer, whose bytes the template keeps; a case
+exports those bytes through the decoding worker's own sender and binds the real handles in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, ClassVar
+
+import msgspec
+import numpy as np
+import torch
+
+import codec
+from codec.generated import diffusion, media, rpc
+from transports.base import Buffer, Handle
+from transports.shm import ShmHandle, SlotHandle
+
+__all__ = ["ALL_INLINE", "LEAKED", "SEEDS", "THRESHOLDS", "Template", "message", "template"]
+
+ALL_INLINE = 2**62
+THRESHOLDS = (0, 1024, ALL_INLINE)  # every buffer out of band, the larger ones, none
+
+
+def _g(n: int) -> torch.Generator:
+    return torch.Generator().manual_seed(n)
+
+
+def _float_video() -> Any:
+    return media.Video(
+        tensor=torch.randn(1, 3, 2, 8, 8, generator=_g(4)).to(torch.bfloat16),
+        layout=media.VideoTensorLayout.BCTHW,
+        encoding=media.VideoTensorEncoding.NORMALIZED_FLOAT,
+        value_range=media.VideoValueRange.ZERO_TO_ONE,
+        pending_float_consumers=frozenset(media.FloatVideoConsumer),
+        preserve_input_dtype=True,
+    )
+
+
+def _frames_video() -> Any:
+    return media.Media(
+        video=media.Video(
+            tensor=torch.randint(0, 255, (1, 2, 4, 6, 3), dtype=torch.uint8, generator=_g(5)),
+            layout=media.VideoTensorLayout.BTHWC,
+            encoding=media.VideoTensorEncoding.UINT8_FRAMES,
+            value_range=media.VideoValueRange.ZERO_TO_255,
+        ),
+        metadata={"fps": 24},
+    )
+
+
+def _views() -> Any:
+    base = torch.arange(240, dtype=torch.float32).reshape(4, 60)
+    return diffusion.Output(output=(base, base[1:, ::2], {"k": torch.ones(3, dtype=torch.bfloat16)}))
+
+
+def _legacy() -> Any:
+    return diffusion.Output(
+        output=(torch.ones(2, 2), {"audio": np.arange(4, dtype=np.int16), "meta": ("x", 1, b"raw")}, [1.5, None]),
+        trajectory_latents={"step": torch.zeros(3)},
+        trajectory_timesteps=torch.arange(5),
+        trajectory_log_probs=torch.full((2,), float("nan")),
+        trajectory_decoded=[np.zeros((4, 4, 3), dtype=np.uint8)],
+        video_output_index=0,
+        error="boom",
+        error_status_code=503,
+        aborted=True,
+        finished=False,
+        chunk_index=2,
+        total_chunks=3,
+    )
+
+
+def _batch() -> Any:
+    step = diffusion.RunnerOutput(request_id="a", step_index=1, result=diffusion.Output(output=torch.randn(3, 4)))
+    return diffusion.RunnerBatch(runner_outputs=[step, diffusion.RunnerOutput(request_id="b", finished=True)])
+
+
+def _result() -> Any:
+    tagged = diffusion.DpTagged(dp_rank=1, output=diffusion.Output(output=[torch.arange(6, dtype=torch.int32)]))
+    status = [rpc.RankStatus(rank=0, ok=True, bool_result=True)]
+    return rpc.Result(method="generate", ok=True, payload=tagged, rank_statuses=status, rpc_id="r7")
+
+
+def _dtypes() -> Any:
+    g = _g(9)
+    values = [
+        torch.randn(4, generator=g).to(torch.float8_e4m3fn),
+        torch.randn(4, generator=g).to(torch.float8_e5m2),
+        torch.randn(3, generator=g, dtype=torch.complex64),
+        np.arange(3, dtype=np.uint64),
+        torch.tensor([True, False, True]),
+        np.linspace(0, 1, 5, dtype=np.float16),
+        np.arange(4, dtype=np.complex128),
+        torch.arange(4, dtype=torch.int8),
+    ]
+    return rpc.Value(value=values)
+
+
+def _strided() -> Any:
+    value = {
+        "t": torch.arange(60, dtype=torch.float32).reshape(3, 4, 5).permute(2, 0, 1),
+        "rev": np.arange(10, dtype=np.float64)[::-1],
+        "step": np.arange(24, dtype=np.int32).reshape(4, 6)[::2, ::3],
+        "rank8": torch.zeros((1, 2, 1, 2, 1, 2, 1, 2)),
+        "scalar": torch.tensor(3.5),
+        "np0": np.array(7, dtype=np.int64),
+    }
+    return rpc.Value(value=value)
+
+
+def _rpc_tensors() -> Any:
+    kwargs = {"x": torch.randn(16, 16, generator=_g(1)), "a": np.arange(5, dtype=np.int16)}
+    return rpc.Request(method="m", kwargs=kwargs, exec_all_ranks=True)
+
+
+def _tree() -> Any:
+    value: Any = torch.ones(2)
+    for i in range(20):
+        value = (value, i, None) if i % 2 else [value, {"k": i, "s": "x" * i}]
+    return rpc.Value(value=value)
+
+
+SEEDS: tuple[tuple[str, Callable[[], Any]], ...] = (
+    ("rpc-plain", lambda: rpc.Request(method="generate", args=[1, (2.5, "x")], kwargs={"t": (None, b"b")}, rpc_id="r")),
+    ("rpc-tensors", _rpc_tensors),
+    ("views", _views),
+    ("empty", lambda: diffusion.Output(output=[torch.zeros(0), np.ones((2, 3)), True, torch.zeros(3, 0, 2)])),
+    ("video", lambda: diffusion.Output(media=media.Media(video=_float_video(), metadata={"tags": ["a", {"b": None}]}))),
+    ("frames-u8", _frames_video),
+    ("legacy", _legacy),
+    ("batch", _batch),
+    ("result", _result),
+    ("dtypes", _dtypes),
+    ("strided", _strided),
+    ("tree", _tree),
+    ("leaked", lambda: diffusion.Output(output=[torch.randn(32, 32, generator=_g(12)), torch.arange(100)])),
+    ("big", lambda: diffusion.Output(output=torch.randn(70_000, generator=_g(13)), stage_durations={"a": 1.0})),
+)
+LEAKED = 12  # the seed the victim sends itself and leaks (its handles carry real capabilities)
+
+
+def message(index: int) -> Any:
+    """A fresh copy of seed ``index``."""
+    return SEEDS[index][1]()
+
+
+_PLACEHOLDER = "tw-1-" + "0" * 32 + "-0"
+
+
+class _Recorder:
+    """A transport that keeps the bytes of every export and hands out a placeholder handle."""
+
+    name: ClassVar[str] = "shm"
+    handle_types: ClassVar[tuple[type[Handle], ...]] = (ShmHandle, SlotHandle)
+
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+
+    def export(self, data: memoryview, frames: list[Buffer]) -> Handle:
+        self.data.append(bytes(data))
+        return SlotHandle(name=_PLACEHOLDER, offset=0, generation=1, capability=bytes(16))
+
+    def verify(self, handles: Sequence[Handle], frames: Sequence[Buffer]) -> None:
+        """Never reads."""
+
+    def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
+        raise NotImplementedError
+
+    def release(self, handle: Handle) -> None:
+        """Holds nothing."""
+
+    def close(self) -> None:
+        """Holds nothing."""
+
+
+@dataclass(frozen=True)
+class Template:
+    """A seed encoded: frames (placeholder handles in frame 0), and each out-of-band buffer as
+    ``(buffer table index, bytes)``."""
+
+    name: str
+    frames: tuple[bytes, ...]
+    oob: tuple[tuple[int, bytes], ...]
+
+
+@cache
+def template(index: int, threshold: int) -> Template:
+    """Seed ``index`` encoded with ``inline_threshold=threshold``."""
+    recorder = _Recorder()
+    encoder = codec.Encoder(recorder, codec.EncodeOptions(inline_threshold=threshold))
+    frames = encoder.encode(message(index))
+    entries = msgspec.msgpack.decode(frames[0])["buffers"]
+    slots = [i for i, entry in enumerate(entries) if entry["handle"]["transport"] != "inline"]
+    if len(slots) != len(recorder.data):
+        raise AssertionError(f"seed {SEEDS[index][0]}: {len(slots)} out-of-band entries, {len(recorder.data)} exports")
+    oob = tuple(zip(slots, recorder.data, strict=True))
+    return Template(SEEDS[index][0], tuple(bytes(f) for f in frames), oob)
