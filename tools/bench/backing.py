@@ -3,8 +3,8 @@
     python -m tools.bench.backing [--sizes 64K,1M,16M,256M,1G] [--rounds 20] [--json]
 
 Each round moves one tensor through every pool mode in turn across processes, with the harness of
-``tools.bench``: one copy memfd, one copy named, pool-allocated memfd, pool-allocated named (the
-order reversed every other round). Per size and mode: the median and min-max of each backing and
+``tools.bench``: one copy memfd, one copy named, pool-allocated memfd, pool-allocated named (in
+an order shuffled afresh each round). Per size and mode: the median and min-max of each backing and
 ``named/memfd`` of the medians (above 1: memfd is faster), then a verdict. The memfd pool stays
 the default unless it is more than 10% slower at some size from 1 MiB to 1 GiB.
 """

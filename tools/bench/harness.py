@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import multiprocessing as mp
 import os
+import random
 import shutil
 import statistics
 import tempfile
@@ -211,8 +212,10 @@ def measure_modes(
 ) -> dict[str, dict[int, list[float]]]:
     """Seconds per transfer, per mode and size, every mode's processes alive together.
 
-    Each round moves one tensor through every mode in turn, in the order of ``names`` and reversed
-    every other round (no mode always goes first); ``warmup`` rounds first, then ``rounds`` (default:
+    Each round moves one tensor through every mode in turn, in an order shuffled afresh each round
+    (seeded, so runs repeat): no mode always goes first or always follows the same other mode (a
+    fixed or merely reversed order gives some modes warm caches after their own previous transfer
+    and others cold ones after a big copy); ``warmup`` rounds first, then ``rounds`` (default:
     ``reps_for`` the size).
     """
     if len(set(names)) != len(names):
@@ -228,8 +231,11 @@ def measure_modes(
             count = reps_for(nbytes, scale) if rounds is None else rounds
             for name in names:
                 results[name][nbytes] = []
+            shuffle = random.Random(nbytes).shuffle
             for index in range(warmup + count):
-                for pair in pairs if index % 2 == 0 else pairs[::-1]:
+                order = list(pairs)
+                shuffle(order)
+                for pair in order:
                     seconds = pair.transfer(nbytes)
                     if index >= warmup:
                         results[pair.name][nbytes].append(seconds)
