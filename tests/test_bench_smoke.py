@@ -19,6 +19,7 @@ from tools.bench.modes import (
     TwPoolNamed,
     TwPoolZeroCopy,
     TwPoolZeroCopyNamed,
+    TwQueue,
 )
 
 
@@ -49,6 +50,7 @@ def test_bench_runs_and_compares_against_peers_and_floors(left_in_shm: Callable[
         TwPoolZeroCopy.name,
         TwPoolNamed.name,
         TwPoolZeroCopyNamed.name,
+        TwQueue.name,  # its queue must outlive the spawning of the processes that share it
         PickleInband.name,
         TinyMessage.name,
         BareZeroCopy.name,

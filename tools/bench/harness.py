@@ -167,6 +167,9 @@ class _Pair:
             self._folder = tempfile.mkdtemp(prefix="tw-bench-")
             address = f"ipc://{self._folder}/sock"
             sender_channel, receiver_channel = (address, "sender"), (address, "receiver")
+        # held for the pair's life: a queue dropped here would unlink its semaphores before the
+        # spawned children open them
+        self._channels = (sender_channel, receiver_channel)
         self._procs = [
             ctx.Process(target=_sender, args=(name, send_remote, sender_channel), daemon=True),
             ctx.Process(target=_receiver, args=(name, recv_remote, receiver_channel), daemon=True),
