@@ -60,21 +60,11 @@ def _views() -> Any:
     return diffusion.Output(output=(base, base[1:, ::2], {"k": torch.ones(3, dtype=torch.bfloat16)}))
 
 
-def _legacy() -> Any:
-    return diffusion.Output(
-        output=(torch.ones(2, 2), {"audio": np.arange(4, dtype=np.int16), "meta": ("x", 1, b"raw")}, [1.5, None]),
-        trajectory_latents={"step": torch.zeros(3)},
-        trajectory_timesteps=torch.arange(5),
-        trajectory_log_probs=torch.full((2,), float("nan")),
-        trajectory_decoded=[np.zeros((4, 4, 3), dtype=np.uint8)],
-        video_output_index=0,
-        error="boom",
-        error_status_code=503,
-        aborted=True,
-        finished=False,
-        chunk_index=2,
-        total_chunks=3,
-    )
+def _golden(type_id: str, case: str) -> Callable[[], Any]:
+    """A builder of the golden fixtures (``codec.golden``): the full field set of a built-in type."""
+    from codec.golden import cases
+
+    return dict(cases()[type_id])[case]
 
 
 def _batch() -> Any:
@@ -134,7 +124,7 @@ SEEDS: tuple[tuple[str, Callable[[], Any]], ...] = (
     ("empty", lambda: diffusion.Output(output=[torch.zeros(0), np.ones((2, 3)), True, torch.zeros(3, 0, 2)])),
     ("video", lambda: diffusion.Output(media=media.Media(video=_float_video(), metadata={"tags": ["a", {"b": None}]}))),
     ("frames-u8", _frames_video),
-    ("legacy", _legacy),
+    ("legacy", _golden("diffusion.Output", "tree_output")),
     ("batch", _batch),
     ("result", _result),
     ("dtypes", _dtypes),
