@@ -18,8 +18,8 @@ import codec
 import transports
 from codec.generated import REGISTRY, diffusion
 from tests import procs
-from transports.pool import FREE
-from transports.shm import our_segments
+from tests.wire_helpers import segments_of
+from transports.control import FREE
 
 pytestmark = [
     pytest.mark.cuda,
@@ -34,7 +34,6 @@ def _raw(tensor: torch.Tensor) -> bytes:
 
 
 def test_every_dtype_round_trips_bit_exact_across_processes_onto_the_device() -> None:
-    before = set(our_segments())
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     producer = ctx.Process(target=procs.cuda_producer, args=(child, 1234))
@@ -54,7 +53,7 @@ def test_every_dtype_round_trips_bit_exact_across_processes_onto_the_device() ->
     finally:
         producer.join(60)
     assert producer.exitcode == 0
-    assert set(our_segments()) <= before
+    assert producer.pid is not None and segments_of(producer.pid) == []  # memfds and named segments alike
 
 
 def test_cuda_tensors_through_the_queue_arrive_by_ipc_and_are_acknowledged() -> None:

@@ -17,7 +17,7 @@ import transports
 from codec.generated import REGISTRY, diffusion
 from codec.inspect import describe
 from tests.cuda_fakes import FILL, FakeCudaRuntime
-from transports.pool import FREE, IN_FLIGHT
+from transports.control import FREE, IN_FLIGHT
 from transports.shm import our_segments
 
 MiB = 1024 * 1024

@@ -13,7 +13,7 @@ from wire_helpers import segments_of
 
 import codec
 import transports
-import transports.pool
+import transports.control
 from codec.generated import REGISTRY, diffusion, media, rpc
 
 SHM = transports.ShmTransport(pool=False)
@@ -187,7 +187,7 @@ def test_a_failed_export_hands_every_pool_slot_back() -> None:
         with pytest.raises(codec.TransportError, match=rf"injected failure at export {k}"):
             encoder.encode(message)
         assert transport.pool is not None
-        assert all(slot.state == transports.pool.FREE for slot in transport.pool.slots())
+        assert all(slot.state == transports.control.FREE for slot in transport.pool.slots())
         transport.close()
     assert set(segments_of(os.getpid())) <= before
 
@@ -205,7 +205,7 @@ def test_an_interrupt_while_the_header_is_built_hands_every_slot_back(monkeypatc
     with pytest.raises(KeyboardInterrupt):
         encoder.encode(diffusion.Output(output=[torch.ones(256), torch.zeros(256)]))
     assert transport.pool is not None and len(transport.pool.slots()) == 2
-    assert all(slot.state == transports.pool.FREE for slot in transport.pool.slots())
+    assert all(slot.state == transports.control.FREE for slot in transport.pool.slots())
     transport.close()
     assert set(segments_of(os.getpid())) <= before
 

@@ -16,7 +16,7 @@ import transports
 from codec.generated import REGISTRY, diffusion
 from tests.cuda_fakes import FakeCudaRuntime
 from transports import retention
-from transports.pool import FREE
+from transports.control import FREE
 from transports.retention import Retention
 
 MiB = 1024 * 1024

@@ -16,7 +16,8 @@ from wire_helpers import segments_of
 import codec
 import transports
 from codec.generated import REGISTRY, diffusion
-from transports.pool import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, size_class
+from transports.control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER
+from transports.pool import size_class
 from transports.shm import SHM_DIR
 
 OOB = codec.EncodeOptions(inline_threshold=1)

@@ -16,7 +16,7 @@ from wire_helpers import bits, same, segments_of
 import codec
 import transports
 from codec.generated import REGISTRY, diffusion, media, rpc
-from transports.pool import FREE
+from transports.control import FREE
 
 SHM = transports.ShmTransport(pool=False)
 SHM_NAMED = transports.ShmTransport(pool=False, backing="named")  # a receiver that maps one-shot segments
