@@ -107,6 +107,7 @@ def run(out: TextIO = sys.stdout, seed: int = SEED) -> int:
     import transports
     from codec.generated import REGISTRY
     from codec.inspect import describe
+    from transports.reaper import held_memfds
     from transports.shm import our_segments
 
     ctx = mp.get_context("spawn")
@@ -116,9 +117,8 @@ def run(out: TextIO = sys.stdout, seed: int = SEED) -> int:
     try:
         start, count = parent.recv()
         frames = [parent.recv_bytes() for _ in range(count)]
-        decoder = codec.Decoder(
-            REGISTRY, transports=[transports.ShmTransport()], options=codec.DecodeOptions(borrow=True)
-        )
+        receiver = transports.ShmTransport()
+        decoder = codec.Decoder(REGISTRY, transports=[receiver], options=codec.DecodeOptions(borrow=True))
         message = decoder.decode(frames)
         elapsed = time.monotonic() - start
         info = describe(frames[0])
@@ -128,6 +128,7 @@ def run(out: TextIO = sys.stdout, seed: int = SEED) -> int:
         _tensors(build_message(seed), "$", expected)
         same = {path: path in received and _same_bits(received[path], expected[path]) for path in expected}
         del message, received  # hand the borrowed slots back before the producer closes its pool
+        receiver.close()  # and let go of the mapped segments
         parent.send("done")
     finally:
         producer.join(timeout=60)
@@ -156,12 +157,15 @@ def run(out: TextIO = sys.stdout, seed: int = SEED) -> int:
     print(f"{'tensor':<{width}}  {'dtype':<9} {'shape':<16} {'MiB':>8}  {'via':<6} bit-exact", file=out)
     for path, dtype, shape, size, via, mark in rows:
         print(f"{path:<{width}}  {dtype:<9} {shape:<16} {size}  {via:<6} {mark}", file=out)
-    left = [n for n in our_segments() if n.startswith(f"tw-{producer.pid}-")]
+    prefix = f"tw-{producer.pid}-"
+    left = [n for n in [*our_segments(), *held_memfds()] if n.startswith(prefix)]  # files and memfds
     print(
         f"\n{info['type']} v{info['version']}: {len(rows)} tensors in {len(info['buffers'])} buffers, "
         f"{total / 2**20:.1f} MiB from encode start to decoded message in {elapsed * 1e3:.1f} ms "
         f"({total / elapsed / 1e9:.2f} GB/s)",
         file=out,
     )
-    print(f"bit-exact: {'all' if exact else 'NO'}; segments of ours left in /dev/shm: {len(left)}", file=out)
+    print(
+        f"bit-exact: {'all' if exact else 'NO'}; segments of ours left (in /dev/shm or memfds): {len(left)}", file=out
+    )
     return 0 if exact and not left else 1

@@ -23,7 +23,7 @@ def test_demo_sends_a_diffusion_batch_bit_exactly_and_leaves_nothing() -> None:
     text = out.getvalue()
     assert "$.runner_outputs[0].result.media.video.tensor    bfloat16  1x3x16x480x832" in text
     assert text.count(" pool ") >= 4 and " inline " in text
-    assert "bit-exact: all; segments of ours left in /dev/shm: 0" in text
+    assert "bit-exact: all; segments of ours left (in /dev/shm or memfds): 0" in text
     assert "7 tensors in 4 buffers" in text  # the four per-request views share one buffer
 
 

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import msgspec
 import numpy as np
 import torch
 
+from transports.reaper import held_memfds
 from transports.shm import our_segments
-
-_MEMFD = "/memfd:"
 
 
 def bits(value: Any) -> Any:
@@ -48,28 +46,8 @@ def segments_of(pid: int) -> list[str]:
 
 
 def memfds_held(holder: str = "self") -> set[str]:
-    """Names of the memfds process ``holder`` has open or mapped (empty if it is gone)."""
-    names: set[str] = set()
-    root = f"/proc/{holder}"
-    links = []
-    try:
-        fds = os.listdir(f"{root}/fd")
-    except OSError:
-        fds = []
-    for fd in fds:
-        try:
-            links.append(os.readlink(f"{root}/fd/{fd}"))
-        except OSError:  # closed meanwhile
-            pass
-    try:
-        with open(f"{root}/maps", encoding="ascii", errors="replace") as maps:
-            links += [line.split(None, 5)[-1].strip() for line in maps if _MEMFD in line]
-    except OSError:
-        pass
-    for link in links:
-        if link.startswith(_MEMFD):
-            names.add(link[len(_MEMFD) :].removesuffix(" (deleted)"))
-    return names
+    """Names of the tensorwire memfds process ``holder`` has open or mapped (empty if it is gone)."""
+    return held_memfds(holder)
 
 
 def damage(data: bytes, edits: list[tuple[str, int, int]], cut: int | None = None) -> bytes:

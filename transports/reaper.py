@@ -16,10 +16,11 @@ from pathlib import Path
 from transports.pool import alive
 from transports.segment import valid_pid
 
-__all__ = ["NAME", "SHM_DIR", "our_segments", "reap"]
+__all__ = ["NAME", "SHM_DIR", "held_memfds", "our_segments", "reap"]
 
 SHM_DIR = Path("/dev/shm")
 NAME = re.compile(r"tw-([1-9][0-9]{0,9})-([0-9a-f]{32})-([0-9a-f]{1,16})")
+_MEMFD = "/memfd:"
 
 
 def our_segments(directory: str | os.PathLike[str] = SHM_DIR) -> list[str]:
@@ -29,6 +30,29 @@ def our_segments(directory: str | os.PathLike[str] = SHM_DIR) -> list[str]:
     except OSError:
         return []
     return sorted(n for n in names if NAME.fullmatch(n))
+
+
+def held_memfds(holder: int | str = "self") -> set[str]:
+    """Names of the tensorwire memfds process ``holder`` has open or mapped (empty if it is gone):
+    a memfd lives exactly as long as some process holds it."""
+    root = f"/proc/{holder}"
+    links = []
+    try:
+        fds = os.listdir(f"{root}/fd")
+    except OSError:
+        fds = []
+    for fd in fds:
+        try:
+            links.append(os.readlink(f"{root}/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            pass
+    try:
+        with open(f"{root}/maps", encoding="ascii", errors="replace") as maps:
+            links += [line.split(None, 5)[-1].strip() for line in maps if _MEMFD in line]
+    except OSError:
+        pass
+    names = (link[len(_MEMFD) :].removesuffix(" (deleted)") for link in links if link.startswith(_MEMFD))
+    return {name for name in names if NAME.fullmatch(name)}
 
 
 def _reapable(directory: Path, name: str) -> bool:
