@@ -183,9 +183,7 @@ class Page:
         made under; False if it was claimed, is gone, or the capability does not match."""
 
         def unclaimed() -> bool:
-            try:
-                self._check(generation, capability, self.name, deadline=False)
-            except DecodeError:
+            if not self._proves(generation, capability, deadline=False):
                 return False
             if self.due(time.monotonic_ns()):
                 self.words[_W_EXPIRED] = generation  # a late claim still says why it is refused
@@ -195,6 +193,8 @@ class Page:
 
     def expire(self, now_ns: int) -> bool:
         """Free the page if it is in flight past its deadline, remembering the expired generation."""
+        if not self.due(now_ns):
+            return False  # the common case, seen without taking the lock
 
         def due() -> bool:
             if not self.due(now_ns):
@@ -267,20 +267,7 @@ class Page:
 
     def discard(self, generation: int, capability: bytes) -> bool:
         """Give back a hand-over this receiver will not read, if the handle proves its capability."""
-        try:
-            self._enter()
-        except TransportError:
-            return False
-        try:
-            try:
-                self._check(generation, capability, self.name)
-            except DecodeError:
-                return False
-            self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
-            self.words[_W_STATE] = FREE
-            return True
-        finally:
-            self._leave()
+        return self._to_free(lambda: self._proves(generation, capability))
 
     def free(self, generation: int) -> bool:
         """Hand back a page this process claimed as ``generation`` (its last view died)."""
@@ -288,6 +275,14 @@ class Page:
         if words[_W_GENERATION] != generation or words[_W_STATE] != CLAIMED or words[_W_RECEIVER] != os.getpid():
             return False
         words[_W_STATE] = FREE
+        return True
+
+    def _proves(self, generation: int, capability: bytes, *, deadline: bool = True) -> bool:
+        """Whether the handle may act on the page now (``_check`` without the error)."""
+        try:
+            self._check(generation, capability, self.name, deadline=deadline)
+        except DecodeError:
+            return False
         return True
 
     def _check(self, generation: int, capability: bytes, what: str, *, deadline: bool = True) -> None:
@@ -315,11 +310,10 @@ class Page:
 # -- one-shot segments: the same page, read and written with pread/pwrite (never mapped unchecked) ---
 
 
-def init_file(mapping: mmap.mmap, capacity: int, timeout: float) -> bytes:
-    """Lay out the page of a new one-shot segment, in flight at once; return its capability."""
+def init_file(mapping: mmap.mmap, capacity: int, deadline_ns: int) -> bytes:
+    """Lay out the page of a new one-shot segment, in flight until ``deadline_ns``; return its capability."""
     capability = secrets.token_bytes(CAPABILITY_BYTES)
-    deadline = time.monotonic_ns() + int(timeout * 1e9)
-    _HEAD.pack_into(mapping, 0, _MAGIC_WORD, IN_FLIGHT, 1, 0, capacity, deadline, 0, ONE_SHOT, digest(capability))
+    _HEAD.pack_into(mapping, 0, _MAGIC_WORD, IN_FLIGHT, 1, 0, capacity, deadline_ns, 0, ONE_SHOT, digest(capability))
     return capability
 
 
@@ -336,15 +330,18 @@ def _read_head(fd: int, what: str) -> tuple[Any, ...]:
     return values
 
 
-def _write_word(fd: int, index: int, value: int, what: str) -> None:
+def _finish(fd: int, words: dict[int, int], what: str) -> None:
+    """End a one-shot page's transition (the lock held): void its digest, then write ``words``."""
+    writes = [(_NO_DIGEST, _DIGEST), *((struct.pack("<Q", value), index * 8) for index, value in words.items())]
     try:
-        os.pwrite(fd, struct.pack("<Q", value), index * 8)
+        for data, offset in writes:
+            os.pwrite(fd, data, offset)
     except OSError as exc:
         raise TransportError(exc.errno, f"cannot write the control page of {what}: {exc.strerror}") from None
 
 
-def _transition(fd: int, capability: bytes, what: str, state: int) -> int:
-    """Move a one-shot page from IN_FLIGHT to ``state`` once the capability proves; return its capacity."""
+def _transition(fd: int, capability: bytes, what: str, state: int) -> None:
+    """Move a one-shot page from IN_FLIGHT to ``state`` once the capability proves, or raise ``DecodeError``."""
     _lock(fd, what)
     try:
         head = _read_head(fd, what)
@@ -353,20 +350,14 @@ def _transition(fd: int, capability: bytes, what: str, state: int) -> int:
         )
         if reason is not None:
             raise DecodeError(reason)
-        try:
-            os.pwrite(fd, _NO_DIGEST, _DIGEST)
-        except OSError as exc:
-            raise TransportError(exc.errno, f"cannot write the control page of {what}: {exc.strerror}") from None
-        _write_word(fd, _W_RECEIVER, os.getpid(), what)
-        _write_word(fd, _W_STATE, state, what)
-        return int(head[_W_CAPACITY])
+        _finish(fd, {_W_RECEIVER: os.getpid(), _W_STATE: state}, what)
     finally:
         _unlock(fd)
 
 
-def claim_file(fd: int, capability: bytes, what: str) -> int:
-    """Claim the one-shot segment open as ``fd`` (proving the capability); return its data size."""
-    return _transition(fd, capability, what, CLAIMED)
+def claim_file(fd: int, capability: bytes, what: str) -> None:
+    """Claim the one-shot segment open as ``fd``, proving the capability (else ``DecodeError``)."""
+    _transition(fd, capability, what, CLAIMED)
 
 
 def expire_file(fd: int, what: str) -> bool:
@@ -376,12 +367,7 @@ def expire_file(fd: int, what: str) -> bool:
         head = _read_head(fd, what)
         if head[_W_STATE] != IN_FLIGHT or time.monotonic_ns() <= head[_W_DEADLINE]:
             return False
-        try:
-            os.pwrite(fd, _NO_DIGEST, _DIGEST)
-        except OSError as exc:
-            raise TransportError(exc.errno, f"cannot write the control page of {what}: {exc.strerror}") from None
-        _write_word(fd, _W_EXPIRED, 1, what)
-        _write_word(fd, _W_STATE, FREE, what)
+        _finish(fd, {_W_EXPIRED: 1, _W_STATE: FREE}, what)
         return True
     finally:
         _unlock(fd)

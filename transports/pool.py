@@ -116,8 +116,6 @@ class Pool:
         prepare: Callable[[Slot], None] | None = None,
         retire: Callable[[Slot], bool] | None = None,
     ) -> None:
-        if claim_timeout <= 0:
-            raise ValueError(f"claim_timeout must be > 0 seconds, got {claim_timeout}")
         self.directory = directory
         self.memfd = memfd
         self._make_name = make_name
@@ -127,9 +125,6 @@ class Pool:
         self._prepare = prepare
         self._retire = retire
         self._reset()
-        self._wake = threading.Event()
-        # at exit, or when the pool is dropped without close(), its slots are let go
-        self._finalizer = weakref.finalize(self, _finalize, self._slots, self._wake, self._pid)
 
     def _reset(self) -> None:
         self._pid = os.getpid()
@@ -138,6 +133,10 @@ class Pool:
         self._lock = threading.Lock()
         self._closed = False
         self._trimmer: threading.Thread | None = None
+        self._wake = threading.Event()
+        # at exit, or when the pool is dropped without close(), its slots are let go (in a forked
+        # child, the parent's finalizer does nothing and this one lets go of the child's slots)
+        self._finalizer = weakref.finalize(self, _finalize, self._slots, self._wake, self._pid)
 
     def _own(self) -> None:
         """In a forked child: forget the parent's slots (they stay the parent's), start empty."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from transports.pool import alive
 from transports.segment import valid_pid
 
-__all__ = ["NAME", "SHM_DIR", "held_memfds", "our_segments", "reap"]
+__all__ = ["NAME", "SHM_DIR", "creator_pid", "held_memfds", "our_segments", "reap"]
 
 SHM_DIR = Path("/dev/shm")
 NAME = re.compile(r"tw-([1-9][0-9]{0,9})-([0-9a-f]{32})-([0-9a-f]{1,16})")
@@ -30,6 +30,12 @@ def our_segments(directory: str | os.PathLike[str] = SHM_DIR) -> list[str]:
     except OSError:
         return []
     return sorted(n for n in names if NAME.fullmatch(n))
+
+
+def creator_pid(name: str) -> int:
+    """The pid in a segment name ``tw-<pid>-<token>-<seq>`` (0 for any other name)."""
+    match = NAME.fullmatch(name)
+    return int(match.group(1)) if match is not None else 0
 
 
 def held_memfds(holder: int | str = "self") -> set[str]:
@@ -57,10 +63,7 @@ def held_memfds(holder: int | str = "self") -> set[str]:
 
 def _reapable(directory: Path, name: str) -> bool:
     """Whether ``name`` is a regular file of ours whose creator (a valid pid) is gone."""
-    match = NAME.fullmatch(name)
-    if match is None:
-        return False
-    pid = int(match.group(1))
+    pid = creator_pid(name)
     if not valid_pid(pid) or alive(pid):
         return False
     try:

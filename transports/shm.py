@@ -31,7 +31,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -122,6 +122,7 @@ class _OneShots:
         self._pending: dict[str, tuple[bytes, int]] = {}
 
     def add(self, name: str, capability: bytes, deadline_ns: int) -> None:
+        """Remember ``name``, made under ``capability``, unclaimed until ``deadline_ns``."""
         with self._lock:
             self._pending[name] = (digest(capability), deadline_ns)
 
@@ -141,23 +142,7 @@ class _OneShots:
             due = [name for name, (_, deadline) in self._pending.items() if deadline < now]
             for name in due:
                 del self._pending[name]
-        return sum(_expire_one_shot(self.directory / name) for name in due)
-
-
-def _expire_one_shot(path: Path) -> bool:
-    try:
-        fd = open_named(path, "shared memory segment", min_size=CONTROL_BYTES)
-    except CodecError:
-        return False  # claimed and unlinked by its receiver (or not ours any more)
-    try:
-        if not expire_file(fd, path.name):
-            return False
-        path.unlink(missing_ok=True)
-        return True
-    except CodecError:
-        return False
-    finally:
-        os.close(fd)
+        return sum(_void_one_shot(self.directory / name, lambda fd, what: expire_file(fd, what)) for name in due)
 
 
 class ShmTransport:
@@ -281,17 +266,18 @@ class ShmTransport:
         name = _next_name()
         path = self.directory / name
         fd, mapping = create_named(path, CONTROL_BYTES + data.nbytes)
+        deadline = time.monotonic_ns() + int(self.claim_timeout * 1e9)
         try:
             with memoryview(mapping) as area:
                 copy_into(area[CONTROL_BYTES:], data)
-            capability = init_file(mapping, data.nbytes, self.claim_timeout)
+            capability = init_file(mapping, data.nbytes, deadline)
         except BaseException:
             path.unlink(missing_ok=True)
             raise
         finally:
             mapping.close()
             os.close(fd)
-        self._one_shots.add(name, capability, time.monotonic_ns() + int(self.claim_timeout * 1e9))
+        self._one_shots.add(name, capability, deadline)
         return ShmHandle(name=name, capability=capability)
 
     def release(self, handle: Handle) -> None:
@@ -309,7 +295,8 @@ class ShmTransport:
             if self._one_shots.take(handle.name, handle.capability):
                 path.unlink(missing_ok=True)
             else:
-                _discard_one_shot(path, handle.capability)
+                capability = handle.capability
+                _void_one_shot(path, lambda fd, what: discard_file(fd, capability, what))
 
     def trim(self, idle_seconds: float | None = None) -> int:
         """Give back pool slots idle for ``idle_seconds`` (and what is past its claim timeout);
@@ -395,17 +382,20 @@ def _receive_one_shot(path: Path, capability: bytes, nbytes: int, *, borrow: boo
         os.close(fd)
 
 
-def _discard_one_shot(path: Path, capability: bytes) -> None:
-    """Unlink a received one-shot segment that will not be read, if the capability proves it."""
+def _void_one_shot(path: Path, transition: Callable[[int, str], bool]) -> bool:
+    """Unlink a one-shot segment if ``transition`` (expiry by its sender, or a discard that proves the
+    capability) takes its page out of flight; a segment gone or not ours is left alone."""
     try:
         fd = open_named(path, "shared memory segment", min_size=CONTROL_BYTES)
     except CodecError:
-        return
+        return False  # claimed and unlinked by its receiver, or not a file of ours
     try:
-        if discard_file(fd, capability, f"shared memory segment {path.name}"):
-            _unlink(path)
+        if not transition(fd, f"shared memory segment {path.name}"):
+            return False
+        _unlink(path)
+        return True
     except CodecError:
-        pass
+        return False
     finally:
         os.close(fd)
 

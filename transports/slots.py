@@ -26,15 +26,10 @@ from codec.errors import CodecError, DecodeError, TransportError
 from transports import janitor
 from transports.control import CONTROL_BYTES, DROPPED, ONE_SHOT, Page
 from transports.pool import alive
+from transports.reaper import creator_pid
 from transports.segment import open_memfd, open_named
 
-__all__ = ["SlotReader", "creator_pid"]
-
-
-def creator_pid(name: str) -> int:
-    """The pid in a segment name ``tw-<pid>-<token>-<seq>`` (0 if it has none)."""
-    parts = name.split("-")
-    return int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else 0
+__all__ = ["SlotReader"]
 
 
 class _Mapped:
@@ -93,8 +88,6 @@ def _max_segments() -> int:
 class SlotReader:
     """Opens, maps and claims the slots handles name."""
 
-    PRUNE_EVERY = 64
-
     def __init__(self, directory: Path, max_segments: int | None = None) -> None:
         self.directory = directory
         self.max_segments = max_segments if max_segments is not None else _max_segments()
@@ -105,7 +98,6 @@ class SlotReader:
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._maps: dict[tuple[str, int | None], _Mapped] = {}
-        self._imports = 0
 
     @property
     def mapped(self) -> int:
@@ -132,10 +124,10 @@ class SlotReader:
     def _map(self, name: str, number: int | None) -> _Mapped:
         what = "pool segment"
         path = None if number is not None else self.directory / name
-        if path is None:
-            fd = open_memfd(creator_pid(name), number or 0, name, what, min_size=CONTROL_BYTES)
+        if number is not None:
+            fd = open_memfd(creator_pid(name), number, name, what, min_size=CONTROL_BYTES)
         else:
-            fd = open_named(path, what, min_size=CONTROL_BYTES)
+            fd = open_named(self.directory / name, what, min_size=CONTROL_BYTES)
         try:
             mapping = mmap.mmap(fd, os.fstat(fd).st_size, flags=mmap.MAP_SHARED)
         except (OSError, ValueError) as exc:
@@ -162,7 +154,6 @@ class SlotReader:
         borrow: bool,
     ) -> Any:
         """Claim the slot and return its bytes: a lease-backed array (``borrow``) or a private copy."""
-        self._prune()
         segment = self._claim(name, number, offset, nbytes, generation, capability)
         if borrow:
             return np.asarray(_ReceiverLease(segment, nbytes, offset, generation))
@@ -202,14 +193,9 @@ class SlotReader:
             return False
         return segment.page.discard(generation, capability)
 
-    def _prune(self) -> None:
-        """``prune`` every few imports (the janitor also runs it every few seconds)."""
-        self._imports += 1
-        if not self._imports % self.PRUNE_EVERY:
-            self.prune()
-
     def prune(self) -> None:
-        """Forget segments their creator dropped or died holding (their memory goes with the last view)."""
+        """Forget segments their creator dropped or died holding (their memory goes with the last view);
+        the janitor runs this every few seconds."""
         with self._lock:
             for key, segment in list(self._maps.items()):
                 if segment.page.flags & DROPPED or not alive(segment.creator):

@@ -14,6 +14,7 @@ import hashlib
 import os
 import secrets
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ def make_decoys(directory: Path) -> dict[str, str]:
     from transports.control import init_file
 
     like = bytearray(DECOY_SIZE)
-    init_file(like, 4096, 3600.0)  # type: ignore[arg-type]
+    init_file(like, 4096, time.monotonic_ns() + 3600 * 10**9)  # type: ignore[arg-type]
     (directory / names["control_like"]).write_bytes(bytes(like))
     for name in names.values():
         os.utime(directory / name, ns=(1_000_000_000, 2_000_000_000), follow_symlinks=False)
