@@ -74,11 +74,12 @@ def create_memfd(name: str, size: int) -> tuple[int, mmap.mmap]:
         raise TransportError(exc.errno, f"cannot create memfd {name}: {exc.strerror}") from None
     try:
         mapping = _reserve_and_map(fd, size, f"memory for memfd {name}")
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
+        try:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
+        except OSError as exc:
+            mapping.close()
+            raise TransportError(exc.errno, f"cannot seal memfd {name}: {exc.strerror}") from None
         return fd, mapping
-    except OSError as exc:
-        os.close(fd)
-        raise TransportError(exc.errno, f"cannot seal memfd {name}: {exc.strerror}") from None
     except BaseException:
         os.close(fd)
         raise

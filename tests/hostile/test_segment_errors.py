@@ -1,0 +1,109 @@
+"""Error paths of opening, reading and locking segments: each a precise CodecError, nothing left behind.
+
+A memfd that cannot be reserved, a file swapped between ``lstat`` and ``open``, a one-shot segment
+cut short while it is read, and a control page another process keeps locked (never a hang); and
+handles never show their capability.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+from typing import Any
+
+import msgspec
+import pytest
+import torch
+from wire_helpers import memfds_held
+
+import codec
+import transports
+from codec.generated import REGISTRY, diffusion
+from transports.control import IN_FLIGHT
+
+OOB = codec.EncodeOptions(inline_threshold=1)
+MESSAGE = diffusion.Output(output=torch.arange(4096, dtype=torch.float32))
+
+
+def test_a_memfd_that_cannot_be_reserved_is_a_transport_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_memory(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    shm = transports.ShmTransport()
+    before = memfds_held()
+    monkeypatch.setattr(os, "posix_fallocate", no_memory)
+    with pytest.raises(
+        codec.TransportError,
+        match=r"^\[Errno 28\] cannot reserve 69632 bytes in memory for memfd tw-\d+-\w+-\w+: No space",
+    ) as info:
+        codec.Encoder(transport=shm, options=OOB).encode(MESSAGE)
+    assert info.value.errno == errno.ENOSPC
+    assert shm.pool is not None and shm.pool.slots() == []
+    assert memfds_held() <= before  # the memfd that could not be reserved is closed
+    shm.close()
+
+
+def _one_shot() -> tuple[transports.ShmTransport, list[Any], str]:
+    shm = transports.ShmTransport(pool=False)
+    frames = codec.Encoder(transport=shm, options=OOB).encode(MESSAGE)
+    return shm, frames, msgspec.msgpack.decode(frames[0])["buffers"][0]["handle"]["name"]
+
+
+def test_a_file_swapped_between_lstat_and_open_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    shm, frames, name = _one_shot()
+    real_lstat = os.lstat
+
+    def other_file(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        info = real_lstat(path, *args, **kwargs)
+        if str(path).endswith(name):  # what a rename in between would look like: another inode
+            return os.stat_result((info.st_mode, info.st_ino + 1, *tuple(info)[2:]))
+        return info
+
+    monkeypatch.setattr(os, "lstat", other_file)
+    receiver = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False)])
+    with pytest.raises(codec.DecodeError, match=rf"shared memory segment {name} was replaced while it was opened"):
+        receiver.decode(frames)
+    monkeypatch.undo()
+    assert torch.equal(receiver.decode(frames).output, MESSAGE.output)  # left as it was: still receivable
+    shm.close()
+
+
+def test_a_one_shot_cut_short_while_it_is_read_is_a_decode_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    shm, frames, name = _one_shot()
+    monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset: 0)  # the file ends here now
+    receiver = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False)])
+    with pytest.raises(codec.DecodeError, match=rf"shared memory segment {name} ended after 0 of 16384 bytes"):
+        receiver.decode(frames)
+    assert not (shm.directory / name).exists()  # claimed, so unlinked: read once, never twice
+    shm.close()
+
+
+def test_a_page_locked_elsewhere_is_an_error_after_a_bounded_wait_never_a_hang() -> None:
+    shm = transports.ShmTransport()
+    frames = codec.Encoder(transport=shm, options=OOB).encode(MESSAGE)
+    handle = msgspec.msgpack.decode(frames[0])["buffers"][0]["handle"]
+    other = os.open(f"/proc/self/fd/{handle['fd']}", os.O_RDWR)  # another open file description
+    lock = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+    fcntl.fcntl(other, fcntl.F_OFD_SETLK, lock)  # as a stuck (or hostile) process would hold it
+    receiver = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False)])
+    try:
+        with pytest.raises(codec.TransportError, match=r"has been locked by another process for over 0.25s") as info:
+            receiver.decode(frames)
+        assert info.value.errno == errno.EAGAIN
+        assert shm.pool is not None and [s.state for s in shm.pool.slots()] == [IN_FLIGHT]  # untouched
+    finally:
+        os.close(other)  # the kernel drops the lock with its last fd
+    assert torch.equal(receiver.decode(frames).output, MESSAGE.output)
+    shm.close()
+
+
+def test_handles_never_show_their_capability() -> None:
+    capability = b"\xab" * 16
+    for handle in (
+        transports.ShmHandle(name="tw-1-" + "0" * 32 + "-1", capability=capability),
+        transports.SlotHandle(name="tw-1-" + "0" * 32 + "-1", offset=0, generation=1, capability=capability, fd=4),
+    ):
+        for text in (repr(handle), str(handle), f"{handle}"):
+            assert "capability=<16 bytes>" in text and "\\xab" not in text and "abab" not in text
