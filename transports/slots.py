@@ -6,13 +6,13 @@ control page is valid for its size. A claim proves the handle's capability befor
 changes (``transports.control``); the claimed bytes come back as a lease-backed view (the slot is
 freed when the last view dies) or a private copy (freed at once). Mapped segments are bounded in
 number; those their creator dropped, or whose creator died, are forgotten within a few seconds
-(``transports.janitor``; their memory goes with the last view). Thread-safe; a forked child
-starts with nothing mapped.
+(``transports.janitor``). A forgotten segment's fd and mapping go with the last reference to it
+(the reader's, a lease's, a claim in progress): nothing is closed under a claim or a view.
+Thread-safe; a forked child starts with nothing mapped.
 """
 
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import resource
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from codec.errors import CodecError, DecodeError, TransportError
+from codec.errors import CodecError, DecodeError
 from transports import janitor
 from transports.control import CONTROL_BYTES, DROPPED, ONE_SHOT, Page
 from transports.pool import alive
@@ -50,7 +50,7 @@ class _Mapped:
         """Close the fd (the mapping lives on while a lease holds it)."""
         self.page.close_fd()
 
-    def __del__(self) -> None:
+    def __del__(self) -> None:  # the reader and every lease let go: no claim can be using the fd
         self.forget()
 
     def freed(self, generation: int) -> None:
@@ -108,16 +108,14 @@ class SlotReader:
         key = (name, number)
         with self._lock:
             if self._pid != os.getpid():
-                for segment in self._maps.values():
-                    segment.forget()
-                self._reset()
+                self._reset()  # the parent's segments: this child's copies of their fds close as they go
             found = self._maps.pop(key, None)
             if found is not None:
                 segment = found
             else:
                 segment = self._map(name, number)
                 while len(self._maps) >= self.max_segments:
-                    self._maps.pop(next(iter(self._maps))).forget()  # the least recently used
+                    del self._maps[next(iter(self._maps))]  # the least recently used
             self._maps[key] = segment
             return segment
 
@@ -154,36 +152,18 @@ class SlotReader:
         borrow: bool,
     ) -> Any:
         """Claim the slot and return its bytes: a lease-backed array (``borrow``) or a private copy."""
-        segment = self._claim(name, number, offset, nbytes, generation, capability)
+        segment = self._segment(name, number)
+        if offset + nbytes > segment.capacity:
+            raise DecodeError(
+                f"pool slot {name}: bytes [{offset}, {offset + nbytes}) outside its {segment.capacity}-byte area"
+            )
+        segment.page.claim(generation, capability, f"pool slot {name}")
         if borrow:
             return np.asarray(_ReceiverLease(segment, nbytes, offset, generation))
         start = CONTROL_BYTES + offset
         data = bytearray(segment.anchor[start : start + nbytes])
         segment.freed(generation)
         return data
-
-    def _claim(
-        self, name: str, number: int | None, offset: int, nbytes: int, generation: int, capability: bytes
-    ) -> _Mapped:
-        """The segment, with the slot claimed (from a fresh mapping if the janitor let go of the one
-        found meanwhile)."""
-        segment = self._bounded(name, number, offset, nbytes)
-        try:
-            segment.page.claim(generation, capability, f"pool slot {name}")
-        except TransportError as exc:
-            if exc.errno != errno.EBADF:
-                raise
-            segment = self._bounded(name, number, offset, nbytes)
-            segment.page.claim(generation, capability, f"pool slot {name}")
-        return segment
-
-    def _bounded(self, name: str, number: int | None, offset: int, nbytes: int) -> _Mapped:
-        segment = self._segment(name, number)
-        if offset + nbytes > segment.capacity:
-            raise DecodeError(
-                f"pool slot {name}: bytes [{offset}, {offset + nbytes}) outside its {segment.capacity}-byte area"
-            )
-        return segment
 
     def discard(self, name: str, number: int | None, generation: int, capability: bytes) -> bool:
         """Free a slot whose message will not be read, if the handle proves its capability."""
@@ -200,10 +180,7 @@ class SlotReader:
             for key, segment in list(self._maps.items()):
                 if segment.page.flags & DROPPED or not alive(segment.creator):
                     del self._maps[key]
-                    segment.forget()
 
     def close(self) -> None:
         with self._lock:
-            for segment in self._maps.values():
-                segment.forget()
             self._maps.clear()
