@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fcntl
 import mmap
-import multiprocessing as mp
 import os
 import secrets
 import shutil
@@ -30,6 +29,7 @@ import codec
 import transports
 from codec.generated import REGISTRY, diffusion
 from tests.hostile import victim as victim_module
+from tests.hostile.children import spawned
 from transports.control import CONTROL_BYTES, SENDER, Page
 from transports.segment import SEALS
 
@@ -47,35 +47,20 @@ def directory() -> Iterator[Path]:
 @contextmanager
 def victim(directory: Path) -> Iterator[dict[str, Any]]:
     """Run the victim; after the block, check it is untouched and that its real messages arrive."""
-    ctx = mp.get_context("spawn")
-    ours, theirs = ctx.Pipe()
-    child = ctx.Process(target=victim_module.victim, args=(theirs, str(directory)), daemon=True)
-    child.start()
-
-    def receive() -> Any:
-        if not ours.poll(120):  # a victim that died never answers: fail, never hang
-            raise AssertionError(f"the victim did not answer (exit code {child.exitcode})")
-        return ours.recv()
-
-    try:
-        info: dict[str, Any] = receive()
+    with spawned(victim_module.victim, str(directory)) as child:
+        info: dict[str, Any] = child.recv()
         yield info
-        ours.send("done")
-        report = receive()
+        child.send("done")
+        report = child.recv()
         assert report["unchanged"], f"the victim's files or slots changed: {report['before']} -> {report['after']}"
         receiver = transports.ShmTransport(directory, backing="named", pool=False)
-        for i, frames in enumerate(receive()):
+        for i, frames in enumerate(child.recv()):
             out = codec.Decoder(REGISTRY, transports=[receiver]).decode(frames).output
             assert torch.equal(out, victim_module.PAYLOAD + i)  # the intended receiver still gets it
             del out
         receiver.close()
-        ours.send("bye")
-        child.join(60)
-        assert child.exitcode == 0
-    finally:
-        if child.is_alive():
-            child.kill()
-            child.join(10)
+        child.send("bye")
+        assert child.join() == 0
 
 
 def _template(directory: Path) -> tuple[transports.ShmTransport, list[Any], dict[str, Any]]:

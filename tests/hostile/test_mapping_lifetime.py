@@ -9,7 +9,6 @@ seals refuse it (EPERM), so there is no SIGBUS, then or when the slot is reused.
 from __future__ import annotations
 
 import errno
-import multiprocessing as mp
 import os
 import signal
 import subprocess
@@ -26,6 +25,7 @@ import codec
 import transports
 from codec.generated import REGISTRY, diffusion
 from tests.hostile import mapping_procs
+from tests.hostile.children import spawned
 from transports import janitor
 
 LET_GO = {
@@ -87,59 +87,47 @@ def _memfd_fds(pid: int | str) -> list[str]:
 def test_a_neighbour_cannot_shrink_memory_a_receiver_has_mapped() -> None:
     shm = transports.ShmTransport()
     encoder = codec.Encoder(transport=shm, options=codec.EncodeOptions(inline_threshold=1))
-    ctx = mp.get_context("spawn")
-    ours, theirs = ctx.Pipe()
-    child = ctx.Process(target=mapping_procs.hold_and_read, args=(theirs,), daemon=True)
-    child.start()
     try:
-        first = torch.arange(262_144, dtype=torch.float32)
-        ours.send([bytes(memoryview(f)) for f in encoder.encode(diffusion.Output(output=first))])
-        assert ours.recv() == "holding"
-        targets = _memfd_fds(child.pid or 0) + _memfd_fds("self")
-        assert targets, "the receiver holds no memfd of ours"
-        for path in targets:  # as a same-uid neighbour would, through any fd of the memory
-            fd = os.open(path, os.O_RDWR)
-            try:
-                for size in (0, 4096):
-                    with pytest.raises(PermissionError) as info:
-                        os.ftruncate(fd, size)
-                    assert info.value.errno == errno.EPERM
-            finally:
-                os.close(fd)
-        ours.send("tried")
-        second = torch.full((262_144,), 2.0)
-        ours.send([bytes(memoryview(f)) for f in encoder.encode(diffusion.Output(output=second))])
-        sums = ours.recv()
-        assert sums == (float(first.double().sum()), 2.0 * 262_144)
-        ours.send("bye")
-        child.join(60)
-        assert child.exitcode == 0
+        with spawned(mapping_procs.hold_and_read) as child:
+            first = torch.arange(262_144, dtype=torch.float32)
+            child.send([bytes(memoryview(f)) for f in encoder.encode(diffusion.Output(output=first))])
+            assert child.recv() == "holding"
+            targets = _memfd_fds(child.pid) + _memfd_fds("self")
+            assert targets, "the receiver holds no memfd of ours"
+            for path in targets:  # as a same-uid neighbour would, through any fd of the memory
+                fd = os.open(path, os.O_RDWR)
+                try:
+                    for size in (0, 4096):
+                        with pytest.raises(PermissionError) as info:
+                            os.ftruncate(fd, size)
+                        assert info.value.errno == errno.EPERM
+                finally:
+                    os.close(fd)
+            child.send("tried")
+            second = torch.full((262_144,), 2.0)
+            child.send([bytes(memoryview(f)) for f in encoder.encode(diffusion.Output(output=second))])
+            assert child.recv() == (float(first.double().sum()), 2.0 * 262_144)
+            child.send("bye")
+            assert child.join() == 0
     finally:
-        if child.is_alive():
-            child.kill()
         shm.close()
 
 
 def test_an_idle_receiver_lets_go_of_a_dead_senders_memory() -> None:
     """No import needs to happen: the janitor forgets the segment of a sender that died."""
-    ctx = mp.get_context("spawn")
-    ours, theirs = ctx.Pipe()
-    sender = ctx.Process(target=mapping_procs.send_and_wait, args=(theirs,), daemon=True)
-    sender.start()
     receiver = transports.ShmTransport()
     try:
-        frames = ours.recv()
-        decoder = codec.Decoder(REGISTRY, transports=[receiver], options=codec.DecodeOptions(borrow=False))
-        assert float(decoder.decode(frames).output.sum()) == float(1 << 20)
-        prefix = f"tw-{sender.pid}-"
-        assert any(n.startswith(prefix) for n in memfds_held())  # mapped, and kept for the next message
-        ours.send("exit")
-        sender.join(60)
+        with spawned(mapping_procs.send_and_wait) as sender:
+            frames = sender.recv()
+            decoder = codec.Decoder(REGISTRY, transports=[receiver], options=codec.DecodeOptions(borrow=False))
+            assert float(decoder.decode(frames).output.sum()) == float(1 << 20)
+            prefix = f"tw-{sender.pid}-"
+            assert any(n.startswith(prefix) for n in memfds_held())  # mapped, and kept for the next message
+            sender.send("exit")
+            assert sender.join() == 0
         deadline = time.monotonic() + 5 * janitor.PERIOD
         while any(n.startswith(prefix) for n in memfds_held()) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(n.startswith(prefix) for n in memfds_held())
     finally:
-        if sender.is_alive():
-            sender.kill()
         receiver.close()
