@@ -1,8 +1,8 @@
 """One background thread per process that lets receivers forget segments nobody will use again.
 
-A receiver keeps each segment it mapped (and so its memory) until it prunes: every few imports,
-and, so that an idle receiver does not hold a dead or departed sender's memory, every
-``PERIOD`` seconds here. The thread holds only weak references, starts with the first receiver
+A receiver keeps each segment it mapped (and so its memory) until it prunes, which happens here
+every ``PERIOD`` seconds, off the decode path: a busy or an idle receiver alike lets go of a dead
+or departed sender's memory within a few seconds. The thread holds only weak references, starts with the first receiver
 and again in a forked child.
 """
 
