@@ -1,15 +1,14 @@
-"""The message body: msgspec encoding with tensors as ext(1, index) and tree tuples as ext(2, list).
+"""The message body: msgspec encoding with tensors as extensions (``codec.wire``) and tree tuples as ext(2, list).
 
 msgpack has no tuple, so tuples inside ``x-tree`` values are wrapped before encoding, and sets are
 written in sorted order so that equal messages give equal bytes (both on shallow copies: the
-caller's object is never touched); tuples come back as tuples. The same hooks serve the
-encoder's validation pass, which decodes the body it is about to send with the real tensors.
+caller's object is never touched); tuples come back as tuples. The encoder's schema check
+decodes the body it is about to send with the caller's own tensors in place of their extensions.
 """
 
 from __future__ import annotations
 
 import copy
-import struct
 from collections.abc import Callable
 from contextvars import ContextVar
 from functools import cache
@@ -23,11 +22,21 @@ import torch
 from codec.contract import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
 from codec.errors import DecodeError, EncodeError
 from codec.locate import locate
-from codec.wire import EXT_TENSOR, EXT_TUPLE
+from codec.tensors import Outgoing
+from codec.wire import EXT_TUPLE
 
-__all__ = ["TupleMarker", "dec_hook", "decode_body", "encode_body", "prepare"]
-
-_INDEX = struct.Struct("<I")
+__all__ = [
+    "INCOMING",
+    "TupleMarker",
+    "check_body",
+    "checker",
+    "encode_body",
+    "ext_hook",
+    "int_error",
+    "needs_prepare",
+    "prepare",
+    "use_incoming",
+]
 
 
 class TupleMarker:
@@ -39,9 +48,9 @@ class TupleMarker:
         self.items = items
 
 
-_TENSOR_REFS: ContextVar[Callable[[Any], int]] = ContextVar("tensorwire_tensor_refs")
-_TENSORS: ContextVar[Callable[[int], Any]] = ContextVar("tensorwire_tensors")
-
+_OUTGOING: ContextVar[Outgoing] = ContextVar("tensorwire_outgoing")
+_INCOMING: ContextVar[Any] = ContextVar("tensorwire_incoming")  # codec.incoming.Incoming
+_CHECKING: ContextVar[list[Any]] = ContextVar("tensorwire_checking")  # [values, next index]
 
 _ARRAYS = (torch.Tensor, np.ndarray)
 
@@ -57,48 +66,65 @@ class _Rejected(Exception):
 def _enc_hook(value: Any) -> Any:
     if isinstance(value, _ARRAYS):
         try:
-            index = _TENSOR_REFS.get()(value)
+            return _OUTGOING.get().ext(value)
         except EncodeError as exc:
             raise _Rejected(exc, value) from None
-        return msgspec.msgpack.Ext(EXT_TENSOR, _INDEX.pack(index))
     if isinstance(value, TupleMarker):
         return msgspec.msgpack.Ext(EXT_TUPLE, msgspec.msgpack.encode(value.items, enc_hook=_enc_hook))
     raise NotImplementedError
 
 
-def _ext_hook(code: int, data: memoryview) -> Any:
-    if code == EXT_TENSOR:
-        if len(data) != _INDEX.size:
-            raise DecodeError(f"tensor reference of {len(data)} bytes, expected {_INDEX.size}")
-        return _TENSORS.get()(_INDEX.unpack(data)[0])
+def ext_hook(code: int, data: memoryview) -> Any:
+    """The decoder's extension hook: tensors built by the call's ``Incoming``, tree tuples."""
     if code == EXT_TUPLE:
-        items = msgspec.msgpack.decode(data, ext_hook=_ext_hook)
-        if not isinstance(items, list):
-            raise DecodeError("a tree tuple must hold an array")
-        return tuple(items)
-    raise DecodeError(f"unknown msgpack extension type {code}")
+        return _tuple(data, ext_hook)
+    state = _INCOMING.get()
+    if type(state) is tuple:  # the first tensor of this decode: its state is made now
+        state = _make_incoming(*state)
+        _INCOMING.set(state)
+    return state.ext(code, data)
+
+
+def _tuple(data: memoryview, hook: Callable[[int, memoryview], Any]) -> tuple[Any, ...]:
+    """A tree tuple from its ``ext(2)`` payload (its nesting was bounded before the decode began)."""
+    items = msgspec.msgpack.decode(data, ext_hook=hook)
+    if not isinstance(items, list):
+        raise DecodeError("a tree tuple must hold an array")
+    return tuple(items)
+
+
+def _check_hook(code: int, data: memoryview) -> Any:
+    """The encoder's schema check: each tensor extension stands for the caller's own tensor, in body order."""
+    if code == EXT_TUPLE:
+        return _tuple(data, _check_hook)
+    state = _CHECKING.get()
+    index = state[1]
+    state[1] = index + 1
+    return state[0][index]
 
 
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 
 
-def encode_body(message: Any, add_tensor: Callable[[Any], int], max_depth: int) -> bytes:
-    """msgpack of ``message``: each tensor becomes ``ext(1, add_tensor(tensor))``, tree tuples ``ext(2, ...)``.
+def encode_body(message: Any, outgoing: Outgoing, max_depth: int, origin: Any = None) -> bytes:
+    """msgpack of ``message`` (already ``prepare``d): each tensor becomes the extension ``outgoing`` gives it.
 
     Per-call state travels in a context variable, so the hooks (and the cached encoder) hold no
-    reference to it: a call's tensors are let go the moment the call ends. A tensor ``add_tensor``
-    refuses, or an int msgpack cannot hold, is an ``EncodeError`` ending with its field path.
+    reference to it: a call's tensors are let go the moment the call ends. A tensor ``outgoing``
+    refuses, or an int msgpack cannot hold, is an ``EncodeError`` ending with its field path in
+    ``origin`` (the caller's message, before ``prepare``; ``message`` by default).
     """
-    token = _TENSOR_REFS.set(add_tensor)
+    origin = message if origin is None else origin
+    token = _OUTGOING.set(outgoing)
     try:
-        return _ENCODER.encode(prepare(message, max_depth))
+        return _ENCODER.encode(message)
     except _Rejected as exc:
         rejected = exc.value
-        raise EncodeError(f"{exc}{_at(locate(message, lambda v: v is rejected, max_depth))}") from None
+        raise EncodeError(f"{exc}{_at(locate(origin, lambda v: v is rejected, max_depth))}") from None
     except OverflowError as exc:
-        raise _int_error(message, max_depth, exc) from None
+        raise int_error(origin, max_depth, exc) from None
     finally:
-        _TENSOR_REFS.reset(token)
+        _OUTGOING.reset(token)
 
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what a msgpack int holds
@@ -108,7 +134,7 @@ def _too_big(value: Any) -> bool:
     return isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX
 
 
-def _int_error(message: Any, max_depth: int, error: OverflowError) -> EncodeError:
+def int_error(message: Any, max_depth: int, error: OverflowError) -> EncodeError:
     """The error for an int msgpack cannot hold, naming the first one in ``message`` and its path."""
     found = locate(message, _too_big, max_depth)
     if found is None:  # not found within the depth limit: msgspec's own words
@@ -122,31 +148,40 @@ def _at(found: tuple[str, Any] | None) -> str:
     return "" if found is None else f" - at `{found[0]}`"
 
 
-def decode_body(cls: type, data: Any, tensor: Callable[[int], Any]) -> Any:
-    """A ``cls`` message from its body, resolving tensor references through ``tensor``."""
-    token = _TENSORS.set(tensor)
+def check_body(check: msgspec.msgpack.Decoder[Any], body: bytes, values: list[Any]) -> None:
+    """Decode ``body`` with ``check`` (a ``checker``) and the caller's own tensors ``values`` in place of
+    its extensions: every type, range and rule of the schema is checked (``msgspec.ValidationError``
+    or ``CodecError``)."""
+    token = _CHECKING.set([values, 0])
     try:
-        return _typed_decoder(cls).decode(data)
+        check.decode(body)
     finally:
-        _TENSORS.reset(token)
+        _CHECKING.reset(token)
 
 
 @cache
-def _typed_decoder(cls: type) -> msgspec.msgpack.Decoder[Any]:
-    return msgspec.msgpack.Decoder(cls, ext_hook=_ext_hook, dec_hook=dec_hook)
+def checker(cls: type) -> msgspec.msgpack.Decoder[Any]:
+    """The decoder of the encoder's schema check for ``cls``."""
+    return msgspec.msgpack.Decoder(cls, ext_hook=_check_hook)
 
 
-def dec_hook(tp: type, obj: Any) -> Any:
-    """Typed fields: a ``torch.Tensor`` field takes only a tensor, an ``ndarray`` field only an array."""
-    if tp is torch.Tensor or tp is np.ndarray:
-        if isinstance(obj, tp):
-            return obj
-        expected = "torch.Tensor" if tp is torch.Tensor else "numpy.ndarray"
-        raise TypeError(f"Expected `{expected}`, got `{type(obj).__name__}`")
-    raise NotImplementedError
+INCOMING = _INCOMING  # the decoder sets it to ``(decoder, frames, head)`` for the length of a decode;
+# the first tensor makes that an ``Incoming`` (``codec.incoming``, registered by ``use_incoming``)
+_make_incoming: Callable[..., Any]
+
+
+def use_incoming(make: Callable[..., Any]) -> None:
+    """Register the class whose instances hold a decode's state."""
+    global _make_incoming
+    _make_incoming = make
 
 
 # -- tuples in trees ---------------------------------------------------------------------------
+
+
+def needs_prepare(cls: type) -> bool:
+    """Whether messages of ``cls`` may hold a tree or a set (which ``prepare`` rewrites)."""
+    return bool(_plan(cls))
 
 
 def prepare(message: Any, max_depth: int) -> Any:

@@ -16,7 +16,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import torch
 
-from codec.dtypes import dtype_of
+from codec.dtypes import DTYPES, dtype_of
 from codec.errors import ValidationError
 
 __all__ = [
@@ -125,8 +125,15 @@ def check_struct(obj: Any) -> None:
     paths, to say exactly where it is.
     """
     rules: StructRules = type(obj).__tw_rules__
-    if rules.fields and not _fields_ok(rules, obj):
-        _check_fields(rules, obj)
+    if rules.fields:
+        quick = _QUICK.get(id(rules))
+        if quick is not None and quick[0] is rules and quick[1] is not None:  # the usual case, inline
+            for name, ok in quick[1]:
+                if not ok(getattr(obj, name)):
+                    _check_fields(rules, obj)
+                    break
+        elif not _fields_ok(rules, obj):
+            _check_fields(rules, obj)
     for group in rules.groups:
         count = 0
         for name in group.fields:
@@ -180,6 +187,16 @@ def _field_plan(rules: StructRules) -> _FieldPlan:
 
 def _fields_ok(rules: StructRules, obj: Any) -> bool:
     """Whether every field rule holds (``_check_fields`` without paths: it says nothing about where)."""
+    quick = _QUICK.get(id(rules))
+    if quick is None or quick[0] is not rules:
+        quick = (rules, _quick(rules))
+        if len(_QUICK) < 4096:
+            _QUICK[id(rules)] = quick
+    if quick[1] is not None:
+        for name, ok in quick[1]:
+            if not ok(getattr(obj, name)):
+                return False
+        return True
     dims: dict[str, tuple[int, str]] = {}
     for name, check, skips_none, leaves in _field_plan(rules):
         value = getattr(obj, name)
@@ -191,6 +208,82 @@ def _fields_ok(rules: StructRules, obj: Any) -> bool:
         if not _ok(check, value, dims):
             return False
     return True
+
+
+Quick: TypeAlias = Callable[[Any], bool]
+_QUICK: dict[int, tuple[StructRules, tuple[tuple[str, Quick], ...] | None]] = {}
+
+
+def _quick(rules: StructRules) -> tuple[tuple[str, Quick], ...] | None:
+    """One predicate per field rule, each with its constants bound once; None if a rule names a
+    dim (named dims are compared across fields: the general walk does that)."""
+    checks = []
+    for name, check in rules.fields:
+        quick = _quick_check(check)
+        if quick is None:
+            return None
+        checks.append((name, quick))
+    return tuple(checks)
+
+
+def _quick_check(check: Check) -> Quick | None:
+    kind = type(check)
+    if kind is TensorCheck:
+        return _quick_tensor(check)  # type: ignore[arg-type]
+    if kind is TreeCheck:
+        tree_leaves = _leaves(check)
+        assert tree_leaves is not None
+        return lambda v: type(v) in tree_leaves or _tree_ok(check, v, 0, tree_leaves)  # type: ignore[arg-type]
+    if kind is TupleCheck:
+        items = [None if c is None else _quick_check(c) for c in check.items]  # type: ignore[union-attr]
+        if any(q is None for q, c in zip(items, check.items, strict=True) if c is not None):  # type: ignore[union-attr]
+            return None
+        return lambda v: all(q is None or q(x) for q, x in zip(items, v, strict=False))
+    assert isinstance(check, EachCheck)
+    inner = _quick_check(check.inner)
+    if inner is None:
+        return None
+    leaves = _leaves(check.inner)
+    if check.container == "nullable":
+        return lambda v: v is None or inner(v)
+    if check.container == "map":
+        if leaves is not None:
+            return lambda v: leaves.issuperset(map(type, v.values())) or all(map(inner, v.values()))
+        return lambda v: all(map(inner, v.values()))
+    if leaves is not None:
+        return lambda v: leaves.issuperset(map(type, v)) or all(map(inner, v))
+    return lambda v: all(map(inner, v))
+
+
+def _quick_tensor(check: TensorCheck) -> Quick | None:
+    if check.shape is not None and any(isinstance(d, str) for d in check.shape):
+        return None
+    names = check.dtypes if check.dtypes is not None else tuple(DTYPES)
+    if check.kind == "tensor":
+        cls: type = torch.Tensor
+        allowed = frozenset(getattr(torch, DTYPES[n].torch_name) for n in names)
+    else:
+        cls = np.ndarray
+        allowed = frozenset(np.dtype(DTYPES[n].numpy_name) for n in names if DTYPES[n].numpy_name)
+    rank = None if check.shape is None else len(check.shape)
+    fixed = () if check.shape is None else tuple((a, d) for a, d in enumerate(check.shape) if isinstance(d, int))
+    devices, contiguous = check.devices, check.contiguous
+
+    def ok(v: Any) -> bool:
+        if not isinstance(v, cls) or v.dtype not in allowed:  # type: ignore[attr-defined]
+            return False
+        if rank is not None:
+            shape = v.shape  # type: ignore[attr-defined]
+            if len(shape) != rank:
+                return False
+            for axis, want in fixed:
+                if shape[axis] != want:
+                    return False
+        if devices is not None or contiguous:  # read only when the schema asks
+            return _ok(check, v, {})
+        return True
+
+    return ok
 
 
 def _ok(check: Check, value: Any, dims: dict[str, tuple[int, str]]) -> bool:

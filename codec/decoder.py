@@ -1,38 +1,39 @@
 """``Decoder``: frames -> a typed message, verifying everything before anything is mapped.
 
-Order of one ``decode`` call: bound the nesting depth of frame 0; decode the header; check magic,
-wire version, type id and version; verify every handle (names of our pattern only) and every
-tensor descriptor (dtype in the table, sizes, strides and offsets inside their buffer, limits);
-import the buffers (each transport proves the handle's capability before any side effect); copy
-the buffers of tensors placed on a device there (``device=``, see ``codec.placement``); decode the
-body against the message class (its rules run as it is built). If any step after the handles
-were verified fails, the decode lets go of what it imported and gives back the rest, each
-transport acting only on handles that prove their capability: a forged handle changes nothing.
+One ``decode`` call: bound the size of frame 0 and, where a registered type can nest without
+bound, its depth; then one typed msgspec decode of frame 0 as a tagged union of every registered
+type (the tag names the wire version, type id and version; msgspec checks types, enum members,
+ranges and lengths in C, and each struct's rules run as it is built). Tensors are built as the
+body is read (``codec.incoming``): the first one in a buffer makes the decode verify every
+handle (names of our pattern only) and import the buffers, each transport proving the handle's
+capability before any side effect; each descriptor is checked against its buffer and the limits
+first. Tensors placed on a device (``device=``, see ``codec.placement``) are copied there. If
+anything fails, the decode lets go of what it imported and gives back the rest, each transport
+acting only on handles that prove their capability: a forged handle changes nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from functools import lru_cache
+from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
-from codec.body import decode_body
-from codec.errors import CodecError, DecodeError
-from codec.inspect import describe
+from codec.body import INCOMING, ext_hook
+from codec.errors import DecodeError
+from codec.incoming import HEADER_LEVELS, Incoming
 from codec.options import DecodeOptions
 from codec.placement import DeviceSpec, Placement
+from codec.plan import max_depth
 from codec.registry import Registry, UnknownTypeError
 from codec.scan import check_depth
-from codec.tensors import TensorBuilder, verify_descriptor
-from codec.wire import MAGIC, WIRE_VERSION, header_type
+from codec.wire import MAGIC, WIRE_VERSION, parse_tag, tag
 from transports.base import Buffer, Handle, Transport
 from transports.cuda_runtime import CudaRuntime
 from transports.inline import InlineHandle, InlineTransport
 
 __all__ = ["Decoder"]
-
-_HEADER_LEVELS = 2  # the header map and its body entry sit above the message's own nesting
 
 
 class Decoder:
@@ -42,7 +43,7 @@ class Decoder:
     device, or a ``codec.placement.Placement`` (see that module); ``runtime``: its CUDA adapter.
     """
 
-    __slots__ = ("_by_type", "_header", "_sealed", "options", "placement", "registry")
+    __slots__ = ("_by_type", "_deep", "_frame", "_max_header", "_sealed", "options", "placement", "registry", "table")
 
     def __init__(
         self,
@@ -60,76 +61,106 @@ class Decoder:
         for transport in [InlineTransport(), *transports]:
             for handle_type in transport.handle_types:
                 known[str(handle_type.__struct_config__.tag)] = transport
-        handle_types = list({id(h): h for t in known.values() for h in t.handle_types}.values())
+        handle_types = tuple({id(h): h for t in known.values() for h in t.handle_types}.values())
         self._by_type = {h: known[str(h.__struct_config__.tag)] for h in handle_types}  # handle class -> reader
-        self._header = msgspec.msgpack.Decoder(header_type(handle_types))
+        self._max_header = self.options.limits.max_header_bytes
+        self._frame = _frame_decoder(registry, self.options.strict_fingerprint)
+        self.table = _table_decoder(handle_types)
+        limit = self.options.limits.max_depth + HEADER_LEVELS
+        self._deep = any(d is None or d + 1 > limit for d in (max_depth(cls) for cls in registry))
         self._sealed = True
 
     def decode(self, frames: Sequence[Buffer]) -> Any:
         """The message carried by ``frames`` (as returned by ``Encoder.encode`` or ``codec.split``)."""
-        limits = self.options.limits
         if not frames:
             raise DecodeError("no frames: a message has at least its header frame")
-        head = memoryview(frames[0]).cast("B")
-        if head.nbytes > limits.max_header_bytes:
-            raise DecodeError(f"header frame of {head.nbytes} bytes is over the limit of {limits.max_header_bytes}")
-        check_depth(head, limits.max_depth + _HEADER_LEVELS)
+        head = frames[0]
         try:
-            header = self._header.decode(head)
-        except msgspec.MsgspecError as exc:
+            size = len(head) if type(head) is bytes else memoryview(head).nbytes
+        except TypeError as exc:
             raise DecodeError(f"invalid header: {exc}") from None
-        handles = [entry.handle for entry in header.buffers]
-        self._verify_handles(handles, frames)
-        buffers: list[Any] = []  # imported so far, in handle order
-        builder = _NO_TENSORS
+        if size > self._max_header:
+            raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
+        if self._deep:
+            check_depth(head, self.options.limits.max_depth + HEADER_LEVELS)
+        token = INCOMING.set((self, frames, head))  # made into an Incoming by the first tensor
         try:
-            cls = self._resolve(header)
-            if handles or header.tensors:
-                self._verify_tensors(header, head)
-            if handles:
-                self._import(header, frames, buffers)
-            devices: dict[int, Any] | None = None
-            placed: dict[tuple[int, Any], Any] | None = None
-            if self.placement is not None:
-                devices = self.placement.targets(header, head, buffers)
-                if devices:
-                    wanted = {(header.tensors[i].buffer, device) for i, device in devices.items()}
-                    placed = self.placement.upload(buffers, wanted)
-            if header.tensors:
-                builder = TensorBuilder(header.tensors, buffers, devices, placed)
+            frame = self._frame.decode(head)
+            if len(frame.buffers) != 1 or len(frames) != 1:  # 1 byte: the empty table
+                _state(frames, head, self).finish(len(frame.buffers) != 1)
+        except BaseException as exc:
+            _state(frames, head, self).fail()
+            if isinstance(exc, msgspec.MsgspecError):
+                raise self._error(head, exc) from None
+            if isinstance(exc, DecodeError):
+                raise self._locate(head, exc) from None
+            raise  # a transport's own error (with its errno), or not ours
+        finally:
+            INCOMING.reset(token)
+        return frame.body
+
+    def _error(self, head: Any, exc: Exception) -> DecodeError:
+        """The error for a frame 0 msgspec rejected: what its tag or fingerprint says is wrong, else
+        msgspec's own words with the path into the body."""
+        problem = self._diagnose(head)
+        if problem is not None:
+            return DecodeError(problem)
+        label = self._label(head)
+        text = str(exc).replace("`$[3]", "`$").replace("`$[2]", "`$.buffers")
+        return DecodeError(f"{label}: {text}" if label else f"invalid header: {text}")
+
+    def _locate(self, head: Any, exc: DecodeError) -> DecodeError:
+        label = self._label(head)
+        return DecodeError(f"{label}: {exc}") if label and not str(exc).startswith(label) else exc
+
+    def _label(self, head: Any) -> str | None:
+        """``type vN`` of a frame 0 whose tag reads well, else None."""
+        try:
+            parsed = parse_tag(_PEEK.decode(head).tag)
+        except msgspec.MsgspecError:
+            return None
+        return None if parsed is None else f"{parsed[1]} v{parsed[2]}"
+
+    def _diagnose(self, head: Any) -> str | None:
+        """Why frame 0's tag or fingerprint is refused; None if they are not the problem."""
+        try:
+            peek = _PEEK.decode(head)
+        except msgspec.MsgspecError:
             try:
-                return decode_body(cls, header.body, builder.build)
-            except (msgspec.MsgspecError, CodecError) as exc:
-                raise DecodeError(f"{header.type} v{header.version}: {exc}") from None
-        except BaseException:
-            # Let go of what this decode holds (a borrowed slot is freed as its last view dies) and
-            # give back the buffers it did not import, each only if its handle proves its capability.
-            unread = handles[len(buffers) :]
-            buffers.clear()
-            if builder is not _NO_TENSORS:
-                builder.clear()
-            self._release(unread)
-            raise
-
-    def _resolve(self, header: Any) -> Any:
-        if header.magic != MAGIC:
-            raise DecodeError(f"not a tensorwire message: magic {header.magic!r} - at `$.magic`")
-        if header.wire != WIRE_VERSION:
-            raise DecodeError(
-                f"wire format version {header.wire} is not supported (this reader: {WIRE_VERSION}) - at `$.wire`"
-            )
+                old = msgspec.msgpack.decode(head)
+            except msgspec.MsgspecError:
+                return None
+            if isinstance(old, dict) and old.get("magic") == MAGIC:
+                return (
+                    f"wire format version {old.get('wire')!r} is not supported (this reader: {WIRE_VERSION}) "
+                    "- at `$.wire`"
+                )
+            expected = "a msgpack array of [tag, fingerprint, buffers, body]"
+            return f"invalid header: frame 0 is not {expected}, got {type(old).__name__}"
+        parsed = parse_tag(peek.tag)
+        if parsed is None:
+            return f"not a tensorwire message: tag {peek.tag!r} - at `$[0]`"
+        wire, type_id, version = parsed
+        if wire != WIRE_VERSION:
+            return f"wire format version {wire} is not supported (this reader: {WIRE_VERSION}) - at `$[0]`"
         try:
-            cls = self.registry.type(header.type, header.version)
+            cls = self.registry.type(type_id, version)
         except UnknownTypeError as exc:
-            raise DecodeError(f"{exc} - at `$.type`") from None
-        if self.options.strict_fingerprint and cls.__tw_type__.fingerprint != header.fingerprint:
-            raise DecodeError(
-                f"{header.type} v{header.version}: schema fingerprint {header.fingerprint[:16]}... differs from "
-                f"this reader's {cls.__tw_type__.fingerprint[:16]}... - at `$.fingerprint`"
+            return f"{exc} - at `$[0]`"
+        fingerprint = cls.__tw_type__.fingerprint
+        if self.options.strict_fingerprint and peek.fingerprint != fingerprint:
+            shown = peek.fingerprint[:16] if isinstance(peek.fingerprint, str) else repr(peek.fingerprint)
+            return (
+                f"{type_id} v{version}: schema fingerprint {shown}... differs from this reader's "
+                f"{fingerprint[:16]}... - at `$[1]`"
             )
-        return cls
+        return None
 
-    def _verify_handles(self, handles: list[Handle], frames: Sequence[Buffer]) -> None:
+    def reader(self, handle: Handle) -> Transport:
+        """The transport that reads ``handle``."""
+        return self._by_type[type(handle)]
+
+    def verify_handles(self, handles: list[Handle], frames: Sequence[Buffer]) -> None:
         """Every handle well-formed for its transport, before anything is opened or released."""
         limits = self.options.limits
         if len(handles) > limits.max_buffers:
@@ -145,42 +176,7 @@ class Decoder:
         if inline != len(frames) - 1:
             raise DecodeError(f"the message has {len(frames)} frames but its header names {inline} inline buffers")
 
-    def _verify_tensors(self, header: Any, head: memoryview) -> None:
-        """Every descriptor inside its buffer and the limits."""
-        limits = self.options.limits
-        if len(header.tensors) > limits.max_tensors:
-            raise DecodeError(
-                f"{len(header.tensors)} tensors is over the limit of {limits.max_tensors} - at `$.tensors`"
-            )
-        sizes = [entry.nbytes for entry in header.buffers]
-        if sum(sizes) > limits.max_message_bytes:
-            raise DecodeError(
-                f"{sum(sizes)} buffer bytes is over the limit of {limits.max_message_bytes} - at `$.buffers`"
-            )
-        for i, desc in enumerate(header.tensors):
-            problem = verify_descriptor(desc, sizes, limits)
-            if problem is not None:
-                suffix, reason = problem.split(": ", 1)
-                where = _locate(head, i, limits.max_depth + _HEADER_LEVELS) + suffix
-                raise DecodeError(f"{header.type} v{header.version}: {reason} - at `{where}`")
-
-    def _import(self, header: Any, frames: Sequence[Buffer], buffers: list[Any]) -> None:
-        """Import every buffer into ``buffers``. A read-only one is copied when ``copy_readonly`` says
-        so, and always when a torch tensor lives in it (torch has no read-only tensors)."""
-        options = self.options
-        by_type = self._by_type
-        torch_buffers: set[int] | None = None
-        for index, entry in enumerate(header.buffers):
-            transport = by_type[type(entry.handle)]
-            data = transport.import_(entry.handle, frames, entry.nbytes, borrow=options.borrow)
-            if memoryview(data).readonly:
-                if torch_buffers is None:
-                    torch_buffers = {desc.buffer for desc in header.tensors if desc.kind == "tensor"}
-                if options.copy_readonly or index in torch_buffers:
-                    data = bytearray(data)
-            buffers.append(data)
-
-    def _release(self, handles: list[Handle]) -> None:
+    def release(self, handles: list[Handle]) -> None:
         """Give back buffers this decode will not read (each transport acts only on proven handles)."""
         for handle in handles:
             try:
@@ -198,13 +194,50 @@ class Decoder:
         return f"Decoder({self.registry!r}, transports={tags}, options={self.options})"
 
 
-_NO_TENSORS = TensorBuilder([], [])  # for a message without tensors: any reference is an error, nothing is kept
+def _state(frames: Sequence[Buffer], head: Any, decoder: Decoder) -> Incoming:
+    """The current decode's ``Incoming`` (made now if no tensor made it)."""
+    state = INCOMING.get()
+    return state if isinstance(state, Incoming) else Incoming(decoder, frames, head)
 
 
-def _locate(head: memoryview, index: int, max_depth: int) -> str:
-    """The body path of tensor ``index`` (e.g. ``$.media.video.tensor``), or its header path."""
-    try:
-        path = describe(head, max_depth)["tensors"][index]["path"]
-    except Exception:  # the locator only improves a message; it never replaces the error
-        path = None
-    return path if isinstance(path, str) else f"$.tensors[{index}]"
+class _Peek(msgspec.Struct, array_like=True):
+    """The first two items of frame 0, whatever they hold (for error messages)."""
+
+    tag: Any
+    fingerprint: Any = None
+
+
+_PEEK = msgspec.msgpack.Decoder(_Peek)
+
+
+@lru_cache(maxsize=64)
+def _frame_decoder(registry: Registry, strict: bool) -> msgspec.msgpack.Decoder[Any]:
+    """Frame 0 as a tagged union of every type of ``registry``."""
+    frames = []
+    for cls in registry:
+        info = cls.__tw_type__
+        fingerprint: Any = Literal[info.fingerprint] if strict else str
+        frames.append(
+            msgspec.defstruct(
+                f"Frame_{info.type_id}_v{info.version}",
+                [("fingerprint", fingerprint), ("buffers", msgspec.Raw), ("body", cls)],
+                array_like=True,
+                forbid_unknown_fields=True,
+                tag=tag(info.type_id, info.version),
+            )
+        )
+    union: Any = Union[tuple(frames)] if len(frames) > 1 else frames[0]  # noqa: UP007
+    return msgspec.msgpack.Decoder(union, ext_hook=ext_hook)
+
+
+@lru_cache(maxsize=64)
+def _table_decoder(handle_types: tuple[type[Any], ...]) -> msgspec.msgpack.Decoder[Any]:
+    """Frame 0's buffer table (the body after it is skipped unread)."""
+    handle: Any = handle_types[0] if len(handle_types) == 1 else Union[handle_types]  # noqa: UP007
+    entry = tuple[Annotated[int, msgspec.Meta(ge=0)], handle]  # [nbytes, handle]
+    table = msgspec.defstruct(
+        "BufferTable",
+        [("tag", str), ("fingerprint", Any), ("buffers", list[entry])],
+        array_like=True,
+    )
+    return msgspec.msgpack.Decoder(table)

@@ -148,7 +148,7 @@ def run(out: TextIO = sys.stdout, seed: int = SEED) -> int:
                 desc["dtype"],
                 "x".join(map(str, desc["shape"])),
                 f"{size:8.2f}",
-                transport_of[desc["buffer"]],
+                "frame0" if desc["buffer"] is None else transport_of[desc["buffer"]],
                 "yes" if ok else "NO",
             )
         )

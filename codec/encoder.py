@@ -1,10 +1,11 @@
 """``Encoder``: a typed message -> frames, large tensors out-of-band through a transport.
 
 Steps of one ``encode`` call (all state lives in the call): wrap tree tuples on shallow copies;
-encode the body, registering each tensor; decode that body back against the message's schema
-with the real tensors (the schema check: types, enum members, ranges, lengths, tensor specs,
-constraints, named rules); only then export the buffers. If anything fails, every buffer exported
-by this call is released. The caller's message is never mutated.
+write the body once, each tensor as its descriptor (a small one with its bytes, inside frame 0);
+check the body against the message's schema by decoding it with the caller's own tensors in
+place of their descriptors (types, enum members, ranges, lengths, tensor specs, constraints,
+named rules: msgspec checks in C what it can); only then export the buffers. If anything fails,
+every buffer exported by this call is released. The caller's message is never mutated.
 
 Tensors on a CUDA device stay there until export: a transport with ``export_device`` (e.g.
 ``CudaShmTransport``) copies them straight into shared memory; otherwise the encoder stages them
@@ -18,11 +19,11 @@ from typing import Any
 
 import msgspec
 
-from codec.body import decode_body, encode_body
+from codec.body import check_body, encode_body, int_error, prepare
 from codec.errors import CodecError, EncodeError, TransportError
 from codec.options import EncodeOptions
-from codec.tensors import BufferPlan, TensorPlan
-from codec.wire import header_bytes
+from codec.plan import TypePlan, type_plan
+from codec.tensors import BufferPlan, Outgoing
 from transports.base import Buffer, Handle, Transport
 from transports.cuda_runtime import stage_to_host, transport_runtime
 from transports.inline import InlineTransport
@@ -30,6 +31,17 @@ from transports.inline import InlineTransport
 __all__ = ["Encoder"]
 
 _INLINE = InlineTransport()
+_PLAIN = msgspec.msgpack.Encoder()
+_FAILURES = (
+    CodecError,
+    msgspec.ValidationError,
+    msgspec.DecodeError,
+    TypeError,
+    ValueError,
+    AttributeError,
+    RuntimeError,
+    OverflowError,  # ``encode_body`` names the field of an int msgpack cannot hold; this is a guard
+)
 
 
 class Encoder:
@@ -45,34 +57,41 @@ class Encoder:
     def encode(self, message: Any) -> list[Buffer]:
         """Frames of ``message``: ``frames[0]`` is the msgpack header, the rest are inline buffers."""
         cls = type(message)
-        info = getattr(cls, "__tw_type__", None)
-        if info is None:
-            raise EncodeError(f"{cls.__name__} is not a tensorwire message type (no __tw_type__)")
-        limits = self.options.limits
-        plan = TensorPlan(limits)
+        plan: TypePlan | None = _PLANS.get(cls)
+        if plan is None:
+            plan = _plan(cls)
+        options = self.options
+        if not plan.tensors:  # nothing but typed scalars, strings and structs: one encode, one C check
+            try:
+                body = _PLAIN.encode(prepare(message, options.limits.max_depth) if plan.prepare else message)
+                if options.validate:
+                    plan.check.decode(body)
+            except OverflowError as exc:  # an int msgpack cannot hold: named with its path
+                raise EncodeError(f"{plan.type_id}: {int_error(message, options.limits.max_depth, exc)}") from None
+            except _FAILURES as exc:
+                raise EncodeError(f"{plan.type_id}: {exc}") from None
+            return [plan.bare + body]
         try:
-            body = encode_body(message, plan.add, limits.max_depth)
-            if self.options.validate:
-                decode_body(cls, body, plan.values.__getitem__)
-        except (
-            CodecError,
-            msgspec.ValidationError,
-            msgspec.DecodeError,
-            TypeError,
-            ValueError,
-            AttributeError,
-            RuntimeError,
-            OverflowError,  # ``encode_body`` names the field of an int msgpack cannot hold; this is a guard
-        ) as exc:
-            raise EncodeError(f"{info.type_id}: {exc}") from None
-        buffers, descriptors = plan.finish()
+            limits = options.limits
+            prepared = prepare(message, limits.max_depth) if plan.prepare else message
+            outgoing = Outgoing(limits, options.embed_threshold)
+            body = encode_body(prepared, outgoing, limits.max_depth, message)
+            if outgoing.rerun:  # a storage with several views: written again, knowing their extent
+                outgoing = outgoing.again()
+                body = encode_body(prepared, outgoing, limits.max_depth, message)
+            if options.validate:
+                check_body(plan.check, body, outgoing.values)
+        except _FAILURES as exc:
+            raise EncodeError(f"{plan.type_id}: {exc}") from None
+        buffers = outgoing.buffers
+        if not buffers:
+            return [plan.bare + body]
         frames: list[Buffer] = [b""]
-        entries: list[dict[str, Any]] = []
+        entries: list[list[Any]] = []
         exported: list[tuple[Transport, Handle]] = []
-        if buffers:
-            self._export_all(info.type_id, buffers, frames, entries, exported)
+        self._export_all(plan.type_id, buffers, frames, entries, exported)
         try:
-            frames[0] = header_bytes(info.type_id, info.version, info.fingerprint, entries, descriptors, body)
+            frames[0] = b"".join((plan.prefix, msgspec.msgpack.encode(entries), body))
         except BaseException:
             _release(exported)
             raise
@@ -83,7 +102,7 @@ class Encoder:
         type_id: str,
         buffers: list[BufferPlan],
         frames: list[Buffer],
-        entries: list[dict[str, Any]],
+        entries: list[list[Any]],
         exported: list[tuple[Transport, Handle]],
     ) -> None:
         """Hand every buffer to its transport, filling ``frames``, the header's buffer ``entries`` and
@@ -102,7 +121,7 @@ class Encoder:
                 transport = self._route(buffer.nbytes)
                 handle = self._export(transport, buffer, frames)
                 exported.append((transport, handle))
-                entries.append({"nbytes": buffer.nbytes, "handle": handle})
+                entries.append([buffer.nbytes, handle])
         except BaseException as exc:
             _release(exported)
             if isinstance(exc, TransportError | KeyboardInterrupt):
@@ -159,3 +178,16 @@ def _release(exported: list[tuple[Transport, Handle]]) -> None:
             transport.release(handle)
         except Exception:
             pass
+
+
+_PLANS: dict[type, TypePlan] = {}
+
+
+def _plan(cls: type) -> TypePlan:
+    info = getattr(cls, "__tw_type__", None)
+    if info is None:
+        raise EncodeError(f"{cls.__name__} is not a tensorwire message type (no __tw_type__)")
+    plan = type_plan(cls)
+    if len(_PLANS) < 4096:
+        _PLANS[cls] = plan
+    return plan

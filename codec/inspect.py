@@ -17,11 +17,11 @@ import msgspec
 from codec.errors import DecodeError
 from codec.locate import key_segment
 from codec.scan import check_depth
-from codec.wire import EXT_TENSOR, EXT_TUPLE, Buffer
+from codec.wire import EXT_INLINE, EXT_TENSOR, EXT_TUPLE, WIRE_VERSION, Buffer, Descriptor, parse_tag, unpack_descriptor
 
 __all__ = ["describe"]
 
-_FIELDS = ("kind", "dtype", "shape", "strides", "offset", "buffer", "nbytes")
+_FIELDS = Descriptor._fields  # kind, dtype, shape, strides, buffer, offset, nbytes
 _SEGMENT_CHARS = 64  # a longer map key is cut short in a path
 
 # A body path, built only for the tensor references whose path is wanted: None for ``$``, else
@@ -30,12 +30,13 @@ _Where = tuple[Any, Any] | None
 
 
 class _Ref:
-    """A tensor reference, ext(1, index)."""
+    """A tensor extension: its descriptor as JSON data, numbered in body order."""
 
-    __slots__ = ("index",)
+    __slots__ = ("desc", "index")
 
-    def __init__(self, index: int) -> None:
-        self.index = index
+    def __init__(self, desc: dict[str, Any]) -> None:
+        self.desc = desc
+        self.index = -1
 
 
 class _Ext:
@@ -50,22 +51,23 @@ class _Ext:
 def describe(header_frame: Buffer, max_depth: int = 66) -> dict[str, Any]:
     """Type, version, fingerprint, each buffer (transport, size, handle) and each tensor with its body path."""
     header = _decode(header_frame, max_depth)
-    descriptors = _array(header.get("tensors", []), "tensors")
-    paths: dict[int, str] = {}
-    body = _plain(header.get("body"), paths, len(descriptors))
+    parsed = parse_tag(header[0] if header else None)
+    tensors: list[dict[str, Any]] = []
+    body = _plain(header[3] if len(header) > 3 else None, tensors)
     return {
-        "type": _plain(header.get("type")),
-        "version": _plain(header.get("version")),
-        "fingerprint": _plain(header.get("fingerprint")),
-        "wire": _plain(header.get("wire")),
-        "buffers": _buffers(_array(header.get("buffers", []), "buffers")),
-        "tensors": _tensors(descriptors, paths),
+        "type": parsed[1] if parsed else None,
+        "version": parsed[2] if parsed else None,
+        "fingerprint": _plain(header[1] if len(header) > 1 else None),
+        "wire": parsed[0] if parsed else None,
+        "tag": _plain(header[0] if header else None),
+        "buffers": _buffers(_array(header[2] if len(header) > 2 else [], "buffers")),
+        "tensors": tensors,
         "body": body,
     }
 
 
-def _decode(header_frame: Buffer, max_depth: int) -> dict[Any, Any]:
-    """Frame 0 as a map, its nesting bounded first."""
+def _decode(header_frame: Buffer, max_depth: int) -> list[Any]:
+    """Frame 0 as an array, its nesting bounded first."""
     try:
         view = memoryview(header_frame).cast("B")
     except (TypeError, ValueError) as exc:
@@ -75,14 +77,26 @@ def _decode(header_frame: Buffer, max_depth: int) -> dict[Any, Any]:
         header = msgspec.msgpack.decode(view, ext_hook=_ext_hook)
     except msgspec.MsgspecError as exc:
         raise DecodeError(f"invalid header: {exc}") from None
-    if not isinstance(header, dict):
-        raise DecodeError("invalid header: frame 0 is not a msgpack map")
+    if isinstance(header, dict) and header.get("magic") == "tensorwire":
+        raise DecodeError(
+            f"wire format version {_plain(header.get('wire'))!r} is not supported (this reader: {WIRE_VERSION})"
+        )
+    if not isinstance(header, list):
+        raise DecodeError("invalid header: frame 0 is not a msgpack array")
     return header
 
 
 def _ext_hook(code: int, data: memoryview) -> Any:
-    if code == EXT_TENSOR:
-        return _Ref(int.from_bytes(data, "little"))
+    if code == EXT_TENSOR or code == EXT_INLINE:
+        try:
+            desc = unpack_descriptor(code, data)
+        except DecodeError as exc:
+            return _Ref({"error": str(exc)})
+        out: dict[str, Any] = dict(zip(_FIELDS, desc, strict=True))
+        out["shape"], out["strides"] = list(desc.shape), None if desc.strides is None else list(desc.strides)
+        if code == EXT_INLINE:
+            out["buffer"], out["offset"] = None, None  # its bytes are inside frame 0
+        return _Ref(out)
     if code == EXT_TUPLE:  # nesting bounded by check_depth
         items = msgspec.msgpack.decode(data, ext_hook=_ext_hook)
         if not isinstance(items, list):
@@ -100,31 +114,17 @@ def _array(value: Any, name: str) -> list[Any] | tuple[Any, ...]:
 def _buffers(entries: list[Any] | tuple[Any, ...]) -> list[dict[str, Any]]:
     buffers = []
     for i, entry in enumerate(entries):
-        handle = entry.get("handle") if isinstance(entry, dict) else None
+        handle = entry[1] if isinstance(entry, list | tuple) and len(entry) == 2 else None
         if not isinstance(handle, dict):
-            raise DecodeError(f"invalid header: buffer {i} is not a map with a handle map - at `$.buffers[{i}]`")
+            raise DecodeError(f"invalid header: buffer {i} is not an [nbytes, handle map] pair - at `$.buffers[{i}]`")
         transport = _plain(handle.get("transport"))
-        buffers.append(
-            {"index": i, "transport": transport, "nbytes": _plain(entry.get("nbytes")), "handle": _plain(handle)}
-        )
+        buffers.append({"index": i, "transport": transport, "nbytes": _plain(entry[0]), "handle": _plain(handle)})
     return buffers
 
 
-def _tensors(descriptors: list[Any] | tuple[Any, ...], paths: dict[int, str]) -> list[dict[str, Any]]:
-    tensors = []
-    for i, desc in enumerate(descriptors):
-        if not isinstance(desc, list | tuple):
-            raise DecodeError(f"invalid header: tensor descriptor {i} is not an array - at `$.tensors[{i}]`")
-        fields = [*desc[: len(_FIELDS)], *[None] * (len(_FIELDS) - len(desc))]
-        entry: dict[str, Any] = {"index": i, "path": paths.get(i)}
-        entry.update((name, _plain(value)) for name, value in zip(_FIELDS, fields, strict=True))
-        tensors.append(entry)
-    return tensors
-
-
-def _plain(value: Any, paths: dict[int, str] | None = None, count: int = 0) -> Any:
-    """``value`` as JSON data, without recursion; with ``paths``, the body path of the first
-    reference to each tensor index below ``count`` is recorded there."""
+def _plain(value: Any, tensors: list[dict[str, Any]] | None = None) -> Any:
+    """``value`` as JSON data, without recursion; with ``tensors``, each tensor extension is
+    numbered in body order and its descriptor and body path appended there."""
     root: list[Any] = [None]
     stack: list[tuple[Any, Any, Any, _Where]] = [(value, root, 0, None)]
     while stack:
@@ -141,9 +141,10 @@ def _plain(value: Any, paths: dict[int, str] | None = None, count: int = 0) -> A
             out = [None] * len(item)
             stack.extend((item[i], out, i, (where, i)) for i in range(len(item) - 1, -1, -1))
         else:
+            if tensors is not None and isinstance(item, _Ref):
+                item.index = len(tensors)
+                tensors.append({"index": item.index, "path": _path(where), **item.desc})
             out = _leaf(item)
-            if paths is not None and isinstance(item, _Ref) and item.index < count and item.index not in paths:
-                paths[item.index] = _path(where)
         into[slot] = out
     return root[0]
 

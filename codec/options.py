@@ -15,13 +15,14 @@ GiB = 1024 * MiB
 class Limits:
     """Bounds enforced on both sides; exceeding one is an ``EncodeError`` / ``DecodeError``.
 
-    Defaults: header frame 64 MiB, whole message 64 GiB, 4096 tensors and 4096 buffers per
-    message, rank 8, 16 GiB per tensor, nesting depth 64.
+    Defaults: header frame 64 MiB, whole message 64 GiB, 65,536 tensors and 4096 buffers per
+    message, rank 8, 16 GiB per tensor, nesting depth 64. Small tensors travel inside the header
+    frame, so its size bounds their bytes and count together; ``max_tensors`` bounds the count.
     """
 
     max_header_bytes: int = 64 * MiB
     max_message_bytes: int = 64 * GiB
-    max_tensors: int = 4096
+    max_tensors: int = 65536
     max_buffers: int = 4096
     max_rank: int = 8
     max_tensor_bytes: int = 16 * GiB
@@ -32,12 +33,16 @@ class Limits:
 class EncodeOptions:
     """How an ``Encoder`` lays a message out.
 
-    ``inline_threshold``: buffers of fewer bytes (counted on the bytes actually sent) travel as
+    ``embed_threshold``: host tensors of fewer bytes travel inside frame 0, copied into it (one
+    frame for any number of small tensors); larger ones travel in buffers. The default, 32 KiB, is
+    where eight tensors in one message cost about the same either way in process. ``inline_threshold``:
+    buffers of fewer bytes (counted on the bytes actually sent) travel as
     frames; larger ones go to the encoder's out-of-band transport. The default, 256 KiB, is where
     the pool overtakes inline frames over a pipe (``python -m tools.bench.threshold``). ``validate``: check every value
     against its schema before anything is exported (on by default).
     """
 
+    embed_threshold: int = 32 * KiB
     inline_threshold: int = 256 * KiB
     validate: bool = True
     limits: Limits = Limits()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import threading
+import warnings
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, TypeAlias
@@ -28,7 +29,6 @@ from typing import Any, TypeAlias
 import torch
 
 from codec.errors import TransportError
-from codec.inspect import describe
 from transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime, keep_forever
 
 __all__ = ["DeviceSpec", "Placement"]
@@ -73,41 +73,21 @@ class Placement:
     def reason(self) -> str | None:
         return self._kept[0][0] if self._kept else None
 
-    def targets(self, header: Any, head: memoryview, buffers: list[Any]) -> dict[int, torch.device]:
-        """Descriptor index -> device, for the torch tensors of one message that must move: those
-        placed on a device, and those placed on the cpu whose buffer arrived on a device."""
-        default = self.by_path.get("*")
-        whole = len(self.by_path) == 1 and default is not None
-        paths = [None] * len(header.tensors) if whole else [e["path"] for e in describe(head)["tensors"]]
-        chosen: dict[int, torch.device] = {}
-        for i, desc in enumerate(header.tensors):
-            path = paths[i]
-            target = self.by_path.get(path, default) if isinstance(path, str) else default
-            if desc.kind != "tensor" or target is None:
-                continue
-            buffer = buffers[desc.buffer]
-            if target.type != "cpu" or (isinstance(buffer, torch.Tensor) and not buffer.is_cpu):
-                chosen[i] = target
-        return chosen
-
-    def upload(self, buffers: list[Any], wanted: set[tuple[int, torch.device]]) -> dict[tuple[int, torch.device], Any]:
-        """Device copies of the buffers named in ``wanted`` ((buffer index, device) pairs)."""
+    def upload_one(self, index: int, buffer: Any, device: torch.device) -> torch.Tensor:
+        """A uint8 copy on ``device`` of received buffer ``index`` (-1: a tensor carried in frame 0)."""
         if not self.healthy:
             raise TransportError(errno.EIO, f"device placement refused: {self.reason}")
-        placed: dict[tuple[int, torch.device], Any] = {}
-        for index, device in sorted(wanted, key=lambda key: (key[0], str(key[1]))):
-            placed[(index, device)] = self._upload_one(index, buffers[index], device)
-        return placed
-
-    def _upload_one(self, index: int, buffer: Any, device: torch.device) -> torch.Tensor:
         if isinstance(buffer, torch.Tensor) and not buffer.is_cpu:  # already on a device (CUDA IPC)
             try:
                 return buffer.to(device)  # the same tensor when it is there already
             except RuntimeError as exc:
                 raise TransportError(errno.EIO, f"placing buffer {index} on {device}: {exc}") from None
         nbytes = memoryview(buffer).nbytes
-        host = torch.frombuffer(buffer, dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
-        what = f"buffer {index} ({nbytes} bytes) to {device}"
+        with warnings.catch_warnings():  # a read-only buffer is only read here (copied to the device)
+            warnings.simplefilter("ignore", UserWarning)
+            host = torch.frombuffer(buffer, dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
+        label = "a frame-0 tensor" if index < 0 else f"buffer {index}"
+        what = f"{label} ({nbytes} bytes) to {device}"
         address: int | None = host.data_ptr() if self.register_host and nbytes >= REGISTER_MIN_BYTES else None
         if address is not None:
             try:

@@ -1,11 +1,18 @@
-"""Tensors and ndarrays <-> (descriptor, buffer): the only module that knows how tensors become bytes.
+"""Tensors and ndarrays <-> wire descriptors: the only module that knows how tensors become bytes.
 
-Encoding groups tensors by the memory they live in: every view of one storage travels in one
-buffer covering just the bytes the views reach (aligned down to 16 bytes so every view keeps an
-element-aligned offset), so aliasing survives and a small view of a huge storage sends only its
-own bytes. Values are raw bits: bf16, fp8 and NaN payloads are never converted. Tensors on a device stay
-there: their buffer carries the device storage and no host view, and the encoder's transport
-(or a staging copy) moves the bytes.
+Encoding (``Outgoing``, one per encode call) turns each tensor into the extension the body
+carries (see ``codec.wire``). A small host tensor travels inside frame 0; the others travel in
+buffers, one per memory block: every view of one storage in the message shares one buffer
+covering just the bytes the views reach (aligned down to 16 bytes so each view keeps an
+element-aligned offset), so aliasing survives. A strided view that is the only view of its
+storage in the message and reaches far more bytes than it holds (a column slice) sends only its
+own elements. Values are raw bits: bf16, fp8 and NaN payloads are never converted. Tensors on a
+device stay there: their buffer carries the device storage and no host view.
+
+Whether a storage is shared is known only once the whole body is written, so the first pass
+assumes every tensor is alone; if one is not, the body is written again with the shared
+extents known (``Outgoing.rerun``). Decoding (``Incoming``) checks each descriptor against its
+buffer and the limits before it builds anything on it.
 """
 
 from __future__ import annotations
@@ -13,23 +20,30 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import msgspec
 import numpy as np
 import torch
 
-from codec.dtypes import DTYPES
-from codec.errors import DecodeError, EncodeError
+from codec.dtypes import DTYPE_NAMES, DTYPES
+from codec.errors import EncodeError
 from codec.options import Limits
-from codec.wire import TensorDesc
+from codec.wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, Descriptor, pack_descriptor, pack_inline
 
-__all__ = ["BufferPlan", "TensorBuilder", "TensorPlan", "shape_problem", "verify_descriptor"]
+__all__ = ["BUILD", "BufferPlan", "Outgoing", "as_base", "build", "build_inline", "shape_problem", "verify_descriptor"]
 
 _ALIGN = 16  # the largest itemsize in the table (complex128)
-_TORCH_NAMES = {getattr(torch, d.torch_name): (d.name, d.itemsize) for d in DTYPES.values()}
-_BUILD = {  # name -> (torch dtype, numpy dtype or None, itemsize), for building tensors quickly
+_CODES = {name: code for code, name in enumerate(DTYPE_NAMES)}
+_TORCH = {getattr(torch, d.torch_name): (_CODES[d.name], d.itemsize) for d in DTYPES.values()}
+_NUMPY = {np.dtype(d.numpy_name): (_CODES[d.name], d.itemsize) for d in DTYPES.values() if d.numpy_name}
+BUILD = {  # name -> (torch dtype, numpy dtype or None, itemsize), for building tensors quickly
     d.name: (getattr(torch, d.torch_name), np.dtype(d.numpy_name) if d.numpy_name else None, d.itemsize)
     for d in DTYPES.values()
 }
-_COMPLEX = frozenset(name for name in DTYPES if name.startswith("complex"))
+_NUMPY_CODES = frozenset(_CODES[d.name] for d in DTYPES.values() if d.numpy_name)
+_COMPLEX = frozenset(getattr(torch, d.torch_name) for d in DTYPES.values() if d.name.startswith("complex"))
+SPARSE = 2  # a lone strided view reaching at least this many times its own bytes sends only its elements
+Ext = msgspec.msgpack.Ext
+_AGAIN = Ext(EXT_TENSOR, b"")  # a placeholder for a view of a shared block, replaced in the second pass
 
 
 class BufferPlan:
@@ -67,203 +81,276 @@ class _HostBlock:
 
 
 class _Group:
-    """One memory block tensors of a message live in, and the byte range they reach."""
+    """One memory block tensors of a message live in: the bytes they reach and the buffer sent for it."""
 
-    __slots__ = ("base", "hi", "host", "lo", "raw", "storage")
+    __slots__ = ("base", "buffer", "count", "hi", "host", "index", "lo", "raw", "storage")
 
-    def __init__(
-        self, raw: np.ndarray | None, base: int, storage: torch.UntypedStorage | None = None, host: bool = True
-    ) -> None:
-        self.raw = raw  # uint8 view of a numpy block (or a private copy), keeping it alive; None for a torch storage
+    def __init__(self, raw: Any, base: int, storage: torch.UntypedStorage | None = None, host: bool = True) -> None:
+        self.raw = raw  # uint8 array over a numpy block (keeping it alive); None for a torch storage
         self.base = base  # address of the block's first byte
-        self.storage = storage  # the torch storage the block is, if it is one
+        self.storage = storage
         self.host = host  # False: device memory, which has no host view (the transport moves it)
-        self.lo = 2**63
+        self.lo = 2**63  # [lo, hi): addresses the message's views reach
         self.hi = 0
+        self.count = 0  # views of this block in the message
+        self.buffer: BufferPlan | None = None  # second pass: the one buffer of a shared block
+        self.index = 0  # and its index
 
-    def view(self, lo: int, hi: int) -> memoryview | None:
-        """Bytes [lo, hi) of the block (offsets from ``base``) as a writable view that keeps it alive;
-        None on a device."""
+    def reach(self, lo: int, hi: int) -> None:
+        self.lo = min(self.lo, lo)
+        self.hi = max(self.hi, hi)
+
+    def plan(self, lo: int, hi: int) -> BufferPlan:
+        """The buffer of bytes [lo, hi) (addresses) of the block."""
+        lo -= (lo - self.base) % _ALIGN
+        start, end = lo - self.base, hi - self.base
         if self.raw is not None:
-            return memoryview(self.raw[lo:hi])  # type: ignore[arg-type]
-        if not self.host:
-            return None
-        if hi == lo:
-            return memoryview(bytearray())
-        assert self.storage is not None
-        return memoryview(np.asarray(_HostBlock(self.storage, self.base + lo, hi - lo)))  # type: ignore[arg-type]
-
-
-class _Entry:
-    """One registered tensor: its descriptor fields and the group it lives in."""
-
-    __slots__ = ("dtype", "group", "kind", "nbytes", "shape", "start", "strides")
-
-    def __init__(
-        self, kind: str, dtype: str, shape: list[int], strides: list[int], start: int, group: _Group, nbytes: int
-    ) -> None:
-        self.kind = kind
-        self.dtype = dtype
-        self.shape = shape
-        self.strides = strides
-        self.start = start  # absolute address of the element at index 0
-        self.group = group
-        self.nbytes = nbytes  # prod(shape) * itemsize
-
-
-class TensorPlan:
-    """Per-encode state: every tensor seen, grouped by the memory block it lives in."""
-
-    __slots__ = ("_by_id", "_groups", "entries", "limits", "values")
-
-    def __init__(self, limits: Limits) -> None:
-        self.limits = limits
-        self.entries: list[_Entry] = []
-        self.values: list[Any] = []  # the registered tensors and arrays, by descriptor index
-        self._by_id: dict[int, int] = {}
-        self._groups: dict[Any, _Group] = {}
-
-    def add(self, value: Any) -> int:
-        """Register a tensor or ndarray; return its descriptor index (the same object -> same index)."""
-        known = self._by_id.get(id(value))
-        if known is not None:
-            return known
-        limits = self.limits
-        if len(self.entries) >= limits.max_tensors:
-            raise EncodeError(f"more than {limits.max_tensors} tensors in one message (limit max_tensors)")
-        if isinstance(value, torch.Tensor):
-            entry, contiguous = self._torch(value)
+            view: memoryview | None = memoryview(self.raw[start:end])
+        elif not self.host:
+            view = None
+        elif end == start:
+            view = memoryview(bytearray())
         else:
-            entry, contiguous = self._numpy(value)
-        if len(entry.shape) > limits.max_rank:
-            raise EncodeError(f"rank {len(entry.shape)} is over the limit of {limits.max_rank}")
-        nbytes = entry.nbytes
-        if nbytes > limits.max_tensor_bytes:
-            raise EncodeError(f"tensor of {nbytes} bytes is over the limit of {limits.max_tensor_bytes}")
-        problem = _layout_problem(entry, limits.max_tensor_bytes) if not nbytes else None
-        if problem is not None:  # an empty tensor can still have dimensions or strides no decoder takes
-            raise EncodeError(f"{problem[0][1:]}: {problem[1]}")
-        index = len(self.entries)
-        self.entries.append(entry)
-        self._by_id[id(value)] = index
-        self.values.append(value)  # also keeps ``id(value)`` from being reused during the call
-        if nbytes:
-            if contiguous:
-                lo, hi = entry.start, entry.start + nbytes
-            else:
-                lo, hi = _extent(entry.start, entry.shape, entry.strides, DTYPES[entry.dtype].itemsize)
-            group = entry.group
-            if lo < group.lo:
-                group.lo = lo
-            if hi > group.hi:
-                group.hi = hi
-        return index
+            assert self.storage is not None
+            view = memoryview(np.asarray(_HostBlock(self.storage, lo, end - start)))  # type: ignore[arg-type]
+        return BufferPlan(view, end - start, self.storage, start)
 
-    def _torch(self, tensor: torch.Tensor) -> tuple[_Entry, bool]:
-        if tensor.layout is not torch.strided:
-            raise EncodeError(f"only strided tensors travel, got layout {tensor.layout}")
-        known = _TORCH_NAMES.get(tensor.dtype)
+
+class Outgoing:
+    """Per-encode state: the tensors of one message, in the order the body holds them.
+
+    ``ext(value)`` is the encoder's hook; after the body is written, ``rerun`` says whether it must
+    be written again (a storage turned out to be shared) and ``buffers`` lists what to send.
+    """
+
+    __slots__ = ("_groups", "_shared", "buffers", "embed_below", "limits", "values")
+
+    def __init__(self, limits: Limits, embed_below: int, shared: dict[Any, _Group] | None = None) -> None:
+        self.limits = limits
+        self.embed_below = embed_below  # host tensors of fewer bytes travel inside frame 0
+        self.values: list[Any] = []  # every tensor occurrence, in body order
+        self.buffers: list[BufferPlan] = []
+        self._groups: dict[Any, Any] = {}  # block key -> _Group, or (lo, hi, storage) of one embedded view
+        self._shared = shared  # second pass: blocks with several views, their full extents known
+
+    @property
+    def rerun(self) -> bool:
+        """Whether some block holds several views of the message (the body must be written again)."""
+        return self._shared is None and any(type(g) is _Group and g.count > 1 for g in self._groups.values())
+
+    def again(self) -> Outgoing:
+        """The state for the second pass, knowing which blocks are shared and how far their views reach."""
+        shared = {key: g for key, g in self._groups.items() if type(g) is _Group and g.count > 1}
+        return Outgoing(self.limits, self.embed_below, shared)
+
+    def ext(self, value: Any) -> Ext:
+        """The extension for one tensor or ndarray of the body."""
+        limits = self.limits
+        if len(self.values) >= limits.max_tensors:
+            raise EncodeError(f"more than {limits.max_tensors} tensors in one message (limit max_tensors)")
+        self.values.append(value)  # also keeps ``id(value)`` from being reused during the call
+        if type(value) is torch.Tensor or isinstance(value, torch.Tensor):
+            return self._torch(value)
+        return self._numpy(value)
+
+    def _torch(self, tensor: torch.Tensor) -> Ext:
+        known = _TORCH.get(tensor.dtype)
         if known is None:
             raise EncodeError(f"dtype {tensor.dtype} is not in the wire dtype table")
-        name, itemsize = known
+        if tensor.layout is not torch.strided:
+            raise EncodeError(f"only strided tensors travel, got layout {tensor.layout}")
+        code, itemsize = known
         t = tensor.detach() if tensor.requires_grad else tensor
-        if name in _COMPLEX and (t.is_conj() or t.is_neg()):
+        if t.dtype in _COMPLEX and (t.is_conj() or t.is_neg()):
             t = t.resolve_conj().resolve_neg()
-        storage = t.untyped_storage()
-        size = storage.nbytes()
-        address = storage.data_ptr()
+        shape = t.shape
+        nbytes = t.numel() * itemsize
+        rank = len(shape)
+        small = 0 < nbytes < self.embed_below and nbytes <= self.limits.max_tensor_bytes
+        if small and rank < 16 and t.is_cpu and t.is_contiguous() and 1 not in shape:
+            # the quick way for the common small tensor: inside frame 0, if it is the first view of
+            # its storage (a later view of it makes the body be written again, see ``_note``)
+            storage = t.untyped_storage()
+            key: Any = (True, storage.data_ptr(), storage.nbytes())
+            if rank <= self.limits.max_rank and key not in self._groups and not (self._shared and key in self._shared):
+                start: int = t.data_ptr()
+                self._groups[key] = (start, start + nbytes, storage)
+                data = t.numpy().tobytes() if code in _NUMPY_CODES else _host_bytes(t, nbytes)
+                return Ext(EXT_INLINE, HEAD.pack(0, code, rank, 0) + DIMS[rank].pack(*shape) + data)
+        strides = t.stride()
+        self._check(shape, nbytes, itemsize, strides)
+        if not nbytes:
+            return Ext(EXT_INLINE, pack_inline(0, code, shape, b"", _own_strides(shape, t.stride())))
         cpu = t.is_cpu
+        contiguous = t.is_contiguous()
+        storage = t.untyped_storage()
+        size, address = storage.nbytes(), storage.data_ptr()
         key = (cpu or t.device, address, size) if size and address else id(t)
-        group = self._groups.get(key)
-        if group is None:
-            group = self._groups[key] = _Group(None, address, storage, cpu)  # its host view is made by ``finish``
         start = address + int(t.storage_offset()) * itemsize
-        entry = _Entry("tensor", name, list(t.shape), list(t.stride()), start, group, int(t.numel()) * itemsize)
-        return entry, t.is_contiguous()
+        layout = None if contiguous and (1 not in shape or _own_strides(shape, strides) is None) else strides
+        shared = self._shared.get(key) if self._shared is not None else None
+        if shared is not None:
+            return self._shared_ext(shared, key, 0, code, shape, layout, start, nbytes)
+        lo, hi = (start, start + nbytes) if contiguous else _extent(start, shape, strides, itemsize)
+        first = key not in self._groups
+        group = self._note(key, lambda: _Group(None, address, storage, cpu), lo, hi)
+        if not first:
+            return _AGAIN  # written again in the second pass
+        sparse = not contiguous and hi - lo >= SPARSE * nbytes
+        if cpu and (sparse or (contiguous and nbytes < self.embed_below)):
+            c = t.contiguous() if sparse else t  # a lone sparse view: only its own elements
+            if nbytes < self.embed_below:
+                own = None if sparse or 1 not in shape else _own_strides(shape, strides)
+                return Ext(EXT_INLINE, pack_inline(0, code, shape, _host_bytes(c, nbytes), own))
+            plan = BufferPlan(_host_bytes(c, nbytes), nbytes, c.untyped_storage(), 0)
+            return self._placed(0, code, shape, None, plan, 0, nbytes)
+        plan = group.plan(lo, hi)
+        return self._placed(0, code, shape, layout, plan, start - group.base - plan.start, nbytes)
 
-    def _numpy(self, array: np.ndarray) -> tuple[_Entry, bool]:
+    def _numpy(self, array: np.ndarray) -> Ext:
         if type(array) is not np.ndarray:
             raise EncodeError(
                 f"{_type_name(type(array))} is a subclass of numpy.ndarray and cannot travel (its extra state "
                 "would be lost); send numpy.asarray(value) for its data"
             )
         dtype = array.dtype
-        name = dtype.name if dtype.isnative and not dtype.fields and not dtype.subdtype else None
-        if name not in DTYPES or DTYPES[name].numpy_name is None:
+        known = _NUMPY.get(dtype) if dtype.isnative and not dtype.fields and not dtype.subdtype else None
+        if known is None:
             raise EncodeError(f"numpy dtype {dtype.str!r} ({dtype}) is not in the wire dtype table")
-        itemsize = dtype.itemsize
+        code, itemsize = known
         if any(s % itemsize for s in array.strides):
             array = np.ascontiguousarray(array)  # byte strides that are not whole elements: one copy
-        group, array = self._numpy_group(array)
-        start = array.__array_interface__["data"][0]
-        strides = [s // itemsize for s in array.strides]
-        entry = _Entry("ndarray", name, list(array.shape), strides, start, group, array.size * itemsize)
-        return entry, bool(array.flags.c_contiguous)
-
-    def _numpy_group(self, array: np.ndarray) -> tuple[_Group, np.ndarray]:
-        """The memory block ``array`` lives in, and the array to describe (a private copy if that
-        block cannot be addressed as one flat run of bytes)."""
+        shape = array.shape
+        strides = tuple(s // itemsize for s in array.strides)
+        nbytes = array.size * itemsize
+        self._check(shape, nbytes, itemsize, strides)
+        if not nbytes:
+            return Ext(EXT_INLINE, pack_inline(1, code, shape, b"", _own_strides(shape, strides)))
+        contiguous = bool(array.flags.c_contiguous)
+        layout = None if contiguous and (1 not in shape or _own_strides(shape, strides) is None) else strides
         root: Any = array
         while isinstance(root, np.ndarray) and root.base is not None:
             root = root.base
         key = ("numpy", id(root))
+        start = array.__array_interface__["data"][0]
+        shared = self._shared.get(key) if self._shared is not None else None
+        if shared is not None:
+            return self._shared_ext(shared, key, 1, code, shape, layout, start, nbytes)
+        lo, hi = (start, start + nbytes) if contiguous else _extent(start, shape, strides, itemsize)
+        first = key not in self._groups
+        group = self._note(key, lambda: _numpy_group(array, root), lo, hi)
+        if not first and group.raw is not None:
+            return _AGAIN  # written again in the second pass
+        lone_sparse = not contiguous and hi - lo >= SPARSE * nbytes
+        if (contiguous and nbytes < self.embed_below) or lone_sparse or group.raw is None:
+            # small, a lone sparse view, or a block that is not one run of bytes: a contiguous copy
+            c = array if contiguous else np.ascontiguousarray(array)
+            if nbytes < self.embed_below:
+                own = None if not contiguous or 1 not in shape else _own_strides(shape, strides)
+                return Ext(EXT_INLINE, pack_inline(1, code, shape, c.data.cast("B"), own))
+            plan = BufferPlan(memoryview(c.reshape(-1).view(np.uint8)), nbytes)  # type: ignore[arg-type]
+            return self._placed(1, code, shape, None, plan, 0, nbytes)
+        plan = group.plan(lo, hi)
+        return self._placed(1, code, shape, layout, plan, start - group.base - plan.start, nbytes)
+
+    def _note(self, key: Any, make: Any, lo: int, hi: int) -> _Group:
+        """Count one more view of block ``key`` reaching [lo, hi)."""
         group = self._groups.get(key)
-        if group is not None:
-            return group, array
-        try:
-            if isinstance(root, np.ndarray):
-                block = root
-            elif hasattr(root, "__array_interface__"):
-                block = np.asarray(root)  # e.g. a lease over a shared-memory mapping
-            else:
-                block = np.frombuffer(root, dtype=np.uint8)
-            raw = block.reshape(-1, order="A").view(np.uint8) if block.size else np.empty(0, np.uint8)
-            base = raw.ctypes.data
-            lo, hi = _extent(
-                array.__array_interface__["data"][0],
-                list(array.shape),
-                [s // array.itemsize for s in array.strides],
-                array.itemsize,
-            )
-            if array.size and not (base <= lo and hi <= base + raw.nbytes):
-                raise ValueError("the array is not inside its base's bytes")
-        except (TypeError, ValueError, BufferError):
-            array = np.ascontiguousarray(array).copy()  # a block we cannot address: send a private copy
-            raw = array.reshape(-1).view(np.uint8) if array.size else np.empty(0, np.uint8)
-            key, root, base = ("copy", id(array)), array, raw.ctypes.data
-        group = self._groups[key] = _Group(raw, base)
-        return group, array
+        if group is None:
+            group = self._groups[key] = make()
+        elif type(group) is tuple:  # a torch storage whose first view went inside frame 0
+            first_lo, first_hi, storage = group
+            group = self._groups[key] = _Group(None, storage.data_ptr(), storage, True)
+            group.count = 1
+            group.reach(first_lo, first_hi)
+        group.count += 1
+        group.reach(lo, hi)
+        return group
 
-    def finish(self) -> tuple[list[BufferPlan], list[TensorDesc]]:
-        """The buffers to send (one per memory block, in first-use order) and every descriptor."""
-        buffers: list[BufferPlan] = []
-        index_of: dict[int, int] = {}
-        descriptors = []
-        for entry in self.entries:
-            group = entry.group
-            index = index_of.get(id(group))
-            if index is None:
-                index = index_of[id(group)] = len(buffers)
-                if group.hi <= group.lo:
-                    group.lo = group.hi = group.base
-                group.lo -= (group.lo - group.base) % _ALIGN
-                lo, hi = group.lo - group.base, group.hi - group.base
-                view = group.view(lo, hi)
-                if view is None and hi == lo:  # nothing to move off the device
-                    buffers.append(BufferPlan(memoryview(b""), 0))
-                else:
-                    buffers.append(BufferPlan(view, hi - lo, group.storage, lo))
-            offset = entry.start - group.lo if entry.nbytes else 0
-            descriptors.append(
-                TensorDesc(entry.kind, entry.dtype, entry.shape, entry.strides, offset, index, entry.nbytes)
-            )
-        return buffers, descriptors
+    def _placed(
+        self, kind: int, code: int, shape: Any, strides: Any, plan: BufferPlan, offset: int, nbytes: int
+    ) -> Ext:
+        """The descriptor of a tensor at ``offset`` in a new buffer ``plan``."""
+        self.buffers.append(plan)
+        return Ext(EXT_TENSOR, pack_descriptor(kind, code, shape, strides, len(self.buffers) - 1, offset, nbytes))
+
+    def _shared_ext(
+        self, group: _Group, key: Any, kind: int, code: int, shape: Any, strides: Any, start: int, nbytes: int
+    ) -> Ext:
+        """A descriptor in the one buffer of a shared block (second pass: its extent is known)."""
+        if group.buffer is None:
+            group.buffer = group.plan(group.lo, group.hi)
+            group.index = len(self.buffers)
+            self.buffers.append(group.buffer)
+        offset = start - group.base - group.buffer.start
+        return Ext(EXT_TENSOR, pack_descriptor(kind, code, shape, strides, group.index, offset, nbytes, True))
+
+    def _check(self, shape: Any, nbytes: int, itemsize: int, strides: Any) -> None:
+        limits = self.limits
+        if len(shape) > limits.max_rank:
+            raise EncodeError(f"rank {len(shape)} is over the limit of {limits.max_rank}")
+        if nbytes > limits.max_tensor_bytes:
+            raise EncodeError(f"tensor of {nbytes} bytes is over the limit of {limits.max_tensor_bytes}")
+        if not nbytes:  # an empty tensor can still have dimensions or strides no decoder takes
+            problem = shape_problem(list(shape), itemsize, limits.max_tensor_bytes)
+            if problem is None:
+                problem = next(
+                    (
+                        (f".strides[{a}]", f"{s} is out of range (over the limit of {limits.max_tensor_bytes})")
+                        for a, s in enumerate(strides)
+                        if abs(s) > limits.max_tensor_bytes
+                    ),
+                    None,
+                )
+            if problem is not None:
+                raise EncodeError(f"{problem[0][1:]}: {problem[1]}")
 
 
-def _extent(start: int, shape: list[int], strides: list[int], itemsize: int) -> tuple[int, int]:
+def _own_strides(shape: Any, strides: Any) -> tuple[int, ...] | None:
+    """``strides`` of a contiguous view if they differ from the canonical ones (in dims of size 1)."""
+    canonical = _c(tuple(shape))
+    return None if list(strides) == canonical else tuple(strides)
+
+
+def _host_bytes(t: torch.Tensor, nbytes: int) -> memoryview:
+    """The bytes of a C-contiguous host tensor, without a copy."""
+    if not nbytes:
+        return memoryview(b"")
+    return memoryview(np.asarray(_HostBlock(t.untyped_storage(), t.data_ptr(), nbytes)))  # type: ignore[arg-type]
+
+
+def _numpy_group(array: np.ndarray, root: Any) -> _Group:
+    """The block ``array`` lives in (its ``raw`` None if that block is not one flat run of bytes)."""
+    try:
+        if isinstance(root, np.ndarray):
+            block = root
+        elif hasattr(root, "__array_interface__"):
+            block = np.asarray(root)  # e.g. a lease over a shared-memory mapping
+        else:
+            block = np.frombuffer(root, dtype=np.uint8)
+        raw = block.reshape(-1, order="A").view(np.uint8) if block.size else np.empty(0, np.uint8)
+        base = raw.ctypes.data
+        lo, hi = _extent(
+            array.__array_interface__["data"][0],
+            array.shape,
+            [s // array.itemsize for s in array.strides],
+            array.itemsize,
+        )
+        if not (base <= lo and hi <= base + raw.nbytes):
+            raise ValueError("the array is not inside its base's bytes")
+    except (TypeError, ValueError, BufferError, AttributeError):
+        return _Group(None, 0)
+    return _Group(raw, base)
+
+
+def _extent(start: int, shape: Any, strides: Any, itemsize: int) -> tuple[int, int]:
     """[lo, hi) byte range reached by a non-empty view starting at address ``start``."""
-    low = sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if s < 0)
-    high = sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if s > 0)
+    low = high = 0
+    for n, s in zip(shape, strides, strict=True):
+        if s < 0:
+            low += (n - 1) * s
+        else:
+            high += (n - 1) * s
     return start + low * itemsize, start + (high + 1) * itemsize
 
 
@@ -287,17 +374,6 @@ def shape_problem(shape: list[int], itemsize: int, limit: int) -> tuple[str, str
     return None
 
 
-def _layout_problem(entry: _Entry, limit: int) -> tuple[str, str] | None:
-    """Why a decoder would reject the shape or strides of ``entry`` (see ``verify_descriptor``)."""
-    problem = shape_problem(entry.shape, DTYPES[entry.dtype].itemsize, limit)
-    if problem is not None:
-        return problem
-    for axis, stride in enumerate(entry.strides):
-        if abs(stride) > limit:
-            return f".strides[{axis}]", f"{stride} is out of range (over the limit of {limit})"
-    return None
-
-
 def _type_name(cls: type) -> str:
     """``cls`` by its shortest public name, e.g. ``numpy.ma.MaskedArray`` for ``numpy.ma.core.MaskedArray``."""
     parts = cls.__module__.split(".")
@@ -308,176 +384,114 @@ def _type_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _numel(shape: list[int]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
+def verify_descriptor(desc: Descriptor, buffer_sizes: list[int], limits: Limits) -> tuple[str, str] | None:
+    """Why ``desc`` cannot be trusted, as ``(path suffix like ".shape[2]", reason)``; None if it is sound.
 
-
-def verify_descriptor(desc: TensorDesc, buffer_sizes: list[int], limits: Limits) -> str | None:
-    """Why ``desc`` cannot be trusted (with a path suffix like ``.shape[2]``); None if it is sound."""
+    ``buffer_sizes`` are the sizes of the message's buffers; an inline descriptor (``buffer`` -1)
+    is checked against its own payload.
+    """
+    known = BUILD[desc.dtype]
+    numpy_dtype, itemsize = known[1], known[2]
     kind = desc.kind
-    if kind != "tensor" and kind != "ndarray":
-        return f".kind: {kind!r} is neither 'tensor' nor 'ndarray'"
-    known = _BUILD.get(desc.dtype)
-    if known is None:
-        return f".dtype: {desc.dtype!r} is not in the wire dtype table"
-    _, numpy_dtype, itemsize = known
     if kind == "ndarray" and numpy_dtype is None:
-        return f".dtype: numpy has no dtype {desc.dtype!r}"
+        return ".dtype", f"numpy has no dtype {desc.dtype!r}"
     shape, strides = desc.shape, desc.strides
     rank = len(shape)
     if rank > limits.max_rank:
-        return f".shape: rank {rank} is over the limit of {limits.max_rank}"
-    if len(strides) != rank:
-        return f".strides: {len(strides)} strides for rank {rank}"
-    problem = shape_problem(shape, itemsize, limits.max_tensor_bytes)
+        return ".shape", f"rank {rank} is over the limit of {limits.max_rank}"
+    problem = shape_problem(list(shape), itemsize, limits.max_tensor_bytes)
     if problem is not None:
-        return f"{problem[0]}: {problem[1]}"
-    numel = _numel(shape)
+        return problem
+    numel = 1
+    for dim in shape:
+        numel *= dim
     if desc.nbytes != numel * itemsize:
-        return f".nbytes: {desc.nbytes} != prod(shape) * itemsize = {numel * itemsize}"
+        return ".nbytes", f"{desc.nbytes} != prod(shape) * itemsize = {numel * itemsize}"
+    if desc.buffer < 0:  # inside frame 0: its bytes are its payload, just checked
+        if strides is not None:
+            canonical = _c(shape)
+            for axis, stride in enumerate(strides):
+                if stride != canonical[axis] and shape[axis] != 1 and numel:
+                    return f".strides[{axis}]", f"{stride} is not the stride of a contiguous tensor"
+                if abs(stride) > limits.max_tensor_bytes:
+                    return f".strides[{axis}]", f"{stride} is out of range"
+                if stride < 0 and kind == "tensor":
+                    return f".strides[{axis}]", f"torch tensors have no negative strides, got {stride}"
+        return None
     if desc.buffer >= len(buffer_sizes):
-        return f".buffer: {desc.buffer} names no buffer (the message has {len(buffer_sizes)})"
+        return ".buffer", f"{desc.buffer} names no buffer (the message has {len(buffer_sizes)})"
     size = buffer_sizes[desc.buffer]
     offset = desc.offset
     if offset % itemsize:
-        return f".offset: {offset} is not a multiple of the itemsize {itemsize}"
-    expected = 1  # the strides of a C-contiguous layout, from the last axis
-    contiguous = True
-    for axis in range(rank - 1, -1, -1):
-        if strides[axis] != expected or expected > limits.max_tensor_bytes:
-            contiguous = False
-            break
-        expected *= shape[axis]
-    if not contiguous:
+        return ".offset", f"{offset} is not a multiple of the itemsize {itemsize}"
+    if strides is not None:
         for axis, stride in enumerate(strides):
             if abs(stride) > limits.max_tensor_bytes:
-                return f".strides[{axis}]: {stride} is out of range"
+                return f".strides[{axis}]", f"{stride} is out of range"
             if stride < 0 and kind == "tensor":
-                return f".strides[{axis}]: torch tensors have no negative strides, got {stride}"
+                return f".strides[{axis}]", f"torch tensors have no negative strides, got {stride}"
     if numel == 0:
-        return None if offset <= size else f".offset: {offset} is past the end of a {size}-byte buffer"
-    lo, hi = (offset, offset + desc.nbytes) if contiguous else _extent(offset, shape, strides, itemsize)
+        return None if offset <= size else (".offset", f"{offset} is past the end of a {size}-byte buffer")
+    lo, hi = (offset, offset + desc.nbytes) if strides is None else _extent(offset, shape, strides, itemsize)
     if lo < 0 or hi > size:
-        return f".strides: elements reach bytes [{lo}, {hi}) outside the {size}-byte buffer {desc.buffer}"
+        return ".strides", f"elements reach bytes [{lo}, {hi}) outside the {size}-byte buffer {desc.buffer}"
     return None
 
 
-class TensorBuilder:
-    """Per-decode state: builds each described tensor once, on the buffers of the message."""
-
-    __slots__ = ("_built", "_counts", "_torch_bases", "buffers", "descriptors", "device_buffers", "devices")
-
-    def __init__(
-        self,
-        descriptors: list[TensorDesc],
-        buffers: list[Any],
-        devices: dict[int, torch.device] | None = None,
-        device_buffers: dict[tuple[int, torch.device], torch.Tensor] | None = None,
-    ) -> None:
-        self.descriptors = descriptors
-        self.buffers = buffers
-        self.devices = devices or {}  # descriptor index -> device, for tensors placed off the host
-        self.device_buffers = device_buffers or {}  # (buffer index, device) -> uint8 copy there
-        self._built: dict[int, Any] = {}
-        self._torch_bases: dict[int, torch.Tensor] = {}
-        self._counts: dict[int, int] | None = None  # tensors per buffer, counted on first use
-
-    def clear(self) -> None:
-        """Drop every built tensor and buffer (a failed decode lets go of borrowed memory at once)."""
-        self._built.clear()
-        self._torch_bases.clear()
-        self.buffers = []
-
-    def build(self, index: int) -> Any:
-        value = self._built.get(index)
-        if value is not None:
-            return value
-        if index >= len(self.descriptors):
-            raise DecodeError(f"tensor reference {index} names no descriptor (the message has {len(self.descriptors)})")
-        desc = self.descriptors[index]
-        try:
-            value = self._make(index, desc)
-        except (TypeError, ValueError, OverflowError, RuntimeError, BufferError) as exc:  # not expected after
-            # ``verify_descriptor``; a guard so that no torch or numpy error ever leaves a decode
-            raise DecodeError(f"tensor {index} of shape {desc.shape} cannot be built: {exc}") from None
-        self._built[index] = value
-        return value
-
-    def _make(self, index: int, desc: TensorDesc) -> Any:
-        """The tensor or array ``desc`` (descriptor ``index``, verified) describes, on its buffer."""
-        torch_dtype, numpy_dtype, itemsize = _BUILD[desc.dtype]
-        if desc.kind == "ndarray":
-            return np.ndarray(
-                desc.shape,
-                dtype=numpy_dtype,
-                buffer=self._host(desc.buffer),
-                offset=desc.offset,
-                strides=[s * itemsize for s in desc.strides],
-            )
-        device = self.devices.get(index)
-        if device is None and self._alone(desc.buffer):
-            value = self._quick(desc, torch_dtype, numpy_dtype, itemsize)
-            if value is not None:
-                return value
-        base = self._torch_base(desc.buffer) if device is None else self.device_buffers[(desc.buffer, device)]
-        offset = base.storage_offset() + desc.offset  # a delivered tensor may start inside its storage
-        return torch.empty(0, dtype=torch_dtype, device=base.device).set_(
-            base.untyped_storage(), offset // itemsize, desc.shape, desc.strides
-        )
-
-    def _alone(self, buffer: int) -> bool:
-        """Whether buffer ``buffer`` holds one tensor only (no storage to share with another view)."""
-        if len(self.descriptors) == 1:
-            return True
-        if self._counts is None:
-            counts: dict[int, int] = {}
-            for desc in self.descriptors:
-                counts[desc.buffer] = counts.get(desc.buffer, 0) + 1
-            self._counts = counts
-        return self._counts[buffer] == 1
-
-    def _quick(
-        self, desc: TensorDesc, torch_dtype: torch.dtype, numpy_dtype: np.dtype[Any] | None, itemsize: int
-    ) -> torch.Tensor | None:
-        """A C-contiguous tensor read straight from its writable host buffer (the quick way), or None
-        where that does not apply (a buffer delivered as a tensor, read-only, empty, other strides)."""
-        buffer = self.buffers[desc.buffer]
-        if not desc.nbytes or isinstance(buffer, torch.Tensor) or memoryview(buffer).readonly:
-            return None
-        shape, strides = desc.shape, desc.strides
-        expected = 1
-        for axis in range(len(shape) - 1, -1, -1):
-            if strides[axis] != expected:
-                return None
-            expected *= shape[axis]
-        if len(shape) != 1 and numpy_dtype is not None:  # faster than torch.frombuffer + view
+def build(desc: Descriptor, buffer: Any, base: torch.Tensor | None) -> Any:
+    """The tensor or array ``desc`` (verified) describes on ``buffer``; ``base``: a uint8 torch tensor
+    over the buffer shared by the message's tensors in it (None: the tensor is alone in it, or inline)."""
+    torch_dtype, numpy_dtype, itemsize = BUILD[desc.dtype]
+    shape, strides = desc.shape, desc.strides
+    if desc.kind == "ndarray":
+        byte_strides = None if strides is None else [s * itemsize for s in strides]
+        return np.ndarray(shape, dtype=numpy_dtype, buffer=buffer, offset=desc.offset, strides=byte_strides)
+    if base is None and strides is None and desc.nbytes and not memoryview(buffer).readonly:
+        if numpy_dtype is not None and len(shape) != 1:  # faster than torch.frombuffer + view
             return torch.from_numpy(np.ndarray(shape, numpy_dtype, buffer, desc.offset))
         flat = torch.frombuffer(buffer, dtype=torch_dtype, count=desc.nbytes // itemsize, offset=desc.offset)
         return flat if len(shape) == 1 else flat.view(shape)
+    if base is None:
+        base = as_base(buffer)
+    offset = base.storage_offset() + desc.offset  # a delivered tensor may start inside its storage
+    out = torch.empty(0, dtype=torch_dtype, device=base.device)
+    return out.set_(base.untyped_storage(), offset // itemsize, shape, strides if strides is not None else _c(shape))
 
-    def _host(self, index: int) -> Any:
-        """Buffer ``index`` in host memory (a buffer a transport delivered on a device is copied once)."""
-        buffer = self.buffers[index]
-        if isinstance(buffer, torch.Tensor) and not buffer.is_cpu:
-            buffer = self.buffers[index] = buffer.cpu().numpy()
-        return buffer
 
-    def _torch_base(self, index: int) -> torch.Tensor:
-        base = self._torch_bases.get(index)
-        if base is None:
-            buffer = self.buffers[index]
-            if isinstance(buffer, torch.Tensor):  # delivered as a uint8 tensor, e.g. on a device
-                if buffer.storage_offset() % _ALIGN:
-                    buffer = buffer.clone()  # its start in its storage would misalign wider dtypes
-                self._torch_bases[index] = buffer
-                return buffer
-            base = (
-                torch.frombuffer(buffer, dtype=torch.uint8)
-                if memoryview(buffer).nbytes
-                else torch.empty(0, dtype=torch.uint8)
-            )
-            self._torch_bases[index] = base
-        return base
+def as_base(buffer: Any) -> torch.Tensor:
+    """A uint8 tensor over a received buffer (a tensor a transport delivered is used as it is)."""
+    if isinstance(buffer, torch.Tensor):
+        return buffer.clone() if buffer.storage_offset() % _ALIGN else buffer
+    if memoryview(buffer).nbytes:
+        return torch.frombuffer(buffer, dtype=torch.uint8)
+    return torch.empty(0, dtype=torch.uint8)
+
+
+def _c(shape: tuple[int, ...]) -> list[int]:
+    """The element strides of a C-contiguous ``shape``."""
+    strides = [1] * len(shape)
+    for axis in range(len(shape) - 2, -1, -1):
+        strides[axis] = strides[axis + 1] * max(shape[axis + 1], 1)
+    return strides
+
+
+def build_inline(desc: Descriptor, data: memoryview) -> Any:
+    """A private copy of the tensor or array carried inside frame 0 (its payload ``data``, verified)."""
+    torch_dtype, numpy_dtype, itemsize = BUILD[desc.dtype]
+    shape, strides = desc.shape, desc.strides
+    if desc.kind == "ndarray":
+        if not desc.nbytes:
+            byte_strides = None if strides is None else [s * itemsize for s in strides]
+            return np.ndarray(shape, dtype=numpy_dtype, strides=byte_strides)
+        if strides is not None:
+            byte_strides = [s * itemsize for s in strides]
+            return np.ndarray(shape, numpy_dtype, bytearray(data[desc.offset :]), 0, byte_strides)
+        return np.frombuffer(bytearray(data[desc.offset :]), dtype=numpy_dtype).reshape(shape)
+    if not desc.nbytes:
+        return torch.empty_strided(shape, strides if strides is not None else _c(shape), dtype=torch_dtype)
+    if strides is None and numpy_dtype is not None:  # the quickest way to a private tensor
+        return torch.from_numpy(np.ndarray(shape, numpy_dtype, bytearray(data[desc.offset :])))
+    flat = torch.frombuffer(bytearray(data[desc.offset :]), dtype=torch_dtype)
+    if strides is not None:
+        return flat.as_strided(shape, strides)
+    return flat if len(shape) == 1 else flat.view(shape)

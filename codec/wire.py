@@ -1,14 +1,24 @@
-"""The wire layout: frame 0 (plain msgpack header), tensor descriptors, and the one-blob form.
+"""The wire layout (format 2): frame 0, the tensor descriptors inside it, and the one-blob form.
 
-Frame 0 is a msgpack map readable by any msgpack reader::
+Frame 0 is a msgpack array of four items, readable by any msgpack reader::
 
-    {"magic": "tensorwire", "wire": 1, "type": "media.Video", "version": 1, "fingerprint": "...",
-     "buffers": [{"nbytes": N, "handle": {"transport": "inline", ...}}, ...],
-     "tensors": [[kind, dtype, shape, strides, offset, buffer, nbytes], ...],
-     "body": <the message, tensors replaced by ext(1, index), tree tuples by ext(2, packed list)>}
+    ["tensorwire:2:media.Video:1",        # tag: magic, wire version, type id, major version
+     "8216113a...",                       # the schema fingerprint (SHA-256, hex)
+     [[nbytes, {"transport": "inline", "frame": 1}], ...],   # out-of-frame buffers and their handles
+     <body>]                              # the message: a map per struct, as msgspec writes it
+
+In the body a tensor or ndarray is a msgpack extension. ``ext(3)`` carries a small tensor inside
+frame 0: ``<kind, dtype, rank, flags>`` (four bytes), ``rank`` little-endian u64 dims, (with flag 1)
+``rank`` i64 strides that differ from the C-contiguous ones only in dims of size 1, then its
+C-contiguous bytes. ``ext(1)`` describes one that lives in buffer ``buffer``: ``<kind, dtype,
+rank, flags>``, u32 buffer index, u64 byte offset, u64 nbytes, ``rank`` u64 dims and, when flag 1
+(strided) is set, ``rank`` i64 strides in elements (otherwise it is C-contiguous); flag 2 (shared)
+says other tensors of the message live in the same buffer (they arrive sharing one storage). ``kind`` is 0
+for a torch tensor and 1 for a numpy array; ``dtype`` is the position of its name in
+``codec.dtypes.DTYPE_NAMES``. A tuple inside a tree is ``ext(2, <msgpack array>)``.
 
 ``join(frames)`` packs frames into one blob with 64-byte aligned buffers; ``split(blob)`` returns
-zero-copy memoryviews of it.
+zero-copy memoryviews of it (writable when the blob is).
 """
 
 from __future__ import annotations
@@ -16,109 +26,176 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import NamedTuple
 
 import msgspec
 
+from codec.dtypes import DTYPE_NAMES
 from codec.errors import DecodeError
 
 __all__ = [
     "BLOB_MAGIC",
+    "EXT_INLINE",
     "EXT_TENSOR",
     "EXT_TUPLE",
+    "KINDS",
     "MAGIC",
+    "SHARED",
     "WIRE_VERSION",
     "Buffer",
-    "TensorDesc",
-    "header_bytes",
-    "header_type",
+    "Descriptor",
     "join",
+    "pack_descriptor",
+    "pack_inline",
+    "parse_tag",
+    "prefix",
     "split",
+    "tag",
+    "unpack_descriptor",
 ]
 
 MAGIC = "tensorwire"
-WIRE_VERSION = 1
+WIRE_VERSION = 2
 EXT_TENSOR = 1
 EXT_TUPLE = 2
+EXT_INLINE = 3
+KINDS = ("tensor", "ndarray")
+STRIDED = 1  # descriptor flag: strides follow the shape
+SHARED = 2  # descriptor flag: other tensors of the message live in the same buffer
 BLOB_MAGIC = b"TWB1"
 ALIGN = 64
 _COUNT = struct.Struct("<4sI")
 _LENGTH = struct.Struct("<Q")
-
-NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+HEAD = struct.Struct("<BBBB")  # kind, dtype code, rank, flags
+PLACED = struct.Struct("<BBBBIQQ")  # HEAD, buffer, offset, nbytes
 
 Buffer = bytes | bytearray | memoryview
+DIMS = [struct.Struct(f"<{rank}Q") for rank in range(16)]  # the shapes of the common ranks
 
 
-class TensorDesc(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
-    """Where one tensor's elements are: dtype, shape, strides (elements), byte offset into a buffer."""
-
-    kind: str  # "tensor" (torch) or "ndarray" (numpy)
-    dtype: str
-    shape: list[NonNegative]
-    strides: list[int]
-    offset: NonNegative
-    buffer: NonNegative
-    nbytes: NonNegative  # prod(shape) * itemsize, checked
+def _number(text: str) -> bool:
+    """A short run of ASCII digits (an int Python converts without a length limit)."""
+    return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
 
 
-def header_type(handle_types: Sequence[type[Any]]) -> type[Any]:
-    """The header Struct whose buffer handles are a tagged union of ``handle_types``."""
-    handle: Any = handle_types[0] if len(handle_types) == 1 else __import__("typing").Union[tuple(handle_types)]
-    entry = msgspec.defstruct(
-        "BufferEntry", [("nbytes", NonNegative), ("handle", handle)], forbid_unknown_fields=True, kw_only=True
-    )
-    return msgspec.defstruct(
-        "Header",
-        [
-            ("magic", str),
-            ("wire", int),
-            ("type", str),
-            ("version", int),
-            ("fingerprint", str),
-            ("buffers", list[entry]),  # type: ignore[valid-type]
-            ("tensors", list[TensorDesc]),
-            ("body", msgspec.Raw),
-        ],
-        kw_only=True,
-    )
+def tag(type_id: str, version: int) -> str:
+    """The first item of frame 0 for ``type_id`` v``version``."""
+    return f"{MAGIC}:{WIRE_VERSION}:{type_id}:{version}"
 
 
-_TENSORS_KEY = msgspec.msgpack.encode("tensors")
-_BODY_KEY = msgspec.msgpack.encode("body")
-_NO_BUFFERS = msgspec.msgpack.encode([]) + _TENSORS_KEY + msgspec.msgpack.encode([]) + _BODY_KEY
+def parse_tag(value: object) -> tuple[int, str, int] | None:
+    """``(wire version, type id, version)`` of a tag, or None if ``value`` is not a tensorwire tag."""
+    if not isinstance(value, str):
+        return None
+    parts = value.split(":")
+    if len(parts) != 4 or parts[0] != MAGIC or not _number(parts[1]) or not _number(parts[3]):
+        return None
+    return int(parts[1]), parts[2], int(parts[3])
 
 
 @lru_cache(maxsize=1024)
-def _prefix(type_id: str, version: int, fingerprint: str) -> bytes:
-    """Frame 0 up to the value of ``buffers``: the map header and the type's fixed entries."""
-    fixed = msgspec.msgpack.encode(
-        {"magic": MAGIC, "wire": WIRE_VERSION, "type": type_id, "version": version, "fingerprint": fingerprint}
-    )
-    assert fixed[0] == 0x80 | 5  # a fixmap of the five entries above, widened to all eight keys:
-    return bytes([0x80 | 8]) + fixed[1:] + msgspec.msgpack.encode("buffers")  # + buffers, tensors, body
+def prefix(type_id: str, version: int, fingerprint: str) -> bytes:
+    """Frame 0 up to its buffer table: the array header, the tag and the fingerprint."""
+    return b"\x94" + msgspec.msgpack.encode(tag(type_id, version)) + msgspec.msgpack.encode(fingerprint)
 
 
-def header_bytes(
-    type_id: str, version: int, fingerprint: str, buffers: list[Any], tensors: list[TensorDesc], body: bytes
+class Descriptor(NamedTuple):
+    """One tensor as the wire describes it (``strides`` None: C-contiguous; ``buffer`` -1: inside frame 0)."""
+
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
+    buffer: int
+    offset: int
+    nbytes: int
+
+
+def pack_descriptor(
+    kind: int,
+    dtype: int,
+    shape: Sequence[int],
+    strides: Sequence[int] | None,
+    buffer: int,
+    offset: int,
+    nbytes: int,
+    shared: bool = False,
 ) -> bytes:
-    """Frame 0 (the map described above, keys in that order), built around the already encoded body."""
-    prefix = _prefix(type_id, version, fingerprint)
-    if not buffers and not tensors:
-        return prefix + _NO_BUFFERS + body
-    encode = msgspec.msgpack.encode
-    return b"".join((prefix, encode(buffers), _TENSORS_KEY, encode(tensors), _BODY_KEY, body))
+    """The ``ext(1)`` payload of a tensor in buffer ``buffer`` (``kind`` and ``dtype`` as codes)."""
+    rank = len(shape)
+    flags = (0 if strides is None else STRIDED) | (SHARED if shared else 0)
+    head = PLACED.pack(kind, dtype, rank, flags, buffer, offset, nbytes)
+    if strides is None:
+        return head + struct.pack(f"<{rank}Q", *shape)
+    return head + struct.pack(f"<{rank}Q{rank}q", *shape, *strides)
+
+
+def pack_inline(
+    kind: int, dtype: int, shape: Sequence[int], data: Buffer, strides: Sequence[int] | None = None
+) -> bytes:
+    """The ``ext(3)`` payload of a small C-contiguous tensor carried in frame 0 (``strides``: its own,
+    where they differ from the canonical ones in dims of size 1)."""
+    rank = len(shape)
+    if strides is None:
+        return (
+            HEAD.pack(kind, dtype, rank, 0) + DIMS[rank].pack(*shape) + data
+            if rank < 16
+            else b"".join((HEAD.pack(kind, dtype, rank, 0), struct.pack(f"<{rank}Q", *shape), data))
+        )
+    return b"".join((HEAD.pack(kind, dtype, rank, STRIDED), struct.pack(f"<{rank}Q{rank}q", *shape, *strides), data))
+
+
+def unpack_descriptor(code: int, data: Buffer) -> Descriptor:
+    """The descriptor in an ``ext(1)`` or ``ext(3)`` payload; ``DecodeError`` if it is malformed
+    (its sizes are checked against buffers and limits by ``codec.tensors``)."""
+    size = len(data)
+    if size < HEAD.size:
+        raise DecodeError(f"tensor descriptor of {size} bytes is shorter than its {HEAD.size}-byte head")
+    kind, dtype, rank, flags = HEAD.unpack_from(data)
+    if kind >= len(KINDS):
+        raise DecodeError(f"tensor kind {kind} is neither 0 (tensor) nor 1 (ndarray)")
+    if dtype >= len(DTYPE_NAMES):
+        raise DecodeError(f"dtype code {dtype} is not in the wire dtype table (0..{len(DTYPE_NAMES) - 1})")
+    if code == EXT_INLINE:
+        strided = flags == STRIDED
+        end = HEAD.size + (16 if strided else 8) * rank
+        if flags & ~STRIDED or size < end:
+            raise DecodeError(
+                f"inline tensor of rank {rank} and flags {flags} needs a {end}-byte head, got {size} bytes"
+            )
+        if not strided:
+            return Descriptor(
+                KINDS[kind],
+                DTYPE_NAMES[dtype],
+                struct.unpack_from(f"<{rank}Q", data, HEAD.size),
+                None,
+                -1,
+                end,
+                size - end,
+            )
+        dims = struct.unpack_from(f"<{rank}Q{rank}q", data, HEAD.size)
+        return Descriptor(KINDS[kind], DTYPE_NAMES[dtype], dims[:rank], dims[rank:], -1, end, size - end)
+    strided = bool(flags & STRIDED)
+    end = PLACED.size + (16 if strided else 8) * rank
+    if flags & ~(STRIDED | SHARED) or size != end:
+        raise DecodeError(f"tensor descriptor of {size} bytes, expected {end} for rank {rank} and flags {flags}")
+    _, _, _, _, buffer, offset, nbytes = PLACED.unpack_from(data)
+    dims = struct.unpack_from(f"<{rank}Q{rank}q" if strided else f"<{rank}Q", data, PLACED.size)
+    shape, strides = (dims[:rank], dims[rank:]) if strided else (dims, None)
+    return Descriptor(KINDS[kind], DTYPE_NAMES[dtype], shape, strides, buffer, offset, nbytes)
 
 
 def join(frames: Sequence[Buffer]) -> bytes:
     """One blob: ``TWB1``, frame count, frame lengths, then the frames, each at a 64-byte boundary."""
-    count = len(frames)
-    table = _COUNT.pack(BLOB_MAGIC, count) + b"".join(_LENGTH.pack(memoryview(f).nbytes) for f in frames)
-    out = bytearray(table)
-    for frame in frames:
-        out += b"\0" * (-len(out) % ALIGN)
-        out += frame
-    return bytes(out)
+    sizes = [memoryview(f).nbytes for f in frames]
+    parts: list[Buffer] = [_COUNT.pack(BLOB_MAGIC, len(frames)), *(_LENGTH.pack(n) for n in sizes)]
+    pos = _COUNT.size + _LENGTH.size * len(frames)
+    for frame, size in zip(frames, sizes, strict=True):
+        pad = -pos % ALIGN
+        parts.append(b"\0" * pad)
+        parts.append(frame)
+        pos += pad + size
+    return b"".join(parts)  # one copy of each frame
 
 
 def split(blob: Buffer) -> list[memoryview]:

@@ -13,7 +13,9 @@ def producer(conn: Any, control: Any, count: int) -> None:
     import transports
     from codec.generated import diffusion
 
-    encoder = codec.Encoder(transport=transports.ShmTransport(), options=codec.EncodeOptions(inline_threshold=1024))
+    encoder = codec.Encoder(
+        transport=transports.ShmTransport(), options=codec.EncodeOptions(inline_threshold=1024, embed_threshold=0)
+    )
     for i in range(count):
         message = diffusion.Output(output=(torch.full((512,), float(i)), torch.arange(8) + i), chunk_index=i)
         frames = encoder.encode(message)
@@ -54,7 +56,7 @@ def export_and_exit(conn: Any, backing: str = "memfd") -> None:
     from codec.generated import diffusion
 
     transport = transports.ShmTransport(backing=backing)  # type: ignore[arg-type]
-    encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
+    encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1, embed_threshold=0))
     frames = encoder.encode(diffusion.Output(output=torch.arange(1000, dtype=torch.float32)))
     conn.send([bytes(memoryview(f)) for f in frames])
 

@@ -10,11 +10,10 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 import torch
 from conftest import REPO
-from wire_helpers import segments_of
+from wire_helpers import head_of, segments_of
 
 import codec
 import transports
@@ -117,7 +116,7 @@ def test_a_memfd_slot_goes_with_its_sender_and_leaves_nothing_to_reap() -> None:
 def test_reap_keeps_segments_of_live_processes() -> None:
     before = set(segments_of(os.getpid()))
     one_shot = transports.ShmTransport(pool=False)
-    encoder = codec.Encoder(transport=one_shot, options=codec.EncodeOptions(inline_threshold=1))
+    encoder = codec.Encoder(transport=one_shot, options=codec.EncodeOptions(inline_threshold=1, embed_threshold=0))
     frames = encoder.encode(codec.generated.diffusion.Output(output=torch.ones(10)))
     mine = sorted(set(segments_of(os.getpid())) - before)
     assert len(mine) == 1
@@ -159,7 +158,7 @@ def test_a_borrowed_mapping_lives_until_its_last_view_dies() -> None:
     import weakref
 
     shm = transports.ShmTransport(pool=False, backing="named")  # a receiver that maps one-shot segments
-    encoder = codec.Encoder(transport=shm, options=codec.EncodeOptions(inline_threshold=1))
+    encoder = codec.Encoder(transport=shm, options=codec.EncodeOptions(inline_threshold=1, embed_threshold=0))
     decoder = codec.Decoder(REGISTRY, transports=[shm], options=codec.DecodeOptions(borrow=True))
     sent = torch.arange(4096, dtype=torch.float32)
     sent_ref = weakref.ref(sent)
@@ -167,7 +166,7 @@ def test_a_borrowed_mapping_lives_until_its_last_view_dies() -> None:
     gc.disable()
     try:
         frames = encoder.encode(codec.generated.diffusion.Output(output=(sent, "tuple in a tree")))
-        name = msgspec.msgpack.decode(frames[0])["buffers"][0]["handle"]["name"]
+        name = head_of(frames[0])[2][0][1]["name"]
 
         def mapped() -> bool:
             return name in Path("/proc/self/maps").read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -22,28 +23,66 @@ def test_demo_sends_a_diffusion_batch_bit_exactly_and_leaves_nothing() -> None:
     assert run(out) == 0, out.getvalue()
     text = out.getvalue()
     assert "$.runner_outputs[0].result.media.video.tensor    bfloat16  1x3x16x480x832" in text
-    assert text.count(" pool ") >= 4 and " inline " in text
+    assert text.count(" pool ") >= 6  # the video, the latents and the four per-request views
+    (timesteps,) = [line for line in text.splitlines() if line.startswith("$.runner_outputs[0].result.trajectory_t")]
+    assert "float32" in timesteps and " 50 " in timesteps and " pool " not in timesteps  # inside frame 0
+    assert timesteps.split()[-1] == "yes"
     assert "bit-exact: all; segments of ours left (in /dev/shm or memfds): 0" in text
-    assert "7 tensors in 4 buffers" in text  # the four per-request views share one buffer
+    assert "7 tensors in 3 buffers" in text  # the four per-request views share one buffer
+
+
+def _inspect(frames: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    blob = tmp_path / "message.tw"
+    blob.write_bytes(codec.join(frames))
+    assert main(["inspect", str(blob)]) == 0
+    info: dict[str, Any] = json.loads(capsys.readouterr().out)
+    assert info["type"] == "diffusion.Output" and info["version"] == 1
+    assert info["wire"] == 2 and info["tag"] == "tensorwire:2:diffusion.Output:1"
+    assert info["fingerprint"] == diffusion.Output.__tw_type__.fingerprint
+    assert [t["path"] for t in info["tensors"]] == ["$.output[0]", "$.output[1].n"]
+    assert [(t["kind"], t["dtype"], t["shape"], t["strides"]) for t in info["tensors"]] == [
+        ("tensor", "float32", [2, 3], None),
+        ("tensor", "float32", [600_000], None),
+    ]
+    assert [t["nbytes"] for t in info["tensors"]] == [24, 2_400_000]
+    assert info["body"]["error"] == "e" and info["body"]["output"][0] == {"$tensor": 0}
+    assert info["body"]["output"][1] == {"n": {"$tensor": 1}}
+    return info
 
 
 def test_inspect_prints_the_header_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     message = diffusion.Output(output=(torch.zeros(2, 3), {"n": torch.ones(600_000)}), error="e")
     shm = transports.ShmTransport()
-    encoder = codec.Encoder(transport=shm)
-    frames = encoder.encode(message)
-    blob = tmp_path / "message.tw"
-    blob.write_bytes(codec.join(frames))
-    assert main(["inspect", str(blob)]) == 0
-    info = json.loads(capsys.readouterr().out)
-    assert info["type"] == "diffusion.Output" and info["version"] == 1
-    assert info["fingerprint"] == diffusion.Output.__tw_type__.fingerprint
-    assert [(b["transport"], b["nbytes"]) for b in info["buffers"]] == [("inline", 24), ("shm-slot", 2_400_000)]
+    # every tensor in a buffer: the small one in an inline frame, the large one in a pool slot
+    info = _inspect(
+        codec.Encoder(transport=shm, options=codec.EncodeOptions(embed_threshold=0)).encode(message), tmp_path, capsys
+    )
+    assert [(b["index"], b["transport"], b["nbytes"]) for b in info["buffers"]] == [
+        (0, "inline", 24),
+        (1, "shm-slot", 2_400_000),
+    ]
+    assert info["buffers"][0]["handle"] == {"transport": "inline", "frame": 1}
     assert info["buffers"][1]["handle"]["name"].startswith("tw-")
-    assert [t["path"] for t in info["tensors"]] == ["$.output[0]", "$.output[1].n"]
-    assert info["body"]["error"] == "e" and info["body"]["output"][0] == {"$tensor": 0}
     assert info["buffers"][1]["handle"]["generation"] == 1
+    assert [(t["buffer"], t["offset"]) for t in info["tensors"]] == [(0, 0), (1, 0)]
+    # by default the small one travels inside frame 0
+    info = _inspect(codec.Encoder(transport=shm).encode(message), tmp_path, capsys)
+    assert [(b["index"], b["transport"], b["nbytes"]) for b in info["buffers"]] == [(0, "shm-slot", 2_400_000)]
+    assert [(t["buffer"], t["offset"]) for t in info["tensors"]] == [(None, None), (0, 0)]
     shm.close()  # nobody received it: closing the pool unlinks its slots
+
+
+def test_inspect_gives_each_view_of_a_shared_buffer_its_offset() -> None:
+    from codec.inspect import describe
+
+    storage = torch.arange(64, dtype=torch.float32)
+    message = diffusion.Output(output=[storage[:16], storage[32:48]])  # two views of one storage
+    info = describe(codec.Encoder().encode(message)[0])
+    assert [(b["index"], b["transport"]) for b in info["buffers"]] == [(0, "inline")]
+    assert [(t["path"], t["buffer"], t["offset"], t["nbytes"]) for t in info["tensors"]] == [
+        ("$.output[0]", 0, 0, 64),
+        ("$.output[1]", 0, 128, 64),
+    ]
 
 
 def test_inspect_rejects_what_is_not_a_blob(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,8 @@ import transports.control
 from codec.generated import REGISTRY, diffusion, media, rpc
 
 SHM = transports.ShmTransport(pool=False)
-ENCODER = codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=1))
+OUT_OF_BAND = codec.EncodeOptions(inline_threshold=1, embed_threshold=0)  # every buffer through the transport
+ENCODER = codec.Encoder(transport=SHM, options=OUT_OF_BAND)
 
 
 @pytest.fixture(autouse=True)
@@ -48,9 +50,9 @@ def _video(**changes: Any) -> Any:
         (_video(layout=media.VideoTensorLayout.BTHWC), r"rule VIDEO_FLOAT_LAYOUT"),
         (
             _video(tensor=np.zeros((1, 3, 2, 4, 4), dtype=np.float32)),
-            r"Expected `torch.Tensor`, got `ndarray` - at `\$.tensor`",
+            r"Expected `Tensor`, got `numpy.ndarray` - at `\$.tensor`",
         ),
-        (_video(tensor="pixels"), r"Expected `torch.Tensor`, got `str` - at `\$.tensor`"),
+        (_video(tensor="pixels"), r"Expected `Tensor`, got `str` - at `\$.tensor`"),
         (diffusion.DpTagged(dp_rank=0, output=diffusion.Output()), None),
         (rpc.Request(method="x" * 257), r"Expected `str` of length <= 256 - at `\$.method`"),
     ],
@@ -169,7 +171,7 @@ def test_a_failed_export_at_any_buffer_releases_everything_and_mutates_nothing()
     before = set(segments_of(os.getpid()))
     for k in range(1, 6):
         transport = _FailingShm(k)
-        encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
+        encoder = codec.Encoder(transport=transport, options=OUT_OF_BAND)
         with pytest.raises(codec.TransportError, match=rf"injected failure at export {k}"):
             encoder.encode(message)
         assert set(segments_of(os.getpid())) <= before, f"segments left after a failure at export {k}"
@@ -183,7 +185,7 @@ def test_a_failed_export_hands_every_pool_slot_back() -> None:
     before = set(segments_of(os.getpid()))
     for k in range(1, 5):
         transport = _FailingShm(k, pool=True)
-        encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
+        encoder = codec.Encoder(transport=transport, options=OUT_OF_BAND)
         with pytest.raises(codec.TransportError, match=rf"injected failure at export {k}"):
             encoder.encode(message)
         assert transport.pool is not None
@@ -195,15 +197,20 @@ def test_a_failed_export_hands_every_pool_slot_back() -> None:
 def test_an_interrupt_while_the_header_is_built_hands_every_slot_back(monkeypatch: pytest.MonkeyPatch) -> None:
     import codec.encoder
 
+    calls = []
+
     def interrupted(*args: Any) -> bytes:
+        calls.append(args)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(codec.encoder, "header_bytes", interrupted)
+    # the buffer table of frame 0 is written after every buffer was exported
+    monkeypatch.setattr(codec.encoder, "msgspec", SimpleNamespace(msgpack=SimpleNamespace(encode=interrupted)))
     before = set(segments_of(os.getpid()))
     transport = transports.ShmTransport()
-    encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
+    encoder = codec.Encoder(transport=transport, options=OUT_OF_BAND)
     with pytest.raises(KeyboardInterrupt):
         encoder.encode(diffusion.Output(output=[torch.ones(256), torch.zeros(256)]))
+    assert len(calls) == 1 and len(calls[0][0]) == 2  # interrupted with both buffers exported
     assert transport.pool is not None and len(transport.pool.slots()) == 2
     assert all(slot.state == transports.control.FREE for slot in transport.pool.slots())
     transport.close()

@@ -1,14 +1,17 @@
 """Random damage to valid messages: decoding gives a message or a CodecError, never anything else.
 
-Each example takes frames of a real message (inline tensors, tree tuples, aliasing views, bf16,
-numpy arrays, pool slots), damages frame 0 or the one-blob form (flipped, set, inserted or deleted
-bytes, truncation), and decodes. The fast paths (all-leaf containers, the lone-tensor builder,
-the depth pre-scan) must reject what the careful paths reject; no segment or slot outlives the test.
+Each example takes frames of a real message (tensors inside frame 0 and in inline frames, tree
+tuples, aliasing views, bf16, numpy arrays, pool slots), damages frame 0 or the one-blob form
+(flipped, set, inserted or deleted bytes, truncation) or forges a field of one tensor descriptor
+(the ext(1) or ext(3) payload in the body), and decodes. The fast paths (all-leaf containers, the
+lone-tensor builder, the depth pre-scan) must reject what the careful paths reject; no segment or
+slot outlives the test.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from typing import Any
 
 import msgspec
@@ -16,29 +19,38 @@ import numpy as np
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wire_helpers import damage, segments_of
+from wire_helpers import damage, head_of, segments_of
 
 import codec
 import transports
 from codec.generated import REGISTRY, diffusion, rpc
+from codec.wire import KINDS, unpack_descriptor
 
 POOL = transports.ShmTransport()
 _BEFORE: set[str] = set()
-DECODERS = {"inline": codec.Decoder(REGISTRY), "pool": codec.Decoder(REGISTRY, transports=[POOL])}
+_INLINE = codec.Decoder(REGISTRY)
+DECODERS = {"inline": _INLINE, "embedded": _INLINE, "pool": codec.Decoder(REGISTRY, transports=[POOL])}
 
 
 def _messages() -> list[tuple[str, Any]]:
+    """Each message twice: its tensors in inline frames (ext(1) descriptors), and the small ones
+    inside frame 0 as the encoder sends them by default (ext(3))."""
     base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
-    return [
-        ("inline", rpc.Request(method="m", args=[1, (2.5, "x")], kwargs={"steps": 3, "t": (None, b"b")})),
-        ("inline", rpc.Request(method="m", kwargs={"latents": torch.randn(16, 16), "a": np.arange(5, dtype=np.int16)})),
-        ("inline", diffusion.Output(output=(base, base[1:, ::2], {"k": torch.ones(3, dtype=torch.bfloat16)}))),
-        ("inline", diffusion.Output(output=[torch.zeros(0), np.ones((2, 3)), True], stage_durations={"a": 1.0})),
+    messages = [
+        rpc.Request(method="m", args=[1, (2.5, "x")], kwargs={"steps": 3, "t": (None, b"b")}),
+        rpc.Request(method="m", kwargs={"latents": torch.randn(16, 16), "a": np.arange(5, dtype=np.int16)}),
+        diffusion.Output(output=(base, base[1:, ::2], {"k": torch.ones(3, dtype=torch.bfloat16)})),
+        diffusion.Output(output=[torch.zeros(0), np.ones((2, 3)), True], stage_durations={"a": 1.0}),
     ]
+    return [(kind, message) for message in messages for kind in ("inline", "embedded")]
 
 
 MESSAGES = _messages()
-_ENCODERS = {"inline": codec.Encoder(), "pool": codec.Encoder(POOL, codec.EncodeOptions(inline_threshold=0))}
+_ENCODERS = {
+    "inline": codec.Encoder(options=codec.EncodeOptions(embed_threshold=0)),
+    "embedded": codec.Encoder(),
+    "pool": codec.Encoder(POOL, codec.EncodeOptions(inline_threshold=0, embed_threshold=0)),
+}
 
 
 def setup_module() -> None:
@@ -100,17 +112,26 @@ def test_damaged_inline_messages_decode_or_raise_a_codec_error(
     _decode(kind, damaged)
 
 
+class _Head(msgspec.Struct, array_like=True):
+    tag: Any
+    fingerprint: Any
+    buffers: Any
+    body: msgspec.Raw
+
+
+_HEAD = msgspec.msgpack.Decoder(_Head)
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.integers(0, len(MESSAGES) - 1), edits=_EDITS)
 def test_damaged_bodies_decode_or_raise_a_codec_error(which: int, edits: list[tuple[str, int, int]]) -> None:
     kind, message = MESSAGES[which]
     frames = _ENCODERS[kind].encode(message)
     head = bytes(frames[0])
-    start = len(head) - len(_ENTRIES.decode(head)["body"])  # the body is frame 0's last entry
+    start = len(head) - len(_HEAD.decode(head).body)  # the body is frame 0's last item
     _decode(kind, [head[:start] + damage(head[start:], edits, None), *frames[1:]])
 
 
-_ENTRIES = msgspec.msgpack.Decoder(dict[str, msgspec.Raw])
 _FIELDS = ["kind", "dtype", "shape", "strides", "offset", "buffer", "nbytes"]
 _EDGES = st.sampled_from(
     [0, 1, 2, 3, 4, 7, 8, 15, 16, 64, 255, 1024, 2**31 - 1, 2**31, 2**32, 2**62, 2**63 - 1, -1, -2]
@@ -124,6 +145,79 @@ _VALUES = st.one_of(
 )
 
 
+def _as_int(value: Any, names: tuple[str, ...] = ()) -> int:
+    """A forged scalar field: an int as it is, a name by its code (255 if it has none)."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        return names.index(value) if value in names else 255
+    return len(value) if isinstance(value, list) else 0
+
+
+def _as_dims(value: Any, rank: int) -> list[int] | None:
+    """A forged shape or strides (None: no strides)."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, int):
+        return [value] * rank
+    return None
+
+
+def _forge(ext: msgspec.msgpack.Ext, field: str, value: Any) -> msgspec.msgpack.Ext:
+    """``ext`` (a tensor extension) with descriptor field ``field`` set to ``value``, wrapped into the
+    field's width (u8 codes, u32 buffer, u64 offset, nbytes and dims, i64 strides). A forged buffer
+    or offset turns an inline tensor into one in buffer 0; a forged nbytes of an inline tensor
+    resizes its bytes."""
+    desc = unpack_descriptor(ext.code, ext.data)
+    fields: dict[str, Any] = {
+        "kind": KINDS.index(desc.kind),
+        "dtype": codec.DTYPE_NAMES.index(desc.dtype),
+        "shape": list(desc.shape),
+        "strides": None if desc.strides is None else list(desc.strides),
+        "buffer": max(desc.buffer, 0),
+        "offset": desc.offset if ext.code == 1 else 0,
+        "nbytes": desc.nbytes,
+    }
+    data = bytes(ext.data[desc.offset :]) if ext.code == 3 else b""
+    code = ext.code
+    if field in ("kind", "dtype"):
+        fields[field] = _as_int(value, KINDS if field == "kind" else codec.DTYPE_NAMES)
+    elif field == "shape":
+        fields["shape"] = _as_dims(value, len(desc.shape)) or []
+    elif field == "strides":
+        fields["strides"] = _as_dims(value, len(desc.shape))
+    elif field == "nbytes" and code == 3:
+        size = _as_int(value) % 4096
+        data = (data + bytes(size))[:size]
+    else:
+        fields[field] = _as_int(value)
+        code = 1 if field in ("buffer", "offset") else code
+    shape, strides = fields["shape"], fields["strides"]
+    head = struct.pack("<BBBB", fields["kind"] & 0xFF, fields["dtype"] & 0xFF, len(shape) & 0xFF, strides is not None)
+    if code == 1:
+        head += struct.pack("<IQQ", fields["buffer"] % 2**32, fields["offset"] % 2**64, fields["nbytes"] % 2**64)
+    dims = struct.pack(f"<{len(shape)}Q", *(n % 2**64 for n in shape))
+    if strides is not None:
+        dims += struct.pack(f"<{len(strides)}q", *((n + 2**63) % 2**64 - 2**63 for n in strides))
+    return msgspec.msgpack.Ext(code, head + dims + (data if code == 3 else b""))
+
+
+def _with_tensor(value: Any, index: int, change: Any, seen: list[int]) -> Any:
+    """``value`` (a decoded body) with its tensor extension number ``index`` (body order, tree
+    tuples entered) replaced by ``change(ext)``."""
+    if isinstance(value, msgspec.msgpack.Ext):
+        if value.code == 2:
+            items = _with_tensor(msgspec.msgpack.decode(value.data), index, change, seen)
+            return msgspec.msgpack.Ext(2, msgspec.msgpack.encode(items))
+        seen[0] += 1
+        return change(value) if seen[0] - 1 == index else value
+    if isinstance(value, dict):
+        return {k: _with_tensor(v, index, change, seen) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_tensor(v, index, change, seen) for v in value]
+    return value
+
+
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(which=st.integers(0, len(MESSAGES) - 1), index=st.integers(0, 16), field=st.sampled_from(_FIELDS), value=_VALUES)
 def test_forged_descriptors_are_rejected_or_stay_inside_their_buffers(
@@ -131,12 +225,13 @@ def test_forged_descriptors_are_rejected_or_stay_inside_their_buffers(
 ) -> None:
     kind, message = MESSAGES[which]
     frames = _ENCODERS[kind].encode(message)
-    header = msgspec.msgpack.decode(frames[0])
-    if not header["tensors"]:
+    head = head_of(frames[0])
+    count = [0]
+    _with_tensor(head[3], -1, lambda ext: ext, count)
+    if not count[0]:
         return
-    desc = header["tensors"][index % len(header["tensors"])]
-    desc[_FIELDS.index(field)] = value
-    _decode(kind, [msgspec.msgpack.encode(header), *frames[1:]])
+    head[3] = _with_tensor(head[3], index % count[0], lambda ext: _forge(ext, field, value), [0])
+    _decode(kind, [msgspec.msgpack.encode(head), *frames[1:]])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

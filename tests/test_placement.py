@@ -53,7 +53,9 @@ def test_every_tensor_lands_on_the_device_and_views_keep_sharing(shm: Any) -> No
 
 def test_small_buffers_are_copied_without_registration(shm: Any) -> None:
     fake = FakeCudaRuntime()
-    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.arange(100)))
+    frames = codec.Encoder(transport=shm, options=codec.EncodeOptions(embed_threshold=0)).encode(
+        diffusion.Output(output=torch.arange(100))
+    )
     tensor = _decoder(shm, fake).decode(frames).output
     assert _on_device(fake, tensor) and torch.equal(tensor, torch.arange(100))
     assert fake.calls["register"] == 0 and fake.calls["copy_to_device"] == 1
@@ -190,15 +192,15 @@ def test_retention_fractions_are_checked() -> None:
 
 
 def test_a_buffer_delivered_as_a_tensor_view_keeps_its_offset() -> None:
-    from codec.tensors import TensorBuilder
-    from codec.wire import TensorDesc
+    from codec.tensors import as_base, build
+    from codec.wire import Descriptor
 
     storage = torch.arange(40, dtype=torch.uint8)
     buffers: list[Any] = [storage[8:24], storage[3:19]]  # views starting inside their storage
-    descs = [TensorDesc("tensor", "int32", [2], [1], 4, 0, 8), TensorDesc("tensor", "int16", [2], [1], 2, 1, 4)]
-    builder = TensorBuilder(descs, buffers)
-    assert torch.equal(builder.build(0), storage[12:20].view(torch.int32))
-    assert torch.equal(builder.build(1), storage[5:9].clone().view(torch.int16))  # odd start: realigned
+    descs = [Descriptor("tensor", "int32", (2,), None, 0, 4, 8), Descriptor("tensor", "int16", (2,), None, 1, 2, 4)]
+    built = [build(d, buffers[d.buffer], as_base(buffers[d.buffer])) for d in descs]  # as the decoder builds them
+    assert torch.equal(built[0], storage[12:20].view(torch.int32))
+    assert torch.equal(built[1], storage[5:9].clone().view(torch.int16))  # odd start: realigned
 
 
 def test_retention_without_a_readable_directory_allows_no_growth(tmp_path: Path) -> None:

@@ -7,20 +7,20 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-import msgspec
 import numpy as np
 import pytest
 import torch
-from wire_helpers import segments_of
+from wire_helpers import edit_descriptor, frame_of, head_of, segments_of, tensor_exts
 
 import codec
 import transports
+from codec.dtypes import DTYPE_NAMES
 from codec.generated import REGISTRY, diffusion
 from transports.control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER
 from transports.pool import size_class
 from transports.shm import SHM_DIR
 
-OOB = codec.EncodeOptions(inline_threshold=1)
+OOB = codec.EncodeOptions(inline_threshold=1, embed_threshold=0)
 
 
 @pytest.fixture(params=["memfd", "named"])
@@ -120,15 +120,15 @@ def test_a_replayed_or_stale_handle_is_rejected(shm: transports.ShmTransport) ->
 def test_pool_handles_are_verified(shm: transports.ShmTransport) -> None:
     encoder, decoder = _pair(shm)
     frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
-    header = msgspec.msgpack.decode(frames[0])
-    handle = header["buffers"][0]["handle"]
+    header = head_of(frames[0])
+    handle = header[2][0][1]
     assert handle["transport"] == "shm-slot"
-    header["buffers"][0]["handle"]["offset"] = size_class(160_000)
+    handle["offset"] = size_class(160_000)
     with pytest.raises(codec.DecodeError, match=r"outside its \d+-byte area"):
-        decoder.decode([msgspec.msgpack.encode(header)])
-    header["buffers"][0]["handle"]["name"] = "psm_not_ours"
+        decoder.decode([frame_of(header)])
+    handle["name"] = "psm_not_ours"
     with pytest.raises(codec.DecodeError, match=r"'psm_not_ours' is not a tensorwire name"):
-        decoder.decode([msgspec.msgpack.encode(header)])
+        decoder.decode([frame_of(header)])
     assert _states(shm) == [FREE]  # the failed decode handed the slot back
 
 
@@ -145,18 +145,19 @@ def test_a_segment_without_a_control_page_is_rejected(shm: transports.ShmTranspo
 def test_a_segment_shorter_than_its_control_page_is_rejected(shm: transports.ShmTransport) -> None:
     encoder, _ = _pair(shm)
     frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
-    header = msgspec.msgpack.decode(frames[0])
-    name = header["buffers"][0]["handle"]["name"]
+    header = head_of(frames[0])
+    handle = header[2][0][1]
+    name = handle["name"]
     short = name.rsplit("-", 1)[0] + "-fffff"  # a name of our pattern, same creator
     (SHM_DIR / short).write_bytes(b"\0" * 64)
-    header["buffers"][0]["handle"]["name"] = short
-    header["buffers"][0]["handle"].pop("fd", None)  # a named segment
+    handle["name"] = short
+    handle.pop("fd", None)  # a named segment
     fresh = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False, backing="named")])
     try:
         with pytest.raises(
             codec.DecodeError, match=rf"pool segment {short} holds 64 bytes, less than its \d+-byte header"
         ):
-            fresh.decode([msgspec.msgpack.encode(header)])
+            fresh.decode([frame_of(header)])
     finally:
         (SHM_DIR / short).unlink()
 
@@ -179,7 +180,7 @@ def test_the_budget_falls_back_to_one_shot_segments() -> None:
     encoder = codec.Encoder(transport=shm, options=OOB)
     decoder = codec.Decoder(REGISTRY, transports=[shm])
     frames = encoder.encode(diffusion.Output(output=[torch.ones(40_000), torch.ones(40_000)]))
-    kinds = [e["handle"]["transport"] for e in msgspec.msgpack.decode(frames[0])["buffers"]]
+    kinds = [handle["transport"] for _, handle in head_of(frames[0])[2]]
     assert kinds == ["shm-slot", "shm"]  # 196 KiB slot fits, a second one would not
     out = decoder.decode(frames)
     assert float(out.output[1].sum()) == 40_000.0
@@ -260,8 +261,10 @@ def test_empty_numpy_sends_without_copying(shm: transports.ShmTransport) -> None
 def test_a_descriptor_failure_hands_the_slots_back(shm: transports.ShmTransport) -> None:
     encoder, decoder = _pair(shm)
     frames = encoder.encode(diffusion.Output(output=[torch.ones(20_000), torch.ones(30_000)]))
-    header = msgspec.msgpack.decode(frames[0])
-    header["tensors"][1][1] = "object"
-    with pytest.raises(codec.DecodeError, match=r"'object' is not in the wire dtype table"):
-        decoder.decode([msgspec.msgpack.encode(header)])
+    header = head_of(frames[0])
+    second = header[3]["output"][1]
+    assert tensor_exts(header[3])[1] is second
+    header[3]["output"][1] = edit_descriptor(second, dtype=len(DTYPE_NAMES))
+    with pytest.raises(codec.DecodeError, match=rf"dtype code {len(DTYPE_NAMES)} is not in the wire dtype table"):
+        decoder.decode([frame_of(header)])
     assert _states(shm) == [FREE, FREE]

@@ -15,7 +15,7 @@ import codec
 import transports
 from codec.generated import REGISTRY, diffusion
 
-OOB = codec.EncodeOptions(inline_threshold=1)
+OOB = codec.EncodeOptions(inline_threshold=1, embed_threshold=0)
 
 
 def _ctx() -> Any:
@@ -130,17 +130,16 @@ def test_the_buffer_is_bounded() -> None:
 
 
 def test_the_arriving_tensor_is_checked_against_the_buffer_entry() -> None:
-    import msgspec
+    from tests.wire_helpers import edit_descriptor, frame_of, head_of
 
     queue = _ctx().Queue()
     encoder, decoder, _ = _pair(queue)
     frames = encoder.encode(diffusion.Output(output=torch.ones(8)))
-    header = msgspec.msgpack.decode(frames[0])
-    header["buffers"][0]["nbytes"] = 16
-    header["tensors"][0][2] = [4]
-    header["tensors"][0][6] = 16
+    header = head_of(frames[0])
+    header[2][0][0] = 16
+    header[3]["output"] = edit_descriptor(header[3]["output"], shape=[4], nbytes=16)
     with pytest.raises(codec.DecodeError, match=r"is torch.uint8 of shape \(32,\), the buffer entry says 16 bytes"):
-        decoder.decode([msgspec.msgpack.encode(header)])
+        decoder.decode([frame_of(header)])
 
 
 def test_snapshot_copies_and_default_aliases() -> None:

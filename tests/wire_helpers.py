@@ -66,3 +66,61 @@ def damage(data: bytes, edits: list[tuple[str, int, int]], cut: int | None = Non
             else:
                 del out[pos]
     return bytes(out[:cut] if cut is not None else out)
+
+
+def head_of(frame0: Any) -> list[Any]:
+    """Frame 0 as plain data: ``[tag, fingerprint, [[nbytes, handle map], ...], body]`` (tensor
+    extensions stay ``msgspec.msgpack.Ext``; re-encode with ``frame_of``)."""
+    head = msgspec.msgpack.decode(bytes(memoryview(frame0)))
+    assert isinstance(head, list)
+    return head
+
+
+def frame_of(head: list[Any]) -> bytes:
+    """Frame 0 from the plain data ``head_of`` gives."""
+    return msgspec.msgpack.encode(head)
+
+
+def tensor_exts(value: Any) -> list[msgspec.msgpack.Ext]:
+    """Every tensor extension (codes 1 and 3) in a decoded body, in body order (tuples entered)."""
+    found: list[msgspec.msgpack.Ext] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, msgspec.msgpack.Ext):
+            if item.code == 2:
+                stack.append(msgspec.msgpack.decode(item.data))
+            else:
+                found.append(item)
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return found
+
+
+def edit_descriptor(ext: msgspec.msgpack.Ext, **changes: Any) -> msgspec.msgpack.Ext:
+    """A copy of a buffer tensor extension (code 1) with descriptor fields replaced: ``kind`` (0/1),
+    ``dtype`` (code), ``shape``, ``strides`` (None: contiguous), ``buffer``, ``offset``, ``nbytes``,
+    ``shared`` (bool); raw ``flags`` may be forced too."""
+    from codec.dtypes import DTYPE_NAMES
+    from codec.wire import KINDS, SHARED, pack_descriptor, unpack_descriptor
+
+    assert ext.code == 1
+    desc = unpack_descriptor(1, ext.data)
+    fields = {
+        "kind": KINDS.index(desc.kind),
+        "dtype": DTYPE_NAMES.index(desc.dtype),
+        "shape": desc.shape,
+        "strides": desc.strides,
+        "buffer": desc.buffer,
+        "offset": desc.offset,
+        "nbytes": desc.nbytes,
+        "shared": bool(ext.data[3] & SHARED),
+    }
+    flags = changes.pop("flags", None)
+    fields.update(changes)
+    data = bytearray(pack_descriptor(**fields))
+    if flags is not None:
+        data[3] = flags
+    return msgspec.msgpack.Ext(1, bytes(data))

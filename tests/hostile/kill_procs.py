@@ -22,9 +22,10 @@ from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import msgspec
 import numpy as np
 import torch
+
+from tests.wire_helpers import head_of
 
 if TYPE_CHECKING:
     from transports.shm import Backing
@@ -84,7 +85,9 @@ class Worker:
         from codec.generated import REGISTRY
 
         self.transport = transports.ShmTransport(directory, pool=pool, backing=backing, claim_timeout=claim_timeout)
-        self.encoder = codec.Encoder(transport=self.transport, options=codec.EncodeOptions(inline_threshold=1))
+        self.encoder = codec.Encoder(
+            transport=self.transport, options=codec.EncodeOptions(embed_threshold=0, inline_threshold=1)
+        )
         options = codec.DecodeOptions(borrow=borrow)
         self.decoder = codec.Decoder(REGISTRY, transports=[self.transport], options=options)
         intact(message(BLOCK, 0), BLOCK, 0)  # whatever torch opens lazily is open before the count
@@ -257,7 +260,7 @@ def _failed_encode(transport: Any, *sizes: int) -> dict[str, Any]:
     import codec
     from codec.generated import diffusion
 
-    encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
+    encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(embed_threshold=0, inline_threshold=1))
     before = set(os.listdir(SHM))
     report: dict[str, Any] = {"error": None}
     with _copies() as copied:
@@ -286,7 +289,7 @@ def _round_trip_16mib() -> dict[str, Any]:
     before, free = set(os.listdir(SHM)), _free()
     tensor = payload(MIB16, 16)
     frames = codec.Encoder(transport=transport).encode(diffusion.Output(output=tensor))
-    handle = msgspec.msgpack.decode(frames[0])["buffers"][0]["handle"]
+    handle = head_of(frames[0])[2][0][1]
     received = codec.Decoder(REGISTRY, transports=[transport]).decode(frames).output
     report = {
         "handle": {"transport": handle["transport"], "memfd": handle.get("fd") is not None},
@@ -306,9 +309,9 @@ def _one_shots_then_read_when_full() -> dict[str, Any]:
     from codec.generated import REGISTRY, diffusion
 
     sender = transports.ShmTransport(pool=False)
-    encoder = codec.Encoder(transport=sender, options=codec.EncodeOptions(inline_threshold=1))
+    encoder = codec.Encoder(transport=sender, options=codec.EncodeOptions(embed_threshold=0, inline_threshold=1))
     sent = [encoder.encode(diffusion.Output(output=payload(SMALL, seed))) for seed in (1, 2)]
-    names = [msgspec.msgpack.decode(frames[0])["buffers"][0]["handle"]["name"] for frames in sent]
+    names = [head_of(frames[0])[2][0][1]["name"] for frames in sent]
     _fill(0, "filler-rest")
     report: dict[str, Any] = {"free": _free(), "read": []}
     reader = transports.ShmTransport(pool=False)

@@ -17,11 +17,11 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 import numpy as np
 import torch
 
 from tests.hostile.messages import check_message, make_message
+from tests.wire_helpers import head_of
 
 THREADS = 4
 MESSAGES = 100
@@ -30,8 +30,7 @@ SHM = "/dev/shm"
 
 def handle_ids(frames: list[Any]) -> list[tuple[str, int, int]]:
     """The ``(sender, message, tensor)`` ids of the queue handles in a message's header."""
-    header = msgspec.msgpack.decode(frames[0])
-    return [(b["handle"]["sender"], b["handle"]["message"], b["handle"]["tensor"]) for b in header["buffers"]]
+    return [(h["sender"], h["message"], h["tensor"]) for _, h in head_of(frames[0])[2]]
 
 
 def encode_all(encoder: Any, thread: int, send: Callable[[Any], Any]) -> None:
@@ -102,9 +101,8 @@ def threaded_producer(data_queue: Any, conns: list[Any], done: Any) -> None:
     import codec
     import transports
 
-    encoder = codec.Encoder(
-        transport=transports.QueueTransport(data_queue), options=codec.EncodeOptions(inline_threshold=1)
-    )
+    options = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through the queue
+    encoder = codec.Encoder(transport=transports.QueueTransport(data_queue), options=options)
     threads = [threading.Thread(target=encode_all, args=(encoder, i, conn.send)) for i, conn in enumerate(conns)]
     for thread in threads:
         thread.start()
@@ -178,7 +176,7 @@ def _case(data: Any, name: str, *, snapshot: bool, numpy: bool, prechecked: bool
     logging.getLogger("tensorwire.queue").addHandler(lines)
     tx = transports.QueueTransport(data, snapshot=snapshot, timeout=5)
     rx = transports.QueueTransport(data, timeout=5)
-    encoder = codec.Encoder(transport=tx, options=codec.EncodeOptions(inline_threshold=1))
+    encoder = codec.Encoder(transport=tx, options=codec.EncodeOptions(embed_threshold=0, inline_threshold=1))
     small, big = _buffers(numpy)
     decoy = os.path.join(SHM, f"torch_{os.getpid()}_1_{name}")  # torch's pattern and our pid, not this call's
     open(decoy, "wb").close()

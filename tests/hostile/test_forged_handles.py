@@ -27,13 +27,15 @@ import torch
 
 import codec
 import transports
+from codec import wire
 from codec.generated import REGISTRY, diffusion
 from tests.hostile import victim as victim_module
 from tests.hostile.children import spawned
+from tests.wire_helpers import edit_descriptor, frame_of, head_of
 from transports.control import CONTROL_BYTES, SENDER, Page
 from transports.segment import SEALS
 
-OOB = codec.EncodeOptions(inline_threshold=1)
+OOB = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # the payload through shared memory
 
 
 @pytest.fixture
@@ -63,36 +65,42 @@ def victim(directory: Path) -> Iterator[dict[str, Any]]:
         assert child.join() == 0
 
 
-def _template(directory: Path) -> tuple[transports.ShmTransport, list[Any], dict[str, Any]]:
-    """This process's own one-shot message of 4 KiB, as frames and as a header to forge."""
+def _template(directory: Path) -> tuple[transports.ShmTransport, list[Any], list[Any]]:
+    """This process's own one-shot message of 4 KiB, as frames and as a frame 0 to forge."""
     transport = transports.ShmTransport(directory, pool=False)
     frames = codec.Encoder(transport=transport, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
-    return transport, frames, msgspec.msgpack.decode(frames[0])
+    return transport, frames, head_of(frames[0])
 
 
-def _release_own(transport: transports.ShmTransport, header: dict[str, Any]) -> None:
-    transport.release(msgspec.convert(header["buffers"][0]["handle"], transports.ShmHandle))
+def _release_own(transport: transports.ShmTransport, head: list[Any]) -> None:
+    transport.release(msgspec.convert(head[2][0][1], transports.ShmHandle))
 
 
-FAILURES: dict[str, Callable[[dict[str, Any]], None]] = {
+def _descriptor(head: list[Any], **changes: Any) -> None:
+    """Change the descriptor of the message's one tensor (in the body, at ``output``)."""
+    head[3]["output"] = edit_descriptor(head[3]["output"], **changes)
+
+
+FAILURES: dict[str, Callable[[list[Any]], None]] = {  # frame 0 is [tag, fingerprint, buffers, body]
     "none": lambda h: None,
-    "magic": lambda h: h.update(magic="pickle"),
-    "type": lambda h: h.update(type="evil.Type"),
-    "body": lambda h: h["body"].update(chunk_index="x"),
-    "descriptor": lambda h: h["tensors"][0].__setitem__(1, "object"),
-    "size": lambda h: h["buffers"][0].update(nbytes=4095),
+    "magic": lambda h: h.__setitem__(0, "pickle:2:diffusion.Output:1"),
+    "type": lambda h: h.__setitem__(0, wire.tag("evil.Type", 1)),
+    "body": lambda h: h[3].update(chunk_index="x"),
+    "descriptor": lambda h: h[3].__setitem__("output", msgspec.msgpack.Ext(1, b"\x00\xff\x01\x00")),
+    "extent": lambda h: _descriptor(h, offset=4),  # well-formed, reaching past its buffer
+    "size": lambda h: h[2][0].__setitem__(0, 4095),
 }
 
 
-def _attack(decoder: codec.Decoder, header: dict[str, Any], handle: dict[str, Any]) -> list[str]:
-    """Decode ``header`` with ``handle`` in its buffer table through every failure path; the errors."""
+def _attack(decoder: codec.Decoder, head: list[Any], handle: dict[str, Any]) -> list[str]:
+    """Decode ``head`` with ``handle`` in its buffer table through every failure path; the errors."""
     errors = []
     for failure in FAILURES.values():
-        forged = msgspec.msgpack.decode(msgspec.msgpack.encode(header))
-        forged["buffers"][0]["handle"] = handle
+        forged = head_of(frame_of(head))
+        forged[2][0][1] = handle
         failure(forged)
         with pytest.raises(codec.CodecError) as info:
-            decoder.decode([msgspec.msgpack.encode(forged)])
+            decoder.decode([frame_of(forged)])
         errors.append(str(info.value))
     return errors
 
@@ -109,18 +117,18 @@ ONE_SHOT_ERRORS = {
 
 
 def test_forged_one_shot_handles_leave_every_file_as_it_was(directory: Path) -> None:
-    own, frames, header = _template(directory)
+    own, frames, head = _template(directory)
     decoder = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(directory, backing="named", pool=False)])
     with victim(directory) as info:
         for kind, name in info["decoys"].items():
-            errors = _attack(decoder, header, {"transport": "shm", "name": name, "capability": secrets.token_bytes(16)})
+            errors = _attack(decoder, head, {"transport": "shm", "name": name, "capability": secrets.token_bytes(16)})
             assert _matches(errors[0], ONE_SHOT_ERRORS[kind]), (kind, errors[0])
         targets = [info["handles"]["one_shot"]["name"], info["handles"]["named"]["name"]]
         for name in targets:
             for capability in (secrets.token_bytes(16), bytes(16)):
-                errors = _attack(decoder, header, {"transport": "shm", "name": name, "capability": capability})
+                errors = _attack(decoder, head, {"transport": "shm", "name": name, "capability": capability})
                 assert _matches(errors[0], r"the handle's capability does not match|holds \d+ bytes, its handle")
-        assert _matches(_attack(decoder, header, _shm(f"tw-2147483648-{'a' * 32}-1"))[0], r"not a tensorwire name")
+        assert _matches(_attack(decoder, head, _shm(f"tw-2147483648-{'a' * 32}-1"))[0], r"not a tensorwire name")
     assert codec.Decoder(REGISTRY, transports=[own]).decode(frames).output.sum() == victim_module.PAYLOAD.sum()
 
 
@@ -140,7 +148,7 @@ if os.geteuid() != 0:  # only root can make another uid's file here: the victim'
 def test_forged_slot_handles_leave_every_slot_and_file_as_it_was(directory: Path) -> None:
     own = transports.ShmTransport(directory, backing="named", claim_timeout=3600.0)
     frames = codec.Encoder(transport=own, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
-    header = msgspec.msgpack.decode(frames[0])
+    head = head_of(frames[0])
     decoders = {
         backing: codec.Decoder(REGISTRY, transports=[transports.ShmTransport(directory, backing=backing)])
         for backing in ("memfd", "named")
@@ -152,20 +160,20 @@ def test_forged_slot_handles_leave_every_slot_and_file_as_it_was(directory: Path
             for capability in (secrets.token_bytes(16), bytes(16)):
                 forged = {**real, "transport": "shm-slot", "capability": capability}
                 for backing, decoder in decoders.items():
-                    errors = _attack(decoder, header, forged)
+                    errors = _attack(decoder, head, forged)
                     expected = (
                         r"capability does not match" if backing == "named" or kind == "memfd" else "named segment"
                     )
                     assert _matches(errors[0], expected), (kind, backing, errors[0])
         memfd = info["handles"]["memfd"]
         for number in info["other_fds"]:  # the victim's pipe and /dev/null, named as if they were its memfd
-            errors = _attack(decoders["memfd"], header, {**memfd, "fd": number, "capability": bytes(16)})
+            errors = _attack(decoders["memfd"], head, {**memfd, "fd": number, "capability": bytes(16)})
             assert _matches(errors[0], rf"/proc/{pid}/fd/{number} is not that memfd"), errors[0]
         for kind, name in info["decoys"].items():
             slot = {"transport": "shm-slot", "name": name, "offset": 0, "generation": 1, "capability": bytes(16)}
-            errors = _attack(decoders["named"], header, slot)
+            errors = _attack(decoders["named"], head, slot)
             assert _matches(errors[0], rf"pool segment {name} {SLOT_ERRORS[kind]}"), (kind, errors[0])
-            errors = _attack(decoders["memfd"], header, {**slot, "fd": 3})
+            errors = _attack(decoders["memfd"], head, {**slot, "fd": 3})
             link = rf"/proc/{pid}/fd/3"
             expected = rf"pool segment {name}: {link} is not that memfd|cannot open pool segment {name} through {link}"
             assert _matches(errors[0], expected), (kind, errors[0])
@@ -184,7 +192,7 @@ def test_a_memfd_receiver_refuses_named_slots_and_maps_no_one_shot(directory: Pa
     assert named.pool is not None and [s.state for s in named.pool.slots()] == [transports.control.IN_FLIGHT]
     one_shot = transports.ShmTransport(directory, pool=False)
     frames = codec.Encoder(transport=one_shot, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
-    name = msgspec.msgpack.decode(frames[0])["buffers"][0]["handle"]["name"]
+    name = head_of(frames[0])[2][0][1]["name"]
     borrowing = codec.Decoder(REGISTRY, transports=[receiver], options=codec.DecodeOptions(borrow=True))
     out = borrowing.decode(frames).output
     assert torch.equal(out, victim_module.PAYLOAD)
@@ -211,21 +219,20 @@ def _crafted_memfd(sealed: bool) -> tuple[int, mmap.mmap, dict[str, Any]]:
 
 def test_an_unsealed_memfd_is_refused_even_with_the_right_capability(directory: Path) -> None:
     """A hostile sender could shrink an unsealed memfd under the receiver's mapping (a SIGBUS)."""
-    own, _, header = _template(directory)
-    _release_own(own, header)
-    header["buffers"][0]["nbytes"] = 4096
+    own, _, head = _template(directory)
+    _release_own(own, head)
     decoder = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(directory)])
     for sealed in (False, True):
         fd, mapping, handle = _crafted_memfd(sealed)
-        forged = {**header, "buffers": [{"nbytes": 4096, "handle": handle}]}
+        forged = [*head[:2], [[4096, handle]], head[3]]
         try:
             if sealed:  # the same layout, sealed: accepted, which shows the refusal is about the seals
-                out = decoder.decode([msgspec.msgpack.encode(forged)]).output
+                out = decoder.decode([frame_of(forged)]).output
                 assert out.shape == (1024,)
                 del out
             else:
                 with pytest.raises(codec.DecodeError, match=r"is not sealed against resizing"):
-                    decoder.decode([msgspec.msgpack.encode(forged)])
+                    decoder.decode([frame_of(forged)])
         finally:
             mapping.close()
             os.close(fd)

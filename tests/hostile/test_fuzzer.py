@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+from wire_helpers import tensor_exts
 
 from tools.fuzz import cases, known, rawmp
 from tools.fuzz.case import dump, file_name, load
@@ -65,8 +67,27 @@ def test_a_case_file_round_trips() -> None:
 def test_raw_msgpack_walk_handles_100000_nested_extensions() -> None:
     chain = rawmp.ext_chain([(2, b"")] * 100_000, b"\x90")
     assert rawmp.skip(chain, 0) == len(chain)
-    head, pairs, rest = rawmp.entries(rawmp.build_map([(b"\xa1a", chain), (b"\xa1b", b"\xc1")])) or (b"", [], b"")
-    assert head == b"\x82" and [k for k, _ in pairs] == [b"\xa1a"] and rest == b"\xa1b\xc1"
+    head, items, rest = rawmp.items(rawmp.build_array([b"\xa1a", chain, b"\xc1", b"\xc0"])) or (b"", [], b"")
+    assert head == b"\x94" and items == [b"\xa1a", chain] and rest == b"\xc1\xc0"
+
+
+def test_cases_are_wire_2_frames() -> None:
+    """Generated frames are arrays ``[tag, fingerprint, buffers, body]`` whose buffer table holds
+    ``[nbytes, handle]`` pairs and whose body carries tensors as ext(1) and ext(3)."""
+    codes: set[int] = set()
+    legit = 0
+    for index in range(400):
+        case = cases.generate(11, index)
+        if case.family != "legit":
+            continue
+        legit += 1
+        head = msgspec.msgpack.decode(case.frames[0])
+        assert isinstance(head, list) and len(head) == 4 and head[0].startswith("tensorwire:2:"), head[:2]
+        for i, (nbytes, handle) in enumerate(head[2]):  # a handle bound at materialization is a placeholder
+            assert isinstance(nbytes, int) and (isinstance(handle, dict) or handle.startswith("$")), head[2]
+            assert isinstance(handle, dict) or any(b.path[:3] == [2, i, 1] for b in case.bindings), case.bindings
+        codes.update(e.code for e in tensor_exts(head[3]))
+    assert legit and codes == {1, 3}
 
 
 def test_the_corpus_holds_every_known_bug_case() -> None:

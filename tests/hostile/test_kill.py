@@ -25,13 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 
 import codec
 import transports
 from tests.hostile import kill_procs
-from tests.wire_helpers import memfds_held
+from tests.wire_helpers import head_of, memfds_held
 from transports.control import CLAIMED, FREE, IN_FLIGHT, MAGIC, SENDER
 
 BIG = 256 * 1024 * 1024  # the buffer of the mid-copy kills
@@ -181,8 +180,8 @@ def _creator(name: str) -> int:
 
 def _name(frames: list[bytes]) -> str:
     """The segment name of a one-buffer message."""
-    (entry,) = msgspec.msgpack.decode(frames[0])["buffers"]
-    name: str = entry["handle"]["name"]
+    ((_, handle),) = head_of(frames[0])[2]
+    name: str = handle["name"]
     return name
 
 
@@ -228,7 +227,8 @@ def _wait_gone(pid: int) -> None:
 def _expired(case: Case, sender: Peer) -> str:
     what = "pool slot" if case.pooled else "shared memory segment"
     name = rf"tw-{sender.pid}-[0-9a-f]{{32}}-[0-9a-f]+"
-    return rf"^{what} {name} generation 1 expired: it was not claimed within its sender's claim timeout$"
+    expired = rf"{what} {name} generation 1 expired: it was not claimed within its sender's claim timeout"
+    return rf"^diffusion\.Output v1: {expired}$"
 
 
 # -- the sender dies ------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import codec
 from codec.generated import REGISTRY, diffusion
 from codec.inspect import describe
 from codec.scan import check_depth
+from tests.wire_helpers import frame_of, head_of, tensor_exts
 
 DECODER = codec.Decoder(REGISTRY)
 INLINE = codec.Encoder()
@@ -83,7 +84,11 @@ KINDS: dict[str, tuple[Sequence[Wrap], int]] = {
     "ext, array, map and tuple in turn": ((_ext_in_ext, _array, _map, _tuple), 1),
     "everything": ((_array, _map, _ext_in_ext, _tuple, _ext_in_ext), 1),
 }
-LEAVES = {"int": b"\x01", "tensor": ext_header(1, 4) + b"\x00\x00\x00\x00", "empty map": b"\x80"}
+ONE_TENSOR = codec.Encoder(options=codec.EncodeOptions(embed_threshold=0)).encode(
+    diffusion.Output(output=torch.zeros(1))
+)
+TENSOR = msgspec.msgpack.encode(tensor_exts(head_of(ONE_TENSOR[0])[3])[0])  # the descriptor of its tensor in frame 1
+LEAVES = {"int": b"\x01", "tensor": TENSOR, "empty map": b"\x80"}
 LEAF_LEVELS = {"int": 0, "tensor": 0, "empty map": 1}  # an empty container is a level of its own
 
 
@@ -102,10 +107,9 @@ def nest(levels: int, leaf: bytes, wraps: Sequence[Wrap]) -> bytes:
 
 def frames_with_body(value: bytes) -> list[Any]:
     """A real message's frames (one tensor) whose body's ``output`` is the raw msgpack ``value``."""
-    frames = INLINE.encode(diffusion.Output(output=torch.zeros(1)))
-    header = msgspec.msgpack.decode(frames[0])
-    header["body"] = msgspec.Raw(b"\x81\xa6output" + value)
-    return [msgspec.msgpack.encode(header), *frames[1:]]
+    head = head_of(ONE_TENSOR[0])
+    head[3] = msgspec.Raw(b"\x81\xa6output" + value)
+    return [frame_of(head), *ONE_TENSOR[1:]]
 
 
 def deep_frames(kind: str, leaf: str, wraps_count: int) -> list[Any]:

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 import torch
-from wire_helpers import same
+from wire_helpers import frame_of, head_of, same
 
 import codec
 import transports
@@ -40,7 +40,8 @@ def test_every_builtin_type_travels_without_pickle(no_pickle: None) -> None:
     shm = transports.ShmTransport()
     try:
         for transport in (None, shm):
-            encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
+            options = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor in a buffer
+            encoder = codec.Encoder(transport=transport, options=options)
             decoder = codec.Decoder(REGISTRY, transports=[shm])
             for message in (build() for builders in cases().values() for _, build in builders):
                 out = decoder.decode(encoder.encode(message))
@@ -50,9 +51,10 @@ def test_every_builtin_type_travels_without_pickle(no_pickle: None) -> None:
         shm.close()
 
 
-def test_a_pickle_in_a_frame_is_only_bytes(no_pickle: None) -> None:
+@pytest.mark.parametrize("code", [1, 3])  # where a tensor in a buffer / a tensor inside frame 0 goes
+def test_a_pickle_in_a_frame_is_only_bytes(no_pickle: None, code: int) -> None:
     frames = codec.Encoder().encode(REGISTRY.type("diffusion.Output")(output=torch.ones(3)))
-    header = msgspec.msgpack.decode(frames[0])
-    header["body"]["output"] = msgspec.msgpack.Ext(1, b"\x80\x05K\x01.")  # a pickle where a tensor reference goes
-    with pytest.raises(codec.DecodeError, match=r"tensor reference of 5 bytes, expected 4"):
-        codec.Decoder(REGISTRY).decode([msgspec.msgpack.encode(header), *frames[1:]])
+    head = head_of(frames[0])
+    head[3]["output"] = msgspec.msgpack.Ext(code, b"\x80\x05K\x01.")  # a pickle where a tensor descriptor goes
+    with pytest.raises(codec.DecodeError, match=r"tensor kind 128 is neither 0 \(tensor\) nor 1 \(ndarray\)"):
+        codec.Decoder(REGISTRY).decode([frame_of(head), *frames[1:]])

@@ -16,12 +16,13 @@ import codec
 from codec.generated import REGISTRY, diffusion
 
 SHARE = codec.Decoder(REGISTRY, options=codec.DecodeOptions(copy_readonly=False))
+ENCODER = codec.Encoder(options=codec.EncodeOptions(embed_threshold=0))  # every tensor in an inline frame
 
 
 @pytest.mark.parametrize("form", ["frames", "bytes frames", "bytes blob"])
 def test_torch_tensors_over_read_only_memory_are_copies(form: str) -> None:
     sent = torch.arange(16, dtype=torch.float32)
-    frames = codec.Encoder().encode(diffusion.Output(output=(sent, np.arange(4))))
+    frames = ENCODER.encode(diffusion.Output(output=(sent, np.arange(4))))
     if form == "bytes frames":
         frames = [bytes(memoryview(f)) for f in frames]
     blob = codec.join(frames)
@@ -36,7 +37,7 @@ def test_torch_tensors_over_read_only_memory_are_copies(form: str) -> None:
 
 
 def test_numpy_arrays_over_writable_memory_are_shared_views() -> None:
-    blob = bytearray(codec.join(codec.Encoder().encode(diffusion.Output(output=np.arange(4)))))
+    blob = bytearray(codec.join(ENCODER.encode(diffusion.Output(output=np.arange(4)))))
     array = SHARE.decode(codec.split(blob)).output
     assert array.flags.writeable
     array[0] = 9

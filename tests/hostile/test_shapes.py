@@ -18,33 +18,44 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import codec
+from codec.dtypes import DTYPE_NAMES
 from codec.generated import REGISTRY, diffusion
+from codec.wire import EXT_INLINE, pack_inline
+from tests.wire_helpers import edit_descriptor, frame_of, head_of, tensor_exts
 
 DECODER = codec.Decoder(REGISTRY)
 INLINE = codec.Encoder()
 LIMIT = codec.Limits().max_tensor_bytes  # 2**34
+FRAMES_OPTIONS = codec.EncodeOptions(embed_threshold=0)  # the tensor in frame 1, described in frame 0
 FRAMES = {
-    "tensor": INLINE.encode(diffusion.Output(output=[torch.zeros(4)])),
-    "ndarray": INLINE.encode(diffusion.Output(output=[np.zeros(4, np.float32)])),
+    "tensor": codec.Encoder(options=FRAMES_OPTIONS).encode(diffusion.Output(output=[torch.zeros(4)])),
+    "ndarray": codec.Encoder(options=FRAMES_OPTIONS).encode(diffusion.Output(output=[np.zeros(4, np.float32)])),
 }
 ITEMSIZE = {"float32": 4, "uint8": 1, "complex128": 16}
 
 
-def forged(kind: str, shape: list[int], strides: list[int] | None = None, dtype: str = "float32") -> list[Any]:
-    """The frames of a one-tensor message whose descriptor says ``shape`` and ``strides`` (C order by default)."""
-    header = msgspec.msgpack.decode(FRAMES[kind][0])
-    desc = header["tensors"][0]
-    if strides is None:
-        strides, step = [], 1
-        for dim in reversed(shape):
-            strides.insert(0, step if step < 2**63 else 1)  # one msgpack can hold
-            step *= max(dim, 1)
+def forged(
+    kind: str, shape: list[int], strides: list[int] | None = None, dtype: str = "float32", offset: int = 0
+) -> list[Any]:
+    """The frames of a one-tensor message whose descriptor says ``shape`` and ``strides`` (None: C order)."""
+    head = head_of(FRAMES[kind][0])
     numel = 1
     for dim in shape:
         numel *= dim
-    desc[1], desc[2], desc[3] = dtype, shape, strides
-    desc[6] = numel * ITEMSIZE[dtype] if numel * ITEMSIZE[dtype] < 2**64 else 0
-    return [msgspec.msgpack.encode(header), *FRAMES[kind][1:]]
+    nbytes = numel * ITEMSIZE[dtype] if numel * ITEMSIZE[dtype] < 2**64 else 0
+    (ext,) = tensor_exts(head[3])
+    head[3]["output"] = [
+        edit_descriptor(ext, dtype=DTYPE_NAMES.index(dtype), shape=shape, strides=strides, nbytes=nbytes, offset=offset)
+    ]
+    return [frame_of(head), *FRAMES[kind][1:]]
+
+
+def forged_inside(kind: str, shape: list[int], dtype: str = "float32") -> list[Any]:
+    """The one frame of a message whose tensor, carried inside frame 0 with no bytes, says ``shape``."""
+    payload = pack_inline(["tensor", "ndarray"].index(kind), DTYPE_NAMES.index(dtype), shape, b"")
+    head = head_of(FRAMES[kind][0])
+    head[2], head[3]["output"] = [], [msgspec.msgpack.Ext(EXT_INLINE, payload)]
+    return [frame_of(head)]
 
 
 def _at(axis: str) -> str:
@@ -76,7 +87,6 @@ BAD_SHAPES = [
     ([0, 5], [2**63 - 1, 1], "strides\\[0\\]", STRIDE.format(2**63 - 1)),
     ([0, 5], [-(2**63), 1], "strides\\[0\\]", STRIDE.format(-(2**63))),
     ([5, 0], [1, LIMIT + 1], "strides\\[1\\]", STRIDE.format(LIMIT + 1)),
-    ([0], [2**64 - 1], "strides\\[0\\]", STRIDE.format(2**64 - 1)),
     ([3, 2], [LIMIT + 1, 1], "strides\\[0\\]", STRIDE.format(LIMIT + 1)),
 ]
 
@@ -88,6 +98,15 @@ def test_sizes_past_the_limits_are_decode_errors_naming_the_axis(
 ) -> None:
     with pytest.raises(codec.DecodeError, match=rf"^diffusion\.Output v1: {reason}{_at(axis)}"):
         DECODER.decode(forged(kind, shape, strides))
+
+
+@pytest.mark.parametrize("kind", ["tensor", "ndarray"])
+@pytest.mark.parametrize(("shape", "axis", "reason"), [(s, a, r) for s, strides, a, r in BAD_SHAPES if strides is None])
+def test_sizes_past_the_limits_inside_frame_0_are_decode_errors_naming_the_axis(
+    kind: str, shape: list[int], axis: str, reason: str
+) -> None:
+    with pytest.raises(codec.DecodeError, match=rf"^diffusion\.Output v1: {reason}{_at(axis)}"):
+        DECODER.decode(forged_inside(kind, shape))
 
 
 def test_torch_tensors_have_no_negative_strides_even_empty() -> None:
@@ -121,7 +140,7 @@ def test_empty_tensors_within_the_limits_decode_with_their_layout(
 
 
 _DIMS = st.sampled_from([0, 0, 1, 2, 3, 2**16, 2**31, 2**32, LIMIT, LIMIT + 1, 2**62, 2**63 - 1, 2**63, 2**64 - 1])
-_STRIDES = st.sampled_from([0, 1, -1, 3, 2**31, LIMIT, -LIMIT, LIMIT + 1, -(2**63), 2**63 - 1, 2**64 - 1])
+_STRIDES = st.sampled_from([0, 1, -1, 3, 2**31, LIMIT, -LIMIT, LIMIT + 1, -(2**63), 2**63 - 1])  # the wire's i64
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -137,11 +156,8 @@ def test_any_shape_strides_and_offset_decode_or_raise_a_decode_error(
     kind: str, dtype: str, layout: tuple[list[int], list[int]], offset: int
 ) -> None:
     shape, strides = layout
-    frames = forged(kind, shape, strides, dtype)
-    header = msgspec.msgpack.decode(frames[0])
-    header["tensors"][0][4] = offset
     try:
-        value = DECODER.decode([msgspec.msgpack.encode(header), *frames[1:]]).output[0]
+        value = DECODER.decode(forged(kind, shape, strides, dtype, offset)).output[0]
     except codec.DecodeError as exc:
         assert " - at `$.output[0]" in str(exc)
         return
@@ -190,19 +206,20 @@ def test_a_smaller_limit_bounds_every_dimension_on_both_sides() -> None:
         encoder.encode(diffusion.Output(output=torch.empty(0, 101, dtype=torch.uint8)))
     frames = encoder.encode(diffusion.Output(output=torch.empty(0, 100, dtype=torch.uint8)))
     assert decoder.decode(frames).output.shape == (0, 100)
-    header = msgspec.msgpack.decode(frames[0])
-    header["tensors"][0][2] = [0, 101]
+    head = head_of(frames[0])
+    head[3]["output"] = msgspec.msgpack.Ext(EXT_INLINE, pack_inline(0, DTYPE_NAMES.index("uint8"), [0, 101], b""))
     with pytest.raises(
         codec.DecodeError, match=r"dimension 101 is larger than the limit of 100 - at `\$\.output\.shape\[1\]`"
     ):
-        decoder.decode([msgspec.msgpack.encode(header), *frames[1:]])
+        decoder.decode([frame_of(head), *frames[1:]])
 
 
+@pytest.mark.parametrize("inside", [False, True])  # in a buffer, or inside frame 0
 @pytest.mark.parametrize("kind", ["tensor", "ndarray"])
 @pytest.mark.parametrize("shape", [[2**63, 0], [0, 2**64 - 1], [3, 0, 2**63]])  # past int64
 def test_with_limits_past_what_torch_and_numpy_hold_a_decode_still_raises_only_a_decode_error(
-    kind: str, shape: list[int]
+    kind: str, shape: list[int], inside: bool
 ) -> None:
     decoder = codec.Decoder(REGISTRY, options=codec.DecodeOptions(limits=codec.Limits(max_tensor_bytes=2**80)))
     with pytest.raises(codec.DecodeError, match=r"tensor 0 of shape .* cannot be built: "):
-        decoder.decode(forged(kind, shape))
+        decoder.decode(forged_inside(kind, shape) if inside else forged(kind, shape))

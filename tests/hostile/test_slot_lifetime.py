@@ -14,17 +14,18 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import msgspec
 import pytest
 import torch
 
 import codec
 import transports
+from codec import wire
 from codec.generated import REGISTRY, diffusion
 from tests.hostile import claimers
+from tests.wire_helpers import frame_of, head_of
 from transports.control import CLAIMED, FREE, IN_FLIGHT
 
-OOB = codec.EncodeOptions(inline_threshold=1)
+OOB = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor out of band
 BACKINGS = ["memfd", "named"]
 
 
@@ -99,7 +100,7 @@ def test_the_trimmer_brings_expired_slots_back_by_itself(backing: str, make: Any
 def test_an_unclaimed_one_shot_is_unlinked_after_its_timeout(make: Any) -> None:
     shm = make(pool=False, claim_timeout=0.1)
     frames = codec.Encoder(transport=shm, options=OOB).encode(_message())
-    name = msgspec.msgpack.decode(frames[0])["buffers"][0]["handle"]["name"]
+    name = head_of(frames[0])[2][0][1]["name"]
     assert (shm.directory / name).exists()
     time.sleep(0.2)
     shm.trim()
@@ -108,24 +109,24 @@ def test_an_unclaimed_one_shot_is_unlinked_after_its_timeout(make: Any) -> None:
         codec.Decoder(REGISTRY, transports=[shm]).decode(frames)
 
 
-def _rejected(frames: list[Any], **changes: Any) -> list[Any]:
-    header = msgspec.msgpack.decode(frames[0])
-    header.update(changes)
-    return [msgspec.msgpack.encode(header), *frames[1:]]
+def _rejected(frames: list[Any], tag: str) -> list[Any]:
+    head = head_of(frames[0])
+    head[0] = tag
+    return [frame_of(head), *frames[1:]]
 
 
 def test_a_rejected_message_gives_its_proven_slots_back_at_once(backing: str, make: Any) -> None:
     shm = make(backing=backing)
     receiver = make(backing=backing, pool=False)
     encoder, decoder = codec.Encoder(transport=shm, options=OOB), codec.Decoder(REGISTRY, transports=[receiver])
-    for change, error in (
-        ({"magic": "pickle"}, r"not a tensorwire message"),
-        ({"type": "evil.Type"}, r"unknown type id 'evil.Type'"),
-        ({"version": 9}, r"unknown version 9 of diffusion.Output"),
+    for tag, error in (
+        ("pickle:2:diffusion.Output:1", r"not a tensorwire message"),
+        (wire.tag("evil.Type", 1), r"unknown type id 'evil.Type'"),
+        (wire.tag("diffusion.Output", 9), r"unknown version 9 of diffusion.Output"),
     ):
         frames = encoder.encode(diffusion.Output(output=[torch.ones(20_000), torch.zeros(30_000)]))
         with pytest.raises(codec.DecodeError, match=error):
-            decoder.decode(_rejected(frames, **change))
+            decoder.decode(_rejected(frames, tag))
         assert set(_states(shm)) == {FREE}  # no waiting for the claim timeout
 
 
@@ -134,11 +135,11 @@ def test_forged_handles_in_a_rejected_message_give_nothing_back(backing: str, ma
     receiver = make(backing=backing, pool=False)
     encoder, decoder = codec.Encoder(transport=shm, options=OOB), codec.Decoder(REGISTRY, transports=[receiver])
     frames = encoder.encode(_message(3))
-    header = msgspec.msgpack.decode(frames[0])
-    header["magic"] = "pickle"
-    header["buffers"][0]["handle"]["capability"] = bytes(16)
+    head = head_of(frames[0])
+    head[0] = "pickle:2:diffusion.Output:1"
+    head[2][0][1]["capability"] = bytes(16)
     with pytest.raises(codec.DecodeError, match=r"not a tensorwire message"):
-        decoder.decode([msgspec.msgpack.encode(header)])
+        decoder.decode([frame_of(head)])
     assert _states(shm) == [IN_FLIGHT]
     out = decoder.decode(frames)  # the intended receiver still gets it
     assert float(out.output[0]) == 3.0 and _states(shm) == [CLAIMED]

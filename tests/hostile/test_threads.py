@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 import pytest
 
 import codec
@@ -29,7 +28,7 @@ import transports
 from codec.generated import REGISTRY
 from tests.cuda_fakes import FakeCudaRuntime
 from tests.hostile import messages
-from tests.wire_helpers import segments_of
+from tests.wire_helpers import head_of, segments_of
 from transports.control import FREE
 
 THREADS, MESSAGES = 4, 100
@@ -37,7 +36,7 @@ DEPTH = 4  # frames waiting between a sending thread and its receiving thread
 FLOATS, INTS = 16384, 4096  # 64 KiB and 16 KiB: two out-of-band buffers per message
 KEEP_EVERY = 10
 JOIN = 300.0  # seconds: a bound for a hung thread, never a speed requirement
-OOB = codec.EncodeOptions(inline_threshold=1)
+OOB = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor in a buffer of its own
 Key = tuple[str, int]  # (segment name, generation) of one hand-over
 
 
@@ -52,8 +51,7 @@ def check_message(thread: int, index: int, message: Any) -> str | None:
 def hand_overs(frames: list[Any]) -> list[Key]:
     """The hand-overs a message's header names (inline buffers name none)."""
     keys = []
-    for entry in msgspec.msgpack.decode(frames[0])["buffers"]:
-        handle = entry["handle"]
+    for _, handle in head_of(frames[0])[2]:
         if handle["transport"] != "inline":
             keys.append((handle["name"], handle.get("generation", 0)))
     return keys

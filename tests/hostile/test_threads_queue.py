@@ -24,7 +24,7 @@ from codec.generated import REGISTRY
 from tests.hostile import queue_procs
 from tests.hostile.queue_procs import MESSAGES, THREADS, Outcome, decode_all, encode_all
 
-OOB = codec.EncodeOptions(inline_threshold=1)
+OOB = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through the queue
 JOIN = 300.0  # seconds: a bound for a hung thread, never a speed requirement
 
 

@@ -78,7 +78,7 @@ def _in_flight(directory: Path) -> tuple[list[Any], dict[str, Any], list[list[by
     import transports
     from codec.generated import diffusion
 
-    oob = codec.EncodeOptions(inline_threshold=1)
+    oob = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # the payload through shared memory
     kept: list[Any] = []
     facts: dict[str, Any] = {}
     frames_out: list[list[bytes]] = []
@@ -89,7 +89,7 @@ def _in_flight(directory: Path) -> tuple[list[Any], dict[str, Any], list[list[by
     ):
         transport = transports.ShmTransport(directory, claim_timeout=3600.0, **options)  # type: ignore[arg-type]
         frames = codec.Encoder(transport=transport, options=oob).encode(diffusion.Output(output=PAYLOAD + len(kept)))
-        handle = dict(msgspec.msgpack.decode(frames[0])["buffers"][0]["handle"])
+        handle = dict(msgspec.msgpack.decode(frames[0])[2][0][1])  # frame 0: [tag, fingerprint, buffers, body]
         handle.pop("capability")
         facts[kind] = handle
         kept.append(transport)

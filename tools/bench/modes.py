@@ -66,7 +66,10 @@ class _Frames(Mode):
         options = (
             codec.EncodeOptions()
             if self.inline_threshold is None
-            else codec.EncodeOptions(inline_threshold=self.inline_threshold)
+            else codec.EncodeOptions(
+                inline_threshold=self.inline_threshold,  # a mode through shared memory sends even small tensors there
+                embed_threshold=0 if self.inline_threshold == 0 else codec.EncodeOptions().embed_threshold,
+            )
         )
         self.encoder = codec.Encoder(transport=self.shm, options=options)
         self.decoder = codec.Decoder(
@@ -181,7 +184,9 @@ class TwQueue(_Frames):
         self.conn, queue = conn
         self._output = diffusion.Output
         self.queue = transports.QueueTransport(queue)
-        self.encoder = codec.Encoder(transport=self.queue, options=codec.EncodeOptions(inline_threshold=0))
+        self.encoder = codec.Encoder(
+            transport=self.queue, options=codec.EncodeOptions(inline_threshold=0, embed_threshold=0)
+        )
         self.decoder = codec.Decoder(REGISTRY, transports=[self.queue])
 
     def prepare(self, template: torch.Tensor) -> torch.Tensor:

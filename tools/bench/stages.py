@@ -38,6 +38,26 @@ def _wrap(owner: Any, name: str, samples: Samples, label: str) -> None:
     setattr(owner, name, timed)
 
 
+class _TimedDecoder:
+    """A msgspec decoder whose ``decode`` calls are timed (msgspec's own type takes no wrapper)."""
+
+    def __init__(self, inner: Any, samples: Samples, label: str) -> None:
+        self.inner, self.samples, self.label = inner, samples, label
+
+    def decode(self, data: Any) -> Any:
+        start = time.perf_counter_ns()
+        try:
+            return self.inner.decode(data)
+        finally:
+            self.samples.setdefault(self.label, []).append(time.perf_counter_ns() - start)
+
+
+def _wrap_frame_decoder(decoder_module: Any, samples: Samples, label: str) -> None:
+    """Time the one typed decode of frame 0 that decoders made from now on run."""
+    make: Callable[..., Any] = decoder_module._frame_decoder
+    decoder_module._frame_decoder = lambda *args: _TimedDecoder(make(*args), samples, label)
+
+
 def _medians(samples: Samples, skip: int) -> dict[str, float]:
     return {label: statistics.median(values[skip:]) / 1000 for label, values in samples.items() if values[skip:]}
 
@@ -49,17 +69,15 @@ def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> Non
     import codec.encoder as encoder_module
     import transports
     from codec.generated import diffusion
-    from codec.tensors import TensorPlan
+    from codec.tensors import Outgoing
 
     samples: Samples = {}
-    _wrap(encoder_module, "encode_body", samples, "encode: body (+ tensor plan)")
-    _wrap(TensorPlan, "add", samples, "encode: tensor plan, per tensor")
-    _wrap(encoder_module, "decode_body", samples, "encode: schema check (decode)")
-    _wrap(TensorPlan, "finish", samples, "encode: buffers and descriptors")
+    _wrap(encoder_module, "encode_body", samples, "encode: body (+ descriptors)")
+    _wrap(Outgoing, "ext", samples, "encode: descriptor, per tensor")
+    _wrap(encoder_module, "check_body", samples, "encode: schema check (decode)")
     _wrap(codec.Encoder, "_export_all", samples, "encode: export")
-    _wrap(encoder_module, "header_bytes", samples, "encode: frame 0")
     shm = transports.ShmTransport()
-    encoder = codec.Encoder(shm, codec.EncodeOptions(inline_threshold=0))
+    encoder = codec.Encoder(shm, codec.EncodeOptions(inline_threshold=0, embed_threshold=0))  # through the pool
     template = torch.ones(max(1, nbytes // 4))
     try:
         for _ in range(count):
@@ -84,17 +102,18 @@ def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> Non
 def _receiver(pipe: Any, control: Any, count: int, spin: bool) -> None:
     import codec
     import codec.decoder as decoder_module
-    import codec.tensors as tensors_module
+    import codec.incoming as incoming_module
     import transports
     from codec.generated import REGISTRY
 
     samples: Samples = {}
     _wrap(decoder_module, "check_depth", samples, "decode: depth scan")
-    _wrap(codec.Decoder, "_verify_handles", samples, "decode: handle checks")
-    _wrap(codec.Decoder, "_verify_tensors", samples, "decode: descriptor checks")
-    _wrap(codec.Decoder, "_import", samples, "decode: import buffers")
-    _wrap(decoder_module, "decode_body", samples, "decode: body (+ tensors, rules)")
-    _wrap(tensors_module.TensorBuilder, "build", samples, "decode: build one tensor")
+    _wrap_frame_decoder(decoder_module, samples, "decode: frame 0 (+ body, tensors)")
+    _wrap(incoming_module.Incoming, "read_buffers", samples, "decode: buffer table and imports")
+    _wrap(codec.Decoder, "verify_handles", samples, "decode: handle checks")
+    _wrap(transports.ShmTransport, "import_", samples, "decode: import buffers")
+    _wrap(incoming_module, "verify_descriptor", samples, "decode: descriptor check, per tensor")
+    _wrap(incoming_module, "build", samples, "decode: build one tensor")
     shm = transports.ShmTransport()
     decoder = codec.Decoder(REGISTRY, [shm])
     try:
@@ -114,6 +133,17 @@ def _receiver(pipe: Any, control: Any, count: int, spin: bool) -> None:
         shm.close()
 
 
+def _recv(conn: Any, *procs: Any) -> Any:
+    """The next object on ``conn``; ``RuntimeError`` instead once one of ``procs`` has failed (or all
+    have exited) without it coming."""
+    while not conn.poll(1.0):
+        failed = [p for p in procs if not p.is_alive() and p.exitcode != 0]
+        if (failed or not any(p.is_alive() for p in procs)) and not conn.poll(0):
+            culprit = (failed or list(procs))[0]
+            raise RuntimeError(f"{culprit.name} exited with code {culprit.exitcode} mid-measurement")
+    return conn.recv()
+
+
 def measure(nbytes: int, count: int, copy: bool = False, spin: bool = False) -> dict[str, float]:
     """Median microseconds per stage over ``count`` transfers (the first tenth are warm-ups)."""
     ctx = mp.get_context("spawn")
@@ -127,10 +157,10 @@ def measure(nbytes: int, count: int, copy: bool = False, spin: bool = False) -> 
     try:
         for _ in range(count):
             sender_control.send(None)
-            receiver_control.recv()
+            _recv(receiver_control, sender, receiver)
         skip = count // 10
-        medians = _medians(sender_control.recv(), skip)
-        medians.update(_medians(receiver_control.recv(), skip))
+        medians = _medians(_recv(sender_control, sender, receiver), skip)
+        medians.update(_medians(_recv(receiver_control, sender, receiver), skip))
         return medians
     finally:
         for proc in (sender, receiver):

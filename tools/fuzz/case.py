@@ -8,7 +8,7 @@ A case is the input a receiver gets, written so that it can be rebuilt in any pr
 - ``exports``: the worker's own out-of-band buffers (the bytes and how they travel: a memfd or a
   named pool slot, or a one-shot segment); the worker exports them afresh for every run of the
   case and ``["ctx", "own", k, ...]`` bindings name their handles;
-- ``bindings``: ``(path into frame 0's map, ref)``, applied in order (``tools.fuzz.materialize``
+- ``bindings``: ``(path into frame 0's array, ref)``, applied in order (``tools.fuzz.materialize``
   documents the refs);
 - ``damage``: byte edits applied after the bindings, to one frame or to the joined blob;
 - ``joined``: the receiver gets ``codec.split`` of one blob instead of the frames; ``writable``:
@@ -29,7 +29,7 @@ import codec
 
 __all__ = ["FORMAT", "Binding", "Case", "Damage", "Export", "Found", "dump", "file_name", "load"]
 
-FORMAT = "twfuzz-case/1"
+FORMAT = "twfuzz-case/2"  # frame 0 in wire format 2; binding paths start with an item index
 
 
 class Export(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -42,7 +42,7 @@ class Export(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Binding(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Put what ``ref`` names at ``path`` (top-level key, then keys and indices) of frame 0."""
+    """Put what ``ref`` names at ``path`` (the index of an item of frame 0, then keys and indices)."""
 
     path: list[str | int]
     ref: list[Any]

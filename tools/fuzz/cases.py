@@ -5,13 +5,17 @@ every process builds the same case, and what is live (names, fds, capabilities) 
 case is materialized. Families:
 
 - ``legit``: a valid message, unchanged (it must decode: the harness's own check);
-- ``header``: magic, wire, type, version, fingerprint, keys dropped, added, duplicated, retyped;
-- ``buffers``: entries added, removed, duplicated, swapped, retyped, nbytes edges; inline frames;
+- ``header``: the tag (magic, wire version, type id, version), the fingerprint, frame 0's items
+  dropped, added, duplicated, reordered, retyped; frame 0 not an array (a wire-1 map among others);
+- ``buffers``: ``[nbytes, handle]`` entries added, removed, duplicated, swapped, misshapen, retyped,
+  nbytes edges; inline frames;
 - ``handles``: transport tag, name, fd, generation, offset, capability, fields, victim targets;
 - ``victim``: every handle forged to name victim targets (slots in flight, one-shots);
 - ``leaked``: the victim's one leaked message, as sent or with its capability used elsewhere;
-- ``descriptors``: kind, dtype, shape, strides, offset, buffer, nbytes; added, dropped, many;
-- ``body``: tensor references, extension codes and chains, deep nesting, wrong types, raw oddities;
+- ``descriptors``: the tensor extensions of the body (``ext(1)`` in a buffer, ``ext(3)`` inside
+  frame 0): kind, dtype, rank, flags, shape, strides, buffer, offset, nbytes, inline bytes, the
+  code, the payload's length; dropped, turned into wire-1 forms, copied many times;
+- ``body``: tensor extensions, extension codes and chains, deep nesting, wrong types, raw oddities;
 - ``damage``: byte-level damage to frame 0 or an inline frame; ``blob``: the joined form, damaged.
 """
 
@@ -22,9 +26,9 @@ from collections.abc import Callable
 
 from tools.fuzz import damage, decoders, ops_table, ops_tensors, targets
 from tools.fuzz.case import Case, Export
-from tools.fuzz.draft import Draft, Live, LiveHandle, finish, start
+from tools.fuzz.draft import BUFFERS, Draft, Live, LiveHandle, finish, start
 from tools.fuzz.ops_table import Op
-from tools.fuzz.seeds import LEAKED, SEEDS, THRESHOLDS, Template, template
+from tools.fuzz.seeds import LAYOUTS, LEAKED, OUT_OF_BAND, SEEDS, Template, template
 
 __all__ = ["FAMILIES", "generate"]
 
@@ -47,7 +51,7 @@ _MODES = ("memfd", "memfd", "named", "oneshot")
 
 def _template(rng: random.Random, out_of_band: bool) -> Template:
     while True:
-        tpl = template(rng.randrange(len(SEEDS)), rng.choice((0, 0, 1024) if out_of_band else THRESHOLDS))
+        tpl = template(rng.randrange(len(SEEDS)), rng.choice(OUT_OF_BAND if out_of_band else LAYOUTS))
         if tpl.oob or not out_of_band:
             return tpl
 
@@ -118,21 +122,22 @@ def _victim(rng: random.Random) -> Case:
 
 
 def _leaked(rng: random.Random) -> Case:
-    tpl = template(LEAKED, 0)
+    tpl = template(LEAKED, (0, 0))  # as the victim sent it: every tensor in a segment of its own
     d = start(rng, "leaked", tpl, [])
     d.labels.append("the victim's leaked message")
     d.decoder = rng.choice(decoders.SAFE)
-    buffers = d.listed("buffers") or []
+    buffers = d.listed(BUFFERS) or []
     for k, (entry_index, _) in enumerate(tpl.oob):
-        buffers[entry_index]["handle"] = LiveHandle(targets.leaked(k, "handle"))
+        buffers[entry_index][1] = LiveHandle(targets.leaked(k, "handle"))
     if rng.random() < 0.4:
         entry = buffers[tpl.oob[0][0]]
         kind = rng.choice(("memfd", "named"))
         count = targets.MEMFD_SLOTS if kind == "memfd" else targets.NAMED_SLOTS
         index = rng.randrange(count)
-        entry["handle"] = LiveHandle(targets.slot(kind, index, "handle"))
-        entry["handle"].fields["capability"] = Live(targets.leaked(0, "handle", "capability"))
-        entry["nbytes"] = Live(targets.slot(kind, index, "nbytes"))
+        handle = LiveHandle(targets.slot(kind, index, "handle"))
+        handle.fields["capability"] = Live(targets.leaked(0, "handle", "capability"))
+        entry[1] = handle
+        entry[0] = Live(targets.slot(kind, index, "nbytes"))
         d.labels.append(f"its capability on a {kind} victim slot")
     elif rng.random() < 0.5:
         _mutate(d, ops_table.HANDLE_OPS, 1)

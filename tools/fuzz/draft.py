@@ -1,9 +1,12 @@
-"""A case being generated: frame 0 as ``[key, value]`` pairs that mutations edit in place.
+"""A case being generated: frame 0 as the list of its items, which mutations edit in place.
 
-Values the generator cannot know (the victim's names and fds, the worker's own handles) are
-``Live`` markers, and a handle bound whole is a ``LiveHandle`` whose fields may then be
-overridden. ``finish`` turns the markers into ``Binding``s (paths computed at the end, so
-mutations may add, drop and reorder entries freely) and encodes frame 0 with placeholders.
+Frame 0 is the msgpack array ``[tag, fingerprint, buffers, body]`` (``codec.wire``); a draft keeps
+its items as raw msgpack until a mutation needs one decoded (``get``), and mutations may drop, add,
+reorder or retype items. Values the generator cannot know (the victim's names and fds, the worker's
+own handles) are ``Live`` markers in the buffer table (the item at ``BUFFERS``), and a handle bound
+whole is a ``LiveHandle`` whose fields may then be overridden. ``finish`` turns the markers into
+``Binding``s (paths computed at the end, so mutations may add, drop and reorder buffer entries
+freely) and encodes frame 0 with placeholders.
 """
 
 from __future__ import annotations
@@ -19,9 +22,22 @@ from tools.fuzz.case import Binding, Case, Damage, Export
 from tools.fuzz.materialize import bindable
 from tools.fuzz.seeds import Template
 
-__all__ = ["DELETE", "BodyTuple", "Draft", "Live", "LiveHandle", "encode", "finish", "start"]
+__all__ = [
+    "BODY",
+    "BUFFERS",
+    "DELETE",
+    "FINGERPRINT",
+    "TAG",
+    "BodyTuple",
+    "Draft",
+    "Live",
+    "LiveHandle",
+    "encode",
+    "finish",
+    "start",
+]
 
-_BOUND_KEYS = ("buffers", "tensors")  # the only top-level entries that may hold live values
+TAG, FINGERPRINT, BUFFERS, BODY = range(4)  # the items of frame 0; only BUFFERS may hold live values
 _EXT_TUPLE = 2
 _WALKED = 256  # markers only sit in short lists: longer ones (thousands of entries) are not walked
 
@@ -79,7 +95,7 @@ def _enc_hook(value: Any) -> Any:
 
 
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
-_ENTRIES = msgspec.msgpack.Decoder(dict[str, msgspec.Raw])
+_ITEMS = msgspec.msgpack.Decoder(list[msgspec.Raw])
 
 
 def encode(value: Any) -> bytes:
@@ -89,11 +105,11 @@ def encode(value: Any) -> bytes:
 
 @dataclass
 class Draft:
-    """The parts of a case under construction."""
+    """The parts of a case under construction (``items``: frame 0's items, raw until decoded)."""
 
     rng: random.Random
     family: str
-    pairs: list[list[Any]]
+    items: list[Any]
     frames: list[bytes]  # frames 1.. (inline buffers)
     exports: list[Export] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
@@ -104,53 +120,42 @@ class Draft:
     writable: bool = False
     decoder: int = 0
 
-    def index(self, key: str) -> int | None:
-        """The position of the first pair whose key is ``key``."""
-        for i, pair in enumerate(self.pairs):
-            if type(pair[0]) is str and pair[0] == key:
-                return i
-        return None
-
-    def get(self, key: str) -> Any:
-        """The value of ``key`` (decoded on first use), or None if there is none."""
-        i = self.index(key)
-        if i is None:
+    def get(self, index: int) -> Any:
+        """Item ``index`` (decoded on first use), or None if there is none or it does not decode."""
+        if not 0 <= index < len(self.items):
             return None
-        value = self.pairs[i][1]
+        value = self.items[index]
         if isinstance(value, msgspec.Raw):
             try:
-                value = self.pairs[i][1] = msgspec.msgpack.decode(value)
+                value = self.items[index] = msgspec.msgpack.decode(value)
             except msgspec.MsgspecError:
                 return None
         return value
 
-    def put(self, key: str, value: Any) -> None:
-        """Set ``key`` (the first pair with it), or add it at the end."""
-        i = self.index(key)
-        if i is None:
-            self.pairs.append([key, value])
+    def put(self, index: int, value: Any) -> None:
+        """Set item ``index``, or add it at the end if frame 0 has fewer items."""
+        if 0 <= index < len(self.items):
+            self.items[index] = value
         else:
-            self.pairs[i][1] = value
+            self.items.append(value)
 
-    def listed(self, key: str) -> list[Any] | None:
-        """The value of ``key`` if it is a list."""
-        value = self.get(key)
+    def listed(self, index: int) -> list[Any] | None:
+        """Item ``index`` if it is a list."""
+        value = self.get(index)
         return value if isinstance(value, list) else None
 
 
 def start(rng: random.Random, family: str, tpl: Template, exports: list[Export]) -> Draft:
     """A draft of template ``tpl`` whose out-of-band entries are bound to ``exports`` (one each)."""
-    decoded = _ENTRIES.decode(tpl.frames[0])
-    pairs: list[list[Any]] = [[k, v] for k, v in decoded.items()]
-    draft = Draft(rng, family, pairs, list(tpl.frames[1:]), exports)
-    buffers = draft.listed("buffers")
+    draft = Draft(rng, family, list(_ITEMS.decode(tpl.frames[0])), list(tpl.frames[1:]), exports)
+    buffers = draft.listed(BUFFERS)
     if buffers is not None:
         for k, (entry_index, _) in enumerate(tpl.oob[: len(exports)]):
-            buffers[entry_index]["handle"] = LiveHandle(["ctx", "own", k, "handle"])
+            buffers[entry_index][1] = LiveHandle(["ctx", "own", k, "handle"])
     return draft
 
 
-def _extract(value: Any, top: str, bindings: list[Binding]) -> Any:
+def _extract(value: Any, top: int, bindings: list[Binding]) -> Any:
     """``value`` with its markers replaced by placeholders, recording a binding for each (iterative)."""
     holder = [value]
     stack: list[tuple[Any, Any, list[str | int]]] = [(holder, 0, [top])]
@@ -188,16 +193,10 @@ def finish(draft: Draft, label: str) -> Case:
     elif draft.raw_header is not None:
         frames = [draft.raw_header, *draft.frames]
     else:
-        raw: list[tuple[bytes, bytes]] = []
-        seen: set[str] = set()
-        for key, value in draft.pairs:
-            if type(key) is str and key in _BOUND_KEYS and key not in seen:
-                seen.add(key)
-                value = _extract(value, key, bindings)
-            raw.append((encode(key), encode(value)))
-        frames = [rawmp.build_map(raw), *draft.frames]
+        raw = [encode(_extract(value, i, bindings) if i == BUFFERS else value) for i, value in enumerate(draft.items)]
+        frames = [rawmp.build_array(raw), *draft.frames]
         if bindings and not bindable(frames[0], bindings):
-            bindings = []  # keys shuffled behind a body that does not parse: the placeholders stay
+            bindings = []  # the buffer table behind an item that does not parse: the placeholders stay
     return Case(
         draft.family,
         label,

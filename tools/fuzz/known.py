@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,42 +16,48 @@ import msgspec
 
 from tools.fuzz import rawmp, seeds, targets
 from tools.fuzz.case import Case, Found, dump, file_name
-from tools.fuzz.draft import Draft, Live, LiveHandle, encode, finish, start
+from tools.fuzz.draft import BODY, BUFFERS, Draft, Live, LiveHandle, encode, finish, start
+from tools.fuzz.ops_tensors import pack, unpack
 
 __all__ = ["cases", "write"]
 
 _TOKEN = "0123456789abcdef" * 2
-_EMPTY = 3  # the seed whose first descriptor is an empty tensor
-_VIEWS = 2  # a seed with out-of-band buffers
+_PLAIN = 0  # a seed without tensors: no descriptor in the body
+_EMPTY = 3  # the seed whose first tensor is an empty one (an ext(3) without bytes)
 _VALUE = 11  # an rpc.Value seed
+_INLINE = (seeds.ALL_INLINE, 0)  # every tensor in an inline frame (empty ones inside frame 0)
 
 
-def _draft(seed: int, threshold: int, decoder: int = 0) -> Draft:
-    d = start(random.Random(0), "known", seeds.template(seed, threshold), [])
+def _draft(seed: int, layout: seeds.Layout, decoder: int = 0) -> Draft:
+    d = start(random.Random(0), "known", seeds.template(seed, layout), [])
     d.decoder = decoder
     return d
 
 
 def _ext_chain(prefix: bytes) -> Case:
-    d = _draft(_VALUE, seeds.ALL_INLINE)
-    body = d.get("body")
+    d = _draft(_VALUE, _INLINE)
+    body = d.get(BODY)
     body["value"] = msgspec.Raw(rawmp.ext_chain([(2, prefix)] * 100_000, encode([])))
-    d.put("body", msgspec.Raw(encode(body)))
+    d.put(BODY, msgspec.Raw(encode(body)))
     return finish(d, f"tree tuples nested 100,000 deep (ext(2, {prefix.hex() or 'ext'}...))")
 
 
 def _shape(shape: list[int], strides: list[int]) -> Case:
-    d = _draft(_EMPTY, seeds.ALL_INLINE)
-    desc = (d.listed("tensors") or [])[0]
-    desc[2], desc[3], desc[6] = shape, strides, 0
+    d = _draft(_EMPTY, _INLINE)
+    body = d.get(BODY)
+    first = body["output"][0]  # torch.zeros(0), carried inside frame 0 without bytes
+    desc = unpack(first)
+    assert desc is not None and first.code == 3 and not desc.data
+    body["output"][0] = pack(replace(desc, rank=len(shape), flags=1, shape=tuple(shape), strides=tuple(strides)))
+    d.put(BODY, msgspec.Raw(encode(body)))
     return finish(d, f"an empty tensor of shape {shape}")
 
 
 def _forged(handle: dict[str, Any] | LiveHandle, nbytes: Any, label: str, decoder: int) -> Case:
-    """A message whose only buffer is ``handle`` (no descriptors: nothing stops the import)."""
-    d = _draft(_VIEWS, 0, decoder)
-    d.put("buffers", [{"nbytes": nbytes, "handle": handle}])
-    d.put("tensors", [])
+    """A message whose only buffer is ``handle`` (no descriptors: nothing stops the import, which
+    happens after the body)."""
+    d = _draft(_PLAIN, _INLINE, decoder)
+    d.put(BUFFERS, [[nbytes, handle]])
     return finish(d, label)
 
 

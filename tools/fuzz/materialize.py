@@ -10,8 +10,9 @@ Refs (the ``ref`` of a ``Binding``):
   ``self_pid`` and ``self_token`` (the decoding worker's);
 - ``["add", ref, delta]``: the int ``ref`` names, plus ``delta``.
 
-Only the top-level values of frame 0 that a binding touches are decoded and re-encoded; every
-other byte stays as generated (a body nested 100,000 deep included).
+A binding's path starts with the index of an item of frame 0's array (``[tag, fingerprint,
+buffers, body]``: in practice the buffer table, 2). Only the items a binding touches are decoded
+and re-encoded; every other byte stays as generated (a body nested 100,000 deep included).
 """
 
 from __future__ import annotations
@@ -98,43 +99,41 @@ def _set(root: list[Any], path: list[str | int], value: Any) -> None:
 
 
 def bind(frame: bytes, bindings: list[Binding], context: dict[str, Any]) -> bytes:
-    """Frame 0 with every binding applied, in order (each to the first entry of its top-level key)."""
-    split = rawmp.entries(frame)
+    """Frame 0 with every binding applied, in order (each to the item of frame 0 its path starts with)."""
+    split = rawmp.items(frame)
     if split is None:
-        raise HarnessError("bindings on a frame 0 that is not a msgpack map")
-    head, pairs, rest = split
-    keys = [rawmp.key_of(k) for k, _ in pairs]
-    values: dict[int, list[Any]] = {}  # entry index -> [decoded value], for the entries touched
+        raise HarnessError("bindings on a frame 0 that is not a msgpack array")
+    head, items, rest = split
+    values: dict[int, list[Any]] = {}  # item index -> [decoded value], for the items touched
     for binding in bindings:
         top, path = binding.path[0], binding.path[1:]
-        if top not in keys:
-            raise HarnessError(f"binding of {top!r}: frame 0 has no such entry before its first unparsed value")
-        index = keys.index(top)
-        if index not in values:
+        if not isinstance(top, int) or not 0 <= top < len(items):
+            raise HarnessError(f"binding of item {top!r}: frame 0 has no such item before its first unparsed one")
+        if top not in values:
             try:
-                values[index] = [msgspec.msgpack.decode(pairs[index][1])]
+                values[top] = [msgspec.msgpack.decode(items[top])]
             except msgspec.MsgspecError as exc:
-                raise HarnessError(f"bound entry {top!r} does not decode: {exc}") from None
+                raise HarnessError(f"bound item {top} does not decode: {exc}") from None
         value = resolve(binding.ref, context)
         if not path:
-            values[index][0] = value
+            values[top][0] = value
         else:
-            _set(values[index], path, value)
+            _set(values[top], path, value)
     for index, holder in values.items():
         try:
-            pairs[index] = (pairs[index][0], msgspec.msgpack.encode(holder[0]))
+            items[index] = msgspec.msgpack.encode(holder[0])
         except (TypeError, OverflowError) as exc:
-            raise HarnessError(f"bound entry {keys[index]!r} does not encode: {exc}") from None
-    return head + b"".join(k + v for k, v in pairs) + rest
+            raise HarnessError(f"bound item {index} does not encode: {exc}") from None
+    return head + b"".join(items) + rest
 
 
 def bindable(frame: bytes, bindings: list[Binding]) -> bool:
-    """Whether every binding's top-level entry can be found in ``frame``."""
-    split = rawmp.entries(frame)
+    """Whether every binding's item can be found in ``frame``."""
+    split = rawmp.items(frame)
     if split is None:
         return False
-    keys = {rawmp.key_of(k) for k, _ in split[1] if isinstance(rawmp.key_of(k), str)}
-    return all(b.path[0] in keys for b in bindings)
+    count = len(split[1])
+    return all(isinstance(b.path[0], int) and 0 <= b.path[0] < count for b in bindings)
 
 
 def materialize(case: Case, context: dict[str, Any]) -> Delivery:

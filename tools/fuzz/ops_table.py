@@ -1,7 +1,8 @@
-"""Structural mutations of frame 0's fixed fields, its buffer table, its handles and the inline frames.
+"""Structural mutations of frame 0's tag, fingerprint and items, its buffer table, its handles and the inline frames.
 
-Each operator edits a ``Draft`` in place and returns a short label, or None where it does not
-apply (the generator then tries another).
+Frame 0 is ``[tag, fingerprint, [[nbytes, handle], ...], body]``; the tag is
+``"tensorwire:<wire>:<type id>:<version>"``. Each operator edits a ``Draft`` in place and returns a
+short label, or None where it does not apply (the generator then tries another).
 """
 
 from __future__ import annotations
@@ -13,108 +14,199 @@ from typing import Any
 import msgspec
 
 from codec.generated import REGISTRY
+from codec.wire import MAGIC, WIRE_VERSION, tag
 from tools.fuzz import rawmp, targets, values
-from tools.fuzz.draft import DELETE, Draft, Live, LiveHandle, encode
+from tools.fuzz.draft import BODY, BUFFERS, DELETE, FINGERPRINT, TAG, Draft, Live, LiveHandle, encode
 
 __all__ = ["BUFFER_OPS", "HANDLE_OPS", "HEADER_OPS", "Op", "handle_set", "retarget_all"]
 
 Op = Callable[[Draft], "str | None"]
 
 _INFOS = REGISTRY.infos()
-_TYPES = [i.type_id for i in _INFOS]
+_TAGS = [tag(i.type_id, i.version) for i in _INFOS]
 _PRINTS = [i.fingerprint for i in _INFOS]
 
 
-def _set(d: Draft, key: str, choices: tuple[Any, ...]) -> str:
+def _own_tag(d: Draft) -> tuple[str, str]:
+    """The type id and version of the draft's tag (as text, however odd), or those of a built-in type."""
+    value = d.get(TAG)
+    parts = value.split(":") if isinstance(value, str) else []
+    if len(parts) != 4:
+        return _INFOS[0].type_id, str(_INFOS[0].version)
+    return parts[2], parts[3]
+
+
+def _number(text: str) -> int | str:
+    """``text`` as a version number where it is a short one (else the text itself)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 20 else text
+
+
+def _tag(d: Draft) -> str:
+    type_id, version = _own_tag(d)
+    wire = str(WIRE_VERSION)
+
+    def make(magic: str = MAGIC, w: str = wire, t: str = type_id, v: str = version) -> str:
+        return f"{magic}:{w}:{t}:{v}"
+
+    choices: tuple[Any, ...] = (
+        *_TAGS,  # another type's tag on this body
+        make(w="1"),
+        make(w="3"),
+        make(w="0"),
+        make(w="02"),
+        make(w="-2"),
+        make(w=""),
+        make(w="\u00b2"),  # a superscript two: a digit, not a decimal
+        make(w="\u0662"),  # an Arabic-Indic two: a decimal
+        make(w="2" * 5000),
+        make(v="0"),
+        make(v="2"),
+        make(v="01"),
+        make(v="1 "),
+        make(v="-1"),
+        make(v="1.0"),
+        make(v=""),
+        make(v="18446744073709551616"),
+        make(v="9" * 5000),
+        make(t="media.video"),
+        make(t=""),
+        make(t="x" * 300),
+        make(t=type_id + "\x00"),
+        make(t=type_id + ":1"),
+        make(t="x" * 100_000),
+        make(magic="TENSORWIRE"),
+        make(magic="tensorwirf"),
+        make(magic=""),
+        f"{MAGIC}:{wire}:{type_id}",
+        f"{MAGIC}:{wire}:{type_id}:{version}:",
+        MAGIC,
+        "",
+        make().encode(),
+        make()[:-1],
+        make() + "\x00",
+        0,
+        2,
+        None,
+        [MAGIC, WIRE_VERSION, type_id, _number(version)],
+        {"magic": MAGIC, "wire": WIRE_VERSION},
+    )
     value = d.rng.choice(choices)
-    if value is DELETE:
-        d.pairs = [p for p in d.pairs if p[0] != key]
-    else:
-        d.put(key, value)
-    return f"{key}={value!r:.40}"
-
-
-def _magic(d: Draft) -> str:
-    return _set(d, "magic", ("", "tensorwirf", "TENSORWIRE", "tensorwire\x00", b"tensorwire", 0, None, "x" * 999))
-
-
-def _wire(d: Draft) -> str:
-    return _set(d, "wire", (0, 2, -1, 2**63, 2**64 - 1, "1", 1.0, True, None, DELETE))
-
-
-def _type(d: Draft) -> str:
-    return _set(d, "type", (*_TYPES, "media.video", "", "x" * 300, 7, None, "diffusion.Output\x00", DELETE))
-
-
-def _version(d: Draft) -> str:
-    return _set(d, "version", (0, 2, 3, -1, 2**31, 2**63, 2**64 - 1, "1", 1.5, None, DELETE))
+    d.put(TAG, value)
+    return f"tag = {value!r:.60}"
 
 
 def _fingerprint(d: Draft) -> str:
-    mine = d.get("fingerprint")
+    mine = d.get(FINGERPRINT)
     own = mine if isinstance(mine, str) else "0" * 64
-    return _set(d, "fingerprint", (*_PRINTS, "", "0" * 64, own[:-1], own.upper(), own + "0", 123, None, b"x", DELETE))
+    choices = (*_PRINTS, "", "0" * 64, own[:-1], own.upper(), own + "0", own.encode(), 123, None, b"x", DELETE)
+    value = d.rng.choice(choices)
+    if value is DELETE:
+        if len(d.items) > FINGERPRINT:
+            del d.items[FINGERPRINT]  # the buffer table and the body move up one place
+    else:
+        d.put(FINGERPRINT, value)
+    return f"fingerprint = {value!r:.40}"
 
 
-def _drop_key(d: Draft) -> str:
-    pair = d.pairs.pop(d.rng.randrange(len(d.pairs)))
-    return f"drop {pair[0]!r}"
+def _drop_item(d: Draft) -> str | None:
+    if not d.items:
+        return None
+    index = d.rng.randrange(len(d.items))
+    del d.items[index]
+    return f"item {index} of frame 0 dropped"
 
 
-def _extra_key(d: Draft) -> str:
-    key = d.rng.choice(("extra", "", "Body", "buffers ", "tensorwire"))
-    d.pairs.insert(d.rng.randrange(len(d.pairs) + 1), [key, values.junk(d.rng)])
-    return f"extra key {key!r}"
+def _extra_item(d: Draft) -> str:
+    index = d.rng.randrange(len(d.items) + 1)
+    d.items.insert(index, values.junk(d.rng))
+    return f"extra item at {index} of frame 0"
 
 
-def _dup_key(d: Draft) -> str:
-    pair = d.rng.choice(d.pairs)
-    value = copy.deepcopy(pair[1]) if d.rng.random() < 0.5 else values.junk(d.rng)
-    d.pairs.insert(d.rng.randrange(len(d.pairs) + 1), [pair[0], value])
-    return f"duplicate key {pair[0]!r}"
+def _dup_item(d: Draft) -> str | None:
+    if not d.items:
+        return None
+    index = d.rng.randrange(len(d.items))
+    value = copy.deepcopy(d.items[index])
+    d.items.insert(d.rng.randrange(len(d.items) + 1), value)
+    return f"item {index} of frame 0 duplicated"
 
 
-def _shuffle(d: Draft) -> str:
-    d.rng.shuffle(d.pairs)
-    return "keys shuffled"
+def _swap_items(d: Draft) -> str | None:
+    if len(d.items) < 2:
+        return None
+    if d.rng.random() < 0.3:
+        d.rng.shuffle(d.items)
+        return "items of frame 0 shuffled"
+    i, j = d.rng.sample(range(len(d.items)), 2)
+    d.items[i], d.items[j] = d.items[j], d.items[i]
+    return f"items {i} and {j} of frame 0 swapped"
 
 
-def _key_type(d: Draft) -> str:
-    pair = d.rng.choice(d.pairs)
-    key = pair[0] if isinstance(pair[0], str) else "body"
-    pair[0] = d.rng.choice((key.encode(), 0, key.upper(), key + "\x00", None, 1.5))
-    return f"key {key!r} -> {pair[0]!r}"
+def _retype_item(d: Draft) -> str | None:
+    if not d.items:
+        return None
+    index = d.rng.randrange(len(d.items))
+    d.items[index] = d.rng.choice((values.junk(d.rng), [], {}, None, msgspec.Raw(b"\xc1")))
+    return f"item {index} of frame 0 of another type"
 
 
-def _not_a_map(d: Draft) -> str:
+def _wire1(d: Draft) -> bytes:
+    """Frame 0 in the layout of wire format 1 (a map), built from the draft's items."""
+    type_id, version = _own_tag(d)
+    items = list(d.items) + [None] * (4 - len(d.items))
+    table = d.get(BUFFERS)
+    if isinstance(table, list):
+        table = [{"nbytes": e[0], "handle": e[1]} if isinstance(e, list) and len(e) == 2 else e for e in table]
+    wire = d.rng.choice((1, 1, 0, 3, "1", None))
+    pairs: list[tuple[Any, Any]] = [
+        ("magic", MAGIC),
+        ("wire", wire),
+        ("type", type_id),
+        ("version", _number(version)),
+        ("fingerprint", items[FINGERPRINT]),
+        ("buffers", table),
+        ("tensors", []),
+        ("body", items[BODY]),
+    ]
+    return rawmp.build_map([(encode(k), encode(v)) for k, v in pairs])
+
+
+def _not_an_array(d: Draft) -> str:
+    old = _wire1(d)
     d.raw_header = d.rng.choice(
         (
-            encode([p[1] for p in d.pairs]),
-            msgspec.msgpack.encode("tensorwire"),
+            old,
+            old,
+            rawmp.build_map([(encode(i), encode(v)) for i, v in enumerate(d.items)]),
+            msgspec.msgpack.encode(MAGIC),
+            msgspec.msgpack.encode(_TAGS[0]),
             b"",
             b"\xc0",
+            b"\x80",
             b"\x90",
-            rawmp.map_header(0),
-            b"\xdf\xff\xff\xff\xff",
+            rawmp.array_header(4),
+            rawmp.array_header(4) + encode(_TAGS[0]),
+            b"\xdd\xff\xff\xff\xff",
             b"\xdd\xff\xff\xff\xff\xc0",
-            rawmp.map_header(9) + encode("magic") + encode("tensorwire"),
+            b"\xdc" + len(d.items).to_bytes(2, "big") + b"".join(encode(v) for v in d.items),  # a wide header
+            rawmp.map_header(9) + encode("magic") + encode(MAGIC),
         )
     )
-    return "frame 0 not a header map"
+    what = "a wire-1 map" if d.raw_header is old else d.raw_header[:12].hex() or "nothing"
+    return f"frame 0 replaced by {what}"
 
 
 HEADER_OPS: tuple[Op, ...] = (
-    _magic,
-    _wire,
-    _type,
-    _version,
+    _tag,
+    _tag,
+    _tag,
     _fingerprint,
-    _drop_key,
-    _extra_key,
-    _dup_key,
-    _shuffle,
-    _key_type,
-    _not_a_map,
+    _drop_item,
+    _extra_item,
+    _dup_item,
+    _swap_items,
+    _retype_item,
+    _not_an_array,
 )
 
 
@@ -122,26 +214,26 @@ HEADER_OPS: tuple[Op, ...] = (
 
 
 def _entries(d: Draft) -> list[Any] | None:
-    buffers = d.listed("buffers")
+    buffers = d.listed(BUFFERS)
     return buffers if buffers else None
 
 
-def _entry(d: Draft) -> dict[str, Any] | None:
+def _entry(d: Draft) -> list[Any] | None:
+    """A ``[nbytes, handle]`` entry of the buffer table (None if the one drawn is something else)."""
     buffers = _entries(d)
     if buffers is None:
         return None
     entry = d.rng.choice(buffers)
-    return entry if isinstance(entry, dict) else None
+    return entry if isinstance(entry, list) and entry else None
 
 
 def _nbytes(d: Draft) -> str | None:
     entry = _entry(d)
     if entry is None:
         return None
-    real = entry.get("nbytes")
-    real = real if isinstance(real, int) else 0
-    entry["nbytes"] = d.rng.choice((*values.EDGE_INTS, real + 1, real - 1, real * 2, real + 4096, "1", None, 1.0))
-    return f"nbytes {real} -> {entry['nbytes']!r}"
+    real = entry[0] if isinstance(entry[0], int) else 0
+    entry[0] = d.rng.choice((*values.EDGE_INTS, real + 1, real - 1, real * 2, real + 4096, "1", None, 1.0, True))
+    return f"nbytes {real} -> {entry[0]!r}"
 
 
 def _entry_drop(d: Draft) -> str | None:
@@ -170,11 +262,11 @@ def _entry_swap(d: Draft) -> str | None:
 
 
 def _entry_inline(d: Draft) -> str | None:
-    buffers = d.listed("buffers")
+    buffers = d.listed(BUFFERS)
     if buffers is None:
         return None
     frame = d.rng.choice((0, -1, 1, len(d.frames), len(d.frames) + 1, 2**32, 2**63, 2**64 - 1, "1", None))
-    entry = {"nbytes": values.edge_int(d.rng), "handle": {"transport": "inline", "frame": frame}}
+    entry = [values.edge_int(d.rng), {"transport": "inline", "frame": frame}]
     if buffers and d.rng.random() < 0.5:
         buffers[d.rng.randrange(len(buffers))] = entry
     else:
@@ -183,10 +275,30 @@ def _entry_inline(d: Draft) -> str | None:
 
 
 def _entry_junk(d: Draft) -> str | None:
-    buffers = d.listed("buffers")
+    buffers = d.listed(BUFFERS)
     if buffers is None:
         return None
-    junk = d.rng.choice(([], 5, None, "x", {}, {"nbytes": 1}, {"handle": None}, [1, {"transport": "inline"}]))
+    inline = {"transport": "inline", "frame": 1}
+    junk = d.rng.choice(
+        (
+            [],
+            5,
+            None,
+            "x",
+            {},
+            [1],
+            [1, None],
+            [1, {}],
+            [1, {"transport": "inline"}],
+            [-1, inline],
+            [2**64 - 1, inline],
+            [1.5, inline],
+            [inline, 1],  # the pair the other way round
+            [1, inline, "extra"],
+            {"nbytes": 1, "handle": inline},  # an entry of wire format 1
+            [1, msgspec.msgpack.Ext(1, b"")],
+        )
+    )
     if buffers:
         buffers[d.rng.randrange(len(buffers))] = junk
     else:
@@ -198,26 +310,33 @@ def _entry_field(d: Draft) -> str | None:
     entry = _entry(d)
     if entry is None:
         return None
-    if d.rng.random() < 0.5 and entry:
-        key = d.rng.choice(list(entry))
-        del entry[key]
-        return f"buffer entry without {key!r}"
-    entry[d.rng.choice(("extra", "Nbytes", "frame"))] = values.junk(d.rng)
-    return "buffer entry with an extra field"
+    kind = d.rng.randrange(4)
+    if kind == 0:
+        del entry[d.rng.randrange(len(entry))]
+        return "buffer entry missing an item"
+    if kind == 1:
+        entry.insert(d.rng.randrange(len(entry) + 1), values.junk(d.rng))
+        return "buffer entry with an extra item"
+    if kind == 2:
+        entry.reverse()
+        return "buffer entry as [handle, nbytes]"
+    entry[d.rng.randrange(len(entry))] = values.junk(d.rng)
+    return "buffer entry item of another type"
 
 
 def _buffers_type(d: Draft) -> str:
-    value: Any = d.rng.choice(({}, None, "x", 5, [], b"\x00", DELETE))
+    value: Any = d.rng.choice(({}, None, "x", 5, [], b"\x00", [[]], msgspec.msgpack.Ext(2, b"\x90"), DELETE))
     if value is DELETE:
-        d.pairs = [p for p in d.pairs if p[0] != "buffers"]
+        if len(d.items) > BUFFERS:
+            del d.items[BUFFERS]  # the body moves into its place
     else:
-        d.put("buffers", value)
+        d.put(BUFFERS, value)
     return f"buffers = {value!r}"
 
 
 def _buffers_many(d: Draft) -> str:
     count = d.rng.choice((4096, 4097, 20000))
-    d.put("buffers", msgspec.Raw(encode([{"nbytes": 0, "handle": {"transport": "inline", "frame": 1}}] * count)))
+    d.put(BUFFERS, msgspec.Raw(encode([[0, {"transport": "inline", "frame": 1}]] * count)))
     return f"{count} buffer entries"
 
 
@@ -259,9 +378,20 @@ BUFFER_OPS: tuple[Op, ...] = (
 # -- handles -------------------------------------------------------------------------------------
 
 
-def handle_set(entry: dict[str, Any], field: str, value: Any) -> None:
+def _handle(entry: list[Any]) -> Any:
+    return entry[1] if len(entry) > 1 else None
+
+
+def _set_handle(entry: list[Any], handle: Any) -> None:
+    if len(entry) > 1:
+        entry[1] = handle
+    else:
+        entry.append(handle)
+
+
+def handle_set(entry: list[Any], field: str, value: Any) -> None:
     """Set a field of the entry's handle (an override of a bound handle, or a plain dict's key)."""
-    handle = entry.get("handle")
+    handle = _handle(entry)
     if isinstance(handle, LiveHandle):
         handle.fields[field] = value
     elif isinstance(handle, dict):
@@ -270,17 +400,21 @@ def handle_set(entry: dict[str, Any], field: str, value: Any) -> None:
         else:
             handle[field] = value
     else:
-        entry["handle"] = {"transport": "shm-slot", field: value}
+        _set_handle(entry, {"transport": "shm-slot", field: value})
 
 
-def _out_of_band(d: Draft) -> dict[str, Any] | None:
+def _is_live(entry: Any) -> bool:
+    return isinstance(entry, list) and len(entry) > 1 and isinstance(entry[1], LiveHandle)
+
+
+def _out_of_band(d: Draft) -> list[Any] | None:
     """An entry with a shared-memory handle (bound or not), else any entry."""
     buffers = _entries(d)
     if buffers is None:
         return None
-    live = [e for e in buffers if isinstance(e, dict) and isinstance(e.get("handle"), LiveHandle)]
+    live = [e for e in buffers if _is_live(e)]
     if live:
-        entry: dict[str, Any] = d.rng.choice(live)
+        entry: list[Any] = d.rng.choice(live)
         return entry
     return _entry(d)
 
@@ -308,7 +442,7 @@ def _has_generation(d: Draft, ref: list[Any]) -> bool:
 
 def _generation(d: Draft) -> Any:
     entry = _out_of_band(d)
-    handle = entry.get("handle") if entry else None
+    handle = _handle(entry) if entry else None
     if isinstance(handle, LiveHandle) and _has_generation(d, handle.ref) and d.rng.random() < 0.4:
         return Live(["add", [*handle.ref, "generation"], d.rng.choice((-1, 1, 2, -(2**20)))])
     return d.rng.choice((0, 1, 2, -1, 2**31, 2**32, 2**63 - 1, 2**63, 2**64 - 1, "1", None, DELETE, True))
@@ -324,9 +458,9 @@ def retarget_all(d: Draft, every: bool) -> str | None:
     buffers = _entries(d)
     if buffers is None:
         return None
-    chosen = [e for e in buffers if isinstance(e, dict) and isinstance(e.get("handle"), LiveHandle)]
+    chosen = [e for e in buffers if _is_live(e)]
     if not chosen:
-        chosen = [e for e in buffers if isinstance(e, dict)]
+        chosen = [e for e in buffers if isinstance(e, list) and e]
     if not chosen:
         return None
     if not every:
@@ -337,9 +471,9 @@ def retarget_all(d: Draft, every: bool) -> str | None:
         if handle_ref in used:
             handle_ref, nbytes_ref = values.victim_handle(d.rng)
         used.append(handle_ref)
-        entry["handle"] = LiveHandle(handle_ref)
+        _set_handle(entry, LiveHandle(handle_ref))
         if d.rng.random() < 0.85:
-            entry["nbytes"] = Live(nbytes_ref)
+            entry[0] = Live(nbytes_ref)
     return f"{len(chosen)} handle(s) -> victim targets"
 
 
@@ -361,7 +495,7 @@ def _to_decoy(d: Draft) -> str | None:
     handle["capability"] = values.capabilities(d.rng, d.exports)
     nbytes: Any = Live(["ctx", "victim", "decoy_nbytes", kind]) if d.rng.random() < 0.8 else values.edge_int(d.rng)
     index = d.rng.randrange(len(buffers))
-    buffers[index] = {"nbytes": nbytes, "handle": handle}
+    buffers[index] = [nbytes, handle]
     return f"handle {index} names decoy {kind} ({handle['transport']})"
 
 
@@ -370,8 +504,9 @@ def _victim_fd(d: Draft) -> str | None:
     if entry is None:
         return None
     which = d.rng.choice(targets.FDS)
-    entry["handle"] = LiveHandle(targets.slot("memfd", d.rng.randrange(targets.MEMFD_SLOTS), "handle"))
-    entry["handle"].fields["fd"] = Live(targets.fd(which))
+    handle = LiveHandle(targets.slot("memfd", d.rng.randrange(targets.MEMFD_SLOTS), "handle"))
+    handle.fields["fd"] = Live(targets.fd(which))
+    _set_handle(entry, handle)
     return f"victim slot name with the victim's {which} fd"
 
 

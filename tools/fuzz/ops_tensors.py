@@ -1,30 +1,36 @@
 """Structural mutations of the tensor descriptors and of the message body.
 
-Descriptors are ``[kind, dtype, shape, strides, offset, buffer, nbytes]``; a mutation sometimes
-keeps ``nbytes`` consistent with a new shape or dtype so the input reaches the deeper checks. The
-body is edited as a tree (tree tuples opened), with hand-built raw msgpack where msgspec would
-refuse to write it: extension chains, nesting hundreds deep, invalid UTF-8, non-canonical widths,
-containers claiming more items than there are bytes.
+A tensor is an extension in place in the body (``codec.wire``): ``ext(1)`` describes one in a
+buffer (``<kind, dtype, rank, flags>``, u32 buffer, u64 offset, u64 nbytes, rank u64 dims, with
+flag 1 rank i64 strides), ``ext(3)`` carries a small one inside frame 0 (the same head without
+buffer, offset and nbytes, then its bytes). Descriptor mutations unpack such a payload into its
+fields, change one (or the code, or the payload's length) and pack it again, every field wrapped
+into its width, so that any bit pattern a sender could write is reachable; a mutation sometimes
+keeps ``nbytes`` (the inline bytes) consistent with a new shape or dtype so the input reaches the
+deeper checks. The body is edited as a tree (tree tuples opened), with hand-built raw msgpack where
+msgspec would refuse to write it: extension chains, nesting hundreds deep, invalid UTF-8,
+non-canonical widths, containers claiming more items than there are bytes.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import struct
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgspec
 
-from codec import DTYPES
+from codec import DTYPE_NAMES, DTYPES
+from codec.wire import EXT_INLINE, EXT_TENSOR, EXT_TUPLE, pack_descriptor, pack_inline
 from tools.fuzz import rawmp, values
-from tools.fuzz.draft import BodyTuple, Draft, encode
+from tools.fuzz.draft import BODY, BUFFERS, BodyTuple, Draft, encode
 from tools.fuzz.ops_table import Op
 
-__all__ = ["BODY_OPS", "DESCRIPTOR_OPS"]
+__all__ = ["BODY_OPS", "DESCRIPTOR_OPS", "Desc", "pack", "unpack"]
 
-_FIELDS = ("kind", "dtype", "shape", "strides", "offset", "buffer", "nbytes")
-_DTYPES = tuple(DTYPES)
+_FIELDS = ("kind", "dtype", "rank", "flags", "shape", "strides", "offset", "buffer", "nbytes", "code", "payload")
+_ITEMSIZE = [DTYPES[name].itemsize for name in DTYPE_NAMES]
 _SHAPES: tuple[list[int], ...] = (
     [2**63],
     [0, 2**63],
@@ -41,121 +47,295 @@ _SHAPES: tuple[list[int], ...] = (
     [1],
     [1, 0, 1],
 )
-_EXT_TUPLE, _EXT_TENSOR = 2, 1
+_U32, _U64 = 2**32 - 1, 2**64 - 1
+_HEAD = struct.Struct("<BBBB")
+_PLACED = struct.Struct("<IQQ")  # buffer, offset, nbytes (after the head, in ext(1))
 _INDEX = struct.Struct("<I")
-_MAX = 2**64 - 1
+_INLINE_BYTES = 1 << 16  # an inline payload kept consistent with its shape only up to this size
+_MANY_BYTES = 4 << 20  # the most payload bytes copies of one extension may add to frame 0
+_FLOAT32 = DTYPE_NAMES.index("float32")
+_LEAF_TENSOR = pack_descriptor(0, _FLOAT32, (1,), None, 0, 0, 4)  # one float32 at the start of buffer 0
+_LEAF_INLINE = pack_inline(0, _FLOAT32, (1,), b"\0\0\x80?")  # one float32 (1.0) inside frame 0
 
 
-def _descs(d: Draft) -> list[Any] | None:
-    tensors = d.listed("tensors")
-    return tensors if tensors else None
+@dataclass(frozen=True)
+class Desc:
+    """A tensor extension's payload as fields (any values: ``pack`` wraps each into its width).
+
+    ``rank`` is written as it is, independently of ``len(shape)``; strides are written when they
+    are not None, whatever ``flags`` says. ``data``: what follows the dims (an inline tensor's bytes;
+    nothing in a well-formed ``ext(1)``). ``buffer``, ``offset`` and ``nbytes`` exist in ``ext(1)`` only.
+    """
+
+    code: int
+    kind: int
+    dtype: int
+    rank: int
+    flags: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
+    buffer: int = 0
+    offset: int = 0
+    nbytes: int = 0
+    data: bytes = b""
 
 
-def _desc(d: Draft) -> list[Any] | None:
-    tensors = _descs(d)
-    if tensors is None:
+def unpack(ext: msgspec.msgpack.Ext) -> Desc | None:
+    """The fields of a tensor extension, or None if its payload is too short to hold them."""
+    data = bytes(ext.data)
+    if ext.code not in (EXT_TENSOR, EXT_INLINE) or len(data) < _HEAD.size:
         return None
-    desc = d.rng.choice(tensors)
-    return desc if isinstance(desc, list) and len(desc) == 7 else None
+    kind, dtype, rank, flags = _HEAD.unpack_from(data)
+    pos = _HEAD.size
+    buffer = offset = nbytes = 0
+    if ext.code == EXT_TENSOR:
+        if len(data) < pos + _PLACED.size:
+            return None
+        buffer, offset, nbytes = _PLACED.unpack_from(data, pos)
+        pos += _PLACED.size
+    strided = bool(flags & 1)
+    if len(data) < pos + rank * (16 if strided else 8):
+        return None
+    shape = struct.unpack_from(f"<{rank}Q", data, pos)
+    pos += 8 * rank
+    strides = None
+    if strided:
+        strides = struct.unpack_from(f"<{rank}q", data, pos)
+        pos += 8 * rank
+    if ext.code == EXT_INLINE:
+        nbytes = len(data) - pos
+    return Desc(ext.code, kind, dtype, rank, flags, shape, strides, buffer, offset, nbytes, data[pos:])
 
 
-def _consistent(desc: list[Any]) -> None:
-    """``nbytes`` (and C-contiguous strides) matching the descriptor's shape and dtype, where it can."""
-    shape, dtype = desc[2], desc[1]
-    if not isinstance(shape, list) or not all(isinstance(n, int) and n >= 0 for n in shape):
-        return
-    itemsize = DTYPES[dtype].itemsize if isinstance(dtype, str) and dtype in DTYPES else 1
-    desc[6] = min(math.prod(shape) * itemsize, _MAX)
+def _signed(value: int) -> int:
+    return (value + 2**63) % 2**64 - 2**63
+
+
+def pack(desc: Desc) -> msgspec.msgpack.Ext:
+    """The extension of ``desc``, every field wrapped into its width (code wrapped into -128..127)."""
+    parts = [_HEAD.pack(desc.kind & 0xFF, desc.dtype & 0xFF, desc.rank & 0xFF, desc.flags & 0xFF)]
+    if desc.code == EXT_TENSOR:
+        parts.append(_PLACED.pack(desc.buffer & _U32, desc.offset & _U64, desc.nbytes & _U64))
+    parts.append(struct.pack(f"<{len(desc.shape)}Q", *(n & _U64 for n in desc.shape)))
+    if desc.strides is not None:
+        parts.append(struct.pack(f"<{len(desc.strides)}q", *(_signed(n) for n in desc.strides)))
+    parts.append(desc.data)
+    return msgspec.msgpack.Ext((desc.code + 128) % 256 - 128, b"".join(parts))
+
+
+def _is_tensor(node: Any) -> bool:
+    return isinstance(node, msgspec.msgpack.Ext) and node.code in (EXT_TENSOR, EXT_INLINE)
+
+
+def _tensors(d: Draft) -> tuple[list[Any], list[tuple[Any, Any]]]:
+    """The body (in a holder) and the ``(container, key)`` of each tensor extension in it."""
+    holder, nodes = _body(d)
+    return holder, [n for n in nodes if _is_tensor(n[0][n[1]])]
+
+
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, step = [], 1
     for dim in reversed(shape):
         strides.append(min(step, 2**63 - 1))
         step *= max(dim, 1)
-    desc[3] = strides[::-1]
+    return tuple(reversed(strides))
 
 
-def _field_values(d: Draft, field: str, desc: list[Any]) -> Any:
+def _consistent(desc: Desc) -> Desc:
+    """``desc`` with ``nbytes`` (an inline tensor's bytes, where not too many) matching its shape and dtype,
+    and C-contiguous strides where it has strides."""
+    itemsize = _ITEMSIZE[desc.dtype] if 0 <= desc.dtype < len(_ITEMSIZE) else 1
+    nbytes = min(math.prod(desc.shape) * itemsize, _U64)
+    strides = None if desc.strides is None else _c_strides(desc.shape)
+    if desc.code == EXT_INLINE:
+        if nbytes > _INLINE_BYTES:
+            return replace(desc, strides=strides)
+        data = (desc.data + bytes(nbytes))[:nbytes]
+        return replace(desc, strides=strides, nbytes=nbytes, data=data)
+    return replace(desc, strides=strides, nbytes=nbytes)
+
+
+def _with_shape(desc: Desc, shape: tuple[int, ...]) -> Desc:
+    strides = None if desc.strides is None else (tuple(desc.strides) + (1,) * len(shape))[: len(shape)]
+    return replace(desc, shape=shape, rank=len(shape), strides=strides)
+
+
+def _mutate_field(d: Draft, desc: Desc, field: str) -> tuple[Desc, str] | None:
+    """``desc`` with ``field`` changed, and what changed; None where the field does not apply."""
     rng = d.rng
-    rank = len(desc[2]) if isinstance(desc[2], list) else 1
+    rank = len(desc.shape)
+    placed = desc.code == EXT_TENSOR
     if field == "kind":
-        return rng.choice(("tensor", "ndarray", "Tensor", "", 1, None))
+        value: Any = rng.choice((0, 1, 2, 3, 127, 255))
+        return replace(desc, kind=value), f"kind {value}"
     if field == "dtype":
-        return rng.choice((*_DTYPES, "float128", "", "bfloat16 ", "object", 5, None))
+        value = rng.choice((*range(len(DTYPE_NAMES)), len(DTYPE_NAMES), len(DTYPE_NAMES) + 1, 254, 255))
+        return replace(desc, dtype=value), f"dtype code {value}"
+    if field == "rank":
+        value = rng.choice((0, max(rank - 1, 0), rank + 1, 8, 9, 63, 64, 255))
+        if rng.random() < 0.5:
+            return replace(desc, rank=value), f"rank {value} over {rank} dims"  # the payload's length disagrees
+        dims = (tuple(desc.shape) + (1,) * value)[:value]
+        return _with_shape(desc, dims), f"rank {value} (dims padded with 1)"
+    if field == "flags":
+        value = rng.choice((0, 1, 2, 3, 4, 5, 8, 0x80, 0xFF))
+        if rng.random() < 0.5:
+            return replace(desc, flags=value), f"flags {value}"  # strides present or not as before
+        strides = _c_strides(desc.shape) if value & 1 else None
+        return replace(desc, flags=value, strides=strides), f"flags {value} (strides to match)"
     if field == "shape":
         if rng.random() < 0.6:
-            return list(rng.choice(_SHAPES))
-        return [rng.choice((0, 1, 2, 3, 255, 2**20, 2**32)) for _ in range(rng.randrange(10))]
+            shape = tuple(rng.choice(_SHAPES))
+        else:
+            shape = tuple(rng.choice((0, 1, 2, 3, 255, 2**20, 2**32)) for _ in range(rng.randrange(10)))
+        return _with_shape(desc, shape), f"shape {list(shape)!r:.50}"
     if field == "strides":
-        stride = rng.choice((0, -1, 1, 2**63 - 1, -(2**63), 2**62, 2**64 - 1, 4096, -4096))
-        return rng.choice(([stride] * rank, [stride] * (rank + 1), [], [1] * rank, [stride, *[1] * (rank - 1)]))
-    if field == "offset":
-        return rng.choice((-1, 0, 1, 2, 3, 4, 8, 15, 4096, 2**31, 2**63, _MAX, "0", None))
-    if field == "buffer":
-        return rng.choice((-1, 1, 2, 3, 100, 2**32, _MAX, None, "0"))
-    return rng.choice((0, -1, 1, 2**63, _MAX, 2**40, (desc[6] if isinstance(desc[6], int) else 0) + 1, None))
+        stride = rng.choice((0, -1, 1, 2**63 - 1, -(2**63), 2**62, 2**64 - 1, 4096, -4096, 2))
+        ones = [1] * max(rank - 1, 0)
+        chosen = rng.choice(([stride] * rank, [stride] * (rank + 1), [], [1] * rank, [stride, *ones], [*ones, stride]))
+        return replace(desc, flags=desc.flags | 1, strides=tuple(chosen)), f"strides {chosen!r:.50}"
+    if field == "offset" and placed:
+        value = rng.choice((-1, 0, 1, 2, 3, 4, 8, 15, 16, 4096, 2**31, 2**63, _U64, desc.offset + 1, desc.offset - 1))
+        return replace(desc, offset=value), f"offset {value}"
+    if field == "buffer" and placed:
+        value = rng.choice((-1, 1, 2, 3, 100, 4096, 2**31, _U32, desc.buffer + 1))
+        return replace(desc, buffer=value), f"buffer {value & _U32}"
+    if field == "nbytes":
+        if placed:
+            value = rng.choice((0, -1, 1, 2**63, _U64, 2**40, desc.nbytes + 1, desc.nbytes - 1, desc.nbytes * 2))
+            return replace(desc, nbytes=value), f"nbytes {value & _U64}"
+        change = rng.choice((-1, 1, -8, 8, 4096, -len(desc.data)))
+        data = desc.data[:change] if change < 0 else desc.data + rng.randbytes(change)
+        return replace(desc, data=data, nbytes=len(data)), f"inline bytes {change:+}"
+    if field == "code":
+        if placed and rng.random() < 0.5 and desc.nbytes <= _INLINE_BYTES:  # the same tensor, carried inline
+            return replace(desc, code=EXT_INLINE, flags=desc.flags & 1, data=bytes(desc.nbytes)), "moved inline"
+        if not placed and rng.random() < 0.5:  # the same tensor, placed in a buffer
+            return replace(desc, code=EXT_TENSOR, buffer=0, offset=0, data=b""), "moved to buffer 0"
+        value = rng.choice((EXT_TENSOR, EXT_INLINE, EXT_TUPLE, 0, 4, 127, -1, -128))
+        return replace(desc, code=value), f"extension code {value} on the same fields"
+    return None
+
+
+def _payload(d: Draft, ext: msgspec.msgpack.Ext) -> tuple[msgspec.msgpack.Ext, str]:
+    """``ext`` with its raw payload cut, grown or overwritten."""
+    rng = d.rng
+    data = bytearray(ext.data)
+    kind = rng.randrange(4)
+    if kind == 0 and data:
+        cut = rng.choice((1, 4, 8, rng.randrange(1, len(data) + 1)))
+        return msgspec.msgpack.Ext(ext.code, bytes(data[:-cut])), f"payload cut by {cut}"
+    if kind == 1:
+        extra = rng.randbytes(rng.choice((1, 8, 16, 17)))
+        return msgspec.msgpack.Ext(ext.code, bytes(data) + extra), f"payload grown by {len(extra)}"
+    if kind == 2 and data:
+        pos = rng.randrange(min(len(data), 64))
+        data[pos] = rng.randrange(256)
+        return msgspec.msgpack.Ext(ext.code, bytes(data)), f"payload byte {pos} set"
+    return msgspec.msgpack.Ext(ext.code, rng.randbytes(len(data))), "payload random"
 
 
 def _desc_field(d: Draft) -> str | None:
-    desc = _desc(d)
-    if desc is None:
+    holder, found = _tensors(d)
+    if not found:
         return None
+    parent, key = d.rng.choice(found)
+    ext = parent[key]
+    desc = unpack(ext)
     field = d.rng.choice(_FIELDS)
-    index = _FIELDS.index(field)
-    desc[index] = _field_values(d, field, desc)
-    kept = field in ("shape", "dtype") and d.rng.random() < 0.5
-    if kept:
-        _consistent(desc)
-    return f"descriptor {field} = {desc[index]!r:.50}{' (nbytes kept consistent)' if kept else ''}"
-
-
-def _desc_list(d: Draft) -> str | None:
-    tensors = d.listed("tensors")
-    if tensors is None:
+    if desc is None or field == "payload":
+        parent[key], what = _payload(d, ext)
+        _store(d, holder)
+        return f"ext({ext.code}) {what}"
+    changed = None
+    for _attempt in range(4):
+        changed = _mutate_field(d, desc, field)
+        if changed is not None:
+            break
+        field = d.rng.choice(_FIELDS[:6])
+    if changed is None:
         return None
-    kind = d.rng.randrange(6)
-    if kind == 0 and tensors:
-        tensors.insert(d.rng.randrange(len(tensors) + 1), copy.deepcopy(d.rng.choice(tensors)))
-        return "descriptor duplicated"
-    if kind == 1 and tensors:
-        tensors.pop(d.rng.randrange(len(tensors)))
-        return "descriptor dropped"
-    desc = _desc(d)
-    if kind == 2 and desc is not None:
-        desc.append(values.junk(d.rng))
-        return "descriptor with an extra item"
-    if kind == 3 and desc is not None:
-        desc.pop(d.rng.randrange(7))
-        return "descriptor missing an item"
-    if kind == 4 and desc is not None:
-        tensors[tensors.index(desc)] = dict(zip(_FIELDS, desc, strict=True))
-        return "descriptor as a map"
-    value: Any = d.rng.choice(({}, None, "x", 5, [[]], [None], [["tensor"] * 7]))
-    d.put("tensors", value)
-    return f"tensors = {value!r:.30}"
+    new, what = changed
+    kept = field in ("shape", "dtype", "rank") and d.rng.random() < 0.5
+    if kept:
+        new = _consistent(new)
+    parent[key] = pack(new)
+    _store(d, holder)
+    return f"ext({ext.code}) {what}{' (nbytes kept consistent)' if kept else ''}"
+
+
+def _desc_shape(d: Draft) -> str | None:
+    """A tensor extension replaced by another form: dropped, the wire-1 reference, a descriptor list."""
+    holder, found = _tensors(d)
+    if not found:
+        return None
+    parent, key = d.rng.choice(found)
+    ext = parent[key]
+    desc = unpack(ext)
+    kind = d.rng.randrange(5)
+    if kind == 0:
+        parent[key] = None
+        what = "dropped (None)"
+    elif kind == 1:
+        parent[key] = msgspec.msgpack.Ext(EXT_TENSOR, _INDEX.pack(d.rng.choice((0, 1, 2**32 - 1))))
+        what = "as a wire-1 reference (a u32 index)"
+    elif kind == 2 and desc is not None:
+        name = DTYPE_NAMES[desc.dtype] if desc.dtype < len(DTYPE_NAMES) else desc.dtype
+        fields = ["tensor" if desc.kind == 0 else "ndarray", name, list(desc.shape), desc.strides, desc.offset]
+        parent[key] = [*fields, desc.buffer, desc.nbytes]
+        what = "as a wire-1 descriptor list"
+    elif kind == 3 and desc is not None:
+        parent[key] = pack(replace(desc, flags=desc.flags ^ 2))
+        what = "shared flag toggled"
+    else:
+        parent[key] = msgspec.msgpack.Ext(d.rng.choice((EXT_TENSOR, EXT_INLINE)), b"")
+        what = "as an empty extension"
+    _store(d, holder)
+    return f"a tensor extension {what}"
 
 
 def _desc_many(d: Draft) -> str | None:
-    desc = _desc(d)
-    if desc is None:
+    holder, found = _tensors(d)
+    if not found:
         return None
-    count = d.rng.choice((4096, 4097, 10000))
-    d.put("tensors", msgspec.Raw(encode([desc] * count)))
-    return f"{count} descriptors"
+    parent, key = d.rng.choice(found)
+    count = d.rng.choice((5, 4096, 65535, 65536, 65537))
+    ext = parent[key]
+    if len(ext.data) * count > _MANY_BYTES:  # frame 0 stays a few MiB: a one-element tensor of the same form
+        ext = msgspec.msgpack.Ext(ext.code, _LEAF_TENSOR if ext.code == EXT_TENSOR else _LEAF_INLINE)
+    parent[key] = [ext] * count
+    _store(d, holder)
+    return f"{count} copies of a tensor extension ({len(ext.data)} bytes each)"
 
 
 def _retarget(d: Draft) -> str | None:
-    desc = _desc(d)
-    buffers = d.listed("buffers")
-    if desc is None or not buffers:
+    holder, found = _tensors(d)
+    buffers = d.listed(BUFFERS)
+    placed = [(p, k) for p, k in found if p[k].code == EXT_TENSOR]
+    if not placed or not buffers:
         return None
-    desc[5] = d.rng.randrange(len(buffers))
-    entry = buffers[desc[5]]
-    size = entry.get("nbytes") if isinstance(entry, dict) else None
-    if isinstance(size, int) and isinstance(desc[6], int):
-        desc[4] = max(0, size - desc[6]) + d.rng.choice((0, 0, 1, 16, -16))
-    return f"descriptor moved to buffer {desc[5]} at {desc[4]}"
+    parent, key = d.rng.choice(placed)
+    desc = unpack(parent[key])
+    if desc is None:
+        return None
+    index = d.rng.randrange(len(buffers))
+    entry = buffers[index]
+    size = entry[0] if isinstance(entry, list) and entry and isinstance(entry[0], int) else 0
+    offset = max(0, size - desc.nbytes) + d.rng.choice((0, 0, 1, 16, -16))
+    parent[key] = pack(replace(desc, buffer=index, offset=offset))
+    _store(d, holder)
+    return f"descriptor moved to buffer {index} at {offset}"
 
 
-DESCRIPTOR_OPS: tuple[Op, ...] = (_desc_field, _desc_field, _desc_field, _desc_list, _desc_many, _retarget)
+DESCRIPTOR_OPS: tuple[Op, ...] = (
+    _desc_field,
+    _desc_field,
+    _desc_field,
+    _desc_field,
+    _desc_shape,
+    _desc_many,
+    _retarget,
+)
 
 
 # -- the body ------------------------------------------------------------------------------------
@@ -170,7 +350,7 @@ def _nodes(holder: list[Any], limit: int = 4000) -> list[tuple[Any, Any]]:
         parent, key, depth = stack.pop()
         found.append((parent, key))
         node = parent[key]
-        if isinstance(node, msgspec.msgpack.Ext) and node.code == _EXT_TUPLE and depth < 32:
+        if isinstance(node, msgspec.msgpack.Ext) and node.code == EXT_TUPLE and depth < 32:
             try:
                 items = msgspec.msgpack.decode(node.data)
             except msgspec.MsgspecError:
@@ -188,12 +368,12 @@ def _nodes(holder: list[Any], limit: int = 4000) -> list[tuple[Any, Any]]:
 
 
 def _body(d: Draft) -> tuple[list[Any], list[tuple[Any, Any]]]:
-    holder = [d.get("body")]
+    holder = [d.get(BODY)]
     return holder, _nodes(holder)
 
 
 def _store(d: Draft, holder: list[Any]) -> None:
-    d.put("body", msgspec.Raw(encode(holder[0])))
+    d.put(BODY, msgspec.Raw(encode(holder[0])))
 
 
 def _replace(d: Draft, make: Any, what: str, pick: Any = None) -> str:
@@ -208,25 +388,21 @@ def _replace(d: Draft, make: Any, what: str, pick: Any = None) -> str:
     return what
 
 
-def _is_ref(node: Any) -> bool:
-    return isinstance(node, msgspec.msgpack.Ext) and node.code == _EXT_TENSOR
-
-
 def _tensor_ref(d: Draft) -> str:
     rng = d.rng
-    tensors = d.listed("tensors") or []
 
     def make(node: Any) -> Any:
         kind = rng.randrange(3)
         if kind == 0:
-            index = rng.choice((0, 1, len(tensors), len(tensors) + 1, 2**31, 2**32 - 1))
-            return msgspec.msgpack.Ext(_EXT_TENSOR, _INDEX.pack(index))
+            index = rng.choice((0, 1, 2, 2**31, 2**32 - 1))
+            return msgspec.msgpack.Ext(EXT_TENSOR, _INDEX.pack(index))  # a reference of wire format 1
         if kind == 1:
-            return msgspec.msgpack.Ext(_EXT_TENSOR, rng.randbytes(rng.choice((0, 1, 3, 5, 8))))
-        data = node.data if isinstance(node, msgspec.msgpack.Ext) else b"\0" * 4
-        return msgspec.msgpack.Ext(rng.choice((0, 2, 3, 4, 127, -1, -128)), data)
+            size = rng.choice((0, 1, 3, 4, 5, 8, 23, 24, 31, 32, 40))
+            return msgspec.msgpack.Ext(rng.choice((EXT_TENSOR, EXT_INLINE)), rng.randbytes(size))
+        data = node.data if isinstance(node, msgspec.msgpack.Ext) else _LEAF_TENSOR
+        return msgspec.msgpack.Ext(rng.choice((0, 1, 2, 3, 4, 127, -1, -128)), data)
 
-    return _replace(d, make, "tensor reference changed", _is_ref)
+    return _replace(d, make, "tensor extension changed", _is_tensor)
 
 
 def _ext_chain(d: Draft) -> str:
@@ -240,12 +416,14 @@ def _ext_chain(d: Draft) -> str:
             b"",
             encode(1),
             encode([1]) + b"\x00",
-            rawmp.ext(_EXT_TENSOR, _INDEX.pack(0)),
+            rawmp.ext(EXT_TENSOR, _INDEX.pack(0)),
+            rawmp.ext(EXT_TENSOR, _LEAF_TENSOR),
+            rawmp.ext(EXT_INLINE, _LEAF_INLINE),
             b"\x91",
             b"\xc0",
         )
     )
-    raw = rawmp.ext_chain([(_EXT_TUPLE, prefix)] * depth, leaf)
+    raw = rawmp.ext_chain([(EXT_TUPLE, prefix)] * depth, leaf)
     return _replace(d, lambda _: msgspec.Raw(raw), f"ext(2) chain {depth} deep (prefix {prefix.hex()})")
 
 
@@ -253,7 +431,10 @@ def _deep(d: Draft) -> str:
     rng = d.rng
     depth = rng.choice((10, 40, 58, 60, 61, 62, 63, 64, 65, 66, 70, 100, 200))
     openers = [rng.choice((b"\x91", b"\x81\xa1k", b"\x92\xc0", b"\x81\x00")) for _ in range(depth)]
-    raw = rawmp.nested(openers, rng.choice((b"\xc0", b"\x90", b"\x80", rawmp.ext(_EXT_TENSOR, _INDEX.pack(0)))))
+    leaf = rng.choice(
+        (b"\xc0", b"\x90", b"\x80", rawmp.ext(EXT_TENSOR, _LEAF_TENSOR), rawmp.ext(EXT_INLINE, _LEAF_INLINE))
+    )
+    raw = rawmp.nested(openers, leaf)
     return _replace(d, lambda _: msgspec.Raw(raw), f"containers nested {depth} deep")
 
 
@@ -324,22 +505,22 @@ def _tag(d: Draft) -> str:
 
 def _random_body(d: Draft) -> str:
     if d.rng.random() < 0.5:
-        d.put("body", values.junk(d.rng, 4))
+        d.put(BODY, values.junk(d.rng, 4))
         return "body replaced by a random value"
-    d.put("body", msgspec.Raw(d.rng.randbytes(d.rng.randrange(1, 64))))
+    d.put(BODY, msgspec.Raw(d.rng.randbytes(d.rng.randrange(1, 64))))
     return "body replaced by random bytes"
 
 
 def _alias(d: Draft) -> str:
     holder, nodes = _body(d)
-    refs = [n for n in nodes if _is_ref(n[0][n[1]])]
+    refs = [n for n in nodes if _is_tensor(n[0][n[1]])]
     if not refs:
         return _wrong_type(d)
     source = d.rng.choice(refs)
     parent, key = d.rng.choice(nodes)
     parent[key] = source[0][source[1]]
     _store(d, holder)
-    return "a tensor reference copied to another place"
+    return "a tensor extension copied to another place"
 
 
 BODY_OPS: tuple[Op, ...] = (

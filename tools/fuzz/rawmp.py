@@ -1,18 +1,17 @@
-"""Raw msgpack pieces the fuzzer writes by hand, and an iterative walk over the top-level map of a frame.
+"""Raw msgpack pieces the fuzzer writes by hand, and an iterative walk over the top-level array of a frame.
 
 msgspec writes canonical msgpack only; hostile inputs also need deep nesting built in linear time,
-extension chains, non-canonical widths and maps with duplicate keys. ``entries`` splits a map into
-the raw bytes of its keys and values (without recursion), so that one value can be rewritten while
-every other byte of the frame stays as it was (what follows a value that does not parse, too).
+extension chains, non-canonical widths and maps with duplicate keys. ``items`` splits an array (frame
+0 is one: ``[tag, fingerprint, buffers, body]``) into the raw bytes of its items (without recursion),
+so that one item can be rewritten while every other byte of the frame stays as it was (what follows
+an item that does not parse, too).
 """
 
 from __future__ import annotations
 
 import struct
 
-import msgspec
-
-__all__ = ["array_header", "build_map", "entries", "ext", "ext_chain", "key_of", "map_header", "nested", "skip"]
+__all__ = ["array_header", "build_array", "build_map", "ext", "ext_chain", "items", "map_header", "nested", "skip"]
 
 _FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
 _WIDTH = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}  # bin8-32, str8-32: length bytes
@@ -76,6 +75,11 @@ def nested(openers: list[bytes], leaf: bytes) -> bytes:
     return b"".join(openers) + leaf
 
 
+def build_array(items: list[bytes]) -> bytes:
+    """An array of already encoded items, in order."""
+    return array_header(len(items)) + b"".join(items)
+
+
 def build_map(pairs: list[tuple[bytes, bytes]]) -> bytes:
     """A map of already encoded ``(key, value)`` pairs, duplicates and all, in order."""
     return map_header(len(pairs)) + b"".join(k + v for k, v in pairs)
@@ -132,17 +136,17 @@ def _length(view: memoryview, pos: int, width: int) -> int:
     return value
 
 
-def entries(frame: bytes) -> tuple[bytes, list[tuple[bytes, bytes]], bytes] | None:
-    """The map ``frame`` starts with, split: ``(map header, [(key, value)] as far as they parse, the
-    rest)``; None if ``frame`` does not start with a map header."""
+def items(frame: bytes) -> tuple[bytes, list[bytes], bytes] | None:
+    """The array ``frame`` starts with, split: ``(array header, [item] as far as they parse, the
+    rest)``; None if ``frame`` does not start with an array header."""
     view = memoryview(frame)
     if not view:
         return None
     byte = view[0]
-    if 0x80 <= byte <= 0x8F:
+    if 0x90 <= byte <= 0x9F:
         count, pos = byte & 0x0F, 1
-    elif byte in (0xDE, 0xDF):
-        width = 2 if byte == 0xDE else 4
+    elif byte in (0xDC, 0xDD):
+        width = 2 if byte == 0xDC else 4
         try:
             count, pos = _length(view, 1, width), 1 + width
         except ValueError:
@@ -150,21 +154,12 @@ def entries(frame: bytes) -> tuple[bytes, list[tuple[bytes, bytes]], bytes] | No
     else:
         return None
     head = bytes(view[:pos])
-    pairs: list[tuple[bytes, bytes]] = []
+    found: list[bytes] = []
     try:
         for _ in range(count):
-            middle = skip(view, pos)
-            end = skip(view, middle)
-            pairs.append((bytes(view[pos:middle]), bytes(view[middle:end])))
+            end = skip(view, pos)
+            found.append(bytes(view[pos:end]))
             pos = end
     except ValueError:
         pass  # the rest stays as it is
-    return head, pairs, bytes(view[pos:])
-
-
-def key_of(raw: bytes) -> object:
-    """The decoded key of a raw map key (or the raw bytes if it does not decode)."""
-    try:
-        return msgspec.msgpack.decode(raw)
-    except msgspec.MsgspecError:
-        return raw
+    return head, found, bytes(view[pos:])

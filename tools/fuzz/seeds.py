@@ -1,9 +1,11 @@
 """Valid seed messages of the built-in types, and their encoded templates.
 
 Every seed is built deterministically (fixed generators), so every process gets the same bytes.
-A template is a seed encoded by the real ``codec.Encoder`` through a recording transport: frame 0
-holds a placeholder handle for each out-of-band buffer, whose bytes the template keeps; a case
-exports those bytes through the decoding worker's own sender and binds the real handles in.
+A template is a seed encoded by the real ``codec.Encoder`` through a recording transport, in one
+of the ``LAYOUTS`` (small tensors inside frame 0 as ``ext(3)``, the others in inline frames or out
+of band, each described by an ``ext(1)``): frame 0 holds a placeholder handle for each
+out-of-band buffer, whose bytes the template keeps; a case exports those bytes through the
+decoding worker's own sender and binds the real handles in.
 """
 
 from __future__ import annotations
@@ -22,10 +24,31 @@ from codec.generated import diffusion, media, rpc
 from transports.base import Buffer, Handle
 from transports.shm import ShmHandle, SlotHandle
 
-__all__ = ["ALL_INLINE", "LEAKED", "SEEDS", "THRESHOLDS", "Template", "message", "template"]
+__all__ = [
+    "ALL_INLINE",
+    "EMBED",
+    "LAYOUTS",
+    "LEAKED",
+    "OUT_OF_BAND",
+    "SEEDS",
+    "Layout",
+    "Template",
+    "message",
+    "template",
+]
 
 ALL_INLINE = 2**62
-THRESHOLDS = (0, 1024, ALL_INLINE)  # every buffer out of band, the larger ones, none
+EMBED = codec.EncodeOptions().embed_threshold  # the encoder's default: tensors below it travel in frame 0
+Layout = tuple[int, int]  # (inline_threshold, embed_threshold) of the encoder
+LAYOUTS: tuple[Layout, ...] = (
+    (0, 0),  # every tensor in a buffer of its own, every buffer out of band
+    (1024, 0),  # the larger buffers out of band, the others inline frames
+    (ALL_INLINE, 0),  # every buffer an inline frame
+    (0, 1024),  # the smallest tensors inside frame 0, the others out of band
+    (ALL_INLINE, EMBED),  # the encoder's defaults for small messages: tensors inside frame 0
+    (0, EMBED),  # small tensors inside frame 0, the others out of band
+)
+OUT_OF_BAND: tuple[Layout, ...] = ((0, 0), (1024, 0), (0, 1024))  # layouts whose seeds have out-of-band buffers
 
 
 def _g(n: int) -> torch.Generator:
@@ -181,13 +204,13 @@ class Template:
 
 
 @cache
-def template(index: int, threshold: int) -> Template:
-    """Seed ``index`` encoded with ``inline_threshold=threshold``."""
+def template(index: int, layout: Layout) -> Template:
+    """Seed ``index`` encoded with ``inline_threshold, embed_threshold = layout``."""
     recorder = _Recorder()
-    encoder = codec.Encoder(recorder, codec.EncodeOptions(inline_threshold=threshold))
-    frames = encoder.encode(message(index))
-    entries = msgspec.msgpack.decode(frames[0])["buffers"]
-    slots = [i for i, entry in enumerate(entries) if entry["handle"]["transport"] != "inline"]
+    options = codec.EncodeOptions(inline_threshold=layout[0], embed_threshold=layout[1])
+    frames = codec.Encoder(recorder, options).encode(message(index))
+    entries = msgspec.msgpack.decode(frames[0])[2]  # [[nbytes, handle], ...]
+    slots = [i for i, entry in enumerate(entries) if entry[1]["transport"] != "inline"]
     if len(slots) != len(recorder.data):
         raise AssertionError(f"seed {SEEDS[index][0]}: {len(slots)} out-of-band entries, {len(recorder.data)} exports")
     oob = tuple(zip(slots, recorder.data, strict=True))

@@ -43,9 +43,14 @@ _PAGE = struct.Struct("<8Q16s")  # the control page's words and digest (transpor
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
 
 
+_OUT_OF_BAND = codec.EncodeOptions(inline_threshold=0, embed_threshold=0)  # every tensor in a segment
+
+
 def _entries(frames: list[Any]) -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = msgspec.msgpack.decode(frames[0])["buffers"]
-    return [e for e in entries if e["handle"]["transport"] != "inline"]
+    """The out-of-band buffers of a message, as ``{"handle": ..., "nbytes": ...}`` (frame 0's buffer
+    table holds ``[nbytes, handle]`` pairs)."""
+    table: list[list[Any]] = msgspec.msgpack.decode(frames[0])[2]
+    return [{"handle": handle, "nbytes": nbytes} for nbytes, handle in table if handle["transport"] != "inline"]
 
 
 def _public(entry: dict[str, Any]) -> dict[str, Any]:
@@ -96,9 +101,7 @@ class Victim:
         memfd = self._send(self._memfd, targets.MEMFD_SLOTS, 1)
         named = self._send(self._named, targets.NAMED_SLOTS, 2)
         oneshots = self._send(self._oneshot, targets.ONE_SHOTS, 3)
-        leaked_frames = codec.Encoder(self._memfd, codec.EncodeOptions(inline_threshold=0)).encode(
-            seeds.message(seeds.LEAKED)
-        )
+        leaked_frames = codec.Encoder(self._memfd, _OUT_OF_BAND).encode(seeds.message(seeds.LEAKED))
         self.token = memfd[0]["handle"]["name"].split("-")[2]
         self._slots = {"memfd": memfd, "named": named}
         self._oneshots = oneshots
@@ -119,7 +122,7 @@ class Victim:
         """Send one message of ``count`` out-of-band buffers that nobody will read."""
         gen = torch.Generator().manual_seed(seed)
         tensors = [torch.randn(500 + 37 * i, generator=gen) for i in range(count)]
-        frames = codec.Encoder(transport, codec.EncodeOptions(inline_threshold=0)).encode(rpc.Value(value=tensors))
+        frames = codec.Encoder(transport, _OUT_OF_BAND).encode(rpc.Value(value=tensors))
         return _entries(frames)
 
     def _name(self, seq: int) -> str:

@@ -203,8 +203,8 @@ class Worker:
         """Grow the senders' pools to their steady size: every seed's buffers in every backing."""
         rng = random.Random(0)
         for index in range(len(seeds.SEEDS)):
-            for threshold in (0, 1024):
-                tpl = seeds.template(index, threshold)
+            for layout in seeds.OUT_OF_BAND:
+                tpl = seeds.template(index, layout)
                 for mode in ("memfd", "named", "oneshot"):
                     pad = 0 if mode == "oneshot" else 8192
                     d = start(rng, "warm-up", tpl, [Export(mode, data, pad) for _, data in tpl.oob])

@@ -1,0 +1,234 @@
+"""Per-decode state: the buffers of one message, imported once, and the tensors built on them.
+
+The body's tensor extensions arrive through ``Incoming.ext`` as msgspec reads the body. The
+first one that lives in a buffer makes the decode read frame 0's buffer table, verify every
+handle and the limits, and import the buffers (each transport proves a handle's capability
+before any side effect). Each descriptor is checked against its buffer and the limits before
+anything is built on it. ``fail`` lets go of everything a failed decode holds and gives back the
+buffers it did not import.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from codec.body import use_incoming
+from codec.dtypes import DTYPE_NAMES
+from codec.errors import DecodeError
+from codec.inspect import describe
+from codec.tensors import BUILD, as_base, build, build_inline, verify_descriptor
+from codec.wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, SHARED, unpack_descriptor
+from transports.base import Buffer, Handle
+
+__all__ = ["Incoming"]
+
+HEADER_LEVELS = 2  # frame 0's array and the body sit above the message's own nesting
+
+
+class Incoming:
+    """The state of one ``Decoder.decode`` call (``decoder`` is that ``Decoder``)."""
+
+    __slots__ = (
+        "_bases",
+        "_built",
+        "_count",
+        "_paths",
+        "_placed",
+        "_sizes",
+        "buffers",
+        "decoder",
+        "frames",
+        "handles",
+        "head",
+    )
+
+    def __init__(self, decoder: Any, frames: Sequence[Buffer], head: Any) -> None:
+        self.decoder = decoder
+        self.frames = frames
+        self.head = head
+        self.handles: list[Handle] | None = None  # None until the buffer table is read
+        self.buffers: list[Any] = []  # imported so far, in handle order
+        self._count = 0
+        self._sizes: list[int] = []  # of the buffers, once imported
+        self._built: dict[bytes, Any] = {}
+        self._bases: dict[int, torch.Tensor] = {}
+        self._paths: list[Any] | None = None
+        self._placed: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+    def ext(self, code: int, data: memoryview) -> Any:
+        """The tensor or array of one extension of the body."""
+        if code != EXT_INLINE and code != EXT_TENSOR:
+            raise DecodeError(f"unknown msgpack extension type {code}")
+        index = self._count
+        self._count = index + 1
+        limits = self.decoder.options.limits
+        if index >= limits.max_tensors:
+            raise DecodeError(f"more than {limits.max_tensors} tensors in one message (limit max_tensors)")
+        if code == EXT_INLINE and self.decoder.placement is None:
+            quick = _quick_inline(data, limits)  # the common small tensor, checked and built at once
+            if quick is not None:
+                return quick
+        try:
+            desc = unpack_descriptor(code, data)
+        except DecodeError as exc:
+            raise DecodeError(f"{exc} - at `{self._where(index)}`") from None
+        if code == EXT_TENSOR:
+            key = bytes(data)
+            known = self._built.get(key)
+            if known is not None:
+                return known  # the same tensor again
+            if self.handles is None:
+                self.read_buffers()
+        problem = verify_descriptor(desc, self._sizes, limits)
+        if problem is not None:
+            raise DecodeError(f"{problem[1]} - at `{self._where(index)}{problem[0]}`")
+        placement = self.decoder.placement
+        device = None if placement is None or desc.kind != "tensor" else self._target(placement, index, desc.buffer)
+        try:
+            if code == EXT_INLINE:
+                if device is not None:
+                    base = placement.upload_one(-1, bytearray(data[desc.offset :]), device)
+                    return build(desc._replace(offset=0), None, base)
+                return build_inline(desc, data)
+            value = self._build_placed(desc, data[3] & SHARED, device)
+        except (TypeError, ValueError, OverflowError, RuntimeError, BufferError) as exc:  # not expected after
+            # ``verify_descriptor``; a guard so that no torch or numpy error ever leaves a decode
+            if isinstance(exc, DecodeError):
+                raise
+            raise DecodeError(f"tensor {index} of shape {list(desc.shape)} cannot be built: {exc}") from None
+        self._built[key] = value
+        return value
+
+    def _build_placed(self, desc: Any, shared: int, device: torch.device | None) -> Any:
+        buffer = self.buffers[desc.buffer]
+        if device is not None:
+            base = self._placed.get((desc.buffer, device))
+            if base is None:
+                base = self._placed[(desc.buffer, device)] = self.decoder.placement.upload_one(
+                    desc.buffer, buffer, device
+                )
+            return build(desc, None, base)
+        if isinstance(buffer, torch.Tensor) and not buffer.is_cpu and desc.kind == "ndarray":
+            buffer = self.buffers[desc.buffer] = buffer.cpu().numpy()  # delivered on a device: to the host once
+        if not isinstance(buffer, torch.Tensor) and memoryview(buffer).readonly:
+            if self.decoder.options.copy_readonly or desc.kind == "tensor":  # torch has no read-only tensors
+                buffer = self.buffers[desc.buffer] = bytearray(buffer)
+                self._bases.pop(desc.buffer, None)
+        if desc.kind == "ndarray":
+            return build(desc, buffer, None)
+        if shared or isinstance(buffer, torch.Tensor):
+            base = self._bases.get(desc.buffer)
+            if base is None:
+                base = self._bases[desc.buffer] = as_base(buffer)
+            return build(desc, buffer, base)
+        return build(desc, buffer, None)
+
+    def _target(self, placement: Any, index: int, buffer: int) -> torch.device | None:
+        """Where tensor ``index`` of the body goes: a device, or None to leave it where it arrived."""
+        by_path = placement.by_path
+        default = by_path.get("*")
+        if len(by_path) == 1 and default is not None:
+            target = default
+        else:
+            if self._paths is None:
+                self._paths = [e["path"] for e in describe(self.head)["tensors"]]
+            path = self._paths[index] if index < len(self._paths) else None
+            target = by_path.get(path, default) if isinstance(path, str) else default
+        if target is None:
+            return None
+        delivered = self.buffers[buffer] if buffer >= 0 else None
+        if target.type != "cpu" or (isinstance(delivered, torch.Tensor) and not delivered.is_cpu):
+            return target  # type: ignore[no-any-return]
+        return None
+
+    def _where(self, index: int) -> str:
+        """The body path of tensor ``index`` (e.g. ``$.media.video.tensor``), or its position."""
+        try:
+            path = describe(self.head, self.decoder.options.limits.max_depth + HEADER_LEVELS)["tensors"][index]["path"]
+        except Exception:  # the locator only improves a message; it never replaces the error
+            path = None
+        return path if isinstance(path, str) else f"$.<tensor {index}>"
+
+    def read_buffers(self) -> None:
+        """Read the buffer table, verify every handle and the limits, then import every buffer."""
+        decoder = self.decoder
+        try:
+            entries = decoder.table.decode(self.head).buffers
+        except Exception as exc:  # msgspec's errors: the envelope was checked, the table was not
+            raise DecodeError(f"invalid buffer table: {exc}".replace("`$[2]", "`$.buffers")) from None
+        handles = [entry[1] for entry in entries]
+        decoder.verify_handles(handles, self.frames)  # before this, nothing is released: the handles
+        self.handles = handles  # may name what their sender did not create
+        limits = decoder.options.limits
+        sizes = [entry[0] for entry in entries]
+        if sum(sizes) > limits.max_message_bytes:
+            raise DecodeError(
+                f"{sum(sizes)} buffer bytes is over the limit of {limits.max_message_bytes} - at `$.buffers`"
+            )
+        borrow = decoder.options.borrow
+        for entry in entries:
+            handle = entry[1]
+            data = decoder.reader(handle).import_(handle, self.frames, entry[0], borrow=borrow)
+            self.buffers.append(data)
+        self._sizes = [entry[0] for entry in entries]  # each transport checked its buffer's size
+
+    def finish(self, has_buffers: bool) -> None:
+        """After the body: a message whose buffers no tensor named still has its handles checked
+        (and its buffers given back)."""
+        if self.handles is None and (has_buffers or len(self.frames) > 1):
+            self.read_buffers()
+            self.buffers.clear()
+
+    def _verified(self) -> list[Handle]:
+        """The handles of a message that failed before its buffer table was read, if they are well-formed."""
+        try:
+            handles = [entry[1] for entry in self.decoder.table.decode(self.head).buffers]
+            self.decoder.verify_handles(handles, self.frames)
+        except Exception:  # not well-formed: nothing is released
+            return []
+        return handles
+
+    def fail(self) -> None:
+        """Let go of what this decode holds (a borrowed slot is freed as its last view dies) and give
+        back the buffers it did not import, each only if its handle proves its capability."""
+        unread = self.handles[len(self.buffers) :] if self.handles is not None else self._verified()
+        self.buffers.clear()
+        self._built.clear()
+        self._bases.clear()
+        self._placed.clear()
+        self.decoder.release(unread)
+
+
+_QUICK_TORCH = {
+    code: (torch_dtype, numpy_dtype, itemsize)
+    for code, (torch_dtype, numpy_dtype, itemsize) in enumerate(BUILD[name] for name in DTYPE_NAMES)
+    if numpy_dtype is not None
+}
+
+
+def _quick_inline(data: memoryview, limits: Any) -> Any:
+    """A non-empty C-contiguous torch tensor of a numpy-able dtype carried in frame 0, checked and
+    built; None for anything else (the general path then checks and builds it)."""
+    if len(data) < HEAD.size:
+        return None
+    kind, code, rank, flags = HEAD.unpack_from(data)
+    known = _QUICK_TORCH.get(code)
+    if kind or flags or known is None or rank >= len(DIMS) or rank > limits.max_rank:
+        return None
+    end = HEAD.size + 8 * rank
+    if len(data) < end:
+        return None
+    shape = DIMS[rank].unpack_from(data, HEAD.size)
+    numel = math.prod(shape)
+    nbytes = len(data) - end
+    if not numel or numel * known[2] != nbytes or nbytes > limits.max_tensor_bytes:
+        return None  # the general path names what is wrong
+    return torch.from_numpy(np.ndarray(shape, known[1], bytearray(data[end:])))
+
+
+use_incoming(Incoming)

@@ -1,0 +1,84 @@
+"""What the encoder and decoder need to know about a message class, worked out once per class."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec.inspect as mi
+
+from codec.body import checker, needs_prepare
+from codec.wire import prefix
+
+__all__ = ["TypePlan", "max_depth", "type_plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class TypePlan:
+    """``prefix``: frame 0 up to its buffer table (``bare``: with an empty one); ``tensors``: whether
+    a value may hold a tensor (or a tree, which may); ``prepare``: whether it may hold a tree or a
+    set to rewrite; ``check``: the decoder of the encoder's schema check."""
+
+    type_id: str
+    prefix: bytes
+    bare: bytes
+    tensors: bool
+    prepare: bool
+    check: Any
+
+
+def type_plan(cls: Any) -> TypePlan:
+    info = cls.__tw_type__
+    info_type = mi.type_info(cls)
+    head = prefix(info.type_id, info.version, info.fingerprint)
+    return TypePlan(
+        info.type_id, head, head + b"\x90", _holds_custom(info_type, set()), needs_prepare(cls), checker(cls)
+    )
+
+
+def _children(t: Any) -> list[Any]:
+    if isinstance(t, mi.StructType):
+        return [f.type for f in t.fields]
+    if isinstance(t, mi.UnionType):
+        return list(t.types)
+    if isinstance(t, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
+        return [t.item_type]
+    if isinstance(t, mi.TupleType):
+        return list(t.item_types)
+    if isinstance(t, mi.DictType):
+        return [t.key_type, t.value_type]
+    return []
+
+
+def _holds_custom(t: Any, seen: set[type]) -> bool:
+    """Whether a value of ``t`` may hold a custom object (a tensor) or an untyped tree."""
+    if isinstance(t, mi.AnyType | mi.CustomType | mi.ExtType):
+        return True
+    if isinstance(t, mi.StructType):
+        if t.cls in seen:
+            return False
+        seen.add(t.cls)
+    return any(_holds_custom(c, seen) for c in _children(t))
+
+
+def max_depth(cls: Any) -> int | None:
+    """How many containers deep a body of ``cls`` can nest (a struct is one); None if unbounded
+    (a tree, or a struct that can hold itself)."""
+    return _depth(mi.type_info(cls), frozenset())
+
+
+def _depth(t: Any, path: frozenset[type]) -> int | None:
+    if isinstance(t, mi.AnyType):
+        return None
+    if isinstance(t, mi.StructType):
+        if t.cls in path:
+            return None
+        path = path | {t.cls}
+    kids = [_depth(c, path) for c in _children(t)]
+    if any(k is None for k in kids):
+        return None
+    inner = max((k for k in kids if k is not None), default=0)
+    container = isinstance(
+        t, mi.StructType | mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType | mi.TupleType | mi.DictType
+    )
+    return inner + (1 if container else 0)

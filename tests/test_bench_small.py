@@ -1,0 +1,145 @@
+"""The small-message benchmark: its rows, the hooks-style peer and the call counter."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import msgspec
+import pytest
+import torch
+
+from tools.bench.calls import count_calls
+from tools.bench.hooks_style import Buffer, HooksCodec, join_frames, split_frames
+from tools.bench.small import HOOKS, RAW, TENSORWIRE, measure, measure_calls, measure_pipe, render
+
+
+class Holder(msgspec.Struct):
+    name: str
+    tensor: torch.Tensor
+    more: list[torch.Tensor] = []
+
+
+def random_bits(dtype: torch.dtype, *shape: int) -> torch.Tensor:
+    """A tensor of random bit patterns (NaNs and infinities included), so equality is bit equality."""
+    size = torch.empty(0, dtype=dtype).element_size()
+    count = math.prod(shape) * size
+    return torch.randint(0, 256, (count,), dtype=torch.uint8).view(dtype).view(shape)
+
+
+def same_bits(got: torch.Tensor, want: torch.Tensor) -> bool:
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    return torch.equal(got.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8))
+
+
+def check_rows(rows: list[dict[str, Any]], expected: dict[str, set[str]]) -> None:
+    assert {row["case"] for row in rows} == set(expected)
+    for case, implementations in expected.items():
+        mine = [row for row in rows if row["case"] == case]
+        assert {row["implementation"] for row in mine} == implementations
+        for row in mine:
+            assert row["reference"] in implementations
+            assert math.isfinite(row["ratio"]) and row["ratio"] > 0
+            assert 0 < row["min"] <= row["median"] <= row["max"]
+            if row["implementation"] == row["reference"]:
+                assert row["ratio"] == 1
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (16, 16), (3, 0), (), (7,)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8])
+def test_hooks_codec_round_trips_tensors_bit_exactly(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    codec = HooksCodec()
+    tensor = random_bits(dtype, *shape)
+    frames = codec.encode(Holder("x", tensor, [tensor, tensor.t() if tensor.dim() == 2 else tensor]))
+    side = tensor.nbytes >= codec.inline_below
+    assert len(frames) == 1 + 3 * side
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. torch's warning about a non-writable buffer
+        for received in (frames, [bytes(f) for f in frames], split_frames(join_frames(frames))):
+            got = codec.decode(received, Holder)
+            assert got.name == "x" and same_bits(got.tensor, tensor) and same_bits(got.more[0], tensor)
+            assert same_bits(got.more[1], tensor.t() if tensor.dim() == 2 else tensor)
+
+
+def test_hooks_codec_inlines_small_tensors_and_sends_large_ones_aside() -> None:
+    codec = HooksCodec(inline_below=256)
+    small, large = random_bits(torch.float32, 63), random_bits(torch.float32, 64)  # 252 and 256 bytes
+    assert len(codec.encode(Holder("s", small))) == 1
+    frames = codec.encode(Holder("l", large))
+    assert len(frames) == 2 and bytes(frames[1]) == large.numpy().tobytes()
+    assert len(HooksCodec(inline_below=1 << 20).encode(Holder("l", large))) == 1
+
+
+def test_hooks_codec_copies_read_only_frames_and_shares_writable_ones() -> None:
+    codec = HooksCodec()
+    tensor = random_bits(torch.float32, 32, 32)
+    frames = codec.encode(Holder("x", tensor))
+    from_bytes = codec.decode([bytes(f) for f in frames], Holder).tensor
+    from_bytes.add_(1)  # writable, and not the source's memory
+    assert same_bits(codec.decode(frames, Holder).tensor, tensor)
+    shared = codec.decode(frames, Holder).tensor  # in process: a view of the source tensor
+    assert shared.data_ptr() == tensor.data_ptr()
+
+
+def test_hooks_codec_refuses_other_devices_and_unknown_types() -> None:
+    codec = HooksCodec()
+    with pytest.raises(TypeError):
+        codec.encode({"x": object()})
+    with pytest.raises(ValueError, match="only CPU tensors"):
+        codec.encode(Holder("x", torch.empty(2, device="meta")))
+    frames = codec.encode(Holder("x", torch.ones(2)))
+    body = msgspec.msgpack.encode({"name": "x", "tensor": ["not_a_dtype", [2], 0]})
+    with pytest.raises(msgspec.ValidationError):
+        codec.decode([body, *frames[1:]], Holder)
+
+
+def test_join_and_split_frames() -> None:
+    frames: list[Buffer] = [b"head", b"", bytearray(b"xyz"), memoryview(b"0123456789")[2:5]]
+    assert [bytes(f) for f in split_frames(join_frames(frames))] == [b"head", b"", b"xyz", b"234"]
+    with pytest.raises(ValueError):
+        split_frames(join_frames(frames) + b"extra")
+
+
+def helper(n: int) -> int:
+    return n + 1
+
+
+def three_helpers() -> int:
+    return helper(1) + helper(2) + helper(3)
+
+
+def test_count_calls_counts_python_calls_but_not_fn_itself() -> None:
+    assert count_calls(three_helpers) == 3
+    assert count_calls(lambda: three_helpers()) == 4
+    assert count_calls(lambda: None) == 0
+    assert count_calls(lambda: sorted([3, 1, 2])) == 0  # C calls are not counted
+    assert count_calls(lambda: sorted([3, 1, 2], key=helper)) == 3  # ... what they call back is
+
+
+def test_measure_rows() -> None:
+    rows = measure(rounds=2, number=3)
+    check_rows(
+        rows,
+        {
+            "envelope (10 fields)": {TENSORWIRE, RAW},
+            "one 16x16 float32 tensor (bench.One)": {TENSORWIRE, HOOKS, RAW},
+            "eight 64x64 float32 tensors (bench.Step)": {TENSORWIRE, HOOKS},
+            "list of 50 small structs (bench.Batch)": {TENSORWIRE, RAW},
+            "rpc.Request, a 16x16 tensor in kwargs": {TENSORWIRE, HOOKS},
+        },
+    )
+    references = {row["case"]: row["reference"] for row in rows}
+    assert references["envelope (10 fields)"] == references["list of 50 small structs (bench.Batch)"] == RAW
+    assert references["rpc.Request, a 16x16 tensor in kwargs"] == HOOKS
+    calls = measure_calls()
+    check_rows(calls, {calls[0]["case"]: {TENSORWIRE, HOOKS}})
+    assert all(row["unit"] == "calls" and row["median"] == int(row["median"]) for row in calls)
+    text = render(rows + calls)
+    assert text.startswith("| case |") and "1 (reference)" in text and " calls |" in text
+
+
+def test_measure_pipe_rows() -> None:
+    rows = measure_pipe(blocks=2, messages=5)
+    check_rows(rows, {rows[0]["case"]: {TENSORWIRE, HOOKS}})

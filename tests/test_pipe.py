@@ -1,0 +1,288 @@
+"""codec.pipe: one blob per message over a multiprocessing pipe, received into a reusable buffer."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import codec
+from codec.generated import REGISTRY, diffusion
+from codec.pipe import Receiver, send
+
+KiB = 1024
+MiB = 1024 * KiB
+SIZES = [16, 100 * KiB, 3 * MiB]
+WAIT = 60.0  # seconds: the bound on every wait for a message, a thread or a child
+
+
+def payload(nbytes: int, seed: int) -> torch.Tensor:
+    """A float32 tensor of ``nbytes`` random bits (NaNs and infinities included)."""
+    generator = torch.Generator().manual_seed(seed)
+    bits = torch.randint(-(2**31), 2**31, (nbytes // 4,), dtype=torch.int64, generator=generator)
+    return bits.to(torch.int32).view(torch.float32)
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+def blob_size(tensor: torch.Tensor) -> int:
+    return len(codec.join(codec.Encoder().encode(diffusion.Output(output=tensor))))
+
+
+def buffer_span(receiver: Receiver) -> tuple[int, int]:
+    """``(address, size)`` of the receiver's current buffer (the view taken here is let go)."""
+    array = np.frombuffer(receiver.buffer, dtype=np.uint8)
+    return array.ctypes.data, array.nbytes
+
+
+def inside(tensor: torch.Tensor, span: tuple[int, int]) -> bool:
+    start, size = span
+    nbytes = tensor.numel() * tensor.element_size()
+    return start <= tensor.data_ptr() and tensor.data_ptr() + nbytes <= start + size
+
+
+class Sender:
+    """Sends on ``conn`` from a thread, so a message larger than the pipe's capacity cannot block the test."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.encoder = codec.Encoder()
+
+    def send(self, tensor: torch.Tensor) -> None:
+        frames = self.encoder.encode(diffusion.Output(output=tensor))
+        self.send_raw(lambda: send(self.conn, frames))
+
+    def send_raw(self, action: Any) -> None:
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                action()
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self.thread = thread
+        self.errors = errors
+
+    def wait(self) -> None:
+        self.thread.join(WAIT)
+        assert not self.thread.is_alive(), "the sender thread did not finish in time"
+        assert not self.errors, self.errors
+
+
+@pytest.fixture(params=[False, True], ids=["simplex", "duplex"])
+def pipe(request: pytest.FixtureRequest) -> Iterator[tuple[Connection, Connection]]:
+    """``(reader, writer)`` ends of a real pipe."""
+    reader, writer = mp.Pipe(duplex=request.param)
+    yield reader, writer
+    reader.close()
+    writer.close()
+
+
+def roundtrip(receiver: Receiver, sender: Sender, tensor: torch.Tensor) -> tuple[list[memoryview], torch.Tensor]:
+    sender.send(tensor)
+    frames = receiver.recv(timeout=WAIT)
+    sender.wait()
+    out = codec.Decoder(REGISTRY).decode(frames).output
+    assert isinstance(out, torch.Tensor)
+    return frames, out
+
+
+@pytest.mark.parametrize("nbytes", SIZES, ids=["16B", "100KiB", "3MiB"])
+def test_roundtrip_is_bit_exact_writable_and_in_the_buffer(pipe: tuple[Connection, Connection], nbytes: int) -> None:
+    reader, writer = pipe
+    receiver = Receiver(reader, initial=64 * KiB)
+    tensor = payload(nbytes, seed=nbytes)
+    size = blob_size(tensor)
+    frames, out = roundtrip(receiver, Sender(writer), tensor)
+    assert same_bits(out, tensor)
+    assert all(not frame.readonly for frame in frames)
+    expected = 64 * KiB if size <= 64 * KiB else 1 << (size - 1).bit_length()
+    assert receiver.capacity == expected
+    out.view(torch.int32)[0] = 0x12345678  # writable
+    if len(frames) == 1:  # small enough to travel inside frame 0: the decoder builds it as its own copy
+        return
+    span = buffer_span(receiver)
+    assert inside(out, span), "the decoded tensor was copied out of the receiver's buffer"
+    at = out.data_ptr() - span[0]  # a write lands in the buffer itself
+    assert np.frombuffer(receiver.buffer, dtype=np.int32, count=1, offset=at)[0] == 0x12345678
+
+
+def test_growth_is_bounded_by_max_bytes(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    tensor = payload(3 * MiB, seed=1)
+    size = blob_size(tensor)
+    receiver = Receiver(reader, initial=1 * KiB, max_bytes=size + 100)
+    _, out = roundtrip(receiver, Sender(writer), tensor)
+    assert same_bits(out, tensor)
+    assert receiver.capacity == size + 100  # not the next power of two, 4 MiB
+
+
+def test_a_second_message_does_not_overwrite_a_live_tensor(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    receiver = Receiver(reader, initial=4 * MiB)
+    sender = Sender(writer)
+    first, second, third = (payload(100 * KiB, seed=s) for s in (1, 2, 3))
+
+    frames, kept = roundtrip(receiver, sender, first)
+    first_span = buffer_span(receiver)
+    assert inside(kept, first_span)
+    del frames  # only the decoded tensor holds the first buffer now
+
+    frames, out = roundtrip(receiver, sender, second)
+    second_span = buffer_span(receiver)
+    assert second_span[0] != first_span[0], "the second message went into memory a live tensor uses"
+    assert same_bits(kept, first), "the first tensor changed under the second message"
+    assert same_bits(out, second)
+    assert inside(out, second_span)
+
+    del frames, out  # nothing views the second buffer any more: the next message reuses it
+    _, out = roundtrip(receiver, sender, third)
+    assert buffer_span(receiver)[0] == second_span[0]
+    assert same_bits(out, third)
+    assert same_bits(kept, first)
+
+
+def test_held_frames_alone_keep_their_buffer(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    receiver = Receiver(reader)
+    sender = Sender(writer)
+    first, second = payload(16, seed=1), payload(16, seed=2)
+    sender.send(first)
+    frames = receiver.recv(timeout=WAIT)
+    sender.wait()
+    before = [bytes(f) for f in frames]
+    _, out = roundtrip(receiver, sender, second)
+    assert [bytes(f) for f in frames] == before
+    assert same_bits(codec.Decoder(REGISTRY).decode(frames).output, first)
+    assert same_bits(out, second)
+
+
+def test_a_held_buffer_view_is_a_use_too(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    receiver = Receiver(reader)
+    sender = Sender(writer)
+    roundtrip(receiver, sender, payload(16, seed=1))
+    view = receiver.buffer
+    snapshot = bytes(view)
+    roundtrip(receiver, sender, payload(16, seed=2))
+    assert bytes(view) == snapshot
+
+
+def test_over_max_bytes_is_a_decode_error_naming_both_sizes(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    receiver = Receiver(reader, initial=64 * KiB, max_bytes=1 * MiB)
+    sender = Sender(writer)
+    big = payload(3 * MiB, seed=1)
+    size = blob_size(big)
+    sender.send(big)
+    with pytest.raises(codec.DecodeError, match=rf"\b{size}\b.*\b{1 * MiB}\b"):
+        receiver.recv(timeout=WAIT)
+    sender.wait()
+    assert receiver.capacity == 64 * KiB
+    small = payload(16, seed=2)  # the oversized message was consumed: the next one reads cleanly
+    _, out = roundtrip(receiver, sender, small)
+    assert same_bits(out, small)
+
+
+def test_a_payload_that_is_not_a_blob_is_a_decode_error(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    receiver = Receiver(reader)
+    writer.send_bytes(b"not a tensorwire blob")
+    with pytest.raises(codec.DecodeError):
+        receiver.recv(timeout=WAIT)
+
+
+def test_nothing_arriving_is_a_timeout(pipe: tuple[Connection, Connection]) -> None:
+    reader, _ = pipe
+    receiver = Receiver(reader)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        receiver.recv(timeout=0.05)
+    assert time.monotonic() - start >= 0.04
+
+
+@pytest.mark.parametrize("timeout", [None, WAIT], ids=["blocking", "timeout"])
+def test_a_closed_sender_is_eof(pipe: tuple[Connection, Connection], timeout: float | None) -> None:
+    reader, writer = pipe
+    receiver = Receiver(reader)
+    writer.close()
+    with pytest.raises(EOFError):
+        receiver.recv(timeout=timeout)
+
+
+def test_eof_after_the_last_message(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    receiver = Receiver(reader)
+    tensor = payload(16, seed=1)
+    send(writer, codec.Encoder().encode(diffusion.Output(output=tensor)))
+    writer.close()
+    assert same_bits(codec.Decoder(REGISTRY).decode(receiver.recv(timeout=WAIT)).output, tensor)
+    with pytest.raises(EOFError):
+        receiver.recv(timeout=WAIT)
+
+
+def test_arguments_are_checked() -> None:
+    reader, writer = mp.Pipe(duplex=False)
+    try:
+        with pytest.raises(ValueError, match="initial"):
+            Receiver(reader, initial=0)
+        with pytest.raises(ValueError, match="max_bytes"):
+            Receiver(reader, max_bytes=0)
+        receiver = Receiver(reader, initial=64 * KiB, max_bytes=1 * KiB)
+        assert receiver.capacity == 1 * KiB
+        assert receiver.max_bytes == 1 * KiB
+        assert receiver.conn is reader
+    finally:
+        reader.close()
+        writer.close()
+
+
+def echo_child(conn: Connection, count: int) -> None:
+    """Run in a spawned process: receive ``count`` messages with a Receiver and send each back."""
+    receiver = Receiver(conn, initial=64 * KiB)
+    decoder = codec.Decoder(REGISTRY)
+    encoder = codec.Encoder()
+    for _ in range(count):
+        message = decoder.decode(receiver.recv(timeout=WAIT))
+        send(conn, encoder.encode(message))
+        del message
+    conn.close()
+
+
+def test_across_a_spawned_process() -> None:
+    ctx = mp.get_context("spawn")
+    parent, child_end = ctx.Pipe(duplex=True)
+    tensors = [payload(n, seed=n) for n in SIZES]
+    child = ctx.Process(target=echo_child, args=(child_end, len(tensors)), daemon=True)
+    child.start()
+    child_end.close()
+    try:
+        receiver = Receiver(parent, initial=64 * KiB)
+        sender = Sender(parent)
+        for tensor in tensors:
+            frames, out = roundtrip(receiver, sender, tensor)
+            assert same_bits(out, tensor)
+            assert len(frames) == 1 or inside(out, buffer_span(receiver))
+            del frames, out
+        assert receiver.capacity == 4 * MiB
+        with pytest.raises(EOFError):
+            receiver.recv(timeout=WAIT)
+        child.join(WAIT)
+        assert child.exitcode == 0
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join(WAIT)
+        parent.close()

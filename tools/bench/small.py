@@ -1,0 +1,513 @@
+"""Small messages: tensorwire against raw msgspec and the hooks style, in process and over a Pipe.
+
+    python -m tools.bench.small [--rounds 15] [--number 300] [--blocks 15] [--messages 300] [--seed 0]
+                                [--no-pipe] [--json]
+
+In process, each case is an encode+decode round trip, timed in thread CPU time
+(``time.thread_time_ns``) over blocks of ``number`` calls with the garbage collector off. Rounds
+are interleaved: each round runs every implementation of the case once, in an order shuffled by a
+seeded ``random.Random``. A row gives the median over rounds, the min and max, and the ratio to
+the case's reference:
+
+- envelope (``bench.Envelope``, ten scalar fields) and list of 50 small structs (``bench.Batch``):
+  against a hand-written msgspec Struct of the same fields (raw msgspec);
+- one 16x16 float32 tensor (``bench.One``), eight 64x64 float32 tensors (``bench.Step``) and an
+  ``rpc.Request`` with a 16x16 tensor in its kwargs: against the hooks style
+  (``tools.bench.hooks_style``) carrying the same fields. The raw msgspec row of ``bench.One``
+  carries the tensor as bytes (turned into bytes and back into a tensor of known shape).
+
+In process, the hooks style's side frames are writable views of the source tensor, so its decode
+does not copy them, while tensorwire's frames are read-only and its decode copies: 1 KiB for one
+16x16 tensor, 128 KiB for eight 64x64 ones. The Pipe case has both copy what they receive.
+
+Then the Python-level calls (``tools.bench.calls.count_calls``) of one ``bench.One`` 16x16 round
+trip, and a 4 KiB ``bench.One`` (1024 float32) echoed by a spawned child over
+``multiprocessing.Pipe``: encode, ``send_bytes`` of the joined frames, the child's ``recv_bytes``,
+decode, encode and send back, decode; wall time per round trip, interleaved blocks of ``messages``
+round trips, the ratio to the hooks style.
+
+The message types of the tensorwire side are ``tools/bench/schemas/bench/*.json``, loaded at run
+time with ``codec.load_schemas``; ``rpc.Request`` is ``codec.generated.rpc.Request``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import multiprocessing as mp
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import torch
+
+from tools.bench.calls import count_calls
+from tools.bench.hooks_style import HooksCodec, join_frames, split_frames
+
+if TYPE_CHECKING:
+    from codec import Registry
+
+__all__ = [
+    "HOOKS",
+    "RAW",
+    "SCHEMAS",
+    "TENSORWIRE",
+    "bench_registry",
+    "main",
+    "measure",
+    "measure_calls",
+    "measure_pipe",
+    "render",
+]
+
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+"""The schema directory of the benchmark's message types (namespace ``bench``)."""
+
+_DESCRIPTION = "Small messages: tensorwire against raw msgspec and the hooks style, in process and over a Pipe."
+
+TENSORWIRE = "tensorwire"
+HOOKS = "hooks style"
+RAW = "raw msgspec"
+
+
+@cache
+def bench_registry() -> Registry:
+    """The ``bench`` message types, compiled from ``SCHEMAS`` (once per process)."""
+    import codec
+
+    return codec.load_schemas(SCHEMAS)
+
+
+# Hand-written peers: the same fields as the bench schemas and rpc.Request, no checks.
+
+
+class RawEnvelope(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The fields of bench.Envelope."""
+
+    request_id: str
+    model: str
+    prompt: str
+    priority: int
+    max_tokens: int
+    temperature: float
+    top_p: float
+    stream: bool = False
+    finished: bool = False
+    trace_id: str | None = None
+
+
+class RawOne(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The fields of bench.One, the tensor as its raw bytes (dtype and shape known to both ends)."""
+
+    request_id: str
+    tensor: bytes
+
+
+class RawItem(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The fields of bench.Item."""
+
+    index: int
+    name: str
+    score: float
+    done: bool = False
+
+
+class RawBatch(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The fields of bench.Batch."""
+
+    items: list[RawItem]
+
+
+class HooksOne(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The fields of bench.One, for the hooks style."""
+
+    request_id: str
+    tensor: torch.Tensor
+
+
+class HooksStep(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The fields of bench.Step, for the hooks style."""
+
+    request_id: str
+    step: int
+    finished: bool = False
+    tensors: list[torch.Tensor] = []
+
+
+class HooksRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The fields of rpc.Request, for the hooks style.
+
+    ``kwargs`` is typed ``dict[str, torch.Tensor]`` (rpc.Request: ``dict[str, Any]``): the hooks
+    style rebuilds tensors only where the static type says so, and an ``Any`` value would come
+    back as a bare ``[dtype, shape, data]`` list.
+    """
+
+    method: str
+    args: Any = []
+    kwargs: dict[str, torch.Tensor] = {}
+    rpc_id: str | None = None
+    unique_reply_rank: int | None = None
+    exec_all_ranks: bool = False
+    collect_rank_status: bool = False
+    wave_id: str | None = None
+    wave_request_ids: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class _Case:
+    name: str
+    reference: str
+    implementations: dict[str, Callable[[], Any]]  # each one encode+decode round trip
+
+
+def _same_tensors(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> bool:
+    return len(got) == len(want) and all(
+        g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w) for g, w in zip(got, want, strict=True)
+    )
+
+
+def _tensorwire() -> tuple[Any, Any]:
+    import codec
+
+    return codec.Encoder(), codec.Decoder(bench_registry())
+
+
+def _envelope_case() -> _Case:
+    encoder, decoder = _tensorwire()
+    fields: dict[str, Any] = {
+        "request_id": "req-000123",
+        "model": "example/model-7b",
+        "prompt": "A cat sitting on a windowsill at dusk.",
+        "priority": 2,
+        "max_tokens": 256,
+        "temperature": 0.7,
+        "top_p": 0.95,
+        "stream": True,
+        "finished": False,
+        "trace_id": "trace-9f2c",
+    }
+    message = bench_registry().type("bench.Envelope")(**fields)
+    raw = RawEnvelope(**fields)
+    return _against_raw("envelope (10 fields)", encoder, decoder, message, raw)
+
+
+def _one_case(tensor: torch.Tensor, label: str) -> _Case:
+    encoder, decoder = _tensorwire()
+    hooks = HooksCodec()
+    message = bench_registry().type("bench.One")(request_id="req-1", tensor=tensor)
+    hooks_message = HooksOne(request_id="req-1", tensor=tensor)
+    raw_encoder, raw_decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(RawOne)
+    shape = tuple(tensor.shape)
+
+    def raw() -> torch.Tensor:
+        got = raw_decoder.decode(raw_encoder.encode(RawOne(request_id="req-1", tensor=tensor.numpy().tobytes())))
+        return torch.frombuffer(bytearray(got.tensor), dtype=torch.float32).view(shape)
+
+    assert _same_tensors([decoder.decode(encoder.encode(message)).tensor], [tensor])
+    assert _same_tensors([hooks.decode(hooks.encode(hooks_message), HooksOne).tensor], [tensor])
+    assert _same_tensors([raw()], [tensor])
+    return _Case(
+        label,
+        HOOKS,
+        {
+            TENSORWIRE: lambda: decoder.decode(encoder.encode(message)),
+            HOOKS: lambda: hooks.decode(hooks.encode(hooks_message), HooksOne),
+            RAW: raw,
+        },
+    )
+
+
+def _step_case() -> _Case:
+    encoder, decoder = _tensorwire()
+    hooks = HooksCodec()
+    tensors = [torch.randn(64, 64) for _ in range(8)]
+    message = bench_registry().type("bench.Step")(request_id="req-1", step=7, tensors=tensors)
+    hooks_message = HooksStep(request_id="req-1", step=7, tensors=tensors)
+    assert _same_tensors(decoder.decode(encoder.encode(message)).tensors, tensors)
+    assert _same_tensors(hooks.decode(hooks.encode(hooks_message), HooksStep).tensors, tensors)
+    return _Case(
+        "eight 64x64 float32 tensors (bench.Step)",
+        HOOKS,
+        {
+            TENSORWIRE: lambda: decoder.decode(encoder.encode(message)),
+            HOOKS: lambda: hooks.decode(hooks.encode(hooks_message), HooksStep),
+        },
+    )
+
+
+def _batch_case() -> _Case:
+    encoder, decoder = _tensorwire()
+    registry = bench_registry()
+    item, batch = registry.type("bench.Item"), registry.type("bench.Batch")
+    fields: list[dict[str, Any]] = [
+        {"index": i, "name": f"item-{i}", "score": i * 0.5, "done": i % 2 == 0} for i in range(50)
+    ]
+    message = batch(items=[item(**f) for f in fields])
+    raw = RawBatch(items=[RawItem(**f) for f in fields])
+    return _against_raw("list of 50 small structs (bench.Batch)", encoder, decoder, message, raw)
+
+
+def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any) -> _Case:
+    """A case of a tensorwire message against a raw msgspec Struct of the same fields."""
+    raw_encoder, raw_decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(type(raw))
+    assert decoder.decode(encoder.encode(message)) == message
+    assert raw_decoder.decode(raw_encoder.encode(raw)) == raw
+    return _Case(
+        label,
+        RAW,
+        {
+            TENSORWIRE: lambda: decoder.decode(encoder.encode(message)),
+            RAW: lambda: raw_decoder.decode(raw_encoder.encode(raw)),
+        },
+    )
+
+
+def _rpc_case() -> _Case:
+    import codec
+    from codec.generated import REGISTRY, rpc
+
+    encoder, decoder = codec.Encoder(), codec.Decoder(REGISTRY)
+    hooks = HooksCodec()
+    tensor = torch.randn(16, 16)
+    message = rpc.Request(method="load_adapter", kwargs={"x": tensor})
+    hooks_message = HooksRequest(method="load_adapter", kwargs={"x": tensor})
+    assert _same_tensors([decoder.decode(encoder.encode(message)).kwargs["x"]], [tensor])
+    assert _same_tensors([hooks.decode(hooks.encode(hooks_message), HooksRequest).kwargs["x"]], [tensor])
+    return _Case(
+        "rpc.Request, a 16x16 tensor in kwargs",
+        HOOKS,
+        {
+            TENSORWIRE: lambda: decoder.decode(encoder.encode(message)),
+            HOOKS: lambda: hooks.decode(hooks.encode(hooks_message), HooksRequest),
+        },
+    )
+
+
+def _cases() -> list[_Case]:
+    return [
+        _envelope_case(),
+        _one_case(torch.randn(16, 16), "one 16x16 float32 tensor (bench.One)"),
+        _step_case(),
+        _batch_case(),
+        _rpc_case(),
+    ]
+
+
+def _block_us(fn: Callable[[], Any], number: int) -> float:
+    """Thread CPU microseconds per call over ``number`` calls, the garbage collector off."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.thread_time_ns()
+        for _ in range(number):
+            fn()
+        return (time.thread_time_ns() - start) / number / 1e3
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _rows(case: str, reference: str, samples: dict[str, list[float]], unit: str) -> list[dict[str, Any]]:
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    return [
+        {
+            "case": case,
+            "implementation": name,
+            "unit": unit,
+            "median": medians[name],
+            "min": min(values),
+            "max": max(values),
+            "reference": reference,
+            "ratio": medians[name] / medians[reference],
+        }
+        for name, values in samples.items()
+    ]
+
+
+def measure(rounds: int = 15, number: int = 300, seed: int = 0) -> list[dict[str, Any]]:
+    """Every in-process case: one row per implementation (see the module docstring).
+
+    A row: ``case``, ``implementation``, ``unit`` (``"us"``), ``median``, ``min``, ``max`` (thread
+    CPU microseconds per round trip, over ``rounds`` rounds of ``number`` round trips),
+    ``reference`` (the implementation the case compares with) and ``ratio`` (median / the
+    reference's median).
+    """
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    for case in _cases():
+        names = list(case.implementations)
+        for name in names:  # warm up: caches, lazy imports, first allocations
+            _block_us(case.implementations[name], max(1, number // 10))
+        samples: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(rounds):
+            order = names[:]
+            rng.shuffle(order)
+            for name in order:
+                samples[name].append(_block_us(case.implementations[name], number))
+        rows.extend(_rows(case.name, case.reference, samples, "us"))
+    return rows
+
+
+def measure_calls() -> list[dict[str, Any]]:
+    """Python-level calls of one ``bench.One`` 16x16 round trip, tensorwire and the hooks style.
+
+    Rows as ``measure``'s, ``unit`` ``"calls"`` (median, min and max are the one count).
+    """
+    case = _one_case(torch.randn(16, 16), "Python calls, one 16x16 tensor round trip (bench.One)")
+    counts: dict[str, list[float]] = {}
+    for name in (TENSORWIRE, HOOKS):
+        fn = case.implementations[name]
+        for _ in range(3):
+            fn()
+        counts[name] = [float(count_calls(fn))]
+    return _rows(case.name, HOOKS, counts, "calls")
+
+
+# Cross-process: a child echoes bench.One over a multiprocessing Pipe.
+
+
+class _PipeCodec:
+    """One implementation's ``encode(message) -> blob`` (frames joined) and ``decode(blob)``."""
+
+    encode: Callable[[Any], bytes]
+    decode: Callable[[Any], Any]
+
+    def __init__(self, implementation: str) -> None:
+        if implementation == TENSORWIRE:
+            import codec
+
+            encoder, decoder = _tensorwire()
+            self.encode = lambda message: codec.join(encoder.encode(message))
+            self.decode = lambda blob: decoder.decode(codec.split(blob))
+        else:
+            hooks = HooksCodec()
+            self.encode = lambda message: join_frames(hooks.encode(message))
+            self.decode = lambda blob: hooks.decode(split_frames(blob), HooksOne)
+
+
+def _echo(conn: Connection, implementation: str) -> None:
+    """The child: decode each blob, encode the message again and send it back; stop at b""."""
+    pipe_codec = _PipeCodec(implementation)
+    conn.send_bytes(b"ready")
+    while blob := conn.recv_bytes():
+        conn.send_bytes(pipe_codec.encode(pipe_codec.decode(blob)))
+    conn.close()
+
+
+def measure_pipe(blocks: int = 15, messages: int = 300, seed: int = 0) -> list[dict[str, Any]]:
+    """A 4 KiB ``bench.One`` (1024 float32) echoed by a spawned child over a Pipe, per implementation.
+
+    Rows as ``measure``'s: wall-clock microseconds per round trip (median, min and max over
+    ``blocks`` interleaved blocks of ``messages`` round trips), ratio to the hooks style.
+    """
+    context = mp.get_context("spawn")
+    tensor = torch.randn(1024)
+    messages_of = {
+        TENSORWIRE: bench_registry().type("bench.One")(request_id="req-1", tensor=tensor),
+        HOOKS: HooksOne(request_id="req-1", tensor=tensor),
+    }
+    children: dict[str, tuple[Any, Connection]] = {}
+    try:
+        for name in messages_of:
+            ours, theirs = context.Pipe()
+            child = context.Process(target=_echo, args=(theirs, name), daemon=True)
+            child.start()
+            theirs.close()
+            children[name] = (child, ours)
+        for name, (_, ours) in children.items():  # the children start (import torch) together
+            if not ours.poll(120) or ours.recv_bytes() != b"ready":
+                raise RuntimeError(f"{name}: the echo child did not start")
+        codecs = {name: _PipeCodec(name) for name in messages_of}
+
+        def block(name: str, count: int) -> float:
+            encode, decode = codecs[name].encode, codecs[name].decode
+            message, conn = messages_of[name], children[name][1]
+            reply = None
+            start = time.perf_counter_ns()
+            for _ in range(count):
+                conn.send_bytes(encode(message))
+                reply = decode(conn.recv_bytes())
+            elapsed = time.perf_counter_ns() - start
+            if reply is None or not _same_tensors([reply.tensor], [tensor]):
+                raise AssertionError(f"{name}: the echo came back different")
+            return elapsed / count / 1e3
+
+        rng = random.Random(seed)
+        names = list(messages_of)
+        for name in names:
+            block(name, max(1, messages // 10))
+        samples: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(blocks):
+            order = names[:]
+            rng.shuffle(order)
+            for name in order:
+                samples[name].append(block(name, messages))
+    finally:
+        for _, conn in children.values():
+            try:
+                conn.send_bytes(b"")
+            except OSError:
+                pass
+            conn.close()
+        for child, _ in children.values():
+            child.join(timeout=10)
+            if child.is_alive():
+                child.terminate()
+                child.join()
+    return _rows("4 KiB tensor (bench.One) echoed over a Pipe, wall time", HOOKS, samples, "us")
+
+
+def _number(value: float, unit: str) -> str:
+    if unit == "calls":
+        return f"{value:.0f} calls"
+    return f"{value:.2f} us" if value < 100 else f"{value:.1f} us"
+
+
+def render(rows: Sequence[dict[str, Any]]) -> str:
+    """A markdown table of rows from ``measure``, ``measure_calls`` and ``measure_pipe``."""
+    lines = [
+        "| case | implementation | median | min - max | x reference |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for row in rows:
+        unit = row["unit"]
+        spread = "-" if row["min"] == row["max"] else f"{_number(row['min'], unit)} - {_number(row['max'], unit)}"
+        ratio = "1 (reference)" if row["implementation"] == row["reference"] else f"{row['ratio']:.2f}"
+        if not math.isfinite(row["ratio"]):
+            ratio = "n/a"
+        lines.append(
+            f"| {row['case']} | {row['implementation']} | {_number(row['median'], unit)} | {spread} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tools.bench.small``: measure, print a markdown table (or JSON)."""
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.small", description=_DESCRIPTION)
+    parser.add_argument("--rounds", type=int, default=15, help="in-process rounds (default 15)")
+    parser.add_argument("--number", type=int, default=300, help="round trips per in-process sample (default 300)")
+    parser.add_argument("--blocks", type=int, default=15, help="Pipe blocks per implementation (default 15)")
+    parser.add_argument("--messages", type=int, default=300, help="round trips per Pipe block (default 300)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled order (default 0)")
+    parser.add_argument("--no-pipe", action="store_true", help="skip the cross-process case")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = parser.parse_args(argv)
+    rows = measure(args.rounds, args.number, args.seed) + measure_calls()
+    if not args.no_pipe:
+        rows += measure_pipe(args.blocks, args.messages, args.seed)
+    print(json.dumps(rows, indent=2) if args.json else render(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
