@@ -77,17 +77,18 @@ class Incoming:
             desc = unpack_descriptor(code, data)
         except DecodeError as exc:
             raise DecodeError(f"{exc} - at `{self._where(index)}`") from None
+        placement = self.decoder.placement
         if code == EXT_TENSOR:
-            key = bytes(data)
+            # the same descriptor again is the same tensor (unless paths may place them apart)
+            key = bytes(data) if placement is None or list(placement.by_path) == ["*"] else bytes(data) + b"%d" % index
             known = self._built.get(key)
             if known is not None:
-                return known  # the same tensor again
+                return known
             if self.handles is None:
                 self.read_buffers()
         problem = verify_descriptor(desc, self._sizes, limits)
         if problem is not None:
             raise DecodeError(f"{problem[1]} - at `{self._where(index)}{problem[0]}`")
-        placement = self.decoder.placement
         device = None if placement is None or desc.kind != "tensor" else self._target(placement, index, desc.buffer)
         try:
             if code == EXT_INLINE:
