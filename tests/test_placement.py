@@ -74,6 +74,24 @@ def test_per_path_placement_moves_only_the_named_tensors(shm: Any) -> None:
     assert not _on_device(fake, everything_else.output["mask"]) and _on_device(fake, everything_else.trajectory_latents)
 
 
+def test_one_tensor_sent_twice_is_placed_per_path_or_shared_once(shm: Any) -> None:
+    """The same tensor at two paths: with a per-path mapping each occurrence goes where its path
+    says; placed whole (or not at all) both occurrences are one object."""
+    fake = FakeCudaRuntime()
+    tensor = torch.ones(8)
+    options = codec.EncodeOptions(embed_threshold=0)
+    frames = codec.Encoder(transport=shm, options=options).encode(diffusion.Output(output={"a": tensor, "b": tensor}))
+    apart = _decoder(shm, fake, {"$.output.a": "cuda:0"}).decode(frames).output
+    assert _on_device(fake, apart["a"]) and not _on_device(fake, apart["b"])
+    assert torch.equal(apart["a"], tensor) and torch.equal(apart["b"], tensor)
+    frames = codec.Encoder(transport=shm, options=options).encode(diffusion.Output(output={"a": tensor, "b": tensor}))
+    together = _decoder(shm, fake).decode(frames).output
+    assert together["a"] is together["b"] and _on_device(fake, together["a"])
+    frames = codec.Encoder(transport=shm, options=options).encode(diffusion.Output(output={"a": tensor, "b": tensor}))
+    plain = codec.Decoder(REGISTRY, transports=[shm]).decode(frames).output
+    assert plain["a"] is plain["b"]
+
+
 def test_out_of_memory_flushes_the_cache_once_and_retries(shm: Any) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("alloc", code=2)
