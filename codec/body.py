@@ -66,7 +66,9 @@ class _Rejected(Exception):
 def _enc_hook(value: Any) -> Any:
     if isinstance(value, _ARRAYS):
         try:
-            return _OUTGOING.get().ext(value)
+            if isinstance(value, torch.Tensor):
+                return _OUTGOING.get().tensor(value)
+            return _OUTGOING.get().array(value)
         except EncodeError as exc:
             raise _Rejected(exc, value) from None
     if isinstance(value, TupleMarker):

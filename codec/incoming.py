@@ -69,10 +69,18 @@ class Incoming:
         limits = self.decoder.options.limits
         if index >= limits.max_tensors:
             raise DecodeError(f"more than {limits.max_tensors} tensors in one message (limit max_tensors)")
-        if code == EXT_INLINE and self.decoder.placement is None:
-            quick = _quick_inline(data, limits)  # the common small tensor, checked and built at once
-            if quick is not None:
-                return quick
+        if code == EXT_INLINE and self.decoder.placement is None and len(data) >= HEAD.size:
+            # the common small tensor (non-empty, C-contiguous, a numpy-able dtype), checked and built
+            # at once; anything else takes the general path, which names what is wrong
+            kind, dtype, rank, flags = HEAD.unpack_from(data)
+            known = _QUICK_TORCH.get(dtype)
+            if not (kind or flags or known is None or rank >= len(DIMS) or rank > limits.max_rank):
+                end = HEAD.size + 8 * rank
+                if len(data) >= end:
+                    shape = DIMS[rank].unpack_from(data, HEAD.size)
+                    numel, nbytes = math.prod(shape), len(data) - end
+                    if numel and numel * known[2] == nbytes and nbytes <= limits.max_tensor_bytes:
+                        return torch.from_numpy(np.ndarray(shape, known[1], bytearray(data[end:])))
         try:
             desc = unpack_descriptor(code, data)
         except DecodeError as exc:
@@ -210,26 +218,6 @@ _QUICK_TORCH = {
     for code, (torch_dtype, numpy_dtype, itemsize) in enumerate(BUILD[name] for name in DTYPE_NAMES)
     if numpy_dtype is not None
 }
-
-
-def _quick_inline(data: memoryview, limits: Any) -> Any:
-    """A non-empty C-contiguous torch tensor of a numpy-able dtype carried in frame 0, checked and
-    built; None for anything else (the general path then checks and builds it)."""
-    if len(data) < HEAD.size:
-        return None
-    kind, code, rank, flags = HEAD.unpack_from(data)
-    known = _QUICK_TORCH.get(code)
-    if kind or flags or known is None or rank >= len(DIMS) or rank > limits.max_rank:
-        return None
-    end = HEAD.size + 8 * rank
-    if len(data) < end:
-        return None
-    shape = DIMS[rank].unpack_from(data, HEAD.size)
-    numel = math.prod(shape)
-    nbytes = len(data) - end
-    if not numel or numel * known[2] != nbytes or nbytes > limits.max_tensor_bytes:
-        return None  # the general path names what is wrong
-    return torch.from_numpy(np.ndarray(shape, known[1], bytearray(data[end:])))
 
 
 use_incoming(Incoming)

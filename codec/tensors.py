@@ -123,7 +123,7 @@ class Outgoing:
     be written again (a storage turned out to be shared) and ``buffers`` lists what to send.
     """
 
-    __slots__ = ("_groups", "_shared", "buffers", "embed_below", "limits", "values")
+    __slots__ = ("_groups", "_shared", "buffers", "embed_below", "limits", "rerun", "values")
 
     def __init__(self, limits: Limits, embed_below: int, shared: dict[Any, _Group] | None = None) -> None:
         self.limits = limits
@@ -132,11 +132,7 @@ class Outgoing:
         self.buffers: list[BufferPlan] = []
         self._groups: dict[Any, Any] = {}  # block key -> _Group, or (lo, hi, storage) of one embedded view
         self._shared = shared  # second pass: blocks with several views, their full extents known
-
-    @property
-    def rerun(self) -> bool:
-        """Whether some block holds several views of the message (the body must be written again)."""
-        return self._shared is None and any(type(g) is _Group and g.count > 1 for g in self._groups.values())
+        self.rerun = False  # first pass: some block holds several views (the body must be written again)
 
     def again(self) -> Outgoing:
         """The state for the second pass, knowing which blocks are shared and how far their views reach."""
@@ -145,15 +141,16 @@ class Outgoing:
 
     def ext(self, value: Any) -> Ext:
         """The extension for one tensor or ndarray of the body."""
-        limits = self.limits
-        if len(self.values) >= limits.max_tensors:
-            raise EncodeError(f"more than {limits.max_tensors} tensors in one message (limit max_tensors)")
-        self.values.append(value)  # also keeps ``id(value)`` from being reused during the call
-        if type(value) is torch.Tensor or isinstance(value, torch.Tensor):
-            return self._torch(value)
-        return self._numpy(value)
+        return self.tensor(value) if isinstance(value, torch.Tensor) else self.array(value)
 
-    def _torch(self, tensor: torch.Tensor) -> Ext:
+    def _too_many(self) -> EncodeError:
+        return EncodeError(f"more than {self.limits.max_tensors} tensors in one message (limit max_tensors)")
+
+    def tensor(self, tensor: torch.Tensor) -> Ext:
+        """The extension for one torch tensor of the body."""
+        if len(self.values) >= self.limits.max_tensors:
+            raise self._too_many()
+        self.values.append(tensor)  # also keeps ``id(tensor)`` from being reused during the call
         known = _TORCH.get(tensor.dtype)
         if known is None:
             raise EncodeError(f"dtype {tensor.dtype} is not in the wire dtype table")
@@ -207,7 +204,11 @@ class Outgoing:
         plan = group.plan(lo, hi)
         return self._placed(0, code, shape, layout, plan, start - group.base - plan.start, nbytes)
 
-    def _numpy(self, array: np.ndarray) -> Ext:
+    def array(self, array: np.ndarray) -> Ext:
+        """The extension for one numpy array of the body."""
+        if len(self.values) >= self.limits.max_tensors:
+            raise self._too_many()
+        self.values.append(array)
         if type(array) is not np.ndarray:
             raise EncodeError(
                 f"{_type_name(type(array))} is a subclass of numpy.ndarray and cannot travel (its extra state "
@@ -264,6 +265,8 @@ class Outgoing:
             group.count = 1
             group.reach(first_lo, first_hi)
         group.count += 1
+        if group.count > 1 and self._shared is None:
+            self.rerun = True
         group.reach(lo, hi)
         return group
 

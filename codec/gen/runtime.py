@@ -34,10 +34,6 @@ from codec.schema.ir import (
 __all__ = ["build_registry"]
 
 
-def _post_init(self: Any) -> None:
-    check_struct(self)
-
-
 class _Types:
     def __init__(self, schemas: SchemaSet) -> None:
         self.schemas = schemas
@@ -87,7 +83,7 @@ class _Types:
         rules = rules_for(struct)
         if rules is not None:
             namespace["__tw_rules__"] = rules
-            namespace["__post_init__"] = _post_init
+            namespace["__post_init__"] = check_struct  # a plain function: a method of the class
         info = type_info(self.schemas, struct)
         if info is not None:
             namespace["__tw_type__"] = info
