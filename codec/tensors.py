@@ -119,8 +119,9 @@ class _Group:
 class Outgoing:
     """Per-encode state: the tensors of one message, in the order the body holds them.
 
-    ``ext(value)`` is the encoder's hook; after the body is written, ``rerun`` says whether it must
-    be written again (a storage turned out to be shared) and ``buffers`` lists what to send.
+    ``tensor(value)`` and ``array(value)`` serve the encoder's hook; after the body is written,
+    ``rerun`` says whether it must be written again (a storage turned out to be shared) and
+    ``buffers`` lists what to send.
     """
 
     __slots__ = ("_groups", "_shared", "buffers", "embed_below", "limits", "rerun", "values")
@@ -138,10 +139,6 @@ class Outgoing:
         """The state for the second pass, knowing which blocks are shared and how far their views reach."""
         shared = {key: g for key, g in self._groups.items() if type(g) is _Group and g.count > 1}
         return Outgoing(self.limits, self.embed_below, shared)
-
-    def ext(self, value: Any) -> Ext:
-        """The extension for one tensor or ndarray of the body."""
-        return self.tensor(value) if isinstance(value, torch.Tensor) else self.array(value)
 
     def _too_many(self) -> EncodeError:
         return EncodeError(f"more than {self.limits.max_tensors} tensors in one message (limit max_tensors)")

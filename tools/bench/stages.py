@@ -73,7 +73,7 @@ def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> Non
 
     samples: Samples = {}
     _wrap(encoder_module, "encode_body", samples, "encode: body (+ descriptors)")
-    _wrap(Outgoing, "ext", samples, "encode: descriptor, per tensor")
+    _wrap(Outgoing, "tensor", samples, "encode: descriptor, per tensor")
     _wrap(encoder_module, "check_body", samples, "encode: schema check (decode)")
     _wrap(codec.Encoder, "_export_all", samples, "encode: export")
     shm = transports.ShmTransport()
