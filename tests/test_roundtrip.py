@@ -510,3 +510,21 @@ def test_a_lone_tensor_read_from_a_writable_blob_is_exact_and_outlives_the_blob(
         del blob  # the tensor keeps the bytes it was read from alive
         assert got.dtype == dtype and got.shape == sent.shape and got.stride() == sent.stride()
         assert bits(got) == bits(sent)
+
+
+def test_a_lone_sparse_view_sends_only_its_elements_and_a_shared_one_keeps_one_buffer() -> None:
+    """``big[:, :10]`` of a 2 x 800,000 float32 tensor sends 80 bytes, not 6.4 MB; beside another view
+    of the same storage it travels in their one shared buffer instead (aliasing kept)."""
+    big = torch.randn(2, 800_000)
+    column = big[:, :10]
+    for options in (codec.EncodeOptions(), codec.EncodeOptions(embed_threshold=0)):
+        frames = codec.Encoder(options=options).encode(diffusion.Output(output=column))
+        assert sum(memoryview(f).nbytes for f in frames) < 1024
+        got = codec.Decoder(REGISTRY).decode(frames).output
+        assert torch.equal(got, column) and got.is_contiguous()
+    row = big[1, 5:20]
+    frames = codec.Encoder().encode(diffusion.Output(output=[column, row]))
+    assert len(frames) == 2 and memoryview(frames[1]).nbytes >= 800_000 * 4  # one buffer reaching both
+    a, b = codec.Decoder(REGISTRY).decode(frames).output
+    assert torch.equal(a, column) and torch.equal(b, row)
+    assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.stride() == column.stride()
