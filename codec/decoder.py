@@ -1,7 +1,7 @@
 """``Decoder``: frames -> a typed message, verifying everything before anything is mapped.
 
-One ``decode`` call: bound the size of frame 0 and, where a registered type can nest without
-bound, its depth; then one typed msgspec decode of frame 0 as a tagged union of every registered
+One ``decode`` call: bound the size of frame 0 and its nesting (msgspec recurses in C, also where
+it skips an unknown field); then one typed msgspec decode of frame 0 as a tagged union of every registered
 type (the tag names the wire version, type id and version; msgspec checks types, enum members,
 ranges and lengths in C, and each struct's rules run as it is built). Tensors are built as the
 body is read (``codec.incoming``): the first one in a buffer makes the decode verify every
@@ -25,10 +25,9 @@ from codec.errors import DecodeError
 from codec.incoming import HEADER_LEVELS, Incoming
 from codec.options import DecodeOptions
 from codec.placement import DeviceSpec, Placement
-from codec.plan import max_depth
 from codec.registry import Registry, UnknownTypeError
-from codec.scan import check_depth
-from codec.wire import MAGIC, WIRE_VERSION, parse_tag, tag
+from codec.scan import NOT_OPENERS, walk
+from codec.wire import MAGIC, WIRE_VERSION, parse_tag, prefix, tag
 from transports.base import Buffer, Handle, Transport
 from transports.cuda_runtime import CudaRuntime
 from transports.inline import InlineHandle, InlineTransport
@@ -43,7 +42,18 @@ class Decoder:
     device, or a ``codec.placement.Placement`` (see that module); ``runtime``: its CUDA adapter.
     """
 
-    __slots__ = ("_by_type", "_deep", "_frame", "_max_header", "_sealed", "options", "placement", "registry", "table")
+    __slots__ = (
+        "_bare",
+        "_by_type",
+        "_depth",
+        "_frame",
+        "_max_header",
+        "_sealed",
+        "options",
+        "placement",
+        "registry",
+        "table",
+    )
 
     def __init__(
         self,
@@ -66,8 +76,15 @@ class Decoder:
         self._max_header = self.options.limits.max_header_bytes
         self._frame = _frame_decoder(registry, self.options.strict_fingerprint)
         self.table = _table_decoder(handle_types)
-        limit = self.options.limits.max_depth + HEADER_LEVELS
-        self._deep = any(d is None or d + 1 > limit for d in (max_depth(cls) for cls in registry))
+        self._depth = self.options.limits.max_depth + HEADER_LEVELS
+        # tag -> frame 0 up to its body when the buffer table is empty: a frame that starts with
+        # these known bytes needs only its body walked for depth
+        self._bare: dict[bytes, bytes] = {}
+        for cls in registry:
+            info = cls.__tw_type__
+            self._bare[tag(info.type_id, info.version).encode()] = (
+                prefix(info.type_id, info.version, info.fingerprint) + b"\x90"
+            )
         self._sealed = True
 
     def decode(self, frames: Sequence[Buffer]) -> Any:
@@ -81,8 +98,8 @@ class Decoder:
             raise DecodeError(f"invalid header: {exc}") from None
         if size > self._max_header:
             raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
-        if self._deep:
-            check_depth(head, self.options.limits.max_depth + HEADER_LEVELS)
+        if type(head) is not bytes or len(head.translate(None, NOT_OPENERS)) > self._depth:
+            self._check_depth(head)  # more bytes that could open a level than levels allowed: walk it
         token = INCOMING.set((self, frames, head))  # made into an Incoming by the first tensor
         try:
             frame = self._frame.decode(head)
@@ -98,6 +115,21 @@ class Decoder:
         finally:
             INCOMING.reset(token)
         return frame.body
+
+    def _check_depth(self, head: Any) -> None:
+        """Bound the nesting of frame 0 before msgspec reads it: msgspec recurses in C, also where
+        it skips a value (an unknown field, the buffer table it reads raw), so every frame is
+        bounded, whatever its type. One that starts as this reader's own ``[tag, fingerprint, [],``
+        needs only its body walked."""
+        try:
+            data = head if type(head) is bytes else bytes(memoryview(head).cast("B"))
+        except (TypeError, ValueError) as exc:
+            raise DecodeError(f"invalid header: {exc}") from None
+        bare = self._bare.get(_tag_bytes(data))
+        if bare is not None and data.startswith(bare):
+            walk(data, self._depth, 1, len(bare))  # the body, one level inside frame 0
+        elif len(data.translate(None, NOT_OPENERS)) > self._depth:
+            walk(data, self._depth)
 
     def _error(self, head: Any, exc: Exception) -> DecodeError:
         """The error for a frame 0 msgspec rejected: what its tag or fingerprint says is wrong, else
@@ -192,6 +224,18 @@ class Decoder:
     def __repr__(self) -> str:
         tags = sorted(str(h.__struct_config__.tag) for h in self._by_type)
         return f"Decoder({self.registry!r}, transports={tags}, options={self.options})"
+
+
+def _tag_bytes(head: Any) -> bytes:
+    """The bytes of frame 0's tag if it opens as ``[tag, ...`` with a short string tag, else b""."""
+    if len(head) < 2 or head[0] != 0x94:
+        return b""
+    first = head[1]
+    if 0xA0 <= first <= 0xBF:
+        return bytes(head[2 : 2 + (first & 0x1F)])
+    if first == 0xD9 and len(head) > 2:
+        return bytes(head[3 : 3 + head[2]])
+    return b""
 
 
 def _state(frames: Sequence[Buffer], head: Any, decoder: Decoder) -> Incoming:

@@ -10,7 +10,7 @@ import msgspec.inspect as mi
 from codec.body import checker, needs_prepare
 from codec.wire import prefix
 
-__all__ = ["TypePlan", "max_depth", "type_plan"]
+__all__ = ["TypePlan", "type_plan"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,26 +59,3 @@ def _holds_custom(t: Any, seen: set[type]) -> bool:
             return False
         seen.add(t.cls)
     return any(_holds_custom(c, seen) for c in _children(t))
-
-
-def max_depth(cls: Any) -> int | None:
-    """How many containers deep a body of ``cls`` can nest (a struct is one); None if unbounded
-    (a tree, or a struct that can hold itself)."""
-    return _depth(mi.type_info(cls), frozenset())
-
-
-def _depth(t: Any, path: frozenset[type]) -> int | None:
-    if isinstance(t, mi.AnyType):
-        return None
-    if isinstance(t, mi.StructType):
-        if t.cls in path:
-            return None
-        path = path | {t.cls}
-    kids = [_depth(c, path) for c in _children(t)]
-    if any(k is None for k in kids):
-        return None
-    inner = max((k for k in kids if k is not None), default=0)
-    container = isinstance(
-        t, mi.StructType | mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType | mi.TupleType | mi.DictType
-    )
-    return inner + (1 if container else 0)

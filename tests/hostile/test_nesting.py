@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import codec
-from codec.generated import REGISTRY, diffusion
+from codec.generated import REGISTRY, diffusion, media
 from codec.inspect import describe
 from codec.scan import check_depth
 from tests.wire_helpers import frame_of, head_of, tensor_exts
@@ -128,6 +128,37 @@ def outcome(call: Callable[[], Any]) -> str:
     return "ok"
 
 
+# A registry none of whose types can nest past the limit: msgspec still recurses where it skips a
+# value it has no field for, or reads the buffer table raw, so its frames are walked too.
+BOUNDED = codec.Decoder(codec.Registry([media.Video]))
+VIDEO = INLINE.encode(
+    media.Video(
+        tensor=torch.zeros(1, 2, 4, 6, 3, dtype=torch.uint8),
+        layout=media.VideoTensorLayout.BTHWC,
+        encoding=media.VideoTensorEncoding.UINT8_FRAMES,
+        value_range=media.VideoValueRange.ZERO_TO_255,
+    )
+)
+
+
+def bounded_frames(where: str, value: bytes) -> list[Any]:
+    """A ``media.Video`` frame 0 with the raw msgpack ``value`` as an unknown field of its body,
+    as its buffer table, or as a fifth item of frame 0."""
+    head = head_of(VIDEO[0])
+    if where == "unknown field":
+        body = msgspec.msgpack.encode(head[3])
+        assert 0x80 <= body[0] < 0x8F
+        head[3] = msgspec.Raw(bytes([body[0] + 1]) + body[1:] + b"\xa7unknown" + value)
+    elif where == "buffer table":
+        head[2] = msgspec.Raw(value)
+    else:
+        head.append(msgspec.Raw(value))
+    return [frame_of(head)]
+
+
+BOUNDED_PLACES = ("unknown field", "buffer table", "fifth item")
+
+
 # -- the child process -----------------------------------------------------------------------------
 
 
@@ -166,6 +197,9 @@ def _child_checks() -> dict[str, str]:
             at_limit = deep_frames(kind, leaf, (64 - LEAF_LEVELS[leaf]) // per_wrap)
             results[f"at the limit {kind} / {leaf}"] = outcome(partial(DECODER.decode, at_limit))
             results[f"describe at the limit {kind} / {leaf}"] = outcome(partial(describe, at_limit[0]))
+    for where in BOUNDED_PLACES:
+        deep = nest(DEEP, b"\x01", [_array, _map])
+        results[f"bounded registry, {where}"] = outcome(partial(BOUNDED.decode, bounded_frames(where, deep)))
     for name, value in _limit_messages().items():
         frames = INLINE.encode(diffusion.Output(output=value))
         results[f"roundtrip at the limit: {name}"] = outcome(partial(_roundtrip, frames, value))
@@ -210,6 +244,24 @@ def test_frames_at_the_limit_do_not_crash_a_small_stack(child_results: dict[str,
     for check in ("at the limit", "describe at the limit"):
         result = child_results[f"{check} {kind} / {leaf}"]
         assert "nesting deeper" not in result and not result.startswith("LEAK"), (check, result)
+
+
+@pytest.mark.parametrize("where", BOUNDED_PLACES)
+def test_a_registry_of_bounded_types_still_bounds_every_frame(child_results: dict[str, str], where: str) -> None:
+    assert child_results[f"bounded registry, {where}"] == NESTING
+
+
+@pytest.mark.parametrize("where", BOUNDED_PLACES)
+def test_a_bounded_type_frame_at_the_limit_gets_msgspec_s_verdict(where: str) -> None:
+    levels = 66 - (2 if where == "unknown field" else 1)  # frame 0 is a level, and so is the body
+    fits = bounded_frames(where, nest(levels, b"\x01", [_array]))  # within the limit: msgspec decides
+    result = outcome(partial(BOUNDED.decode, fits))
+    if where == "unknown field":
+        assert result == "ok"
+    else:
+        assert "nesting deeper" not in result and not result.startswith("LEAK"), result
+    with pytest.raises(codec.DecodeError, match=rf"^{NESTING}$"):
+        BOUNDED.decode(bounded_frames(where, nest(levels + 1, b"\x01", [_array])))
 
 
 @pytest.mark.parametrize("name", ["lists", "dicts", "tuples", "mixed"])
