@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from contextvars import ContextVar
 from functools import cache
 from typing import Any
 
@@ -26,16 +25,13 @@ from codec.tensors import Outgoing
 from codec.wire import EXT_TUPLE
 
 __all__ = [
-    "INCOMING",
+    "Checker",
     "TupleMarker",
-    "check_body",
-    "checker",
     "encode_body",
-    "ext_hook",
     "int_error",
     "needs_prepare",
     "prepare",
-    "use_incoming",
+    "tree_tuple",
 ]
 
 
@@ -48,11 +44,8 @@ class TupleMarker:
         self.items = items
 
 
-_OUTGOING: ContextVar[Outgoing] = ContextVar("tensorwire_outgoing")
-_INCOMING: ContextVar[Any] = ContextVar("tensorwire_incoming")  # codec.incoming.Incoming
-_CHECKING: ContextVar[list[Any]] = ContextVar("tensorwire_checking")  # [values, next index]
-
 _ARRAYS = (torch.Tensor, np.ndarray)
+_KEEP = 8  # idle hooked codecs kept per pool: more than the calls a process runs at once, nested included
 
 
 class _Rejected(Exception):
@@ -63,31 +56,39 @@ class _Rejected(Exception):
         self.value = value
 
 
-def _enc_hook(value: Any) -> Any:
-    if isinstance(value, _ARRAYS):
-        try:
-            if isinstance(value, torch.Tensor):
-                return _OUTGOING.get().tensor(value)
-            return _OUTGOING.get().array(value)
-        except EncodeError as exc:
-            raise _Rejected(exc, value) from None
-    if isinstance(value, TupleMarker):
-        return msgspec.msgpack.Ext(EXT_TUPLE, msgspec.msgpack.encode(value.items, enc_hook=_enc_hook))
-    raise NotImplementedError
+class _Writing:
+    """A msgspec encoder whose hook hands each tensor to ``outgoing``, this call's ``Outgoing``.
+
+    Encoders are pooled: a call takes one, sets ``outgoing`` and clears it before giving the
+    encoder back, so no hook holds a call's tensors after the call, and concurrent or nested
+    calls never share one.
+    """
+
+    __slots__ = ("encode", "outgoing")
+
+    def __init__(self) -> None:
+        self.outgoing: Outgoing | None = None
+        self.encode = msgspec.msgpack.Encoder(enc_hook=self.hook).encode
+
+    def hook(self, value: Any) -> Any:
+        if isinstance(value, _ARRAYS):
+            outgoing = self.outgoing
+            assert outgoing is not None
+            try:
+                if isinstance(value, torch.Tensor):
+                    return outgoing.tensor(value)
+                return outgoing.array(value)
+            except EncodeError as exc:
+                raise _Rejected(exc, value) from None
+        if isinstance(value, TupleMarker):
+            return msgspec.msgpack.Ext(EXT_TUPLE, msgspec.msgpack.encode(value.items, enc_hook=self.hook))
+        raise NotImplementedError
 
 
-def ext_hook(code: int, data: memoryview) -> Any:
-    """The decoder's extension hook: tensors built by the call's ``Incoming``, tree tuples."""
-    if code == EXT_TUPLE:
-        return _tuple(data, ext_hook)
-    state = _INCOMING.get()
-    if type(state) is tuple:  # the first tensor of this decode: its state is made now
-        state = _make_incoming(*state)
-        _INCOMING.set(state)
-    return state.ext(code, data)
+_WRITERS: list[_Writing] = []
 
 
-def _tuple(data: memoryview, hook: Callable[[int, memoryview], Any]) -> tuple[Any, ...]:
+def tree_tuple(data: memoryview, hook: Callable[[int, memoryview], Any]) -> tuple[Any, ...]:
     """A tree tuple from its ``ext(2)`` payload (its nesting was bounded before the decode began)."""
     items = msgspec.msgpack.decode(data, ext_hook=hook)
     if not isinstance(items, list):
@@ -95,38 +96,30 @@ def _tuple(data: memoryview, hook: Callable[[int, memoryview], Any]) -> tuple[An
     return tuple(items)
 
 
-def _check_hook(code: int, data: memoryview) -> Any:
-    """The encoder's schema check: each tensor extension stands for the caller's own tensor, in body order."""
-    if code == EXT_TUPLE:
-        return _tuple(data, _check_hook)
-    state = _CHECKING.get()
-    index = state[1]
-    state[1] = index + 1
-    return state[0][index]
-
-
-_ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
-
-
 def encode_body(message: Any, outgoing: Outgoing, max_depth: int, origin: Any = None) -> bytes:
     """msgpack of ``message`` (already ``prepare``d): each tensor becomes the extension ``outgoing`` gives it.
 
-    Per-call state travels in a context variable, so the hooks (and the cached encoder) hold no
-    reference to it: a call's tensors are let go the moment the call ends. A tensor ``outgoing``
-    refuses, or an int msgpack cannot hold, is an ``EncodeError`` ending with its field path in
-    ``origin`` (the caller's message, before ``prepare``; ``message`` by default).
+    A tensor ``outgoing`` refuses, or an int msgpack cannot hold, is an ``EncodeError`` ending
+    with its field path in ``origin`` (the caller's message, before ``prepare``; ``message`` by
+    default).
     """
-    origin = message if origin is None else origin
-    token = _OUTGOING.set(outgoing)
     try:
-        return _ENCODER.encode(message)
+        writing = _WRITERS.pop()
+    except IndexError:
+        writing = _Writing()
+    writing.outgoing = outgoing
+    try:
+        return writing.encode(message)
     except _Rejected as exc:
         rejected = exc.value
+        origin = message if origin is None else origin
         raise EncodeError(f"{exc}{_at(locate(origin, lambda v: v is rejected, max_depth))}") from None
     except OverflowError as exc:
-        raise int_error(origin, max_depth, exc) from None
+        raise int_error(message if origin is None else origin, max_depth, exc) from None
     finally:
-        _OUTGOING.reset(token)
+        writing.outgoing = None
+        if len(_WRITERS) < _KEEP:
+            _WRITERS.append(writing)
 
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what a msgpack int holds
@@ -150,32 +143,51 @@ def _at(found: tuple[str, Any] | None) -> str:
     return "" if found is None else f" - at `{found[0]}`"
 
 
-def check_body(check: msgspec.msgpack.Decoder[Any], body: bytes, values: list[Any]) -> None:
-    """Decode ``body`` with ``check`` (a ``checker``) and the caller's own tensors ``values`` in place of
-    its extensions: every type, range and rule of the schema is checked (``msgspec.ValidationError``
-    or ``CodecError``)."""
-    token = _CHECKING.set([values, 0])
-    try:
-        check.decode(body)
-    finally:
-        _CHECKING.reset(token)
+class _Checking:
+    """A decoder of ``cls`` whose hook puts the caller's own tensors (``values``, in body order)
+    where the body has their extensions; pooled as the encoders are."""
+
+    __slots__ = ("decode", "index", "values")
+
+    def __init__(self, cls: type) -> None:
+        self.values: list[Any] = []
+        self.index = 0
+        self.decode: Callable[[bytes], Any] = msgspec.msgpack.Decoder(cls, ext_hook=self.hook).decode
+
+    def hook(self, code: int, data: memoryview) -> Any:
+        if code == EXT_TUPLE:
+            return tree_tuple(data, self.hook)
+        index = self.index
+        self.index = index + 1
+        return self.values[index]
 
 
-@cache
-def checker(cls: type) -> msgspec.msgpack.Decoder[Any]:
-    """The decoder of the encoder's schema check for ``cls``."""
-    return msgspec.msgpack.Decoder(cls, ext_hook=_check_hook)
+class Checker:
+    """The encoder's schema check for ``cls``: decode the body about to be sent, so that every
+    type, range and rule of the schema is checked (``msgspec.ValidationError`` or ``CodecError``)."""
 
+    __slots__ = ("_cls", "_free", "plain")
 
-INCOMING = _INCOMING  # the decoder sets it to ``(decoder, frames, head)`` for the length of a decode;
-# the first tensor makes that an ``Incoming`` (``codec.incoming``, registered by ``use_incoming``)
-_make_incoming: Callable[..., Any]
+    def __init__(self, cls: type) -> None:
+        self._cls = cls
+        self._free: list[_Checking] = []
+        self.plain: Callable[[bytes], Any] = msgspec.msgpack.Decoder(cls).decode  # a body without tensors or trees
 
-
-def use_incoming(make: Callable[..., Any]) -> None:
-    """Register the class whose instances hold a decode's state."""
-    global _make_incoming
-    _make_incoming = make
+    def check(self, body: bytes, values: list[Any]) -> None:
+        """Check ``body`` with the caller's own tensors ``values`` in place of its extensions."""
+        free = self._free
+        try:
+            checking = free.pop()
+        except IndexError:
+            checking = _Checking(self._cls)
+        checking.values = values
+        checking.index = 0
+        try:
+            checking.decode(body)
+        finally:
+            checking.values = []
+            if len(free) < _KEEP:
+                free.append(checking)
 
 
 # -- tuples in trees ---------------------------------------------------------------------------

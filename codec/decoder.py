@@ -14,20 +14,20 @@ acting only on handles that prove their capability: a forged handle changes noth
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
-from codec.body import INCOMING, ext_hook
+from codec.body import tree_tuple
 from codec.errors import DecodeError
 from codec.incoming import HEADER_LEVELS, Incoming
 from codec.options import DecodeOptions
 from codec.placement import DeviceSpec, Placement
 from codec.registry import Registry, UnknownTypeError
 from codec.scan import NOT_OPENERS, walk
-from codec.wire import MAGIC, WIRE_VERSION, parse_tag, prefix, tag
+from codec.wire import EXT_TUPLE, MAGIC, WIRE_VERSION, parse_tag, prefix, tag
 from transports.base import Buffer, Handle, Transport
 from transports.cuda_runtime import CudaRuntime
 from transports.inline import InlineHandle, InlineTransport
@@ -47,6 +47,7 @@ class Decoder:
         "_by_type",
         "_depth",
         "_frame",
+        "_free",
         "_max_header",
         "_sealed",
         "options",
@@ -74,7 +75,8 @@ class Decoder:
         handle_types = tuple({id(h): h for t in known.values() for h in t.handle_types}.values())
         self._by_type = {h: known[str(h.__struct_config__.tag)] for h in handle_types}  # handle class -> reader
         self._max_header = self.options.limits.max_header_bytes
-        self._frame = _frame_decoder(registry, self.options.strict_fingerprint)
+        self._frame = _frame_type(registry, self.options.strict_fingerprint)
+        self._free: list[_Reading] = []  # idle frame 0 decoders, each used by one call at a time
         self.table = _table_decoder(handle_types)
         self._depth = self.options.limits.max_depth + HEADER_LEVELS
         # tag -> frame 0 up to its body when the buffer table is empty: a frame that starts with
@@ -98,38 +100,52 @@ class Decoder:
             raise DecodeError(f"invalid header: {exc}") from None
         if size > self._max_header:
             raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
-        if type(head) is not bytes or len(head.translate(None, NOT_OPENERS)) > self._depth:
-            self._check_depth(head)  # more bytes that could open a level than levels allowed: walk it
-        token = INCOMING.set((self, frames, head))  # made into an Incoming by the first tensor
+        if type(head) is not bytes or size > _SMALL or len(head.translate(None, NOT_OPENERS)) > self._depth:
+            self._check_depth(head)  # not a small frame with fewer bytes that could open a level than levels allowed
+        free = self._free
         try:
-            frame = self._frame.decode(head)
+            reading = free.pop()
+        except IndexError:
+            reading = _Reading(self._frame)
+        reading.state = (self, frames, head)  # made into an Incoming by the first tensor
+        try:
+            frame = reading.decode(head)
             if len(frame.buffers) != 1 or len(frames) != 1:  # 1 byte: the empty table
-                _state(frames, head, self).finish(len(frame.buffers) != 1)
+                reading.incoming().finish(len(frame.buffers) != 1)
         except BaseException as exc:
-            _state(frames, head, self).fail()
+            reading.incoming().fail()
             if isinstance(exc, msgspec.MsgspecError):
                 raise self._error(head, exc) from None
             if isinstance(exc, DecodeError):
                 raise self._locate(head, exc) from None
             raise  # a transport's own error (with its errno), or not ours
         finally:
-            INCOMING.reset(token)
+            reading.state = None
+            if len(free) < _KEEP:
+                free.append(reading)
         return frame.body
 
     def _check_depth(self, head: Any) -> None:
         """Bound the nesting of frame 0 before msgspec reads it: msgspec recurses in C, also where
         it skips a value (an unknown field, the buffer table it reads raw), so every frame is
-        bounded, whatever its type. One that starts as this reader's own ``[tag, fingerprint, [],``
-        needs only its body walked."""
+        bounded, whatever its type.
+
+        A frame that starts as this reader's own ``[tag, fingerprint, [],`` needs only its body
+        walked. The walk costs per value and skips tensor bytes; counting the bytes that could
+        open a level costs per byte: a large frame is walked first, and counted only if it holds
+        more than a few hundred values.
+        """
         try:
             data = head if type(head) is bytes else bytes(memoryview(head).cast("B"))
         except (TypeError, ValueError) as exc:
             raise DecodeError(f"invalid header: {exc}") from None
         bare = self._bare.get(_tag_bytes(data))
-        if bare is not None and data.startswith(bare):
-            walk(data, self._depth, 1, len(bare))  # the body, one level inside frame 0
-        elif len(data.translate(None, NOT_OPENERS)) > self._depth:
-            walk(data, self._depth)
+        start, depth = (len(bare), 1) if bare is not None and data.startswith(bare) else (0, 0)
+        if len(data) > _SMALL and walk(data, self._depth, depth, start, _BUDGET) >= 0:
+            return
+        if (len(data) > _SMALL or data is not head) and len(data.translate(None, NOT_OPENERS)) <= self._depth:
+            return  # (a small frame in bytes was counted before the call)
+        walk(data, self._depth, depth, start)
 
     def _error(self, head: Any, exc: Exception) -> DecodeError:
         """The error for a frame 0 msgspec rejected: what its tag or fingerprint says is wrong, else
@@ -238,10 +254,38 @@ def _tag_bytes(head: Any) -> bytes:
     return b""
 
 
-def _state(frames: Sequence[Buffer], head: Any, decoder: Decoder) -> Incoming:
-    """The current decode's ``Incoming`` (made now if no tensor made it)."""
-    state = INCOMING.get()
-    return state if isinstance(state, Incoming) else Incoming(decoder, frames, head)
+_KEEP = 8  # idle frame 0 decoders kept per Decoder: more than the calls a process runs at once
+_SMALL = 2048  # frame 0 up to this many bytes: counting its level openers is cheaper than a walk
+_BUDGET = 256  # values a large frame 0's first walk reads before its level openers are counted
+
+
+class _Reading:
+    """A frame 0 decoder whose extension hook reads this object's ``state``: the current call's
+    ``(decoder, frames, head)`` until its first tensor makes it an ``Incoming``; None between calls.
+
+    Each ``Decoder`` pools these: a call takes one and clears its state before giving it back, so
+    no hook holds a call's tensors after the call, and concurrent or nested calls never share one.
+    """
+
+    __slots__ = ("decode", "state")
+
+    def __init__(self, frame: Any) -> None:
+        self.state: tuple[Decoder, Sequence[Buffer], Any] | Incoming | None = None
+        self.decode = _frame_decoder(frame, self.ext).decode
+
+    def ext(self, code: int, data: memoryview) -> Any:
+        """The decode's extension hook: tensors built by the call's ``Incoming``, tree tuples."""
+        if code == EXT_TUPLE:
+            return tree_tuple(data, self.ext)
+        return self.incoming().ext(code, data)
+
+    def incoming(self) -> Incoming:
+        """The current call's ``Incoming`` (made now if no tensor made it yet)."""
+        state = self.state
+        if type(state) is tuple:
+            state = self.state = Incoming(*state)
+        assert isinstance(state, Incoming)
+        return state
 
 
 class _Peek(msgspec.Struct, array_like=True):
@@ -255,7 +299,7 @@ _PEEK = msgspec.msgpack.Decoder(_Peek)
 
 
 @lru_cache(maxsize=64)
-def _frame_decoder(registry: Registry, strict: bool) -> msgspec.msgpack.Decoder[Any]:
+def _frame_type(registry: Registry, strict: bool) -> Any:
     """Frame 0 as a tagged union of every type of ``registry``."""
     frames = []
     for cls in registry:
@@ -270,8 +314,11 @@ def _frame_decoder(registry: Registry, strict: bool) -> msgspec.msgpack.Decoder[
                 tag=tag(info.type_id, info.version),
             )
         )
-    union: Any = Union[tuple(frames)] if len(frames) > 1 else frames[0]  # noqa: UP007
-    return msgspec.msgpack.Decoder(union, ext_hook=ext_hook)
+    return Union[tuple(frames)] if len(frames) > 1 else frames[0]  # noqa: UP007
+
+
+def _frame_decoder(frame: Any, hook: Callable[[int, memoryview], Any]) -> msgspec.msgpack.Decoder[Any]:
+    return msgspec.msgpack.Decoder(frame, ext_hook=hook)
 
 
 @lru_cache(maxsize=64)

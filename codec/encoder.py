@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from codec.body import check_body, encode_body, int_error, prepare
+from codec.body import encode_body, int_error, prepare
 from codec.errors import CodecError, EncodeError, TransportError
 from codec.options import EncodeOptions
 from codec.plan import TypePlan, type_plan
@@ -65,7 +65,7 @@ class Encoder:
             try:
                 body = _PLAIN.encode(prepare(message, options.limits.max_depth) if plan.prepare else message)
                 if options.validate:
-                    plan.check.decode(body)
+                    plan.check.plain(body)
             except OverflowError as exc:  # an int msgpack cannot hold: named with its path
                 raise EncodeError(f"{plan.type_id}: {int_error(message, options.limits.max_depth, exc)}") from None
             except _FAILURES as exc:
@@ -80,7 +80,7 @@ class Encoder:
                 outgoing = outgoing.again()
                 body = encode_body(prepared, outgoing, limits.max_depth, message)
             if options.validate:
-                check_body(plan.check, body, outgoing.values)
+                plan.check.check(body, outgoing.values)
         except _FAILURES as exc:
             raise EncodeError(f"{plan.type_id}: {exc}") from None
         buffers = outgoing.buffers

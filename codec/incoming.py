@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from codec.body import use_incoming
 from codec.dtypes import DTYPE_NAMES
 from codec.errors import DecodeError
 from codec.inspect import describe
@@ -218,6 +217,3 @@ _QUICK_TORCH = {
     for code, (torch_dtype, numpy_dtype, itemsize) in enumerate(BUILD[name] for name in DTYPE_NAMES)
     if numpy_dtype is not None
 }
-
-
-use_incoming(Incoming)

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec.inspect as mi
 
-from codec.body import checker, needs_prepare
+from codec.body import Checker, needs_prepare
 from codec.wire import prefix
 
 __all__ = ["TypePlan", "type_plan"]
@@ -24,7 +24,7 @@ class TypePlan:
     bare: bytes
     tensors: bool
     prepare: bool
-    check: Any
+    check: Checker
 
 
 def type_plan(cls: Any) -> TypePlan:
@@ -32,7 +32,7 @@ def type_plan(cls: Any) -> TypePlan:
     info_type = mi.type_info(cls)
     head = prefix(info.type_id, info.version, info.fingerprint)
     return TypePlan(
-        info.type_id, head, head + b"\x90", _holds_custom(info_type, set()), needs_prepare(cls), checker(cls)
+        info.type_id, head, head + b"\x90", _holds_custom(info_type, set()), needs_prepare(cls), Checker(cls)
     )
 
 

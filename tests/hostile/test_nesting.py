@@ -264,6 +264,21 @@ def test_a_bounded_type_frame_at_the_limit_gets_msgspec_s_verdict(where: str) ->
         BOUNDED.decode(bounded_frames(where, nest(levels + 1, b"\x01", [_array])))
 
 
+@pytest.mark.parametrize("values", [10, 300, 5000])
+def test_depth_past_many_values_of_a_large_frame_is_found(values: int) -> None:
+    """A large frame is walked a few hundred values at a time before its openers are counted: the
+    nesting is found wherever it sits."""
+    flat = b"\xdc" + values.to_bytes(2, "big") + b"\xa7abcdefg" * values  # many values, one level
+    deep = nest(70, b"\x01", [_array])
+    framed = b"\x92" + flat + deep
+    assert len(framed) > 2048 or values == 10
+    with pytest.raises(codec.DecodeError, match=rf"^{NESTING}$"):
+        DECODER.decode(frames_with_body(framed))
+    fits = b"\x92" + flat + nest(60, b"\x01", [_array])
+    result = outcome(partial(DECODER.decode, frames_with_body(fits)))
+    assert "nesting deeper" not in result and not result.startswith("LEAK"), result
+
+
 @pytest.mark.parametrize("name", ["lists", "dicts", "tuples", "mixed"])
 def test_messages_at_the_limit_decode_on_a_small_stack(child_results: dict[str, str], name: str) -> None:
     assert child_results[f"roundtrip at the limit: {name}"] == "ok"

@@ -68,13 +68,14 @@ def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> Non
     import codec
     import codec.encoder as encoder_module
     import transports
+    from codec.body import Checker
     from codec.generated import diffusion
     from codec.tensors import Outgoing
 
     samples: Samples = {}
     _wrap(encoder_module, "encode_body", samples, "encode: body (+ descriptors)")
     _wrap(Outgoing, "tensor", samples, "encode: descriptor, per tensor")
-    _wrap(encoder_module, "check_body", samples, "encode: schema check (decode)")
+    _wrap(Checker, "check", samples, "encode: schema check (decode)")
     _wrap(codec.Encoder, "_export_all", samples, "encode: export")
     shm = transports.ShmTransport()
     encoder = codec.Encoder(shm, codec.EncodeOptions(inline_threshold=0, embed_threshold=0))  # through the pool
@@ -107,7 +108,7 @@ def _receiver(pipe: Any, control: Any, count: int, spin: bool) -> None:
     from codec.generated import REGISTRY
 
     samples: Samples = {}
-    _wrap(decoder_module, "check_depth", samples, "decode: depth scan")
+    _wrap(decoder_module, "walk", samples, "decode: depth walk")
     _wrap_frame_decoder(decoder_module, samples, "decode: frame 0 (+ body, tensors)")
     _wrap(incoming_module.Incoming, "read_buffers", samples, "decode: buffer table and imports")
     _wrap(codec.Decoder, "verify_handles", samples, "decode: handle checks")
