@@ -12,18 +12,22 @@ TORCH_PIN ?= torch==2.13.0
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The editable install is a tree of links (editable_mode=strict) that maps codec/ to tensorwire and
+# transports/ to tensorwire.transports, found through a plain .pth, so mypy finds it too; a module
+# added or removed changes its folder, which reinstalls.
+$(STAMP): pyproject.toml $(shell find codec transports -type d ! -name __pycache__)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev]" --config-settings editable_mode=strict
 	touch $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check codec transports tests tools
 	$(BIN)/ruff format --check codec transports tests tools
 
+# mypy reads the package through its installed tree of links (module names tensorwire.*).
 typecheck: $(STAMP)
-	$(BIN)/mypy codec transports tools
+	$(BIN)/mypy "$$($(PY) -c 'import os, tensorwire; print(os.path.dirname(tensorwire.__file__))')" tools
 
 gen: $(STAMP)
 	$(BIN)/tensorwire gen
@@ -51,7 +55,7 @@ fuzz: $(STAMP)
 BENCH_STAMP := $(VENV)/.tensorwire-bench-installed
 
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e ".[dev,bench]"
+	$(PY) -m pip install -q -e ".[dev,bench]" --config-settings editable_mode=strict
 	touch $(BENCH_STAMP)
 
 # Every mode and peer, 4 KiB to 1 GiB: table on stdout, plot in docs/bench.png (a few minutes).

@@ -1,22 +1,26 @@
-"""tensorwire codec: schema-driven message types for processes that exchange large tensors.
+"""tensorwire: schema-driven message types for processes that exchange large tensors.
 
 Public contract::
 
-    reg = codec.load_schemas("schemas/")     # or codec.generated.REGISTRY
+    import tensorwire as tw
+
+    reg = tw.load_schemas("schemas/")        # or tensorwire.generated.REGISTRY
     Video = reg.type("media.Video")          # latest version; reg.type("media.Video", 1)
-    frames = codec.Encoder(transport=transports.ShmTransport()).encode(msg)
-    msg2 = codec.Decoder(reg, transports=[transports.ShmTransport()]).decode(frames)
+    frames = tw.Encoder(transport=tw.transports.ShmTransport()).encode(msg)
+    msg2 = tw.Decoder(reg, transports=[tw.transports.ShmTransport()]).decode(frames)
 """
 
 from __future__ import annotations
 
 import os
 
-from codec.contract import TypeInfo, register_validator
-from codec.decoder import Decoder
-from codec.dtypes import DTYPE_NAMES, DTYPES
-from codec.encoder import Encoder
-from codec.errors import (
+from tensorwire import transports
+from tensorwire._version import __version__
+from tensorwire.contract import TypeInfo, register_validator
+from tensorwire.decoder import Decoder
+from tensorwire.dtypes import DTYPE_NAMES, DTYPES
+from tensorwire.encoder import Encoder
+from tensorwire.errors import (
     CodecError,
     CompatError,
     DecodeError,
@@ -25,11 +29,12 @@ from codec.errors import (
     TransportError,
     ValidationError,
 )
-from codec.options import DecodeOptions, EncodeOptions, Limits
-from codec.registry import Registry, UnknownTypeError
-from codec.wire import join, split
+from tensorwire.options import DecodeOptions, EncodeOptions, Limits
+from tensorwire.registry import Registry, UnknownTypeError
+from tensorwire.wire import join, split
 
 __all__ = [
+    "__version__",
     "DTYPES",
     "DTYPE_NAMES",
     "CodecError",
@@ -51,12 +56,13 @@ __all__ = [
     "load_schemas",
     "register_validator",
     "split",
+    "transports",
 ]
 
 
 def load_schemas(directory: str | os.PathLike[str]) -> Registry:
     """Compile a schema directory into message classes at run time (no generation step)."""
-    from codec.gen.runtime import build_registry
-    from codec.schema import load_dir
+    from tensorwire.gen.runtime import build_registry
+    from tensorwire.schema import load_dir
 
     return build_registry(load_dir(directory))

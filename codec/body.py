@@ -18,11 +18,11 @@ import msgspec.inspect as mi
 import numpy as np
 import torch
 
-from codec.contract import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
-from codec.errors import DecodeError, EncodeError
-from codec.locate import locate
-from codec.tensors import Outgoing
-from codec.wire import EXT_TUPLE
+from tensorwire.contract import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
+from tensorwire.errors import DecodeError, EncodeError
+from tensorwire.locate import locate
+from tensorwire.tensors import Outgoing
+from tensorwire.wire import EXT_TUPLE
 
 __all__ = [
     "Checker",

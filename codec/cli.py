@@ -9,7 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from codec.errors import CompatError, DecodeError, SchemaError
+from tensorwire._version import __version__
+from tensorwire.errors import CompatError, DecodeError, SchemaError
 
 __all__ = ["main"]
 
@@ -26,6 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tensorwire", description="Schema-driven tensor serialization.")
+    parser.add_argument("--version", action="version", version=f"tensorwire {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gen = sub.add_parser("gen", help="generate Python types from a schema directory")
     gen.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SCHEMAS, help="schema directory (default: schemas)")
@@ -65,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _gen(args: argparse.Namespace) -> int:
-    from codec.gen import check, generate
+    from tensorwire.gen import check, generate
 
     if args.check:
         diff = check(args.dir, args.out)
@@ -81,15 +83,15 @@ def _gen(args: argparse.Namespace) -> int:
 
 
 def _schemas(args: argparse.Namespace) -> int:
-    from codec.schema import meta_schema_text
+    from tensorwire.schema import meta_schema_text
 
     if args.meta:
         sys.stdout.write(meta_schema_text())
         return 0
     if args.dir is None:
-        from codec.generated import REGISTRY as registry
+        from tensorwire.generated import REGISTRY as registry
     else:
-        from codec import load_schemas
+        from tensorwire import load_schemas
 
         registry = load_schemas(args.dir)
     infos = registry.infos()
@@ -101,10 +103,10 @@ def _schemas(args: argparse.Namespace) -> int:
 
 
 def _compat(args: argparse.Namespace) -> int:
-    from codec.compat import RULES, compare, compare_transitive
-    from codec.compat.git import checkout_schemas, history, temporary_dir
-    from codec.compat.report import exit_code, render, rules_table
-    from codec.schema import SchemaSet, load_dir
+    from tensorwire.compat import RULES, compare, compare_transitive
+    from tensorwire.compat.git import checkout_schemas, history, temporary_dir
+    from tensorwire.compat.report import exit_code, render, rules_table
+    from tensorwire.schema import SchemaSet, load_dir
 
     if args.list_rules:
         print(rules_table("json" if args.format == "json" else "text"))
@@ -147,8 +149,8 @@ def _compat(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     import json
 
-    from codec.inspect import describe
-    from codec.wire import split
+    from tensorwire.inspect import describe
+    from tensorwire.wire import split
 
     try:
         blob = args.file.read_bytes()
@@ -161,7 +163,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _shm(args: argparse.Namespace) -> int:
-    from transports.shm import our_segments, reap
+    from tensorwire.transports.shm import our_segments, reap
 
     if args.shm_command != "reap":
         for name in our_segments():
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "gen":
             return _gen(args)
         if args.command == "demo":
-            from codec.demo import run
+            from tensorwire.demo import run
 
             return run()
         if args.command == "inspect":
@@ -209,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compat":
             return _compat(args)
         if args.command == "golden":
-            from codec.golden import record
+            from tensorwire.golden import record
 
             try:
                 written = record(args.dir)

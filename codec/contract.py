@@ -16,8 +16,8 @@ from typing import Any, TypeAlias
 import numpy as np
 import torch
 
-from codec.dtypes import DTYPES, dtype_of
-from codec.errors import ValidationError
+from tensorwire.dtypes import DTYPES, dtype_of
+from tensorwire.errors import ValidationError
 
 __all__ = [
     "Check",
@@ -431,4 +431,4 @@ def _check_tree(check: TreeCheck, value: Any, path: str, depth: int) -> None:
         raise ValidationError(f"{path}: {type(value).__name__} is not allowed in {kind}")
 
 
-from codec import builtin_rules  # noqa: E402,F401  (registers the built-in named validators)
+from tensorwire import builtin_rules  # noqa: E402,F401  (registers the built-in named validators)

@@ -20,17 +20,17 @@ from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
-from codec.body import tree_tuple
-from codec.errors import DecodeError
-from codec.incoming import HEADER_LEVELS, Incoming
-from codec.options import DecodeOptions
-from codec.placement import DeviceSpec, Placement
-from codec.registry import Registry, UnknownTypeError
-from codec.scan import NOT_OPENERS, walk
-from codec.wire import EXT_TUPLE, MAGIC, WIRE_VERSION, parse_tag, prefix, tag
-from transports.base import Buffer, Handle, Transport
-from transports.cuda_runtime import CudaRuntime
-from transports.inline import InlineHandle, InlineTransport
+from tensorwire.body import tree_tuple
+from tensorwire.errors import DecodeError
+from tensorwire.incoming import HEADER_LEVELS, Incoming
+from tensorwire.options import DecodeOptions
+from tensorwire.placement import DeviceSpec, Placement
+from tensorwire.registry import Registry, UnknownTypeError
+from tensorwire.scan import NOT_OPENERS, walk
+from tensorwire.transports.base import Buffer, Handle, Transport
+from tensorwire.transports.cuda_runtime import CudaRuntime
+from tensorwire.transports.inline import InlineHandle, InlineTransport
+from tensorwire.wire import EXT_TUPLE, MAGIC, WIRE_VERSION, parse_tag, prefix, tag
 
 __all__ = ["Decoder"]
 

@@ -27,7 +27,7 @@ BATCH_SHAPE = (4, 3, 8, 240, 416)
 
 def build_message(seed: int = SEED) -> Any:
     """The demo's message, the same for the same seed."""
-    from codec.generated import diffusion, media
+    from tensorwire.generated import diffusion, media
 
     gen = torch.Generator().manual_seed(seed)
     video = (torch.rand(VIDEO_SHAPE, generator=gen) * 2 - 1).to(torch.bfloat16)
@@ -62,12 +62,12 @@ _VIA = {"shm-slot": "pool", "shm": "shm", "inline": "inline"}
 
 
 def _producer(conn: Any, seed: int) -> None:
-    import codec
-    import transports
+    import tensorwire as tw
+    from tensorwire import transports
 
     message = build_message(seed)
     shm = transports.ShmTransport()
-    encoder = codec.Encoder(transport=shm)
+    encoder = tw.Encoder(transport=shm)
     start = time.monotonic()
     frames = encoder.encode(message)
     conn.send((start, len(frames)))
@@ -103,12 +103,12 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def run(out: TextIO = sys.stdout, seed: int = SEED) -> int:
     """Run the demo; 0 when every tensor arrived bit-exact and /dev/shm holds nothing of ours."""
-    import codec
-    import transports
-    from codec.generated import REGISTRY
-    from codec.inspect import describe
-    from transports.reaper import held_memfds
-    from transports.shm import our_segments
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import REGISTRY
+    from tensorwire.inspect import describe
+    from tensorwire.transports.reaper import held_memfds
+    from tensorwire.transports.shm import our_segments
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
@@ -118,7 +118,7 @@ def run(out: TextIO = sys.stdout, seed: int = SEED) -> int:
         start, count = parent.recv()
         frames = [parent.recv_bytes() for _ in range(count)]
         receiver = transports.ShmTransport()
-        decoder = codec.Decoder(REGISTRY, transports=[receiver], options=codec.DecodeOptions(borrow=True))
+        decoder = tw.Decoder(REGISTRY, transports=[receiver], options=tw.DecodeOptions(borrow=True))
         message = decoder.decode(frames)
         elapsed = time.monotonic() - start
         info = describe(frames[0])

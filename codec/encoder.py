@@ -19,14 +19,14 @@ from typing import Any
 
 import msgspec
 
-from codec.body import encode_body, int_error, prepare
-from codec.errors import CodecError, EncodeError, TransportError
-from codec.options import EncodeOptions
-from codec.plan import TypePlan, type_plan
-from codec.tensors import BufferPlan, Outgoing
-from transports.base import Buffer, Handle, Transport
-from transports.cuda_runtime import stage_to_host, transport_runtime
-from transports.inline import InlineTransport
+from tensorwire.body import encode_body, int_error, prepare
+from tensorwire.errors import CodecError, EncodeError, TransportError
+from tensorwire.options import EncodeOptions
+from tensorwire.plan import TypePlan, type_plan
+from tensorwire.tensors import BufferPlan, Outgoing
+from tensorwire.transports.base import Buffer, Handle, Transport
+from tensorwire.transports.cuda_runtime import stage_to_host, transport_runtime
+from tensorwire.transports.inline import InlineTransport
 
 __all__ = ["Encoder"]
 

@@ -19,8 +19,8 @@ import msgspec
 import numpy as np
 import torch
 
-from codec.encoder import Encoder
-from codec.wire import join
+from tensorwire.encoder import Encoder
+from tensorwire.wire import join
 
 __all__ = ["MANIFEST", "cases", "describe", "manifest_lines", "read_manifest", "record"]
 
@@ -66,7 +66,7 @@ def describe(value: Any) -> Any:
 
 def cases() -> dict[str, list[tuple[str, Callable[[], Any]]]]:
     """Fixture builders per type id: deterministic messages covering every built-in type."""
-    from codec.generated import diffusion, media, rpc
+    from tensorwire.generated import diffusion, media, rpc
 
     def video_float() -> Any:
         bits = (torch.arange(1 * 3 * 2 * 4 * 4, dtype=torch.int32) * 97 % 65536).to(torch.int64)

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from codec.dtypes import DTYPE_NAMES
-from codec.errors import DecodeError
-from codec.inspect import describe
-from codec.tensors import BUILD, as_base, build, build_inline, verify_descriptor
-from codec.wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, SHARED, unpack_descriptor
-from transports.base import Buffer, Handle
+from tensorwire.dtypes import DTYPE_NAMES
+from tensorwire.errors import DecodeError
+from tensorwire.inspect import describe
+from tensorwire.tensors import BUILD, as_base, build, build_inline, verify_descriptor
+from tensorwire.transports.base import Buffer, Handle
+from tensorwire.wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, SHARED, unpack_descriptor
 
 __all__ = ["Incoming"]
 

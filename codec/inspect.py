@@ -14,10 +14,19 @@ from typing import Any
 
 import msgspec
 
-from codec.errors import DecodeError
-from codec.locate import key_segment
-from codec.scan import check_depth
-from codec.wire import EXT_INLINE, EXT_TENSOR, EXT_TUPLE, WIRE_VERSION, Buffer, Descriptor, parse_tag, unpack_descriptor
+from tensorwire.errors import DecodeError
+from tensorwire.locate import key_segment
+from tensorwire.scan import check_depth
+from tensorwire.wire import (
+    EXT_INLINE,
+    EXT_TENSOR,
+    EXT_TUPLE,
+    WIRE_VERSION,
+    Buffer,
+    Descriptor,
+    parse_tag,
+    unpack_descriptor,
+)
 
 __all__ = ["describe"]
 

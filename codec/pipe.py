@@ -25,7 +25,7 @@ from __future__ import annotations
 from multiprocessing import BufferTooShort
 from typing import Any, Protocol
 
-from codec import DecodeError, join, split
+from tensorwire import DecodeError, join, split
 
 __all__ = ["DEFAULT_INITIAL", "DEFAULT_MAX_BYTES", "ByteReader", "ByteWriter", "Receiver", "send"]
 

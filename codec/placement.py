@@ -28,8 +28,8 @@ from typing import Any, TypeAlias
 
 import torch
 
-from codec.errors import TransportError
-from transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime, keep_forever
+from tensorwire.errors import TransportError
+from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime, keep_forever
 
 __all__ = ["DeviceSpec", "Placement"]
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import msgspec.inspect as mi
 
-from codec.body import Checker, needs_prepare
-from codec.wire import prefix
+from tensorwire.body import Checker, needs_prepare
+from tensorwire.wire import prefix
 
 __all__ = ["TypePlan", "type_plan"]
 

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, TypeAlias
 
-from codec.contract import TypeInfo
-from codec.errors import CodecError
+from tensorwire.contract import TypeInfo
+from tensorwire.errors import CodecError
 
 __all__ = ["MessageClass", "Registry", "UnknownTypeError"]
 

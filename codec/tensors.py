@@ -24,10 +24,10 @@ import msgspec
 import numpy as np
 import torch
 
-from codec.dtypes import DTYPE_NAMES, DTYPES
-from codec.errors import EncodeError
-from codec.options import Limits
-from codec.wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, Descriptor, pack_descriptor, pack_inline
+from tensorwire.dtypes import DTYPE_NAMES, DTYPES
+from tensorwire.errors import EncodeError
+from tensorwire.options import Limits
+from tensorwire.wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, Descriptor, pack_descriptor, pack_inline
 
 __all__ = ["BUILD", "BufferPlan", "Outgoing", "as_base", "build", "build_inline", "shape_problem", "verify_descriptor"]
 

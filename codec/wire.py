@@ -30,8 +30,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from codec.dtypes import DTYPE_NAMES
-from codec.errors import DecodeError
+from tensorwire.dtypes import DTYPE_NAMES
+from tensorwire.errors import DecodeError
 
 __all__ = [
     "BLOB_MAGIC",

@@ -58,3 +58,12 @@ def write_schemas(root: Path, files: dict[str, Any]) -> Path:
 @pytest.fixture
 def schema_dir(tmp_path: Path) -> Path:
     return tmp_path / "schemas"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The repository's folders are not packages of their own: a test that imported ``codec`` or
+    ``transports`` (the folders, through the repository path) instead of ``tensorwire`` fails the run."""
+    stray = sorted(name for name in sys.modules if name.split(".")[0] in ("codec", "transports"))
+    if stray:
+        print(f"\nmodules imported under the repository's folder names instead of tensorwire: {stray}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from transports.cuda_runtime import CudaCallError
+from tensorwire.transports.cuda_runtime import CudaCallError
 
 FILL = 0xAB  # what a copy from a meta "device" tensor writes
 _NAMES = {

@@ -9,12 +9,12 @@ import torch
 
 def producer(conn: Any, control: Any, count: int) -> None:
     """Send ``count`` messages with shared-memory tensors on ``conn``; exit when ``control`` says so."""
-    import codec
-    import transports
-    from codec.generated import diffusion
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import diffusion
 
-    encoder = codec.Encoder(
-        transport=transports.ShmTransport(), options=codec.EncodeOptions(inline_threshold=1024, embed_threshold=0)
+    encoder = tw.Encoder(
+        transport=transports.ShmTransport(), options=tw.EncodeOptions(inline_threshold=1024, embed_threshold=0)
     )
     for i in range(count):
         message = diffusion.Output(output=(torch.full((512,), float(i)), torch.arange(8) + i), chunk_index=i)
@@ -27,13 +27,11 @@ def producer(conn: Any, control: Any, count: int) -> None:
 
 def consumer(conn: Any, report: Any, count: int, borrow: bool) -> None:
     """Receive ``count`` messages on ``conn``, check them, send ``(received, ok)`` on ``report``."""
-    import codec
-    import transports
-    from codec.generated import REGISTRY
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import REGISTRY
 
-    decoder = codec.Decoder(
-        REGISTRY, transports=[transports.ShmTransport()], options=codec.DecodeOptions(borrow=borrow)
-    )
+    decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport()], options=tw.DecodeOptions(borrow=borrow))
     ok = True
     for i in range(count):
         frames = [conn.recv_bytes() for _ in range(conn.recv())]
@@ -51,12 +49,12 @@ def consumer(conn: Any, report: Any, count: int, borrow: bool) -> None:
 
 def export_and_exit(conn: Any, backing: str = "memfd") -> None:
     """Export one pool slot, hand its frames to the parent, and exit without anyone receiving it yet."""
-    import codec
-    import transports
-    from codec.generated import diffusion
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import diffusion
 
     transport = transports.ShmTransport(backing=backing)  # type: ignore[arg-type]
-    encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1, embed_threshold=0))
+    encoder = tw.Encoder(transport=transport, options=tw.EncodeOptions(inline_threshold=1, embed_threshold=0))
     frames = encoder.encode(diffusion.Output(output=torch.arange(1000, dtype=torch.float32)))
     conn.send([bytes(memoryview(f)) for f in frames])
 
@@ -74,13 +72,13 @@ def cuda_tensors(seed: int) -> list[torch.Tensor]:
 
 def cuda_producer(conn: Any, seed: int) -> None:
     """Encode ``cuda_tensors(seed)`` with ``CudaShmTransport`` and send the frames plus the expected bytes."""
-    import codec
-    import transports
-    from codec.generated import diffusion
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import diffusion
 
     transport = transports.CudaShmTransport()
     tensors = cuda_tensors(seed)
-    frames = codec.Encoder(transport=transport).encode(diffusion.Output(output=tuple(tensors)))
+    frames = tw.Encoder(transport=transport).encode(diffusion.Output(output=tuple(tensors)))
     conn.send([bytes(memoryview(f)) for f in frames])
     conn.send([t.cpu().view(torch.uint8).numpy().tobytes() for t in tensors])
     conn.send((transport.available, transport.registrations))
@@ -91,13 +89,13 @@ def cuda_producer(conn: Any, seed: int) -> None:
 
 def cuda_queue_producer(data_queue: Any, conn: Any, seed: int) -> None:
     """Encode ``cuda_tensors(seed)`` twice with ``QueueTransport`` (CUDA IPC); report what stays unacknowledged."""
-    import codec
-    import transports
-    from codec.generated import diffusion
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import diffusion
 
     transport = transports.QueueTransport(data_queue)
     tensors = cuda_tensors(seed)
-    encoder = codec.Encoder(transport=transport)
+    encoder = tw.Encoder(transport=transport)
     for _ in range(2):  # the receiver reads the first as device views, the second onto its host
         frames = encoder.encode(diffusion.Output(output=tuple(tensors)))
         conn.send([bytes(memoryview(f)) for f in frames])

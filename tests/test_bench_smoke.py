@@ -81,7 +81,7 @@ def test_unknown_mode_is_a_usage_error() -> None:
 def test_the_command_line_passes_every_option_to_the_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from codec.cli import main
+    from tensorwire.cli import main
 
     floor = TinyMessage.name
     assert main(["bench", "--json", "--quick", "--interleave", "--sizes", "4K", "--modes", floor]) == 0

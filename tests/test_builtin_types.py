@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-import codec
-from codec.generated import REGISTRY, diffusion, media, rpc
+import tensorwire as tw
+from tensorwire.generated import REGISTRY, diffusion, media, rpc
 
 
 def _float_video(**changes: Any) -> dict[str, Any]:
@@ -91,7 +91,7 @@ VIDEO_RULES: list[tuple[str, dict[str, Any]]] = [
 
 @pytest.mark.parametrize(("rule", "fields"), VIDEO_RULES, ids=[r for r, _ in VIDEO_RULES])
 def test_video_contract_violations_name_their_rule(rule: str, fields: dict[str, Any]) -> None:
-    with pytest.raises(codec.ValidationError, match=rf"^media.Video: rule {rule}: "):
+    with pytest.raises(tw.ValidationError, match=rf"^media.Video: rule {rule}: "):
         media.Video(**fields)
 
 
@@ -110,7 +110,7 @@ def test_video_contract_violations_name_their_rule(rule: str, fields: dict[str, 
     ],
 )
 def test_video_rules_said_by_the_schema(fields: dict[str, Any], message: str) -> None:
-    with pytest.raises(codec.ValidationError, match=message):
+    with pytest.raises(tw.ValidationError, match=message):
         media.Video(**fields)
 
 
@@ -124,25 +124,23 @@ def test_valid_videos_pass_every_rule() -> None:
 def test_media_rules() -> None:
     strided = media.Video(**_float_video(tensor=torch.zeros(1, 3, 2, 6, 4).transpose(3, 4)))
     media.Media(video=strided)  # not prepared: strided is fine
-    with pytest.raises(codec.ValidationError, match=r"^media.Media: rule MEDIA_PREPARED_CONTIGUOUS: "):
+    with pytest.raises(tw.ValidationError, match=r"^media.Media: rule MEDIA_PREPARED_CONTIGUOUS: "):
         media.Media(video=strided, prepared_for_transport=True)
     video = media.Video(**_uint8_video())
     with pytest.raises(
-        codec.ValidationError, match=r"^media.Media: rule MEDIA_METADATA_INTERNAL: metadata key 'internal'"
+        tw.ValidationError, match=r"^media.Media: rule MEDIA_METADATA_INTERNAL: metadata key 'internal'"
     ):
         media.Media(video=video, metadata={"internal": 1})
-    with pytest.raises(
-        codec.ValidationError, match=r"media.Media.metadata\['x'\]: Tensor is not allowed in a JSON tree"
-    ):
+    with pytest.raises(tw.ValidationError, match=r"media.Media.metadata\['x'\]: Tensor is not allowed in a JSON tree"):
         media.Media(video=video, metadata={"x": torch.zeros(1)})
-    with pytest.raises(codec.ValidationError, match=r"media.Media.metadata\['x'\]: a JSON tree has no tuples"):
+    with pytest.raises(tw.ValidationError, match=r"media.Media.metadata\['x'\]: a JSON tree has no tuples"):
         media.Media(video=video, metadata={"x": (1, 2)})
 
 
 def test_output_holds_at_most_one_of_media_and_output() -> None:
     item = media.Media(video=media.Video(**_uint8_video()))
     with pytest.raises(
-        codec.ValidationError, match=r"^diffusion.Output: at most one of media, output may be set; got media, output$"
+        tw.ValidationError, match=r"^diffusion.Output: at most one of media, output may be set; got media, output$"
     ):
         diffusion.Output(media=item, output=torch.zeros(1))
 
@@ -153,29 +151,27 @@ def test_output_trees() -> None:
         deep = [deep]
     diffusion.Output(output=deep)  # 64 levels: the limit
     with pytest.raises(
-        codec.ValidationError, match=r"diffusion.Output.output(\[0\])+: tree is deeper than its limit of 64"
+        tw.ValidationError, match=r"diffusion.Output.output(\[0\])+: tree is deeper than its limit of 64"
     ):
         diffusion.Output(output=[deep])
-    with pytest.raises(codec.ValidationError, match=r"diffusion.Output.output: tree dict keys must be str, got int"):
+    with pytest.raises(tw.ValidationError, match=r"diffusion.Output.output: tree dict keys must be str, got int"):
         diffusion.Output(output={1: 2})
-    with pytest.raises(codec.ValidationError, match=r"diffusion.Output.output\[1\]: set is not allowed in a tree"):
+    with pytest.raises(tw.ValidationError, match=r"diffusion.Output.output\[1\]: set is not allowed in a tree"):
         diffusion.Output(output=(1, {2}))
     with pytest.raises(
-        codec.ValidationError, match=r"trajectory_decoded\[0\]: dtype float32 is not allowed; expected one of uint8"
+        tw.ValidationError, match=r"trajectory_decoded\[0\]: dtype float32 is not allowed; expected one of uint8"
     ):
         diffusion.Output(trajectory_decoded=[np.zeros((2, 2, 3), dtype=np.float32)])
 
 
 def test_rpc_ok_xor_error() -> None:
     with pytest.raises(
-        codec.ValidationError, match=r"^rpc.Result: rule RPC_OK_XOR_ERROR: ok is false but no error is set"
+        tw.ValidationError, match=r"^rpc.Result: rule RPC_OK_XOR_ERROR: ok is false but no error is set"
     ):
         rpc.Result(method="m", ok=False)
-    with pytest.raises(
-        codec.ValidationError, match=r"^rpc.Result: rule RPC_OK_XOR_ERROR: ok is true but an error is set"
-    ):
+    with pytest.raises(tw.ValidationError, match=r"^rpc.Result: rule RPC_OK_XOR_ERROR: ok is true but an error is set"):
         rpc.Result(method="m", ok=True, error="x")
-    with pytest.raises(codec.ValidationError, match=r"^rpc.RankStatus: rule RPC_OK_XOR_ERROR"):
+    with pytest.raises(tw.ValidationError, match=r"^rpc.RankStatus: rule RPC_OK_XOR_ERROR"):
         rpc.RankStatus(rank=0, ok=False)
 
 
@@ -210,22 +206,22 @@ def test_named_dims_must_agree(tmp_path: Any) -> None:
         left={"x-tensor": {"shape": ["channels", None]}},
         right={"x-tensor": {"shape": ["channels", 4], "devices": ["cpu"], "contiguous": True}},
     )
-    Pair = codec.load_schemas(write_schemas(tmp_path, {"audio/Pair.v1.json": doc})).type("audio.Pair")
+    Pair = tw.load_schemas(write_schemas(tmp_path, {"audio/Pair.v1.json": doc})).type("audio.Pair")
     Pair(left=torch.zeros(2, 9), right=torch.zeros(2, 4))
-    with pytest.raises(codec.ValidationError, match=r"audio.Pair.right: dim 'channels' is 3, but 2 in audio.Pair.left"):
+    with pytest.raises(tw.ValidationError, match=r"audio.Pair.right: dim 'channels' is 3, but 2 in audio.Pair.left"):
         Pair(left=torch.zeros(2, 9), right=torch.zeros(3, 4))
-    with pytest.raises(codec.ValidationError, match=r"audio.Pair.right: dim 1 must be 4, got shape \(2, 5\)"):
+    with pytest.raises(tw.ValidationError, match=r"audio.Pair.right: dim 1 must be 4, got shape \(2, 5\)"):
         Pair(left=torch.zeros(2, 9), right=torch.zeros(2, 5))
-    with pytest.raises(codec.ValidationError, match=r"audio.Pair.right: must be contiguous"):
+    with pytest.raises(tw.ValidationError, match=r"audio.Pair.right: must be contiguous"):
         Pair(left=torch.zeros(2, 9), right=torch.zeros(4, 2).t())
     with pytest.raises(
-        codec.ValidationError, match=r"audio.Pair.left: dtype torch.float8_e4m3fnuz is not in the wire dtype table"
+        tw.ValidationError, match=r"audio.Pair.left: dtype torch.float8_e4m3fnuz is not in the wire dtype table"
     ):
         Pair(left=torch.zeros(2, 2, dtype=torch.float8_e4m3fnuz), right=torch.zeros(2, 4))
 
 
 def test_every_table_dtype_is_accepted_where_allowed() -> None:
-    for name in codec.DTYPE_NAMES:
+    for name in tw.DTYPE_NAMES:
         tensor = torch.zeros(2, dtype=getattr(torch, name))
         diffusion.Output(trajectory_latents=tensor)
-        assert codec.dtypes.dtype_of(tensor) == name
+        assert tw.dtypes.dtype_of(tensor) == name

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import BUILTIN_SCHEMAS, REPO, write_schemas
 
-import codec.generated
-from codec.cli import main
-from codec.schema import meta_schema_text
+import tensorwire as tw
+import tensorwire.generated
+from tensorwire.cli import main
+from tensorwire.schema import meta_schema_text
 
 
 def _copy_project(tmp_path: Path) -> tuple[Path, Path]:
@@ -75,7 +76,7 @@ def test_schemas_lists_every_builtin_type(capsys: pytest.CaptureFixture[str]) ->
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].split() == ["type", "version", "fingerprint"]
     rows = [line.split() for line in lines[1:]]
-    expected = [[i.type_id, f"v{i.version}", f"sha256:{i.fingerprint}"] for i in codec.generated.REGISTRY.infos()]
+    expected = [[i.type_id, f"v{i.version}", f"sha256:{i.fingerprint}"] for i in tw.generated.REGISTRY.infos()]
     assert rows == expected and len(rows) == 9
 
 

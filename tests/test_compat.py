@@ -14,10 +14,10 @@ import pytest
 from compat_cases import BASE, CASES, _props, _thing, _variant
 from conftest import write_schemas
 
-import codec
-from codec.cli import main
-from codec.compat import RULES, compare, reader_accepts
-from codec.schema import load_dir
+import tensorwire as tw
+from tensorwire.cli import main
+from tensorwire.compat import RULES, compare, reader_accepts
+from tensorwire.schema import load_dir
 
 
 def _dirs(tmp_path: Path, change: Callable[[dict[str, Any]], Any]) -> tuple[Any, Any]:
@@ -104,15 +104,15 @@ def test_suppressions_keep_the_finding_visible(tmp_path: Path) -> None:
 def test_a_suppression_needs_a_reason(tmp_path: Path) -> None:
     docs = copy.deepcopy(BASE)
     _props(docs["t/Thing.v1.json"])["mode"]["x-compat-ignore"] = [{"rule": "ENUM_MEMBER_ADDED", "reason": ""}]
-    with pytest.raises(codec.SchemaError, match=r"x-compat-ignore/0/reason: '' should be non-empty"):
+    with pytest.raises(tw.SchemaError, match=r"x-compat-ignore/0/reason: '' should be non-empty"):
         load_dir(write_schemas(tmp_path, docs))
 
 
 # -- behaviour: what the rules predict is what decoding does --------------------------------------
 
 
-def _registry(root: Path, docs: dict[str, Any]) -> codec.Registry:
-    return codec.load_schemas(write_schemas(root, docs))
+def _registry(root: Path, docs: dict[str, Any]) -> tw.Registry:
+    return tw.load_schemas(write_schemas(root, docs))
 
 
 @pytest.mark.parametrize(
@@ -154,13 +154,13 @@ def test_rules_agree_with_decoding(
     change(new_docs)
     old_reg, new_reg = _registry(tmp_path / "o", copy.deepcopy(BASE)), _registry(tmp_path / "n", new_docs)
 
-    def travels(writer: codec.Registry, reader: codec.Registry, extra: dict[str, Any]) -> bool:
+    def travels(writer: tw.Registry, reader: tw.Registry, extra: dict[str, Any]) -> bool:
         cls = writer.type("t.Thing")
         values = {"name": "x", "count": 1, "ratio": 0.5, "image": torch.zeros(1, 2, 2), **extra}
         message = cls(**{k: _coerce(cls, k, v) for k, v in values.items()})
         try:
-            out = codec.Decoder(reader).decode(codec.Encoder().encode(message))
-        except codec.DecodeError:
+            out = tw.Decoder(reader).decode(tw.Encoder().encode(message))
+        except tw.DecodeError:
             return False
         shared = [k for k in values if k != "image" and hasattr(out, k)]
         return all(_plain(getattr(out, k)) == _plain(values[k]) for k in shared)
@@ -204,7 +204,7 @@ def test_cli_text_json_github_and_exit_codes(tmp_path: Path, capsys: pytest.Capt
     report = json.loads(capsys.readouterr().out)
     import jsonschema
 
-    from codec.compat.report import JSON_SCHEMA
+    from tensorwire.compat.report import JSON_SCHEMA
 
     jsonschema.validate(report, JSON_SCHEMA)
     assert report["findings"][0]["rule"] == "FIELD_DELETED" and report["findings"][0]["pointer"] == "/properties/ratio"

@@ -11,9 +11,9 @@ from conftest import write_schemas
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import codec
-from codec.compat import compare
-from codec.schema import load_dir
+import tensorwire as tw
+from tensorwire.compat import compare
+from tensorwire.schema import load_dir
 
 FIELDS = ["a", "b", "c"]
 
@@ -59,13 +59,13 @@ def test_backward_compatible_changes_decode_old_messages(
     new_dir = write_schemas(root / "new", {"p/Msg.v1.json": new_doc})
     findings = compare(load_dir(old_dir), load_dir(new_dir), "backward")
     assert [f for f in findings if f.severity == "error"] == []
-    old_cls = codec.load_schemas(old_dir).type("p.Msg")
-    new_reg = codec.load_schemas(new_dir)
+    old_cls = tw.load_schemas(old_dir).type("p.Msg")
+    new_reg = tw.load_schemas(new_dir)
     props = old_doc["properties"]
     values = {f: data.draw(st.integers(props[f]["minimum"], props[f]["maximum"])) for f in FIELDS}
     mode = data.draw(st.sampled_from(props["mode"]["enum"]))
     message = old_cls(**values, mode=mode)  # the encoder checks the value against the old schema's enum
-    out = codec.Decoder(new_reg).decode(codec.Encoder().encode(message))
+    out = tw.Decoder(new_reg).decode(tw.Encoder().encode(message))
     assert {f: getattr(out, f) for f in FIELDS} == values and out.mode.value == mode
 
 
@@ -79,8 +79,8 @@ def test_a_sample_of_breaking_changes_do_fail(tmp_path: Path) -> None:
         old_dir = write_schemas(tmp_path / name / "old", {"p/Msg.v1.json": old_doc})
         new_dir = write_schemas(tmp_path / name / "new", {"p/Msg.v1.json": new_doc})
         assert any(f.severity == "error" for f in compare(load_dir(old_dir), load_dir(new_dir), "backward"))
-        old_cls = codec.load_schemas(old_dir).type("p.Msg")
+        old_cls = tw.load_schemas(old_dir).type("p.Msg")
         fields: dict[str, Any] = {"a": 1, "b": 1, "c": 1, "mode": "x", **values}
         message = old_cls(**fields)
-        with pytest.raises(codec.DecodeError):
-            codec.Decoder(codec.load_schemas(new_dir)).decode(codec.Encoder().encode(message))
+        with pytest.raises(tw.DecodeError):
+            tw.Decoder(tw.load_schemas(new_dir)).decode(tw.Encoder().encode(message))

@@ -7,7 +7,7 @@ import mmap
 import numpy as np
 import pytest
 
-from transports import copy as bulk
+from tensorwire.transports import copy as bulk
 
 
 @pytest.mark.parametrize("helpers", [0, 1, 3])

@@ -15,10 +15,10 @@ import torch
 from conftest import REPO
 from wire_helpers import head_of, segments_of
 
-import codec
-import transports
-from codec.generated import REGISTRY
-from transports.shm import SHM_DIR, our_segments, reap
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import REGISTRY
+from tensorwire.transports.shm import SHM_DIR, our_segments, reap
 
 
 def run_pair(count: int, borrow: bool) -> tuple[tuple[int, bool], int]:
@@ -100,29 +100,29 @@ def test_a_named_segment_outlives_its_sender_and_reap_removes_it() -> None:
     assert would == names and (SHM_DIR / names[0]).exists()  # a dry run removes nothing
     removed = reap()
     assert names[0] in removed and segments_of(pid) == []
-    with pytest.raises(codec.TransportError, match=r"cannot open pool segment .*: No such file or directory"):
-        codec.Decoder(REGISTRY, transports=[transports.ShmTransport(backing="named")]).decode(frames)
+    with pytest.raises(tw.TransportError, match=r"cannot open pool segment .*: No such file or directory"):
+        tw.Decoder(REGISTRY, transports=[transports.ShmTransport(backing="named")]).decode(frames)
 
 
 def test_a_memfd_slot_goes_with_its_sender_and_leaves_nothing_to_reap() -> None:
     pid, frames = _exported_by_a_sender_that_exited("memfd")
     assert segments_of(pid) == [] and not any(n.startswith(f"tw-{pid}-") for n in reap(dry_run=True))
     with pytest.raises(
-        codec.TransportError, match=rf"cannot open pool segment tw-{pid}-.* through /proc/{pid}/fd/\d+: No such file"
+        tw.TransportError, match=rf"cannot open pool segment tw-{pid}-.* through /proc/{pid}/fd/\d+: No such file"
     ):
-        codec.Decoder(REGISTRY, transports=[transports.ShmTransport()]).decode(frames)
+        tw.Decoder(REGISTRY, transports=[transports.ShmTransport()]).decode(frames)
 
 
 def test_reap_keeps_segments_of_live_processes() -> None:
     before = set(segments_of(os.getpid()))
     one_shot = transports.ShmTransport(pool=False)
-    encoder = codec.Encoder(transport=one_shot, options=codec.EncodeOptions(inline_threshold=1, embed_threshold=0))
-    frames = encoder.encode(codec.generated.diffusion.Output(output=torch.ones(10)))
+    encoder = tw.Encoder(transport=one_shot, options=tw.EncodeOptions(inline_threshold=1, embed_threshold=0))
+    frames = encoder.encode(tw.generated.diffusion.Output(output=torch.ones(10)))
     mine = sorted(set(segments_of(os.getpid())) - before)
     assert len(mine) == 1
     assert mine[0] not in reap()
     assert (SHM_DIR / mine[0]).exists()
-    codec.Decoder(REGISTRY, transports=[one_shot]).decode(frames)
+    tw.Decoder(REGISTRY, transports=[one_shot]).decode(frames)
     assert set(segments_of(os.getpid())) <= before
 
 
@@ -133,7 +133,7 @@ def _dead_pid() -> int:
 
 
 def test_cli_shm_reap_and_ls(capsys: pytest.CaptureFixture[str]) -> None:
-    from codec.cli import main
+    from tensorwire.cli import main
 
     dead = SHM_DIR / (f"tw-{_dead_pid()}-" + "b" * 32 + "-1")
     dead.write_bytes(b"x")
@@ -158,14 +158,14 @@ def test_a_borrowed_mapping_lives_until_its_last_view_dies() -> None:
     import weakref
 
     shm = transports.ShmTransport(pool=False, backing="named")  # a receiver that maps one-shot segments
-    encoder = codec.Encoder(transport=shm, options=codec.EncodeOptions(inline_threshold=1, embed_threshold=0))
-    decoder = codec.Decoder(REGISTRY, transports=[shm], options=codec.DecodeOptions(borrow=True))
+    encoder = tw.Encoder(transport=shm, options=tw.EncodeOptions(inline_threshold=1, embed_threshold=0))
+    decoder = tw.Decoder(REGISTRY, transports=[shm], options=tw.DecodeOptions(borrow=True))
     sent = torch.arange(4096, dtype=torch.float32)
     sent_ref = weakref.ref(sent)
     gc.collect()
     gc.disable()
     try:
-        frames = encoder.encode(codec.generated.diffusion.Output(output=(sent, "tuple in a tree")))
+        frames = encoder.encode(tw.generated.diffusion.Output(output=(sent, "tuple in a tree")))
         name = head_of(frames[0])[2][0][1]["name"]
 
         def mapped() -> bool:

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import torch
 
-import codec
-import transports
-from codec.generated import REGISTRY, diffusion
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.transports.control import FREE
 from tests import procs
 from tests.wire_helpers import segments_of
-from transports.control import FREE
 
 pytestmark = [
     pytest.mark.cuda,
@@ -44,7 +44,7 @@ def test_every_dtype_round_trips_bit_exact_across_processes_onto_the_device() ->
         available, registrations = parent.recv()
         assert available and registrations >= 1
         shm = transports.ShmTransport()
-        on_device = codec.Decoder(REGISTRY, transports=[shm], device="cuda:0").decode(frames).output
+        on_device = tw.Decoder(REGISTRY, transports=[shm], device="cuda:0").decode(frames).output
         assert [t.dtype for t in on_device] == [torch.bfloat16, torch.float16, torch.float32, torch.uint8]
         assert all(t.device.type == "cuda" for t in on_device)
         assert [_raw(t) for t in on_device] == expected  # raw bits, bf16 included
@@ -67,10 +67,10 @@ def test_cuda_tensors_through_the_queue_arrive_by_ipc_and_are_acknowledged() -> 
     try:
         first, second, expected = parent.recv(), parent.recv(), parent.recv()
         receiver = transports.QueueTransport(data, timeout=60)
-        received = codec.Decoder(REGISTRY, transports=[receiver]).decode(first).output
+        received = tw.Decoder(REGISTRY, transports=[receiver]).decode(first).output
         assert all(t.device.type == "cuda" for t in received)  # views of the producer's memory
         assert [_raw(t) for t in received] == expected
-        on_host = codec.Decoder(REGISTRY, transports=[receiver], device="cpu").decode(second).output
+        on_host = tw.Decoder(REGISTRY, transports=[receiver], device="cpu").decode(second).output
         assert all(t.device.type == "cpu" for t in on_host) and [_raw(t) for t in on_host] == expected
         del received, on_host
         torch.cuda.synchronize()
@@ -90,8 +90,8 @@ def test_a_tensor_still_being_written_arrives_complete() -> None:
             tensor = torch.zeros(16 * MiB // 4, device="cuda")
             torch.cuda._sleep(1_000_000_000)  # type: ignore[no-untyped-call]  # about half a second of GPU time
             tensor.fill_(7.0)  # queued behind the sleep on the producer's stream
-            frames = codec.Encoder(transport=transport).encode(diffusion.Output(output=tensor))
-        received = codec.Decoder(REGISTRY, transports=[transport]).decode(frames).output
+            frames = tw.Encoder(transport=transport).encode(diffusion.Output(output=tensor))
+        received = tw.Decoder(REGISTRY, transports=[transport]).decode(frames).output
         assert bool((received == 7.0).all())
         del received
     finally:
@@ -100,8 +100,8 @@ def test_a_tensor_still_being_written_arrives_complete() -> None:
 
 def test_registrations_return_to_zero_after_a_thousand_transfers() -> None:
     transport = transports.CudaShmTransport()
-    encoder = codec.Encoder(transport=transport)
-    decoder = codec.Decoder(REGISTRY, transports=[transport], options=codec.DecodeOptions(borrow=False))
+    encoder = tw.Encoder(transport=transport)
+    decoder = tw.Decoder(REGISTRY, transports=[transport], options=tw.DecodeOptions(borrow=False))
     tensor = torch.arange(MiB // 4, dtype=torch.float32, device="cuda")
     try:
         for i in range(1000):
@@ -119,8 +119,8 @@ def test_without_cuda_shm_the_encoder_stages_through_pinned_memory() -> None:
     shm = transports.ShmTransport()
     try:
         tensor = torch.randn(3, 1000, 1000, device="cuda").to(torch.bfloat16)
-        frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=tensor))
-        received = codec.Decoder(REGISTRY, transports=[shm]).decode(frames).output
+        frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=tensor))
+        received = tw.Decoder(REGISTRY, transports=[shm]).decode(frames).output
         assert received.device.type == "cpu" and _raw(received) == _raw(tensor)
         del received
     finally:
@@ -140,14 +140,14 @@ class _CountingRuntime(transports.TorchCudaRuntime):
 def test_placement_out_of_memory_flushes_once_then_releases_the_message() -> None:
     shm = transports.ShmTransport()
     runtime = _CountingRuntime()
-    decoder = codec.Decoder(REGISTRY, transports=[shm], device="cuda:0", runtime=runtime)
+    decoder = tw.Decoder(REGISTRY, transports=[shm], device="cuda:0", runtime=runtime)
     cap = int(torch.cuda.get_device_properties(0).total_memory * 0.05)  # this process's allocator cap
     hog: Any = None
     try:
         torch.cuda.set_per_process_memory_fraction(0.05)
-        frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(64 * MiB // 4)))
+        frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(64 * MiB // 4)))
         hog = torch.empty(cap - 32 * MiB, dtype=torch.uint8, device="cuda")  # leaves less than the 64 MiB needed
-        with pytest.raises(codec.TransportError, match=r"cudaMalloc failed .* after flushing the allocator cache once"):
+        with pytest.raises(tw.TransportError, match=r"cudaMalloc failed .* after flushing the allocator cache once"):
             decoder.decode(frames)
         assert runtime.flushed == 1
         assert shm.pool is not None and [s.state for s in shm.pool.slots()] == [FREE]  # the message was released

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import torch
 
-import codec
-import transports
-from codec.generated import REGISTRY, diffusion
-from codec.inspect import describe
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.inspect import describe
+from tensorwire.transports.control import FREE, IN_FLIGHT
+from tensorwire.transports.shm import our_segments
 from tests.cuda_fakes import FILL, FakeCudaRuntime
-from transports.control import FREE, IN_FLIGHT
-from transports.shm import our_segments
 
 MiB = 1024 * 1024
 
@@ -66,7 +66,7 @@ def test_without_cuda_the_transport_says_why_and_takes_no_device_buffers(tmp_pat
 
 
 def test_a_rocm_build_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from transports.cuda_runtime import cuda_unavailable_reason
+    from tensorwire.transports.cuda_runtime import cuda_unavailable_reason
 
     monkeypatch.setattr(torch.version, "hip", "6.2.0", raising=False)
     assert cuda_unavailable_reason() == "torch is a ROCm build (HIP 6.2.0); the CUDA runtime calls are not used"
@@ -95,14 +95,14 @@ def test_registered_slots_are_reused_not_registered_again(tmp_path: Path, cuda_s
 
 
 def test_a_zero_byte_buffer_is_never_registered(cuda_shm: Any, fake: Any) -> None:
-    with pytest.raises(codec.TransportError, match="0-byte buffer is never registered"):
+    with pytest.raises(tw.TransportError, match="0-byte buffer is never registered"):
         cuda_shm.export_device(torch.empty(0, dtype=torch.uint8), 0, 0, [])
     assert fake.calls["register"] == 0
 
 
 def test_a_zero_byte_device_tensor_is_neither_copied_nor_registered(tmp_path: Path, cuda_shm: Any, fake: Any) -> None:
-    frames = codec.Encoder(transport=cuda_shm).encode(_video_message(_meta(0)))
-    (tensor,) = codec.Decoder(REGISTRY).decode(frames).output
+    frames = tw.Encoder(transport=cuda_shm).encode(_video_message(_meta(0)))
+    (tensor,) = tw.Decoder(REGISTRY).decode(frames).output
     assert tensor.shape == (0,) and tensor.dtype == torch.uint8
     assert fake.calls["copy_to_host"] == 0 and fake.calls["register"] == 0
 
@@ -116,8 +116,8 @@ def _meta(nbytes: int) -> torch.Tensor:
 
 
 def test_the_encoder_sends_device_buffers_through_export_device(tmp_path: Path, cuda_shm: Any, fake: Any) -> None:
-    encoder = codec.Encoder(transport=cuda_shm, options=codec.EncodeOptions(inline_threshold=1024))
-    decoder = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(tmp_path, pool=False)])
+    encoder = tw.Encoder(transport=cuda_shm, options=tw.EncodeOptions(inline_threshold=1024))
+    decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(tmp_path, pool=False)])
     frames = encoder.encode(_video_message(_meta(300_000), _meta(100)))
     assert [b["transport"] for b in describe(frames[0])["buffers"]] == ["shm-slot", "inline"]
     assert fake.calls["copy_to_host"] == 2  # the big one into its registered slot, the small one staged
@@ -133,10 +133,10 @@ def test_unavailable_runtime_falls_back_to_a_staged_copy_through_the_plain_pool(
     transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)
     try:
         assert not transport.available and transport.registered is None
-        frames = codec.Encoder(transport=transport).encode(_video_message(_meta(400_000)))
+        frames = tw.Encoder(transport=transport).encode(_video_message(_meta(400_000)))
         assert fake.calls["copy_to_host"] == 1 and fake.calls["register"] == 0  # staged, never registered
         assert transport.pool is not None and [s.state for s in transport.pool.slots()] == [IN_FLIGHT]
-        decoder = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(tmp_path, pool=False)])
+        decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(tmp_path, pool=False)])
         (tensor,) = decoder.decode(frames).output
         assert bool((tensor == FILL).all())
     finally:
@@ -146,7 +146,7 @@ def test_unavailable_runtime_falls_back_to_a_staged_copy_through_the_plain_pool(
 def test_a_spent_registered_budget_falls_back_to_staging(tmp_path: Path, fake: Any) -> None:
     transport = transports.CudaShmTransport(tmp_path, runtime=fake, max_registered_bytes=200_000, idle_seconds=0)
     try:
-        frames = codec.Encoder(transport=transport).encode(_video_message(_meta(300_000)))
+        frames = tw.Encoder(transport=transport).encode(_video_message(_meta(300_000)))
         assert fake.calls["register"] == 0 and transport.registrations == 0
         assert transport.pool is not None and len(transport.pool.slots()) == 1  # the staged copy went there
         del frames
@@ -158,7 +158,7 @@ def test_a_spent_registered_budget_falls_back_to_staging(tmp_path: Path, fake: A
 def test_a_failed_registration_leaves_nothing_behind(tmp_path: Path, cuda_shm: Any, fake: Any) -> None:
     fake.fail_next("register", code=2)
     source = torch.arange(50_000, dtype=torch.int32)
-    with pytest.raises(codec.TransportError, match=r"cudaHostRegister of \d+ bytes failed with CUDA error 2"):
+    with pytest.raises(tw.TransportError, match=r"cudaHostRegister of \d+ bytes failed with CUDA error 2"):
         _send(cuda_shm, source)
     assert our_segments(tmp_path) == [] and cuda_shm.registrations == 0 and cuda_shm.healthy
     assert torch.equal(source, torch.arange(50_000, dtype=torch.int32))
@@ -167,7 +167,7 @@ def test_a_failed_registration_leaves_nothing_behind(tmp_path: Path, cuda_shm: A
 
 def test_a_failed_copy_enqueue_gives_the_slot_back_once_the_stream_is_drained(cuda_shm: Any, fake: Any) -> None:
     fake.fail_next("copy_to_host", code=700)
-    with pytest.raises(codec.TransportError, match=r"cuda_shm: cudaMemcpyAsync failed with CUDA error 700"):
+    with pytest.raises(tw.TransportError, match=r"cuda_shm: cudaMemcpyAsync failed with CUDA error 700"):
         _send(cuda_shm, torch.ones(100_000))
     assert fake.calls["drain"] == 1 and cuda_shm.healthy and _registered_states(cuda_shm) == [FREE]
     assert _send(cuda_shm, torch.ones(100_000)) is not None and fake.calls["register"] == 1  # reused
@@ -178,14 +178,14 @@ def test_an_uncertain_copy_is_quarantined_and_further_transfers_refused(tmp_path
     fake.fail_next("copy_to_host", code=700)
     fake.fail_next("drain", code=700)
     source = torch.ones(100_000)
-    with pytest.raises(codec.TransportError, match="cudaMemcpyAsync failed with CUDA error 700"):
+    with pytest.raises(tw.TransportError, match="cudaMemcpyAsync failed with CUDA error 700"):
         _send(transport, source)
     assert not transport.healthy
     assert transport.reason is not None and "draining the copy stream then" in transport.reason
     (kept,) = transport.quarantined
     assert not kept.mapping.closed and kept.source is not None  # never unmapped under the device
     assert transport.registered is not None and transport.registered.slots() == []  # out of the pool
-    with pytest.raises(codec.TransportError, match="cuda_shm refuses device transfers: cudaMemcpyAsync"):
+    with pytest.raises(tw.TransportError, match="cuda_shm refuses device transfers: cudaMemcpyAsync"):
         _send(transport, source)
     transport.close()
     assert not kept.mapping.closed and transport.registrations == 1  # still registered: never unregistered
@@ -199,7 +199,7 @@ def test_an_uncertain_copy_is_quarantined_and_further_transfers_refused(tmp_path
 def test_a_failed_synchronize_after_a_queued_copy_is_quarantined(tmp_path: Path, fake: Any) -> None:
     transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)
     fake.fail_next("synchronize", code=999)
-    with pytest.raises(codec.TransportError, match="cudaEventSynchronize failed with CUDA error 999"):
+    with pytest.raises(tw.TransportError, match="cudaEventSynchronize failed with CUDA error 999"):
         _send(transport, torch.ones(100_000))
     assert not transport.healthy and "was queued" in str(transport.reason)
     assert fake.registered != {}  # not unregistered while the copy may run
@@ -219,12 +219,12 @@ def test_a_failed_unregistration_keeps_the_mapping(tmp_path: Path, fake: Any) ->
 
 
 def test_a_failure_mid_message_releases_what_was_exported(tmp_path: Path, cuda_shm: Any, fake: Any) -> None:
-    encoder = codec.Encoder(transport=cuda_shm)
-    decoder = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(tmp_path, pool=False)])
+    encoder = tw.Encoder(transport=cuda_shm)
+    decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(tmp_path, pool=False)])
     decoder.decode(encoder.encode(_video_message(_meta(300_000))))  # one registered slot, handed back
     assert _registered_states(cuda_shm) == [FREE]
     fake.fail_next("register", code=2)  # the next message's second buffer needs a new, bigger slot
-    with pytest.raises(codec.TransportError, match="cudaHostRegister of 655360 bytes failed with CUDA error 2"):
+    with pytest.raises(tw.TransportError, match="cudaHostRegister of 655360 bytes failed with CUDA error 2"):
         encoder.encode(_video_message(_meta(300_000), _meta(600_000)))
     assert _registered_states(cuda_shm) == [FREE]  # the first buffer's slot was released
     assert cuda_shm._reader._maps == {}  # by its own pool, not by mapping it again as a reader
@@ -238,7 +238,7 @@ class _StickyError(RuntimeError):
 
 
 def test_the_torch_runtime_names_call_and_code_and_clears_the_error_state(monkeypatch: pytest.MonkeyPatch) -> None:
-    from transports import cuda_runtime
+    from tensorwire.transports import cuda_runtime
 
     runtime = transports.TorchCudaRuntime()
     cleared: list[int] = []

@@ -15,18 +15,18 @@ import torch
 from msgspec.msgpack import Ext
 from wire_helpers import edit_descriptor, frame_of, head_of, segments_of, tensor_exts
 
-import codec
-import transports
-from codec.dtypes import DTYPE_NAMES
-from codec.generated import REGISTRY, diffusion
-from codec.wire import pack_inline, unpack_descriptor
-from transports.shm import SHM_DIR
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.dtypes import DTYPE_NAMES
+from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.transports.shm import SHM_DIR
+from tensorwire.wire import pack_inline, unpack_descriptor
 
 SHM = transports.ShmTransport(pool=False)
-ENCODER = codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=64, embed_threshold=0))
-DECODER = codec.Decoder(REGISTRY, transports=[SHM])
-INLINE = codec.Encoder(options=codec.EncodeOptions(embed_threshold=0))  # every tensor in a frame of its own
-EMBED = codec.Encoder()  # small tensors inside frame 0
+ENCODER = tw.Encoder(transport=SHM, options=tw.EncodeOptions(inline_threshold=64, embed_threshold=0))
+DECODER = tw.Decoder(REGISTRY, transports=[SHM])
+INLINE = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))  # every tensor in a frame of its own
+EMBED = tw.Encoder()  # small tensors inside frame 0
 FLOAT32 = DTYPE_NAMES.index("float32")
 BFLOAT16 = DTYPE_NAMES.index("bfloat16")
 
@@ -118,13 +118,13 @@ def _inline(
 
 def test_every_truncation_and_trailing_bytes_of_a_blob() -> None:
     for encoder in (INLINE, EMBED):
-        blob = codec.join(encoder.encode(_message()))
+        blob = tw.join(encoder.encode(_message()))
         for cut in range(len(blob)):
-            with pytest.raises(codec.DecodeError):
-                DECODER.decode(codec.split(blob[:cut]))
-        with pytest.raises(codec.DecodeError, match=r"blob has 3 trailing bytes after its last frame"):
-            codec.split(blob + b"abc")
-        assert DECODER.decode(codec.split(blob)).stage_durations == {"a": 1.0}
+            with pytest.raises(tw.DecodeError):
+                DECODER.decode(tw.split(blob[:cut]))
+        with pytest.raises(tw.DecodeError, match=r"blob has 3 trailing bytes after its last frame"):
+            tw.split(blob + b"abc")
+        assert DECODER.decode(tw.split(blob)).stage_durations == {"a": 1.0}
 
 
 def test_every_truncation_of_the_header_frame() -> None:
@@ -132,9 +132,9 @@ def test_every_truncation_of_the_header_frame() -> None:
         frames = encoder.encode(_message())
         head = bytes(frames[0])
         for cut in range(len(head)):
-            with pytest.raises(codec.DecodeError):
+            with pytest.raises(tw.DecodeError):
                 DECODER.decode([head[:cut], *frames[1:]])
-        with pytest.raises(codec.DecodeError, match=r"MessagePack data is malformed: trailing characters"):
+        with pytest.raises(tw.DecodeError, match=r"MessagePack data is malformed: trailing characters"):
             DECODER.decode([head + b"\x00", *frames[1:]])
 
 
@@ -245,7 +245,7 @@ def _handle(index: int, key: str, value: Any) -> Callable[[list[Any]], None]:
 )
 def test_bad_headers(change: Callable[[list[Any]], None], error: str) -> None:
     frames = INLINE.encode(_message())
-    with pytest.raises(codec.DecodeError, match=error):
+    with pytest.raises(tw.DecodeError, match=error):
         DECODER.decode(_with(frames, change))
 
 
@@ -288,7 +288,7 @@ def test_bad_headers(change: Callable[[list[Any]], None], error: str) -> None:
 def test_bad_inline_tensors(change: Callable[[list[Any]], None], error: str) -> None:
     frames = EMBED.encode(_message())
     assert len(frames) == 1 and [e.code for e in tensor_exts(head_of(frames[0])[3])] == [3, 3]
-    with pytest.raises(codec.DecodeError, match=error):
+    with pytest.raises(tw.DecodeError, match=error):
         DECODER.decode(_with(frames, change))
     assert DECODER.decode(_with(frames, _inline(strides=(3, 1)))).output[0].stride() == (3, 1)  # the control
 
@@ -300,7 +300,7 @@ def test_an_inline_tensor_shorter_than_its_shape_is_a_decode_error_naming_nbytes
         desc = unpack_descriptor(3, ext.data)
         for cut in (1, desc.nbytes // 2, desc.nbytes):
             forged = _with(frames, _payload(0, lambda d, c=cut: d[:-c]))
-            with pytest.raises(codec.DecodeError) as info:
+            with pytest.raises(tw.DecodeError) as info:
                 DECODER.decode(forged)
             assert str(info.value) == (
                 f"diffusion.Output v1: {desc.nbytes - cut} != prod(shape) * itemsize = {desc.nbytes} "
@@ -322,13 +322,13 @@ def test_a_wire_1_frame_0_names_its_version_and_the_supported_one() -> None:
     }
     frames = [msgspec.msgpack.encode(wire_1), bytes(24)]
     error = r"^wire format version 1 is not supported \(this reader: 2\) - at `\$.wire`$"
-    with pytest.raises(codec.DecodeError, match=error):
+    with pytest.raises(tw.DecodeError, match=error):
         DECODER.decode(frames)
-    with pytest.raises(codec.DecodeError, match=error):
-        DECODER.decode(codec.split(codec.join(frames)))
-    with pytest.raises(codec.DecodeError, match=r"wire format version 1 is not supported \(this reader: 2\)"):
-        codec.inspect.describe(frames[0])
-    with pytest.raises(codec.DecodeError, match=r"^invalid header: frame 0 is not a msgpack array"):
+    with pytest.raises(tw.DecodeError, match=error):
+        DECODER.decode(tw.split(tw.join(frames)))
+    with pytest.raises(tw.DecodeError, match=r"wire format version 1 is not supported \(this reader: 2\)"):
+        tw.inspect.describe(frames[0])
+    with pytest.raises(tw.DecodeError, match=r"^invalid header: frame 0 is not a msgpack array"):
         DECODER.decode([msgspec.msgpack.encode({"type": "diffusion.Output"})])  # a map, but not ours
 
 
@@ -337,23 +337,23 @@ def test_limits_are_enforced_on_decode() -> None:
     assert len(buffered) == 3 and len(embedded) == 1
     both = [buffered, embedded]
     strict = [
-        (codec.Limits(max_tensors=1), r"more than 1 tensors in one message \(limit max_tensors\)", both),
-        (codec.Limits(max_buffers=1), r"2 buffers is over the limit of 1 - at `\$.buffers`", [buffered]),
-        (codec.Limits(max_message_bytes=10), r"28 buffer bytes is over the limit of 10 - at `\$.buffers`", [buffered]),
-        (codec.Limits(max_header_bytes=10), r"header frame of \d+ bytes is over the limit of 10", both),
+        (tw.Limits(max_tensors=1), r"more than 1 tensors in one message \(limit max_tensors\)", both),
+        (tw.Limits(max_buffers=1), r"2 buffers is over the limit of 1 - at `\$.buffers`", [buffered]),
+        (tw.Limits(max_message_bytes=10), r"28 buffer bytes is over the limit of 10 - at `\$.buffers`", [buffered]),
+        (tw.Limits(max_header_bytes=10), r"header frame of \d+ bytes is over the limit of 10", both),
         (
-            codec.Limits(max_tensor_bytes=8),
+            tw.Limits(max_tensor_bytes=8),
             r"3 makes the tensor larger than the limit of 8 bytes - at `\$.output\[0\].shape\[1\]`",
             both,
         ),
-        (codec.Limits(max_rank=1), r"rank 2 is over the limit of 1 - at `\$.output\[0\].shape`", both),
+        (tw.Limits(max_rank=1), r"rank 2 is over the limit of 1 - at `\$.output\[0\].shape`", both),
     ]
     for limits, error, cases in strict:
-        decoder = codec.Decoder(REGISTRY, options=codec.DecodeOptions(limits=limits))
+        decoder = tw.Decoder(REGISTRY, options=tw.DecodeOptions(limits=limits))
         for frames in cases:
-            with pytest.raises(codec.DecodeError, match=error):
+            with pytest.raises(tw.DecodeError, match=error):
                 decoder.decode(frames)
-    assert codec.Limits().max_tensors == 65536
+    assert tw.Limits().max_tensors == 65536
 
 
 def test_5000_small_tensors_in_one_message_decode_from_one_frame() -> None:
@@ -364,29 +364,29 @@ def test_5000_small_tensors_in_one_message_decode_from_one_frame() -> None:
     assert len(out) == 5000
     assert all(torch.equal(got, sent) for got, sent in zip(out[:4000], tensors[:4000], strict=True))
     assert all(np.array_equal(got, sent) for got, sent in zip(out[4000:], tensors[4000:], strict=True))
-    few = codec.Decoder(REGISTRY, options=codec.DecodeOptions(limits=codec.Limits(max_tensors=4999)))
-    with pytest.raises(codec.DecodeError, match=r"more than 4999 tensors in one message \(limit max_tensors\)"):
+    few = tw.Decoder(REGISTRY, options=tw.DecodeOptions(limits=tw.Limits(max_tensors=4999)))
+    with pytest.raises(tw.DecodeError, match=r"more than 4999 tensors in one message \(limit max_tensors\)"):
         few.decode(frames)
 
 
 def test_frames_must_match_the_header() -> None:
-    with pytest.raises(codec.DecodeError, match=r"no frames"):
+    with pytest.raises(tw.DecodeError, match=r"no frames"):
         DECODER.decode([])
     frames = INLINE.encode(_message())
-    with pytest.raises(codec.DecodeError, match=r"the message has 4 frames but its header names 2 inline buffers"):
+    with pytest.raises(tw.DecodeError, match=r"the message has 4 frames but its header names 2 inline buffers"):
         DECODER.decode([*frames, b"extra"])
-    with pytest.raises(codec.DecodeError, match=r"inline buffer names frame 2; the message has 2 frames"):
+    with pytest.raises(tw.DecodeError, match=r"inline buffer names frame 2; the message has 2 frames"):
         DECODER.decode(frames[:2])
     frames = EMBED.encode(_message())
-    with pytest.raises(codec.DecodeError, match=r"the message has 2 frames but its header names 0 inline buffers"):
+    with pytest.raises(tw.DecodeError, match=r"the message has 2 frames but its header names 0 inline buffers"):
         DECODER.decode([*frames, b"extra"])
 
 
 def test_a_tensor_descriptor_in_a_message_without_buffers_is_rejected() -> None:
     frames = EMBED.encode(diffusion.Output(output=[1, 2]))
-    descriptor = Ext(1, codec.wire.pack_descriptor(0, FLOAT32, (2,), None, 0, 0, 8))
+    descriptor = Ext(1, tw.wire.pack_descriptor(0, FLOAT32, (2,), None, 0, 0, 8))
     forged = _with(frames, _body("output", descriptor))
-    with pytest.raises(codec.DecodeError, match=r"0 names no buffer \(the message has 0\) - at `\$.output.buffer`"):
+    with pytest.raises(tw.DecodeError, match=r"0 names no buffer \(the message has 0\) - at `\$.output.buffer`"):
         DECODER.decode(forged)
 
 
@@ -404,7 +404,7 @@ def test_nesting_deeper_than_the_limit_is_rejected_without_recursion() -> None:
             try:
                 DECODER.decode([_deep_header(levels)])
                 results.append("decoded")
-            except codec.DecodeError as exc:
+            except tw.DecodeError as exc:
                 results.append(str(exc))
         tuple_chain = msgspec.msgpack.encode(None)
         for _ in range(500):
@@ -412,7 +412,7 @@ def test_nesting_deeper_than_the_limit_is_rejected_without_recursion() -> None:
         try:
             DECODER.decode([_deep_header(0, b"\x81\xa6output" + tuple_chain)])
             results.append("decoded")
-        except codec.DecodeError as exc:
+        except tw.DecodeError as exc:
             results.append(str(exc))
 
     threading.stack_size(256 * 1024)  # a small stack: recursion this deep would crash the process
@@ -431,7 +431,7 @@ def test_a_tree_at_the_depth_limit_decodes_and_one_level_more_does_not() -> None
     for _ in range(64):
         value = value[0]
     assert value == 1
-    with pytest.raises(codec.DecodeError, match=r"nesting deeper than the limit"):
+    with pytest.raises(tw.DecodeError, match=r"nesting deeper than the limit"):
         DECODER.decode([_deep_header(65)])
 
 
@@ -472,7 +472,7 @@ def test_foreign_segment_names_are_rejected_before_any_open(decoy: Any, name: st
     frames = _shm_frames()
     try:
         crafted = _with(frames, _handle(1, "name", name))
-        with pytest.raises(codec.DecodeError, match=error):
+        with pytest.raises(tw.DecodeError, match=error):
             DECODER.decode(crafted)
     finally:
         _release_segments(frames)
@@ -482,7 +482,7 @@ def test_a_name_twice_in_one_message_is_rejected(decoy: Any) -> None:
     frames = _shm_frames()
     names = [h["name"] for h in _shm_handles(frames)]
     crafted = _with(frames, _handle(1, "name", names[0]))
-    with pytest.raises(codec.DecodeError, match=r"is named twice in one message"):
+    with pytest.raises(tw.DecodeError, match=r"is named twice in one message"):
         DECODER.decode(crafted)
     for name in names:
         assert (SHM_DIR / name).exists()  # nothing was opened or released on a rejected message
@@ -494,7 +494,7 @@ def test_the_real_segment_size_is_checked_and_the_message_released() -> None:
     names = [h["name"] for h in _shm_handles(frames)]
     os.truncate(SHM_DIR / names[1], 64)
     with pytest.raises(
-        codec.DecodeError, match=rf"shared memory segment {names[1]} holds 64 bytes, its handle names 4352"
+        tw.DecodeError, match=rf"shared memory segment {names[1]} holds 64 bytes, its handle names 4352"
     ):
         DECODER.decode(frames)
     assert not any((SHM_DIR / n).exists() for n in names)
@@ -507,7 +507,7 @@ def test_a_failure_at_any_handle_releases_every_segment_of_the_message() -> None
         names = [h["name"] for h in _shm_handles(frames)]
         assert len(names) == 3
         (SHM_DIR / names[missing]).unlink()
-        with pytest.raises(codec.TransportError, match=rf"cannot open shared memory segment {names[missing]}"):
+        with pytest.raises(tw.TransportError, match=rf"cannot open shared memory segment {names[missing]}"):
             DECODER.decode(frames)
         assert not any((SHM_DIR / n).exists() for n in names)
 
@@ -515,7 +515,7 @@ def test_a_failure_at_any_handle_releases_every_segment_of_the_message() -> None
 def test_a_body_failure_after_import_leaves_nothing() -> None:
     frames = _shm_frames()
     crafted = _with(frames, _body("chunk_index", "x"))  # after the tensors: read once they are imported
-    with pytest.raises(codec.DecodeError, match=r"Expected `int`, got `str` - at `\$.chunk_index`"):
+    with pytest.raises(tw.DecodeError, match=r"Expected `int`, got `str` - at `\$.chunk_index`"):
         DECODER.decode(crafted)
 
 
@@ -530,19 +530,19 @@ def _early_field(head: list[Any]) -> None:
         (_set(0, "tensorwire:2:diffusion.Output:9"), DECODER, r"unknown version 9 of diffusion.Output"),
         (
             _set(1, "0" * 64),
-            codec.Decoder(REGISTRY, transports=[SHM], options=codec.DecodeOptions(strict_fingerprint=True)),
+            tw.Decoder(REGISTRY, transports=[SHM], options=tw.DecodeOptions(strict_fingerprint=True)),
             r"schema fingerprint 0000000000000000... differs",
         ),
     ],
     ids=["body-field", "unknown-version", "strict-fingerprint"],
 )
 def test_a_failure_before_any_tensor_is_read_releases_every_segment(
-    change: Callable[[list[Any]], None], decoder: codec.Decoder, error: str
+    change: Callable[[list[Any]], None], decoder: tw.Decoder, error: str
 ) -> None:
     frames = _shm_frames()
     names = [h["name"] for h in _shm_handles(frames)]
     try:
-        with pytest.raises(codec.DecodeError, match=error):
+        with pytest.raises(tw.DecodeError, match=error):
             decoder.decode(_with(frames, change))
         assert not any((SHM_DIR / n).exists() for n in names)
     finally:
@@ -553,9 +553,9 @@ def test_a_decoder_without_the_shm_transport_rejects_shm_handles() -> None:
     frames = _shm_frames()
     names = [h["name"] for h in _shm_handles(frames)]
     with pytest.raises(
-        codec.DecodeError, match=r"invalid buffer table: Invalid value 'shm' - at `\$.buffers\[0\]\[1\].transport`"
+        tw.DecodeError, match=r"invalid buffer table: Invalid value 'shm' - at `\$.buffers\[0\]\[1\].transport`"
     ):
-        codec.Decoder(REGISTRY).decode(frames)
+        tw.Decoder(REGISTRY).decode(frames)
     assert all((SHM_DIR / n).exists() for n in names)
     _release_segments(frames)
 
@@ -566,7 +566,7 @@ def test_an_inline_frame_received_as_bytes_is_copied_unless_asked() -> None:
         out = DECODER.decode(frames).output[0]
         out[0, 0] = 5.0  # writable: a private copy
         assert out[0, 0].item() == 5.0
-    shared = codec.Decoder(REGISTRY, options=codec.DecodeOptions(copy_readonly=False))
+    shared = tw.Decoder(REGISTRY, options=tw.DecodeOptions(copy_readonly=False))
     message = diffusion.Output(output=np.arange(4))
     frames = [bytes(memoryview(f)) for f in INLINE.encode(message)]
     array = shared.decode(frames).output
@@ -590,7 +590,7 @@ def test_a_tensor_of_a_decoded_message_is_writable_and_does_not_alias_frame_0() 
     sent = [torch.arange(6, dtype=torch.float32).reshape(2, 3), torch.ones(3, 1, 2).transpose(0, 1), np.arange(5)]
     frames = EMBED.encode(diffusion.Output(output=sent))
     assert len(frames) == 1 and [e.code for e in tensor_exts(head_of(frames[0])[3])] == [3, 3, 3]
-    for decoder in (DECODER, codec.Decoder(REGISTRY, options=codec.DecodeOptions(copy_readonly=False))):
+    for decoder in (DECODER, tw.Decoder(REGISTRY, options=tw.DecodeOptions(copy_readonly=False))):
         for frame in (bytearray(frames[0]), bytes(frames[0])):
             original = bytes(frame)
             out = decoder.decode([frame]).output
@@ -607,8 +607,8 @@ def test_a_tensor_of_a_decoded_message_is_writable_and_does_not_alias_frame_0() 
 def test_strict_fingerprint() -> None:
     frames = _with(INLINE.encode(_message()), _set(1, "0" * 64))
     assert DECODER.decode(frames).stage_durations == {"a": 1.0}  # a compatible minor change decodes
-    strict = codec.Decoder(REGISTRY, options=codec.DecodeOptions(strict_fingerprint=True))
-    with pytest.raises(codec.DecodeError, match=r"schema fingerprint 0000000000000000... differs .* - at `\$\[1\]`"):
+    strict = tw.Decoder(REGISTRY, options=tw.DecodeOptions(strict_fingerprint=True))
+    with pytest.raises(tw.DecodeError, match=r"schema fingerprint 0000000000000000... differs .* - at `\$\[1\]`"):
         strict.decode(frames)
     assert strict.decode(INLINE.encode(_message())).stage_durations == {"a": 1.0}
 
@@ -616,7 +616,7 @@ def test_strict_fingerprint() -> None:
 def test_untouched_foreign_paths(tmp_path: Path) -> None:
     """An shm transport rooted elsewhere never follows names outside its directory."""
     transport = transports.ShmTransport(tmp_path)
-    with pytest.raises(codec.DecodeError, match=r"not a tensorwire name"):
+    with pytest.raises(tw.DecodeError, match=r"not a tensorwire name"):
         transport.verify([transports.ShmHandle(name="../etc/passwd", capability=bytes(16))], [])
 
 
@@ -627,7 +627,7 @@ def test_a_descriptor_failure_releases_every_segment_of_the_message() -> None:
         assert names and all((SHM_DIR / n).exists() for n in names)
         crafted = _with(frames, _desc(index, dtype=200))
         try:
-            with pytest.raises(codec.DecodeError, match=r"dtype code 200 is not in the wire dtype table"):
+            with pytest.raises(tw.DecodeError, match=r"dtype code 200 is not in the wire dtype table"):
                 DECODER.decode(crafted)
             assert not any((SHM_DIR / n).exists() for n in names), f"segments left after tensor {index} failed"
         finally:

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import torch
 
-import codec
-import transports
-from codec.cli import main
-from codec.generated import diffusion
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.cli import main
+from tensorwire.generated import diffusion
 
 
 def test_demo_sends_a_diffusion_batch_bit_exactly_and_leaves_nothing() -> None:
-    from codec.demo import run
+    from tensorwire.demo import run
 
     out = io.StringIO()
     assert run(out) == 0, out.getvalue()
@@ -33,7 +33,7 @@ def test_demo_sends_a_diffusion_batch_bit_exactly_and_leaves_nothing() -> None:
 
 def _inspect(frames: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     blob = tmp_path / "message.tw"
-    blob.write_bytes(codec.join(frames))
+    blob.write_bytes(tw.join(frames))
     assert main(["inspect", str(blob)]) == 0
     info: dict[str, Any] = json.loads(capsys.readouterr().out)
     assert info["type"] == "diffusion.Output" and info["version"] == 1
@@ -55,7 +55,7 @@ def test_inspect_prints_the_header_as_json(tmp_path: Path, capsys: pytest.Captur
     shm = transports.ShmTransport()
     # every tensor in a buffer: the small one in an inline frame, the large one in a pool slot
     info = _inspect(
-        codec.Encoder(transport=shm, options=codec.EncodeOptions(embed_threshold=0)).encode(message), tmp_path, capsys
+        tw.Encoder(transport=shm, options=tw.EncodeOptions(embed_threshold=0)).encode(message), tmp_path, capsys
     )
     assert [(b["index"], b["transport"], b["nbytes"]) for b in info["buffers"]] == [
         (0, "inline", 24),
@@ -66,18 +66,18 @@ def test_inspect_prints_the_header_as_json(tmp_path: Path, capsys: pytest.Captur
     assert info["buffers"][1]["handle"]["generation"] == 1
     assert [(t["buffer"], t["offset"]) for t in info["tensors"]] == [(0, 0), (1, 0)]
     # by default the small one travels inside frame 0
-    info = _inspect(codec.Encoder(transport=shm).encode(message), tmp_path, capsys)
+    info = _inspect(tw.Encoder(transport=shm).encode(message), tmp_path, capsys)
     assert [(b["index"], b["transport"], b["nbytes"]) for b in info["buffers"]] == [(0, "shm-slot", 2_400_000)]
     assert [(t["buffer"], t["offset"]) for t in info["tensors"]] == [(None, None), (0, 0)]
     shm.close()  # nobody received it: closing the pool unlinks its slots
 
 
 def test_inspect_gives_each_view_of_a_shared_buffer_its_offset() -> None:
-    from codec.inspect import describe
+    from tensorwire.inspect import describe
 
     storage = torch.arange(64, dtype=torch.float32)
     message = diffusion.Output(output=[storage[:16], storage[32:48]])  # two views of one storage
-    info = describe(codec.Encoder().encode(message)[0])
+    info = describe(tw.Encoder().encode(message)[0])
     assert [(b["index"], b["transport"]) for b in info["buffers"]] == [(0, "inline")]
     assert [(t["path"], t["buffer"], t["offset"], t["nbytes"]) for t in info["tensors"]] == [
         ("$.output[0]", 0, 0, 64),

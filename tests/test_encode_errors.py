@@ -12,14 +12,14 @@ import pytest
 import torch
 from wire_helpers import segments_of
 
-import codec
-import transports
-import transports.control
-from codec.generated import REGISTRY, diffusion, media, rpc
+import tensorwire as tw
+import tensorwire.transports.control
+from tensorwire import transports
+from tensorwire.generated import REGISTRY, diffusion, media, rpc
 
 SHM = transports.ShmTransport(pool=False)
-OUT_OF_BAND = codec.EncodeOptions(inline_threshold=1, embed_threshold=0)  # every buffer through the transport
-ENCODER = codec.Encoder(transport=SHM, options=OUT_OF_BAND)
+OUT_OF_BAND = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)  # every buffer through the transport
+ENCODER = tw.Encoder(transport=SHM, options=OUT_OF_BAND)
 
 
 @pytest.fixture(autouse=True)
@@ -61,29 +61,29 @@ def test_schema_violations_are_encode_errors_naming_the_field(message: Any, erro
     if error is None:
         ENCODER.encode(message)  # the control: a valid message encodes
         return
-    with pytest.raises(codec.EncodeError, match=error):
+    with pytest.raises(tw.EncodeError, match=error):
         ENCODER.encode(message)
 
 
 def test_integer_ranges_and_cross_field_constraints() -> None:
     tagged = diffusion.DpTagged(dp_rank=0, output=diffusion.Output())
     tagged.dp_rank = -1
-    with pytest.raises(codec.EncodeError, match=r"^diffusion.DpTagged: Expected `int` >= 0 - at `\$.dp_rank`$"):
+    with pytest.raises(tw.EncodeError, match=r"^diffusion.DpTagged: Expected `int` >= 0 - at `\$.dp_rank`$"):
         ENCODER.encode(tagged)
     output = diffusion.Output(output=torch.zeros(1))
     output.media = media.Media(video=_video())
-    with pytest.raises(codec.EncodeError, match=r"at most one of media, output may be set"):
+    with pytest.raises(tw.EncodeError, match=r"at most one of media, output may be set"):
         ENCODER.encode(rpc.Result(method="m", ok=True, payload=output))
     status = rpc.Result(method="m", ok=True)
     status.ok = False
-    with pytest.raises(codec.EncodeError, match=r"rule RPC_OK_XOR_ERROR"):
+    with pytest.raises(tw.EncodeError, match=r"rule RPC_OK_XOR_ERROR"):
         ENCODER.encode(status)
 
 
 def test_nested_field_paths() -> None:
     batch = diffusion.RunnerBatch(runner_outputs=[diffusion.RunnerOutput(request_id="a")])
     batch.runner_outputs[0].step_index = -3
-    with pytest.raises(codec.EncodeError, match=r"- at `\$.runner_outputs\[0\].step_index`$"):
+    with pytest.raises(tw.EncodeError, match=r"- at `\$.runner_outputs\[0\].step_index`$"):
         ENCODER.encode(batch)
 
 
@@ -108,7 +108,7 @@ def test_nested_field_paths() -> None:
 def test_values_that_cannot_travel(value: Any, error: str) -> None:
     message = diffusion.Output()
     message.output = [torch.ones(3), value]  # set after construction: only encode can catch it
-    with pytest.raises(codec.EncodeError, match=error):
+    with pytest.raises(tw.EncodeError, match=error):
         ENCODER.encode(message)
 
 
@@ -118,34 +118,34 @@ def test_trees_deeper_than_the_limit_and_cycles() -> None:
         deep = (deep,)
     message = diffusion.Output()
     message.output = deep
-    with pytest.raises(codec.EncodeError, match=r"nesting deeper than the limit of 64"):
+    with pytest.raises(tw.EncodeError, match=r"nesting deeper than the limit of 64"):
         ENCODER.encode(message)
     cycle: list[Any] = []
     cycle.append(cycle)
     message = diffusion.Output()
     message.output = cycle
-    with pytest.raises(codec.EncodeError, match=r"deeper than"):
+    with pytest.raises(tw.EncodeError, match=r"deeper than"):
         ENCODER.encode(message)
 
 
 def test_limits() -> None:
-    few = codec.Encoder(options=codec.EncodeOptions(limits=codec.Limits(max_tensors=2)))
-    with pytest.raises(codec.EncodeError, match=r"more than 2 tensors in one message \(limit max_tensors\)"):
+    few = tw.Encoder(options=tw.EncodeOptions(limits=tw.Limits(max_tensors=2)))
+    with pytest.raises(tw.EncodeError, match=r"more than 2 tensors in one message \(limit max_tensors\)"):
         few.encode(diffusion.Output(output=[torch.zeros(1), torch.zeros(1), torch.zeros(1)]))
-    small = codec.Encoder(options=codec.EncodeOptions(limits=codec.Limits(max_tensor_bytes=100)))
-    with pytest.raises(codec.EncodeError, match=r"tensor of 400 bytes is over the limit of 100"):
+    small = tw.Encoder(options=tw.EncodeOptions(limits=tw.Limits(max_tensor_bytes=100)))
+    with pytest.raises(tw.EncodeError, match=r"tensor of 400 bytes is over the limit of 100"):
         small.encode(diffusion.Output(output=torch.zeros(100)))
 
 
 def test_a_required_field_that_was_deleted() -> None:
     request = rpc.Request(method="x")
     del request.method
-    with pytest.raises(codec.EncodeError, match=r"^rpc.Request: Struct field 'method' is unset$"):
+    with pytest.raises(tw.EncodeError, match=r"^rpc.Request: Struct field 'method' is unset$"):
         ENCODER.encode(request)
 
 
 def test_not_a_message_type() -> None:
-    with pytest.raises(codec.EncodeError, match=r"dict is not a tensorwire message type"):
+    with pytest.raises(tw.EncodeError, match=r"dict is not a tensorwire message type"):
         ENCODER.encode({"a": 1})
 
 
@@ -160,7 +160,7 @@ class _FailingShm(transports.ShmTransport):
     def export(self, data: memoryview, frames: list[Any]) -> Any:
         self.calls += 1
         if self.calls == self.fail_at:
-            raise codec.TransportError(errno.ENOSPC, f"injected failure at export {self.calls}")
+            raise tw.TransportError(errno.ENOSPC, f"injected failure at export {self.calls}")
         return super().export(data, frames)
 
 
@@ -171,8 +171,8 @@ def test_a_failed_export_at_any_buffer_releases_everything_and_mutates_nothing()
     before = set(segments_of(os.getpid()))
     for k in range(1, 6):
         transport = _FailingShm(k)
-        encoder = codec.Encoder(transport=transport, options=OUT_OF_BAND)
-        with pytest.raises(codec.TransportError, match=rf"injected failure at export {k}"):
+        encoder = tw.Encoder(transport=transport, options=OUT_OF_BAND)
+        with pytest.raises(tw.TransportError, match=rf"injected failure at export {k}"):
             encoder.encode(message)
         assert set(segments_of(os.getpid())) <= before, f"segments left after a failure at export {k}"
         assert isinstance(message.output, tuple) and isinstance(message.output[1][1], tuple)
@@ -185,8 +185,8 @@ def test_a_failed_export_hands_every_pool_slot_back() -> None:
     before = set(segments_of(os.getpid()))
     for k in range(1, 5):
         transport = _FailingShm(k, pool=True)
-        encoder = codec.Encoder(transport=transport, options=OUT_OF_BAND)
-        with pytest.raises(codec.TransportError, match=rf"injected failure at export {k}"):
+        encoder = tw.Encoder(transport=transport, options=OUT_OF_BAND)
+        with pytest.raises(tw.TransportError, match=rf"injected failure at export {k}"):
             encoder.encode(message)
         assert transport.pool is not None
         assert all(slot.state == transports.control.FREE for slot in transport.pool.slots())
@@ -195,7 +195,6 @@ def test_a_failed_export_hands_every_pool_slot_back() -> None:
 
 
 def test_an_interrupt_while_the_header_is_built_hands_every_slot_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    import codec.encoder
 
     calls = []
 
@@ -204,10 +203,10 @@ def test_an_interrupt_while_the_header_is_built_hands_every_slot_back(monkeypatc
         raise KeyboardInterrupt
 
     # the buffer table of frame 0 is written after every buffer was exported
-    monkeypatch.setattr(codec.encoder, "msgspec", SimpleNamespace(msgpack=SimpleNamespace(encode=interrupted)))
+    monkeypatch.setattr(tw.encoder, "msgspec", SimpleNamespace(msgpack=SimpleNamespace(encode=interrupted)))
     before = set(segments_of(os.getpid()))
     transport = transports.ShmTransport()
-    encoder = codec.Encoder(transport=transport, options=OUT_OF_BAND)
+    encoder = tw.Encoder(transport=transport, options=OUT_OF_BAND)
     with pytest.raises(KeyboardInterrupt):
         encoder.encode(diffusion.Output(output=[torch.ones(256), torch.zeros(256)]))
     assert len(calls) == 1 and len(calls[0][0]) == 2  # interrupted with both buffers exported
@@ -230,7 +229,7 @@ def test_a_full_dev_shm_is_a_transport_error_before_any_copy(monkeypatch: pytest
 
     monkeypatch.setattr(transports.shm.os, "posix_fallocate", no_space)
     monkeypatch.setattr(transports.shm.mmap, "mmap", watch_mmap)
-    with pytest.raises(codec.TransportError, match=r"cannot reserve 8192 bytes in /dev/shm") as info:
+    with pytest.raises(tw.TransportError, match=r"cannot reserve 8192 bytes in /dev/shm") as info:
         ENCODER.encode(diffusion.Output(output=torch.zeros(1024)))
     assert info.value.errno == errno.ENOSPC
     assert copied == []  # nothing was mapped, nothing copied
@@ -247,17 +246,17 @@ def test_a_real_full_filesystem(tmp_path: Any) -> None:
         # one-shot segments, and a named pool growing a slot past the budget it was told it has
         named = transports.ShmTransport(mount, backing="named", max_cached_bytes=2**30)
         for shm in (transports.ShmTransport(mount, pool=False), named):
-            encoder = codec.Encoder(transport=shm, options=codec.EncodeOptions(inline_threshold=1))
-            with pytest.raises(codec.TransportError, match=r"cannot reserve \d+ bytes in .*tiny") as info:
+            encoder = tw.Encoder(transport=shm, options=tw.EncodeOptions(inline_threshold=1))
+            with pytest.raises(tw.TransportError, match=r"cannot reserve \d+ bytes in .*tiny") as info:
                 encoder.encode(diffusion.Output(output=torch.zeros(2**19)))
             assert info.value.errno == errno.ENOSPC
             assert os.listdir(mount) == []
             shm.close()
         memfd = transports.ShmTransport(mount, max_cached_bytes=2**30)
-        frames = codec.Encoder(transport=memfd, options=codec.EncodeOptions(inline_threshold=1)).encode(
+        frames = tw.Encoder(transport=memfd, options=tw.EncodeOptions(inline_threshold=1)).encode(
             diffusion.Output(output=torch.zeros(2**19))
         )
-        out = codec.Decoder(REGISTRY, transports=[memfd]).decode(frames)
+        out = tw.Decoder(REGISTRY, transports=[memfd]).decode(frames)
         assert out.output.shape == (2**19,) and os.listdir(mount) == []
         del out
         memfd.close()

@@ -21,15 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wire_helpers import damage, head_of, segments_of
 
-import codec
-import transports
-from codec.generated import REGISTRY, diffusion, rpc
-from codec.wire import KINDS, unpack_descriptor
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import REGISTRY, diffusion, rpc
+from tensorwire.wire import KINDS, unpack_descriptor
 
 POOL = transports.ShmTransport()
 _BEFORE: set[str] = set()
-_INLINE = codec.Decoder(REGISTRY)
-DECODERS = {"inline": _INLINE, "embedded": _INLINE, "pool": codec.Decoder(REGISTRY, transports=[POOL])}
+_INLINE = tw.Decoder(REGISTRY)
+DECODERS = {"inline": _INLINE, "embedded": _INLINE, "pool": tw.Decoder(REGISTRY, transports=[POOL])}
 
 
 def _messages() -> list[tuple[str, Any]]:
@@ -47,9 +47,9 @@ def _messages() -> list[tuple[str, Any]]:
 
 MESSAGES = _messages()
 _ENCODERS = {
-    "inline": codec.Encoder(options=codec.EncodeOptions(embed_threshold=0)),
-    "embedded": codec.Encoder(),
-    "pool": codec.Encoder(POOL, codec.EncodeOptions(inline_threshold=0, embed_threshold=0)),
+    "inline": tw.Encoder(options=tw.EncodeOptions(embed_threshold=0)),
+    "embedded": tw.Encoder(),
+    "pool": tw.Encoder(POOL, tw.EncodeOptions(inline_threshold=0, embed_threshold=0)),
 }
 
 
@@ -72,7 +72,7 @@ _EDITS = st.lists(
 def _decode(kind: str, frames: list[Any]) -> None:
     try:
         message = DECODERS[kind].decode(frames)
-    except codec.CodecError as exc:
+    except tw.CodecError as exc:
         assert str(exc)  # a clear message, never an empty one
         return
     assert type(message).__tw_type__.type_id in {"rpc.Request", "diffusion.Output"}
@@ -104,8 +104,8 @@ def test_damaged_inline_messages_decode_or_raise_a_codec_error(
     frames = _ENCODERS[kind].encode(message)
     if blob:
         try:
-            damaged = codec.split(bytearray(damage(codec.join(frames), edits, cut)))
-        except codec.CodecError:
+            damaged = tw.split(bytearray(damage(tw.join(frames), edits, cut)))
+        except tw.CodecError:
             return  # the blob's own framing rejected it
     else:
         damaged = [damage(bytes(frames[0]), edits, cut), *frames[1:]]
@@ -171,7 +171,7 @@ def _forge(ext: msgspec.msgpack.Ext, field: str, value: Any) -> msgspec.msgpack.
     desc = unpack_descriptor(ext.code, ext.data)
     fields: dict[str, Any] = {
         "kind": KINDS.index(desc.kind),
-        "dtype": codec.DTYPE_NAMES.index(desc.dtype),
+        "dtype": tw.DTYPE_NAMES.index(desc.dtype),
         "shape": list(desc.shape),
         "strides": None if desc.strides is None else list(desc.strides),
         "buffer": max(desc.buffer, 0),
@@ -181,7 +181,7 @@ def _forge(ext: msgspec.msgpack.Ext, field: str, value: Any) -> msgspec.msgpack.
     data = bytes(ext.data[desc.offset :]) if ext.code == 3 else b""
     code = ext.code
     if field in ("kind", "dtype"):
-        fields[field] = _as_int(value, KINDS if field == "kind" else codec.DTYPE_NAMES)
+        fields[field] = _as_int(value, KINDS if field == "kind" else tw.DTYPE_NAMES)
     elif field == "shape":
         fields["shape"] = _as_dims(value, len(desc.shape)) or []
     elif field == "strides":
@@ -246,7 +246,7 @@ def test_damaged_pool_messages_decode_or_raise_and_leave_no_slot_behind(
     _decode("pool", [damage(bytes(frames[0]), edits, cut), *frames[1:]])
     try:  # the intact message: still readable, unless the damaged one claimed its slot or gave it back
         intact = DECODERS["pool"].decode(frames)
-    except codec.DecodeError as exc:
+    except tw.DecodeError as exc:
         assert "no longer in flight" in str(exc)
         return
     assert torch.equal(intact.output[1], torch.arange(32, dtype=torch.float32).reshape(4, 8)[:, 1:3])

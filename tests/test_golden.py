@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-import codec
-from codec.generated import REGISTRY
-from codec.golden import MANIFEST, cases, describe, manifest_lines, read_manifest, record
+import tensorwire as tw
+from tensorwire.generated import REGISTRY
+from tensorwire.golden import MANIFEST, cases, describe, manifest_lines, read_manifest, record
 
 GOLDEN = REPO / "tests" / "golden"
 FIXTURES = sorted(GOLDEN.rglob("*.bin"))
@@ -25,7 +25,7 @@ def test_the_manifest_pins_every_fixture() -> None:
 
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.relative_to(GOLDEN).as_posix() for p in FIXTURES])
 def test_every_fixture_decodes_to_its_described_value(path: Path) -> None:
-    message = codec.Decoder(REGISTRY).decode(codec.split(path.read_bytes()))
+    message = tw.Decoder(REGISTRY).decode(tw.split(path.read_bytes()))
     expected = json.loads(path.with_suffix(".json").read_text())
     assert json.loads(json.dumps(describe(message), sort_keys=True)) == expected
     type_id, version = path.parent.parent.name, int(path.parent.name[1:])
@@ -34,13 +34,13 @@ def test_every_fixture_decodes_to_its_described_value(path: Path) -> None:
 
 def test_todays_encoder_writes_the_released_bytes_of_every_case() -> None:
     """Encoding is deterministic and unchanged: the same message gives the fixture's exact bytes."""
-    encoder, compared = codec.Encoder(), 0
+    encoder, compared = tw.Encoder(), 0
     for type_id, builders in cases().items():
         for case, build in builders:
             message = build()
             path = GOLDEN / type_id / f"v{type(message).__tw_type__.version}" / f"{case}.bin"
             if path.exists():
-                assert codec.join(encoder.encode(message)) == path.read_bytes(), path
+                assert tw.join(encoder.encode(message)) == path.read_bytes(), path
                 compared += 1
     assert compared >= 13
 

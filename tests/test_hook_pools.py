@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 import torch
 
-import codec
-import codec.body
-import codec.decoder
-from codec.generated import REGISTRY, diffusion
-from codec.incoming import Incoming
-from codec.tensors import Outgoing
+import tensorwire as tw
+import tensorwire.body
+import tensorwire.decoder
+from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.incoming import Incoming
+from tensorwire.tensors import Outgoing
 
-ENCODER = codec.Encoder()
-FRAMES = codec.Encoder(options=codec.EncodeOptions(embed_threshold=0))  # tensors in frames of their own
-DECODER = codec.Decoder(REGISTRY)
+ENCODER = tw.Encoder()
+FRAMES = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))  # tensors in frames of their own
+DECODER = tw.Decoder(REGISTRY)
 
 
 def _output(*values: float) -> diffusion.Output:
@@ -85,7 +85,7 @@ def test_no_pooled_codec_keeps_a_call_s_tensors_or_frames() -> None:
     frames = FRAMES.encode(diffusion.Output(output=[sent, sent[1:3]]))  # a shared storage: written twice
     got = DECODER.decode(frames).output
     got_ref, frame_ref = weakref.ref(got[0]), weakref.ref(frames[1])
-    assert all(w.outgoing is None for w in codec.body._WRITERS)
+    assert all(w.outgoing is None for w in tw.body._WRITERS)
     assert all(r.state is None for r in DECODER._free)
     del sent, frames, got
     gc.collect()
@@ -94,7 +94,7 @@ def test_no_pooled_codec_keeps_a_call_s_tensors_or_frames() -> None:
 
 def test_a_failed_decode_leaves_its_pooled_decoder_clean() -> None:
     frames = FRAMES.encode(_output(1.0))
-    with pytest.raises(codec.DecodeError, match=r"inline buffer names frame 1; the message has 1 frames"):
+    with pytest.raises(tw.DecodeError, match=r"inline buffer names frame 1; the message has 1 frames"):
         DECODER.decode(frames[:1])
     assert DECODER._free and all(r.state is None for r in DECODER._free)
     assert DECODER.decode(frames).output[0].tolist() == [1.0] * 4

@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 from conftest import BUILTIN_SCHEMAS
 
-from codec.schema import meta_schema
-from codec.schema.source import read_source
+from tensorwire.schema import meta_schema
+from tensorwire.schema.source import read_source
 
 BUILTIN_FILES = sorted(p for p in BUILTIN_SCHEMAS.rglob("*.json") if p.parent.name != "meta")
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-import codec
-from codec.generated import REGISTRY, diffusion
-from codec.pipe import Receiver, send
+import tensorwire as tw
+from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.pipe import Receiver, send
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -35,7 +35,7 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def blob_size(tensor: torch.Tensor) -> int:
-    return len(codec.join(codec.Encoder().encode(diffusion.Output(output=tensor))))
+    return len(tw.join(tw.Encoder().encode(diffusion.Output(output=tensor))))
 
 
 def buffer_span(receiver: Receiver) -> tuple[int, int]:
@@ -55,7 +55,7 @@ class Sender:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.encoder = codec.Encoder()
+        self.encoder = tw.Encoder()
 
     def send(self, tensor: torch.Tensor) -> None:
         frames = self.encoder.encode(diffusion.Output(output=tensor))
@@ -94,7 +94,7 @@ def roundtrip(receiver: Receiver, sender: Sender, tensor: torch.Tensor) -> tuple
     sender.send(tensor)
     frames = receiver.recv(timeout=WAIT)
     sender.wait()
-    out = codec.Decoder(REGISTRY).decode(frames).output
+    out = tw.Decoder(REGISTRY).decode(frames).output
     assert isinstance(out, torch.Tensor)
     return frames, out
 
@@ -165,7 +165,7 @@ def test_held_frames_alone_keep_their_buffer(pipe: tuple[Connection, Connection]
     before = [bytes(f) for f in frames]
     _, out = roundtrip(receiver, sender, second)
     assert [bytes(f) for f in frames] == before
-    assert same_bits(codec.Decoder(REGISTRY).decode(frames).output, first)
+    assert same_bits(tw.Decoder(REGISTRY).decode(frames).output, first)
     assert same_bits(out, second)
 
 
@@ -187,7 +187,7 @@ def test_over_max_bytes_is_a_decode_error_naming_both_sizes(pipe: tuple[Connecti
     big = payload(3 * MiB, seed=1)
     size = blob_size(big)
     sender.send(big)
-    with pytest.raises(codec.DecodeError, match=rf"\b{size}\b.*\b{1 * MiB}\b"):
+    with pytest.raises(tw.DecodeError, match=rf"\b{size}\b.*\b{1 * MiB}\b"):
         receiver.recv(timeout=WAIT)
     sender.wait()
     assert receiver.capacity == 64 * KiB
@@ -200,7 +200,7 @@ def test_a_payload_that_is_not_a_blob_is_a_decode_error(pipe: tuple[Connection, 
     reader, writer = pipe
     receiver = Receiver(reader)
     writer.send_bytes(b"not a tensorwire blob")
-    with pytest.raises(codec.DecodeError):
+    with pytest.raises(tw.DecodeError):
         receiver.recv(timeout=WAIT)
 
 
@@ -226,9 +226,9 @@ def test_eof_after_the_last_message(pipe: tuple[Connection, Connection]) -> None
     reader, writer = pipe
     receiver = Receiver(reader)
     tensor = payload(16, seed=1)
-    send(writer, codec.Encoder().encode(diffusion.Output(output=tensor)))
+    send(writer, tw.Encoder().encode(diffusion.Output(output=tensor)))
     writer.close()
-    assert same_bits(codec.Decoder(REGISTRY).decode(receiver.recv(timeout=WAIT)).output, tensor)
+    assert same_bits(tw.Decoder(REGISTRY).decode(receiver.recv(timeout=WAIT)).output, tensor)
     with pytest.raises(EOFError):
         receiver.recv(timeout=WAIT)
 
@@ -252,8 +252,8 @@ def test_arguments_are_checked() -> None:
 def echo_child(conn: Connection, count: int) -> None:
     """Run in a spawned process: receive ``count`` messages with a Receiver and send each back."""
     receiver = Receiver(conn, initial=64 * KiB)
-    decoder = codec.Decoder(REGISTRY)
-    encoder = codec.Encoder()
+    decoder = tw.Decoder(REGISTRY)
+    encoder = tw.Encoder()
     for _ in range(count):
         message = decoder.decode(receiver.recv(timeout=WAIT))
         send(conn, encoder.encode(message))

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-import codec
-import transports
-from codec.generated import REGISTRY, diffusion
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.transports import retention
+from tensorwire.transports.control import FREE
+from tensorwire.transports.retention import Retention
 from tests.cuda_fakes import FakeCudaRuntime
-from transports import retention
-from transports.control import FREE
-from transports.retention import Retention
 
 MiB = 1024 * 1024
 
@@ -33,15 +33,15 @@ def _on_device(fake: FakeCudaRuntime, tensor: torch.Tensor) -> bool:
     return tensor.untyped_storage().data_ptr() in fake.device_storages
 
 
-def _decoder(shm: transports.ShmTransport, fake: FakeCudaRuntime, device: Any = "cuda:0") -> codec.Decoder:
-    return codec.Decoder(REGISTRY, transports=[shm], device=device, runtime=fake)
+def _decoder(shm: transports.ShmTransport, fake: FakeCudaRuntime, device: Any = "cuda:0") -> tw.Decoder:
+    return tw.Decoder(REGISTRY, transports=[shm], device=device, runtime=fake)
 
 
 def test_every_tensor_lands_on_the_device_and_views_keep_sharing(shm: Any) -> None:
     fake = FakeCudaRuntime()
     base = torch.randn(2 * MiB // 4)
     array = np.arange(10)
-    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=(base, base[10:20], array)))
+    frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=(base, base[10:20], array)))
     whole, view, arr = _decoder(shm, fake).decode(frames).output
     assert torch.equal(whole, base) and torch.equal(view, base[10:20]) and np.array_equal(arr, array)
     assert _on_device(fake, whole) and _on_device(fake, view)  # one device buffer for both views
@@ -53,7 +53,7 @@ def test_every_tensor_lands_on_the_device_and_views_keep_sharing(shm: Any) -> No
 
 def test_small_buffers_are_copied_without_registration(shm: Any) -> None:
     fake = FakeCudaRuntime()
-    frames = codec.Encoder(transport=shm, options=codec.EncodeOptions(embed_threshold=0)).encode(
+    frames = tw.Encoder(transport=shm, options=tw.EncodeOptions(embed_threshold=0)).encode(
         diffusion.Output(output=torch.arange(100))
     )
     tensor = _decoder(shm, fake).decode(frames).output
@@ -66,7 +66,7 @@ def test_per_path_placement_moves_only_the_named_tensors(shm: Any) -> None:
     message = diffusion.Output(
         output={"latents": torch.ones(8), "mask": torch.zeros(8)}, trajectory_latents=torch.ones(3)
     )
-    frames = codec.Encoder(transport=shm).encode(message)
+    frames = tw.Encoder(transport=shm).encode(message)
     decoded = _decoder(shm, fake, {"$.output.latents": "cuda:0", "$.trajectory_latents": "cuda:0"}).decode(frames)
     assert _on_device(fake, decoded.output["latents"]) and _on_device(fake, decoded.trajectory_latents)
     assert not _on_device(fake, decoded.output["mask"])
@@ -79,23 +79,23 @@ def test_one_tensor_sent_twice_is_placed_per_path_or_shared_once(shm: Any) -> No
     says; placed whole (or not at all) both occurrences are one object."""
     fake = FakeCudaRuntime()
     tensor = torch.ones(8)
-    options = codec.EncodeOptions(embed_threshold=0)
-    frames = codec.Encoder(transport=shm, options=options).encode(diffusion.Output(output={"a": tensor, "b": tensor}))
+    options = tw.EncodeOptions(embed_threshold=0)
+    frames = tw.Encoder(transport=shm, options=options).encode(diffusion.Output(output={"a": tensor, "b": tensor}))
     apart = _decoder(shm, fake, {"$.output.a": "cuda:0"}).decode(frames).output
     assert _on_device(fake, apart["a"]) and not _on_device(fake, apart["b"])
     assert torch.equal(apart["a"], tensor) and torch.equal(apart["b"], tensor)
-    frames = codec.Encoder(transport=shm, options=options).encode(diffusion.Output(output={"a": tensor, "b": tensor}))
+    frames = tw.Encoder(transport=shm, options=options).encode(diffusion.Output(output={"a": tensor, "b": tensor}))
     together = _decoder(shm, fake).decode(frames).output
     assert together["a"] is together["b"] and _on_device(fake, together["a"])
-    frames = codec.Encoder(transport=shm, options=options).encode(diffusion.Output(output={"a": tensor, "b": tensor}))
-    plain = codec.Decoder(REGISTRY, transports=[shm]).decode(frames).output
+    frames = tw.Encoder(transport=shm, options=options).encode(diffusion.Output(output={"a": tensor, "b": tensor}))
+    plain = tw.Decoder(REGISTRY, transports=[shm]).decode(frames).output
     assert plain["a"] is plain["b"]
 
 
 def test_out_of_memory_flushes_the_cache_once_and_retries(shm: Any) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("alloc", code=2)
-    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
+    frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
     tensor = _decoder(shm, fake).decode(frames).output
     assert fake.flushed == 1 and _on_device(fake, tensor) and fake.registered == {}
 
@@ -103,9 +103,9 @@ def test_out_of_memory_flushes_the_cache_once_and_retries(shm: Any) -> None:
 def test_out_of_memory_twice_releases_the_whole_message(shm: Any) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("alloc", code=2, times=2)
-    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
+    frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
     with pytest.raises(
-        codec.TransportError, match=r"placing buffer 0 \(4194304 bytes\) to cuda:0: cudaMalloc .*after flushing"
+        tw.TransportError, match=r"placing buffer 0 \(4194304 bytes\) to cuda:0: cudaMalloc .*after flushing"
     ):
         _decoder(shm, fake).decode(frames)
     assert fake.flushed == 1 and fake.registered == {}
@@ -115,7 +115,7 @@ def test_out_of_memory_twice_releases_the_whole_message(shm: Any) -> None:
 def test_a_failed_registration_falls_back_to_a_pageable_copy(shm: Any) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("register", code=1)
-    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
+    frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
     tensor = _decoder(shm, fake).decode(frames).output
     assert _on_device(fake, tensor) and fake.calls["unregister"] == 0
 
@@ -123,9 +123,9 @@ def test_a_failed_registration_falls_back_to_a_pageable_copy(shm: Any) -> None:
 def test_a_failed_copy_enqueue_drains_and_releases(shm: Any) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("copy_to_device", code=700)
-    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
+    frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
     decoder = _decoder(shm, fake)
-    with pytest.raises(codec.TransportError, match="cudaMemcpyAsync failed with CUDA error 700"):
+    with pytest.raises(tw.TransportError, match="cudaMemcpyAsync failed with CUDA error 700"):
         decoder.decode(frames)
     assert fake.calls["drain"] == 1 and fake.registered == {} and decoder.placement is not None
     assert decoder.placement.healthy
@@ -134,13 +134,13 @@ def test_a_failed_copy_enqueue_drains_and_releases(shm: Any) -> None:
 def test_an_uncertain_copy_keeps_its_host_memory_and_refuses_more(shm: Any) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("synchronize", code=999)
-    encoder = codec.Encoder(transport=shm)
+    encoder = tw.Encoder(transport=shm)
     decoder = _decoder(shm, fake)
-    with pytest.raises(codec.TransportError, match="cudaEventSynchronize failed with CUDA error 999"):
+    with pytest.raises(tw.TransportError, match="cudaEventSynchronize failed with CUDA error 999"):
         decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(MiB))))
     assert decoder.placement is not None and not decoder.placement.healthy
     assert len(fake.registered) == 1  # still registered: a copy may be reading it
-    with pytest.raises(codec.TransportError, match="device placement refused: cudaEventSynchronize"):
+    with pytest.raises(tw.TransportError, match="device placement refused: cudaEventSynchronize"):
         decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(MiB))))
 
 
@@ -149,8 +149,8 @@ def test_a_failed_drain_after_a_failed_enqueue_keeps_the_registration(shm: Any) 
     fake.fail_next("copy_to_device", code=700)
     fake.fail_next("drain", code=700)
     decoder = _decoder(shm, fake)
-    with pytest.raises(codec.TransportError, match="cudaMemcpyAsync failed with CUDA error 700"):
-        decoder.decode(codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB))))
+    with pytest.raises(tw.TransportError, match="cudaMemcpyAsync failed with CUDA error 700"):
+        decoder.decode(tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB))))
     assert decoder.placement is not None and not decoder.placement.healthy
     assert "cudaStreamSynchronize failed with CUDA error 700" in str(decoder.placement.reason)
     assert len(fake.registered) == 1 and fake.calls["unregister"] == 0
@@ -161,31 +161,31 @@ def test_a_failed_unregistration_fails_the_decode_and_keeps_the_memory(shm: Any)
     fake.fail_next("unregister", code=1)
     decoder = _decoder(shm, fake)
     with pytest.raises(
-        codec.TransportError,
+        tw.TransportError,
         match=r"placing buffer 0 \(4194304 bytes\) to cuda:0: cudaHostUnregister failed with CUDA error 1 .*after",
     ):
-        decoder.decode(codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB))))
+        decoder.decode(tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB))))
     assert decoder.placement is not None and not decoder.placement.healthy
 
 
 def test_device_arguments_are_checked_up_front() -> None:
     with pytest.raises(ValueError, match="only cpu and cuda devices are supported, got mps"):
-        codec.Decoder(REGISTRY, device="mps", runtime=FakeCudaRuntime())
+        tw.Decoder(REGISTRY, device="mps", runtime=FakeCudaRuntime())
     with pytest.raises(ValueError, match=r"device for 'x': Invalid device string"):
-        codec.Decoder(REGISTRY, device={"x": "gpu!"}, runtime=FakeCudaRuntime())
+        tw.Decoder(REGISTRY, device={"x": "gpu!"}, runtime=FakeCudaRuntime())
     with pytest.raises(TypeError, match=r"keys are body paths \(str\), got int"):
-        codec.Decoder(REGISTRY, device={1: "cuda"}, runtime=FakeCudaRuntime())  # type: ignore[dict-item]
+        tw.Decoder(REGISTRY, device={1: "cuda"}, runtime=FakeCudaRuntime())  # type: ignore[dict-item]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only answer")
 def test_a_cuda_device_without_cuda_is_refused() -> None:
     with pytest.raises(ValueError, match="cannot place tensors on a device: torch was built without CUDA"):
-        codec.Decoder(REGISTRY, device="cuda:0")
+        tw.Decoder(REGISTRY, device="cuda:0")
 
 
 def test_cpu_placement_is_the_plain_decode(shm: Any) -> None:
-    frames = codec.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(10)))
-    tensor = codec.Decoder(REGISTRY, transports=[shm], device="cpu").decode(frames).output
+    frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(10)))
+    tensor = tw.Decoder(REGISTRY, transports=[shm], device="cpu").decode(frames).output
     assert tensor.device.type == "cpu" and torch.equal(tensor, torch.ones(10))
 
 
@@ -210,8 +210,8 @@ def test_retention_fractions_are_checked() -> None:
 
 
 def test_a_buffer_delivered_as_a_tensor_view_keeps_its_offset() -> None:
-    from codec.tensors import as_base, build
-    from codec.wire import Descriptor
+    from tensorwire.tensors import as_base, build
+    from tensorwire.wire import Descriptor
 
     storage = torch.arange(40, dtype=torch.uint8)
     buffers: list[Any] = [storage[8:24], storage[3:19]]  # views starting inside their storage

@@ -12,15 +12,15 @@ import pytest
 import torch
 from wire_helpers import edit_descriptor, frame_of, head_of, segments_of, tensor_exts
 
-import codec
-import transports
-from codec.dtypes import DTYPE_NAMES
-from codec.generated import REGISTRY, diffusion
-from transports.control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER
-from transports.pool import size_class
-from transports.shm import SHM_DIR
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.dtypes import DTYPE_NAMES
+from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.transports.control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER
+from tensorwire.transports.pool import size_class
+from tensorwire.transports.shm import SHM_DIR
 
-OOB = codec.EncodeOptions(inline_threshold=1, embed_threshold=0)
+OOB = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)
 
 
 @pytest.fixture(params=["memfd", "named"])
@@ -33,9 +33,9 @@ def shm(request: pytest.FixtureRequest) -> Iterator[transports.ShmTransport]:
     assert set(segments_of(os.getpid())) <= before
 
 
-def _pair(shm: transports.ShmTransport, **options: Any) -> tuple[codec.Encoder, codec.Decoder]:
-    return codec.Encoder(transport=shm, options=OOB), codec.Decoder(
-        REGISTRY, transports=[shm], options=codec.DecodeOptions(**options)
+def _pair(shm: transports.ShmTransport, **options: Any) -> tuple[tw.Encoder, tw.Decoder]:
+    return tw.Encoder(transport=shm, options=OOB), tw.Decoder(
+        REGISTRY, transports=[shm], options=tw.DecodeOptions(**options)
     )
 
 
@@ -109,11 +109,11 @@ def test_a_replayed_or_stale_handle_is_rejected(shm: transports.ShmTransport) ->
     encoder, decoder = _pair(shm)
     frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
     held = decoder.decode(frames)
-    with pytest.raises(codec.DecodeError, match=r"generation 1 is no longer in flight \(stale or replayed handle\)"):
+    with pytest.raises(tw.DecodeError, match=r"generation 1 is no longer in flight \(stale or replayed handle\)"):
         decoder.decode(frames)
     assert _states(shm) == [CLAIMED]  # the replay did not free the slot under the holder
     del held
-    with pytest.raises(codec.DecodeError, match=r"no longer in flight"):
+    with pytest.raises(tw.DecodeError, match=r"no longer in flight"):
         decoder.decode(frames)
 
 
@@ -124,10 +124,10 @@ def test_pool_handles_are_verified(shm: transports.ShmTransport) -> None:
     handle = header[2][0][1]
     assert handle["transport"] == "shm-slot"
     handle["offset"] = size_class(160_000)
-    with pytest.raises(codec.DecodeError, match=r"outside its \d+-byte area"):
+    with pytest.raises(tw.DecodeError, match=r"outside its \d+-byte area"):
         decoder.decode([frame_of(header)])
     handle["name"] = "psm_not_ours"
-    with pytest.raises(codec.DecodeError, match=r"'psm_not_ours' is not a tensorwire name"):
+    with pytest.raises(tw.DecodeError, match=r"'psm_not_ours' is not a tensorwire name"):
         decoder.decode([frame_of(header)])
     assert _states(shm) == [FREE]  # the failed decode handed the slot back
 
@@ -137,8 +137,8 @@ def test_a_segment_without_a_control_page_is_rejected(shm: transports.ShmTranspo
     frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
     assert shm.pool is not None
     shm.pool.slots()[0].mapping[:8] = b"NOTASLOT"
-    fresh = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False, backing=shm.backing)])
-    with pytest.raises(codec.DecodeError, match=r"has no valid control page"):
+    fresh = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False, backing=shm.backing)])
+    with pytest.raises(tw.DecodeError, match=r"has no valid control page"):
         fresh.decode(frames)
 
 
@@ -152,10 +152,10 @@ def test_a_segment_shorter_than_its_control_page_is_rejected(shm: transports.Shm
     (SHM_DIR / short).write_bytes(b"\0" * 64)
     handle["name"] = short
     handle.pop("fd", None)  # a named segment
-    fresh = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False, backing="named")])
+    fresh = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False, backing="named")])
     try:
         with pytest.raises(
-            codec.DecodeError, match=rf"pool segment {short} holds 64 bytes, less than its \d+-byte header"
+            tw.DecodeError, match=rf"pool segment {short} holds 64 bytes, less than its \d+-byte header"
         ):
             fresh.decode([frame_of(header)])
     finally:
@@ -177,8 +177,8 @@ def test_a_slot_claimed_by_a_dead_receiver_is_reclaimed(shm: transports.ShmTrans
 def test_the_budget_falls_back_to_one_shot_segments() -> None:
     before = set(segments_of(os.getpid()))
     shm = transports.ShmTransport(max_cached_bytes=300_000, idle_seconds=0)
-    encoder = codec.Encoder(transport=shm, options=OOB)
-    decoder = codec.Decoder(REGISTRY, transports=[shm])
+    encoder = tw.Encoder(transport=shm, options=OOB)
+    decoder = tw.Decoder(REGISTRY, transports=[shm])
     frames = encoder.encode(diffusion.Output(output=[torch.ones(40_000), torch.ones(40_000)]))
     kinds = [handle["transport"] for _, handle in head_of(frames[0])[2]]
     assert kinds == ["shm-slot", "shm"]  # 196 KiB slot fits, a second one would not
@@ -265,6 +265,6 @@ def test_a_descriptor_failure_hands_the_slots_back(shm: transports.ShmTransport)
     second = header[3]["output"][1]
     assert tensor_exts(header[3])[1] is second
     header[3]["output"][1] = edit_descriptor(second, dtype=len(DTYPE_NAMES))
-    with pytest.raises(codec.DecodeError, match=rf"dtype code {len(DTYPE_NAMES)} is not in the wire dtype table"):
+    with pytest.raises(tw.DecodeError, match=rf"dtype code {len(DTYPE_NAMES)} is not in the wire dtype table"):
         decoder.decode([frame_of(header)])
     assert _states(shm) == [FREE, FREE]

@@ -11,21 +11,21 @@ import pytest
 import torch
 import torch.multiprocessing as tmp
 
-import codec
-import transports
-from codec.generated import REGISTRY, diffusion
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import REGISTRY, diffusion
 
-OOB = codec.EncodeOptions(inline_threshold=1, embed_threshold=0)
+OOB = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)
 
 
 def _ctx() -> Any:
     return tmp.get_context("spawn")
 
 
-def _pair(queue: Any, **options: Any) -> tuple[codec.Encoder, codec.Decoder, transports.QueueTransport]:
+def _pair(queue: Any, **options: Any) -> tuple[tw.Encoder, tw.Decoder, transports.QueueTransport]:
     tx = transports.QueueTransport(queue)
     rx = transports.QueueTransport(queue, **options)
-    return codec.Encoder(transport=tx, options=OOB), codec.Decoder(REGISTRY, transports=[rx]), rx
+    return tw.Encoder(transport=tx, options=OOB), tw.Decoder(REGISTRY, transports=[rx]), rx
 
 
 def producer(
@@ -33,7 +33,7 @@ def producer(
 ) -> None:
     """Encode ``messages`` messages of two tensors (different dtypes and shapes) each."""
     tx = transports.QueueTransport(data_queue)
-    encoder = codec.Encoder(transport=tx, options=OOB)
+    encoder = tw.Encoder(transport=tx, options=OOB)
     for m in range(messages):
         floats = torch.full((3 + name, 4), float(100 * name + m))
         ints = torch.arange(5 + m, dtype=torch.int16) + name
@@ -66,7 +66,7 @@ def test_four_producers_three_messages_two_tensors_out_of_order() -> None:
         else:
             received[name].append((m, frames))
     rx = transports.QueueTransport(data)
-    decoder = codec.Decoder(REGISTRY, transports=[rx])
+    decoder = tw.Decoder(REGISTRY, transports=[rx])
     order = [(3, 0), (1, 0), (1, 1), (0, 0), (3, 1), (2, 0), (0, 1), (2, 1), (0, 2), (1, 2), (3, 2), (2, 2)]
     for name, m in order:  # producers in any order, each producer's messages in its own order
         message = decoder.decode(received[name][m][1])
@@ -91,8 +91,8 @@ def test_stale_messages_are_discarded_with_a_counting_log_line(caplog: pytest.Lo
     assert float(out.output[0].sum()) == 0.0
     assert "discarding 2 stale tensor(s) of 1 older message(s) from sender" in caplog.text
     assert rx.buffered() == 0
-    with pytest.raises(codec.TransportError, match=r"no tensor 0 of message 1 from sender .* after waiting 0.2s"):
-        codec.Decoder(REGISTRY, transports=[transports.QueueTransport(queue, timeout=0.2)]).decode(first)
+    with pytest.raises(tw.TransportError, match=r"no tensor 0 of message 1 from sender .* after waiting 0.2s"):
+        tw.Decoder(REGISTRY, transports=[transports.QueueTransport(queue, timeout=0.2)]).decode(first)
 
 
 def test_a_silent_sender_is_evicted_after_its_ttl(caplog: pytest.LogCaptureFixture) -> None:
@@ -100,10 +100,10 @@ def test_a_silent_sender_is_evicted_after_its_ttl(caplog: pytest.LogCaptureFixtu
 
     queue = _ctx().Queue()
     quiet = transports.QueueTransport(queue)
-    talker = codec.Encoder(transport=transports.QueueTransport(queue), options=OOB)
+    talker = tw.Encoder(transport=transports.QueueTransport(queue), options=OOB)
     rx = transports.QueueTransport(queue, ttl=0.2)
-    decoder = codec.Decoder(REGISTRY, transports=[rx])
-    codec.Encoder(transport=quiet, options=OOB).encode(diffusion.Output(output=torch.ones(4)))  # never read
+    decoder = tw.Decoder(REGISTRY, transports=[rx])
+    tw.Encoder(transport=quiet, options=OOB).encode(diffusion.Output(output=torch.ones(4)))  # never read
     first = talker.encode(diffusion.Output(output=torch.ones(2)))
     decoder.decode(first)  # drains quiet's tensor into the buffer on the way
     assert rx.buffered() == 1
@@ -116,17 +116,17 @@ def test_a_silent_sender_is_evicted_after_its_ttl(caplog: pytest.LogCaptureFixtu
 
 def test_the_buffer_is_bounded() -> None:
     queue = _ctx().Queue()
-    other = codec.Encoder(transport=transports.QueueTransport(queue), options=OOB)
-    wanted = codec.Encoder(transport=transports.QueueTransport(queue), options=OOB)
+    other = tw.Encoder(transport=transports.QueueTransport(queue), options=OOB)
+    wanted = tw.Encoder(transport=transports.QueueTransport(queue), options=OOB)
     for _ in range(3):
         other.encode(diffusion.Output(output=torch.ones(8)))
     frames = wanted.encode(diffusion.Output(output=torch.ones(8)))
     rx = transports.QueueTransport(queue, max_buffered=2)
-    with pytest.raises(codec.TransportError, match=r"receive buffer full \(2 tensors, 64 bytes; limits 2 and"):
-        codec.Decoder(REGISTRY, transports=[rx]).decode(frames)
+    with pytest.raises(tw.TransportError, match=r"receive buffer full \(2 tensors, 64 bytes; limits 2 and"):
+        tw.Decoder(REGISTRY, transports=[rx]).decode(frames)
     small = transports.QueueTransport(queue, max_buffered_bytes=10)
-    with pytest.raises(codec.TransportError, match=r"receive buffer full"):
-        codec.Decoder(REGISTRY, transports=[small]).decode(frames)
+    with pytest.raises(tw.TransportError, match=r"receive buffer full"):
+        tw.Decoder(REGISTRY, transports=[small]).decode(frames)
 
 
 def test_the_arriving_tensor_is_checked_against_the_buffer_entry() -> None:
@@ -138,7 +138,7 @@ def test_the_arriving_tensor_is_checked_against_the_buffer_entry() -> None:
     header = head_of(frames[0])
     header[2][0][0] = 16
     header[3]["output"] = edit_descriptor(header[3]["output"], shape=[4], nbytes=16)
-    with pytest.raises(codec.DecodeError, match=r"is torch.uint8 of shape \(32,\), the buffer entry says 16 bytes"):
+    with pytest.raises(tw.DecodeError, match=r"is torch.uint8 of shape \(32,\), the buffer entry says 16 bytes"):
         decoder.decode([frame_of(header)])
 
 
@@ -150,7 +150,7 @@ def test_snapshot_copies_and_default_aliases() -> None:
     assert tensor.is_shared()  # moved into shared memory in place
     tensor[0] = 99.0
     assert float(decoder.decode(frames).output[0]) == 99.0  # later writes are visible: aliasing
-    snap = codec.Encoder(transport=transports.QueueTransport(queue, snapshot=True), options=OOB)
+    snap = tw.Encoder(transport=transports.QueueTransport(queue, snapshot=True), options=OOB)
     other = torch.arange(6.0)
     frames = snap.encode(diffusion.Output(output=other))
     other[0] = 99.0
@@ -172,7 +172,7 @@ def test_a_producer_killed_mid_stream_does_not_stop_the_others() -> None:
         if m is not None:
             got.append(frames)
     rx = transports.QueueTransport(data, timeout=5)
-    decoder = codec.Decoder(REGISTRY, transports=[rx])
+    decoder = tw.Decoder(REGISTRY, transports=[rx])
     for m, frames in enumerate(got):
         assert decoder.decode(frames).chunk_index == m
     assert rx.buffered() <= 1  # the dead producer's half message (if it could be received) waits for its TTL
@@ -208,9 +208,9 @@ def test_two_thousand_messages_do_not_grow_anything() -> None:
 
 def test_a_full_queue_fails_the_export_after_its_timeout() -> None:
     queue = _ctx().Queue(maxsize=1)
-    encoder = codec.Encoder(transport=transports.QueueTransport(queue, timeout=0.2), options=OOB)
+    encoder = tw.Encoder(transport=transports.QueueTransport(queue, timeout=0.2), options=OOB)
     encoder.encode(diffusion.Output(output=torch.ones(4)))
-    with pytest.raises(codec.TransportError, match=r"queue full for 0.2s sending") as info:
+    with pytest.raises(tw.TransportError, match=r"queue full for 0.2s sending") as info:
         encoder.encode(diffusion.Output(output=torch.ones(4)))
     assert info.value.errno == errno.EAGAIN
 
@@ -231,12 +231,12 @@ class _FlakyQueue:
 
 def test_an_item_that_cannot_be_received_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
     real = _ctx().Queue()
-    frames = codec.Encoder(transport=transports.QueueTransport(real), options=OOB).encode(
+    frames = tw.Encoder(transport=transports.QueueTransport(real), options=OOB).encode(
         diffusion.Output(output=torch.arange(3.0))
     )
     flaky = _FlakyQueue([real.get(timeout=10)])
     with caplog.at_level(logging.WARNING, logger="tensorwire.queue"):
-        out = codec.Decoder(REGISTRY, transports=[transports.QueueTransport(flaky)]).decode(frames)
+        out = tw.Decoder(REGISTRY, transports=[transports.QueueTransport(flaky)]).decode(frames)
     assert out.output.tolist() == [0.0, 1.0, 2.0]
     assert "dropping a queue item that could not be received: the producer is gone" in caplog.text
 
@@ -262,7 +262,7 @@ def test_cuda_tensors_are_kept_until_the_receiver_acknowledges_them() -> None:
     assert tx.in_flight == 2 and all(isinstance(h, transports.QueueHandle) for h in handles)
     tx.begin_message()
     with pytest.raises(
-        codec.TransportError,
+        tw.TransportError,
         match=r"2 CUDA tensor\(s\) from sender \S+ not acknowledged by the receiver after 0.3s \(max_in_flight 2\)",
     ):
         tx.export_device(_device_like(first), 0, 4000, [])
@@ -277,8 +277,8 @@ def test_cuda_tensors_are_kept_until_the_receiver_acknowledges_them() -> None:
 
 
 def test_a_cuda_tensor_that_cannot_be_shared_fails_the_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorwire.transports import queue as queue_module
     from tests.cuda_fakes import FakeCudaRuntime
-    from transports import queue as queue_module
 
     def refuse(obj: Any, protocol: Any = None) -> bytes:
         raise RuntimeError("CUDA IPC is not supported with expandable segments")
@@ -287,7 +287,7 @@ def test_a_cuda_tensor_that_cannot_be_shared_fails_the_export(monkeypatch: pytes
     tx = transports.QueueTransport(queue, runtime=FakeCudaRuntime(), timeout=0.2)
     monkeypatch.setattr(queue_module.ForkingPickler, "dumps", refuse)
     tx.begin_message()
-    with pytest.raises(codec.TransportError, match="cannot share a 40-byte buffer on cpu: CUDA IPC is not supported"):
+    with pytest.raises(tw.TransportError, match="cannot share a 40-byte buffer on cpu: CUDA IPC is not supported"):
         tx.export_device(_device_like(torch.ones(10)), 0, 40, [])
     assert tx.in_flight == 0 and queue.empty()
     tx.close()
@@ -318,7 +318,7 @@ def test_a_receiver_that_cannot_acknowledge_says_so_and_still_delivers(
 ) -> None:
     from multiprocessing.reduction import ForkingPickler
 
-    from transports.shm import _next_name
+    from tensorwire.transports.shm import _next_name
 
     impostor = tmp_path / _next_name()  # a tensorwire name, but not an ack page
     impostor.write_bytes(b"\0" * 4096)
@@ -335,7 +335,7 @@ def test_a_receiver_that_cannot_acknowledge_says_so_and_still_delivers(
         for sender in ("s1", "s2"):
             handle = transports.QueueHandle(sender=sender, message=0, tensor=0)
             assert bytes(rx.import_(handle, [], 4, borrow=False)) == bytes(range(4))
-        with pytest.raises(codec.TransportError, match=r"no tensor 0 of message 0 from sender s3 after waiting 0\.3s"):
+        with pytest.raises(tw.TransportError, match=r"no tensor 0 of message 0 from sender s3 after waiting 0\.3s"):
             rx.import_(transports.QueueHandle(sender="s3", message=0, tensor=0), [], 4, borrow=False)
     assert "sender s1 names an ack page '../../etc/passwd' that is not a tensorwire name" in caplog.text
     assert "cannot acknowledge sender s2: ack page" in caplog.text and "is not a 4096-byte page" in caplog.text

@@ -14,39 +14,39 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wire_helpers import bits, frame_of, head_of, same, segments_of, tensor_exts
 
-import codec
-import transports
-from codec.generated import REGISTRY, diffusion, media, rpc
-from codec.wire import EXT_INLINE, unpack_descriptor
-from transports.control import FREE
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import REGISTRY, diffusion, media, rpc
+from tensorwire.transports.control import FREE
+from tensorwire.wire import EXT_INLINE, unpack_descriptor
 
 SHM = transports.ShmTransport(pool=False)
 SHM_NAMED = transports.ShmTransport(pool=False, backing="named")  # a receiver that maps one-shot segments
 POOL = transports.ShmTransport()
 NAMED_POOL = transports.ShmTransport(backing="named")
 QUEUE = torch_mp.get_context("spawn").Queue()
-FRAMES = codec.EncodeOptions(embed_threshold=0)  # every tensor in a buffer of its own, none inside frame 0
-ALL_OOB = codec.EncodeOptions(inline_threshold=1, embed_threshold=0)  # and every buffer through the transport
+FRAMES = tw.EncodeOptions(embed_threshold=0)  # every tensor in a buffer of its own, none inside frame 0
+ALL_OOB = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)  # and every buffer through the transport
 MODES = {
-    "inline": (codec.Encoder(), codec.Decoder(REGISTRY)),
-    "inline-frames": (codec.Encoder(options=FRAMES), codec.Decoder(REGISTRY)),
-    "shm-copy": (codec.Encoder(transport=SHM, options=ALL_OOB), codec.Decoder(REGISTRY, transports=[SHM])),
+    "inline": (tw.Encoder(), tw.Decoder(REGISTRY)),
+    "inline-frames": (tw.Encoder(options=FRAMES), tw.Decoder(REGISTRY)),
+    "shm-copy": (tw.Encoder(transport=SHM, options=ALL_OOB), tw.Decoder(REGISTRY, transports=[SHM])),
     "shm-borrow": (
-        codec.Encoder(transport=SHM_NAMED, options=ALL_OOB),
-        codec.Decoder(REGISTRY, transports=[SHM_NAMED], options=codec.DecodeOptions(borrow=True)),
+        tw.Encoder(transport=SHM_NAMED, options=ALL_OOB),
+        tw.Decoder(REGISTRY, transports=[SHM_NAMED], options=tw.DecodeOptions(borrow=True)),
     ),
-    "pool-borrow": (codec.Encoder(transport=POOL, options=ALL_OOB), codec.Decoder(REGISTRY, transports=[POOL])),
+    "pool-borrow": (tw.Encoder(transport=POOL, options=ALL_OOB), tw.Decoder(REGISTRY, transports=[POOL])),
     "named-pool-borrow": (
-        codec.Encoder(transport=NAMED_POOL, options=ALL_OOB),
-        codec.Decoder(REGISTRY, transports=[NAMED_POOL]),
+        tw.Encoder(transport=NAMED_POOL, options=ALL_OOB),
+        tw.Decoder(REGISTRY, transports=[NAMED_POOL]),
     ),
     "pool-copy": (
-        codec.Encoder(transport=POOL, options=ALL_OOB),
-        codec.Decoder(REGISTRY, transports=[POOL], options=codec.DecodeOptions(borrow=False)),
+        tw.Encoder(transport=POOL, options=ALL_OOB),
+        tw.Decoder(REGISTRY, transports=[POOL], options=tw.DecodeOptions(borrow=False)),
     ),
     "queue": (
-        codec.Encoder(transport=transports.QueueTransport(QUEUE, snapshot=True), options=ALL_OOB),
-        codec.Decoder(REGISTRY, transports=[transports.QueueTransport(QUEUE)]),
+        tw.Encoder(transport=transports.QueueTransport(QUEUE, snapshot=True), options=ALL_OOB),
+        tw.Decoder(REGISTRY, transports=[transports.QueueTransport(QUEUE)]),
     ),
 }
 
@@ -70,8 +70,8 @@ def no_segments_left() -> Any:
 
 # -- every dtype, rank and layout ---------------------------------------------------------------
 
-TORCH_DTYPES = [getattr(torch, name) for name in codec.DTYPE_NAMES]
-NUMPY_DTYPES = [np.dtype(d.numpy_name) for d in codec.DTYPES.values() if d.numpy_name]
+TORCH_DTYPES = [getattr(torch, name) for name in tw.DTYPE_NAMES]
+NUMPY_DTYPES = [np.dtype(d.numpy_name) for d in tw.DTYPES.values() if d.numpy_name]
 
 
 def _random_bits(dtype: torch.dtype, shape: tuple[int, ...], seed: int) -> torch.Tensor:
@@ -205,19 +205,19 @@ def test_numpy_views_of_one_array_share_one_buffer() -> None:
 def test_a_small_view_of_a_huge_storage_sends_only_its_bytes_and_goes_inline() -> None:
     huge = torch.zeros(4 * 2**20, dtype=torch.float32)  # 16 MiB
     view = huge[1000:1064]
-    encoder = codec.Encoder(transport=SHM)  # 256 KiB threshold
+    encoder = tw.Encoder(transport=SHM)  # 256 KiB threshold
     frames = encoder.encode(diffusion.Output(output=view))
     assert len(frames) == 1 and len(frames[0]) < 64 * 4 + 256  # inside frame 0, with only its own bytes
     (ext,) = tensor_exts(head_of(frames[0])[3])
     assert ext.code == EXT_INLINE and unpack_descriptor(ext.code, ext.data).nbytes == 64 * 4
     assert torch.equal(MODES["shm-copy"][1].decode(frames).output, view)
-    frames = codec.Encoder(transport=SHM, options=FRAMES).encode(diffusion.Output(output=view))
+    frames = tw.Encoder(transport=SHM, options=FRAMES).encode(diffusion.Output(output=view))
     assert len(frames) == 2 and len(frames[1]) == 64 * 4  # in a buffer: an inline frame of its bytes
     assert torch.equal(MODES["shm-copy"][1].decode(frames).output, view)
 
 
 def test_a_zero_byte_buffer_never_creates_a_segment() -> None:
-    encoder = codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=0))
+    encoder = tw.Encoder(transport=SHM, options=tw.EncodeOptions(inline_threshold=0))
     before = set(os.listdir("/dev/shm"))
     frames = encoder.encode(diffusion.Output(output=[torch.zeros(0, 3), np.zeros((2, 0))]))
     assert set(os.listdir("/dev/shm")) == before
@@ -226,9 +226,9 @@ def test_a_zero_byte_buffer_never_creates_a_segment() -> None:
 
 
 def test_threshold_decides_on_bytes_sent() -> None:
-    encoder = codec.Encoder(transport=SHM, options=codec.EncodeOptions(inline_threshold=4096, embed_threshold=0))
+    encoder = tw.Encoder(transport=SHM, options=tw.EncodeOptions(inline_threshold=4096, embed_threshold=0))
     small, large = torch.zeros(1023), torch.zeros(1024)
-    from codec.inspect import describe
+    from tensorwire.inspect import describe
 
     for tensor, via in ((small, "inline"), (large, "shm")):
         frames = encoder.encode(diffusion.Output(output=tensor))
@@ -334,34 +334,32 @@ def test_the_callers_message_is_never_mutated() -> None:
 
 
 def test_unknown_type_or_version_names_what_the_decoder_knows() -> None:
-    frames = codec.Encoder().encode(rpc.Value(value=1))
-    only_requests = codec.Decoder(codec.Registry([rpc.Request]))
-    with pytest.raises(
-        codec.DecodeError, match=r"unknown type id 'rpc.Value'; known types: rpc.Request - at `\$\[0\]`"
-    ):
+    frames = tw.Encoder().encode(rpc.Value(value=1))
+    only_requests = tw.Decoder(tw.Registry([rpc.Request]))
+    with pytest.raises(tw.DecodeError, match=r"unknown type id 'rpc.Value'; known types: rpc.Request - at `\$\[0\]`"):
         only_requests.decode(frames)
-    registry = codec.load_schemas(REPO_SCHEMAS)
+    registry = tw.load_schemas(REPO_SCHEMAS)
     head = head_of(frames[0])
     assert head[0] == "tensorwire:2:rpc.Value:1"
     head[0] = "tensorwire:2:rpc.Value:7"
-    with pytest.raises(codec.DecodeError, match=r"unknown version 7 of rpc.Value; known versions: v1 - at `\$\[0\]`"):
-        codec.Decoder(registry).decode([frame_of(head)])
+    with pytest.raises(tw.DecodeError, match=r"unknown version 7 of rpc.Value; known versions: v1 - at `\$\[0\]`"):
+        tw.Decoder(registry).decode([frame_of(head)])
 
 
 def test_the_run_time_back_end_reads_what_the_generated_one_wrote() -> None:
-    runtime = codec.load_schemas(REPO_SCHEMAS)
+    runtime = tw.load_schemas(REPO_SCHEMAS)
     for message in builtin_messages():
-        out = codec.Decoder(runtime).decode(codec.Encoder().encode(message))
+        out = tw.Decoder(runtime).decode(tw.Encoder().encode(message))
         assert type(out).__tw_type__ == type(message).__tw_type__
-        assert codec.Encoder().encode(out)[0] == codec.Encoder().encode(message)[0]
+        assert tw.Encoder().encode(out)[0] == tw.Encoder().encode(message)[0]
 
 
 def test_join_and_split() -> None:
     message = builtin_messages()[2]
-    frames = codec.Encoder(options=FRAMES).encode(message)
+    frames = tw.Encoder(options=FRAMES).encode(message)
     assert len(frames) > 2
-    blob = codec.join(frames)
-    parts = codec.split(blob)
+    blob = tw.join(frames)
+    parts = tw.split(blob)
     assert [bytes(p) for p in parts] == [bytes(memoryview(f)) for f in frames]
     assert all(p.obj is blob for p in parts)  # zero-copy views of the blob
     start = memoryview(blob)
@@ -372,15 +370,15 @@ def test_join_and_split() -> None:
         )
         for p in parts[1:]
     )
-    writable = codec.split(bytearray(blob))
+    writable = tw.split(bytearray(blob))
     assert not writable[1].readonly
-    assert same(codec.Decoder(REGISTRY).decode(parts), message)
+    assert same(tw.Decoder(REGISTRY).decode(parts), message)
 
 
 def test_encoder_and_decoder_are_immutable() -> None:
     encoder, decoder = MODES["inline"]
     with pytest.raises(AttributeError, match="immutable"):
-        encoder.options = codec.EncodeOptions()  # type: ignore[misc]
+        encoder.options = tw.EncodeOptions()  # type: ignore[misc]
     with pytest.raises(AttributeError, match="immutable"):
         decoder.registry = REGISTRY  # type: ignore[misc]
 
@@ -404,11 +402,12 @@ def test_equal_messages_give_equal_bytes_whatever_the_hash_seed() -> None:
     import sys
 
     script = (
-        "import sys, torch, codec\n"
-        "from codec.generated import media\n"
+        "import sys, torch\n"
+        "import tensorwire as tw\n"
+        "from tensorwire.generated import media\n"
         "v = media.Video(tensor=torch.zeros(1, 3, 1, 2, 2), layout='bcthw', encoding='normalized_float',\n"
         "    value_range='zero_to_one', pending_float_consumers=frozenset(media.FloatVideoConsumer))\n"
-        "sys.stdout.write(bytes(codec.Encoder().encode(v)[0]).hex())\n"
+        "sys.stdout.write(bytes(tw.Encoder().encode(v)[0]).hex())\n"
     )
     outputs = {
         subprocess.run(
@@ -494,19 +493,19 @@ def _shape(value: Any) -> Any:
 @given(args=_TREES, kwargs=st.dictionaries(st.text(max_size=2), _TREES, max_size=3))
 def test_any_tree_of_leaves_comes_back_with_its_tuples_lists_and_maps(args: Any, kwargs: dict[str, Any]) -> None:
     message = rpc.Request(method="m", args=args, kwargs=kwargs)
-    out = codec.Decoder(REGISTRY).decode(codec.Encoder().encode(message))
+    out = tw.Decoder(REGISTRY).decode(tw.Encoder().encode(message))
     assert _shape(out.args) == _shape(args) and _shape(out.kwargs) == _shape(kwargs)
     assert message.args is args and message.kwargs is kwargs
 
 
-@pytest.mark.parametrize("name", list(codec.dtypes.DTYPES))
+@pytest.mark.parametrize("name", list(tw.dtypes.DTYPES))
 def test_a_lone_tensor_read_from_a_writable_blob_is_exact_and_outlives_the_blob(name: str) -> None:
-    dtype = getattr(torch, codec.dtypes.DTYPES[name].torch_name)
+    dtype = getattr(torch, tw.dtypes.DTYPES[name].torch_name)
     raw = torch.arange(24 * 16, dtype=torch.int32).to(torch.uint8)[: 24 * torch.empty(0, dtype=dtype).element_size()]
     sent = raw.view(dtype).reshape(2, 3, -1)
-    for options in (codec.EncodeOptions(), FRAMES):  # inside frame 0, and in a frame of its own
-        blob = bytearray(codec.join(codec.Encoder(options=options).encode(diffusion.Output(output=sent))))
-        got = codec.Decoder(REGISTRY).decode(codec.split(blob)).output
+    for options in (tw.EncodeOptions(), FRAMES):  # inside frame 0, and in a frame of its own
+        blob = bytearray(tw.join(tw.Encoder(options=options).encode(diffusion.Output(output=sent))))
+        got = tw.Decoder(REGISTRY).decode(tw.split(blob)).output
         del blob  # the tensor keeps the bytes it was read from alive
         assert got.dtype == dtype and got.shape == sent.shape and got.stride() == sent.stride()
         assert bits(got) == bits(sent)
@@ -517,14 +516,14 @@ def test_a_lone_sparse_view_sends_only_its_elements_and_a_shared_one_keeps_one_b
     of the same storage it travels in their one shared buffer instead (aliasing kept)."""
     big = torch.randn(2, 800_000)
     column = big[:, :10]
-    for options in (codec.EncodeOptions(), codec.EncodeOptions(embed_threshold=0)):
-        frames = codec.Encoder(options=options).encode(diffusion.Output(output=column))
+    for options in (tw.EncodeOptions(), tw.EncodeOptions(embed_threshold=0)):
+        frames = tw.Encoder(options=options).encode(diffusion.Output(output=column))
         assert sum(memoryview(f).nbytes for f in frames) < 1024
-        got = codec.Decoder(REGISTRY).decode(frames).output
+        got = tw.Decoder(REGISTRY).decode(frames).output
         assert torch.equal(got, column) and got.is_contiguous()
     row = big[1, 5:20]
-    frames = codec.Encoder().encode(diffusion.Output(output=[column, row]))
+    frames = tw.Encoder().encode(diffusion.Output(output=[column, row]))
     assert len(frames) == 2 and memoryview(frames[1]).nbytes >= 800_000 * 4  # one buffer reaching both
-    a, b = codec.Decoder(REGISTRY).decode(frames).output
+    a, b = tw.Decoder(REGISTRY).decode(frames).output
     assert torch.equal(a, column) and torch.equal(b, row)
     assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.stride() == column.stride()

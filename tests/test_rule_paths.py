@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codec import ValidationError
-from codec.contract import EachCheck, TensorCheck, TreeCheck, _check, _ok
+from tensorwire import ValidationError
+from tensorwire.contract import EachCheck, TensorCheck, TreeCheck, _check, _ok
 
 LEAVES = st.one_of(
     st.none(),
@@ -81,7 +81,7 @@ def test_quick_tensor_check_agrees_with_the_reported_breach(value: Any, reason: 
 
 
 def test_dtype_names_are_exact_whichever_was_seen_first() -> None:
-    from codec.dtypes import dtype_of
+    from tensorwire.dtypes import dtype_of
 
     class Listed:  # an unhashable dtype-like value: named from its text, never cached
         __hash__ = None  # type: ignore[assignment]

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from conftest import CLIP, minimal, write_schemas
 
-from codec import SchemaError
-from codec.schema import load_dir
+from tensorwire import SchemaError
+from tensorwire.schema import load_dir
 
 
 def _load(schema_dir: Path, files: dict[str, Any]) -> None:

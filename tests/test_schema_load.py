@@ -13,9 +13,9 @@ from conftest import BUILTIN_SCHEMAS, CLIP, minimal, write_schemas
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import codec
-from codec.schema import load_dir
-from codec.schema.ir import EnumT, MessageRefT, NullableT, StructT, TensorT, UnionT
+import tensorwire as tw
+from tensorwire.schema import load_dir
+from tensorwire.schema.ir import EnumT, MessageRefT, NullableT, StructT, TensorT, UnionT
 
 BUILTIN_IDS = {
     "media.Video",
@@ -40,7 +40,7 @@ def test_every_builtin_schema_loads_with_a_sha256_fingerprint() -> None:
 
 
 def test_a_registry_finds_each_type_by_its_schema_fingerprint() -> None:
-    from codec.generated import REGISTRY
+    from tensorwire.generated import REGISTRY
 
     for message in load_dir(BUILTIN_SCHEMAS).messages:
         cls = REGISTRY.by_fingerprint(message.fingerprint)
@@ -88,7 +88,7 @@ def test_builtin_result_payload_is_a_tagged_union_of_registered_types() -> None:
 
 def test_the_authoring_example_becomes_a_usable_type_in_one_call(schema_dir: Path) -> None:
     write_schemas(schema_dir, {"audio/Clip.v1.json": CLIP})
-    registry = codec.load_schemas(schema_dir)
+    registry = tw.load_schemas(schema_dir)
     Clip = registry.type("audio.Clip")
     clip = Clip(samples=torch.zeros(2, 160), sample_rate=16000, window=(0, 160))
     assert clip.codec.value == "pcm" and clip.tags == {} and clip.extra is None
@@ -109,7 +109,7 @@ def test_a_new_namespace_with_cross_file_refs_loads(schema_dir: Path) -> None:
             ),
         },
     )
-    registry = codec.load_schemas(schema_dir)
+    registry = tw.load_schemas(schema_dir)
     Utterance, Clip = registry.type("speech.Utterance"), registry.type("audio.Clip")
     clip = Clip(samples=torch.zeros(1, 4), sample_rate=8000, window=(0, 4))
     codec_enum = type(clip.codec)
@@ -179,13 +179,13 @@ def test_two_versions_get_versioned_class_names(schema_dir: Path) -> None:
             "audio/Clip.v2.json": minimal("audio.Clip", 2, value={"type": "integer"}, extra={"type": "string"}),
         },
     )
-    registry = codec.load_schemas(schema_dir)
+    registry = tw.load_schemas(schema_dir)
     assert registry.type("audio.Clip").__name__ == "Clip"
     assert registry.type("audio.Clip", 1).__name__ == "ClipV1"
     assert registry.versions("audio.Clip") == [1, 2]
-    with pytest.raises(codec.UnknownTypeError, match=r"unknown version 3 of audio.Clip; known versions: v1, v2"):
+    with pytest.raises(tw.UnknownTypeError, match=r"unknown version 3 of audio.Clip; known versions: v1, v2"):
         registry.type("audio.Clip", 3)
-    with pytest.raises(codec.UnknownTypeError, match=r"unknown type id 'audio.Nope'; known types: audio.Clip"):
+    with pytest.raises(tw.UnknownTypeError, match=r"unknown type id 'audio.Nope'; known types: audio.Clip"):
         registry.type("audio.Nope")
 
 

@@ -8,8 +8,8 @@ import msgspec
 import numpy as np
 import torch
 
-from transports.reaper import held_memfds
-from transports.shm import our_segments
+from tensorwire.transports.reaper import held_memfds
+from tensorwire.transports.shm import our_segments
 
 
 def bits(value: Any) -> Any:
@@ -103,8 +103,8 @@ def edit_descriptor(ext: msgspec.msgpack.Ext, **changes: Any) -> msgspec.msgpack
     """A copy of a buffer tensor extension (code 1) with descriptor fields replaced: ``kind`` (0/1),
     ``dtype`` (code), ``shape``, ``strides`` (None: contiguous), ``buffer``, ``offset``, ``nbytes``,
     ``shared`` (bool); raw ``flags`` may be forced too."""
-    from codec.dtypes import DTYPE_NAMES
-    from codec.wire import KINDS, SHARED, pack_descriptor, unpack_descriptor
+    from tensorwire.dtypes import DTYPE_NAMES
+    from tensorwire.wire import KINDS, SHARED, pack_descriptor, unpack_descriptor
 
     assert ext.code == 1
     desc = unpack_descriptor(1, ext.data)

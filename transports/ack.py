@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from codec.errors import DecodeError, TransportError
-from transports.segment import create_named, open_named
+from tensorwire.errors import DecodeError, TransportError
+from tensorwire.transports.segment import create_named, open_named
 
 __all__ = ["AckPage", "InFlight"]
 

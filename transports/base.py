@@ -61,10 +61,10 @@ class Transport(Protocol):
 
 def available() -> dict[str, type[Any]]:
     """Transport classes by name: the built-ins plus the ``tensorwire.transports`` entry points."""
-    from transports.cuda_shm import CudaShmTransport
-    from transports.inline import InlineTransport
-    from transports.queue import QueueTransport
-    from transports.shm import ShmTransport
+    from tensorwire.transports.cuda_shm import CudaShmTransport
+    from tensorwire.transports.inline import InlineTransport
+    from tensorwire.transports.queue import QueueTransport
+    from tensorwire.transports.shm import ShmTransport
 
     found: dict[str, type[Any]] = {t.name: t for t in (InlineTransport, ShmTransport, CudaShmTransport, QueueTransport)}
     for entry in metadata.entry_points(group="tensorwire.transports"):

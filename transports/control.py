@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from codec.errors import DecodeError, TransportError
+from tensorwire.errors import DecodeError, TransportError
 
 __all__ = [
     "CAPABILITY_BYTES",

@@ -38,13 +38,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from codec.errors import TransportError
-from transports.base import Buffer, Handle
-from transports.control import CONTROL_BYTES, SENDER
-from transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime, keep_forever
-from transports.pool import Pool, Slot
-from transports.retention import Retention
-from transports.shm import SHM_DIR, Backing, ShmHandle, ShmTransport, SlotHandle, _next_name
+from tensorwire.errors import TransportError
+from tensorwire.transports.base import Buffer, Handle
+from tensorwire.transports.control import CONTROL_BYTES, SENDER
+from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime, keep_forever
+from tensorwire.transports.pool import Pool, Slot
+from tensorwire.transports.retention import Retention
+from tensorwire.transports.shm import SHM_DIR, Backing, ShmHandle, ShmTransport, SlotHandle, _next_name
 
 __all__ = ["CudaShmTransport", "Quarantined"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from codec.errors import DecodeError
-from transports.base import Buffer, Handle
+from tensorwire.errors import DecodeError
+from tensorwire.transports.base import Buffer, Handle
 
 __all__ = ["InlineHandle", "InlineTransport"]
 

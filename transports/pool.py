@@ -31,10 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from codec.errors import TransportError
-from transports.control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, STATES, Page
-from transports.retention import Retention
-from transports.segment import create_memfd, create_named, valid_pid
+from tensorwire.errors import TransportError
+from tensorwire.transports.control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, STATES, Page
+from tensorwire.transports.retention import Retention
+from tensorwire.transports.segment import create_memfd, create_named, valid_pid
 
 __all__ = ["MIN_CLASS", "Pool", "Slot", "alive", "size_class"]
 

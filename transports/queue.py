@@ -68,12 +68,12 @@ from typing import Any, ClassVar
 import torch
 import torch.multiprocessing  # registers torch's tensor reductions (CUDA IPC included) with ForkingPickler
 
-from codec.errors import DecodeError, TransportError
-from transports.ack import AckPage, InFlight
-from transports.base import Buffer, Handle
-from transports.cuda_runtime import CudaRuntime, TorchCudaRuntime
-from transports.shm import _NAME, SHM_DIR, _next_name
-from transports.torch_shm import share
+from tensorwire.errors import DecodeError, TransportError
+from tensorwire.transports.ack import AckPage, InFlight
+from tensorwire.transports.base import Buffer, Handle
+from tensorwire.transports.cuda_runtime import CudaRuntime, TorchCudaRuntime
+from tensorwire.transports.shm import _NAME, SHM_DIR, _next_name
+from tensorwire.transports.torch_shm import share
 
 __all__ = ["QueueHandle", "QueueTransport"]
 

@@ -25,7 +25,7 @@ import os
 import stat
 from pathlib import Path
 
-from codec.errors import DecodeError, TransportError
+from tensorwire.errors import DecodeError, TransportError
 
 __all__ = [
     "PID_MAX",

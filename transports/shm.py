@@ -39,9 +39,9 @@ import msgspec
 import numpy as np
 import torch
 
-from codec.errors import CodecError, DecodeError, TransportError
-from transports.base import Buffer, Handle
-from transports.control import (
+from tensorwire.errors import CodecError, DecodeError, TransportError
+from tensorwire.transports.base import Buffer, Handle
+from tensorwire.transports.control import (
     CAPABILITY_BYTES,
     CONTROL_BYTES,
     SENDER,
@@ -51,12 +51,12 @@ from transports.control import (
     expire_file,
     init_file,
 )
-from transports.copy import copy_into
-from transports.pool import Pool
-from transports.reaper import NAME, SHM_DIR, our_segments, reap
-from transports.retention import Retention
-from transports.segment import create_named, open_named, read_into, valid_pid
-from transports.slots import SlotReader
+from tensorwire.transports.copy import copy_into
+from tensorwire.transports.pool import Pool
+from tensorwire.transports.reaper import NAME, SHM_DIR, our_segments, reap
+from tensorwire.transports.retention import Retention
+from tensorwire.transports.segment import create_named, open_named, read_into, valid_pid
+from tensorwire.transports.slots import SlotReader
 
 __all__ = ["SHM_DIR", "Backing", "Capability", "ShmHandle", "ShmTransport", "SlotHandle", "our_segments", "reap"]
 

@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from codec.errors import CodecError, DecodeError
-from transports import janitor
-from transports.control import CONTROL_BYTES, DROPPED, ONE_SHOT, Page
-from transports.pool import alive
-from transports.reaper import creator_pid
-from transports.segment import open_memfd, open_named
+from tensorwire.errors import CodecError, DecodeError
+from tensorwire.transports import janitor
+from tensorwire.transports.control import CONTROL_BYTES, DROPPED, ONE_SHOT, Page
+from tensorwire.transports.pool import alive
+from tensorwire.transports.reaper import creator_pid
+from tensorwire.transports.segment import open_memfd, open_named
 
 __all__ = ["SlotReader"]
 

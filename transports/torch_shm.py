@@ -15,8 +15,8 @@ import re
 
 import torch
 
-from codec.errors import TransportError
-from transports.reaper import SHM_DIR
+from tensorwire.errors import TransportError
+from tensorwire.transports.reaper import SHM_DIR
 
 __all__ = ["share"]
 

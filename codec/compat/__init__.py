@@ -9,7 +9,7 @@ earlier state. The rule catalogue is ``RULES``.
 
 from __future__ import annotations
 
-from codec.compat.diff import MODES, Finding, compare, compare_transitive, reader_accepts
-from codec.compat.rules import RULES, Rule
+from tensorwire.compat.diff import MODES, Finding, compare, compare_transitive, reader_accepts
+from tensorwire.compat.rules import RULES, Rule
 
 __all__ = ["MODES", "RULES", "Finding", "Rule", "compare", "compare_transitive", "reader_accepts"]

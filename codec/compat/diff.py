@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from codec.compat.rules import BOTH, READERS, WRITERS, rule
-from codec.schema import Message, SchemaSet
-from codec.schema.ir import (
+from tensorwire.compat.rules import BOTH, READERS, WRITERS, rule
+from tensorwire.schema import Message, SchemaSet
+from tensorwire.schema.ir import (
     ArrayT,
     EnumT,
     MapT,
@@ -27,7 +27,7 @@ from codec.schema.ir import (
     TupleT,
     UnionT,
 )
-from codec.schema.source import join_pointer
+from tensorwire.schema.source import join_pointer
 
 __all__ = ["MODES", "Finding", "compare", "compare_transitive", "reader_accepts"]
 

@@ -6,7 +6,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from codec.errors import CompatError
+from tensorwire.errors import CompatError
 
 __all__ = ["checkout_schemas", "history", "temporary_dir"]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from codec.gen.runtime import build_registry
-from codec.gen.source import HEADER_PREFIX, render_package
-from codec.schema import META_DIR, load_dir
-from codec.schema.meta import META_SCHEMA_NAME, meta_schema_text
+from tensorwire.gen.runtime import build_registry
+from tensorwire.gen.source import HEADER_PREFIX, render_package
+from tensorwire.schema import META_DIR, load_dir
+from tensorwire.schema.meta import META_SCHEMA_NAME, meta_schema_text
 
 __all__ = ["build_registry", "check", "expected_files", "generate", "render_package"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from codec.schema.ir import StructT
+from tensorwire.schema.ir import StructT
 
 __all__ = ["class_doc"]
 

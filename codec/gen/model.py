@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from codec.contract import (
+from tensorwire.contract import (
     Check,
     EachCheck,
     GroupRule,
@@ -15,8 +15,8 @@ from codec.contract import (
     TupleCheck,
     TypeInfo,
 )
-from codec.schema import SchemaSet
-from codec.schema.ir import (
+from tensorwire.schema import SchemaSet
+from tensorwire.schema.ir import (
     ArrayT,
     EnumT,
     MapT,

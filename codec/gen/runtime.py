@@ -10,12 +10,12 @@ import msgspec
 import numpy as np
 import torch
 
-from codec.contract import check_struct
-from codec.gen.docs import class_doc
-from codec.gen.model import default_value, member_name, rules_for, type_info
-from codec.registry import Registry
-from codec.schema import SchemaSet, class_name
-from codec.schema.ir import (
+from tensorwire.contract import check_struct
+from tensorwire.gen.docs import class_doc
+from tensorwire.gen.model import default_value, member_name, rules_for, type_info
+from tensorwire.registry import Registry
+from tensorwire.schema import SchemaSet, class_name
+from tensorwire.schema.ir import (
     ArrayT,
     EnumT,
     Field,
@@ -44,7 +44,7 @@ class _Types:
         key = (node.namespace, node.name)
         if key not in self.enums:
             members = [(member_name(v), v) for v in node.values]
-            cls = enum.Enum(node.name, members, type=str, module=f"codec.runtime.{node.namespace}")  # type: ignore[misc]
+            cls = enum.Enum(node.name, members, type=str, module=f"tensorwire.loaded.{node.namespace}")  # type: ignore[misc]
             cls.__doc__ = node.description or f"Enum {node.namespace}.{node.name}."
             self.enums[key] = cls
         return self.enums[key]
@@ -96,7 +96,7 @@ class _Types:
             kw_only=True,
             omit_defaults=True,
             namespace=namespace,
-            module=f"codec.runtime.{struct.namespace}",
+            module=f"tensorwire.loaded.{struct.namespace}",
             **options,
         )
         self.structs[id(struct)] = cls

@@ -9,10 +9,10 @@ import dataclasses
 import json
 from typing import Any
 
-from codec.gen.docs import class_doc
-from codec.gen.model import default_value, member_name, rules_for, type_info
-from codec.schema import SchemaSet, class_name
-from codec.schema.ir import (
+from tensorwire.gen.docs import class_doc
+from tensorwire.gen.model import default_value, member_name, rules_for, type_info
+from tensorwire.schema import SchemaSet, class_name
+from tensorwire.schema.ir import (
     ArrayT,
     EnumT,
     Field,
@@ -48,7 +48,7 @@ def _render_init(schemas: SchemaSet) -> str:
         f"{HEADER_PREFIX}{schemas.label}. DO NOT EDIT.\n"
         f'"""Generated message types of ``{schemas.label}/``: one module per namespace, and their registry."""\n\n'
         "from __future__ import annotations\n\n"
-        "from codec.registry import Registry\n\n"
+        "from tensorwire.registry import Registry\n\n"
         f"from . import {', '.join(namespaces)}\n\n"
         f"__all__ = [{names}]\n\n"
         f"REGISTRY = Registry.from_modules({', '.join(namespaces)})\n"
@@ -245,11 +245,11 @@ class _Module:
         blocks = ["from __future__ import annotations", "\n".join(std), "\n".join(third)]
         if self.contract:
             names = sorted(self.contract)
-            line = f"from codec.contract import {', '.join(names)}"
+            line = f"from tensorwire.contract import {', '.join(names)}"
             blocks.append(
                 line
                 if len(line) <= WIDTH
-                else "from codec.contract import (\n" + "".join(f"    {n},\n" for n in names) + ")"
+                else "from tensorwire.contract import (\n" + "".join(f"    {n},\n" for n in names) + ")"
             )
         if self.foreign:
             blocks.append("\n".join(f"from . import {ns} as _ns_{ns}" for ns in sorted(self.foreign)))

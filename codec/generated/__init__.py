@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from codec.registry import Registry
+from tensorwire.registry import Registry
 
 from . import diffusion, media, rpc
 

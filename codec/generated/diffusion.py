@@ -12,7 +12,7 @@ from typing import Annotated, Any, ClassVar
 import msgspec
 import numpy as np
 
-from codec.contract import EachCheck, GroupRule, StructRules, TensorCheck, TreeCheck, TypeInfo, check_struct
+from tensorwire.contract import EachCheck, GroupRule, StructRules, TensorCheck, TreeCheck, TypeInfo, check_struct
 
 from . import media as _ns_media
 

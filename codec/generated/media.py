@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import msgspec
 import torch
 
-from codec.contract import EachCheck, StructRules, TensorCheck, TreeCheck, TypeInfo, check_struct
+from tensorwire.contract import EachCheck, StructRules, TensorCheck, TreeCheck, TypeInfo, check_struct
 
 __all__ = [
     "FloatVideoConsumer",

@@ -10,7 +10,7 @@ from typing import Annotated, Any, ClassVar
 
 import msgspec
 
-from codec.contract import EachCheck, StructRules, TreeCheck, TypeInfo, check_struct
+from tensorwire.contract import EachCheck, StructRules, TreeCheck, TypeInfo, check_struct
 
 from . import diffusion as _ns_diffusion
 

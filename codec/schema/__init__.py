@@ -11,11 +11,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codec.errors import SchemaError
-from codec.schema.build import Builder, FileEntry, fingerprint_of
-from codec.schema.ir import EnumT, StructT
-from codec.schema.meta import check_against_meta, meta_schema, meta_schema_text
-from codec.schema.source import SourceFile, read_source
+from tensorwire.errors import SchemaError
+from tensorwire.schema.build import Builder, FileEntry, fingerprint_of
+from tensorwire.schema.ir import EnumT, StructT
+from tensorwire.schema.meta import check_against_meta, meta_schema, meta_schema_text
+from tensorwire.schema.source import SourceFile, read_source
 
 __all__ = [
     "META_DIR",

@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from codec.contract import known_validators
-from codec.schema.ir import (
+from tensorwire.contract import known_validators
+from tensorwire.schema.ir import (
     MISSING,
     ArrayT,
     Constraint,
@@ -28,7 +28,7 @@ from codec.schema.ir import (
     UnionT,
     member_name,
 )
-from codec.schema.source import SourceFile, join_pointer
+from tensorwire.schema.source import SourceFile, join_pointer
 
 __all__ = ["Builder", "FileEntry", "fingerprint_of"]
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import jsonschema
 
-from codec.dtypes import DTYPE_NAMES
-from codec.errors import SchemaError
-from codec.schema.source import SourceFile, join_pointer
+from tensorwire.dtypes import DTYPE_NAMES
+from tensorwire.errors import SchemaError
+from tensorwire.schema.source import SourceFile, join_pointer
 
 __all__ = ["META_SCHEMA_NAME", "check_against_meta", "meta_schema", "meta_schema_text"]
 
@@ -21,7 +21,7 @@ _MAX_REPORTED = 5
 
 def meta_schema_text() -> str:
     """The meta-schema file, exactly as shipped (what ``tensorwire schemas --meta`` writes out)."""
-    return resources.files("codec.schema").joinpath(META_SCHEMA_NAME).read_text(encoding="utf-8")
+    return resources.files("tensorwire.schema").joinpath(META_SCHEMA_NAME).read_text(encoding="utf-8")
 
 
 @cache

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codec.errors import SchemaError
+from tensorwire.errors import SchemaError
 
 __all__ = ["SourceFile", "escape_pointer", "join_pointer", "read_source"]
 

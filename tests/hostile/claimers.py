@@ -7,14 +7,14 @@ from typing import Any
 
 def claim_all(start: Any, frames_list: list[list[bytes]], backing: str, report: Any) -> None:
     """Wait for ``start``, then try to decode every message; report which ones this process got."""
-    import codec
-    import transports
-    from codec.generated import REGISTRY
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import REGISTRY
 
-    decoder = codec.Decoder(
+    decoder = tw.Decoder(
         REGISTRY,
         transports=[transports.ShmTransport(backing=backing)],  # type: ignore[arg-type]
-        options=codec.DecodeOptions(borrow=False),
+        options=tw.DecodeOptions(borrow=False),
     )
     won: list[int] = []
     lost: list[str] = []
@@ -22,7 +22,7 @@ def claim_all(start: Any, frames_list: list[list[bytes]], backing: str, report: 
     for i, frames in enumerate(frames_list):
         try:
             message = decoder.decode(frames)
-        except codec.DecodeError as exc:
+        except tw.DecodeError as exc:
             lost.append(str(exc))
             continue
         if int(message.chunk_index) == i and float(message.output[0]) == float(i):

@@ -28,7 +28,7 @@ import torch
 from tests.wire_helpers import head_of
 
 if TYPE_CHECKING:
-    from transports.shm import Backing
+    from tensorwire.transports.shm import Backing
 
 BLOCK = 64 * 1024  # payloads are whole blocks of a seeded pattern
 COMMANDS = frozenset(
@@ -45,7 +45,7 @@ def payload(nbytes: int, seed: int) -> torch.Tensor:
 
 def message(nbytes: int, seed: int) -> Any:
     """A message carrying ``payload(nbytes, seed)`` (out of band) and ``seed``."""
-    from codec.generated import diffusion
+    from tensorwire.generated import diffusion
 
     return diffusion.Output(output=payload(nbytes, seed), chunk_index=seed)
 
@@ -80,16 +80,16 @@ class Worker:
 
     def setup(self, directory: str, backing: Backing, pool: bool, claim_timeout: float, borrow: bool | None) -> None:
         """A ``ShmTransport`` in ``directory`` and an encoder and decoder over it; fds counted after."""
-        import codec
-        import transports
-        from codec.generated import REGISTRY
+        import tensorwire as tw
+        from tensorwire import transports
+        from tensorwire.generated import REGISTRY
 
         self.transport = transports.ShmTransport(directory, pool=pool, backing=backing, claim_timeout=claim_timeout)
-        self.encoder = codec.Encoder(
-            transport=self.transport, options=codec.EncodeOptions(embed_threshold=0, inline_threshold=1)
+        self.encoder = tw.Encoder(
+            transport=self.transport, options=tw.EncodeOptions(embed_threshold=0, inline_threshold=1)
         )
-        options = codec.DecodeOptions(borrow=borrow)
-        self.decoder = codec.Decoder(REGISTRY, transports=[self.transport], options=options)
+        options = tw.DecodeOptions(borrow=borrow)
+        self.decoder = tw.Decoder(REGISTRY, transports=[self.transport], options=options)
         intact(message(BLOCK, 0), BLOCK, 0)  # whatever torch opens lazily is open before the count
         gc.collect()
         self.baseline = fd_count()
@@ -120,7 +120,7 @@ class Worker:
     def freeze_export(self, nbytes: int, seed: int, fork_helper: bool) -> NoReturn:
         """Encode ``message(nbytes, seed)`` and freeze halfway through copying it into shared memory
         (after forking a helper that holds everything the sender holds, with ``fork_helper``)."""
-        shm = patchable("transports.shm")
+        shm = patchable("tensorwire.transports.shm")
         real = shm.copy_into
 
         def half_then_freeze(dst: Any, src: Any) -> None:
@@ -136,7 +136,7 @@ class Worker:
 
     def freeze_receive(self, frames: list[bytes]) -> NoReturn:
         """Decode ``frames`` (a copy-receive) and freeze halfway through copying the buffer out."""
-        shm, slots = patchable("transports.shm"), patchable("transports.slots")
+        shm, slots = patchable("tensorwire.transports.shm"), patchable("tensorwire.transports.slots")
         real_read = shm.read_into
 
         def copy_half(source: Any) -> bytearray:  # stands in for ``bytearray(slot bytes)``
@@ -199,7 +199,7 @@ def serve(conn: Connection) -> None:
 
 def _run(worker: Worker, command: str, args: tuple[Any, ...]) -> tuple[str, Any]:
     """``("ok", result)``, ``("error", the CodecError)`` or ``("crash", traceback)``."""
-    from codec.errors import CodecError
+    from tensorwire.errors import CodecError
 
     try:
         if command not in COMMANDS:
@@ -235,7 +235,7 @@ def _free() -> int:
 @contextmanager
 def _copies() -> Iterator[list[int]]:
     """The sizes of the buffers copied into shared memory while the block runs."""
-    shm = patchable("transports.shm")
+    shm = patchable("tensorwire.transports.shm")
     real = shm.copy_into
     sizes: list[int] = []
 
@@ -257,10 +257,10 @@ def _tensors(*sizes: int) -> tuple[torch.Tensor, ...]:
 def _failed_encode(transport: Any, *sizes: int) -> dict[str, Any]:
     """Encode a message of buffers of ``sizes`` (which must fail): the error, what was copied, what
     /dev/shm gained, the pool's slot states; then what /dev/shm holds after ``close()``."""
-    import codec
-    from codec.generated import diffusion
+    import tensorwire as tw
+    from tensorwire.generated import diffusion
 
-    encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(embed_threshold=0, inline_threshold=1))
+    encoder = tw.Encoder(transport=transport, options=tw.EncodeOptions(embed_threshold=0, inline_threshold=1))
     before = set(os.listdir(SHM))
     report: dict[str, Any] = {"error": None}
     with _copies() as copied:
@@ -281,16 +281,16 @@ def _failed_encode(transport: Any, *sizes: int) -> dict[str, Any]:
 
 def _round_trip_16mib() -> dict[str, Any]:
     """A 16 MiB tensor through a default ``ShmTransport()`` (memfd pool), and /dev/shm meanwhile."""
-    import codec
-    import transports
-    from codec.generated import REGISTRY, diffusion
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import REGISTRY, diffusion
 
     transport = transports.ShmTransport()
     before, free = set(os.listdir(SHM)), _free()
     tensor = payload(MIB16, 16)
-    frames = codec.Encoder(transport=transport).encode(diffusion.Output(output=tensor))
+    frames = tw.Encoder(transport=transport).encode(diffusion.Output(output=tensor))
     handle = head_of(frames[0])[2][0][1]
-    received = codec.Decoder(REGISTRY, transports=[transport]).decode(frames).output
+    received = tw.Decoder(REGISTRY, transports=[transport]).decode(frames).output
     report = {
         "handle": {"transport": handle["transport"], "memfd": handle.get("fd") is not None},
         "ok": bool(torch.equal(received, tensor)),
@@ -304,19 +304,19 @@ def _round_trip_16mib() -> dict[str, Any]:
 
 def _one_shots_then_read_when_full() -> dict[str, Any]:
     """Export two one-shots, fill /dev/shm to the last byte, then read them (a copy and a borrow)."""
-    import codec
-    import transports
-    from codec.generated import REGISTRY, diffusion
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import REGISTRY, diffusion
 
     sender = transports.ShmTransport(pool=False)
-    encoder = codec.Encoder(transport=sender, options=codec.EncodeOptions(embed_threshold=0, inline_threshold=1))
+    encoder = tw.Encoder(transport=sender, options=tw.EncodeOptions(embed_threshold=0, inline_threshold=1))
     sent = [encoder.encode(diffusion.Output(output=payload(SMALL, seed))) for seed in (1, 2)]
     names = [head_of(frames[0])[2][0][1]["name"] for frames in sent]
     _fill(0, "filler-rest")
     report: dict[str, Any] = {"free": _free(), "read": []}
     reader = transports.ShmTransport(pool=False)
     for seed, frames, borrow in ((1, sent[0], False), (2, sent[1], True)):
-        decoder = codec.Decoder(REGISTRY, transports=[reader], options=codec.DecodeOptions(borrow=borrow))
+        decoder = tw.Decoder(REGISTRY, transports=[reader], options=tw.DecodeOptions(borrow=borrow))
         try:
             ok = bool(torch.equal(decoder.decode(frames).output, payload(SMALL, seed)))
             report["read"].append({"borrow": borrow, "ok": ok})
@@ -331,8 +331,8 @@ def _one_shots_then_read_when_full() -> dict[str, Any]:
 
 def full_shm_report() -> None:
     """Inside a private 4 MiB tmpfs on /dev/shm: fill it, then print a JSON report of each case."""
-    import transports
-    from transports.pool import MIN_CLASS, size_class
+    from tensorwire import transports
+    from tensorwire.transports.pool import MIN_CLASS, size_class
 
     report: dict[str, Any] = {"size_class_big": size_class(BIG), "min_class": MIN_CLASS}
     report["read_when_full"] = _one_shots_then_read_when_full()  # before the filler: it fills the rest itself
@@ -342,7 +342,7 @@ def full_shm_report() -> None:
     report["named_past_budget"] = _failed_encode(transports.ShmTransport(backing="named"), BIG)
     stale = transports.ShmTransport(backing="named")
     assert stale.pool is not None
-    from transports.retention import Retention
+    from tensorwire.transports.retention import Retention
 
     stale.pool.retention = Retention(shm_fraction=None, max_bytes=1 << 30)  # as read before /dev/shm filled
     report["named_growth"] = _failed_encode(stale, BIG)

@@ -8,11 +8,11 @@ from typing import Any
 def hold_and_read(conn: Any) -> None:
     """Decode two messages (borrowed views), wait while the neighbour tries to resize the memory,
     then read every element and report the sums (a SIGBUS would end this process instead)."""
-    import codec
-    import transports
-    from codec.generated import REGISTRY
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import REGISTRY
 
-    decoder = codec.Decoder(REGISTRY, transports=[transports.ShmTransport()])
+    decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport()])
     first = decoder.decode(conn.recv()).output
     conn.send("holding")
     conn.recv()  # the neighbour tried
@@ -25,12 +25,12 @@ def send_and_wait(conn: Any) -> None:
     """Send one message through a memfd pool slot, then exit when told to (without closing)."""
     import torch
 
-    import codec
-    import transports
-    from codec.generated import diffusion
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import diffusion
 
     transport = transports.ShmTransport()
-    encoder = codec.Encoder(transport=transport, options=codec.EncodeOptions(inline_threshold=1))
+    encoder = tw.Encoder(transport=transport, options=tw.EncodeOptions(inline_threshold=1))
     frames = encoder.encode(diffusion.Output(output=torch.ones(1 << 20)))
     conn.send([bytes(memoryview(f)) for f in frames])
     conn.recv()

@@ -98,11 +98,11 @@ def receiver(conn: Any, timeout: float) -> Callable[[], Any]:
 def threaded_producer(data_queue: Any, conns: list[Any], done: Any) -> None:
     """Child process: ``THREADS`` threads share one Encoder over one QueueTransport, thread ``i``
     handing its frames to ``conns[i]``; stay alive until ``done`` (the receiver needs our fds)."""
-    import codec
-    import transports
+    import tensorwire as tw
+    from tensorwire import transports
 
-    options = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through the queue
-    encoder = codec.Encoder(transport=transports.QueueTransport(data_queue), options=options)
+    options = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through the queue
+    encoder = tw.Encoder(transport=transports.QueueTransport(data_queue), options=options)
     threads = [threading.Thread(target=encode_all, args=(encoder, i, conn.send)) for i, conn in enumerate(conns)]
     for thread in threads:
         thread.start()
@@ -136,7 +136,7 @@ class _Lines(logging.Handler):
 @contextmanager
 def _torch_call_not_prechecked() -> Iterator[None]:
     """Let the export reach torch's own allocation, as when /dev/shm fills between check and call."""
-    from transports import torch_shm
+    from tensorwire.transports import torch_shm
 
     saved = torch_shm._shm_free_bytes
     torch_shm._shm_free_bytes = lambda: None
@@ -168,15 +168,15 @@ def _attempt(encoder: Any, message: Any, prechecked: bool, before: set[str]) -> 
 def _case(data: Any, name: str, *, snapshot: bool, numpy: bool, prechecked: bool) -> dict[str, Any]:
     """A failed export of a message of a small and a big buffer; then the same sender's next
     message, decoded by a receiver on the same queue; then what /dev/shm holds once all is freed."""
-    import codec
-    import transports
-    from codec.generated import REGISTRY, diffusion
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import REGISTRY, diffusion
 
     lines = _Lines()
     logging.getLogger("tensorwire.queue").addHandler(lines)
     tx = transports.QueueTransport(data, snapshot=snapshot, timeout=5)
     rx = transports.QueueTransport(data, timeout=5)
-    encoder = codec.Encoder(transport=tx, options=codec.EncodeOptions(embed_threshold=0, inline_threshold=1))
+    encoder = tw.Encoder(transport=tx, options=tw.EncodeOptions(embed_threshold=0, inline_threshold=1))
     small, big = _buffers(numpy)
     decoy = os.path.join(SHM, f"torch_{os.getpid()}_1_{name}")  # torch's pattern and our pid, not this call's
     open(decoy, "wb").close()
@@ -184,9 +184,7 @@ def _case(data: Any, name: str, *, snapshot: bool, numpy: bool, prechecked: bool
     before = set(os.listdir(SHM))
     report = {"case": name, **_attempt(encoder, diffusion.Output(output=(small, big)), prechecked, before)}
     report["big_intact"] = bool((big == 1).all()) and not (isinstance(big, torch.Tensor) and big.is_shared())  # type: ignore[no-untyped-call]
-    out = codec.Decoder(REGISTRY, transports=[rx]).decode(
-        encoder.encode(diffusion.Output(output=torch.full((8,), 5.0)))
-    )
+    out = tw.Decoder(REGISTRY, transports=[rx]).decode(encoder.encode(diffusion.Output(output=torch.full((8,), 5.0))))
     report.update(next_ok=out.output.tolist() == [5.0] * 8, buffered=rx.buffered(), log=lines.lines)
     logging.getLogger("tensorwire.queue").removeHandler(lines)
     tx.close()

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-import codec
-from codec.generated import REGISTRY, diffusion, rpc
+import tensorwire as tw
+from tensorwire.generated import REGISTRY, diffusion, rpc
 
 pytestmark = pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
-ENCODER = codec.Encoder()
-DECODER = codec.Decoder(REGISTRY)
+ENCODER = tw.Encoder()
+DECODER = tw.Decoder(REGISTRY)
 FITS = r"does not fit the wire \(msgpack holds -2\*\*63 \.\. 2\*\*64-1\)"
 
 
@@ -56,7 +56,7 @@ def test_an_int_that_does_not_fit_the_wire_is_an_encode_error_naming_its_field(
     message: Any, value: int, path: str
 ) -> None:
     type_id = re.escape(type(message).__tw_type__.type_id)
-    with pytest.raises(codec.EncodeError, match=rf"^{type_id}: integer {value} {FITS} - at `{path}`$"):
+    with pytest.raises(tw.EncodeError, match=rf"^{type_id}: integer {value} {FITS} - at `{path}`$"):
         ENCODER.encode(message)
 
 
@@ -87,7 +87,7 @@ def test_ndarray_subclasses_are_encode_errors_naming_the_field_and_the_type(
         rf"^diffusion\.Output: {name} is a subclass of numpy\.ndarray and cannot travel \(its extra state would be"
         rf" lost\); send numpy\.asarray\(value\) for its data - at `{path}`$"
     )
-    with pytest.raises(codec.EncodeError, match=error):
+    with pytest.raises(tw.EncodeError, match=error):
         ENCODER.encode(message)
 
 
@@ -100,13 +100,11 @@ def test_a_subclass_in_a_typed_field_or_a_map_names_its_path() -> None:
     output = diffusion.Output(trajectory_decoded=[np.zeros((2, 2, 3), np.uint8)])
     output.trajectory_decoded = [np.zeros((2, 2, 3), np.uint8), masked]
     with pytest.raises(
-        codec.EncodeError, match=r"numpy\.ma\.MaskedArray is a subclass .* - at `\$\.trajectory_decoded\[1\]`$"
+        tw.EncodeError, match=r"numpy\.ma\.MaskedArray is a subclass .* - at `\$\.trajectory_decoded\[1\]`$"
     ):
         ENCODER.encode(output)
     request = rpc.Request(method="m", kwargs={"mask": np.matrix([[1.0]])})
-    with pytest.raises(
-        codec.EncodeError, match=r"^rpc\.Request: numpy\.matrix is a subclass .* - at `\$\.kwargs\.mask`$"
-    ):
+    with pytest.raises(tw.EncodeError, match=r"^rpc\.Request: numpy\.matrix is a subclass .* - at `\$\.kwargs\.mask`$"):
         ENCODER.encode(request)
 
 
@@ -133,7 +131,7 @@ def test_torch_tensor_subclasses_are_left_as_they_are() -> None:
 )
 def test_every_tensor_the_encoder_refuses_names_its_path(value: Any, error: str) -> None:
     message = diffusion.Output(output={"ok": torch.ones(3), "bad": [1, value]})
-    with pytest.raises(codec.EncodeError, match=rf"^diffusion\.Output: {error} - at `\$\.output\.bad\[1\]`$"):
+    with pytest.raises(tw.EncodeError, match=rf"^diffusion\.Output: {error} - at `\$\.output\.bad\[1\]`$"):
         ENCODER.encode(message)
 
 
@@ -141,7 +139,7 @@ def test_every_tensor_the_encoder_refuses_names_its_path(value: Any, error: str)
 
 
 def _locate(message: Any, match: Any, max_depth: int = 64) -> tuple[str, Any] | None:
-    from codec.locate import locate  # imported here: the module is new, the tests above run without it
+    from tensorwire.locate import locate  # imported here: the module is new, the tests above run without it
 
     return locate(message, match, max_depth)
 

@@ -18,14 +18,16 @@ SCRIPT = textwrap.dedent(
     """
     import os, sys
     sys.path.insert(0, {repo!r})
-    import torch, codec, transports
-    from codec.generated import REGISTRY, diffusion
+    import torch
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import REGISTRY, diffusion
     shm = transports.ShmTransport({options})
-    enc = codec.Encoder(transport=shm)
-    dec = codec.Decoder(REGISTRY, transports=[shm])
+    enc = tw.Encoder(transport=shm)
+    dec = tw.Decoder(REGISTRY, transports=[shm])
     video = torch.zeros(1, 3, 8, 64, 64, dtype=torch.bfloat16)
     out = dec.decode(enc.encode(diffusion.Output(output=(video, {{"audio": torch.ones(300_000)}}))))
-    again = dec.decode(codec.split(codec.join(enc.encode(diffusion.Output(output=video)))))
+    again = dec.decode(tw.split(tw.join(enc.encode(diffusion.Output(output=video)))))
     print(os.getpid(), out.output[1]["audio"].shape, again.output.shape)
     """
 )

@@ -25,17 +25,16 @@ import msgspec
 import pytest
 import torch
 
-import codec
-import transports
-from codec import wire
-from codec.generated import REGISTRY, diffusion
+import tensorwire as tw
+from tensorwire import transports, wire
+from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.transports.control import CONTROL_BYTES, SENDER, Page
+from tensorwire.transports.segment import SEALS
 from tests.hostile import victim as victim_module
 from tests.hostile.children import spawned
 from tests.wire_helpers import edit_descriptor, frame_of, head_of
-from transports.control import CONTROL_BYTES, SENDER, Page
-from transports.segment import SEALS
 
-OOB = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # the payload through shared memory
+OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # the payload through shared memory
 
 
 @pytest.fixture
@@ -57,7 +56,7 @@ def victim(directory: Path) -> Iterator[dict[str, Any]]:
         assert report["unchanged"], f"the victim's files or slots changed: {report['before']} -> {report['after']}"
         receiver = transports.ShmTransport(directory, backing="named", pool=False)
         for i, frames in enumerate(child.recv()):
-            out = codec.Decoder(REGISTRY, transports=[receiver]).decode(frames).output
+            out = tw.Decoder(REGISTRY, transports=[receiver]).decode(frames).output
             assert torch.equal(out, victim_module.PAYLOAD + i)  # the intended receiver still gets it
             del out
         receiver.close()
@@ -68,7 +67,7 @@ def victim(directory: Path) -> Iterator[dict[str, Any]]:
 def _template(directory: Path) -> tuple[transports.ShmTransport, list[Any], list[Any]]:
     """This process's own one-shot message of 4 KiB, as frames and as a frame 0 to forge."""
     transport = transports.ShmTransport(directory, pool=False)
-    frames = codec.Encoder(transport=transport, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
+    frames = tw.Encoder(transport=transport, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
     return transport, frames, head_of(frames[0])
 
 
@@ -92,14 +91,14 @@ FAILURES: dict[str, Callable[[list[Any]], None]] = {  # frame 0 is [tag, fingerp
 }
 
 
-def _attack(decoder: codec.Decoder, head: list[Any], handle: dict[str, Any]) -> list[str]:
+def _attack(decoder: tw.Decoder, head: list[Any], handle: dict[str, Any]) -> list[str]:
     """Decode ``head`` with ``handle`` in its buffer table through every failure path; the errors."""
     errors = []
     for failure in FAILURES.values():
         forged = head_of(frame_of(head))
         forged[2][0][1] = handle
         failure(forged)
-        with pytest.raises(codec.CodecError) as info:
+        with pytest.raises(tw.CodecError) as info:
             decoder.decode([frame_of(forged)])
         errors.append(str(info.value))
     return errors
@@ -118,7 +117,7 @@ ONE_SHOT_ERRORS = {
 
 def test_forged_one_shot_handles_leave_every_file_as_it_was(directory: Path) -> None:
     own, frames, head = _template(directory)
-    decoder = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(directory, backing="named", pool=False)])
+    decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(directory, backing="named", pool=False)])
     with victim(directory) as info:
         for kind, name in info["decoys"].items():
             errors = _attack(decoder, head, {"transport": "shm", "name": name, "capability": secrets.token_bytes(16)})
@@ -129,7 +128,7 @@ def test_forged_one_shot_handles_leave_every_file_as_it_was(directory: Path) -> 
                 errors = _attack(decoder, head, {"transport": "shm", "name": name, "capability": capability})
                 assert _matches(errors[0], r"the handle's capability does not match|holds \d+ bytes, its handle")
         assert _matches(_attack(decoder, head, _shm(f"tw-2147483648-{'a' * 32}-1"))[0], r"not a tensorwire name")
-    assert codec.Decoder(REGISTRY, transports=[own]).decode(frames).output.sum() == victim_module.PAYLOAD.sum()
+    assert tw.Decoder(REGISTRY, transports=[own]).decode(frames).output.sum() == victim_module.PAYLOAD.sum()
 
 
 SLOT_ERRORS = {  # a decoy named in a pool slot handle, to a receiver that maps named segments
@@ -147,10 +146,10 @@ if os.geteuid() != 0:  # only root can make another uid's file here: the victim'
 
 def test_forged_slot_handles_leave_every_slot_and_file_as_it_was(directory: Path) -> None:
     own = transports.ShmTransport(directory, backing="named", claim_timeout=3600.0)
-    frames = codec.Encoder(transport=own, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
+    frames = tw.Encoder(transport=own, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
     head = head_of(frames[0])
     decoders = {
-        backing: codec.Decoder(REGISTRY, transports=[transports.ShmTransport(directory, backing=backing)])
+        backing: tw.Decoder(REGISTRY, transports=[transports.ShmTransport(directory, backing=backing)])
         for backing in ("memfd", "named")
     }
     with victim(directory) as info:
@@ -185,15 +184,15 @@ def test_forged_slot_handles_leave_every_slot_and_file_as_it_was(directory: Path
 
 def test_a_memfd_receiver_refuses_named_slots_and_maps_no_one_shot(directory: Path) -> None:
     named = transports.ShmTransport(directory, backing="named")
-    frames = codec.Encoder(transport=named, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
+    frames = tw.Encoder(transport=named, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
     receiver = transports.ShmTransport(directory)
-    with pytest.raises(codec.DecodeError, match=r"is a named segment, which a same-uid process can truncate"):
-        codec.Decoder(REGISTRY, transports=[receiver]).decode(frames)
+    with pytest.raises(tw.DecodeError, match=r"is a named segment, which a same-uid process can truncate"):
+        tw.Decoder(REGISTRY, transports=[receiver]).decode(frames)
     assert named.pool is not None and [s.state for s in named.pool.slots()] == [transports.control.IN_FLIGHT]
     one_shot = transports.ShmTransport(directory, pool=False)
-    frames = codec.Encoder(transport=one_shot, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
+    frames = tw.Encoder(transport=one_shot, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
     name = head_of(frames[0])[2][0][1]["name"]
-    borrowing = codec.Decoder(REGISTRY, transports=[receiver], options=codec.DecodeOptions(borrow=True))
+    borrowing = tw.Decoder(REGISTRY, transports=[receiver], options=tw.DecodeOptions(borrow=True))
     out = borrowing.decode(frames).output
     assert torch.equal(out, victim_module.PAYLOAD)
     assert name not in Path("/proc/self/maps").read_text()  # a private copy, not a mapping of the file
@@ -221,7 +220,7 @@ def test_an_unsealed_memfd_is_refused_even_with_the_right_capability(directory: 
     """A hostile sender could shrink an unsealed memfd under the receiver's mapping (a SIGBUS)."""
     own, _, head = _template(directory)
     _release_own(own, head)
-    decoder = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(directory)])
+    decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(directory)])
     for sealed in (False, True):
         fd, mapping, handle = _crafted_memfd(sealed)
         forged = [*head[:2], [[4096, handle]], head[3]]
@@ -231,7 +230,7 @@ def test_an_unsealed_memfd_is_refused_even_with_the_right_capability(directory: 
                 assert out.shape == (1024,)
                 del out
             else:
-                with pytest.raises(codec.DecodeError, match=r"is not sealed against resizing"):
+                with pytest.raises(tw.DecodeError, match=r"is not sealed against resizing"):
                     decoder.decode([frame_of(forged)])
         finally:
             mapping.close()

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from tensorwire.transports.control import CONTROL_BYTES, FREE
 from tests.hostile import private_shm
 from tests.hostile.kill_procs import BIG, LEFT, SMALL
-from transports.control import CONTROL_BYTES, FREE
 
 _SEGMENT = r"tw-\d+-[0-9a-f]{32}-[0-9a-f]+"
 

@@ -27,11 +27,11 @@ from typing import Any
 
 import pytest
 
-import codec
-import transports
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.transports.control import CLAIMED, FREE, IN_FLIGHT, MAGIC, SENDER
 from tests.hostile import kill_procs
 from tests.wire_helpers import head_of, memfds_held
-from transports.control import CLAIMED, FREE, IN_FLIGHT, MAGIC, SENDER
 
 BIG = 256 * 1024 * 1024  # the buffer of the mid-copy kills
 SMALL = 1024 * 1024
@@ -43,7 +43,7 @@ BACKINGS: dict[str, dict[str, Any]] = {
     "one-shot": {"backing": "memfd", "pool": False},
 }
 CTX = mp.get_context("forkserver")
-PRELOAD = ["pytest", "torch", "codec", "codec.generated", "transports", "tests.hostile.kill_procs"]
+PRELOAD = ["pytest", "torch", "tensorwire", "tensorwire.generated", "tensorwire.transports", "tests.hostile.kill_procs"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -266,7 +266,7 @@ def test_sender_killed_after_the_hand_over_before_the_claim(case: Case) -> None:
             rf"cannot open pool segment tw-{sender.pid}-[0-9a-f]{{32}}-[0-9a-f]+ through /proc/{sender.pid}/fd/\d+: "
             r"No such file or directory \(is its sender alive, in this pid namespace\?\)$"
         )
-        with pytest.raises(codec.TransportError, match=message) as failure:
+        with pytest.raises(tw.TransportError, match=message) as failure:
             receiver.call("decode", frames, SMALL, 2, False)
         assert failure.value.errno == errno.ENOENT
     else:  # a named segment outlives its sender; the receiver unlinks it once read
@@ -296,7 +296,7 @@ def test_receiver_killed_before_claiming(case: Case) -> None:
     receiver.call("take", frames)
     receiver.kill()
     time.sleep(CLAIM)  # let the claim deadline pass
-    with pytest.raises(codec.DecodeError, match=_expired(case, sender)):
+    with pytest.raises(tw.DecodeError, match=_expired(case, sender)):
         late.call("decode", frames, SMALL, 4, False)
     if case.pooled:
         again = sender.call("encode", SMALL, 5)

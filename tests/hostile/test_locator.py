@@ -23,14 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wire_helpers import damage, edit_descriptor, frame_of, head_of
 
-import codec
-from codec.cli import main
-from codec.dtypes import DTYPE_NAMES
-from codec.generated import REGISTRY, diffusion, rpc
-from codec.inspect import describe
-from codec.wire import pack_descriptor, pack_inline
+import tensorwire as tw
+from tensorwire.cli import main
+from tensorwire.dtypes import DTYPE_NAMES
+from tensorwire.generated import REGISTRY, diffusion, rpc
+from tensorwire.inspect import describe
+from tensorwire.wire import pack_descriptor, pack_inline
 
-INLINE = codec.Encoder(options=codec.EncodeOptions(embed_threshold=0))  # each tensor in a buffer of its own
+INLINE = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))  # each tensor in a buffer of its own
 SECRET = bytes(range(0xA0, 0xB0))  # 16 bytes, like a capability
 _SHOWN = re.compile(rf"{SECRET.hex()}|xa0\W{{0,4}}xa1")  # its hex, or its repr however escaped
 
@@ -98,7 +98,7 @@ def _assert_plain(info: Any) -> None:
     ],
 )
 def test_malformed_headers_are_decode_errors_saying_where(change: Callable[[list[Any]], Any], error: str) -> None:
-    with pytest.raises(codec.DecodeError, match=error):
+    with pytest.raises(tw.DecodeError, match=error):
         describe(_forged(change))
 
 
@@ -117,13 +117,13 @@ def test_malformed_headers_are_decode_errors_saying_where(change: Callable[[list
     ],
 )
 def test_frames_that_are_not_headers(frame: bytes) -> None:
-    with pytest.raises(codec.DecodeError, match=r"invalid header|truncated|nesting|invalid msgpack byte"):
+    with pytest.raises(tw.DecodeError, match=r"invalid header|truncated|nesting|invalid msgpack byte"):
         describe(frame)
 
 
 def test_a_wire_1_header_says_its_wire_version_is_not_supported() -> None:
     frame = msgspec.msgpack.encode({"magic": "tensorwire", "wire": 1, "type": "diffusion.Output", "buffers": []})
-    with pytest.raises(codec.DecodeError, match=r"^wire format version 1 is not supported \(this reader: 2\)"):
+    with pytest.raises(tw.DecodeError, match=r"^wire format version 1 is not supported \(this reader: 2\)"):
         describe(frame)
 
 
@@ -161,7 +161,7 @@ def test_inspect_never_prints_a_capability(tmp_path: Path, capsys: pytest.Captur
     header = head_of(frames[0])
     header[2][1][1] = _slot_handle(capability=SECRET)
     blob = tmp_path / "message.tw"
-    blob.write_bytes(codec.join([frame_of(header), *frames[1:]]))
+    blob.write_bytes(tw.join([frame_of(header), *frames[1:]]))
     assert main(["inspect", str(blob)]) == 0
     out = capsys.readouterr().out
     assert json.loads(out)["buffers"][1]["handle"]["capability"] == {"$bytes": 16}
@@ -274,8 +274,8 @@ def test_a_decode_error_names_the_body_path_the_locator_finds(
     else:
         header[3]["kwargs"]["a b"] = edit_descriptor(ext, **change)
     assert describe(frame_of(header))["tensors"][0]["path"] == '$.kwargs["a b"]'
-    with pytest.raises(codec.DecodeError, match=rf"^rpc\.Request v1: {error} - at `\$\.kwargs\[\"a b\"\]{suffix}`$"):
-        codec.Decoder(REGISTRY).decode([frame_of(header), *frames[1:]])
+    with pytest.raises(tw.DecodeError, match=rf"^rpc\.Request v1: {error} - at `\$\.kwargs\[\"a b\"\]{suffix}`$"):
+        tw.Decoder(REGISTRY).decode([frame_of(header), *frames[1:]])
 
 
 # -- any bytes ------------------------------------------------------------------------------------
@@ -284,7 +284,7 @@ def test_a_decode_error_names_the_body_path_the_locator_finds(
 def _describes_or_rejects(frame: bytes) -> None:
     try:
         info = describe(frame)
-    except codec.DecodeError as exc:
+    except tw.DecodeError as exc:
         assert str(exc)
         return
     assert isinstance(info, dict)
@@ -311,7 +311,7 @@ def _valid_frames() -> list[bytes]:
         frame_of(header),
         bytes(INLINE.encode(rpc.Request(method="m", args=[1, (2.5, "x")], kwargs={"t": (None, b"b")}))[0]),
         bytes(INLINE.encode(diffusion.Output(output=[torch.zeros(0), (torch.ones(3), {"a b": 1})]))[0]),
-        bytes(codec.Encoder().encode(diffusion.Output(output=[np.ones(3), (torch.ones(2, 1).t(), {"a b": 1})]))[0]),
+        bytes(tw.Encoder().encode(diffusion.Output(output=[np.ones(3), (torch.ones(2, 1).t(), {"a b": 1})]))[0]),
     ]
 
 

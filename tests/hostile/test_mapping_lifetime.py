@@ -21,12 +21,12 @@ import torch
 from conftest import REPO
 from wire_helpers import memfds_held
 
-import codec
-import transports
-from codec.generated import REGISTRY, diffusion
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.transports import janitor
 from tests.hostile import mapping_procs
 from tests.hostile.children import spawned
-from transports import janitor
 
 LET_GO = {
     "close": "shm.close()",
@@ -41,11 +41,13 @@ CHILD = textwrap.dedent(
     """
     import gc, sys, time
     sys.path.insert(0, {repo!r})
-    import torch, codec, transports
-    from codec.generated import REGISTRY, diffusion
+    import torch
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import REGISTRY, diffusion
     shm = transports.ShmTransport(backing={backing!r}, idle_seconds=0.05)
-    enc = codec.Encoder(transport=shm, options=codec.EncodeOptions(inline_threshold=1))
-    dec = codec.Decoder(REGISTRY, transports=[shm])
+    enc = tw.Encoder(transport=shm, options=tw.EncodeOptions(inline_threshold=1))
+    dec = tw.Decoder(REGISTRY, transports=[shm])
     t = shm.{allocate}
     t[...] = 3
     {let_go}
@@ -86,7 +88,7 @@ def _memfd_fds(pid: int | str) -> list[str]:
 
 def test_a_neighbour_cannot_shrink_memory_a_receiver_has_mapped() -> None:
     shm = transports.ShmTransport()
-    encoder = codec.Encoder(transport=shm, options=codec.EncodeOptions(inline_threshold=1))
+    encoder = tw.Encoder(transport=shm, options=tw.EncodeOptions(inline_threshold=1))
     try:
         with spawned(mapping_procs.hold_and_read) as child:
             first = torch.arange(262_144, dtype=torch.float32)
@@ -119,7 +121,7 @@ def test_an_idle_receiver_lets_go_of_a_dead_senders_memory() -> None:
     try:
         with spawned(mapping_procs.send_and_wait) as sender:
             frames = sender.recv()
-            decoder = codec.Decoder(REGISTRY, transports=[receiver], options=codec.DecodeOptions(borrow=False))
+            decoder = tw.Decoder(REGISTRY, transports=[receiver], options=tw.DecodeOptions(borrow=False))
             assert float(decoder.decode(frames).output.sum()) == float(1 << 20)
             prefix = f"tw-{sender.pid}-"
             assert any(n.startswith(prefix) for n in memfds_held())  # mapped, and kept for the next message

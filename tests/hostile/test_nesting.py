@@ -21,14 +21,14 @@ import msgspec
 import pytest
 import torch
 
-import codec
-from codec.generated import REGISTRY, diffusion, media
-from codec.inspect import describe
-from codec.scan import check_depth
+import tensorwire as tw
+from tensorwire.generated import REGISTRY, diffusion, media
+from tensorwire.inspect import describe
+from tensorwire.scan import check_depth
 from tests.wire_helpers import frame_of, head_of, tensor_exts
 
-DECODER = codec.Decoder(REGISTRY)
-INLINE = codec.Encoder()
+DECODER = tw.Decoder(REGISTRY)
+INLINE = tw.Encoder()
 NESTING = "nesting deeper than the limit of 66"
 DEEP = 100_000
 
@@ -84,9 +84,7 @@ KINDS: dict[str, tuple[Sequence[Wrap], int]] = {
     "ext, array, map and tuple in turn": ((_ext_in_ext, _array, _map, _tuple), 1),
     "everything": ((_array, _map, _ext_in_ext, _tuple, _ext_in_ext), 1),
 }
-ONE_TENSOR = codec.Encoder(options=codec.EncodeOptions(embed_threshold=0)).encode(
-    diffusion.Output(output=torch.zeros(1))
-)
+ONE_TENSOR = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0)).encode(diffusion.Output(output=torch.zeros(1)))
 TENSOR = msgspec.msgpack.encode(tensor_exts(head_of(ONE_TENSOR[0])[3])[0])  # the descriptor of its tensor in frame 1
 LEAVES = {"int": b"\x01", "tensor": TENSOR, "empty map": b"\x80"}
 LEAF_LEVELS = {"int": 0, "tensor": 0, "empty map": 1}  # an empty container is a level of its own
@@ -121,7 +119,7 @@ def outcome(call: Callable[[], Any]) -> str:
     """``"ok"`` or the codec error's message; any other exception is reported by its type."""
     try:
         call()
-    except codec.DecodeError as exc:
+    except tw.DecodeError as exc:
         return str(exc)
     except Exception as exc:
         return f"LEAK {type(exc).__name__}: {exc}"
@@ -130,7 +128,7 @@ def outcome(call: Callable[[], Any]) -> str:
 
 # A registry none of whose types can nest past the limit: msgspec still recurses where it skips a
 # value it has no field for, or reads the buffer table raw, so its frames are walked too.
-BOUNDED = codec.Decoder(codec.Registry([media.Video]))
+BOUNDED = tw.Decoder(tw.Registry([media.Video]))
 VIDEO = INLINE.encode(
     media.Video(
         tensor=torch.zeros(1, 2, 4, 6, 3, dtype=torch.uint8),
@@ -260,7 +258,7 @@ def test_a_bounded_type_frame_at_the_limit_gets_msgspec_s_verdict(where: str) ->
         assert result == "ok"
     else:
         assert "nesting deeper" not in result and not result.startswith("LEAK"), result
-    with pytest.raises(codec.DecodeError, match=rf"^{NESTING}$"):
+    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
         BOUNDED.decode(bounded_frames(where, nest(levels + 1, b"\x01", [_array])))
 
 
@@ -272,7 +270,7 @@ def test_depth_past_many_values_of_a_large_frame_is_found(values: int) -> None:
     deep = nest(70, b"\x01", [_array])
     framed = b"\x92" + flat + deep
     assert len(framed) > 2048 or values == 10
-    with pytest.raises(codec.DecodeError, match=rf"^{NESTING}$"):
+    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
         DECODER.decode(frames_with_body(framed))
     fits = b"\x92" + flat + nest(60, b"\x01", [_array])
     result = outcome(partial(DECODER.decode, frames_with_body(fits)))
@@ -295,20 +293,20 @@ def test_every_level_counts_and_one_more_is_rejected(kind: str, leaf: str) -> No
     at_limit = outcome(lambda: DECODER.decode(deep_frames(kind, leaf, fits)))
     assert "nesting deeper" not in at_limit and not at_limit.startswith("LEAK"), at_limit
     past = fits + 1
-    with pytest.raises(codec.DecodeError, match=rf"^{NESTING}$"):
+    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
         DECODER.decode(deep_frames(kind, leaf, past))
-    with pytest.raises(codec.DecodeError, match=rf"^{NESTING}$"):
+    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
         describe(deep_frames(kind, leaf, past)[0])
 
 
 def test_the_limit_counts_ext_in_ext_levels() -> None:
     chain = nest(5, b"\xc0", [_ext_in_ext])
     check_depth(chain, 5)
-    with pytest.raises(codec.DecodeError, match=r"^nesting deeper than the limit of 4$"):
+    with pytest.raises(tw.DecodeError, match=r"^nesting deeper than the limit of 4$"):
         check_depth(chain, 4)
     tuples = nest(5, b"\xc0", [_tuple])  # a tuple and its array are one level, as the encoder counts them
     check_depth(tuples, 5)
-    with pytest.raises(codec.DecodeError, match=r"^nesting deeper than the limit of 4$"):
+    with pytest.raises(tw.DecodeError, match=r"^nesting deeper than the limit of 4$"):
         check_depth(tuples, 4)
 
 
@@ -332,9 +330,9 @@ _PADDING = msgspec.msgpack.encode("\u0410" * 100)
 )
 def test_a_tuple_payload_must_hold_exactly_one_value(value: bytes, error: str) -> None:
     framed = b"\x92" + _PADDING + value
-    with pytest.raises(codec.DecodeError, match=error):
+    with pytest.raises(tw.DecodeError, match=error):
         check_depth(framed, 3)
-    with pytest.raises(codec.DecodeError, match=error):  # the decoder walks frame 0 first
+    with pytest.raises(tw.DecodeError, match=error):  # the decoder walks frame 0 first
         DECODER.decode(frames_with_body(framed))
 
 
@@ -348,7 +346,7 @@ def test_a_tuple_payload_must_hold_exactly_one_value(value: bytes, error: str) -
 def test_well_formed_frames_pass_the_walk_at_their_depth(message: Any, depth: int) -> None:
     frames = INLINE.encode(message)  # the bytes values hold openers: the walk runs, never the fast path
     check_depth(frames[0], depth)
-    with pytest.raises(codec.DecodeError, match=rf"^nesting deeper than the limit of {depth - 1}$"):
+    with pytest.raises(tw.DecodeError, match=rf"^nesting deeper than the limit of {depth - 1}$"):
         check_depth(frames[0], depth - 1)
     assert DECODER.decode(frames).output is not None
 

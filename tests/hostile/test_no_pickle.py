@@ -15,10 +15,10 @@ import pytest
 import torch
 from wire_helpers import frame_of, head_of, same
 
-import codec
-import transports
-from codec.generated import REGISTRY
-from codec.golden import cases
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import REGISTRY
+from tensorwire.golden import cases
 
 
 def _refuse(*args: Any, **kwargs: Any) -> Any:
@@ -40,9 +40,9 @@ def test_every_builtin_type_travels_without_pickle(no_pickle: None) -> None:
     shm = transports.ShmTransport()
     try:
         for transport in (None, shm):
-            options = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor in a buffer
-            encoder = codec.Encoder(transport=transport, options=options)
-            decoder = codec.Decoder(REGISTRY, transports=[shm])
+            options = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor in a buffer
+            encoder = tw.Encoder(transport=transport, options=options)
+            decoder = tw.Decoder(REGISTRY, transports=[shm])
             for message in (build() for builders in cases().values() for _, build in builders):
                 out = decoder.decode(encoder.encode(message))
                 assert same(out, message), type(message).__name__
@@ -53,8 +53,8 @@ def test_every_builtin_type_travels_without_pickle(no_pickle: None) -> None:
 
 @pytest.mark.parametrize("code", [1, 3])  # where a tensor in a buffer / a tensor inside frame 0 goes
 def test_a_pickle_in_a_frame_is_only_bytes(no_pickle: None, code: int) -> None:
-    frames = codec.Encoder().encode(REGISTRY.type("diffusion.Output")(output=torch.ones(3)))
+    frames = tw.Encoder().encode(REGISTRY.type("diffusion.Output")(output=torch.ones(3)))
     head = head_of(frames[0])
     head[3]["output"] = msgspec.msgpack.Ext(code, b"\x80\x05K\x01.")  # a pickle where a tensor descriptor goes
-    with pytest.raises(codec.DecodeError, match=r"tensor kind 128 is neither 0 \(tensor\) nor 1 \(ndarray\)"):
-        codec.Decoder(REGISTRY).decode([frame_of(head), *frames[1:]])
+    with pytest.raises(tw.DecodeError, match=r"tensor kind 128 is neither 0 \(tensor\) nor 1 \(ndarray\)"):
+        tw.Decoder(REGISTRY).decode([frame_of(head), *frames[1:]])

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-import codec
-from codec.generated import REGISTRY, diffusion
+import tensorwire as tw
+from tensorwire.generated import REGISTRY, diffusion
 
-SHARE = codec.Decoder(REGISTRY, options=codec.DecodeOptions(copy_readonly=False))
-ENCODER = codec.Encoder(options=codec.EncodeOptions(embed_threshold=0))  # every tensor in an inline frame
+SHARE = tw.Decoder(REGISTRY, options=tw.DecodeOptions(copy_readonly=False))
+ENCODER = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))  # every tensor in an inline frame
 
 
 @pytest.mark.parametrize("form", ["frames", "bytes frames", "bytes blob"])
@@ -25,20 +25,20 @@ def test_torch_tensors_over_read_only_memory_are_copies(form: str) -> None:
     frames = ENCODER.encode(diffusion.Output(output=(sent, np.arange(4))))
     if form == "bytes frames":
         frames = [bytes(memoryview(f)) for f in frames]
-    blob = codec.join(frames)
-    received = SHARE.decode(codec.split(blob) if form == "bytes blob" else frames).output
+    blob = tw.join(frames)
+    received = SHARE.decode(tw.split(blob) if form == "bytes blob" else frames).output
     tensor, array = received
     tensor.fill_(-1.0)  # writable, and private
     assert torch.equal(sent, torch.arange(16, dtype=torch.float32))
-    assert codec.join(frames) == blob and SHARE.decode(codec.split(blob)).output[0][3] == 3.0
+    assert tw.join(frames) == blob and SHARE.decode(tw.split(blob)).output[0][3] == 3.0
     assert not array.flags.writeable
     with pytest.raises(ValueError, match="read-only"):
         array[0] = 7
 
 
 def test_numpy_arrays_over_writable_memory_are_shared_views() -> None:
-    blob = bytearray(codec.join(ENCODER.encode(diffusion.Output(output=np.arange(4)))))
-    array = SHARE.decode(codec.split(blob)).output
+    blob = bytearray(tw.join(ENCODER.encode(diffusion.Output(output=np.arange(4)))))
+    array = SHARE.decode(tw.split(blob)).output
     assert array.flags.writeable
     array[0] = 9
-    assert SHARE.decode(codec.split(blob)).output[0] == 9  # no copy where none is needed
+    assert SHARE.decode(tw.split(blob)).output[0] == 9  # no copy where none is needed

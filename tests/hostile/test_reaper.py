@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-import transports
-from codec.cli import main
-from transports.shm import SHM_DIR
+from tensorwire import transports
+from tensorwire.cli import main
+from tensorwire.transports.shm import SHM_DIR
 
 
 def _dead_pid() -> int:

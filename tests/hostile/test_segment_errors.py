@@ -17,12 +17,12 @@ import pytest
 import torch
 from wire_helpers import head_of, memfds_held
 
-import codec
-import transports
-from codec.generated import REGISTRY, diffusion
-from transports.control import IN_FLIGHT
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.transports.control import IN_FLIGHT
 
-OOB = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor out of band
+OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor out of band
 MESSAGE = diffusion.Output(output=torch.arange(4096, dtype=torch.float32))
 
 
@@ -34,10 +34,10 @@ def test_a_memfd_that_cannot_be_reserved_is_a_transport_error(monkeypatch: pytes
     before = memfds_held()
     monkeypatch.setattr(os, "posix_fallocate", no_memory)
     with pytest.raises(
-        codec.TransportError,
+        tw.TransportError,
         match=r"^\[Errno 28\] cannot reserve 69632 bytes in memory for memfd tw-\d+-\w+-\w+: No space",
     ) as info:
-        codec.Encoder(transport=shm, options=OOB).encode(MESSAGE)
+        tw.Encoder(transport=shm, options=OOB).encode(MESSAGE)
     assert info.value.errno == errno.ENOSPC
     assert shm.pool is not None and shm.pool.slots() == []
     assert memfds_held() <= before  # the memfd that could not be reserved is closed
@@ -46,7 +46,7 @@ def test_a_memfd_that_cannot_be_reserved_is_a_transport_error(monkeypatch: pytes
 
 def _one_shot() -> tuple[transports.ShmTransport, list[Any], str]:
     shm = transports.ShmTransport(pool=False)
-    frames = codec.Encoder(transport=shm, options=OOB).encode(MESSAGE)
+    frames = tw.Encoder(transport=shm, options=OOB).encode(MESSAGE)
     return shm, frames, head_of(frames[0])[2][0][1]["name"]
 
 
@@ -61,8 +61,8 @@ def test_a_file_swapped_between_lstat_and_open_is_refused(monkeypatch: pytest.Mo
         return info
 
     monkeypatch.setattr(os, "lstat", other_file)
-    receiver = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False)])
-    with pytest.raises(codec.DecodeError, match=rf"shared memory segment {name} was replaced while it was opened"):
+    receiver = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False)])
+    with pytest.raises(tw.DecodeError, match=rf"shared memory segment {name} was replaced while it was opened"):
         receiver.decode(frames)
     monkeypatch.undo()
     assert torch.equal(receiver.decode(frames).output, MESSAGE.output)  # left as it was: still receivable
@@ -72,8 +72,8 @@ def test_a_file_swapped_between_lstat_and_open_is_refused(monkeypatch: pytest.Mo
 def test_a_one_shot_cut_short_while_it_is_read_is_a_decode_error(monkeypatch: pytest.MonkeyPatch) -> None:
     shm, frames, name = _one_shot()
     monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset: 0)  # the file ends here now
-    receiver = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False)])
-    with pytest.raises(codec.DecodeError, match=rf"shared memory segment {name} ended after 0 of 16384 bytes"):
+    receiver = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False)])
+    with pytest.raises(tw.DecodeError, match=rf"shared memory segment {name} ended after 0 of 16384 bytes"):
         receiver.decode(frames)
     assert not (shm.directory / name).exists()  # claimed, so unlinked: read once, never twice
     shm.close()
@@ -81,14 +81,14 @@ def test_a_one_shot_cut_short_while_it_is_read_is_a_decode_error(monkeypatch: py
 
 def test_a_page_locked_elsewhere_is_an_error_after_a_bounded_wait_never_a_hang() -> None:
     shm = transports.ShmTransport()
-    frames = codec.Encoder(transport=shm, options=OOB).encode(MESSAGE)
+    frames = tw.Encoder(transport=shm, options=OOB).encode(MESSAGE)
     handle = head_of(frames[0])[2][0][1]
     other = os.open(f"/proc/self/fd/{handle['fd']}", os.O_RDWR)  # another open file description
     lock = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
     fcntl.fcntl(other, fcntl.F_OFD_SETLK, lock)  # as a stuck (or hostile) process would hold it
-    receiver = codec.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False)])
+    receiver = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False)])
     try:
-        with pytest.raises(codec.TransportError, match=r"has been locked by another process for over 0.25s") as info:
+        with pytest.raises(tw.TransportError, match=r"has been locked by another process for over 0.25s") as info:
             receiver.decode(frames)
         assert info.value.errno == errno.EAGAIN
         assert shm.pool is not None and [s.state for s in shm.pool.slots()] == [IN_FLIGHT]  # untouched

@@ -17,19 +17,19 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import codec
-from codec.dtypes import DTYPE_NAMES
-from codec.generated import REGISTRY, diffusion
-from codec.wire import EXT_INLINE, pack_inline
+import tensorwire as tw
+from tensorwire.dtypes import DTYPE_NAMES
+from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.wire import EXT_INLINE, pack_inline
 from tests.wire_helpers import edit_descriptor, frame_of, head_of, tensor_exts
 
-DECODER = codec.Decoder(REGISTRY)
-INLINE = codec.Encoder()
-LIMIT = codec.Limits().max_tensor_bytes  # 2**34
-FRAMES_OPTIONS = codec.EncodeOptions(embed_threshold=0)  # the tensor in frame 1, described in frame 0
+DECODER = tw.Decoder(REGISTRY)
+INLINE = tw.Encoder()
+LIMIT = tw.Limits().max_tensor_bytes  # 2**34
+FRAMES_OPTIONS = tw.EncodeOptions(embed_threshold=0)  # the tensor in frame 1, described in frame 0
 FRAMES = {
-    "tensor": codec.Encoder(options=FRAMES_OPTIONS).encode(diffusion.Output(output=[torch.zeros(4)])),
-    "ndarray": codec.Encoder(options=FRAMES_OPTIONS).encode(diffusion.Output(output=[np.zeros(4, np.float32)])),
+    "tensor": tw.Encoder(options=FRAMES_OPTIONS).encode(diffusion.Output(output=[torch.zeros(4)])),
+    "ndarray": tw.Encoder(options=FRAMES_OPTIONS).encode(diffusion.Output(output=[np.zeros(4, np.float32)])),
 }
 ITEMSIZE = {"float32": 4, "uint8": 1, "complex128": 16}
 
@@ -96,7 +96,7 @@ BAD_SHAPES = [
 def test_sizes_past_the_limits_are_decode_errors_naming_the_axis(
     kind: str, shape: list[int], strides: list[int] | None, axis: str, reason: str
 ) -> None:
-    with pytest.raises(codec.DecodeError, match=rf"^diffusion\.Output v1: {reason}{_at(axis)}"):
+    with pytest.raises(tw.DecodeError, match=rf"^diffusion\.Output v1: {reason}{_at(axis)}"):
         DECODER.decode(forged(kind, shape, strides))
 
 
@@ -105,14 +105,14 @@ def test_sizes_past_the_limits_are_decode_errors_naming_the_axis(
 def test_sizes_past_the_limits_inside_frame_0_are_decode_errors_naming_the_axis(
     kind: str, shape: list[int], axis: str, reason: str
 ) -> None:
-    with pytest.raises(codec.DecodeError, match=rf"^diffusion\.Output v1: {reason}{_at(axis)}"):
+    with pytest.raises(tw.DecodeError, match=rf"^diffusion\.Output v1: {reason}{_at(axis)}"):
         DECODER.decode(forged_inside(kind, shape))
 
 
 def test_torch_tensors_have_no_negative_strides_even_empty() -> None:
-    with pytest.raises(codec.DecodeError, match=r"no negative strides, got -1" + _at("strides\\[0\\]")):
+    with pytest.raises(tw.DecodeError, match=r"no negative strides, got -1" + _at("strides\\[0\\]")):
         DECODER.decode(forged("tensor", [0, 3], [-1, 1]))
-    with pytest.raises(codec.DecodeError, match=r"no negative strides, got -5" + _at("strides\\[1\\]")):
+    with pytest.raises(tw.DecodeError, match=r"no negative strides, got -5" + _at("strides\\[1\\]")):
         DECODER.decode(forged("tensor", [3, 0], [1, -5]))
 
 
@@ -158,7 +158,7 @@ def test_any_shape_strides_and_offset_decode_or_raise_a_decode_error(
     shape, strides = layout
     try:
         value = DECODER.decode(forged(kind, shape, strides, dtype, offset)).output[0]
-    except codec.DecodeError as exc:
+    except tw.DecodeError as exc:
         assert " - at `$.output[0]" in str(exc)
         return
     assert list(value.shape) == shape
@@ -182,7 +182,7 @@ def test_any_shape_strides_and_offset_decode_or_raise_a_decode_error(
     ],
 )
 def test_empty_tensors_past_the_limits_are_encode_errors_naming_the_axis(value: Any, error: str) -> None:
-    with pytest.raises(codec.EncodeError, match=rf"^diffusion\.Output: {error}.* - at `\$\.output\.big`$"):
+    with pytest.raises(tw.EncodeError, match=rf"^diffusion\.Output: {error}.* - at `\$\.output\.big`$"):
         INLINE.encode(diffusion.Output(output={"small": torch.zeros(2), "big": value}))
 
 
@@ -199,17 +199,17 @@ def test_what_the_encoder_sends_at_the_limits_decodes() -> None:
 
 
 def test_a_smaller_limit_bounds_every_dimension_on_both_sides() -> None:
-    limits = codec.Limits(max_tensor_bytes=100)
-    encoder = codec.Encoder(options=codec.EncodeOptions(limits=limits))
-    decoder = codec.Decoder(REGISTRY, options=codec.DecodeOptions(limits=limits))
-    with pytest.raises(codec.EncodeError, match=r"shape\[1\]: dimension 101 is larger than the limit of 100"):
+    limits = tw.Limits(max_tensor_bytes=100)
+    encoder = tw.Encoder(options=tw.EncodeOptions(limits=limits))
+    decoder = tw.Decoder(REGISTRY, options=tw.DecodeOptions(limits=limits))
+    with pytest.raises(tw.EncodeError, match=r"shape\[1\]: dimension 101 is larger than the limit of 100"):
         encoder.encode(diffusion.Output(output=torch.empty(0, 101, dtype=torch.uint8)))
     frames = encoder.encode(diffusion.Output(output=torch.empty(0, 100, dtype=torch.uint8)))
     assert decoder.decode(frames).output.shape == (0, 100)
     head = head_of(frames[0])
     head[3]["output"] = msgspec.msgpack.Ext(EXT_INLINE, pack_inline(0, DTYPE_NAMES.index("uint8"), [0, 101], b""))
     with pytest.raises(
-        codec.DecodeError, match=r"dimension 101 is larger than the limit of 100 - at `\$\.output\.shape\[1\]`"
+        tw.DecodeError, match=r"dimension 101 is larger than the limit of 100 - at `\$\.output\.shape\[1\]`"
     ):
         decoder.decode([frame_of(head), *frames[1:]])
 
@@ -220,6 +220,6 @@ def test_a_smaller_limit_bounds_every_dimension_on_both_sides() -> None:
 def test_with_limits_past_what_torch_and_numpy_hold_a_decode_still_raises_only_a_decode_error(
     kind: str, shape: list[int], inside: bool
 ) -> None:
-    decoder = codec.Decoder(REGISTRY, options=codec.DecodeOptions(limits=codec.Limits(max_tensor_bytes=2**80)))
-    with pytest.raises(codec.DecodeError, match=r"tensor 0 of shape .* cannot be built: "):
+    decoder = tw.Decoder(REGISTRY, options=tw.DecodeOptions(limits=tw.Limits(max_tensor_bytes=2**80)))
+    with pytest.raises(tw.DecodeError, match=r"tensor 0 of shape .* cannot be built: "):
         decoder.decode(forged_inside(kind, shape) if inside else forged(kind, shape))

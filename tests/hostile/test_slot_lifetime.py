@@ -17,15 +17,14 @@ from typing import Any
 import pytest
 import torch
 
-import codec
-import transports
-from codec import wire
-from codec.generated import REGISTRY, diffusion
+import tensorwire as tw
+from tensorwire import transports, wire
+from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.transports.control import CLAIMED, FREE, IN_FLIGHT
 from tests.hostile import claimers
 from tests.wire_helpers import frame_of, head_of
-from transports.control import CLAIMED, FREE, IN_FLIGHT
 
-OOB = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor out of band
+OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor out of band
 BACKINGS = ["memfd", "named"]
 
 
@@ -68,45 +67,45 @@ def _wait_for(condition: Any, seconds: float = 10.0) -> bool:
 def test_an_unclaimed_slot_expires_and_a_late_claim_says_so(backing: str, make: Any) -> None:
     shm = make(backing=backing, claim_timeout=0.2, idle_seconds=0)
     receiver = make(backing=backing, pool=False)
-    encoder, decoder = codec.Encoder(transport=shm, options=OOB), codec.Decoder(REGISTRY, transports=[receiver])
+    encoder, decoder = tw.Encoder(transport=shm, options=OOB), tw.Decoder(REGISTRY, transports=[receiver])
     frames = encoder.encode(_message())
     assert _states(shm) == [IN_FLIGHT]
     time.sleep(0.3)
-    with pytest.raises(codec.DecodeError, match=r"generation 1 expired: it was not claimed within its sender's"):
+    with pytest.raises(tw.DecodeError, match=r"generation 1 expired: it was not claimed within its sender's"):
         decoder.decode(frames)  # past the deadline (brought back by the trimmer, or not yet): refused
     assert shm.pool is not None
     shm.pool.expire()
     assert _states(shm) == [FREE]
-    with pytest.raises(codec.DecodeError, match=r"generation 1 expired"):
+    with pytest.raises(tw.DecodeError, match=r"generation 1 expired"):
         decoder.decode(frames)
     again = decoder.decode(encoder.encode(_message(1)))  # the slot is reused under a new generation
     assert float(again.output[0]) == 1.0 and len(_states(shm)) == 1
     del again
-    same = codec.Decoder(REGISTRY, transports=[shm])  # a late claim through the sender's own transport
+    same = tw.Decoder(REGISTRY, transports=[shm])  # a late claim through the sender's own transport
     frames = encoder.encode(_message(2))
     time.sleep(0.3)
     for _ in range(2):  # its failed claim gives the slot back, and the next one still says why
-        with pytest.raises(codec.DecodeError, match=r"generation 3 expired"):
+        with pytest.raises(tw.DecodeError, match=r"generation 3 expired"):
             same.decode(frames)
     assert _states(shm) == [FREE]
 
 
 def test_the_trimmer_brings_expired_slots_back_by_itself(backing: str, make: Any) -> None:
     shm = make(backing=backing, claim_timeout=0.1, idle_seconds=0)
-    codec.Encoder(transport=shm, options=OOB).encode(_message())
+    tw.Encoder(transport=shm, options=OOB).encode(_message())
     assert _wait_for(lambda: _states(shm) == [FREE]), _states(shm)
 
 
 def test_an_unclaimed_one_shot_is_unlinked_after_its_timeout(make: Any) -> None:
     shm = make(pool=False, claim_timeout=0.1)
-    frames = codec.Encoder(transport=shm, options=OOB).encode(_message())
+    frames = tw.Encoder(transport=shm, options=OOB).encode(_message())
     name = head_of(frames[0])[2][0][1]["name"]
     assert (shm.directory / name).exists()
     time.sleep(0.2)
     shm.trim()
     assert not (shm.directory / name).exists()
-    with pytest.raises(codec.TransportError, match=rf"cannot open shared memory segment {name}: No such file"):
-        codec.Decoder(REGISTRY, transports=[shm]).decode(frames)
+    with pytest.raises(tw.TransportError, match=rf"cannot open shared memory segment {name}: No such file"):
+        tw.Decoder(REGISTRY, transports=[shm]).decode(frames)
 
 
 def _rejected(frames: list[Any], tag: str) -> list[Any]:
@@ -118,14 +117,14 @@ def _rejected(frames: list[Any], tag: str) -> list[Any]:
 def test_a_rejected_message_gives_its_proven_slots_back_at_once(backing: str, make: Any) -> None:
     shm = make(backing=backing)
     receiver = make(backing=backing, pool=False)
-    encoder, decoder = codec.Encoder(transport=shm, options=OOB), codec.Decoder(REGISTRY, transports=[receiver])
+    encoder, decoder = tw.Encoder(transport=shm, options=OOB), tw.Decoder(REGISTRY, transports=[receiver])
     for tag, error in (
         ("pickle:2:diffusion.Output:1", r"not a tensorwire message"),
         (wire.tag("evil.Type", 1), r"unknown type id 'evil.Type'"),
         (wire.tag("diffusion.Output", 9), r"unknown version 9 of diffusion.Output"),
     ):
         frames = encoder.encode(diffusion.Output(output=[torch.ones(20_000), torch.zeros(30_000)]))
-        with pytest.raises(codec.DecodeError, match=error):
+        with pytest.raises(tw.DecodeError, match=error):
             decoder.decode(_rejected(frames, tag))
         assert set(_states(shm)) == {FREE}  # no waiting for the claim timeout
 
@@ -133,12 +132,12 @@ def test_a_rejected_message_gives_its_proven_slots_back_at_once(backing: str, ma
 def test_forged_handles_in_a_rejected_message_give_nothing_back(backing: str, make: Any) -> None:
     shm = make(backing=backing)
     receiver = make(backing=backing, pool=False)
-    encoder, decoder = codec.Encoder(transport=shm, options=OOB), codec.Decoder(REGISTRY, transports=[receiver])
+    encoder, decoder = tw.Encoder(transport=shm, options=OOB), tw.Decoder(REGISTRY, transports=[receiver])
     frames = encoder.encode(_message(3))
     head = head_of(frames[0])
     head[0] = "pickle:2:diffusion.Output:1"
     head[2][0][1]["capability"] = bytes(16)
-    with pytest.raises(codec.DecodeError, match=r"not a tensorwire message"):
+    with pytest.raises(tw.DecodeError, match=r"not a tensorwire message"):
         decoder.decode([frame_of(head)])
     assert _states(shm) == [IN_FLIGHT]
     out = decoder.decode(frames)  # the intended receiver still gets it
@@ -148,7 +147,7 @@ def test_forged_handles_in_a_rejected_message_give_nothing_back(backing: str, ma
 
 def test_of_racing_processes_exactly_one_claims_each_slot(backing: str, make: Any) -> None:
     shm = make(backing=backing, claim_timeout=600.0)
-    encoder = codec.Encoder(transport=shm, options=OOB)
+    encoder = tw.Encoder(transport=shm, options=OOB)
     count, racers = 20, 4
     frames_list = [[bytes(memoryview(f)) for f in encoder.encode(_message(i))] for i in range(count)]
     ctx = mp.get_context("spawn")
@@ -181,8 +180,8 @@ def test_of_racing_processes_exactly_one_claims_each_slot(backing: str, make: An
 
 def test_of_racing_threads_exactly_one_claims_a_slot(make: Any) -> None:
     shm = make()
-    frames = codec.Encoder(transport=shm, options=OOB).encode(_message(5))
-    decoder = codec.Decoder(REGISTRY, transports=[make(pool=False)], options=codec.DecodeOptions(borrow=False))
+    frames = tw.Encoder(transport=shm, options=OOB).encode(_message(5))
+    decoder = tw.Decoder(REGISTRY, transports=[make(pool=False)], options=tw.DecodeOptions(borrow=False))
     barrier = threading.Barrier(8)
     outcomes: list[str] = []
 
@@ -190,7 +189,7 @@ def test_of_racing_threads_exactly_one_claims_a_slot(make: Any) -> None:
         barrier.wait()
         try:
             outcomes.append(f"won {float(decoder.decode(frames).output[0])}")
-        except codec.DecodeError as exc:
+        except tw.DecodeError as exc:
             outcomes.append(str(exc))
 
     threads = [threading.Thread(target=race) for _ in range(8)]
@@ -215,7 +214,7 @@ def test_of_racing_threads_exactly_one_claims_a_slot(make: Any) -> None:
 )
 def test_garbage_in_a_control_page_never_raises_in_the_sender(backing: str, make: Any, word: int, value: int) -> None:
     shm = make(backing=backing)
-    encoder, decoder = codec.Encoder(transport=shm, options=OOB), codec.Decoder(REGISTRY, transports=[shm])
+    encoder, decoder = tw.Encoder(transport=shm, options=OOB), tw.Decoder(REGISTRY, transports=[shm])
     held = decoder.decode(encoder.encode(_message(1)))
     assert shm.pool is not None
     slot = shm.pool.slots()[0]

@@ -23,20 +23,20 @@ from typing import Any
 
 import pytest
 
-import codec
-import transports
-from codec.generated import REGISTRY
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import REGISTRY
+from tensorwire.transports.control import FREE
 from tests.cuda_fakes import FakeCudaRuntime
 from tests.hostile import messages
 from tests.wire_helpers import head_of, segments_of
-from transports.control import FREE
 
 THREADS, MESSAGES = 4, 100
 DEPTH = 4  # frames waiting between a sending thread and its receiving thread
 FLOATS, INTS = 16384, 4096  # 64 KiB and 16 KiB: two out-of-band buffers per message
 KEEP_EVERY = 10
 JOIN = 300.0  # seconds: a bound for a hung thread, never a speed requirement
-OOB = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor in a buffer of its own
+OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor in a buffer of its own
 Key = tuple[str, int]  # (segment name, generation) of one hand-over
 
 
@@ -67,7 +67,7 @@ class Outcome:
     frames: int = 0  # frames per message, summed
 
 
-def send_all(encoder: codec.Encoder, thread: int, put: Callable[[Any], None]) -> None:
+def send_all(encoder: tw.Encoder, thread: int, put: Callable[[Any], None]) -> None:
     """Encode ``thread``'s messages, handing ``(index, frames)`` on; an error as ``("error", text)``."""
     try:
         for index in range(MESSAGES):
@@ -81,7 +81,7 @@ def send_all(encoder: codec.Encoder, thread: int, put: Callable[[Any], None]) ->
 Kept = list[tuple[int, int, Any, list[Key]]]  # (thread, index, message, its hand-overs)
 
 
-def receive_all(decoder: codec.Decoder, thread: int, get: Callable[[], Any], kept: Kept | None) -> Outcome:
+def receive_all(decoder: tw.Decoder, thread: int, get: Callable[[], Any], kept: Kept | None) -> Outcome:
     """Decode what ``get`` hands over until ``None``; with ``kept``, every ``KEEP_EVERY``-th message
     is kept there (its borrowed views alive)."""
     outcome = Outcome()
@@ -108,7 +108,7 @@ def receive_all(decoder: codec.Decoder, thread: int, get: Callable[[], Any], kep
     return outcome
 
 
-def run_threads(encoder: codec.Encoder, decoder: codec.Decoder, kept: Kept | None = None) -> list[Outcome]:
+def run_threads(encoder: tw.Encoder, decoder: tw.Decoder, kept: Kept | None = None) -> list[Outcome]:
     """Four sending and four receiving threads, pairwise linked by a bounded queue."""
     links: list[queue.Queue[Any]] = [queue.Queue(maxsize=DEPTH) for _ in range(THREADS)]
     outcomes = [Outcome() for _ in range(THREADS)]
@@ -197,8 +197,8 @@ def _close(setup: Setup) -> None:
 def test_four_threads_share_an_encoder_and_four_a_decoder(kind: str, baseline: None) -> None:
     setup = TRANSPORTS[kind]()
     try:
-        encoder = codec.Encoder(transport=setup.transport, options=OOB)
-        decoder = codec.Decoder(REGISTRY, transports=[] if setup.transport is None else [setup.transport])
+        encoder = tw.Encoder(transport=setup.transport, options=OOB)
+        decoder = tw.Decoder(REGISTRY, transports=[] if setup.transport is None else [setup.transport])
         _assert_delivered(run_threads(encoder, decoder), setup)
         gc.collect()
         states = _pool_states(setup)
@@ -223,8 +223,8 @@ def test_borrowed_views_kept_across_threads_are_never_overwritten(kind: str, bas
     setup = TRANSPORTS[kind]()
     kept: Kept = []
     try:
-        encoder = codec.Encoder(transport=setup.transport, options=OOB)
-        decoder = codec.Decoder(REGISTRY, transports=[setup.transport])
+        encoder = tw.Encoder(transport=setup.transport, options=OOB)
+        decoder = tw.Decoder(REGISTRY, transports=[setup.transport])
         keys = _assert_delivered(run_threads(encoder, decoder, kept), setup)
         assert len(kept) == THREADS * MESSAGES // KEEP_EVERY
         _assert_kept_intact(kept, keys)

@@ -18,17 +18,17 @@ from typing import Any
 import torch
 import torch.multiprocessing as tmp
 
-import codec
-import transports
-from codec.generated import REGISTRY
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import REGISTRY
 from tests.hostile import queue_procs
 from tests.hostile.queue_procs import MESSAGES, THREADS, Outcome, decode_all, encode_all
 
-OOB = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through the queue
+OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through the queue
 JOIN = 300.0  # seconds: a bound for a hung thread, never a speed requirement
 
 
-def _decoding_threads(decoder: codec.Decoder, receives: list[Any], outcomes: list[Outcome]) -> list[threading.Thread]:
+def _decoding_threads(decoder: tw.Decoder, receives: list[Any], outcomes: list[Outcome]) -> list[threading.Thread]:
     def run(i: int) -> None:
         outcomes[i] = decode_all(decoder, i, receives[i])
 
@@ -57,7 +57,7 @@ def _assert_all_delivered(outcomes: list[Outcome], rx: transports.QueueTransport
 def test_four_threads_share_one_encoder_and_four_share_one_decoder() -> None:
     data = tmp.get_context("spawn").Queue()
     tx, rx = transports.QueueTransport(data), transports.QueueTransport(data)
-    encoder, decoder = codec.Encoder(transport=tx, options=OOB), codec.Decoder(REGISTRY, transports=[rx])
+    encoder, decoder = tw.Encoder(transport=tx, options=OOB), tw.Decoder(REGISTRY, transports=[rx])
     handovers: list[stdlib_queue.Queue[Any]] = [stdlib_queue.Queue(maxsize=4) for _ in range(THREADS)]
     outcomes = [Outcome() for _ in range(THREADS)]
     senders = [
@@ -87,7 +87,7 @@ def test_a_four_thread_producer_process_and_a_four_thread_consumer() -> None:
             write.close()  # the child has its own copy
         outcomes = [Outcome() for _ in range(THREADS)]
         receives = [queue_procs.receiver(read, 120.0) for read, _ in pipes]
-        _run(_decoding_threads(codec.Decoder(REGISTRY, transports=[rx]), receives, outcomes))
+        _run(_decoding_threads(tw.Decoder(REGISTRY, transports=[rx]), receives, outcomes))
         _assert_all_delivered(outcomes, rx)
     finally:
         done.set()
@@ -100,8 +100,8 @@ def test_a_four_thread_producer_process_and_a_four_thread_consumer() -> None:
 
 
 def test_each_sending_thread_has_its_own_stream_and_ack_page(tmp_path: Path) -> None:
+    from tensorwire.transports.shm import our_segments
     from tests.cuda_fakes import FakeCudaRuntime  # takes host tensors for device ones
-    from transports.shm import our_segments
 
     data = tmp.get_context("spawn").Queue()
     tx = transports.QueueTransport(data, runtime=FakeCudaRuntime(), directory=tmp_path)

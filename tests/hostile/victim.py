@@ -41,7 +41,7 @@ def make_decoys(directory: Path) -> dict[str, str]:
     if os.geteuid() == 0:
         os.chown(foreign, 65534, 65534)
     # a file that looks like a one-shot segment's control page, for a capability nobody knows
-    from transports.control import init_file
+    from tensorwire.transports.control import init_file
 
     like = bytearray(DECOY_SIZE)
     init_file(like, 4096, time.monotonic_ns() + 3600 * 10**9)  # type: ignore[arg-type]
@@ -74,11 +74,11 @@ def snapshot(directory: Path, names: list[str]) -> dict[str, Any]:
 
 def _in_flight(directory: Path) -> tuple[list[Any], dict[str, Any], list[list[bytes]]]:
     """Real buffers in flight: (transports kept alive, handle facts without capabilities, frames)."""
-    import codec
-    import transports
-    from codec.generated import diffusion
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import diffusion
 
-    oob = codec.EncodeOptions(embed_threshold=0, inline_threshold=1)  # the payload through shared memory
+    oob = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # the payload through shared memory
     kept: list[Any] = []
     facts: dict[str, Any] = {}
     frames_out: list[list[bytes]] = []
@@ -88,7 +88,7 @@ def _in_flight(directory: Path) -> tuple[list[Any], dict[str, Any], list[list[by
         ("one_shot", {"pool": False}),
     ):
         transport = transports.ShmTransport(directory, claim_timeout=3600.0, **options)  # type: ignore[arg-type]
-        frames = codec.Encoder(transport=transport, options=oob).encode(diffusion.Output(output=PAYLOAD + len(kept)))
+        frames = tw.Encoder(transport=transport, options=oob).encode(diffusion.Output(output=PAYLOAD + len(kept)))
         handle = dict(msgspec.msgpack.decode(frames[0])[2][0][1])  # frame 0: [tag, fingerprint, buffers, body]
         handle.pop("capability")
         facts[kind] = handle

@@ -45,7 +45,7 @@ def _time(reps: int, step: Callable[[], Any]) -> list[float]:
 
 def _d2h(nbytes: int, reps: int) -> dict[str, Any]:
     """Each path's samples, or the error that stopped it (one failing path does not hide the others)."""
-    import transports
+    from tensorwire import transports
 
     source = torch.randn(nbytes // 2, device="cuda", dtype=torch.float32).to(torch.bfloat16)
     storage = source.view(torch.uint8).reshape(-1)
@@ -84,16 +84,16 @@ def _attempt(measure: Callable[[], list[float]]) -> list[float] | str:
 
 
 def _receiver(conn: Any) -> None:
-    import codec
-    import transports
-    from codec.generated import REGISTRY
-    from codec.placement import Placement
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import REGISTRY
+    from tensorwire.placement import Placement
 
     torch.cuda.init()  # type: ignore[no-untyped-call]
     shm = transports.ShmTransport()
     decoders = {
-        "registered": codec.Decoder(REGISTRY, transports=[shm], device=Placement("cuda:0")),
-        "pageable": codec.Decoder(REGISTRY, transports=[shm], device=Placement("cuda:0", register_host=False)),
+        "registered": tw.Decoder(REGISTRY, transports=[shm], device=Placement("cuda:0")),
+        "pageable": tw.Decoder(REGISTRY, transports=[shm], device=Placement("cuda:0", register_host=False)),
     }
     conn.send("ready")
     while True:
@@ -137,9 +137,9 @@ def _send_reference(parent: Any, tensor: torch.Tensor, nbytes: int) -> None:
 
 
 def _end_to_end(nbytes: int, reps: int) -> dict[str, Any]:
-    import codec
-    import transports
-    from codec.generated import diffusion
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import diffusion
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
@@ -150,9 +150,9 @@ def _end_to_end(nbytes: int, reps: int) -> dict[str, Any]:
     cuda_shm = transports.CudaShmTransport()
     shm = transports.ShmTransport()
     senders = {
-        MODES[0]: ("registered", codec.Encoder(transport=cuda_shm)),
-        MODES[1]: ("pageable", codec.Encoder(transport=cuda_shm)),
-        MODES[2]: ("registered", codec.Encoder(transport=shm)),
+        MODES[0]: ("registered", tw.Encoder(transport=cuda_shm)),
+        MODES[1]: ("pageable", tw.Encoder(transport=cuda_shm)),
+        MODES[2]: ("registered", tw.Encoder(transport=shm)),
     }
 
     def one(mode: str) -> float:

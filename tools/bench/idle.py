@@ -50,14 +50,14 @@ def measure(mib: int = 64, rounds: int = 5, pauses: list[float] | None = None) -
     """One row per pause: us per loop, ns per page written, us per message decoded (both decoders)."""
     import torch
 
-    import codec
-    from codec.generated import REGISTRY, diffusion
+    import tensorwire as tw
+    from tensorwire.generated import REGISTRY, diffusion
 
     area = np.ones(mib << 20, np.uint8)
     pages = np.arange(0, area.size, PAGE)
     tensor = torch.arange(1024, dtype=torch.float32)
-    blob = codec.join(codec.Encoder().encode(diffusion.Output(output=tensor)))
-    decoder = codec.Decoder(REGISTRY)
+    blob = tw.join(tw.Encoder().encode(diffusion.Output(output=tensor)))
+    decoder = tw.Decoder(REGISTRY)
     raw = msgspec.msgpack.encode(_Raw([1024], "float32", tensor.numpy().tobytes()))
     raw_decoder = msgspec.msgpack.Decoder(_Raw)
 
@@ -70,7 +70,7 @@ def measure(mib: int = 64, rounds: int = 5, pauses: list[float] | None = None) -
         area[pages] = 2
 
     def tensorwire() -> None:
-        decoder.decode(codec.split(bytearray(blob)))
+        decoder.decode(tw.split(bytearray(blob)))
 
     def msgspec_raw() -> None:
         item = raw_decoder.decode(raw)

@@ -54,11 +54,11 @@ def _time(fn: Callable[[], Any], rounds: int = 7, number: int = 2000) -> float:
 
 
 def measure_small() -> list[dict[str, Any]]:
-    import codec
-    from codec.generated import REGISTRY, rpc
-    from codec.wire import prefix
+    import tensorwire as tw
+    from tensorwire.generated import REGISTRY, rpc
+    from tensorwire.wire import prefix
 
-    encoder, decoder = codec.Encoder(), codec.Decoder(REGISTRY)
+    encoder, decoder = tw.Encoder(), tw.Decoder(REGISTRY)
     fields: dict[str, Any] = {"method": "generate", "args": [1, 2], "kwargs": {"steps": 30}, "rpc_id": "r-1"}
     envelope = rpc.Request(**fields)
     raw = RawRequest(**fields)

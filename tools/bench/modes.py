@@ -57,43 +57,41 @@ class _Frames(Mode):
 
     def __init__(self, conn: Any) -> None:
         super().__init__(conn)
-        import codec
-        import transports
-        from codec.generated import REGISTRY, diffusion
+        import tensorwire as tw
+        from tensorwire import transports
+        from tensorwire.generated import REGISTRY, diffusion
 
         self._output = diffusion.Output
         self.shm = transports.ShmTransport(**self.transport_options)
         options = (
-            codec.EncodeOptions()
+            tw.EncodeOptions()
             if self.inline_threshold is None
-            else codec.EncodeOptions(
+            else tw.EncodeOptions(
                 inline_threshold=self.inline_threshold,  # a mode through shared memory sends even small tensors there
-                embed_threshold=0 if self.inline_threshold == 0 else codec.EncodeOptions().embed_threshold,
+                embed_threshold=0 if self.inline_threshold == 0 else tw.EncodeOptions().embed_threshold,
             )
         )
-        self.encoder = codec.Encoder(transport=self.shm, options=options)
-        self.decoder = codec.Decoder(
-            REGISTRY, transports=[self.shm], options=codec.DecodeOptions(**self.decode_options)
-        )
+        self.encoder = tw.Encoder(transport=self.shm, options=options)
+        self.decoder = tw.Decoder(REGISTRY, transports=[self.shm], options=tw.DecodeOptions(**self.decode_options))
 
     def send(self, tensor: torch.Tensor) -> None:
-        import codec
+        import tensorwire as tw
 
         frames = self.encoder.encode(self._output(output=tensor))
         if sum(memoryview(f).nbytes for f in frames) <= 64 * 1024:  # small: one blob, one wake-up
-            self.conn.send_bytes(b"\0\0\0\0" + codec.join(frames))
+            self.conn.send_bytes(b"\0\0\0\0" + tw.join(frames))
             return
         self.conn.send_bytes(len(frames).to_bytes(4, "little") + bytes(frames[0]))  # header + count together
         for frame in frames[1:]:
             self.conn.send_bytes(frame)
 
     def recv(self) -> torch.Tensor:
-        import codec
+        import tensorwire as tw
 
         first = self.conn.recv_bytes()
         count = int.from_bytes(first[:4], "little")
         if count == 0:
-            frames = codec.split(bytearray(memoryview(first)[4:]))  # writable: no second copy on decode
+            frames = tw.split(bytearray(memoryview(first)[4:]))  # writable: no second copy on decode
         else:
             frames = [memoryview(first)[4:], *(self.conn.recv_bytes() for _ in range(count - 1))]
         tensor: torch.Tensor = self.decoder.decode(frames).output
@@ -134,7 +132,7 @@ class TwPool(_Frames):
         self._sent = 0  # bytes of the previous tensor
 
     def prepare(self, template: torch.Tensor) -> torch.Tensor:
-        from transports.pool import size_class
+        from tensorwire.transports.pool import size_class
 
         nbytes = template.numel() * template.element_size()
         pool = self.shm.pool
@@ -177,17 +175,15 @@ class TwQueue(_Frames):
     inline_threshold = 0
 
     def __init__(self, conn: Any) -> None:
-        import codec
-        import transports
-        from codec.generated import REGISTRY, diffusion
+        import tensorwire as tw
+        from tensorwire import transports
+        from tensorwire.generated import REGISTRY, diffusion
 
         self.conn, queue = conn
         self._output = diffusion.Output
         self.queue = transports.QueueTransport(queue)
-        self.encoder = codec.Encoder(
-            transport=self.queue, options=codec.EncodeOptions(inline_threshold=0, embed_threshold=0)
-        )
-        self.decoder = codec.Decoder(REGISTRY, transports=[self.queue])
+        self.encoder = tw.Encoder(transport=self.queue, options=tw.EncodeOptions(inline_threshold=0, embed_threshold=0))
+        self.decoder = tw.Decoder(REGISTRY, transports=[self.queue])
 
     def prepare(self, template: torch.Tensor) -> torch.Tensor:
         return template.clone()  # an ordinary tensor each time: the transport moves it into shared memory

@@ -25,13 +25,13 @@ import torch
 
 
 def _receiver(conn: Any) -> None:
-    import codec
-    import transports
-    from codec.generated import REGISTRY
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import REGISTRY
 
     shm = transports.ShmTransport(pool=False)
     decoders = {
-        borrow: codec.Decoder(REGISTRY, transports=[shm], options=codec.DecodeOptions(borrow=borrow))
+        borrow: tw.Decoder(REGISTRY, transports=[shm], options=tw.DecodeOptions(borrow=borrow))
         for borrow in (False, True)
     }
     while True:
@@ -52,9 +52,9 @@ def _median(samples: list[float]) -> float:
 
 
 def run(mib: int, reps: int) -> dict[str, Any]:
-    import codec
-    import transports
-    from codec.generated import diffusion
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.generated import diffusion
 
     numel = mib * 2**20 // 4
     tensor = torch.arange(numel, dtype=torch.float32)
@@ -62,9 +62,7 @@ def run(mib: int, reps: int) -> dict[str, Any]:
     parent, child = ctx.Pipe()
     receiver = ctx.Process(target=_receiver, args=(child,))
     receiver.start()
-    encoder = codec.Encoder(
-        transport=transports.ShmTransport(pool=False), options=codec.EncodeOptions(inline_threshold=0)
-    )
+    encoder = tw.Encoder(transport=transports.ShmTransport(pool=False), options=tw.EncodeOptions(inline_threshold=0))
     first, last = float(tensor[0]), float(tensor[-1])
     results: dict[str, Any] = {"mib": mib, "reps": reps, "modes": {}}
     try:

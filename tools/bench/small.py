@@ -55,7 +55,7 @@ from tools.bench.calls import count_calls
 from tools.bench.hooks_style import HooksCodec, join_frames, split_frames
 
 if TYPE_CHECKING:
-    from codec import Registry
+    from tensorwire import Registry
 
 __all__ = [
     "HOOKS",
@@ -83,9 +83,9 @@ RAW = "raw msgspec"
 @cache
 def bench_registry() -> Registry:
     """The ``bench`` message types, compiled from ``SCHEMAS`` (once per process)."""
-    import codec
+    import tensorwire as tw
 
-    return codec.load_schemas(SCHEMAS)
+    return tw.load_schemas(SCHEMAS)
 
 
 # Hand-written peers: the same fields as the bench schemas and rpc.Request, no checks.
@@ -177,9 +177,9 @@ def _same_tensors(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> 
 
 
 def _tensorwire() -> tuple[Any, Any]:
-    import codec
+    import tensorwire as tw
 
-    return codec.Encoder(), codec.Decoder(bench_registry())
+    return tw.Encoder(), tw.Decoder(bench_registry())
 
 
 def _envelope_case() -> _Case:
@@ -273,10 +273,10 @@ def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any)
 
 
 def _rpc_case() -> _Case:
-    import codec
-    from codec.generated import REGISTRY, rpc
+    import tensorwire as tw
+    from tensorwire.generated import REGISTRY, rpc
 
-    encoder, decoder = codec.Encoder(), codec.Decoder(REGISTRY)
+    encoder, decoder = tw.Encoder(), tw.Decoder(REGISTRY)
     hooks = HooksCodec()
     tensor = torch.randn(16, 16)
     message = rpc.Request(method="load_adapter", kwargs={"x": tensor})
@@ -384,11 +384,11 @@ class _PipeCodec:
 
     def __init__(self, implementation: str) -> None:
         if implementation == TENSORWIRE:
-            import codec
+            import tensorwire as tw
 
             encoder, decoder = _tensorwire()
-            self.encode = lambda message: codec.join(encoder.encode(message))
-            self.decode = lambda blob: decoder.decode(codec.split(blob))
+            self.encode = lambda message: tw.join(encoder.encode(message))
+            self.decode = lambda blob: decoder.decode(tw.split(blob))
         else:
             hooks = HooksCodec()
             self.encode = lambda message: join_frames(hooks.encode(message))

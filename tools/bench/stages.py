@@ -65,20 +65,20 @@ def _medians(samples: Samples, skip: int) -> dict[str, float]:
 def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> None:
     import torch
 
-    import codec
-    import codec.encoder as encoder_module
-    import transports
-    from codec.body import Checker
-    from codec.generated import diffusion
-    from codec.tensors import Outgoing
+    import tensorwire as tw
+    import tensorwire.encoder as encoder_module
+    from tensorwire import transports
+    from tensorwire.body import Checker
+    from tensorwire.generated import diffusion
+    from tensorwire.tensors import Outgoing
 
     samples: Samples = {}
     _wrap(encoder_module, "encode_body", samples, "encode: body (+ descriptors)")
     _wrap(Outgoing, "tensor", samples, "encode: descriptor, per tensor")
     _wrap(Checker, "check", samples, "encode: schema check (decode)")
-    _wrap(codec.Encoder, "_export_all", samples, "encode: export")
+    _wrap(tw.Encoder, "_export_all", samples, "encode: export")
     shm = transports.ShmTransport()
-    encoder = codec.Encoder(shm, codec.EncodeOptions(inline_threshold=0, embed_threshold=0))  # through the pool
+    encoder = tw.Encoder(shm, tw.EncodeOptions(inline_threshold=0, embed_threshold=0))  # through the pool
     template = torch.ones(max(1, nbytes // 4))
     try:
         for _ in range(count):
@@ -91,7 +91,7 @@ def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> Non
             built = time.perf_counter_ns()
             frames = encoder.encode(message)
             done = time.perf_counter_ns()
-            pipe.send_bytes(codec.join(frames))
+            pipe.send_bytes(tw.join(frames))
             samples.setdefault("sender: build the message", []).append(built - start)
             samples.setdefault("sender: encode, total", []).append(done - built)
             del tensor, message, frames
@@ -101,22 +101,22 @@ def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> Non
 
 
 def _receiver(pipe: Any, control: Any, count: int, spin: bool) -> None:
-    import codec
-    import codec.decoder as decoder_module
-    import codec.incoming as incoming_module
-    import transports
-    from codec.generated import REGISTRY
+    import tensorwire as tw
+    import tensorwire.decoder as decoder_module
+    import tensorwire.incoming as incoming_module
+    from tensorwire import transports
+    from tensorwire.generated import REGISTRY
 
     samples: Samples = {}
     _wrap(decoder_module, "walk", samples, "decode: depth walk")
     _wrap_frame_decoder(decoder_module, samples, "decode: frame 0 (+ body, tensors)")
     _wrap(incoming_module.Incoming, "read_buffers", samples, "decode: buffer table and imports")
-    _wrap(codec.Decoder, "verify_handles", samples, "decode: handle checks")
+    _wrap(tw.Decoder, "verify_handles", samples, "decode: handle checks")
     _wrap(transports.ShmTransport, "import_", samples, "decode: import buffers")
     _wrap(incoming_module, "verify_descriptor", samples, "decode: descriptor check, per tensor")
     _wrap(incoming_module, "build", samples, "decode: build one tensor")
     shm = transports.ShmTransport()
-    decoder = codec.Decoder(REGISTRY, [shm])
+    decoder = tw.Decoder(REGISTRY, [shm])
     try:
         for _ in range(count):
             if spin:
@@ -124,7 +124,7 @@ def _receiver(pipe: Any, control: Any, count: int, spin: bool) -> None:
                     pass
             blob = pipe.recv_bytes()
             start = time.perf_counter_ns()
-            tensor = decoder.decode(codec.split(bytearray(blob))).output
+            tensor = decoder.decode(tw.split(bytearray(blob))).output
             float(tensor[0])
             samples.setdefault("receiver: decode, total", []).append(time.perf_counter_ns() - start)
             del tensor

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-import codec
+import tensorwire as tw
 
 __all__ = ["FORMAT", "Binding", "Case", "Damage", "Export", "Found", "dump", "file_name", "load"]
 
@@ -96,7 +96,7 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
 
 def dump(case: Case, found: Found | None = None) -> bytes:
     """The case file of ``case``."""
-    blob = codec.join(case.frames) if case.frames else b""
+    blob = tw.join(case.frames) if case.frames else b""
     record = _File(
         FORMAT,
         case.family,
@@ -121,7 +121,7 @@ def load(data: bytes) -> tuple[Case, Found | None]:
         raise ValueError(f"not a fuzz case file: {exc}") from None
     if record.format != FORMAT:
         raise ValueError(f"case file format {record.format!r}, expected {FORMAT!r}")
-    frames = [bytes(f) for f in codec.split(record.blob)] if record.blob else []
+    frames = [bytes(f) for f in tw.split(record.blob)] if record.blob else []
     case = Case(
         record.family,
         record.label,

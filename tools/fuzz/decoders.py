@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import codec
-import transports
-from codec.generated import REGISTRY
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import REGISTRY
 
 __all__ = ["CONFIGS", "NAMED", "SAFE", "Reading", "build"]
 
@@ -18,11 +18,11 @@ class Reading:
     """One way of reading: the receiving transport's backing and the ``DecodeOptions``."""
 
     backing: str
-    options: codec.DecodeOptions
+    options: tw.DecodeOptions
     device: Any = None
 
 
-_TIGHT = codec.Limits(
+_TIGHT = tw.Limits(
     max_header_bytes=4096,
     max_message_bytes=1 << 20,
     max_tensors=4,
@@ -31,24 +31,24 @@ _TIGHT = codec.Limits(
     max_depth=8,
 )
 CONFIGS: tuple[Reading, ...] = (
-    Reading("memfd", codec.DecodeOptions()),
-    Reading("memfd", codec.DecodeOptions(borrow=False)),
-    Reading("named", codec.DecodeOptions(borrow=True, copy_readonly=False)),
-    Reading("named", codec.DecodeOptions(strict_fingerprint=True)),
-    Reading("memfd", codec.DecodeOptions(borrow=True), device="cpu"),
-    Reading("named", codec.DecodeOptions(limits=_TIGHT)),
+    Reading("memfd", tw.DecodeOptions()),
+    Reading("memfd", tw.DecodeOptions(borrow=False)),
+    Reading("named", tw.DecodeOptions(borrow=True, copy_readonly=False)),
+    Reading("named", tw.DecodeOptions(strict_fingerprint=True)),
+    Reading("memfd", tw.DecodeOptions(borrow=True), device="cpu"),
+    Reading("named", tw.DecodeOptions(limits=_TIGHT)),
 )
 NAMED = tuple(i for i, c in enumerate(CONFIGS) if c.backing == "named")  # these also map named slots
 SAFE = tuple(i for i, c in enumerate(CONFIGS) if c.options.limits is not _TIGHT)  # every valid seed decodes
 
 
-def build(directory: Path) -> tuple[list[codec.Decoder], list[transports.ShmTransport]]:
+def build(directory: Path) -> tuple[list[tw.Decoder], list[transports.ShmTransport]]:
     """A decoder per configuration, over one receiving transport per backing (in ``directory``)."""
     receivers = {
         backing: transports.ShmTransport(directory, pool=False, backing=backing, claim_timeout=3600.0)
         for backing in ("memfd", "named")
     }
     decoders = [
-        codec.Decoder(REGISTRY, transports=[receivers[c.backing]], options=c.options, device=c.device) for c in CONFIGS
+        tw.Decoder(REGISTRY, transports=[receivers[c.backing]], options=c.options, device=c.device) for c in CONFIGS
     ]
     return decoders, list(receivers.values())

@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-import codec
+import tensorwire as tw
 from tools.fuzz import rawmp
 from tools.fuzz.case import Binding, Case
 from tools.fuzz.damage import apply
@@ -147,7 +147,7 @@ def materialize(case: Case, context: dict[str, Any]) -> Delivery:
     if damage is not None and 0 <= damage.target < len(frames):
         frames[damage.target] = apply(frames[damage.target], damage)
     if case.joined:
-        blob = codec.join(frames)
+        blob = tw.join(frames)
         if damage is not None and damage.target < 0:
             blob = apply(blob, damage)
         return Delivery([], bytearray(blob) if case.writable else blob)

@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
-from codec.generated import REGISTRY
-from codec.wire import MAGIC, WIRE_VERSION, tag
+from tensorwire.generated import REGISTRY
+from tensorwire.wire import MAGIC, WIRE_VERSION, tag
 from tools.fuzz import rawmp, targets, values
 from tools.fuzz.draft import BODY, BUFFERS, DELETE, FINGERPRINT, TAG, Draft, Live, LiveHandle, encode
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import msgspec
 
-from codec import DTYPE_NAMES, DTYPES
-from codec.wire import EXT_INLINE, EXT_TENSOR, EXT_TUPLE, pack_descriptor, pack_inline
+from tensorwire import DTYPE_NAMES, DTYPES
+from tensorwire.wire import EXT_INLINE, EXT_TENSOR, EXT_TUPLE, pack_descriptor, pack_inline
 from tools.fuzz import rawmp, values
 from tools.fuzz.draft import BODY, BUFFERS, BodyTuple, Draft, encode
 from tools.fuzz.ops_table import Op

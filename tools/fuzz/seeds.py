@@ -19,10 +19,10 @@ import msgspec
 import numpy as np
 import torch
 
-import codec
-from codec.generated import diffusion, media, rpc
-from transports.base import Buffer, Handle
-from transports.shm import ShmHandle, SlotHandle
+import tensorwire as tw
+from tensorwire.generated import diffusion, media, rpc
+from tensorwire.transports.base import Buffer, Handle
+from tensorwire.transports.shm import ShmHandle, SlotHandle
 
 __all__ = [
     "ALL_INLINE",
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 ALL_INLINE = 2**62
-EMBED = codec.EncodeOptions().embed_threshold  # the encoder's default: tensors below it travel in frame 0
+EMBED = tw.EncodeOptions().embed_threshold  # the encoder's default: tensors below it travel in frame 0
 Layout = tuple[int, int]  # (inline_threshold, embed_threshold) of the encoder
 LAYOUTS: tuple[Layout, ...] = (
     (0, 0),  # every tensor in a buffer of its own, every buffer out of band
@@ -85,7 +85,7 @@ def _views() -> Any:
 
 def _golden(type_id: str, case: str) -> Callable[[], Any]:
     """A builder of the golden fixtures (``codec.golden``): the full field set of a built-in type."""
-    from codec.golden import cases
+    from tensorwire.golden import cases
 
     return dict(cases()[type_id])[case]
 
@@ -207,8 +207,8 @@ class Template:
 def template(index: int, layout: Layout) -> Template:
     """Seed ``index`` encoded with ``inline_threshold, embed_threshold = layout``."""
     recorder = _Recorder()
-    options = codec.EncodeOptions(inline_threshold=layout[0], embed_threshold=layout[1])
-    frames = codec.Encoder(recorder, options).encode(message(index))
+    options = tw.EncodeOptions(inline_threshold=layout[0], embed_threshold=layout[1])
+    frames = tw.Encoder(recorder, options).encode(message(index))
     entries = msgspec.msgpack.decode(frames[0])[2]  # [[nbytes, handle], ...]
     slots = [i for i, entry in enumerate(entries) if entry[1]["transport"] != "inline"]
     if len(slots) != len(recorder.data):

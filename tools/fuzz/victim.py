@@ -28,12 +28,12 @@ from typing import Any
 import msgspec
 import torch
 
-import codec
-import transports
-from codec.generated import rpc
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.generated import rpc
+from tensorwire.transports.control import CAPABILITY_BYTES, CONTROL_BYTES, IN_FLIGHT, MAGIC, ONE_SHOT, digest
 from tools.fuzz import seeds, targets
 from tools.fuzz.channel import Child, ChildDied, Endpoint
-from transports.control import CAPABILITY_BYTES, CONTROL_BYTES, IN_FLIGHT, MAGIC, ONE_SHOT, digest
 
 __all__ = ["Victim", "VictimProcess", "main"]
 
@@ -43,7 +43,7 @@ _PAGE = struct.Struct("<8Q16s")  # the control page's words and digest (transpor
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
 
 
-_OUT_OF_BAND = codec.EncodeOptions(inline_threshold=0, embed_threshold=0)  # every tensor in a segment
+_OUT_OF_BAND = tw.EncodeOptions(inline_threshold=0, embed_threshold=0)  # every tensor in a segment
 
 
 def _entries(frames: list[Any]) -> list[dict[str, Any]]:
@@ -101,7 +101,7 @@ class Victim:
         memfd = self._send(self._memfd, targets.MEMFD_SLOTS, 1)
         named = self._send(self._named, targets.NAMED_SLOTS, 2)
         oneshots = self._send(self._oneshot, targets.ONE_SHOTS, 3)
-        leaked_frames = codec.Encoder(self._memfd, _OUT_OF_BAND).encode(seeds.message(seeds.LEAKED))
+        leaked_frames = tw.Encoder(self._memfd, _OUT_OF_BAND).encode(seeds.message(seeds.LEAKED))
         self.token = memfd[0]["handle"]["name"].split("-")[2]
         self._slots = {"memfd": memfd, "named": named}
         self._oneshots = oneshots
@@ -122,7 +122,7 @@ class Victim:
         """Send one message of ``count`` out-of-band buffers that nobody will read."""
         gen = torch.Generator().manual_seed(seed)
         tensors = [torch.randn(500 + 37 * i, generator=gen) for i in range(count)]
-        frames = codec.Encoder(transport, _OUT_OF_BAND).encode(rpc.Value(value=tensors))
+        frames = tw.Encoder(transport, _OUT_OF_BAND).encode(rpc.Value(value=tensors))
         return _entries(frames)
 
     def _name(self, seq: int) -> str:

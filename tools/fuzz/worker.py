@@ -29,15 +29,15 @@ import msgspec
 import numpy as np
 import torch
 
-import codec
-import transports
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.transports.base import Handle
 from tools.fuzz import decoders, probe, sabotage, seeds
 from tools.fuzz.case import Case, Export, load
 from tools.fuzz.cases import generate
 from tools.fuzz.channel import REPO, Endpoint
 from tools.fuzz.draft import finish, start
 from tools.fuzz.materialize import materialize
-from transports.base import Handle
 
 __all__ = ["Worker", "main"]
 
@@ -142,12 +142,12 @@ class Worker:
             return "harness", {"type": type(exc).__name__, "message": str(exc)[:300], "where": _where(exc)}
         decode = self.decode[case.decoder % len(self.decode)]
         try:
-            frames = codec.split(delivery.blob) if delivery.blob is not None else delivery.frames
+            frames = tw.split(delivery.blob) if delivery.blob is not None else delivery.frames
             message = decode(frames)
             _touch(message)
             del message
             return "message", None
-        except codec.CodecError as exc:
+        except tw.CodecError as exc:
             if case.family == "legit":
                 return "rejected", {"type": type(exc).__name__, "message": str(exc)[:300], "where": _where(exc)}
             return "codec", None

@@ -1,0 +1,106 @@
+"""The installed package: one namespace, ``tensorwire``, and the public surface its ``__all__`` says."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import tensorwire as tw
+
+TOP_LEVEL = {
+    "__version__",
+    "DTYPES",
+    "DTYPE_NAMES",
+    "CodecError",
+    "CompatError",
+    "DecodeError",
+    "DecodeOptions",
+    "Decoder",
+    "EncodeOptions",
+    "Encoder",
+    "EncodeError",
+    "Limits",
+    "Registry",
+    "SchemaError",
+    "TransportError",
+    "TypeInfo",
+    "UnknownTypeError",
+    "ValidationError",
+    "join",
+    "load_schemas",
+    "register_validator",
+    "split",
+    "transports",
+}
+TRANSPORTS = {
+    "CudaCallError",
+    "CudaRuntime",
+    "CudaShmTransport",
+    "Handle",
+    "InlineHandle",
+    "InlineTransport",
+    "QueueHandle",
+    "QueueTransport",
+    "ShmHandle",
+    "ShmTransport",
+    "SlotHandle",
+    "TorchCudaRuntime",
+    "Transport",
+    "available",
+    "by_name",
+    "our_segments",
+    "reap",
+}
+
+
+def test_the_top_level_surface_is_what_all_says() -> None:
+    assert set(tw.__all__) == TOP_LEVEL
+    for name in tw.__all__:
+        assert getattr(tw, name) is not None, name
+    assert tw.transports.ShmTransport is importlib.import_module("tensorwire.transports.shm").ShmTransport
+
+
+def test_the_transports_surface_is_what_all_says() -> None:
+    assert set(tw.transports.__all__) == TRANSPORTS
+    for name in tw.transports.__all__:
+        assert getattr(tw.transports, name) is not None, name
+
+
+def test_version_is_the_distribution_s() -> None:
+    from importlib.metadata import version
+
+    assert tw.__version__ == version("tensorwire")
+    out = subprocess.run(
+        [sys.executable, "-m", "tensorwire.cli", "--version"], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0 and out.stdout.strip() == f"tensorwire {tw.__version__}", out
+
+
+def test_outside_the_repository_only_tensorwire_is_importable() -> None:
+    script = (
+        "import importlib.util, json, tensorwire, tensorwire.transports\n"
+        "print(json.dumps({n: importlib.util.find_spec(n) is not None for n in ('codec', 'transports')}))\n"
+        "print(tensorwire.__file__)\n"
+    )
+    with tempfile.TemporaryDirectory() as cwd:
+        out = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, cwd=cwd, env={"PATH": ""}, check=False
+        )
+    assert out.returncode == 0, out.stderr
+    found, path = out.stdout.strip().splitlines()
+    assert found == '{"codec": false, "transports": false}'
+    assert Path(path).name == "__init__.py" and Path(path).parent.name == "tensorwire"
+
+
+@pytest.mark.parametrize("module", ["tensorwire.generated", "tensorwire.schema", "tensorwire.compat", "tensorwire.gen"])
+def test_each_public_subpackage_names_what_it_exports(module: str) -> None:
+    loaded = importlib.import_module(module)
+    exported = getattr(loaded, "__all__", None)
+    assert exported, f"{module} has no __all__"
+    for name in exported:
+        assert hasattr(loaded, name), (module, name)
