@@ -12,14 +12,12 @@ Public contract::
 
 from __future__ import annotations
 
+import importlib
 import os
+from typing import TYPE_CHECKING, Any
 
-from tensorwire import transports
 from tensorwire._version import __version__
-from tensorwire.contract import TypeInfo, register_validator
-from tensorwire.decoder import Decoder
 from tensorwire.dtypes import DTYPE_NAMES, DTYPES
-from tensorwire.encoder import Encoder
 from tensorwire.errors import (
     CodecError,
     CompatError,
@@ -31,7 +29,13 @@ from tensorwire.errors import (
 )
 from tensorwire.options import DecodeOptions, EncodeOptions, Limits
 from tensorwire.registry import Registry, UnknownTypeError
+from tensorwire.rules import TypeInfo, register_validator
 from tensorwire.wire import join, split
+
+if TYPE_CHECKING:
+    from tensorwire import transports
+    from tensorwire.decoder import Decoder
+    from tensorwire.encoder import Encoder
 
 __all__ = [
     "__version__",
@@ -58,6 +62,25 @@ __all__ = [
     "split",
     "transports",
 ]
+
+
+# The runtime needs torch and numpy; it is imported when first used, so that the schema compiler,
+# the code generator and the compat checker (and ``import tensorwire`` for them) run without either.
+_LAZY = {"Decoder": "tensorwire.decoder", "Encoder": "tensorwire.encoder", "transports": "tensorwire.transports"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tensorwire' has no attribute {name!r}")
+    loaded = importlib.import_module(module)
+    value = loaded if name == "transports" else getattr(loaded, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def load_schemas(directory: str | os.PathLike[str]) -> Registry:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensorwire.contract import register_validator, violation
 from tensorwire.dtypes import dtype_of
+from tensorwire.rules import register_validator, violation
 
 __all__: list[str] = []
 

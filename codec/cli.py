@@ -90,11 +90,16 @@ def _schemas(args: argparse.Namespace) -> int:
         return 0
     if args.dir is None:
         from tensorwire.generated import REGISTRY as registry
-    else:
-        from tensorwire import load_schemas
 
-        registry = load_schemas(args.dir)
-    infos = registry.infos()
+        infos = registry.infos()
+    else:  # straight from the schemas: no classes built, no torch imported
+        from tensorwire.rules import TypeInfo
+        from tensorwire.schema import load_dir
+
+        messages = load_dir(args.dir).messages
+        infos = sorted(
+            (TypeInfo(m.type_id, m.version, m.fingerprint) for m in messages), key=lambda i: (i.type_id, i.version)
+        )
     width = max(len(i.type_id) for i in infos)
     print(f"{'type':<{width}}  version  fingerprint")
     for info in infos:

@@ -10,7 +10,6 @@ validators*: Python functions registered with ``register_validator`` and named i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -18,6 +17,20 @@ import torch
 
 from tensorwire.dtypes import DTYPES, dtype_of
 from tensorwire.errors import ValidationError
+from tensorwire.rules import (
+    Check,
+    EachCheck,
+    GroupRule,
+    StructRules,
+    TensorCheck,
+    TreeCheck,
+    TupleCheck,
+    TypeInfo,
+    known_validators,
+    register_validator,
+    validator,
+    violation,
+)
 
 __all__ = [
     "Check",
@@ -38,84 +51,6 @@ __all__ = [
     "register_validator",
     "violation",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class TypeInfo:
-    """Identity of a message type: stable id, major version and schema fingerprint."""
-
-    type_id: str
-    version: int
-    fingerprint: str
-
-
-@dataclass(frozen=True, slots=True)
-class TensorCheck:
-    kind: str  # "tensor" or "ndarray"
-    dtypes: tuple[str, ...] | None = None
-    shape: tuple[int | str | None, ...] | None = None
-    devices: tuple[str, ...] | None = None
-    contiguous: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TreeCheck:
-    max_depth: int = 64
-    json_only: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class EachCheck:
-    """Apply ``inner`` to each element of a list/set (``array``), each map value (``map``) or a non-None value."""
-
-    container: str  # "array", "map" or "nullable"
-    inner: Check
-
-
-@dataclass(frozen=True, slots=True)
-class TupleCheck:
-    items: tuple[Check | None, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class GroupRule:
-    rule: str  # "at_most_one_of" or "exactly_one_of"
-    fields: tuple[str, ...]
-
-
-Check: TypeAlias = TensorCheck | TreeCheck | EachCheck | TupleCheck
-
-
-@dataclass(frozen=True, slots=True)
-class StructRules:
-    type_name: str
-    fields: tuple[tuple[str, Check], ...] = ()
-    groups: tuple[GroupRule, ...] = ()
-    validators: tuple[str, ...] = ()
-
-
-Validator: TypeAlias = Callable[[Any], None]
-_VALIDATORS: dict[str, Validator] = {}
-
-
-def register_validator(name: str) -> Callable[[Validator], Validator]:
-    """Register a named rule (``namespace.rule_name``) that schemas may list in ``x-validators``."""
-
-    def wrap(fn: Validator) -> Validator:
-        _VALIDATORS[name] = fn
-        return fn
-
-    return wrap
-
-
-def known_validators() -> frozenset[str]:
-    """Names of every registered validator."""
-    return frozenset(_VALIDATORS)
-
-
-def violation(type_name: str, rule: str, message: str) -> ValidationError:
-    """The error a named validator raises: ``<type>: rule <RULE>: <message>``."""
-    return ValidationError(f"{type_name}: rule {rule}: {message}")
 
 
 def check_struct(obj: Any) -> None:
@@ -150,11 +85,10 @@ def check_struct(obj: Any) -> None:
             got = ", ".join(present) if present else "none"
             raise ValidationError(f"{rules.type_name}: exactly one of {', '.join(group.fields)} must be set; got {got}")
     for name in rules.validators:
-        try:
-            validator = _VALIDATORS[name]
-        except KeyError:
-            raise ValidationError(f"{rules.type_name}: no validator named {name!r} is registered") from None
-        validator(obj)
+        found = validator(name)
+        if found is None:
+            raise ValidationError(f"{rules.type_name}: no validator named {name!r} is registered")
+        found(obj)
 
 
 def _skips_none(check: Check) -> bool:
@@ -429,6 +363,3 @@ def _check_tree(check: TreeCheck, value: Any, path: str, depth: int) -> None:
     if not isinstance(value, leaves):
         kind = "a JSON tree" if check.json_only else "a tree"
         raise ValidationError(f"{path}: {type(value).__name__} is not allowed in {kind}")
-
-
-from tensorwire import builtin_rules  # noqa: E402,F401  (registers the built-in named validators)

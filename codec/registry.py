@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, TypeAlias
 
-from tensorwire.contract import TypeInfo
 from tensorwire.errors import CodecError
+from tensorwire.rules import TypeInfo
 
 __all__ = ["MessageClass", "Registry", "UnknownTypeError"]
 

@@ -8,13 +8,25 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tensorwire.gen.runtime import build_registry
 from tensorwire.gen.source import HEADER_PREFIX, render_package
 from tensorwire.schema import META_DIR, load_dir
 from tensorwire.schema.meta import META_SCHEMA_NAME, meta_schema_text
 
 __all__ = ["build_registry", "check", "expected_files", "generate", "render_package"]
+
+if TYPE_CHECKING:
+    from tensorwire.registry import Registry
+    from tensorwire.schema import SchemaSet
+
+
+def build_registry(schemas: SchemaSet) -> Registry:
+    """A class for every message type of ``schemas``, as a ``Registry`` (``tensorwire.gen.runtime``,
+    imported on use: run-time types need torch)."""
+    from tensorwire.gen import runtime
+
+    return runtime.build_registry(schemas)
 
 
 def expected_files(schema_dir: Path, out_dir: Path) -> dict[Path, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tensorwire.contract import (
+from tensorwire.rules import (
     Check,
     EachCheck,
     GroupRule,

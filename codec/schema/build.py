@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tensorwire.contract import known_validators
+from tensorwire.rules import known_validators
 from tensorwire.schema.ir import (
     MISSING,
     ArrayT,

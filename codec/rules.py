@@ -1,0 +1,132 @@
+"""What a message type's run-time contract says, as data, and the named validators: torch-free.
+
+The schema compiler and code generator build these; ``tensorwire.contract`` checks messages
+against them. Named validators are Python functions registered with ``register_validator`` under
+``namespace.rule_name`` and listed in a schema's ``x-validators``; the built-in ones register the
+first time a validator is looked up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from tensorwire.errors import ValidationError
+
+__all__ = [
+    "Check",
+    "EachCheck",
+    "GroupRule",
+    "StructRules",
+    "TensorCheck",
+    "TreeCheck",
+    "TupleCheck",
+    "TypeInfo",
+    "Validator",
+    "known_validators",
+    "register_validator",
+    "validator",
+    "violation",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TypeInfo:
+    """Identity of a message type: stable id, major version and schema fingerprint."""
+
+    type_id: str
+    version: int
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCheck:
+    kind: str  # "tensor" or "ndarray"
+    dtypes: tuple[str, ...] | None = None
+    shape: tuple[int | str | None, ...] | None = None
+    devices: tuple[str, ...] | None = None
+    contiguous: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TreeCheck:
+    max_depth: int = 64
+    json_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EachCheck:
+    """Apply ``inner`` to each element of a list/set (``array``), each map value (``map``) or a non-None value."""
+
+    container: str  # "array", "map" or "nullable"
+    inner: Check
+
+
+@dataclass(frozen=True, slots=True)
+class TupleCheck:
+    items: tuple[Check | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRule:
+    rule: str  # "at_most_one_of" or "exactly_one_of"
+    fields: tuple[str, ...]
+
+
+Check: TypeAlias = TensorCheck | TreeCheck | EachCheck | TupleCheck
+
+
+@dataclass(frozen=True, slots=True)
+class StructRules:
+    type_name: str
+    fields: tuple[tuple[str, Check], ...] = ()
+    groups: tuple[GroupRule, ...] = ()
+    validators: tuple[str, ...] = ()
+
+
+Validator: TypeAlias = Callable[[Any], None]
+_VALIDATORS: dict[str, Validator] = {}
+
+
+_BUILTINS: list[bool] = []  # [True] once the built-in validators are registered
+
+
+def _builtins() -> None:
+    if not _BUILTINS:
+        _BUILTINS.append(True)
+        import tensorwire.builtin_rules  # noqa: F401  (registers the built-in named validators)
+
+
+def register_validator(name: str) -> Callable[[Validator], Validator]:
+    """Register a named rule (``namespace.rule_name``) that schemas may list in ``x-validators``;
+    a name already registered to another function is a ``ValueError``."""
+
+    def wrap(fn: Validator) -> Validator:
+        _builtins()
+        held = _VALIDATORS.get(name)
+        if held is not None and held is not fn:
+            raise ValueError(
+                f"a validator named {name!r} is already registered ({held.__module__}.{held.__qualname__})"
+            )
+        _VALIDATORS[name] = fn
+        return fn
+
+    return wrap
+
+
+def known_validators() -> frozenset[str]:
+    """Names of every registered validator."""
+    _builtins()
+    return frozenset(_VALIDATORS)
+
+
+def validator(name: str) -> Validator | None:
+    """The validator registered as ``name``, if any."""
+    _builtins()
+    return _VALIDATORS.get(name)
+
+
+def violation(type_name: str, rule: str, message: str) -> ValidationError:
+    """The error a named validator raises: ``<type>: rule <RULE>: <message>``."""
+    return ValidationError(f"{type_name}: rule {rule}: {message}")
