@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.tensorwire-installed
 # a bare requirement would download a multi-GB CUDA build. An existing torch is left alone.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv test lint typecheck gen gen-check compat-check demo bench fuzz gpu-wheels clean
+.PHONY: venv test lint typecheck gen gen-check compat-check wheel-smoke demo bench fuzz gpu-wheels clean
 
 venv: $(STAMP)
 
@@ -41,7 +41,11 @@ compat-check: $(STAMP)
 		$(BIN)/tensorwire compat --against HEAD~1 schemas; \
 	else echo "compat-check: no previous commit in this clone, skipped"; fi
 
-test: lint typecheck gen-check compat-check
+# The wheel, built from the tracked files and used from outside the repository (tools/wheel_smoke.py).
+wheel-smoke: $(STAMP)
+	$(PY) -m tools.wheel_smoke
+
+test: lint typecheck gen-check compat-check wheel-smoke
 	$(BIN)/pytest
 
 demo: $(STAMP)

@@ -114,9 +114,8 @@ class Encoder:
         if total > limits.max_message_bytes:
             raise EncodeError(f"{type_id}: {total} bytes is over the limit of {limits.max_message_bytes}")
         try:
-            begin = getattr(self.transport, "begin_message", None)
-            if begin is not None and any(self._route(b.nbytes) is self.transport for b in buffers):
-                begin()
+            if any(self._route(b.nbytes) is self.transport for b in buffers):
+                self.transport.begin_message()
             for buffer in buffers:
                 transport = self._route(buffer.nbytes)
                 handle = self._export(transport, buffer, frames)
@@ -132,17 +131,15 @@ class Encoder:
 
     def _export(self, transport: Transport, buffer: BufferPlan, frames: list[Buffer]) -> Handle:
         """Hand one buffer to ``transport``: a device buffer to its ``export_device`` if it takes
-        it, else staged to the host first; a torch storage to ``export_storage`` if it has one."""
+        it, else staged to the host first; a torch storage to ``export_storage`` if it takes it;
+        else a byte view to ``export``."""
         view, start = buffer.view, buffer.start
-        storage = None
+        storage = buffer.storage
         if view is None:
-            storage = buffer.storage
             assert storage is not None
-            export_device = getattr(transport, "export_device", None)
-            if export_device is not None:
-                handle: Handle | None = export_device(storage, start, buffer.nbytes, frames)
-                if handle is not None:
-                    return handle
+            handle = transport.export_device(storage, start, buffer.nbytes, frames)
+            if handle is not None:
+                return handle
             try:
                 storage = stage_to_host(storage[start : start + buffer.nbytes], transport_runtime(self.transport))
             except RuntimeError as exc:  # CudaCallError included
@@ -150,11 +147,10 @@ class Encoder:
                     errno.EIO, f"copying a {buffer.nbytes}-byte device buffer to the host: {exc}"
                 ) from None
             view, start = memoryview(storage.numpy()), 0  # type: ignore[arg-type]
-        export_storage = getattr(transport, "export_storage", None)
-        if export_storage is not None:
-            storage = storage if storage is not None else buffer.storage  # made only for transports that take it
-            if storage is not None:
-                return export_storage(storage, start, buffer.nbytes, frames)  # type: ignore[no-any-return]
+        if storage is not None:
+            handle = transport.export_storage(storage, start, buffer.nbytes, frames)
+            if handle is not None:
+                return handle
         return transport.export(view, frames)
 
     def _route(self, nbytes: int) -> Transport:

@@ -38,6 +38,7 @@ TOP_LEVEL = {
     "transports",
 }
 TRANSPORTS = {
+    "ENTRY_POINTS",
     "CudaCallError",
     "CudaRuntime",
     "CudaShmTransport",

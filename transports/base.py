@@ -1,27 +1,26 @@
-"""The ``Transport`` protocol: where an out-of-band buffer lives between encode and decode.
+"""``Transport``: the base class of every transport (where an out-of-band buffer lives between
+encode and decode), and ``Handle``, the base of their handles.
 
 A transport ``export``s a buffer and returns a typed handle (a msgspec Struct tagged by the
 transport's name, placed in the header's buffer table); the receiving side ``verify``s every
 handle of a message before touching anything, then ``import_``s each into a buffer. ``release``
-undoes an export (or discards an unread one); ``close`` releases what the transport holds.
-Third-party transports register under the ``tensorwire.transports`` entry-point group.
-
-Optional methods: ``begin_message()`` (called once per encode before its exports, for
-transports that number messages); ``export_storage(storage, start, nbytes, frames)`` (given
-instead of a byte view when the buffer is cut from a torch storage, for transports that move
-storages rather than bytes); ``export_device(storage, start, nbytes, frames) -> handle | None``
-(given a buffer that lives on a device; None lets the encoder stage it to the host instead).
+undoes an export (or discards an unread one); ``close`` releases what the transport holds, and a
+transport is a context manager that closes on exit. The optional hooks have no-op defaults.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from importlib import metadata
-from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import msgspec
 
-__all__ = ["Buffer", "Handle", "Transport", "available", "by_name"]
+if TYPE_CHECKING:
+    from typing import Self
+
+__all__ = ["Buffer", "Handle", "Transport"]
 
 Buffer: TypeAlias = bytes | bytearray | memoryview | Any  # any object with the buffer protocol
 
@@ -30,52 +29,56 @@ class Handle(msgspec.Struct, tag_field="transport", forbid_unknown_fields=True, 
     """Base of every transport's handle type; subclasses set ``tag=<transport name>``."""
 
 
-@runtime_checkable
-class Transport(Protocol):
-    """Moves one buffer from an encoder to a decoder."""
+class Transport(ABC):
+    """Moves one buffer from an encoder to a decoder.
+
+    Subclasses set ``name`` and ``handle_types`` and implement ``export``, ``verify``, ``import_``,
+    ``release`` and ``close``; they may override the hooks ``begin_message``, ``export_storage``
+    and ``export_device``, which do nothing by default.
+    """
 
     name: ClassVar[str]
     handle_types: ClassVar[tuple[type[Handle], ...]]  # the handle kinds this transport reads and writes
 
+    @abstractmethod
     def export(self, data: memoryview, frames: list[Buffer]) -> Handle:
         """Make ``data`` (a flat byte view) available to a receiver; frames may be appended."""
-        ...
 
+    @abstractmethod
     def verify(self, handles: Sequence[Handle], frames: Sequence[Buffer]) -> None:
         """Reject ill-formed handles of one message (``DecodeError``) before anything is opened."""
-        ...
 
+    @abstractmethod
     def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
         """The buffer behind ``handle`` (``nbytes`` long): a private copy, or with ``borrow`` a view
         (``None``: the transport's own default for that kind of handle)."""
-        ...
 
+    @abstractmethod
     def release(self, handle: Handle) -> None:
         """Undo an export, or discard a buffer that will not be imported; never raises for a gone buffer."""
-        ...
 
+    @abstractmethod
     def close(self) -> None:
         """Release everything this transport holds."""
-        ...
 
+    def begin_message(self) -> None:  # noqa: B027  (an optional hook: doing nothing is the default)
+        """Called once per encode before its first export to this transport (for transports that
+        number messages); nothing by default."""
 
-def available() -> dict[str, type[Any]]:
-    """Transport classes by name: the built-ins plus the ``tensorwire.transports`` entry points."""
-    from tensorwire.transports.cuda_shm import CudaShmTransport
-    from tensorwire.transports.inline import InlineTransport
-    from tensorwire.transports.queue import QueueTransport
-    from tensorwire.transports.shm import ShmTransport
+    def export_storage(self, storage: Any, start: int, nbytes: int, frames: list[Buffer]) -> Handle | None:
+        """Export bytes ``[start, start + nbytes)`` of a host torch storage (a uint8 tensor over it),
+        for transports that move storages rather than bytes; None (the default): use ``export``."""
+        return None
 
-    found: dict[str, type[Any]] = {t.name: t for t in (InlineTransport, ShmTransport, CudaShmTransport, QueueTransport)}
-    for entry in metadata.entry_points(group="tensorwire.transports"):
-        cls = entry.load()
-        found[cls.name] = cls
-    return found
+    def export_device(self, storage: Any, start: int, nbytes: int, frames: list[Buffer]) -> Handle | None:
+        """Export bytes ``[start, start + nbytes)`` of a storage on a device; None (the default): the
+        encoder copies them to the host and calls ``export_storage`` or ``export``."""
+        return None
 
+    def __enter__(self) -> Self:
+        return self
 
-def by_name(name: str) -> type[Any]:
-    """The transport class registered as ``name``."""
-    found = available()
-    if name not in found:
-        raise KeyError(f"unknown transport {name!r}; available: {', '.join(sorted(found))}")
-    return found[name]
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from tensorwire.errors import DecodeError
-from tensorwire.transports.base import Buffer, Handle
+from tensorwire.transports.base import Buffer, Handle, Transport
 
 __all__ = ["InlineHandle", "InlineTransport"]
 
@@ -17,7 +17,7 @@ class InlineHandle(Handle, tag="inline", frozen=True):
     frame: int
 
 
-class InlineTransport:
+class InlineTransport(Transport):
     """Buffers as frames: zero-copy memoryviews on the way out; on the way in, the frame itself."""
 
     name: ClassVar[str] = "inline"

@@ -70,7 +70,7 @@ import torch.multiprocessing  # registers torch's tensor reductions (CUDA IPC in
 
 from tensorwire.errors import DecodeError, TransportError
 from tensorwire.transports.ack import AckPage, InFlight
-from tensorwire.transports.base import Buffer, Handle
+from tensorwire.transports.base import Buffer, Handle, Transport
 from tensorwire.transports.cuda_runtime import CudaRuntime, TorchCudaRuntime
 from tensorwire.transports.shm import _NAME, SHM_DIR, _next_name
 from tensorwire.transports.torch_shm import share
@@ -110,7 +110,7 @@ class _Stream:
     tensor: int = 0
 
 
-class QueueTransport:
+class QueueTransport(Transport):
     """Out-of-band buffers through a ``torch.multiprocessing`` queue shared by producers and a consumer."""
 
     name: ClassVar[str] = "queue"

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from tensorwire.errors import CodecError, DecodeError, TransportError
-from tensorwire.transports.base import Buffer, Handle
+from tensorwire.transports.base import Buffer, Handle, Transport
 from tensorwire.transports.control import (
     CAPABILITY_BYTES,
     CONTROL_BYTES,
@@ -145,7 +145,7 @@ class _OneShots:
         return sum(_void_one_shot(self.directory / name, lambda fd, what: expire_file(fd, what)) for name in due)
 
 
-class ShmTransport:
+class ShmTransport(Transport):
     """Out-of-band buffers in shared memory: pooled slots by default, one-shot segments otherwise.
 
     ``pool``: reuse warm slots (default). ``backing``: ``"memfd"`` (default: sealed, nameless; as a

@@ -21,7 +21,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire.generated import diffusion, media, rpc
-from tensorwire.transports.base import Buffer, Handle
+from tensorwire.transports.base import Buffer, Handle, Transport
 from tensorwire.transports.shm import ShmHandle, SlotHandle
 
 __all__ = [
@@ -167,7 +167,7 @@ def message(index: int) -> Any:
 _PLACEHOLDER = "tw-1-" + "0" * 32 + "-0"
 
 
-class _Recorder:
+class _Recorder(Transport):
     """A transport that keeps the bytes of every export and hands out a placeholder handle."""
 
     name: ClassVar[str] = "shm"

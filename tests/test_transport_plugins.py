@@ -1,0 +1,188 @@
+"""The transport base class (optional hooks with no-op defaults, a context manager) and third-party
+transports found through the ``tensorwire.transports`` entry-point group of an installed distribution."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import torch
+
+import tensorwire as tw
+from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.transports import Handle, Transport
+from tensorwire.transports.base import Buffer
+
+PLUGIN = textwrap.dedent(
+    '''
+    """A transport that keeps buffers in a dict of this process (a test double of a real one)."""
+    from __future__ import annotations
+
+    from typing import ClassVar
+
+    from tensorwire.transports import Handle, Transport
+
+    STORE: dict[int, bytes] = {}
+
+
+    class PigeonHandle(Handle, tag="pigeon"):
+        key: int
+
+
+    class PigeonTransport(Transport):
+        name: ClassVar[str] = "pigeon"
+        handle_types: ClassVar[tuple[type[Handle], ...]] = (PigeonHandle,)
+
+        def export(self, data, frames):
+            key = len(STORE)
+            STORE[key] = bytes(data)
+            return PigeonHandle(key=key)
+
+        def verify(self, handles, frames):
+            for handle in handles:
+                if handle.key not in STORE:
+                    raise tw.DecodeError(f"no pigeon carries {handle.key}")
+
+        def import_(self, handle, frames, nbytes, *, borrow):
+            return bytearray(STORE[handle.key])
+
+        def release(self, handle):
+            STORE.pop(handle.key, None)
+
+        def close(self):
+            STORE.clear()
+
+
+    class NotATransport:
+        name = "impostor"
+
+    import tensorwire as tw
+    '''
+)
+USE = textwrap.dedent(
+    """
+    import json, sys, torch
+    import tensorwire as tw
+    from tensorwire.generated import REGISTRY, diffusion
+
+    try:
+        cls = tw.transports.by_name("pigeon")
+    except ValueError as exc:
+        print(json.dumps({"error": str(exc)}))
+        sys.exit(0)
+    with cls() as pigeon:
+        frames = tw.Encoder(pigeon, tw.EncodeOptions(inline_threshold=1, embed_threshold=0)).encode(
+            diffusion.Output(output=torch.arange(6.0))
+        )
+        out = tw.Decoder(REGISTRY, [pigeon]).decode(frames).output
+    print(json.dumps({"names": sorted(tw.transports.available()), "module": cls.__module__, "out": out.tolist()}))
+    """
+)
+
+
+def _install(site: Path, entry: str) -> None:
+    """A distribution on ``site``: its module and a dist-info whose entry point is ``entry``."""
+    (site / "pigeon_transport.py").write_text(PLUGIN)
+    info = site / "pigeon_transport-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pigeon-transport\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[tensorwire.transports]\n{entry}\n")
+    (info / "RECORD").write_text("")
+
+
+def _use(site: Path) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-c", USE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=site,
+        env={"PYTHONPATH": str(site), "PATH": ""},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return found
+
+
+def test_an_installed_distribution_s_transport_is_found_and_carries_a_message(tmp_path: Path) -> None:
+    _install(tmp_path, "pigeon = pigeon_transport:PigeonTransport")
+    found = _use(tmp_path)
+    assert found == {
+        "names": ["cuda_shm", "inline", "pigeon", "queue", "shm"],
+        "module": "pigeon_transport",
+        "out": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+    }
+
+
+@pytest.mark.parametrize(
+    ("entry", "error"),
+    [
+        ("pigeon = pigeon_transport:NotATransport", "is not a tensorwire.transports.Transport subclass"),
+        ("pigeon = pigeon_transport:Missing", "failed to load: AttributeError"),
+        ("shm = pigeon_transport:PigeonTransport", "'shm' is a built-in transport"),
+        ("dove = pigeon_transport:PigeonTransport", "its class is named 'pigeon'"),
+    ],
+)
+def test_a_broken_entry_point_is_named_in_the_error(tmp_path: Path, entry: str, error: str) -> None:
+    _install(tmp_path, entry)
+    message = _use(tmp_path)["error"]
+    name, value = (part.strip() for part in entry.split("="))
+    assert message.startswith(f"entry point {name!r} ({value}) of group 'tensorwire.transports'"), message
+    assert error in message
+
+
+class _Minimal(Transport):
+    """Only the required methods: the hooks are the base class's."""
+
+    name: ClassVar[str] = "minimal"
+    handle_types: ClassVar[tuple[type[Handle], ...]] = tw.transports.InlineTransport.handle_types
+    closed = 0
+
+    def __init__(self) -> None:
+        self._inline = tw.transports.InlineTransport()
+
+    def export(self, data: memoryview, frames: list[Buffer]) -> Handle:
+        return self._inline.export(data, frames)
+
+    def verify(self, handles: Sequence[Handle], frames: Sequence[Buffer]) -> None:
+        self._inline.verify(handles, frames)
+
+    def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
+        return self._inline.import_(handle, frames, nbytes, borrow=borrow)
+
+    def release(self, handle: Handle) -> None:
+        self._inline.release(handle)
+
+    def close(self) -> None:
+        type(self).closed += 1
+
+
+def test_a_transport_with_only_the_required_methods_sends_host_tensors_and_closes_on_exit() -> None:
+    with _Minimal() as minimal:
+        assert minimal.begin_message() is None
+        assert minimal.export_storage(torch.zeros(4, dtype=torch.uint8), 0, 4, []) is None
+        assert minimal.export_device(torch.zeros(4, dtype=torch.uint8), 0, 4, []) is None
+        encoder = tw.Encoder(minimal, tw.EncodeOptions(inline_threshold=1, embed_threshold=0))
+        frames = encoder.encode(diffusion.Output(output=[torch.ones(3), torch.arange(4)]))
+        got = tw.Decoder(REGISTRY).decode(frames).output
+    assert [t.tolist() for t in got] == [[1.0, 1.0, 1.0], [0, 1, 2, 3]]
+    assert _Minimal.closed == 1
+
+
+def test_a_transport_missing_a_required_method_cannot_be_made() -> None:
+    class Half(Transport):
+        name: ClassVar[str] = "half"
+        handle_types: ClassVar[tuple[type[Handle], ...]] = ()
+
+        def export(self, data: memoryview, frames: list[Buffer]) -> Handle:
+            raise NotImplementedError
+
+    with pytest.raises(TypeError, match=r"Can't instantiate abstract class Half"):
+        Half()  # type: ignore[abstract]
