@@ -18,6 +18,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml $(shell find codec transports -type d ! -name __pycache__)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_PIN)"
+	rm -rf build/__editable__.*  # a fresh tree of links: none left to a module that was moved
 	$(PY) -m pip install -q -e ".[dev]" --config-settings editable_mode=strict
 	touch $(STAMP)
 

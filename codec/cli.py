@@ -154,7 +154,7 @@ def _compat(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     import json
 
-    from tensorwire.inspect import describe
+    from tensorwire.inspection import describe
     from tensorwire.wire import split
 
     try:

@@ -106,7 +106,7 @@ def run(out: TextIO = sys.stdout, seed: int = SEED) -> int:
     import tensorwire as tw
     from tensorwire import transports
     from tensorwire.generated import REGISTRY
-    from tensorwire.inspect import describe
+    from tensorwire.inspection import describe
     from tensorwire.transports.reaper import held_memfds
     from tensorwire.transports.shm import our_segments
 

@@ -19,7 +19,7 @@ import torch
 
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.errors import DecodeError
-from tensorwire.inspect import describe
+from tensorwire.inspection import describe
 from tensorwire.tensors import BUILD, as_base, build, build_inline, verify_descriptor
 from tensorwire.transports.base import Buffer, Handle
 from tensorwire.wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, SHARED, unpack_descriptor

@@ -1,4 +1,4 @@
-"""transports.copy: large copies split across helper threads land every byte exactly once."""
+"""tensorwire.transports.parallel_copy: large copies split across helper threads land every byte exactly once."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import mmap
 import numpy as np
 import pytest
 
-from tensorwire.transports import copy as bulk
+from tensorwire.transports import parallel_copy as bulk
 
 
 @pytest.mark.parametrize("helpers", [0, 1, 3])

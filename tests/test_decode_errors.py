@@ -19,6 +19,7 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.inspection import describe
 from tensorwire.transports.shm import SHM_DIR
 from tensorwire.wire import pack_inline, unpack_descriptor
 
@@ -327,7 +328,7 @@ def test_a_wire_1_frame_0_names_its_version_and_the_supported_one() -> None:
     with pytest.raises(tw.DecodeError, match=error):
         DECODER.decode(tw.split(tw.join(frames)))
     with pytest.raises(tw.DecodeError, match=r"wire format version 1 is not supported \(this reader: 2\)"):
-        tw.inspect.describe(frames[0])
+        describe(frames[0])
     with pytest.raises(tw.DecodeError, match=r"^invalid header: frame 0 is not a msgpack array"):
         DECODER.decode([msgspec.msgpack.encode({"type": "diffusion.Output"})])  # a map, but not ours
 

@@ -73,7 +73,7 @@ def test_inspect_prints_the_header_as_json(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_inspect_gives_each_view_of_a_shared_buffer_its_offset() -> None:
-    from tensorwire.inspect import describe
+    from tensorwire.inspection import describe
 
     storage = torch.arange(64, dtype=torch.float32)
     message = diffusion.Output(output=[storage[:16], storage[32:48]])  # two views of one storage

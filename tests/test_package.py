@@ -105,3 +105,12 @@ def test_each_public_subpackage_names_what_it_exports(module: str) -> None:
     assert exported, f"{module} has no __all__"
     for name in exported:
         assert hasattr(loaded, name), (module, name)
+
+
+def test_no_module_of_the_package_takes_a_standard_library_name() -> None:
+    import pkgutil
+
+    names = [m.name for m in pkgutil.walk_packages(tw.__path__, prefix="tensorwire.")]
+    assert "tensorwire.transports.shm" in names and "tensorwire.gen.source" in names
+    clashing = [n for n in names if n.rsplit(".", 1)[-1] in sys.stdlib_module_names]
+    assert clashing == []

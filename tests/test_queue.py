@@ -277,7 +277,7 @@ def test_cuda_tensors_are_kept_until_the_receiver_acknowledges_them() -> None:
 
 
 def test_a_cuda_tensor_that_cannot_be_shared_fails_the_export(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tensorwire.transports import queue as queue_module
+    from tensorwire.transports import torch_queue as queue_module
     from tests.cuda_fakes import FakeCudaRuntime
 
     def refuse(obj: Any, protocol: Any = None) -> bytes:

@@ -228,7 +228,7 @@ def test_a_zero_byte_buffer_never_creates_a_segment() -> None:
 def test_threshold_decides_on_bytes_sent() -> None:
     encoder = tw.Encoder(transport=SHM, options=tw.EncodeOptions(inline_threshold=4096, embed_threshold=0))
     small, large = torch.zeros(1023), torch.zeros(1024)
-    from tensorwire.inspect import describe
+    from tensorwire.inspection import describe
 
     for tensor, via in ((small, "inline"), (large, "shm")):
         frames = encoder.encode(diffusion.Output(output=tensor))

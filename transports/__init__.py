@@ -11,8 +11,8 @@ from tensorwire.transports.base import Handle, Transport
 from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime
 from tensorwire.transports.cuda_shm import CudaShmTransport
 from tensorwire.transports.inline import InlineHandle, InlineTransport
-from tensorwire.transports.queue import QueueHandle, QueueTransport
 from tensorwire.transports.shm import ShmHandle, ShmTransport, SlotHandle, our_segments, reap
+from tensorwire.transports.torch_queue import QueueHandle, QueueTransport
 
 __all__ = [
     "ENTRY_POINTS",

@@ -51,7 +51,7 @@ from tensorwire.transports.control import (
     expire_file,
     init_file,
 )
-from tensorwire.transports.copy import copy_into
+from tensorwire.transports.parallel_copy import copy_into
 from tensorwire.transports.pool import Pool
 from tensorwire.transports.reaper import NAME, SHM_DIR, our_segments, reap
 from tensorwire.transports.retention import Retention

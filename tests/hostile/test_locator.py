@@ -1,4 +1,4 @@
-"""The error locator (``codec.inspect.describe``): any bytes give plain JSON data or a DecodeError.
+"""The error locator (``tensorwire.inspection.describe``): any bytes give plain JSON data or a DecodeError.
 
 ``describe`` is what ``tensorwire inspect`` prints and how the decoder names the body path of a
 bad descriptor. A malformed header is a ``DecodeError`` saying where; a malformed tensor
@@ -27,7 +27,7 @@ import tensorwire as tw
 from tensorwire.cli import main
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.generated import REGISTRY, diffusion, rpc
-from tensorwire.inspect import describe
+from tensorwire.inspection import describe
 from tensorwire.wire import pack_descriptor, pack_inline
 
 INLINE = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))  # each tensor in a buffer of its own

@@ -23,7 +23,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire.generated import REGISTRY, diffusion, media
-from tensorwire.inspect import describe
+from tensorwire.inspection import describe
 from tensorwire.scan import check_depth
 from tests.wire_helpers import frame_of, head_of, tensor_exts
 
