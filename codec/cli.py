@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT, help="output package (default: codec/generated)")
     gen.add_argument("--check", action="store_true", help="regenerate in memory; print a diff and exit 1 on drift")
     schemas = sub.add_parser("schemas", help="list types, versions and fingerprints")
-    schemas.add_argument("dir", nargs="?", type=Path, help="schema directory (default: the generated built-ins)")
+    schemas.add_argument("dir", nargs="?", type=Path, help="schema directory (default: the built-in schemas)")
     schemas.add_argument("--meta", action="store_true", help="print the meta-schema (for editors) instead")
     compat = sub.add_parser("compat", help="check a schema change for old readers and old writers")
     compat.add_argument("dirs", nargs="*", type=Path, help="OLD_DIR NEW_DIR, or with --against REV: [DIR]")
@@ -88,18 +88,15 @@ def _schemas(args: argparse.Namespace) -> int:
     if args.meta:
         sys.stdout.write(meta_schema_text())
         return 0
-    if args.dir is None:
-        from tensorwire.generated import REGISTRY as registry
+    from tensorwire import builtin_schema_dir
+    from tensorwire.rules import TypeInfo
+    from tensorwire.schema import load_dir
 
-        infos = registry.infos()
-    else:  # straight from the schemas: no classes built, no torch imported
-        from tensorwire.rules import TypeInfo
-        from tensorwire.schema import load_dir
-
-        messages = load_dir(args.dir).messages
-        infos = sorted(
-            (TypeInfo(m.type_id, m.version, m.fingerprint) for m in messages), key=lambda i: (i.type_id, i.version)
-        )
+    # straight from the schemas (the built-in ones by default): no classes built, no torch imported
+    messages = load_dir(builtin_schema_dir() if args.dir is None else args.dir).messages
+    infos = sorted(
+        (TypeInfo(m.type_id, m.version, m.fingerprint) for m in messages), key=lambda i: (i.type_id, i.version)
+    )
     width = max(len(i.type_id) for i in infos)
     print(f"{'type':<{width}}  version  fingerprint")
     for info in infos:

@@ -14,6 +14,7 @@ import tensorwire as tw
 
 TOP_LEVEL = {
     "__version__",
+    "builtin_schema_dir",
     "DTYPES",
     "DTYPE_NAMES",
     "CodecError",
@@ -114,3 +115,31 @@ def test_no_module_of_the_package_takes_a_standard_library_name() -> None:
     assert "tensorwire.transports.shm" in names and "tensorwire.gen.source" in names
     clashing = [n for n in names if n.rsplit(".", 1)[-1] in sys.stdlib_module_names]
     assert clashing == []
+
+
+def test_the_installed_built_in_schemas_are_the_repository_s() -> None:
+    from conftest import BUILTIN_SCHEMAS
+
+    installed = tw.builtin_schema_dir()
+    ours = sorted(p.relative_to(BUILTIN_SCHEMAS) for p in BUILTIN_SCHEMAS.rglob("*.json"))
+    theirs = sorted(p.relative_to(installed) for p in installed.rglob("*.json"))
+    assert theirs == ours and len(ours) == 10
+    assert all((installed / p).read_bytes() == (BUILTIN_SCHEMAS / p).read_bytes() for p in ours)
+
+
+def test_every_built_in_namespace_folder_is_a_package_of_the_distribution() -> None:
+    import tomllib
+    from conftest import REPO
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = sorted(p.name for p in (REPO / "schemas").iterdir() if p.is_dir())
+    listed = sorted(p.split(".")[-1] for p in config["packages"] if p.startswith("tensorwire.builtin_schemas."))
+    assert listed == folders
+    data = config["package-data"]
+    assert all(data[f"tensorwire.builtin_schemas.{name}"] == ["*.json"] for name in folders)
+
+
+def test_the_built_in_types_built_from_the_installed_schemas_match_the_generated_ones() -> None:
+    from tensorwire.generated import REGISTRY
+
+    assert tw.load_schemas(tw.builtin_schema_dir()).infos() == REGISTRY.infos()

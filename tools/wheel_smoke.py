@@ -160,6 +160,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FAIL version: {shown!r}, wheel {wheel.name}")
             return 1
         _run("tensorwire schemas", [*cli, "schemas"], user, env)
+        same = (
+            "import tensorwire as tw\nfrom tensorwire.generated import REGISTRY\n"
+            "assert tw.load_schemas(tw.builtin_schema_dir()).infos() == REGISTRY.infos()"
+        )
+        _run("the built-in schemas load from the wheel", [*python, "-c", same], user, env)
         _run("tensorwire demo", [*cli, "demo"], user, env)
         schemas = user / "schemas" / "shop"
         schemas.mkdir(parents=True)
