@@ -42,3 +42,26 @@ def test_source_positions(tmp_path: Path) -> None:
     assert source.where("/a/b/1/c", key=True) == "x.json:2:19"
     assert source.where("/d~1e") == "x.json:3:10"
     assert source.where("/a/b/7") == "x.json:2:14"  # nearest known ancestor
+
+
+def test_the_meta_schema_s_dtypes_are_the_dtype_table_s() -> None:
+    import json as _json
+
+    from tensorwire.dtypes import DTYPE_NAMES
+    from tensorwire.schema.meta import meta_schema_text
+
+    meta = _json.loads(meta_schema_text())
+    listed = meta["$defs"]["tensorSpec"]["properties"]["dtypes"]["items"]["enum"]
+    assert listed == list(DTYPE_NAMES)
+
+
+def test_every_keyword_the_compiler_applies_is_one_the_meta_schema_allows_and_back() -> None:
+    import json as _json
+
+    from tensorwire.schema import build
+    from tensorwire.schema.meta import meta_schema_text
+
+    node = set(_json.loads(meta_schema_text())["$defs"]["node"]["properties"])
+    applied = set().union(*build._APPLIES.values()) | build._DOC
+    assert applied <= node, applied - node
+    assert node - applied == {"$ref", "const", "x-tensor", "x-ndarray", "x-tree"}  # node kinds of their own
