@@ -20,6 +20,7 @@ from tensorwire.schema.ir import (
     ArrayT,
     EnumT,
     MapT,
+    MessageRefT,
     Node,
     NullableT,
     ScalarT,
@@ -27,7 +28,9 @@ from tensorwire.schema.ir import (
     TensorT,
     TreeT,
     TupleT,
+    UnionT,
     member_name,
+    unhandled,
 )
 
 __all__ = ["check_for", "default_value", "member_name", "rules_for", "type_info"]
@@ -42,23 +45,27 @@ def type_info(schemas: SchemaSet, struct: StructT) -> TypeInfo | None:
 
 def check_for(node: Node) -> Check | None:
     """The run-time check a field's value needs (tensors and trees, through containers); None if none."""
-    if isinstance(node, TensorT):
-        return TensorCheck(node.kind, node.dtypes, node.shape, node.devices, node.contiguous)
-    if isinstance(node, TreeT):
-        return TreeCheck(node.max_depth, node.json_only)
-    if isinstance(node, NullableT | ArrayT | MapT):
-        inner_node = (
-            node.inner if isinstance(node, NullableT) else node.items if isinstance(node, ArrayT) else node.values
-        )
-        inner = check_for(inner_node)
-        if inner is None:
-            return None
-        container = "nullable" if isinstance(node, NullableT) else "array" if isinstance(node, ArrayT) else "map"
-        return EachCheck(container, inner)
-    if isinstance(node, TupleT):
-        items = tuple(check_for(item) for item in node.items)
-        return TupleCheck(items) if any(items) else None
-    return None  # scalars and enums are checked by msgspec; structs check themselves
+    match node:
+        case TensorT():
+            return TensorCheck(node.kind, node.dtypes, node.shape, node.devices, node.contiguous)
+        case TreeT():
+            return TreeCheck(node.max_depth, node.json_only)
+        case NullableT():
+            inner = check_for(node.inner)
+            return None if inner is None else EachCheck("nullable", inner)
+        case ArrayT():
+            inner = check_for(node.items)
+            return None if inner is None else EachCheck("array", inner)
+        case MapT():
+            inner = check_for(node.values)
+            return None if inner is None else EachCheck("map", inner)
+        case TupleT():
+            items = tuple(check_for(item) for item in node.items)
+            return TupleCheck(items) if any(items) else None
+        case ScalarT() | EnumT() | StructT() | MessageRefT() | UnionT():
+            return None  # scalars and enums are checked by msgspec; structs check themselves
+        case _:
+            unhandled(node)
 
 
 def rules_for(struct: StructT) -> StructRules | None:
@@ -75,21 +82,25 @@ def default_value(node: Node, value: Any, enum_member: Callable[[EnumT, str], An
     """The Python value of a JSON default for ``node`` (tuples, frozensets and enum members restored)."""
     if value is None:
         return None
-    if isinstance(node, NullableT):
-        return default_value(node.inner, value, enum_member)
-    if isinstance(node, EnumT):
-        return enum_member(node, value)
-    if isinstance(node, ScalarT):
-        if node.kind == "bytes":
-            return b""
-        return float(value) if node.kind == "float" else value
-    if isinstance(node, ArrayT):
-        items = [default_value(node.items, v, enum_member) for v in value]
-        return frozenset(items) if node.unique else items
-    if isinstance(node, TupleT):
-        return tuple(default_value(t, v, enum_member) for t, v in zip(node.items, value, strict=True))
-    if isinstance(node, MapT):
-        return {k: default_value(node.values, v, enum_member) for k, v in value.items()}
-    if isinstance(node, TreeT):
-        return value
-    raise AssertionError(f"no default for {node!r}")  # the builder only lets null through here
+    match node:
+        case NullableT():
+            return default_value(node.inner, value, enum_member)
+        case EnumT():
+            return enum_member(node, value)
+        case ScalarT():
+            if node.kind == "bytes":
+                return b""
+            return float(value) if node.kind == "float" else value
+        case ArrayT():
+            items = [default_value(node.items, v, enum_member) for v in value]
+            return frozenset(items) if node.unique else items
+        case TupleT():
+            return tuple(default_value(t, v, enum_member) for t, v in zip(node.items, value, strict=True))
+        case MapT():
+            return {k: default_value(node.values, v, enum_member) for k, v in value.items()}
+        case TreeT():
+            return value
+        case TensorT() | StructT() | MessageRefT() | UnionT():
+            raise AssertionError(f"no default for {node!r}")  # the builder only lets null through here
+        case _:
+            unhandled(node)

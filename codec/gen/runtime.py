@@ -29,6 +29,7 @@ from tensorwire.schema.ir import (
     TreeT,
     TupleT,
     UnionT,
+    unhandled,
 )
 
 __all__ = ["build_registry"]
@@ -50,30 +51,34 @@ class _Types:
         return self.enums[key]
 
     def annotation(self, node: Node) -> Any:
-        if isinstance(node, ScalarT):
-            base: Any = {"bool": bool, "int": int, "float": float, "str": str, "bytes": bytes}[node.kind]
-            meta = _meta(node)
-            return Annotated[base, meta] if meta is not None else base
-        if isinstance(node, EnumT):
-            return self.enum_class(node)
-        if isinstance(node, ArrayT):
-            items = self.annotation(node.items)
-            return frozenset[items] if node.unique else list[items]  # type: ignore[valid-type]
-        if isinstance(node, TupleT):
-            return tuple[tuple(self.annotation(i) for i in node.items)]  # type: ignore[misc]
-        if isinstance(node, MapT):
-            return dict[str, self.annotation(node.values)]  # type: ignore[misc]
-        if isinstance(node, NullableT):
-            return Optional[self.annotation(node.inner)]  # noqa: UP045
-        if isinstance(node, TensorT):
-            return torch.Tensor if node.kind == "tensor" else np.ndarray
-        if isinstance(node, TreeT):
-            return Any
-        if isinstance(node, MessageRefT):
-            return self.struct_class(node.target)
-        if isinstance(node, UnionT):
-            return Union[tuple(self.annotation(v) for v in node.variants)]  # noqa: UP007
-        return self.struct_class(node)
+        match node:
+            case ScalarT():
+                base: Any = {"bool": bool, "int": int, "float": float, "str": str, "bytes": bytes}[node.kind]
+                meta = _meta(node)
+                return Annotated[base, meta] if meta is not None else base
+            case EnumT():
+                return self.enum_class(node)
+            case ArrayT():
+                items = self.annotation(node.items)
+                return frozenset[items] if node.unique else list[items]  # type: ignore[valid-type]
+            case TupleT():
+                return tuple[tuple(self.annotation(i) for i in node.items)]  # type: ignore[misc]
+            case MapT():
+                return dict[str, self.annotation(node.values)]  # type: ignore[misc]
+            case NullableT():
+                return Optional[self.annotation(node.inner)]  # noqa: UP045
+            case TensorT():
+                return torch.Tensor if node.kind == "tensor" else np.ndarray
+            case TreeT():
+                return Any
+            case MessageRefT():
+                return self.struct_class(node.target)
+            case UnionT():
+                return Union[tuple(self.annotation(v) for v in node.variants)]  # noqa: UP007
+            case StructT():
+                return self.struct_class(node)
+            case _:
+                unhandled(node)
 
     def struct_class(self, struct: StructT) -> type[Any]:
         if id(struct) in self.structs:

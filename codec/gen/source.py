@@ -27,6 +27,7 @@ from tensorwire.schema.ir import (
     TreeT,
     TupleT,
     UnionT,
+    unhandled,
 )
 
 __all__ = ["HEADER_PREFIX", "render_package"]
@@ -97,65 +98,74 @@ class _Module:
         return f"_ns_{namespace}.{name}"
 
     def annotation(self, node: Node) -> str:
-        if isinstance(node, ScalarT):
-            base = {"bool": "bool", "int": "int", "float": "float", "str": "str", "bytes": "bytes"}[node.kind]
-            meta = [
-                f"{key}={value!r}"
-                for key, value in (("ge", node.minimum), ("le", node.maximum), ("max_length", node.max_length))
-                if value is not None
-            ]
-            if not meta:
-                return base
-            self.imports.add("Annotated")
-            return f"Annotated[{base}, msgspec.Meta({', '.join(meta)})]"
-        if isinstance(node, EnumT):
-            return self._qualify(node.namespace, node.name)
-        if isinstance(node, ArrayT):
-            return f"{'frozenset' if node.unique else 'list'}[{self.annotation(node.items)}]"
-        if isinstance(node, TupleT):
-            return f"tuple[{', '.join(self.annotation(i) for i in node.items)}]"
-        if isinstance(node, MapT):
-            return f"dict[str, {self.annotation(node.values)}]"
-        if isinstance(node, NullableT):
-            return f"{self.annotation(node.inner)} | None"
-        if isinstance(node, TensorT):
-            self.imports.add(node.kind)
-            return "torch.Tensor" if node.kind == "tensor" else "np.ndarray"
-        if isinstance(node, TreeT):
-            self.imports.add("Any")
-            return "Any"
-        if isinstance(node, MessageRefT):
-            return self._qualify(node.target.namespace, class_name(self.schemas, node.target))
-        if isinstance(node, UnionT):
-            return " | ".join(self.annotation(v) for v in node.variants)
-        return self._qualify(node.namespace, class_name(self.schemas, node))
+        match node:
+            case ScalarT():
+                base = {"bool": "bool", "int": "int", "float": "float", "str": "str", "bytes": "bytes"}[node.kind]
+                meta = [
+                    f"{key}={value!r}"
+                    for key, value in (("ge", node.minimum), ("le", node.maximum), ("max_length", node.max_length))
+                    if value is not None
+                ]
+                if not meta:
+                    return base
+                self.imports.add("Annotated")
+                return f"Annotated[{base}, msgspec.Meta({', '.join(meta)})]"
+            case EnumT():
+                return self._qualify(node.namespace, node.name)
+            case ArrayT():
+                return f"{'frozenset' if node.unique else 'list'}[{self.annotation(node.items)}]"
+            case TupleT():
+                return f"tuple[{', '.join(self.annotation(i) for i in node.items)}]"
+            case MapT():
+                return f"dict[str, {self.annotation(node.values)}]"
+            case NullableT():
+                return f"{self.annotation(node.inner)} | None"
+            case TensorT():
+                self.imports.add(node.kind)
+                return "torch.Tensor" if node.kind == "tensor" else "np.ndarray"
+            case TreeT():
+                self.imports.add("Any")
+                return "Any"
+            case MessageRefT():
+                return self._qualify(node.target.namespace, class_name(self.schemas, node.target))
+            case UnionT():
+                return " | ".join(self.annotation(v) for v in node.variants)
+            case StructT():
+                return self._qualify(node.namespace, class_name(self.schemas, node))
+            case _:
+                unhandled(node)
 
     def default(self, node: Node, value: Any) -> str:
         if value is None:
             return "None"
-        if isinstance(node, NullableT):
-            return self.default(node.inner, value)
-        if isinstance(node, EnumT):
-            return f"{self._qualify(node.namespace, node.name)}.{member_name(value)}"
-        if isinstance(node, ScalarT):
-            if node.kind == "bytes":
-                return 'b""'
-            if node.kind == "float":
-                return repr(float(value))
-            return json.dumps(value) if isinstance(value, str) else repr(value)
-        if isinstance(node, ArrayT):
-            items = [self.default(node.items, v) for v in value]
-            if node.unique:
-                return f"frozenset({{{', '.join(sorted(items))}}})" if items else "frozenset()"
-            return f"[{', '.join(items)}]"
-        if isinstance(node, TupleT):
-            items = [self.default(t, v) for t, v in zip(node.items, value, strict=True)]
-            return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
-        if isinstance(node, MapT):
-            return "{" + ", ".join(f"{json.dumps(k)}: {self.default(node.values, v)}" for k, v in value.items()) + "}"
-        if isinstance(node, TreeT):
-            return _tree_literal(value)
-        raise AssertionError(f"no default for {node!r}")
+        match node:
+            case NullableT():
+                return self.default(node.inner, value)
+            case EnumT():
+                return f"{self._qualify(node.namespace, node.name)}.{member_name(value)}"
+            case ScalarT():
+                if node.kind == "bytes":
+                    return 'b""'
+                if node.kind == "float":
+                    return repr(float(value))
+                return json.dumps(value) if isinstance(value, str) else repr(value)
+            case ArrayT():
+                items = [self.default(node.items, v) for v in value]
+                if node.unique:
+                    return f"frozenset({{{', '.join(sorted(items))}}})" if items else "frozenset()"
+                return f"[{', '.join(items)}]"
+            case TupleT():
+                items = [self.default(t, v) for t, v in zip(node.items, value, strict=True)]
+                return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+            case MapT():
+                pairs = (f"{json.dumps(k)}: {self.default(node.values, v)}" for k, v in value.items())
+                return "{" + ", ".join(pairs) + "}"
+            case TreeT():
+                return _tree_literal(value)
+            case TensorT() | StructT() | MessageRefT() | UnionT():
+                raise AssertionError(f"no default for {node!r}")
+            case _:
+                unhandled(node)
 
     # -- classes ------------------------------------------------------------------------------
     def render_enum(self, node: EnumT) -> str:

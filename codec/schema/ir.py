@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, NoReturn, TypeAlias
 
 __all__ = [
     "ArrayT",
@@ -28,6 +28,7 @@ __all__ = [
     "UnionT",
     "MISSING",
     "member_name",
+    "unhandled",
 ]
 
 JSON: TypeAlias = Any
@@ -252,3 +253,10 @@ def _sort_key(value: JSON) -> str:
 Node: TypeAlias = (
     ScalarT | EnumT | ArrayT | TupleT | MapT | NullableT | TensorT | TreeT | StructT | MessageRefT | UnionT
 )
+
+
+def unhandled(node: NoReturn) -> NoReturn:
+    """The last case of a ``match`` over ``Node`` in every pass: mypy rejects the call wherever a
+    node kind can reach it, so a kind added to ``Node`` fails the type check of each pass that
+    does not handle it."""
+    raise AssertionError(f"unhandled IR node {node!r}")
