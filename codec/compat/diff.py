@@ -26,6 +26,7 @@ from tensorwire.schema.ir import (
     TreeT,
     TupleT,
     UnionT,
+    unhandled,
 )
 from tensorwire.schema.source import join_pointer
 
@@ -174,51 +175,80 @@ class _Walk:
             self.emit("NULLABLE_REMOVED", f"{what} may no longer be null", ptr, *where)
         a = a.inner if isinstance(a, NullableT) else a
         b = b.inner if isinstance(b, NullableT) else b
-        if isinstance(a, ScalarT) and isinstance(b, ScalarT):
-            self.scalar(a, b, what, ptr, where)
-        elif isinstance(a, EnumT) and isinstance(b, EnumT):
-            self.enum(a, b, what, ptr, where)
-        elif isinstance(a, ArrayT) and isinstance(b, ArrayT):
-            if a.unique != b.unique:
-                self.emit("SET_SEMANTICS_CHANGED", f"{what} changed between list and set", ptr, *where)
-            self.node(a.items, b.items, f"items of {what}", ptr, where)
-        elif isinstance(a, TupleT) and isinstance(b, TupleT):
-            if len(a.items) != len(b.items):
-                self.emit(
-                    "TUPLE_LENGTH_CHANGED", f"{what} has {len(b.items)} items instead of {len(a.items)}", ptr, *where
-                )
-            else:
-                for i, (x, y) in enumerate(zip(a.items, b.items, strict=True)):
-                    self.node(x, y, f"item {i} of {what}", ptr, where)
-        elif isinstance(a, MapT) and isinstance(b, MapT):
-            self.node(a.values, b.values, f"values of {what}", ptr, where)
-        elif isinstance(a, TensorT) and isinstance(b, TensorT):
-            self.tensor(a, b, what, ptr, where)
-        elif isinstance(a, TreeT) and isinstance(b, TreeT):
-            if b.max_depth < a.max_depth:
-                self.emit(
-                    "TREE_DEPTH_DECREASED", f"{what} depth limit went from {a.max_depth} to {b.max_depth}", ptr, *where
-                )
-            if b.max_depth > a.max_depth:
-                self.emit(
-                    "TREE_DEPTH_INCREASED", f"{what} depth limit went from {a.max_depth} to {b.max_depth}", ptr, *where
-                )
-            if b.json_only and not a.json_only:
-                self.emit("TREE_JSON_TIGHTENED", f"{what} became JSON-only", ptr, *where)
-            if a.json_only and not b.json_only:
-                self.emit("TREE_JSON_LOOSENED", f"{what} is no longer JSON-only", ptr, *where)
-        elif isinstance(a, StructT) and isinstance(b, StructT):
-            self.struct(a, b)
-        elif isinstance(a, MessageRefT) and isinstance(b, MessageRefT):
-            ka, kb = (a.target.type_id, a.target.version), (b.target.type_id, b.target.version)
-            if ka != kb:
-                self.emit(
-                    "REF_TARGET_CHANGED", f"{what} refers to {kb[0]} v{kb[1]} instead of {ka[0]} v{ka[1]}", ptr, *where
-                )
-        elif isinstance(a, UnionT) and isinstance(b, UnionT):
-            self.union(a, b, what, ptr, where)
-        else:
-            self.emit("TYPE_CHANGED", f"{what} changed from {_kind(a)} to {_kind(b)}", ptr, *where)
+        match a:  # each case returns when ``b`` is of the same kind; other pairs changed type
+            case ScalarT():
+                if isinstance(b, ScalarT):
+                    self.scalar(a, b, what, ptr, where)
+                    return
+            case EnumT():
+                if isinstance(b, EnumT):
+                    self.enum(a, b, what, ptr, where)
+                    return
+            case ArrayT():
+                if isinstance(b, ArrayT):
+                    if a.unique != b.unique:
+                        self.emit("SET_SEMANTICS_CHANGED", f"{what} changed between list and set", ptr, *where)
+                    self.node(a.items, b.items, f"items of {what}", ptr, where)
+                    return
+            case TupleT():
+                if isinstance(b, TupleT):
+                    self.tuple_items(a, b, what, ptr, where)
+                    return
+            case MapT():
+                if isinstance(b, MapT):
+                    self.node(a.values, b.values, f"values of {what}", ptr, where)
+                    return
+            case TensorT():
+                if isinstance(b, TensorT):
+                    self.tensor(a, b, what, ptr, where)
+                    return
+            case TreeT():
+                if isinstance(b, TreeT):
+                    self.tree_limits(a, b, what, ptr, where)
+                    return
+            case StructT():
+                if isinstance(b, StructT):
+                    self.struct(a, b)
+                    return
+            case MessageRefT():
+                if isinstance(b, MessageRefT):
+                    ka, kb = (a.target.type_id, a.target.version), (b.target.type_id, b.target.version)
+                    if ka != kb:
+                        change = f"{what} refers to {kb[0]} v{kb[1]} instead of {ka[0]} v{ka[1]}"
+                        self.emit("REF_TARGET_CHANGED", change, ptr, *where)
+                    return
+            case UnionT():
+                if isinstance(b, UnionT):
+                    self.union(a, b, what, ptr, where)
+                    return
+            case NullableT():  # unwrapped above: a nullable of a nullable
+                if isinstance(b, NullableT):
+                    self.node(a.inner, b.inner, what, ptr, where)
+                    return
+            case _:
+                unhandled(a)
+        self.emit("TYPE_CHANGED", f"{what} changed from {_kind(a)} to {_kind(b)}", ptr, *where)
+
+    def tuple_items(self, a: TupleT, b: TupleT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        if len(a.items) != len(b.items):
+            self.emit("TUPLE_LENGTH_CHANGED", f"{what} has {len(b.items)} items instead of {len(a.items)}", ptr, *where)
+            return
+        for i, (x, y) in enumerate(zip(a.items, b.items, strict=True)):
+            self.node(x, y, f"item {i} of {what}", ptr, where)
+
+    def tree_limits(self, a: TreeT, b: TreeT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        if b.max_depth < a.max_depth:
+            self.emit(
+                "TREE_DEPTH_DECREASED", f"{what} depth limit went from {a.max_depth} to {b.max_depth}", ptr, *where
+            )
+        if b.max_depth > a.max_depth:
+            self.emit(
+                "TREE_DEPTH_INCREASED", f"{what} depth limit went from {a.max_depth} to {b.max_depth}", ptr, *where
+            )
+        if b.json_only and not a.json_only:
+            self.emit("TREE_JSON_TIGHTENED", f"{what} became JSON-only", ptr, *where)
+        if a.json_only and not b.json_only:
+            self.emit("TREE_JSON_LOOSENED", f"{what} is no longer JSON-only", ptr, *where)
 
     def scalar(self, a: ScalarT, b: ScalarT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
         if a.kind != b.kind:
