@@ -3,7 +3,7 @@
 Both back-ends (generated source and run-time types) attach the same ``StructRules`` to a class as
 ``__tw_rules__``; ``check_struct`` runs them from the class's ``__post_init__``, that is, whenever a
 message is built and whenever one is decoded. Rules the schema subset cannot say are *named
-validators*: Python functions registered with ``register_validator`` and named in a schema's
+validators*: Python functions registered with ``tensorwire.rules.register_validator`` and named in a schema's
 ``x-validators`` list.
 """
 
@@ -20,37 +20,14 @@ from tensorwire.errors import ValidationError
 from tensorwire.rules import (
     Check,
     EachCheck,
-    GroupRule,
     StructRules,
     TensorCheck,
     TreeCheck,
     TupleCheck,
-    TypeInfo,
-    known_validators,
-    register_validator,
     validator,
-    violation,
 )
 
-__all__ = [
-    "Check",
-    "EachCheck",
-    "JSON_LEAVES",
-    "LEAF_TYPES",
-    "LEAVES_ONLY",
-    "SCALAR_TYPES",
-    "TREE_LEAVES",
-    "GroupRule",
-    "StructRules",
-    "TensorCheck",
-    "TreeCheck",
-    "TupleCheck",
-    "TypeInfo",
-    "check_struct",
-    "known_validators",
-    "register_validator",
-    "violation",
-]
+__all__ = ["JSON_LEAVES", "LEAF_TYPES", "LEAVES_ONLY", "SCALAR_TYPES", "TREE_LEAVES", "check_struct"]
 
 
 def check_struct(obj: Any) -> None:

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorwire import ValidationError
-from tensorwire.contract import EachCheck, TensorCheck, TreeCheck, _check, _ok
+from tensorwire.contract import _check, _ok
+from tensorwire.rules import EachCheck, TensorCheck, TreeCheck
 
 LEAVES = st.one_of(
     st.none(),
