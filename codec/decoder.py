@@ -100,8 +100,10 @@ class Decoder:
             raise DecodeError(f"invalid header: {exc}") from None
         if size > self._max_header:
             raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
-        if type(head) is not bytes or size > _SMALL or len(head.translate(None, NOT_OPENERS)) > self._depth:
-            self._check_depth(head)  # not a small frame with fewer bytes that could open a level than levels allowed
+        if type(head) is not bytes or size > _SMALL:
+            self._check_depth(head, False)
+        elif len(head.translate(None, NOT_OPENERS)) > self._depth:  # counting is cheaper than a walk here
+            self._check_depth(head, True)
         free = self._free
         try:
             reading = free.pop()
@@ -125,26 +127,27 @@ class Decoder:
                 free.append(reading)
         return frame.body
 
-    def _check_depth(self, head: Any) -> None:
+    def _check_depth(self, head: Any, counted: bool) -> None:
         """Bound the nesting of frame 0 before msgspec reads it: msgspec recurses in C, also where
         it skips a value (an unknown field, the buffer table it reads raw), so every frame is
-        bounded, whatever its type.
+        bounded, whatever its type (``counted``: its level openers were counted, and were too many).
 
         A frame that starts as this reader's own ``[tag, fingerprint, [],`` needs only its body
-        walked. The walk costs per value and skips tensor bytes; counting the bytes that could
-        open a level costs per byte: a large frame is walked first, and counted only if it holds
-        more than a few hundred values.
+        walked. The walk costs per value and skips tensor bytes, without copying a frame that is
+        not ``bytes``; counting the bytes that could open a level costs per byte: a large frame is
+        walked first, and counted only if it holds more than a few hundred values.
         """
+        data: bytes | memoryview
         try:
-            data = head if type(head) is bytes else bytes(memoryview(head).cast("B"))
+            data = head if type(head) is bytes else memoryview(head).cast("B")
         except (TypeError, ValueError) as exc:
             raise DecodeError(f"invalid header: {exc}") from None
         bare = self._bare.get(_tag_bytes(data))
-        start, depth = (len(bare), 1) if bare is not None and data.startswith(bare) else (0, 0)
+        start, depth = (len(bare), 1) if bare is not None and data[: len(bare)] == bare else (0, 0)
         if len(data) > _SMALL and walk(data, self._depth, depth, start, _BUDGET) >= 0:
             return
-        if (len(data) > _SMALL or data is not head) and len(data.translate(None, NOT_OPENERS)) <= self._depth:
-            return  # (a small frame in bytes was counted before the call)
+        if not counted and len(bytes(data).translate(None, NOT_OPENERS)) <= self._depth:
+            return
         walk(data, self._depth, depth, start)
 
     def _error(self, head: Any, exc: Exception) -> DecodeError:

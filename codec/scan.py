@@ -56,10 +56,10 @@ def check_depth(data: Buffer, max_depth: int) -> None:
     walk(head, max_depth)
 
 
-def walk(data: bytes, max_depth: int, depth: int = 0, start: int = 0, budget: int = -1) -> int:
-    """Walk the one value at offset ``start`` of ``data``, found ``depth`` levels down; raise
-    ``DecodeError`` as ``check_depth`` does, else return the offset after it, or -1 if it read
-    ``budget`` values without reaching the end (a negative budget: no bound).
+def walk(data: bytes | memoryview, max_depth: int, depth: int = 0, start: int = 0, budget: int = -1) -> int:
+    """Walk the one value at offset ``start`` of ``data`` (bytes, or a view of unsigned bytes), found
+    ``depth`` levels down; raise ``DecodeError`` as ``check_depth`` does, else return the offset
+    after it, or -1 if it read ``budget`` values without reaching the end (negative: no bound).
 
     The frame being read is in locals (values still to read, end offset, kind, whether inside a
     tuple); the ones it is inside wait on the stack. A leaf that runs past its frame's end is

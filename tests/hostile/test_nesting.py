@@ -262,18 +262,24 @@ def test_a_bounded_type_frame_at_the_limit_gets_msgspec_s_verdict(where: str) ->
         BOUNDED.decode(bounded_frames(where, nest(levels + 1, b"\x01", [_array])))
 
 
+def _as(kind: str, frames: list[Any]) -> list[Any]:
+    """``frames`` as ``bytes`` or as the writable views ``tw.split`` gives of a joined blob."""
+    return frames if kind == "bytes" else tw.split(bytearray(tw.join(frames)))
+
+
+@pytest.mark.parametrize("kind", ["bytes", "views"])
 @pytest.mark.parametrize("values", [10, 300, 5000])
-def test_depth_past_many_values_of_a_large_frame_is_found(values: int) -> None:
+def test_depth_past_many_values_of_a_large_frame_is_found(values: int, kind: str) -> None:
     """A large frame is walked a few hundred values at a time before its openers are counted: the
-    nesting is found wherever it sits."""
+    nesting is found wherever it sits, in a frame of bytes or a view of a blob."""
     flat = b"\xdc" + values.to_bytes(2, "big") + b"\xa7abcdefg" * values  # many values, one level
     deep = nest(70, b"\x01", [_array])
     framed = b"\x92" + flat + deep
     assert len(framed) > 2048 or values == 10
     with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
-        DECODER.decode(frames_with_body(framed))
+        DECODER.decode(_as(kind, frames_with_body(framed)))
     fits = b"\x92" + flat + nest(60, b"\x01", [_array])
-    result = outcome(partial(DECODER.decode, frames_with_body(fits)))
+    result = outcome(partial(DECODER.decode, _as(kind, frames_with_body(fits))))
     assert "nesting deeper" not in result and not result.startswith("LEAK"), result
 
 
