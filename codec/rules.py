@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, TypeAlias
 
 from tensorwire.errors import ValidationError
@@ -89,13 +90,10 @@ Validator: TypeAlias = Callable[[Any], None]
 _VALIDATORS: dict[str, Validator] = {}
 
 
-_BUILTINS: list[bool] = []  # [True] once the built-in validators are registered
-
-
+@cache
 def _builtins() -> None:
-    if not _BUILTINS:
-        _BUILTINS.append(True)
-        import tensorwire.builtin_rules  # noqa: F401  (registers the built-in named validators)
+    """Register the built-in named validators (once; first, so that a name of theirs is taken)."""
+    import tensorwire.builtin_rules  # noqa: F401
 
 
 def register_validator(name: str) -> Callable[[Validator], Validator]:
