@@ -4,7 +4,7 @@ Public contract::
 
     import tensorwire as tw
 
-    reg = tw.load_schemas("schemas/")        # or tensorwire.generated.REGISTRY, tw.builtin_schema_dir()
+    reg = tw.load_schemas("schemas/")        # or the built-ins: tensorwire.builtins.REGISTRY
     Video = reg.type("media.Video")          # latest version; reg.type("media.Video", 1)
     frames = tw.Encoder(transport=tw.transports.ShmTransport()).encode(msg)
     msg2 = tw.Decoder(reg, transports=[tw.transports.ShmTransport()]).decode(frames)
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tensorwire._version import __version__
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "__version__",
-    "builtin_schema_dir",
     "DTYPES",
     "DTYPE_NAMES",
     "CodecError",
@@ -83,13 +81,6 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-def builtin_schema_dir() -> Path:
-    """The built-in schema sources (``media``, ``diffusion``, ``rpc`` and the meta-schema copy) as
-    installed with the package: ``tw.load_schemas(tw.builtin_schema_dir())`` builds the built-in
-    types at run time from a wheel as from a checkout."""
-    return Path(__file__).parent / "builtin_schemas"
 
 
 def load_schemas(directory: str | os.PathLike[str]) -> Registry:

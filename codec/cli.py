@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 drift (``gen --check``), 2 usage error or invalid schem
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -15,7 +16,6 @@ from tensorwire.errors import CompatError, DecodeError, SchemaError
 __all__ = ["main"]
 
 DEFAULT_SCHEMAS = Path("schemas")
-DEFAULT_OUT = Path("codec/generated")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,7 +31,13 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gen = sub.add_parser("gen", help="generate Python types from a schema directory")
     gen.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SCHEMAS, help="schema directory (default: schemas)")
-    gen.add_argument("-o", "--out", type=Path, default=DEFAULT_OUT, help="output package (default: codec/generated)")
+    gen.add_argument("-o", "--out", type=Path, required=True, help="output package directory (e.g. mypkg/messages)")
+    gen.add_argument(
+        "--registry",
+        default="__init__",
+        metavar="MODULE",
+        help="module of the output package that holds REGISTRY (default: __init__)",
+    )
     gen.add_argument("--check", action="store_true", help="regenerate in memory; print a diff and exit 1 on drift")
     schemas = sub.add_parser("schemas", help="list types, versions and fingerprints")
     schemas.add_argument("dir", nargs="?", type=Path, help="schema directory (default: the built-in schemas)")
@@ -69,16 +75,26 @@ def _parser() -> argparse.ArgumentParser:
 def _gen(args: argparse.Namespace) -> int:
     from tensorwire.gen import check, generate
 
-    if args.check:
-        diff = check(args.dir, args.out)
-        if diff:
-            sys.stdout.write(diff)
-            print(f"tensorwire gen --check: {args.out} is out of date; run 'tensorwire gen'", file=sys.stderr)
-            return 1
-        print(f"tensorwire gen --check: {args.out} is up to date")
+    try:
+        if args.check:
+            diff = check(args.dir, args.out, args.registry)
+        else:
+            written = generate(args.dir, args.out, args.registry)
+    except ValueError as exc:
+        print(f"tensorwire: {exc}", file=sys.stderr)
+        return 2
+    if not args.check:
+        for path in written:
+            print(f"wrote {path}")
         return 0
-    for path in generate(args.dir, args.out):
-        print(f"wrote {path}")
+    if diff:
+        sys.stdout.write(diff)
+        again = shlex.join(["tensorwire", "gen", str(args.dir), "-o", str(args.out)])
+        if args.registry != "__init__":
+            again += f" --registry {shlex.quote(args.registry)}"
+        print(f"tensorwire gen --check: {args.out} is out of date; run '{again}'", file=sys.stderr)
+        return 1
+    print(f"tensorwire gen --check: {args.out} is up to date")
     return 0
 
 
@@ -88,12 +104,12 @@ def _schemas(args: argparse.Namespace) -> int:
     if args.meta:
         sys.stdout.write(meta_schema_text())
         return 0
-    from tensorwire import builtin_schema_dir
+    from tensorwire.builtins import SCHEMA_DIR
     from tensorwire.rules import TypeInfo
     from tensorwire.schema import load_dir
 
     # straight from the schemas (the built-in ones by default): no classes built, no torch imported
-    messages = load_dir(builtin_schema_dir() if args.dir is None else args.dir).messages
+    messages = load_dir(SCHEMA_DIR if args.dir is None else args.dir).messages
     infos = sorted(
         (TypeInfo(m.type_id, m.version, m.fingerprint) for m in messages), key=lambda i: (i.type_id, i.version)
     )
@@ -205,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "gen":
             return _gen(args)
         if args.command == "demo":
-            from tensorwire.demo import run
+            from tensorwire.builtins.demo import run
 
             return run()
         if args.command == "inspect":
@@ -213,10 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compat":
             return _compat(args)
         if args.command == "golden":
+            from tensorwire.builtins.golden import cases
             from tensorwire.golden import record
 
             try:
-                written = record(args.dir)
+                written = record(args.dir, cases())
             except ValueError as exc:
                 print(f"tensorwire: {exc}", file=sys.stderr)
                 return 2

@@ -2,15 +2,17 @@
 
 The schema compiler and code generator build these; ``tensorwire.contract`` checks messages
 against them. Named validators are Python functions registered with ``register_validator`` under
-``namespace.rule_name`` and listed in a schema's ``x-validators``; the built-in ones register the
-first time a validator is looked up.
+``namespace.rule_name`` and listed in a schema's ``x-validators``. Validators also come as
+plug-ins: the modules named by the ``tensorwire.validators`` entry-point group of the installed
+distributions (the built-in types' ``tensorwire.builtins.validators`` among them) are imported the
+first time a validator is registered or looked up.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from importlib import metadata
 from typing import Any, TypeAlias
 
 from tensorwire.errors import ValidationError
@@ -24,6 +26,7 @@ __all__ = [
     "TreeCheck",
     "TupleCheck",
     "TypeInfo",
+    "VALIDATOR_ENTRY_POINTS",
     "Validator",
     "known_validators",
     "register_validator",
@@ -87,13 +90,28 @@ class StructRules:
 
 
 Validator: TypeAlias = Callable[[Any], None]
+VALIDATOR_ENTRY_POINTS = "tensorwire.validators"
+"""The entry-point group whose entries name modules that register validators when imported."""
 _VALIDATORS: dict[str, Validator] = {}
+_plugins_loaded = False
 
 
-@cache
-def _builtins() -> None:
-    """Register the built-in named validators (once; first, so that a name of theirs is taken)."""
-    import tensorwire.builtin_rules  # noqa: F401
+def _plugins() -> None:
+    """Import the validator plug-ins (once, and first, so that a name of theirs is taken); one that
+    fails to import is a ``ValueError`` naming its entry point, at every call until it imports."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True  # the plug-ins register through this module while they load
+    for entry in metadata.entry_points(group=VALIDATOR_ENTRY_POINTS):
+        try:
+            entry.load()
+        except Exception as exc:
+            _plugins_loaded = False
+            raise ValueError(
+                f"entry point {entry.name!r} ({entry.value}) of group {VALIDATOR_ENTRY_POINTS!r} failed to load: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def register_validator(name: str) -> Callable[[Validator], Validator]:
@@ -101,7 +119,7 @@ def register_validator(name: str) -> Callable[[Validator], Validator]:
     a name already registered to another function is a ``ValueError``."""
 
     def wrap(fn: Validator) -> Validator:
-        _builtins()
+        _plugins()
         held = _VALIDATORS.get(name)
         if held is not None and held is not fn:
             raise ValueError(
@@ -115,13 +133,13 @@ def register_validator(name: str) -> Callable[[Validator], Validator]:
 
 def known_validators() -> frozenset[str]:
     """Names of every registered validator."""
-    _builtins()
+    _plugins()
     return frozenset(_VALIDATORS)
 
 
 def validator(name: str) -> Validator | None:
     """The validator registered as ``name``, if any."""
-    _builtins()
+    _plugins()
     return _VALIDATORS.get(name)
 
 

@@ -11,7 +11,7 @@ def producer(conn: Any, control: Any, count: int) -> None:
     """Send ``count`` messages with shared-memory tensors on ``conn``; exit when ``control`` says so."""
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import diffusion
+    from tensorwire.builtins import diffusion
 
     encoder = tw.Encoder(
         transport=transports.ShmTransport(), options=tw.EncodeOptions(inline_threshold=1024, embed_threshold=0)
@@ -29,7 +29,7 @@ def consumer(conn: Any, report: Any, count: int, borrow: bool) -> None:
     """Receive ``count`` messages on ``conn``, check them, send ``(received, ok)`` on ``report``."""
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import REGISTRY
+    from tensorwire.builtins import REGISTRY
 
     decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport()], options=tw.DecodeOptions(borrow=borrow))
     ok = True
@@ -51,7 +51,7 @@ def export_and_exit(conn: Any, backing: str = "memfd") -> None:
     """Export one pool slot, hand its frames to the parent, and exit without anyone receiving it yet."""
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import diffusion
+    from tensorwire.builtins import diffusion
 
     transport = transports.ShmTransport(backing=backing)  # type: ignore[arg-type]
     encoder = tw.Encoder(transport=transport, options=tw.EncodeOptions(inline_threshold=1, embed_threshold=0))
@@ -74,7 +74,7 @@ def cuda_producer(conn: Any, seed: int) -> None:
     """Encode ``cuda_tensors(seed)`` with ``CudaShmTransport`` and send the frames plus the expected bytes."""
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import diffusion
+    from tensorwire.builtins import diffusion
 
     transport = transports.CudaShmTransport()
     tensors = cuda_tensors(seed)
@@ -91,7 +91,7 @@ def cuda_queue_producer(data_queue: Any, conn: Any, seed: int) -> None:
     """Encode ``cuda_tensors(seed)`` twice with ``QueueTransport`` (CUDA IPC); report what stays unacknowledged."""
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import diffusion
+    from tensorwire.builtins import diffusion
 
     transport = transports.QueueTransport(data_queue)
     tensors = cuda_tensors(seed)

@@ -16,7 +16,7 @@ import pytest
 from conftest import BUILTIN_SCHEMAS, CLIP, write_schemas
 
 import tensorwire as tw
-import tensorwire.generated
+import tensorwire.builtins
 from tensorwire.gen import generate
 from tensorwire.registry import Registry
 
@@ -70,7 +70,7 @@ def _pairs(generated: Registry, runtime: Registry) -> Iterator[tuple[type[Any], 
 
 def test_builtin_back_ends_give_the_same_type_information() -> None:
     runtime = tw.load_schemas(BUILTIN_SCHEMAS)
-    pairs = list(_pairs(tw.generated.REGISTRY, runtime))
+    pairs = list(_pairs(tw.builtins.REGISTRY, runtime))
     assert len(pairs) == 9
     for gen_cls, run_cls in pairs:
         assert gen_cls is not run_cls
@@ -79,7 +79,7 @@ def test_builtin_back_ends_give_the_same_type_information() -> None:
 
 def test_the_comparison_notices_a_difference() -> None:
     """The normalizer is not blind: two distinct built-in types compare unequal."""
-    reg = tw.generated.REGISTRY
+    reg = tw.builtins.REGISTRY
     assert _norm(mi.type_info(reg.type("rpc.Request"))) != _norm(mi.type_info(reg.type("rpc.Result")))
     a = msgspec.defstruct("T", [("x", int)], kw_only=True)
     b = msgspec.defstruct("T", [("x", int, 0)], kw_only=True)
@@ -125,7 +125,7 @@ SAMPLES: list[tuple[str, dict[str, Any]]] = [
 
 @pytest.mark.parametrize(("type_id", "data"), SAMPLES, ids=[s[0] for s in SAMPLES])
 def test_both_back_ends_write_identical_bytes(type_id: str, data: dict[str, Any]) -> None:
-    gen_cls = tw.generated.REGISTRY.type(type_id)
+    gen_cls = tw.builtins.REGISTRY.type(type_id)
     run_cls = tw.load_schemas(BUILTIN_SCHEMAS).type(type_id)
     gen_msg, run_msg = msgspec.convert(data, gen_cls), msgspec.convert(data, run_cls)
     gen_bytes, run_bytes = msgspec.msgpack.encode(gen_msg), msgspec.msgpack.encode(run_msg)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tensorwire as tw
-from tensorwire.generated import REGISTRY, diffusion, media, rpc
+from tensorwire.builtins import REGISTRY, diffusion, media, rpc
 
 
 def _float_video(**changes: Any) -> dict[str, Any]:

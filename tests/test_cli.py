@@ -12,7 +12,7 @@ import pytest
 from conftest import BUILTIN_SCHEMAS, REPO, write_schemas
 
 import tensorwire as tw
-import tensorwire.generated
+import tensorwire.builtins
 from tensorwire.cli import main
 from tensorwire.schema import meta_schema_text
 
@@ -21,14 +21,49 @@ def _copy_project(tmp_path: Path) -> tuple[Path, Path]:
     schemas = tmp_path / "schemas"
     out = tmp_path / "generated"
     shutil.copytree(BUILTIN_SCHEMAS, schemas)
-    shutil.copytree(REPO / "codec" / "generated", out, ignore=shutil.ignore_patterns("__pycache__"))
+    assert main(["gen", str(schemas), "-o", str(out)]) == 0
     return schemas, out
 
 
 def test_gen_check_passes_on_the_clean_tree(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["gen", "--check", str(BUILTIN_SCHEMAS), "-o", str(REPO / "codec" / "generated")])
+    builtins = REPO / "codec" / "builtins"
+    code = main(["gen", "--check", str(BUILTIN_SCHEMAS), "-o", str(builtins), "--registry", "registry"])
     assert code == 0, capsys.readouterr()
     assert "is up to date" in capsys.readouterr().out
+
+
+def test_gen_needs_an_output_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["gen", str(BUILTIN_SCHEMAS)])
+    assert info.value.code == 2
+    assert "the following arguments are required: -o/--out" in capsys.readouterr().err
+
+
+def test_gen_puts_the_registry_in_the_module_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "pkg"
+    out.mkdir()
+    (out / "__init__.py").write_text("# mine\n")
+    assert main(["gen", str(BUILTIN_SCHEMAS), "-o", str(out), "--registry", "registry"]) == 0
+    assert (out / "__init__.py").read_text() == "# mine\n"  # the package's own, left alone
+    registry = (out / "registry.py").read_text()
+    assert "from . import diffusion, media, rpc" in registry
+    assert "REGISTRY = Registry.from_modules(diffusion, media, rpc)" in registry
+    assert sorted(p.name for p in out.glob("*.py")) == [
+        "__init__.py",
+        "diffusion.py",
+        "media.py",
+        "registry.py",
+        "rpc.py",
+    ]
+    (out / "registry.py").write_text(registry.replace("media, rpc)", "rpc)"))
+    capsys.readouterr()
+    assert main(["gen", "--check", str(BUILTIN_SCHEMAS), "-o", str(out), "--registry", "registry"]) == 1
+    err = capsys.readouterr().err
+    assert f"run 'tensorwire gen {BUILTIN_SCHEMAS} -o {out} --registry registry'" in err
+    for bad in ("media", "no-such", "1st"):
+        assert main(["gen", str(BUILTIN_SCHEMAS), "-o", str(tmp_path / "x"), "--registry", bad]) == 2
+        assert f"registry module {bad!r} is not a Python name free in the package" in capsys.readouterr().err
+        assert not (tmp_path / "x").exists()
 
 
 def test_gen_check_exits_1_with_a_diff_after_a_schema_edit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -43,7 +78,7 @@ def test_gen_check_exits_1_with_a_diff_after_a_schema_edit(tmp_path: Path, capsy
     captured = capsys.readouterr()
     assert f"--- {out / 'rpc.py'} (on disk)" in captured.out
     assert "+    priority: int = 0" in captured.out
-    assert "is out of date; run 'tensorwire gen'" in captured.err
+    assert f"is out of date; run 'tensorwire gen {schemas} -o {out}'" in captured.err
     # regenerating fixes the drift, and only rpc.py changed
     assert main(["gen", str(schemas), "-o", str(out)]) == 0
     assert capsys.readouterr().out.strip() == f"wrote {out / 'rpc.py'}"
@@ -76,7 +111,7 @@ def test_schemas_lists_every_builtin_type(capsys: pytest.CaptureFixture[str]) ->
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].split() == ["type", "version", "fingerprint"]
     rows = [line.split() for line in lines[1:]]
-    expected = [[i.type_id, f"v{i.version}", f"sha256:{i.fingerprint}"] for i in tw.generated.REGISTRY.infos()]
+    expected = [[i.type_id, f"v{i.version}", f"sha256:{i.fingerprint}"] for i in tw.builtins.REGISTRY.infos()]
     assert rows == expected and len(rows) == 9
 
 
@@ -94,7 +129,7 @@ def test_invalid_schema_exits_2_with_the_error(tmp_path: Path, capsys: pytest.Ca
     write_schemas(tmp_path, {"audio/Clip.v1.json": {"$id": "audio.Clip", "x-version": 1, "type": "object"}})
     assert main(["schemas", str(tmp_path)]) == 2
     assert "missing required keyword 'properties'" in capsys.readouterr().err
-    assert main(["gen", "--check", str(tmp_path / "nope")]) == 2
+    assert main(["gen", "--check", str(tmp_path / "nope"), "-o", str(tmp_path / "out")]) == 2
     assert "not a schema directory" in capsys.readouterr().err
 
 

@@ -17,7 +17,7 @@ from wire_helpers import head_of, segments_of
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import REGISTRY
+from tensorwire.builtins import REGISTRY
 from tensorwire.transports.shm import SHM_DIR, our_segments, reap
 
 
@@ -117,7 +117,7 @@ def test_reap_keeps_segments_of_live_processes() -> None:
     before = set(segments_of(os.getpid()))
     one_shot = transports.ShmTransport(pool=False)
     encoder = tw.Encoder(transport=one_shot, options=tw.EncodeOptions(inline_threshold=1, embed_threshold=0))
-    frames = encoder.encode(tw.generated.diffusion.Output(output=torch.ones(10)))
+    frames = encoder.encode(tw.builtins.diffusion.Output(output=torch.ones(10)))
     mine = sorted(set(segments_of(os.getpid())) - before)
     assert len(mine) == 1
     assert mine[0] not in reap()
@@ -165,7 +165,7 @@ def test_a_borrowed_mapping_lives_until_its_last_view_dies() -> None:
     gc.collect()
     gc.disable()
     try:
-        frames = encoder.encode(tw.generated.diffusion.Output(output=(sent, "tuple in a tree")))
+        frames = encoder.encode(tw.builtins.diffusion.Output(output=(sent, "tuple in a tree")))
         name = head_of(frames[0])[2][0][1]["name"]
 
         def mapped() -> bool:

@@ -16,7 +16,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports.control import FREE
 from tests import procs
 from tests.wire_helpers import segments_of

@@ -14,7 +14,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.inspection import describe
 from tensorwire.transports.control import FREE, IN_FLIGHT
 from tensorwire.transports.shm import our_segments

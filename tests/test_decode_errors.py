@@ -17,8 +17,8 @@ from wire_helpers import edit_descriptor, frame_of, head_of, segments_of, tensor
 
 import tensorwire as tw
 from tensorwire import transports
+from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
-from tensorwire.generated import REGISTRY, diffusion
 from tensorwire.inspection import describe
 from tensorwire.transports.shm import SHM_DIR
 from tensorwire.wire import pack_inline, unpack_descriptor

@@ -12,12 +12,12 @@ import torch
 
 import tensorwire as tw
 from tensorwire import transports
+from tensorwire.builtins import diffusion
 from tensorwire.cli import main
-from tensorwire.generated import diffusion
 
 
 def test_demo_sends_a_diffusion_batch_bit_exactly_and_leaves_nothing() -> None:
-    from tensorwire.demo import run
+    from tensorwire.builtins.demo import run
 
     out = io.StringIO()
     assert run(out) == 0, out.getvalue()

@@ -15,7 +15,7 @@ from wire_helpers import segments_of
 import tensorwire as tw
 import tensorwire.transports.control
 from tensorwire import transports
-from tensorwire.generated import REGISTRY, diffusion, media, rpc
+from tensorwire.builtins import REGISTRY, diffusion, media, rpc
 
 SHM = transports.ShmTransport(pool=False)
 OUT_OF_BAND = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)  # every buffer through the transport

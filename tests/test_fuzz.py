@@ -23,7 +23,7 @@ from wire_helpers import damage, head_of, segments_of
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import REGISTRY, diffusion, rpc
+from tensorwire.builtins import REGISTRY, diffusion, rpc
 from tensorwire.wire import KINDS, unpack_descriptor
 
 POOL = transports.ShmTransport()

@@ -10,8 +10,9 @@ import pytest
 from conftest import REPO
 
 import tensorwire as tw
-from tensorwire.generated import REGISTRY
-from tensorwire.golden import MANIFEST, cases, describe, manifest_lines, read_manifest, record
+from tensorwire.builtins import REGISTRY
+from tensorwire.builtins.golden import cases
+from tensorwire.golden import MANIFEST, describe, manifest_lines, read_manifest, record
 
 GOLDEN = REPO / "tests" / "golden"
 FIXTURES = sorted(GOLDEN.rglob("*.bin"))
@@ -55,19 +56,19 @@ def test_every_builtin_type_version_has_fixtures_including_bf16_and_trees() -> N
 def test_record_adds_only_what_is_missing_and_refuses_edited_fixtures(tmp_path: Path) -> None:
     root = tmp_path / "golden"
     shutil.copytree(GOLDEN, root)
-    assert record(root) == []  # everything released is already there
+    assert record(root, cases()) == []  # everything released is already there
     (root / "rpc.Value" / "v1" / "tree.bin").unlink()
     (root / MANIFEST).write_text(
         "".join(
             line + "\n" for line in (root / MANIFEST).read_text().splitlines() if "rpc.Value/v1/tree.bin" not in line
         )
     )
-    assert [p.name for p in record(root)] == ["tree.bin", "tree.json"]
+    assert [p.name for p in record(root, cases())] == ["tree.bin", "tree.json"]
     assert read_manifest(root) == manifest_lines(root)
     victim = root / "media.Video" / "v1" / "uint8_frames.bin"
     victim.write_bytes(victim.read_bytes()[:-1] + b"\xff")
     with pytest.raises(ValueError, match=r"released fixtures were edited or removed: media.Video/v1/uint8_frames.bin"):
-        record(root)
+        record(root, cases())
 
 
 def test_an_edited_fixture_fails_the_manifest_check(tmp_path: Path) -> None:

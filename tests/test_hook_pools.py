@@ -14,7 +14,7 @@ import torch
 import tensorwire as tw
 import tensorwire.body
 import tensorwire.decoder
-from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.incoming import Incoming
 from tensorwire.tensors import Outgoing
 

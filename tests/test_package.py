@@ -14,7 +14,6 @@ import tensorwire as tw
 
 TOP_LEVEL = {
     "__version__",
-    "builtin_schema_dir",
     "DTYPES",
     "DTYPE_NAMES",
     "CodecError",
@@ -55,6 +54,7 @@ TRANSPORTS = {
     "Transport",
     "available",
     "by_name",
+    "held_memfds",
     "our_segments",
     "reap",
 }
@@ -99,7 +99,7 @@ def test_outside_the_repository_only_tensorwire_is_importable() -> None:
     assert Path(path).name == "__init__.py" and Path(path).parent.name == "tensorwire"
 
 
-@pytest.mark.parametrize("module", ["tensorwire.generated", "tensorwire.schema", "tensorwire.compat", "tensorwire.gen"])
+@pytest.mark.parametrize("module", ["tensorwire.builtins", "tensorwire.schema", "tensorwire.compat", "tensorwire.gen"])
 def test_each_public_subpackage_names_what_it_exports(module: str) -> None:
     loaded = importlib.import_module(module)
     exported = getattr(loaded, "__all__", None)
@@ -113,14 +113,19 @@ def test_no_module_of_the_package_takes_a_standard_library_name() -> None:
 
     names = [m.name for m in pkgutil.walk_packages(tw.__path__, prefix="tensorwire.")]
     assert "tensorwire.transports.shm" in names and "tensorwire.gen.source" in names
-    clashing = [n for n in names if n.rsplit(".", 1)[-1] in sys.stdlib_module_names]
+    # a module compiled into the interpreter (``builtins``, ``sys``) is found before any file, so a
+    # folder of that name shadows nothing: tensorwire.builtins is the built-in types' package
+    shadowing = sys.stdlib_module_names - set(sys.builtin_module_names)
+    clashing = [n for n in names if n.rsplit(".", 1)[-1] in shadowing]
     assert clashing == []
+    assert "tensorwire.builtins" in names and "builtins" in sys.builtin_module_names
 
 
 def test_the_installed_built_in_schemas_are_the_repository_s() -> None:
     from conftest import BUILTIN_SCHEMAS
 
-    installed = tw.builtin_schema_dir()
+    from tensorwire.builtins import SCHEMA_DIR as installed
+
     ours = sorted(p.relative_to(BUILTIN_SCHEMAS) for p in BUILTIN_SCHEMAS.rglob("*.json"))
     theirs = sorted(p.relative_to(installed) for p in installed.rglob("*.json"))
     assert theirs == ours and len(ours) == 10
@@ -133,13 +138,13 @@ def test_every_built_in_namespace_folder_is_a_package_of_the_distribution() -> N
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     folders = sorted(p.name for p in (REPO / "schemas").iterdir() if p.is_dir())
-    listed = sorted(p.split(".")[-1] for p in config["packages"] if p.startswith("tensorwire.builtin_schemas."))
+    listed = sorted(p.split(".")[-1] for p in config["packages"] if p.startswith("tensorwire.builtins.schemas."))
     assert listed == folders
     data = config["package-data"]
-    assert all(data[f"tensorwire.builtin_schemas.{name}"] == ["*.json"] for name in folders)
+    assert all(data[f"tensorwire.builtins.schemas.{name}"] == ["*.json"] for name in folders)
 
 
 def test_the_built_in_types_built_from_the_installed_schemas_match_the_generated_ones() -> None:
-    from tensorwire.generated import REGISTRY
+    from tensorwire.builtins import REGISTRY, SCHEMA_DIR
 
-    assert tw.load_schemas(tw.builtin_schema_dir()).infos() == REGISTRY.infos()
+    assert tw.load_schemas(SCHEMA_DIR).infos() == REGISTRY.infos()

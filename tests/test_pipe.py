@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import tensorwire as tw
-from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.pipe import Receiver, send
 
 KiB = 1024

@@ -13,7 +13,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports import retention
 from tensorwire.transports.control import FREE
 from tensorwire.transports.retention import Retention

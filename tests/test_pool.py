@@ -14,8 +14,8 @@ from wire_helpers import edit_descriptor, frame_of, head_of, segments_of, tensor
 
 import tensorwire as tw
 from tensorwire import transports
+from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
-from tensorwire.generated import REGISTRY, diffusion
 from tensorwire.transports.control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER
 from tensorwire.transports.pool import size_class
 from tensorwire.transports.shm import SHM_DIR

@@ -13,7 +13,7 @@ import torch.multiprocessing as tmp
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.builtins import REGISTRY, diffusion
 
 OOB = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)
 

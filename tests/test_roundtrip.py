@@ -16,7 +16,7 @@ from wire_helpers import bits, frame_of, head_of, same, segments_of, tensor_exts
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import REGISTRY, diffusion, media, rpc
+from tensorwire.builtins import REGISTRY, diffusion, media, rpc
 from tensorwire.transports.control import FREE
 from tensorwire.wire import EXT_INLINE, unpack_descriptor
 
@@ -404,7 +404,7 @@ def test_equal_messages_give_equal_bytes_whatever_the_hash_seed() -> None:
     script = (
         "import sys, torch\n"
         "import tensorwire as tw\n"
-        "from tensorwire.generated import media\n"
+        "from tensorwire.builtins import media\n"
         "v = media.Video(tensor=torch.zeros(1, 3, 1, 2, 2), layout='bcthw', encoding='normalized_float',\n"
         "    value_range='zero_to_one', pending_float_consumers=frozenset(media.FloatVideoConsumer))\n"
         "sys.stdout.write(bytes(tw.Encoder().encode(v)[0]).hex())\n"

@@ -40,7 +40,7 @@ def test_every_builtin_schema_loads_with_a_sha256_fingerprint() -> None:
 
 
 def test_a_registry_finds_each_type_by_its_schema_fingerprint() -> None:
-    from tensorwire.generated import REGISTRY
+    from tensorwire.builtins import REGISTRY
 
     for message in load_dir(BUILTIN_SCHEMAS).messages:
         cls = REGISTRY.by_fingerprint(message.fingerprint)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import tensorwire as tw
-from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports import Handle, Transport
 from tensorwire.transports.base import Buffer
 
@@ -69,7 +69,7 @@ USE = textwrap.dedent(
     """
     import json, sys, torch
     import tensorwire as tw
-    from tensorwire.generated import REGISTRY, diffusion
+    from tensorwire.builtins import REGISTRY, diffusion
 
     try:
         cls = tw.transports.by_name("pigeon")

@@ -7,11 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 # The package as it installs: codec/ is tensorwire, transports/ is tensorwire.transports, schemas/ is
-# tensorwire.builtin_schemas.
+# tensorwire.builtins.schemas.
 tree=/tmp/tw-tree
 rm -rf "$tree" && mkdir -p "$tree"
 cp -r codec "$tree/tensorwire" && cp -r transports "$tree/tensorwire/transports"
-cp -r schemas "$tree/tensorwire/builtin_schemas"
+cp -r schemas "$tree/tensorwire/builtins/schemas"
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/tw-site .whl/*.whl
     export PYTHONPATH="/tmp/tw-site:$tree:$PWD"

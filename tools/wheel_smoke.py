@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         _run("tensorwire schemas", [*cli, "schemas"], user, env)
         same = (
-            "import tensorwire as tw\nfrom tensorwire.generated import REGISTRY\n"
-            "assert tw.load_schemas(tw.builtin_schema_dir()).infos() == REGISTRY.infos()"
+            "import tensorwire as tw\nfrom tensorwire.builtins import REGISTRY, SCHEMA_DIR\n"
+            "assert tw.load_schemas(SCHEMA_DIR).infos() == REGISTRY.infos()"
         )
         _run("the built-in schemas load from the wheel", [*python, "-c", same], user, env)
         _run("tensorwire demo", [*cli, "demo"], user, env)

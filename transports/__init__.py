@@ -11,6 +11,7 @@ from tensorwire.transports.base import Handle, Transport
 from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime
 from tensorwire.transports.cuda_shm import CudaShmTransport
 from tensorwire.transports.inline import InlineHandle, InlineTransport
+from tensorwire.transports.reaper import held_memfds
 from tensorwire.transports.shm import ShmHandle, ShmTransport, SlotHandle, our_segments, reap
 from tensorwire.transports.torch_queue import QueueHandle, QueueTransport
 
@@ -31,6 +32,7 @@ __all__ = [
     "Transport",
     "available",
     "by_name",
+    "held_memfds",
     "our_segments",
     "reap",
 ]

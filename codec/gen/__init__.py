@@ -2,6 +2,7 @@
 
 ``generate(schema_dir, out_dir)`` writes the package; ``check(schema_dir, out_dir)`` regenerates in
 memory and returns a unified diff of every drifted file (empty when the tree is up to date).
+``registry`` names the module that holds ``REGISTRY`` (the package's ``__init__`` by default).
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ def build_registry(schemas: SchemaSet) -> Registry:
     return runtime.build_registry(schemas)
 
 
-def expected_files(schema_dir: Path, out_dir: Path) -> dict[Path, str]:
+def expected_files(schema_dir: Path, out_dir: Path, registry: str = "__init__") -> dict[Path, str]:
     """Every file ``gen`` owns: the generated modules and the schema directory's meta-schema copy."""
     schemas = load_dir(schema_dir)
-    files = {out_dir / name: text for name, text in render_package(schemas).items()}
+    files = {out_dir / name: text for name, text in render_package(schemas, registry).items()}
     files[schema_dir / META_DIR / META_SCHEMA_NAME] = meta_schema_text()
     return files
 
@@ -48,9 +49,9 @@ def _stale(out_dir: Path, expected: dict[Path, str]) -> list[Path]:
     ]
 
 
-def generate(schema_dir: Path, out_dir: Path) -> list[Path]:
+def generate(schema_dir: Path, out_dir: Path, registry: str = "__init__") -> list[Path]:
     """Write the generated package; return the files that changed (stale modules are removed)."""
-    expected = expected_files(schema_dir, out_dir)
+    expected = expected_files(schema_dir, out_dir, registry)
     changed: list[Path] = []
     for path, text in expected.items():
         if not path.exists() or path.read_text(encoding="utf-8") != text:
@@ -63,9 +64,9 @@ def generate(schema_dir: Path, out_dir: Path) -> list[Path]:
     return changed
 
 
-def check(schema_dir: Path, out_dir: Path) -> str:
+def check(schema_dir: Path, out_dir: Path, registry: str = "__init__") -> str:
     """Unified diff between the files on disk and what ``generate`` would write ('' if none)."""
-    expected = expected_files(schema_dir, out_dir)
+    expected = expected_files(schema_dir, out_dir, registry)
     chunks: list[str] = []
     for path, text in expected.items():
         actual = path.read_text(encoding="utf-8") if path.exists() else ""

@@ -37,19 +37,28 @@ _REQUIRE = f"require({API}, {json.dumps(SINCE)})  # the tensorwire.runtime surfa
 WIDTH = 120
 
 
-def render_package(schemas: SchemaSet) -> dict[str, str]:
-    """File name -> source for every generated module of ``schemas``."""
-    out = {f"{ns}.py": _Module(schemas, ns).render() for ns in schemas.namespaces()}
-    out["__init__.py"] = _render_init(schemas)
+def render_package(schemas: SchemaSet, registry: str = "__init__") -> dict[str, str]:
+    """File name -> source for every generated module of ``schemas``; ``registry`` names the module
+    that holds ``REGISTRY``: the package's ``__init__`` by default, else a module beside the
+    namespaces' (the package's own ``__init__`` is then left to its author)."""
+    namespaces = schemas.namespaces()
+    if not registry.isidentifier() or registry in namespaces:
+        raise ValueError(f"registry module {registry!r} is not a Python name free in the package")
+    out = {f"{ns}.py": _Module(schemas, ns).render() for ns in namespaces}
+    out[f"{registry}.py"] = _render_registry(namespaces, registry == "__init__")
     return out
 
 
-def _render_init(schemas: SchemaSet) -> str:
-    namespaces = schemas.namespaces()
+def _render_registry(namespaces: list[str], package: bool) -> str:
     names = ", ".join(json.dumps(n) for n in ["REGISTRY", *namespaces])
+    doc = (
+        "Generated message types: one module per schema namespace, and their registry."
+        if package
+        else "The registry of the generated message types of this package."
+    )
     return (
         f"{HEADER_PREFIX}the schemas of {', '.join(namespaces)}. DO NOT EDIT.\n"
-        '"""Generated message types: one module per schema namespace, and their registry."""\n\n'
+        f'"""{doc}"""\n\n'
         "from __future__ import annotations\n\n"
         "from tensorwire.runtime import Registry, require\n\n"
         f"from . import {', '.join(namespaces)}\n\n"

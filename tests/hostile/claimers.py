@@ -9,7 +9,7 @@ def claim_all(start: Any, frames_list: list[list[bytes]], backing: str, report: 
     """Wait for ``start``, then try to decode every message; report which ones this process got."""
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import REGISTRY
+    from tensorwire.builtins import REGISTRY
 
     decoder = tw.Decoder(
         REGISTRY,

@@ -45,7 +45,7 @@ def payload(nbytes: int, seed: int) -> torch.Tensor:
 
 def message(nbytes: int, seed: int) -> Any:
     """A message carrying ``payload(nbytes, seed)`` (out of band) and ``seed``."""
-    from tensorwire.generated import diffusion
+    from tensorwire.builtins import diffusion
 
     return diffusion.Output(output=payload(nbytes, seed), chunk_index=seed)
 
@@ -82,7 +82,7 @@ class Worker:
         """A ``ShmTransport`` in ``directory`` and an encoder and decoder over it; fds counted after."""
         import tensorwire as tw
         from tensorwire import transports
-        from tensorwire.generated import REGISTRY
+        from tensorwire.builtins import REGISTRY
 
         self.transport = transports.ShmTransport(directory, pool=pool, backing=backing, claim_timeout=claim_timeout)
         self.encoder = tw.Encoder(
@@ -258,7 +258,7 @@ def _failed_encode(transport: Any, *sizes: int) -> dict[str, Any]:
     """Encode a message of buffers of ``sizes`` (which must fail): the error, what was copied, what
     /dev/shm gained, the pool's slot states; then what /dev/shm holds after ``close()``."""
     import tensorwire as tw
-    from tensorwire.generated import diffusion
+    from tensorwire.builtins import diffusion
 
     encoder = tw.Encoder(transport=transport, options=tw.EncodeOptions(embed_threshold=0, inline_threshold=1))
     before = set(os.listdir(SHM))
@@ -283,7 +283,7 @@ def _round_trip_16mib() -> dict[str, Any]:
     """A 16 MiB tensor through a default ``ShmTransport()`` (memfd pool), and /dev/shm meanwhile."""
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import REGISTRY, diffusion
+    from tensorwire.builtins import REGISTRY, diffusion
 
     transport = transports.ShmTransport()
     before, free = set(os.listdir(SHM)), _free()
@@ -306,7 +306,7 @@ def _one_shots_then_read_when_full() -> dict[str, Any]:
     """Export two one-shots, fill /dev/shm to the last byte, then read them (a copy and a borrow)."""
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import REGISTRY, diffusion
+    from tensorwire.builtins import REGISTRY, diffusion
 
     sender = transports.ShmTransport(pool=False)
     encoder = tw.Encoder(transport=sender, options=tw.EncodeOptions(embed_threshold=0, inline_threshold=1))

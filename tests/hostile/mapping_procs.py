@@ -10,7 +10,7 @@ def hold_and_read(conn: Any) -> None:
     then read every element and report the sums (a SIGBUS would end this process instead)."""
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import REGISTRY
+    from tensorwire.builtins import REGISTRY
 
     decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport()])
     first = decoder.decode(conn.recv()).output
@@ -27,7 +27,7 @@ def send_and_wait(conn: Any) -> None:
 
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import diffusion
+    from tensorwire.builtins import diffusion
 
     transport = transports.ShmTransport()
     encoder = tw.Encoder(transport=transport, options=tw.EncodeOptions(inline_threshold=1))

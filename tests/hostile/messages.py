@@ -9,7 +9,7 @@ import torch
 
 def make_message(thread: int, index: int, floats: int = 64, ints: int = 16) -> Any:
     """Message ``index`` of ``thread``: ``floats`` float32s and ``ints`` int32s that name both."""
-    from tensorwire.generated import diffusion
+    from tensorwire.builtins import diffusion
 
     tag = thread * 1000 + index
     values = torch.full((floats,), float(tag))

@@ -170,7 +170,7 @@ def _case(data: Any, name: str, *, snapshot: bool, numpy: bool, prechecked: bool
     message, decoded by a receiver on the same queue; then what /dev/shm holds once all is freed."""
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import REGISTRY, diffusion
+    from tensorwire.builtins import REGISTRY, diffusion
 
     lines = _Lines()
     logging.getLogger("tensorwire.queue").addHandler(lines)

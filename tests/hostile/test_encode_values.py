@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import tensorwire as tw
-from tensorwire.generated import REGISTRY, diffusion, rpc
+from tensorwire.builtins import REGISTRY, diffusion, rpc
 
 pytestmark = pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
 ENCODER = tw.Encoder()

@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent(
     import torch
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import REGISTRY, diffusion
+    from tensorwire.builtins import REGISTRY, diffusion
     shm = transports.ShmTransport({options})
     enc = tw.Encoder(transport=shm)
     dec = tw.Decoder(REGISTRY, transports=[shm])

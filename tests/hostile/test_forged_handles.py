@@ -27,7 +27,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire import transports, wire
-from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports.control import CONTROL_BYTES, SENDER, Page
 from tensorwire.transports.segment import SEALS
 from tests.hostile import victim as victim_module

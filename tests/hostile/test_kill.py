@@ -43,7 +43,7 @@ BACKINGS: dict[str, dict[str, Any]] = {
     "one-shot": {"backing": "memfd", "pool": False},
 }
 CTX = mp.get_context("forkserver")
-PRELOAD = ["pytest", "torch", "tensorwire", "tensorwire.generated", "tensorwire.transports", "tests.hostile.kill_procs"]
+PRELOAD = ["pytest", "torch", "tensorwire", "tensorwire.builtins", "tensorwire.transports", "tests.hostile.kill_procs"]
 
 
 @pytest.fixture(scope="module", autouse=True)

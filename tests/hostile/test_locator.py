@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from wire_helpers import damage, edit_descriptor, frame_of, head_of
 
 import tensorwire as tw
+from tensorwire.builtins import REGISTRY, diffusion, rpc
 from tensorwire.cli import main
 from tensorwire.dtypes import DTYPE_NAMES
-from tensorwire.generated import REGISTRY, diffusion, rpc
 from tensorwire.inspection import describe
 from tensorwire.wire import pack_descriptor, pack_inline
 

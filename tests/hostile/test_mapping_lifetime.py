@@ -23,7 +23,7 @@ from wire_helpers import memfds_held
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports import janitor
 from tests.hostile import mapping_procs
 from tests.hostile.children import spawned
@@ -44,7 +44,7 @@ CHILD = textwrap.dedent(
     import torch
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import REGISTRY, diffusion
+    from tensorwire.builtins import REGISTRY, diffusion
     shm = transports.ShmTransport(backing={backing!r}, idle_seconds=0.05)
     enc = tw.Encoder(transport=shm, options=tw.EncodeOptions(inline_threshold=1))
     dec = tw.Decoder(REGISTRY, transports=[shm])

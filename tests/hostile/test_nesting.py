@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import tensorwire as tw
-from tensorwire.generated import REGISTRY, diffusion, media
+from tensorwire.builtins import REGISTRY, diffusion, media
 from tensorwire.inspection import describe
 from tensorwire.scan import check_depth
 from tests.wire_helpers import frame_of, head_of, tensor_exts

@@ -17,8 +17,8 @@ from wire_helpers import frame_of, head_of, same
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import REGISTRY
-from tensorwire.golden import cases
+from tensorwire.builtins import REGISTRY
+from tensorwire.builtins.golden import cases
 
 
 def _refuse(*args: Any, **kwargs: Any) -> Any:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import tensorwire as tw
-from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.builtins import REGISTRY, diffusion
 
 SHARE = tw.Decoder(REGISTRY, options=tw.DecodeOptions(copy_readonly=False))
 ENCODER = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))  # every tensor in an inline frame

@@ -19,7 +19,7 @@ from wire_helpers import head_of, memfds_held
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports.control import IN_FLIGHT
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor out of band

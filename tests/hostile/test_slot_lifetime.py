@@ -19,7 +19,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire import transports, wire
-from tensorwire.generated import REGISTRY, diffusion
+from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports.control import CLAIMED, FREE, IN_FLIGHT
 from tests.hostile import claimers
 from tests.wire_helpers import frame_of, head_of

@@ -25,7 +25,7 @@ import pytest
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import REGISTRY
+from tensorwire.builtins import REGISTRY
 from tensorwire.transports.control import FREE
 from tests.cuda_fakes import FakeCudaRuntime
 from tests.hostile import messages

@@ -20,7 +20,7 @@ import torch.multiprocessing as tmp
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import REGISTRY
+from tensorwire.builtins import REGISTRY
 from tests.hostile import queue_procs
 from tests.hostile.queue_procs import MESSAGES, THREADS, Outcome, decode_all, encode_all
 

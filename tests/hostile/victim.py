@@ -76,7 +76,7 @@ def _in_flight(directory: Path) -> tuple[list[Any], dict[str, Any], list[list[by
     """Real buffers in flight: (transports kept alive, handle facts without capabilities, frames)."""
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import diffusion
+    from tensorwire.builtins import diffusion
 
     oob = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # the payload through shared memory
     kept: list[Any] = []

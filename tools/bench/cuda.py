@@ -86,7 +86,7 @@ def _attempt(measure: Callable[[], list[float]]) -> list[float] | str:
 def _receiver(conn: Any) -> None:
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import REGISTRY
+    from tensorwire.builtins import REGISTRY
     from tensorwire.placement import Placement
 
     torch.cuda.init()  # type: ignore[no-untyped-call]
@@ -139,7 +139,7 @@ def _send_reference(parent: Any, tensor: torch.Tensor, nbytes: int) -> None:
 def _end_to_end(nbytes: int, reps: int) -> dict[str, Any]:
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import diffusion
+    from tensorwire.builtins import diffusion
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()

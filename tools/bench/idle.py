@@ -51,7 +51,7 @@ def measure(mib: int = 64, rounds: int = 5, pauses: list[float] | None = None) -
     import torch
 
     import tensorwire as tw
-    from tensorwire.generated import REGISTRY, diffusion
+    from tensorwire.builtins import REGISTRY, diffusion
 
     area = np.ones(mib << 20, np.uint8)
     pages = np.arange(0, area.size, PAGE)

@@ -55,7 +55,7 @@ def _time(fn: Callable[[], Any], rounds: int = 7, number: int = 2000) -> float:
 
 def measure_small() -> list[dict[str, Any]]:
     import tensorwire as tw
-    from tensorwire.generated import REGISTRY, rpc
+    from tensorwire.builtins import REGISTRY, rpc
     from tensorwire.wire import prefix
 
     encoder, decoder = tw.Encoder(), tw.Decoder(REGISTRY)

@@ -59,7 +59,7 @@ class _Frames(Mode):
         super().__init__(conn)
         import tensorwire as tw
         from tensorwire import transports
-        from tensorwire.generated import REGISTRY, diffusion
+        from tensorwire.builtins import REGISTRY, diffusion
 
         self._output = diffusion.Output
         self.shm = transports.ShmTransport(**self.transport_options)
@@ -177,7 +177,7 @@ class TwQueue(_Frames):
     def __init__(self, conn: Any) -> None:
         import tensorwire as tw
         from tensorwire import transports
-        from tensorwire.generated import REGISTRY, diffusion
+        from tensorwire.builtins import REGISTRY, diffusion
 
         self.conn, queue = conn
         self._output = diffusion.Output

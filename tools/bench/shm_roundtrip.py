@@ -27,7 +27,7 @@ import torch
 def _receiver(conn: Any) -> None:
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import REGISTRY
+    from tensorwire.builtins import REGISTRY
 
     shm = transports.ShmTransport(pool=False)
     decoders = {
@@ -54,7 +54,7 @@ def _median(samples: list[float]) -> float:
 def run(mib: int, reps: int) -> dict[str, Any]:
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import diffusion
+    from tensorwire.builtins import diffusion
 
     numel = mib * 2**20 // 4
     tensor = torch.arange(numel, dtype=torch.float32)

@@ -274,7 +274,7 @@ def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any)
 
 def _rpc_case() -> _Case:
     import tensorwire as tw
-    from tensorwire.generated import REGISTRY, rpc
+    from tensorwire.builtins import REGISTRY, rpc
 
     encoder, decoder = tw.Encoder(), tw.Decoder(REGISTRY)
     hooks = HooksCodec()

@@ -69,7 +69,7 @@ def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> Non
     import tensorwire.encoder as encoder_module
     from tensorwire import transports
     from tensorwire.body import Checker
-    from tensorwire.generated import diffusion
+    from tensorwire.builtins import diffusion
     from tensorwire.tensors import Outgoing
 
     samples: Samples = {}
@@ -105,7 +105,7 @@ def _receiver(pipe: Any, control: Any, count: int, spin: bool) -> None:
     import tensorwire.decoder as decoder_module
     import tensorwire.incoming as incoming_module
     from tensorwire import transports
-    from tensorwire.generated import REGISTRY
+    from tensorwire.builtins import REGISTRY
 
     samples: Samples = {}
     _wrap(decoder_module, "walk", samples, "decode: depth walk")

@@ -8,7 +8,7 @@ from typing import Any
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import REGISTRY
+from tensorwire.builtins import REGISTRY
 
 __all__ = ["CONFIGS", "NAMED", "SAFE", "Reading", "build"]
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import tensorwire as tw
-from tensorwire.generated import diffusion, media, rpc
+from tensorwire.builtins import diffusion, media, rpc
 from tensorwire.transports.base import Buffer, Handle, Transport
 from tensorwire.transports.shm import ShmHandle, SlotHandle
 
@@ -84,8 +84,8 @@ def _views() -> Any:
 
 
 def _golden(type_id: str, case: str) -> Callable[[], Any]:
-    """A builder of the golden fixtures (``codec.golden``): the full field set of a built-in type."""
-    from tensorwire.golden import cases
+    """A builder of the golden fixtures (``tensorwire.builtins.golden``): the full field set of a built-in type."""
+    from tensorwire.builtins.golden import cases
 
     return dict(cases()[type_id])[case]
 

@@ -30,7 +30,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.generated import rpc
+from tensorwire.builtins import rpc
 from tensorwire.transports.control import CAPABILITY_BYTES, CONTROL_BYTES, IN_FLIGHT, MAGIC, ONE_SHOT, digest
 from tools.fuzz import seeds, targets
 from tools.fuzz.channel import Child, ChildDied, Endpoint

@@ -27,7 +27,7 @@ BATCH_SHAPE = (4, 3, 8, 240, 416)
 
 def build_message(seed: int = SEED) -> Any:
     """The demo's message, the same for the same seed."""
-    from tensorwire.generated import diffusion, media
+    from tensorwire.builtins import diffusion, media
 
     gen = torch.Generator().manual_seed(seed)
     video = (torch.rand(VIDEO_SHAPE, generator=gen) * 2 - 1).to(torch.bfloat16)
@@ -105,9 +105,9 @@ def run(out: TextIO = sys.stdout, seed: int = SEED) -> int:
     """Run the demo; 0 when every tensor arrived bit-exact and /dev/shm holds nothing of ours."""
     import tensorwire as tw
     from tensorwire import transports
-    from tensorwire.generated import REGISTRY
+    from tensorwire.builtins import REGISTRY
     from tensorwire.inspection import describe
-    from tensorwire.transports.reaper import held_memfds
+    from tensorwire.transports import held_memfds
     from tensorwire.transports.shm import our_segments
 
     ctx = mp.get_context("spawn")

@@ -1,0 +1,165 @@
+"""The built-in types as a plug-in of the core: ``tensorwire.builtins`` uses the public API only, the
+core never imports it, and its validators come through the ``tensorwire.validators`` entry-point
+group as any distribution's may (tested with one installed from a temporary directory)."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import subprocess
+import sys
+import textwrap
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CLIP, REPO, write_schemas
+
+import tensorwire.builtins
+from tensorwire.rules import VALIDATOR_ENTRY_POINTS
+
+CODEC = REPO / "codec"
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports (``from X import y`` gives X and X.y)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_no_core_module_imports_the_built_ins() -> None:
+    core = [p for p in CODEC.rglob("*.py") if "builtins" not in p.parts and p.name != "cli.py"]
+    assert len(core) > 30
+    offenders = {p.relative_to(CODEC).as_posix() for p in core if any("builtins" in m for m in _imports(p))}
+    assert offenders == set()
+
+
+def test_the_built_ins_import_only_public_modules_and_names() -> None:
+    modules = sorted((CODEC / "builtins").glob("*.py"))
+    assert [p.stem for p in modules] == [
+        "__init__",
+        "demo",
+        "diffusion",
+        "golden",
+        "media",
+        "registry",
+        "rpc",
+        "validators",
+    ]
+    for path in modules:
+        for name in _imports(path):
+            if name.startswith("tensorwire") and not name.startswith("tensorwire.builtins"):
+                assert not any(part.startswith("_") for part in name.split(".")), (path.name, name)
+
+
+def test_importing_the_built_ins_needs_no_torch() -> None:
+    script = (
+        "import json, sys, tensorwire.builtins as b\n"
+        "before = 'torch' in sys.modules\n"
+        "names = sorted(b.__all__)\n"
+        "from tensorwire.builtins import REGISTRY, media\n"
+        "print(json.dumps([before, names, str(b.SCHEMA_DIR.name), len(REGISTRY.infos()), media.__name__]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == [
+        False,
+        ["REGISTRY", "SCHEMA_DIR", "diffusion", "media", "rpc"],
+        "schemas",
+        9,
+        "tensorwire.builtins.media",
+    ]
+
+
+def test_the_lazy_names_are_the_generated_modules_own() -> None:
+    from tensorwire.builtins import registry
+
+    assert tensorwire.builtins.REGISTRY is registry.REGISTRY
+    assert tensorwire.builtins.media is sys.modules["tensorwire.builtins.media"]
+    with pytest.raises(AttributeError, match=r"module 'tensorwire.builtins' has no attribute 'video'"):
+        _ = tensorwire.builtins.video
+    assert sorted((tensorwire.builtins.SCHEMA_DIR / "media").glob("*.json"))
+
+
+def test_the_built_in_validators_are_an_entry_point_of_the_distribution() -> None:
+    entries = {e.name: e.value for e in metadata.entry_points(group=VALIDATOR_ENTRY_POINTS)}
+    assert entries == {"builtins": "tensorwire.builtins.validators"}
+
+
+PLUGIN = textwrap.dedent(
+    '''
+    """Validators of namespace audio, registered when imported."""
+    import tensorwire as tw
+    from tensorwire.rules import violation
+
+    @tw.register_validator("audio.rate_limit")
+    def rate_limit(clip):
+        if clip.sample_rate > 96_000:
+            raise violation("audio.Clip", "RATE_TOO_HIGH", f"{clip.sample_rate} Hz")
+    '''
+)
+USE = textwrap.dedent(
+    """
+    import json, sys, torch
+    import tensorwire as tw
+
+    try:
+        reg = tw.load_schemas(sys.argv[1])
+    except ValueError as exc:
+        print(json.dumps({"error": str(exc)}))
+        sys.exit(0)
+    Clip = reg.type("audio.Clip")
+    ok = Clip(samples=torch.zeros(1, 4), sample_rate=48_000, window=(0, 4)).sample_rate
+    try:
+        Clip(samples=torch.zeros(1, 4), sample_rate=192_000, window=(0, 4))
+    except tw.ValidationError as exc:
+        print(json.dumps({"ok": ok, "refused": str(exc)}))
+    """
+)
+
+
+def _install_and_use(tmp_path: Path, entry: str) -> dict[str, Any]:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "audio_rules.py").write_text(PLUGIN)
+    info = site / "audio_rules-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: audio-rules\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[tensorwire.validators]\n{entry}\n")
+    (info / "RECORD").write_text("")
+    doc = copy.deepcopy(CLIP)
+    doc["x-validators"] = ["audio.rate_limit"]
+    schemas = write_schemas(tmp_path / "schemas", {"audio/Clip.v1.json": doc})
+    result = subprocess.run(
+        [sys.executable, "-c", USE, str(schemas)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=site,
+        env={"PYTHONPATH": str(site), "PATH": ""},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return found
+
+
+def test_a_distribution_s_validators_are_found_by_a_schema_that_names_them(tmp_path: Path) -> None:
+    found = _install_and_use(tmp_path, "audio = audio_rules")
+    assert found == {"ok": 48_000, "refused": "audio.Clip: rule RATE_TOO_HIGH: 192000 Hz"}
+
+
+def test_a_validator_plug_in_that_fails_to_import_is_named(tmp_path: Path) -> None:
+    found = _install_and_use(tmp_path, "audio = audio_rules_missing")
+    assert found["error"].startswith(
+        "entry point 'audio' (audio_rules_missing) of group 'tensorwire.validators' failed to load: "
+        "ModuleNotFoundError: No module named 'audio_rules_missing'"
+    ), found
