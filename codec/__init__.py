@@ -17,6 +17,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from tensorwire._version import __version__
+from tensorwire._wire import join, split
 from tensorwire.dtypes import DTYPE_NAMES, DTYPES
 from tensorwire.errors import (
     CodecError,
@@ -30,12 +31,11 @@ from tensorwire.errors import (
 from tensorwire.options import DecodeOptions, EncodeOptions, Limits
 from tensorwire.registry import Registry, UnknownTypeError
 from tensorwire.rules import TypeInfo, register_validator
-from tensorwire.wire import join, split
 
 if TYPE_CHECKING:
     from tensorwire import transports
-    from tensorwire.decoder import Decoder
-    from tensorwire.encoder import Encoder
+    from tensorwire._decoder import Decoder
+    from tensorwire._encoder import Encoder
 
 __all__ = [
     "__version__",
@@ -66,7 +66,7 @@ __all__ = [
 
 # The runtime needs torch and numpy; it is imported when first used, so that the schema compiler,
 # the code generator and the compat checker (and ``import tensorwire`` for them) run without either.
-_LAZY = {"Decoder": "tensorwire.decoder", "Encoder": "tensorwire.encoder", "transports": "tensorwire.transports"}
+_LAZY = {"Decoder": "tensorwire._decoder", "Encoder": "tensorwire._encoder", "transports": "tensorwire.transports"}
 
 
 def __getattr__(name: str) -> Any:
@@ -85,7 +85,7 @@ def __dir__() -> list[str]:
 
 def load_schemas(directory: str | os.PathLike[str]) -> Registry:
     """Compile a schema directory into message classes at run time (no generation step)."""
-    from tensorwire.gen.runtime import build_registry
+    from tensorwire.gen._runtime import build_registry
     from tensorwire.schema import load_dir
 
     return build_registry(load_dir(directory))

@@ -122,8 +122,8 @@ def _schemas(args: argparse.Namespace) -> int:
 
 def _compat(args: argparse.Namespace) -> int:
     from tensorwire.compat import RULES, compare, compare_transitive
-    from tensorwire.compat.git import checkout_schemas, history, temporary_dir
-    from tensorwire.compat.report import exit_code, render, rules_table
+    from tensorwire.compat._git import checkout_schemas, history, temporary_dir
+    from tensorwire.compat._report import exit_code, render, rules_table
     from tensorwire.schema import SchemaSet, load_dir
 
     if args.list_rules:
@@ -167,8 +167,8 @@ def _compat(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     import json
 
+    from tensorwire._wire import split
     from tensorwire.inspection import describe
-    from tensorwire.wire import split
 
     try:
         blob = args.file.read_bytes()

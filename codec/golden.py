@@ -20,8 +20,8 @@ import msgspec
 import numpy as np
 import torch
 
-from tensorwire.encoder import Encoder
-from tensorwire.wire import join
+from tensorwire._encoder import Encoder
+from tensorwire._wire import join
 
 __all__ = ["MANIFEST", "Cases", "describe", "manifest_lines", "read_manifest", "record"]
 

@@ -14,10 +14,9 @@ from typing import Any
 
 import msgspec
 
-from tensorwire.errors import DecodeError
-from tensorwire.locate import key_segment
-from tensorwire.scan import check_depth
-from tensorwire.wire import (
+from tensorwire._locate import key_segment
+from tensorwire._scan import check_depth
+from tensorwire._wire import (
     EXT_INLINE,
     EXT_TENSOR,
     EXT_TUPLE,
@@ -27,6 +26,7 @@ from tensorwire.wire import (
     parse_tag,
     unpack_descriptor,
 )
+from tensorwire.errors import DecodeError
 
 __all__ = ["describe"]
 

@@ -1,8 +1,8 @@
 """Messages over a ``multiprocessing`` connection as one blob each, received into a reusable buffer.
 
-``send(conn, frames)`` sends the frames of one encoded message as a single ``codec.join`` blob.
+``send(conn, frames)`` sends the frames of one encoded message as a single ``tw.join`` blob.
 ``Receiver(conn).recv()`` reads the next blob with ``conn.recv_bytes_into`` into a bytearray it
-keeps, and returns ``codec.split`` views of it: writable frames, so a ``Decoder`` builds tensors
+keeps, and returns ``tw.split`` views of it: writable frames, so a ``Decoder`` builds tensors
 straight on the received bytes instead of copying them out of read-only ``bytes``::
 
     send(conn, codec.Encoder().encode(message))             # one end
@@ -51,7 +51,7 @@ class ByteReader(Protocol):
 
 
 def send(conn: ByteWriter, frames: list[Any]) -> None:
-    """Send the frames of one encoded message on ``conn`` as a single blob (``codec.join``).
+    """Send the frames of one encoded message on ``conn`` as a single blob (``tw.join``).
 
     A connection carries a message as one contiguous buffer, so the frames are gathered once;
     the blob goes to the pipe without a further copy."""

@@ -1,6 +1,6 @@
 """What a message type's run-time contract says, as data, and the named validators: torch-free.
 
-The schema compiler and code generator build these; ``tensorwire.contract`` checks messages
+The schema compiler and code generator build these; ``tensorwire._contract`` checks messages
 against them. Named validators are Python functions registered with ``register_validator`` under
 ``namespace.rule_name`` and listed in a schema's ``x-validators``. Validators also come as
 plug-ins: the modules named by the ``tensorwire.validators`` entry-point group of the installed

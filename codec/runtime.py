@@ -9,8 +9,8 @@ says to re-run ``tensorwire gen``, instead of failing later on a missing name.
 from __future__ import annotations
 
 from tensorwire._api import API, OLDEST_API, SINCE
+from tensorwire._contract import check_struct
 from tensorwire._version import __version__
-from tensorwire.contract import check_struct
 from tensorwire.registry import Registry
 from tensorwire.rules import EachCheck, GroupRule, StructRules, TensorCheck, TreeCheck, TupleCheck, TypeInfo
 

@@ -204,7 +204,7 @@ def test_cli_text_json_github_and_exit_codes(tmp_path: Path, capsys: pytest.Capt
     report = json.loads(capsys.readouterr().out)
     import jsonschema
 
-    from tensorwire.compat.report import JSON_SCHEMA
+    from tensorwire.compat._report import JSON_SCHEMA
 
     jsonschema.validate(report, JSON_SCHEMA)
     assert report["findings"][0]["rule"] == "FIELD_DELETED" and report["findings"][0]["pointer"] == "/properties/ratio"

@@ -1,4 +1,4 @@
-"""tensorwire.transports.parallel_copy: large copies split across helper threads land every byte exactly once."""
+"""tensorwire.transports._parallel_copy: large copies split across helper threads land every byte exactly once."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import mmap
 import numpy as np
 import pytest
 
-from tensorwire.transports import parallel_copy as bulk
+from tensorwire.transports import _parallel_copy as bulk
 
 
 @pytest.mark.parametrize("helpers", [0, 1, 3])

@@ -17,7 +17,7 @@ import torch
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
-from tensorwire.transports.control import FREE
+from tensorwire.transports._control import FREE
 from tests import procs
 from tests.wire_helpers import segments_of
 

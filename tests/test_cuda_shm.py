@@ -16,7 +16,7 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.inspection import describe
-from tensorwire.transports.control import FREE, IN_FLIGHT
+from tensorwire.transports._control import FREE, IN_FLIGHT
 from tensorwire.transports.shm import our_segments
 from tests.cuda_fakes import FILL, FakeCudaRuntime
 

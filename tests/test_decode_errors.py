@@ -17,11 +17,11 @@ from wire_helpers import edit_descriptor, frame_of, head_of, segments_of, tensor
 
 import tensorwire as tw
 from tensorwire import transports
+from tensorwire._wire import pack_inline, unpack_descriptor
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.inspection import describe
 from tensorwire.transports.shm import SHM_DIR
-from tensorwire.wire import pack_inline, unpack_descriptor
 
 SHM = transports.ShmTransport(pool=False)
 ENCODER = tw.Encoder(transport=SHM, options=tw.EncodeOptions(inline_threshold=64, embed_threshold=0))
@@ -385,7 +385,7 @@ def test_frames_must_match_the_header() -> None:
 
 def test_a_tensor_descriptor_in_a_message_without_buffers_is_rejected() -> None:
     frames = EMBED.encode(diffusion.Output(output=[1, 2]))
-    descriptor = Ext(1, tw.wire.pack_descriptor(0, FLOAT32, (2,), None, 0, 0, 8))
+    descriptor = Ext(1, tw._wire.pack_descriptor(0, FLOAT32, (2,), None, 0, 0, 8))
     forged = _with(frames, _body("output", descriptor))
     with pytest.raises(tw.DecodeError, match=r"0 names no buffer \(the message has 0\) - at `\$.output.buffer`"):
         DECODER.decode(forged)

@@ -13,7 +13,7 @@ import torch
 from wire_helpers import segments_of
 
 import tensorwire as tw
-import tensorwire.transports.control
+import tensorwire.transports._control
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion, media, rpc
 
@@ -189,7 +189,7 @@ def test_a_failed_export_hands_every_pool_slot_back() -> None:
         with pytest.raises(tw.TransportError, match=rf"injected failure at export {k}"):
             encoder.encode(message)
         assert transport.pool is not None
-        assert all(slot.state == transports.control.FREE for slot in transport.pool.slots())
+        assert all(slot.state == transports._control.FREE for slot in transport.pool.slots())
         transport.close()
     assert set(segments_of(os.getpid())) <= before
 
@@ -203,7 +203,7 @@ def test_an_interrupt_while_the_header_is_built_hands_every_slot_back(monkeypatc
         raise KeyboardInterrupt
 
     # the buffer table of frame 0 is written after every buffer was exported
-    monkeypatch.setattr(tw.encoder, "msgspec", SimpleNamespace(msgpack=SimpleNamespace(encode=interrupted)))
+    monkeypatch.setattr(tw._encoder, "msgspec", SimpleNamespace(msgpack=SimpleNamespace(encode=interrupted)))
     before = set(segments_of(os.getpid()))
     transport = transports.ShmTransport()
     encoder = tw.Encoder(transport=transport, options=OUT_OF_BAND)
@@ -211,7 +211,7 @@ def test_an_interrupt_while_the_header_is_built_hands_every_slot_back(monkeypatc
         encoder.encode(diffusion.Output(output=[torch.ones(256), torch.zeros(256)]))
     assert len(calls) == 1 and len(calls[0][0]) == 2  # interrupted with both buffers exported
     assert transport.pool is not None and len(transport.pool.slots()) == 2
-    assert all(slot.state == transports.control.FREE for slot in transport.pool.slots())
+    assert all(slot.state == transports._control.FREE for slot in transport.pool.slots())
     transport.close()
     assert set(segments_of(os.getpid())) <= before
 

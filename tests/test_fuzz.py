@@ -23,8 +23,8 @@ from wire_helpers import damage, head_of, segments_of
 
 import tensorwire as tw
 from tensorwire import transports
+from tensorwire._wire import KINDS, unpack_descriptor
 from tensorwire.builtins import REGISTRY, diffusion, rpc
-from tensorwire.wire import KINDS, unpack_descriptor
 
 POOL = transports.ShmTransport()
 _BEFORE: set[str] = set()

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 import tensorwire as tw
-import tensorwire.body
-import tensorwire.decoder
+import tensorwire._body
+import tensorwire._decoder
+from tensorwire._incoming import Incoming
+from tensorwire._tensors import Outgoing
 from tensorwire.builtins import REGISTRY, diffusion
-from tensorwire.incoming import Incoming
-from tensorwire.tensors import Outgoing
 
 ENCODER = tw.Encoder()
 FRAMES = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))  # tensors in frames of their own
@@ -85,7 +85,7 @@ def test_no_pooled_codec_keeps_a_call_s_tensors_or_frames() -> None:
     frames = FRAMES.encode(diffusion.Output(output=[sent, sent[1:3]]))  # a shared storage: written twice
     got = DECODER.decode(frames).output
     got_ref, frame_ref = weakref.ref(got[0]), weakref.ref(frames[1])
-    assert all(w.outgoing is None for w in tw.body._WRITERS)
+    assert all(w.outgoing is None for w in tw._body._WRITERS)
     assert all(r.state is None for r in DECODER._free)
     del sent, frames, got
     gc.collect()

@@ -10,7 +10,7 @@ import pytest
 from conftest import BUILTIN_SCHEMAS
 
 from tensorwire.schema import meta_schema
-from tensorwire.schema.source import read_source
+from tensorwire.schema._source import read_source
 
 BUILTIN_FILES = sorted(p for p in BUILTIN_SCHEMAS.rglob("*.json") if p.parent.name != "meta")
 
@@ -48,7 +48,7 @@ def test_the_meta_schema_s_dtypes_are_the_dtype_table_s() -> None:
     import json as _json
 
     from tensorwire.dtypes import DTYPE_NAMES
-    from tensorwire.schema.meta import meta_schema_text
+    from tensorwire.schema._meta import meta_schema_text
 
     meta = _json.loads(meta_schema_text())
     listed = meta["$defs"]["tensorSpec"]["properties"]["dtypes"]["items"]["enum"]
@@ -58,8 +58,8 @@ def test_the_meta_schema_s_dtypes_are_the_dtype_table_s() -> None:
 def test_every_keyword_the_compiler_applies_is_one_the_meta_schema_allows_and_back() -> None:
     import json as _json
 
-    from tensorwire.schema import build
-    from tensorwire.schema.meta import meta_schema_text
+    from tensorwire.schema import _build as build
+    from tensorwire.schema._meta import meta_schema_text
 
     node = set(_json.loads(meta_schema_text())["$defs"]["node"]["properties"])
     applied = set().union(*build._APPLIES.values()) | build._DOC

@@ -99,20 +99,53 @@ def test_outside_the_repository_only_tensorwire_is_importable() -> None:
     assert Path(path).name == "__init__.py" and Path(path).parent.name == "tensorwire"
 
 
-@pytest.mark.parametrize("module", ["tensorwire.builtins", "tensorwire.schema", "tensorwire.compat", "tensorwire.gen"])
-def test_each_public_subpackage_names_what_it_exports(module: str) -> None:
+PUBLIC_MODULES = {
+    "tensorwire",
+    *(f"tensorwire.{m}" for m in ("cli", "dtypes", "errors", "golden", "inspection", "options", "pipe")),
+    *(f"tensorwire.{m}" for m in ("placement", "registry", "rules", "runtime")),
+    "tensorwire.builtins",
+    *(f"tensorwire.builtins.{m}" for m in ("demo", "diffusion", "golden", "media", "registry", "rpc", "validators")),
+    "tensorwire.compat",
+    "tensorwire.gen",
+    "tensorwire.schema",
+    "tensorwire.schema.ir",
+    "tensorwire.transports",
+    *(f"tensorwire.transports.{m}" for m in ("base", "cuda_runtime", "cuda_shm", "inline", "shm", "torch_queue")),
+}
+"""Every module a user may import; the others have a leading underscore in their name or a folder's."""
+
+
+def _modules() -> list[str]:
+    import pkgutil
+
+    return ["tensorwire", *(m.name for m in pkgutil.walk_packages(tw.__path__, prefix="tensorwire."))]
+
+
+def test_the_public_modules_are_those_without_a_leading_underscore() -> None:
+    names = _modules()
+    public = {n for n in names if not any(part.startswith("_") for part in n.split("."))}
+    assert public == PUBLIC_MODULES
+    private = sorted(set(names) - public)
+    assert "tensorwire._encoder" in private and "tensorwire.transports._pool" in private
+    assert "tensorwire.schema._build" in private and len(private) >= 20
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC_MODULES))
+def test_each_public_module_names_what_it_exports(module: str) -> None:
     loaded = importlib.import_module(module)
     exported = getattr(loaded, "__all__", None)
-    assert exported, f"{module} has no __all__"
+    assert exported is not None, f"{module} has no __all__"
+    assert len(set(exported)) == len(exported), f"{module}.__all__ repeats a name"
     for name in exported:
         assert hasattr(loaded, name), (module, name)
+        assert not name.startswith("_") or name == "__version__", (module, name)
 
 
 def test_no_module_of_the_package_takes_a_standard_library_name() -> None:
     import pkgutil
 
     names = [m.name for m in pkgutil.walk_packages(tw.__path__, prefix="tensorwire.")]
-    assert "tensorwire.transports.shm" in names and "tensorwire.gen.source" in names
+    assert "tensorwire.transports.shm" in names and "tensorwire.gen._source" in names
     # a module compiled into the interpreter (``builtins``, ``sys``) is found before any file, so a
     # folder of that name shadows nothing: tensorwire.builtins is the built-in types' package
     shadowing = sys.stdlib_module_names - set(sys.builtin_module_names)

@@ -1,4 +1,4 @@
-"""codec.pipe: one blob per message over a multiprocessing pipe, received into a reusable buffer."""
+"""tensorwire.pipe: one blob per message over a multiprocessing pipe, received into a reusable buffer."""
 
 from __future__ import annotations
 

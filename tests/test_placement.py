@@ -14,9 +14,9 @@ import torch
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
-from tensorwire.transports import retention
-from tensorwire.transports.control import FREE
-from tensorwire.transports.retention import Retention
+from tensorwire.transports import _retention as retention
+from tensorwire.transports._control import FREE
+from tensorwire.transports._retention import Retention
 from tests.cuda_fakes import FakeCudaRuntime
 
 MiB = 1024 * 1024
@@ -210,8 +210,8 @@ def test_retention_fractions_are_checked() -> None:
 
 
 def test_a_buffer_delivered_as_a_tensor_view_keeps_its_offset() -> None:
-    from tensorwire.tensors import as_base, build
-    from tensorwire.wire import Descriptor
+    from tensorwire._tensors import as_base, build
+    from tensorwire._wire import Descriptor
 
     storage = torch.arange(40, dtype=torch.uint8)
     buffers: list[Any] = [storage[8:24], storage[3:19]]  # views starting inside their storage

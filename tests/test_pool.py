@@ -16,8 +16,8 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
-from tensorwire.transports.control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER
-from tensorwire.transports.pool import size_class
+from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER
+from tensorwire.transports._pool import size_class
 from tensorwire.transports.shm import SHM_DIR
 
 OOB = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)

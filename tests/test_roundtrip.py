@@ -16,9 +16,9 @@ from wire_helpers import bits, frame_of, head_of, same, segments_of, tensor_exts
 
 import tensorwire as tw
 from tensorwire import transports
+from tensorwire._wire import EXT_INLINE, unpack_descriptor
 from tensorwire.builtins import REGISTRY, diffusion, media, rpc
-from tensorwire.transports.control import FREE
-from tensorwire.wire import EXT_INLINE, unpack_descriptor
+from tensorwire.transports._control import FREE
 
 SHM = transports.ShmTransport(pool=False)
 SHM_NAMED = transports.ShmTransport(pool=False, backing="named")  # a receiver that maps one-shot segments

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorwire import ValidationError
-from tensorwire.contract import _check, _ok
+from tensorwire._contract import _check, _ok
 from tensorwire.rules import EachCheck, TensorCheck, TreeCheck
 
 LEAVES = st.one_of(

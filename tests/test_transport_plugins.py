@@ -169,6 +169,7 @@ def test_a_transport_with_only_the_required_methods_sends_host_tensors_and_close
         assert minimal.begin_message() is None
         assert minimal.export_storage(torch.zeros(4, dtype=torch.uint8), 0, 4, []) is None
         assert minimal.export_device(torch.zeros(4, dtype=torch.uint8), 0, 4, []) is None
+        assert minimal.device_runtime() is None  # stage with torch's own CUDA runtime
         encoder = tw.Encoder(minimal, tw.EncodeOptions(inline_threshold=1, embed_threshold=0))
         frames = encoder.encode(diffusion.Output(output=[torch.ones(3), torch.arange(4)]))
         got = tw.Decoder(REGISTRY).decode(frames).output

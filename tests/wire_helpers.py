@@ -8,7 +8,7 @@ import msgspec
 import numpy as np
 import torch
 
-from tensorwire.transports.reaper import held_memfds
+from tensorwire.transports._reaper import held_memfds
 from tensorwire.transports.shm import our_segments
 
 
@@ -103,8 +103,8 @@ def edit_descriptor(ext: msgspec.msgpack.Ext, **changes: Any) -> msgspec.msgpack
     """A copy of a buffer tensor extension (code 1) with descriptor fields replaced: ``kind`` (0/1),
     ``dtype`` (code), ``shape``, ``strides`` (None: contiguous), ``buffer``, ``offset``, ``nbytes``,
     ``shared`` (bool); raw ``flags`` may be forced too."""
+    from tensorwire._wire import KINDS, SHARED, pack_descriptor, unpack_descriptor
     from tensorwire.dtypes import DTYPE_NAMES
-    from tensorwire.wire import KINDS, SHARED, pack_descriptor, unpack_descriptor
 
     assert ext.code == 1
     desc = unpack_descriptor(1, ext.data)

@@ -7,11 +7,11 @@ that installed distributions declare under the ``tensorwire.transports`` entry-p
 
 from importlib import metadata
 
+from tensorwire.transports._reaper import held_memfds
 from tensorwire.transports.base import Handle, Transport
 from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime
 from tensorwire.transports.cuda_shm import CudaShmTransport
 from tensorwire.transports.inline import InlineHandle, InlineTransport
-from tensorwire.transports.reaper import held_memfds
 from tensorwire.transports.shm import ShmHandle, ShmTransport, SlotHandle, our_segments, reap
 from tensorwire.transports.torch_queue import QueueHandle, QueueTransport
 

@@ -20,6 +20,8 @@ import msgspec
 if TYPE_CHECKING:
     from typing import Self
 
+    from tensorwire.transports.cuda_runtime import CudaRuntime
+
 __all__ = ["Buffer", "Handle", "Transport"]
 
 Buffer: TypeAlias = bytes | bytearray | memoryview | Any  # any object with the buffer protocol
@@ -33,8 +35,8 @@ class Transport(ABC):
     """Moves one buffer from an encoder to a decoder.
 
     Subclasses set ``name`` and ``handle_types`` and implement ``export``, ``verify``, ``import_``,
-    ``release`` and ``close``; they may override the hooks ``begin_message``, ``export_storage``
-    and ``export_device``, which do nothing by default.
+    ``release`` and ``close``; they may override the hooks ``begin_message``, ``export_storage``,
+    ``export_device`` and ``device_runtime``, which do nothing by default.
     """
 
     name: ClassVar[str]
@@ -73,6 +75,11 @@ class Transport(ABC):
     def export_device(self, storage: Any, start: int, nbytes: int, frames: list[Buffer]) -> Handle | None:
         """Export bytes ``[start, start + nbytes)`` of a storage on a device; None (the default): the
         encoder copies them to the host and calls ``export_storage`` or ``export``."""
+        return None
+
+    def device_runtime(self) -> CudaRuntime | None:
+        """The CUDA adapter the encoder stages this transport's device tensors to the host with;
+        None (the default): torch's own."""
         return None
 
     def __enter__(self) -> Self:

@@ -24,7 +24,6 @@ __all__ = [
     "TorchCudaRuntime",
     "cuda_unavailable_reason",
     "stage_to_host",
-    "transport_runtime",
 ]
 
 
@@ -219,12 +218,6 @@ def keep_forever(*objects: Any) -> None:
     for obj in objects:
         if obj is not None:
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
-
-
-def transport_runtime(transport: Any) -> CudaRuntime | None:
-    """The CUDA adapter a transport carries (``runtime`` attribute), if any."""
-    runtime = getattr(transport, "runtime", None)
-    return runtime if isinstance(runtime, CudaRuntime) else None
 
 
 def _cudart() -> Any:

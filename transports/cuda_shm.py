@@ -39,11 +39,11 @@ from typing import Any, ClassVar
 import torch
 
 from tensorwire.errors import TransportError
+from tensorwire.transports._control import CONTROL_BYTES, SENDER
+from tensorwire.transports._pool import Pool, Slot
+from tensorwire.transports._retention import Retention
 from tensorwire.transports.base import Buffer, Handle
-from tensorwire.transports.control import CONTROL_BYTES, SENDER
 from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime, keep_forever
-from tensorwire.transports.pool import Pool, Slot
-from tensorwire.transports.retention import Retention
 from tensorwire.transports.shm import SHM_DIR, Backing, ShmHandle, ShmTransport, SlotHandle, _next_name
 
 __all__ = ["CudaShmTransport", "Quarantined"]
@@ -140,6 +140,10 @@ class CudaShmTransport(ShmTransport):
     @property
     def quarantined(self) -> tuple[Quarantined, ...]:
         return tuple(self._quarantine)
+
+    def device_runtime(self) -> CudaRuntime:
+        """The CUDA adapter this transport copies with (the encoder stages what it declines with it)."""
+        return self.runtime
 
     @property
     def registrations(self) -> int:

@@ -1,6 +1,6 @@
 """Shared memory, with lifetime owned by tensorwire (never by Python's resource tracker).
 
-By default buffers go through a warm pool of reusable slots (``transports.pool``), each a sealed
+By default buffers go through a warm pool of reusable slots (``transports._pool``), each a sealed
 memfd that no other process can resize (no SIGBUS from a neighbour) and that disappears with its
 last fd and mapping (a SIGKILL of every process leaves nothing behind). Receivers open it through
 ``/proc/<pid>/fd``, so sender and receiver must share a pid namespace and the sender must be alive
@@ -10,7 +10,7 @@ them. No copy at all for tensors from ``empty()``. A buffer the pool cannot take
 or past the pool's memory budget) gets a one-shot named segment.
 
 Every handle carries a fresh capability (128 random bits, in the handle only); the receiver
-proves it against the segment's control page (``transports.control``) before reading payload
+proves it against the segment's control page (``transports._control``) before reading payload
 bytes, claiming, freeing or unlinking anything. A handle that fails leaves its file as it was.
 
 Named segments are ``tw-<pid>-<token>-<seq>`` (the creator's pid, a random token per process, a
@@ -40,8 +40,7 @@ import numpy as np
 import torch
 
 from tensorwire.errors import CodecError, DecodeError, TransportError
-from tensorwire.transports.base import Buffer, Handle, Transport
-from tensorwire.transports.control import (
+from tensorwire.transports._control import (
     CAPABILITY_BYTES,
     CONTROL_BYTES,
     SENDER,
@@ -51,12 +50,13 @@ from tensorwire.transports.control import (
     expire_file,
     init_file,
 )
-from tensorwire.transports.parallel_copy import copy_into
-from tensorwire.transports.pool import Pool
-from tensorwire.transports.reaper import NAME, SHM_DIR, our_segments, reap
-from tensorwire.transports.retention import Retention
-from tensorwire.transports.segment import create_named, open_named, read_into, valid_pid
-from tensorwire.transports.slots import SlotReader
+from tensorwire.transports._parallel_copy import copy_into
+from tensorwire.transports._pool import Pool
+from tensorwire.transports._reaper import NAME, SHM_DIR, our_segments, reap
+from tensorwire.transports._retention import Retention
+from tensorwire.transports._segment import create_named, open_named, read_into, valid_pid
+from tensorwire.transports._slots import SlotReader
+from tensorwire.transports.base import Buffer, Handle, Transport
 
 __all__ = ["SHM_DIR", "Backing", "Capability", "ShmHandle", "ShmTransport", "SlotHandle", "our_segments", "reap"]
 

@@ -69,11 +69,11 @@ import torch
 import torch.multiprocessing  # registers torch's tensor reductions (CUDA IPC included) with ForkingPickler
 
 from tensorwire.errors import DecodeError, TransportError
-from tensorwire.transports.ack import AckPage, InFlight
+from tensorwire.transports._ack import AckPage, InFlight
+from tensorwire.transports._torch_shm import share
 from tensorwire.transports.base import Buffer, Handle, Transport
 from tensorwire.transports.cuda_runtime import CudaRuntime, TorchCudaRuntime
 from tensorwire.transports.shm import _NAME, SHM_DIR, _next_name
-from tensorwire.transports.torch_shm import share
 
 __all__ = ["QueueHandle", "QueueTransport"]
 

@@ -11,9 +11,9 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tensorwire.gen.source import HEADER_PREFIX, render_package
+from tensorwire.gen._source import HEADER_PREFIX, render_package
 from tensorwire.schema import META_DIR, load_dir
-from tensorwire.schema.meta import META_SCHEMA_NAME, meta_schema_text
+from tensorwire.schema._meta import META_SCHEMA_NAME, meta_schema_text
 
 __all__ = ["build_registry", "check", "expected_files", "generate", "render_package"]
 
@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
 
 def build_registry(schemas: SchemaSet) -> Registry:
-    """A class for every message type of ``schemas``, as a ``Registry`` (``tensorwire.gen.runtime``,
+    """A class for every message type of ``schemas``, as a ``Registry`` (``tensorwire.gen._runtime``,
     imported on use: run-time types need torch)."""
-    from tensorwire.gen import runtime
+    from tensorwire.gen import _runtime as runtime
 
     return runtime.build_registry(schemas)
 

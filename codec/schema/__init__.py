@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tensorwire.errors import SchemaError
-from tensorwire.schema.build import Builder, FileEntry, fingerprint_of
+from tensorwire.schema._build import Builder, FileEntry, fingerprint_of
+from tensorwire.schema._meta import check_against_meta, meta_schema, meta_schema_text
+from tensorwire.schema._source import SourceFile, read_source
 from tensorwire.schema.ir import EnumT, StructT
-from tensorwire.schema.meta import check_against_meta, meta_schema, meta_schema_text
-from tensorwire.schema.source import SourceFile, read_source
 
 __all__ = [
     "META_DIR",

@@ -136,7 +136,7 @@ class Worker:
 
     def freeze_receive(self, frames: list[bytes]) -> NoReturn:
         """Decode ``frames`` (a copy-receive) and freeze halfway through copying the buffer out."""
-        shm, slots = patchable("tensorwire.transports.shm"), patchable("tensorwire.transports.slots")
+        shm, slots = patchable("tensorwire.transports.shm"), patchable("tensorwire.transports._slots")
         real_read = shm.read_into
 
         def copy_half(source: Any) -> bytearray:  # stands in for ``bytearray(slot bytes)``
@@ -332,7 +332,7 @@ def _one_shots_then_read_when_full() -> dict[str, Any]:
 def full_shm_report() -> None:
     """Inside a private 4 MiB tmpfs on /dev/shm: fill it, then print a JSON report of each case."""
     from tensorwire import transports
-    from tensorwire.transports.pool import MIN_CLASS, size_class
+    from tensorwire.transports._pool import MIN_CLASS, size_class
 
     report: dict[str, Any] = {"size_class_big": size_class(BIG), "min_class": MIN_CLASS}
     report["read_when_full"] = _one_shots_then_read_when_full()  # before the filler: it fills the rest itself
@@ -342,7 +342,7 @@ def full_shm_report() -> None:
     report["named_past_budget"] = _failed_encode(transports.ShmTransport(backing="named"), BIG)
     stale = transports.ShmTransport(backing="named")
     assert stale.pool is not None
-    from tensorwire.transports.retention import Retention
+    from tensorwire.transports._retention import Retention
 
     stale.pool.retention = Retention(shm_fraction=None, max_bytes=1 << 30)  # as read before /dev/shm filled
     report["named_growth"] = _failed_encode(stale, BIG)

@@ -136,7 +136,7 @@ class _Lines(logging.Handler):
 @contextmanager
 def _torch_call_not_prechecked() -> Iterator[None]:
     """Let the export reach torch's own allocation, as when /dev/shm fills between check and call."""
-    from tensorwire.transports import torch_shm
+    from tensorwire.transports import _torch_shm as torch_shm
 
     saved = torch_shm._shm_free_bytes
     torch_shm._shm_free_bytes = lambda: None

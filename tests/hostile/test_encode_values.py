@@ -1,6 +1,6 @@
 """Values that cannot travel are EncodeErrors naming the field: ints msgpack cannot hold, ndarray subclasses.
 
-The path comes from ``codec.locate``, an iterative walk run only once encoding has failed.
+The path comes from ``tensorwire._locate``, an iterative walk run only once encoding has failed.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def test_every_tensor_the_encoder_refuses_names_its_path(value: Any, error: str)
 
 
 def _locate(message: Any, match: Any, max_depth: int = 64) -> tuple[str, Any] | None:
-    from tensorwire.locate import locate  # imported here: the module is new, the tests above run without it
+    from tensorwire._locate import locate  # imported here: the module is new, the tests above run without it
 
     return locate(message, match, max_depth)
 

@@ -24,7 +24,7 @@ from wire_helpers import memfds_held
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
-from tensorwire.transports import janitor
+from tensorwire.transports import _janitor as janitor
 from tests.hostile import mapping_procs
 from tests.hostile.children import spawned
 

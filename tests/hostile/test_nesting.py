@@ -22,9 +22,9 @@ import pytest
 import torch
 
 import tensorwire as tw
+from tensorwire._scan import check_depth
 from tensorwire.builtins import REGISTRY, diffusion, media
 from tensorwire.inspection import describe
-from tensorwire.scan import check_depth
 from tests.wire_helpers import frame_of, head_of, tensor_exts
 
 DECODER = tw.Decoder(REGISTRY)

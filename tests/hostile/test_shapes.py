@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorwire as tw
+from tensorwire._wire import EXT_INLINE, pack_inline
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
-from tensorwire.wire import EXT_INLINE, pack_inline
 from tests.wire_helpers import edit_descriptor, frame_of, head_of, tensor_exts
 
 DECODER = tw.Decoder(REGISTRY)

@@ -18,9 +18,10 @@ import pytest
 import torch
 
 import tensorwire as tw
-from tensorwire import transports, wire
+from tensorwire import _wire as wire
+from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
-from tensorwire.transports.control import CLAIMED, FREE, IN_FLIGHT
+from tensorwire.transports._control import CLAIMED, FREE, IN_FLIGHT
 from tests.hostile import claimers
 from tests.wire_helpers import frame_of, head_of
 

@@ -41,7 +41,7 @@ def make_decoys(directory: Path) -> dict[str, str]:
     if os.geteuid() == 0:
         os.chown(foreign, 65534, 65534)
     # a file that looks like a one-shot segment's control page, for a capability nobody knows
-    from tensorwire.transports.control import init_file
+    from tensorwire.transports._control import init_file
 
     like = bytearray(DECOY_SIZE)
     init_file(like, 4096, time.monotonic_ns() + 3600 * 10**9)  # type: ignore[arg-type]

@@ -55,8 +55,8 @@ def _time(fn: Callable[[], Any], rounds: int = 7, number: int = 2000) -> float:
 
 def measure_small() -> list[dict[str, Any]]:
     import tensorwire as tw
+    from tensorwire._wire import prefix
     from tensorwire.builtins import REGISTRY, rpc
-    from tensorwire.wire import prefix
 
     encoder, decoder = tw.Encoder(), tw.Decoder(REGISTRY)
     fields: dict[str, Any] = {"method": "generate", "args": [1, 2], "kwargs": {"steps": 30}, "rpc_id": "r-1"}

@@ -132,7 +132,7 @@ class TwPool(_Frames):
         self._sent = 0  # bytes of the previous tensor
 
     def prepare(self, template: torch.Tensor) -> torch.Tensor:
-        from tensorwire.transports.pool import size_class
+        from tensorwire.transports._pool import size_class
 
         nbytes = template.numel() * template.element_size()
         pool = self.shm.pool

@@ -27,7 +27,7 @@ decode, encode and send back, decode; wall time per round trip, interleaved bloc
 round trips, the ratio to the hooks style.
 
 The message types of the tensorwire side are ``tools/bench/schemas/bench/*.json``, loaded at run
-time with ``codec.load_schemas``; ``rpc.Request`` is ``codec.generated.rpc.Request``.
+time with ``tw.load_schemas``; ``rpc.Request`` is ``tensorwire.builtins.rpc.Request``.
 """
 
 from __future__ import annotations

@@ -66,11 +66,11 @@ def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> Non
     import torch
 
     import tensorwire as tw
-    import tensorwire.encoder as encoder_module
+    import tensorwire._encoder as encoder_module
     from tensorwire import transports
-    from tensorwire.body import Checker
+    from tensorwire._body import Checker
+    from tensorwire._tensors import Outgoing
     from tensorwire.builtins import diffusion
-    from tensorwire.tensors import Outgoing
 
     samples: Samples = {}
     _wrap(encoder_module, "encode_body", samples, "encode: body (+ descriptors)")
@@ -102,8 +102,8 @@ def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> Non
 
 def _receiver(pipe: Any, control: Any, count: int, spin: bool) -> None:
     import tensorwire as tw
-    import tensorwire.decoder as decoder_module
-    import tensorwire.incoming as incoming_module
+    import tensorwire._decoder as decoder_module
+    import tensorwire._incoming as incoming_module
     from tensorwire import transports
     from tensorwire.builtins import REGISTRY
 

@@ -1,4 +1,4 @@
-"""A seeded, structure-aware fuzzer of ``codec.Decoder`` against a live victim process.
+"""A seeded, structure-aware fuzzer of ``tw.Decoder`` against a live victim process.
 
 It starts from valid messages of the built-in types, mutates them structurally (header, buffer
 table, handles, descriptors, body) and byte by byte, and decodes them in worker processes, while

@@ -11,10 +11,10 @@ A case is the input a receiver gets, written so that it can be rebuilt in any pr
 - ``bindings``: ``(path into frame 0's array, ref)``, applied in order (``tools.fuzz.materialize``
   documents the refs);
 - ``damage``: byte edits applied after the bindings, to one frame or to the joined blob;
-- ``joined``: the receiver gets ``codec.split`` of one blob instead of the frames; ``writable``:
+- ``joined``: the receiver gets ``tw.split`` of one blob instead of the frames; ``writable``:
   frames (or the blob) as ``bytearray``; ``decoder``: which decoder configuration reads it.
 
-A case file is msgpack: the frames as one blob (``codec.join``) plus the fields above and what was
+A case file is msgpack: the frames as one blob (``tw.join``) plus the fields above and what was
 found. Replaying it against a fresh victim and a fresh sender rebuilds the same input.
 """
 

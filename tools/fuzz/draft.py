@@ -1,6 +1,6 @@
 """A case being generated: frame 0 as the list of its items, which mutations edit in place.
 
-Frame 0 is the msgpack array ``[tag, fingerprint, buffers, body]`` (``codec.wire``); a draft keeps
+Frame 0 is the msgpack array ``[tag, fingerprint, buffers, body]`` (``tensorwire._wire``); a draft keeps
 its items as raw msgpack until a mutation needs one decoded (``get``), and mutations may drop, add,
 reorder or retype items. Values the generator cannot know (the victim's names and fds, the worker's
 own handles) are ``Live`` markers in the buffer table (the item at ``BUFFERS``), and a handle bound

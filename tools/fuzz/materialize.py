@@ -39,7 +39,7 @@ class HarnessError(Exception):
 
 @dataclass(frozen=True)
 class Delivery:
-    """What the receiver gets: ``frames``, or a ``blob`` it must ``codec.split`` first."""
+    """What the receiver gets: ``frames``, or a ``blob`` it must ``tw.split`` first."""
 
     frames: list[Any]
     blob: bytearray | bytes | None = None

@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
+from tensorwire._wire import MAGIC, WIRE_VERSION, tag
 from tensorwire.builtins import REGISTRY
-from tensorwire.wire import MAGIC, WIRE_VERSION, tag
 from tools.fuzz import rawmp, targets, values
 from tools.fuzz.draft import BODY, BUFFERS, DELETE, FINGERPRINT, TAG, Draft, Live, LiveHandle, encode
 

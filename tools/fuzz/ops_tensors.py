@@ -1,6 +1,6 @@
 """Structural mutations of the tensor descriptors and of the message body.
 
-A tensor is an extension in place in the body (``codec.wire``): ``ext(1)`` describes one in a
+A tensor is an extension in place in the body (``tensorwire._wire``): ``ext(1)`` describes one in a
 buffer (``<kind, dtype, rank, flags>``, u32 buffer, u64 offset, u64 nbytes, rank u64 dims, with
 flag 1 rank i64 strides), ``ext(3)`` carries a small one inside frame 0 (the same head without
 buffer, offset and nbytes, then its bytes). Descriptor mutations unpack such a payload into its
@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from tensorwire import DTYPE_NAMES, DTYPES
-from tensorwire.wire import EXT_INLINE, EXT_TENSOR, EXT_TUPLE, pack_descriptor, pack_inline
+from tensorwire._wire import EXT_INLINE, EXT_TENSOR, EXT_TUPLE, pack_descriptor, pack_inline
 from tools.fuzz import rawmp, values
 from tools.fuzz.draft import BODY, BUFFERS, BodyTuple, Draft, encode
 from tools.fuzz.ops_table import Op

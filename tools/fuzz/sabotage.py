@@ -22,7 +22,7 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tensorwire.transports import control
+from tensorwire.transports import _control as control
 
 __all__ = ["KINDS", "install"]
 

@@ -1,7 +1,7 @@
 """Valid seed messages of the built-in types, and their encoded templates.
 
 Every seed is built deterministically (fixed generators), so every process gets the same bytes.
-A template is a seed encoded by the real ``codec.Encoder`` through a recording transport, in one
+A template is a seed encoded by the real ``tw.Encoder`` through a recording transport, in one
 of the ``LAYOUTS`` (small tensors inside frame 0 as ``ext(3)``, the others in inline frames or out
 of band, each described by an ``ext(1)``): frame 0 holds a placeholder handle for each
 out-of-band buffer, whose bytes the template keeps; a case exports those bytes through the

@@ -13,8 +13,8 @@ import re
 import stat
 from pathlib import Path
 
-from tensorwire.transports.pool import alive
-from tensorwire.transports.segment import valid_pid
+from tensorwire.transports._pool import alive
+from tensorwire.transports._segment import valid_pid
 
 __all__ = ["NAME", "SHM_DIR", "creator_pid", "held_memfds", "our_segments", "reap"]
 

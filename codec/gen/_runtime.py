@@ -10,9 +10,9 @@ import msgspec
 import numpy as np
 import torch
 
-from tensorwire.contract import check_struct
-from tensorwire.gen.docs import class_doc
-from tensorwire.gen.model import default_value, member_name, rules_for, type_info
+from tensorwire._contract import check_struct
+from tensorwire.gen._docs import class_doc
+from tensorwire.gen._model import default_value, member_name, rules_for, type_info
 from tensorwire.registry import Registry
 from tensorwire.schema import SchemaSet, class_name
 from tensorwire.schema.ir import (

@@ -4,10 +4,10 @@ One ``decode`` call: bound the size of frame 0 and its nesting (msgspec recurses
 it skips an unknown field); then one typed msgspec decode of frame 0 as a tagged union of every registered
 type (the tag names the wire version, type id and version; msgspec checks types, enum members,
 ranges and lengths in C, and each struct's rules run as it is built). Tensors are built as the
-body is read (``codec.incoming``): the first one in a buffer makes the decode verify every
+body is read (``tensorwire._incoming``): the first one in a buffer makes the decode verify every
 handle (names of our pattern only) and import the buffers, each transport proving the handle's
 capability before any side effect; each descriptor is checked against its buffer and the limits
-first. Tensors placed on a device (``device=``, see ``codec.placement``) are copied there. If
+first. Tensors placed on a device (``device=``, see ``tensorwire.placement``) are copied there. If
 anything fails, the decode lets go of what it imported and gives back the rest, each transport
 acting only on handles that prove their capability: a forged handle changes nothing.
 """
@@ -20,17 +20,17 @@ from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
-from tensorwire.body import tree_tuple
+from tensorwire._body import tree_tuple
+from tensorwire._incoming import HEADER_LEVELS, Incoming
+from tensorwire._scan import NOT_OPENERS, walk
+from tensorwire._wire import EXT_TUPLE, MAGIC, WIRE_VERSION, parse_tag, prefix, tag
 from tensorwire.errors import DecodeError
-from tensorwire.incoming import HEADER_LEVELS, Incoming
 from tensorwire.options import DecodeOptions
 from tensorwire.placement import DeviceSpec, Placement
 from tensorwire.registry import Registry, UnknownTypeError
-from tensorwire.scan import NOT_OPENERS, walk
 from tensorwire.transports.base import Buffer, Handle, Transport
 from tensorwire.transports.cuda_runtime import CudaRuntime
 from tensorwire.transports.inline import InlineHandle, InlineTransport
-from tensorwire.wire import EXT_TUPLE, MAGIC, WIRE_VERSION, parse_tag, prefix, tag
 
 __all__ = ["Decoder"]
 
@@ -39,7 +39,7 @@ class Decoder:
     """Decodes messages of the types in ``registry``; immutable and safe to share between threads.
 
     ``device``: put decoded torch tensors on a device: ``"cuda:0"``, a mapping from body path to
-    device, or a ``codec.placement.Placement`` (see that module); ``runtime``: its CUDA adapter.
+    device, or a ``tensorwire.placement.Placement`` (see that module); ``runtime``: its CUDA adapter.
     """
 
     __slots__ = (
@@ -90,7 +90,7 @@ class Decoder:
         self._sealed = True
 
     def decode(self, frames: Sequence[Buffer]) -> Any:
-        """The message carried by ``frames`` (as returned by ``Encoder.encode`` or ``codec.split``)."""
+        """The message carried by ``frames`` (as returned by ``Encoder.encode`` or ``tw.split``)."""
         if not frames:
             raise DecodeError("no frames: a message has at least its header frame")
         head = frames[0]

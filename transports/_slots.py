@@ -1,12 +1,12 @@
 """The receiver's side of pool slots: each segment opened and mapped once, every hand-over proven.
 
-A segment is opened only after the checks of ``transports.segment`` (a memfd through its creator's
+A segment is opened only after the checks of ``transports._segment`` (a memfd through its creator's
 ``/proc/<pid>/fd`` and sealed, or a regular file of ours in /dev/shm) and mapped only if its
 control page is valid for its size. A claim proves the handle's capability before anything
-changes (``transports.control``); the claimed bytes come back as a lease-backed view (the slot is
+changes (``transports._control``); the claimed bytes come back as a lease-backed view (the slot is
 freed when the last view dies) or a private copy (freed at once). Mapped segments are bounded in
 number; those their creator dropped, or whose creator died, are forgotten within a few seconds
-(``transports.janitor``). A forgotten segment's fd and mapping go with the last reference to it
+(``transports._janitor``). A forgotten segment's fd and mapping go with the last reference to it
 (the reader's, a lease's, a claim in progress): nothing is closed under a claim or a view.
 Thread-safe; a forked child starts with nothing mapped.
 """
@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from tensorwire.errors import CodecError, DecodeError
-from tensorwire.transports import janitor
-from tensorwire.transports.control import CONTROL_BYTES, DROPPED, ONE_SHOT, Page
-from tensorwire.transports.pool import alive
-from tensorwire.transports.reaper import creator_pid
-from tensorwire.transports.segment import open_memfd, open_named
+from tensorwire.transports import _janitor as janitor
+from tensorwire.transports._control import CONTROL_BYTES, DROPPED, ONE_SHOT, Page
+from tensorwire.transports._pool import alive
+from tensorwire.transports._reaper import creator_pid
+from tensorwire.transports._segment import open_memfd, open_named
 
 __all__ = ["SlotReader"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from tensorwire.compat.diff import Finding
-from tensorwire.compat.rules import RULES
+from tensorwire.compat._diff import Finding
+from tensorwire.compat._rules import RULES
 
 __all__ = ["JSON_SCHEMA", "exit_code", "render", "rules_table"]
 

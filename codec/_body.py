@@ -1,4 +1,4 @@
-"""The message body: msgspec encoding with tensors as extensions (``codec.wire``) and tree tuples as ext(2, list).
+"""The message body: msgspec encoding with tensors as extensions (``tensorwire._wire``) and tree tuples as ext(2, list).
 
 msgpack has no tuple, so tuples inside ``x-tree`` values are wrapped before encoding, and sets are
 written in sorted order so that equal messages give equal bytes (both on shallow copies: the
@@ -18,11 +18,11 @@ import msgspec.inspect as mi
 import numpy as np
 import torch
 
-from tensorwire.contract import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
+from tensorwire._contract import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
+from tensorwire._locate import locate
+from tensorwire._tensors import Outgoing
+from tensorwire._wire import EXT_TUPLE
 from tensorwire.errors import DecodeError, EncodeError
-from tensorwire.locate import locate
-from tensorwire.tensors import Outgoing
-from tensorwire.wire import EXT_TUPLE
 
 __all__ = [
     "Checker",

@@ -15,7 +15,7 @@ rank, flags>``, u32 buffer index, u64 byte offset, u64 nbytes, ``rank`` u64 dims
 (strided) is set, ``rank`` i64 strides in elements (otherwise it is C-contiguous); flag 2 (shared)
 says other tensors of the message live in the same buffer (they arrive sharing one storage). ``kind`` is 0
 for a torch tensor and 1 for a numpy array; ``dtype`` is the position of its name in
-``codec.dtypes.DTYPE_NAMES``. A tuple inside a tree is ``ext(2, <msgpack array>)``.
+``tensorwire.dtypes.DTYPE_NAMES``. A tuple inside a tree is ``ext(2, <msgpack array>)``.
 
 ``join(frames)`` packs frames into one blob with 64-byte aligned buffers; ``split(blob)`` returns
 zero-copy memoryviews of it (writable when the blob is).
@@ -147,7 +147,7 @@ def pack_inline(
 
 def unpack_descriptor(code: int, data: Buffer) -> Descriptor:
     """The descriptor in an ``ext(1)`` or ``ext(3)`` payload; ``DecodeError`` if it is malformed
-    (its sizes are checked against buffers and limits by ``codec.tensors``)."""
+    (its sizes are checked against buffers and limits by ``tensorwire._tensors``)."""
     size = len(data)
     if size < HEAD.size:
         raise DecodeError(f"tensor descriptor of {size} bytes is shorter than its {HEAD.size}-byte head")

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from tensorwire._tensors import BUILD, as_base, build, build_inline, verify_descriptor
+from tensorwire._wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, SHARED, unpack_descriptor
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.errors import DecodeError
 from tensorwire.inspection import describe
-from tensorwire.tensors import BUILD, as_base, build, build_inline, verify_descriptor
 from tensorwire.transports.base import Buffer, Handle
-from tensorwire.wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, SHARED, unpack_descriptor
 
 __all__ = ["Incoming"]
 

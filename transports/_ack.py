@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorwire.errors import DecodeError, TransportError
-from tensorwire.transports.segment import create_named, open_named
+from tensorwire.transports._segment import create_named, open_named
 
 __all__ = ["AckPage", "InFlight"]
 

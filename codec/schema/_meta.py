@@ -11,7 +11,7 @@ import jsonschema
 
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.errors import SchemaError
-from tensorwire.schema.source import SourceFile, join_pointer
+from tensorwire.schema._source import SourceFile, join_pointer
 
 __all__ = ["META_SCHEMA_NAME", "check_against_meta", "meta_schema", "meta_schema_text"]
 

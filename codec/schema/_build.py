@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorwire.rules import known_validators
+from tensorwire.schema._source import SourceFile, join_pointer
 from tensorwire.schema.ir import (
     MISSING,
     ArrayT,
@@ -27,8 +28,8 @@ from tensorwire.schema.ir import (
     TupleT,
     UnionT,
     member_name,
+    unhandled,
 )
-from tensorwire.schema.source import SourceFile, join_pointer
 
 __all__ = ["Builder", "FileEntry", "fingerprint_of"]
 
@@ -431,42 +432,51 @@ def _hashable(node: Node) -> bool:
 
 def _default_problem(node: Node, value: Any) -> str | None:
     """Why ``value`` (a JSON default) does not fit ``node``; None if it does."""
-    if isinstance(node, NullableT):
-        return None if value is None else _default_problem(node.inner, value)
-    if isinstance(node, TreeT):
-        return None
-    if value is None:
-        return "null is not allowed here (the type is not nullable)"
-    if isinstance(node, ScalarT):
-        ok = {
-            "bool": isinstance(value, bool),
-            "int": isinstance(value, int) and not isinstance(value, bool),
-            "float": isinstance(value, int | float) and not isinstance(value, bool),
-            "str": isinstance(value, str),
-            "bytes": value == "",
-        }[node.kind]
-        if not ok:
-            expected = "an empty string (bytes)" if node.kind == "bytes" else node.kind
-            return f"expected {expected}, got {_describe(value)}"
-        if node.minimum is not None and value < node.minimum:
-            return f"{value} is below the minimum {node.minimum}"
-        if node.maximum is not None and value > node.maximum:
-            return f"{value} is above the maximum {node.maximum}"
-        if node.max_length is not None and len(value) > node.max_length:
-            return f"longer than maxLength {node.max_length}"
-        return None
-    if isinstance(node, EnumT):
-        return None if value in node.values else f"{_describe(value)} is not one of {list(node.values)}"
-    if isinstance(node, ArrayT):
-        if not isinstance(value, list):
-            return f"expected array, got {_describe(value)}"
-        return next((p for p in (_default_problem(node.items, v) for v in value) if p), None)
-    if isinstance(node, TupleT):
-        if not isinstance(value, list) or len(value) != len(node.items):
-            return f"expected array of {len(node.items)} items, got {_describe(value)}"
-        return next((p for p in (_default_problem(t, v) for t, v in zip(node.items, value, strict=True)) if p), None)
-    if isinstance(node, MapT):
-        if not isinstance(value, dict):
-            return f"expected object, got {_describe(value)}"
-        return next((p for p in (_default_problem(node.values, v) for v in value.values()) if p), None)
-    return f"only null can be the default of a {type(node).__name__.removesuffix('T').lower()} field"
+    match node:
+        case NullableT():
+            return None if value is None else _default_problem(node.inner, value)
+        case TreeT():
+            return None
+        case _ if value is None:
+            return "null is not allowed here (the type is not nullable)"
+        case ScalarT():
+            return _scalar_default_problem(node, value)
+        case EnumT():
+            return None if value in node.values else f"{_describe(value)} is not one of {list(node.values)}"
+        case ArrayT():
+            if not isinstance(value, list):
+                return f"expected array, got {_describe(value)}"
+            return next((p for p in (_default_problem(node.items, v) for v in value) if p), None)
+        case TupleT():
+            if not isinstance(value, list) or len(value) != len(node.items):
+                return f"expected array of {len(node.items)} items, got {_describe(value)}"
+            pairs = zip(node.items, value, strict=True)
+            return next((p for p in (_default_problem(t, v) for t, v in pairs) if p), None)
+        case MapT():
+            if not isinstance(value, dict):
+                return f"expected object, got {_describe(value)}"
+            return next((p for p in (_default_problem(node.values, v) for v in value.values()) if p), None)
+        case TensorT() | StructT() | MessageRefT() | UnionT():
+            return f"only null can be the default of a {type(node).__name__.removesuffix('T').lower()} field"
+        case _:
+            unhandled(node)
+
+
+def _scalar_default_problem(node: ScalarT, value: Any) -> str | None:
+    ok = {
+        "bool": isinstance(value, bool),
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, int | float) and not isinstance(value, bool),
+        "str": isinstance(value, str),
+        "bytes": value == "",
+    }[node.kind]
+    if not ok:
+        expected = "an empty string (bytes)" if node.kind == "bytes" else node.kind
+        return f"expected {expected}, got {_describe(value)}"
+    if node.minimum is not None and value < node.minimum:
+        return f"{value} is below the minimum {node.minimum}"
+    if node.maximum is not None and value > node.maximum:
+        return f"{value} is above the maximum {node.maximum}"
+    if node.max_length is not None and len(value) > node.max_length:
+        return f"longer than maxLength {node.max_length}"
+    return None

@@ -16,7 +16,7 @@ import re
 import torch
 
 from tensorwire.errors import TransportError
-from tensorwire.transports.reaper import SHM_DIR
+from tensorwire.transports._reaper import SHM_DIR
 
 __all__ = ["share"]
 

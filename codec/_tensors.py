@@ -1,7 +1,7 @@
 """Tensors and ndarrays <-> wire descriptors: the only module that knows how tensors become bytes.
 
 Encoding (``Outgoing``, one per encode call) turns each tensor into the extension the body
-carries (see ``codec.wire``). A small host tensor travels inside frame 0; the others travel in
+carries (see ``tensorwire._wire``). A small host tensor travels inside frame 0; the others travel in
 buffers, one per memory block: every view of one storage in the message shares one buffer
 covering just the bytes the views reach (aligned down to 16 bytes so each view keeps an
 element-aligned offset), so aliasing survives. A strided view that is the only view of its
@@ -24,10 +24,10 @@ import msgspec
 import numpy as np
 import torch
 
+from tensorwire._wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, Descriptor, pack_descriptor, pack_inline
 from tensorwire.dtypes import DTYPE_NAMES, DTYPES
 from tensorwire.errors import EncodeError
 from tensorwire.options import Limits
-from tensorwire.wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, Descriptor, pack_descriptor, pack_inline
 
 __all__ = ["BUILD", "BufferPlan", "Outgoing", "as_base", "build", "build_inline", "shape_problem", "verify_descriptor"]
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import struct
 
+from tensorwire._wire import EXT_TUPLE, Buffer
 from tensorwire.errors import DecodeError
-from tensorwire.wire import EXT_TUPLE, Buffer
 
 __all__ = ["NOT_OPENERS", "check_depth", "walk"]
 

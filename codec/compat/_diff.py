@@ -11,8 +11,9 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tensorwire.compat.rules import BOTH, READERS, WRITERS, rule
+from tensorwire.compat._rules import BOTH, READERS, WRITERS, rule
 from tensorwire.schema import Message, SchemaSet
+from tensorwire.schema._source import join_pointer
 from tensorwire.schema.ir import (
     ArrayT,
     EnumT,
@@ -28,7 +29,6 @@ from tensorwire.schema.ir import (
     UnionT,
     unhandled,
 )
-from tensorwire.schema.source import join_pointer
 
 __all__ = ["MODES", "Finding", "compare", "compare_transitive", "reader_accepts"]
 

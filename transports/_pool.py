@@ -1,13 +1,13 @@
 """A warm pool of shared-memory slots, as their sender sees them: created and mapped once, then reused.
 
 Each slot is one segment (a sealed memfd by default, or a named file in /dev/shm): a control
-page (``transports.control``) then the data area of one size class (quarter octaves from 64 KiB,
+page (``transports._control``) then the data area of one size class (quarter octaves from 64 KiB,
 so at most 25% is wasted). The sender copies into a free slot (or hands over a slot it allocated
 with ``empty``: no copy at all) and hands it over under a fresh capability; a receiver claims it
 and frees it when its last view dies. A slot nobody claims within ``claim_timeout`` comes back
 (its capability void); a slot claimed by a receiver that died is reclaimed; a slot whose control
 page holds garbage is dropped. Growth is the only place that faults pages (pre-faulted); cached
-bytes are bounded by a retention policy (``transports.retention``) and idle slots are given back.
+bytes are bounded by a retention policy (``transports._retention``) and idle slots are given back.
 No mapping is closed while a tensor of this process still points into it: ``close``, ``trim``
 and the idle trimmer unlink and forget such a slot, and its memory goes with the last view.
 
@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from tensorwire.errors import TransportError
-from tensorwire.transports.control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, STATES, Page
-from tensorwire.transports.retention import Retention
-from tensorwire.transports.segment import create_memfd, create_named, valid_pid
+from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, STATES, Page
+from tensorwire.transports._retention import Retention
+from tensorwire.transports._segment import create_memfd, create_named, valid_pid
 
 __all__ = ["MIN_CLASS", "Pool", "Slot", "alive", "size_class"]
 

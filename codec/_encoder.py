@@ -9,7 +9,8 @@ every buffer exported by this call is released. The caller's message is never mu
 
 Tensors on a CUDA device stay there until export: a transport with ``export_device`` (e.g.
 ``CudaShmTransport``) copies them straight into shared memory; otherwise the encoder stages them
-(a pinned side-stream copy after the producer's pending work) and sends the host copy.
+(a pinned side-stream copy after the producer's pending work, through the transport's
+``device_runtime``) and sends the host copy.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from typing import Any
 
 import msgspec
 
-from tensorwire.body import encode_body, int_error, prepare
+from tensorwire._body import encode_body, int_error, prepare
+from tensorwire._plan import TypePlan, type_plan
+from tensorwire._tensors import BufferPlan, Outgoing
 from tensorwire.errors import CodecError, EncodeError, TransportError
 from tensorwire.options import EncodeOptions
-from tensorwire.plan import TypePlan, type_plan
-from tensorwire.tensors import BufferPlan, Outgoing
 from tensorwire.transports.base import Buffer, Handle, Transport
-from tensorwire.transports.cuda_runtime import stage_to_host, transport_runtime
+from tensorwire.transports.cuda_runtime import stage_to_host
 from tensorwire.transports.inline import InlineTransport
 
 __all__ = ["Encoder"]
@@ -141,7 +142,7 @@ class Encoder:
             if handle is not None:
                 return handle
             try:
-                storage = stage_to_host(storage[start : start + buffer.nbytes], transport_runtime(self.transport))
+                storage = stage_to_host(storage[start : start + buffer.nbytes], self.transport.device_runtime())
             except RuntimeError as exc:  # CudaCallError included
                 raise TransportError(
                     errno.EIO, f"copying a {buffer.nbytes}-byte device buffer to the host: {exc}"

@@ -7,8 +7,8 @@ from typing import Any
 
 import msgspec.inspect as mi
 
-from tensorwire.body import Checker, needs_prepare
-from tensorwire.wire import prefix
+from tensorwire._body import Checker, needs_prepare
+from tensorwire._wire import prefix
 
 __all__ = ["TypePlan", "type_plan"]
 

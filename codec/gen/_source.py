@@ -10,8 +10,8 @@ import json
 from typing import Any
 
 from tensorwire._api import API, SINCE
-from tensorwire.gen.docs import class_doc
-from tensorwire.gen.model import default_value, member_name, rules_for, type_info
+from tensorwire.gen._docs import class_doc
+from tensorwire.gen._model import default_value, member_name, rules_for, type_info
 from tensorwire.schema import SchemaSet, class_name
 from tensorwire.schema.ir import (
     ArrayT,
