@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.tensorwire-installed
 # a bare requirement would download a multi-GB CUDA build. An existing torch is left alone.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv test lint typecheck gen gen-check compat-check wheel-smoke demo bench fuzz gpu-wheels clean
+.PHONY: venv test floor lint typecheck gen gen-check compat-check wheel-smoke demo bench fuzz gpu-wheels clean
 
 venv: $(STAMP)
 
@@ -53,6 +53,23 @@ wheel-smoke: $(STAMP)
 test: lint typecheck gen-check compat-check wheel-smoke
 	$(BIN)/pytest
 
+# The lowest releases pyproject.toml accepts, tested: the suite in a venv of its own with the
+# package installed from its wheel (not editable) and exactly these dependency floors (a test
+# keeps them in step with pyproject.toml). Part of CI (.ci/run), after `make test`.
+FLOOR_VENV ?= .venv-floor
+FLOOR_PINS := torch==2.13.0 numpy==1.24.4 msgspec==0.23.0 jsonschema==4.21.0
+
+floor:
+	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/python -m pip install -q $(FLOOR_PINS) "setuptools>=77" wheel pytest hypothesis
+	rm -rf build/floor-src && mkdir -p build/floor-src  # the wheel from the files git sees only
+	git ls-files -co --exclude-standard -z | tar --null --ignore-failed-read -T - -cf - | tar -xf - -C build/floor-src
+	$(FLOOR_VENV)/bin/python -m pip install -q --no-deps --no-build-isolation --force-reinstall build/floor-src
+	$(FLOOR_VENV)/bin/python -c "import sys; from importlib.metadata import version; \
+		pins = dict(p.split('==') for p in sys.argv[1:]); got = {n: version(n).split('+')[0] for n in pins}; \
+		print('floor:', got); sys.exit(got != pins)" $(FLOOR_PINS)
+	$(FLOOR_VENV)/bin/pytest -p no:cacheprovider
+
 demo: $(STAMP)
 	$(BIN)/tensorwire demo
 
@@ -82,4 +99,4 @@ gpu-wheels:
 		-d .whl $(GPU_WHEELS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(FLOOR_VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -183,7 +183,7 @@ _PLANS: dict[type, TypePlan] = {}
 def _plan(cls: type) -> TypePlan:
     info = getattr(cls, "__tw_type__", None)
     if info is None:
-        raise EncodeError(f"{cls.__name__} is not a tensorwire message type (no __tw_type__)")
+        raise TypeError(f"{cls.__name__} is not a tensorwire message type (no __tw_type__)")
     plan = type_plan(cls)
     if len(_PLANS) < 4096:
         _PLANS[cls] = plan

@@ -25,8 +25,9 @@ class ValidationError(CodecError, ValueError):
     """A message violates its schema's contract (constraints, tensor specs, named rules)."""
 
 
-class EncodeError(CodecError):
-    """A message cannot be encoded."""
+class EncodeError(CodecError, ValueError):
+    """A message cannot be encoded: a value it holds cannot travel (what is not a message type at
+    all is a ``TypeError``, a usage error)."""
 
 
 class DecodeError(CodecError, ValueError):

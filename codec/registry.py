@@ -1,10 +1,18 @@
-"""A registry of message classes by type id and major version."""
+"""A registry of message classes by type id and major version, and of the types nested in them.
+
+A nested type (an object or enum of a schema's ``$defs``) is named ``<namespace>.<name>``, the
+name being its ``$defs`` key for an object and its ``x-enum-name`` for an enum (each its class's
+name): ``reg.type("rpc.RankStatus")``, ``reg.type("media.VideoColorModel")``. Where versions of a message define a
+nested type of the same name differently, the name is the latest version's.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, TypeAlias
+
+import msgspec.inspect as mi
 
 from tensorwire.errors import CodecError
 from tensorwire.rules import TypeInfo
@@ -31,6 +39,13 @@ class Registry:
                 raise ValueError(f"{info.type_id} v{info.version} registered twice")
             versions[info.version] = cls
             self._by_fingerprint[info.fingerprint] = cls
+        self._nested: dict[str, MessageClass] = {}  # schema name -> class, the latest versions' last
+        for message in self:
+            namespace = message.__tw_type__.type_id.rpartition(".")[0]
+            struct = mi.type_info(message)
+            assert isinstance(struct, mi.StructType)
+            for field in struct.fields:
+                _collect(field.type, namespace, self._nested, set())
 
     @classmethod
     def from_modules(cls, *modules: ModuleType) -> Registry:
@@ -44,9 +59,15 @@ class Registry:
         return cls(found)
 
     def type(self, type_id: str, version: int | None = None) -> MessageClass:
-        """The class of ``type_id`` at ``version`` (latest by default)."""
+        """The class of ``type_id`` at ``version`` (latest by default), or of the nested type of
+        that schema name (which has no version of its own)."""
         versions = self._by_id.get(type_id)
         if versions is None:
+            nested = self._nested.get(type_id)
+            if nested is not None:
+                if version is not None:
+                    raise UnknownTypeError(f"{type_id} is a nested type: it has no version of its own")
+                return nested
             known = ", ".join(sorted(self._by_id)) or "none"
             raise UnknownTypeError(f"unknown type id {type_id!r}; known types: {known}")
         if version is None:
@@ -55,6 +76,10 @@ class Registry:
             known_versions = ", ".join(f"v{v}" for v in sorted(versions))
             raise UnknownTypeError(f"unknown version {version} of {type_id}; known versions: {known_versions}")
         return versions[version]
+
+    def nested_types(self) -> dict[str, MessageClass]:
+        """Every nested struct and enum class by its schema name, sorted by name."""
+        return dict(sorted(self._nested.items()))
 
     def by_fingerprint(self, fingerprint: str) -> MessageClass | None:
         """The class whose schema has this fingerprint, if any."""
@@ -76,3 +101,31 @@ class Registry:
 
     def __repr__(self) -> str:
         return f"Registry({', '.join(f'{i.type_id} v{i.version}' for i in self.infos())})"
+
+
+def _collect(t: Any, namespace: str, found: dict[str, MessageClass], seen: set[MessageClass]) -> None:
+    """Put every struct and enum class reachable from ``t`` in ``found`` under its schema name."""
+    if isinstance(t, mi.EnumType):
+        found[f"{namespace}.{t.cls.__name__}"] = t.cls
+        return
+    if isinstance(t, mi.StructType):
+        if t.cls in seen or "__tw_type__" in vars(t.cls):  # a message type is not nested: it is registered
+            return
+        seen.add(t.cls)
+        rules = getattr(t.cls, "__tw_rules__", None)
+        name = rules.type_name if rules is not None else f"{namespace}.{t.cls.__name__}"
+        found[name] = t.cls
+        namespace = name.rpartition(".")[0]  # its enums are of its own namespace
+        children: list[Any] = [f.type for f in t.fields]
+    elif isinstance(t, mi.UnionType):
+        children = list(t.types)
+    elif isinstance(t, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
+        children = [t.item_type]
+    elif isinstance(t, mi.TupleType):
+        children = list(t.item_types)
+    elif isinstance(t, mi.DictType):
+        children = [t.key_type, t.value_type]
+    else:
+        return
+    for child in children:
+        _collect(child, namespace, found, seen)

@@ -633,3 +633,22 @@ def test_a_descriptor_failure_releases_every_segment_of_the_message() -> None:
             assert not any((SHM_DIR / n).exists() for n in names), f"segments left after tensor {index} failed"
         finally:
             _release_segments(frames)  # what a failing library left is not left for the next test
+
+
+def test_a_string_that_is_not_utf_8_is_a_decode_error_wherever_it_is() -> None:
+    """msgspec before 0.23 raised UnicodeDecodeError for such a string, not one of its own errors
+    (the reason for the msgspec floor)."""
+    from tensorwire.builtins import rpc
+
+    (head,) = EMBED.encode(rpc.Request(method="zzz"))
+    forged = {
+        "rpc.Request v1: ": head.replace(b"\xa3zzz", b"\xa3\xed\xa0\x80"),  # a field of the body
+        "invalid header: ": head.replace(b"tensorwire:", b"tensor\xed\xa0\x80\x80:"),  # the tag
+    }
+    not_utf_8 = "Invalid UTF-8 encoded string"
+    for label, frame in forged.items():
+        assert frame != head and len(frame) == len(head)
+        with pytest.raises(tw.DecodeError, match=rf"^{label}{not_utf_8}"):
+            DECODER.decode([frame])
+        with pytest.raises(tw.DecodeError, match=rf"^invalid header: {not_utf_8}"):
+            describe(frame)

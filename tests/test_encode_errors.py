@@ -144,9 +144,13 @@ def test_a_required_field_that_was_deleted() -> None:
         ENCODER.encode(request)
 
 
-def test_not_a_message_type() -> None:
-    with pytest.raises(tw.EncodeError, match=r"dict is not a tensorwire message type"):
+def test_not_a_message_type_is_a_usage_error_and_a_bad_value_a_value_error() -> None:
+    with pytest.raises(TypeError, match=r"^dict is not a tensorwire message type \(no __tw_type__\)$") as usage:
         ENCODER.encode({"a": 1})
+    assert not isinstance(usage.value, tw.CodecError | ValueError)
+    with pytest.raises(ValueError, match=r"^rpc.Request: Expected `str`, got `int` - at `\$.method`$") as bad:
+        ENCODER.encode(rpc.Request(method=3))  # type: ignore[arg-type]
+    assert isinstance(bad.value, tw.EncodeError)
 
 
 class _FailingShm(transports.ShmTransport):

@@ -167,6 +167,7 @@ def test_the_installed_built_in_schemas_are_the_repository_s() -> None:
 
 def test_every_built_in_namespace_folder_is_a_package_of_the_distribution() -> None:
     import tomllib
+
     from conftest import REPO
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
@@ -181,3 +182,19 @@ def test_the_built_in_types_built_from_the_installed_schemas_match_the_generated
     from tensorwire.builtins import REGISTRY, SCHEMA_DIR
 
     assert tw.load_schemas(SCHEMA_DIR).infos() == REGISTRY.infos()
+
+
+def test_the_dependency_floors_are_the_releases_make_floor_tests() -> None:
+    import re
+    import tomllib
+
+    from conftest import REPO
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    floors = dict(d.split(">=") for d in project["dependencies"])
+    pinned = re.findall(r"^FLOOR_PINS := (.*)$", (REPO / "Makefile").read_text(), re.M)
+    pins = dict(p.split("==") for p in pinned[0].split())
+    assert floors == pins and set(floors) == {"torch", "numpy", "msgspec", "jsonschema"}
+    assert project["requires-python"] == ">=3.11"  # the only Python the suite runs on here
+    assert "Programming Language :: Python :: 3.11" in project["classifiers"]
+    assert "make floor" in (REPO / ".ci" / "run").read_text()

@@ -318,9 +318,9 @@ def test_a_receiver_that_cannot_acknowledge_says_so_and_still_delivers(
 ) -> None:
     from multiprocessing.reduction import ForkingPickler
 
-    from tensorwire.transports.shm import _next_name
+    from tensorwire.transports._reaper import next_name
 
-    impostor = tmp_path / _next_name()  # a tensorwire name, but not an ack page
+    impostor = tmp_path / next_name()  # a tensorwire name, but not an ack page
     impostor.write_bytes(b"\0" * 4096)
     queue = _ctx().Queue()
     rx = transports.QueueTransport(queue, directory=tmp_path, timeout=0.3)

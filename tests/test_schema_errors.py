@@ -59,6 +59,35 @@ def test_unknown_keyword_at_the_root(schema_dir: Path) -> None:
         _load(schema_dir, {"audio/Clip.v1.json": _clip(lambda d: d.update(allOf=[]))})
 
 
+@pytest.mark.parametrize(
+    ("keyword", "value", "instead"),
+    [
+        ("anyOf", [{"type": "string"}], "a union is a oneOf whose variants are objects told apart by discriminator"),
+        ("nullable", True, 'a nullable field says so in its type: "type": ["string", "null"]'),
+        ("definitions", {}, "nested types go in $defs"),
+    ],
+)
+def test_an_unsupported_keyword_names_the_supported_way_to_say_it(
+    schema_dir: Path, keyword: str, value: Any, instead: str
+) -> None:
+    doc = _clip(lambda d: d["properties"]["sample_rate"].update({keyword: value}))
+    with pytest.raises(SchemaError) as info:
+        _load(schema_dir, {"audio/Clip.v1.json": doc})
+    pointer = f"/properties/sample_rate/{keyword}"
+    assert f"{pointer}: keyword {keyword!r} is not in the tensorwire subset; {instead}" in str(info.value)
+    assert str(info.value).count("\n") == 0, str(info.value)  # one problem, said once
+
+
+def test_a_union_at_the_root_of_a_file_says_where_a_union_goes(schema_dir: Path) -> None:
+    union = {"$id": "audio.Either", "x-version": 1, "oneOf": [{"$ref": "Clip.v1.json"}, {"$ref": "Clip.v1.json"}]}
+    with pytest.raises(SchemaError) as info:
+        _load(schema_dir, {"audio/Clip.v1.json": CLIP, "audio/Either.v1.json": union})
+    assert str(info.value) == (
+        f"{schema_dir / 'audio/Either.v1.json'}:4:3: /oneOf: a schema file is one object type; a union of "
+        'types goes in a field of it: {"oneOf": [{"$ref": ...}, ...], "discriminator": {"propertyName": ...}}'
+    )
+
+
 def test_unresolvable_file_ref(schema_dir: Path) -> None:
     doc = minimal("audio.Holder", clip={"$ref": "../video/Nope.v1.json"})
     with pytest.raises(

@@ -189,6 +189,43 @@ def test_two_versions_get_versioned_class_names(schema_dir: Path) -> None:
         registry.type("audio.Nope")
 
 
+def test_a_registry_reaches_nested_types_by_their_schema_names(schema_dir: Path) -> None:
+    transcript = {
+        "$schema": "../meta/tensorwire.v1.json",
+        "$id": "asr.Transcript",
+        "x-version": 1,
+        "title": "Transcript",
+        "type": "object",
+        "properties": {
+            "segments": {"type": "array", "items": {"$ref": "#/$defs/Segment"}},
+            "language": {"$ref": "#/$defs/Lang", "default": "en"},
+        },
+        "required": ["segments"],
+        "$defs": {
+            "Segment": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}, "speaker": {"$ref": "#/$defs/Speaker"}},
+                "required": ["text", "speaker"],
+            },
+            "Speaker": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+            "Lang": {"type": "string", "enum": ["en", "de"], "x-enum-name": "Language"},  # by its class name
+        },
+    }
+    write_schemas(schema_dir, {"asr/Transcript.v1.json": transcript, "audio/Clip.v1.json": minimal("audio.Clip", 1)})
+    registry = tw.load_schemas(schema_dir)
+    nested = registry.nested_types()
+    assert list(nested) == ["asr.Language", "asr.Segment", "asr.Speaker"]  # not the message types
+    Segment, Speaker, Language = (registry.type(f"asr.{n}") for n in ("Segment", "Speaker", "Language"))
+    message = registry.type("asr.Transcript")(segments=[Segment(text="hi", speaker=Speaker(name="a"))])
+    assert message.language is Language("en") and nested["asr.Segment"] is Segment
+    assert type(message.segments[0].speaker) is Speaker
+    with pytest.raises(tw.UnknownTypeError, match=r"^asr.Segment is a nested type: it has no version of its own$"):
+        registry.type("asr.Segment", 1)
+    with pytest.raises(tw.UnknownTypeError, match=r"unknown type id 'asr.Word'; known types: asr.Transcript, audio"):
+        registry.type("asr.Word")
+    assert [i.type_id for i in registry.infos()] == ["asr.Transcript", "audio.Clip"] and len(registry) == 2
+
+
 _field_names = st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), min_size=1, max_size=6, unique=True)
 _field_types = st.sampled_from(
     [{"type": "integer"}, {"type": "string"}, {"type": "boolean"}, {"type": "number", "minimum": 0}, {"x-tree": {}}]

@@ -1,6 +1,7 @@
 """Named tensorwire segments in /dev/shm: listing them, and removing those whose creator died.
 
-Names are ``tw-<pid>-<token>-<seq>``. Anything else, a pid no process can have, and anything
+Names are ``tw-<pid>-<token>-<seq>`` (``next_name``: the token is this process's secret, so no
+neighbour can guess the names of its segments). Anything else, a pid no process can have, and anything
 that is not a regular file of this process's uid (FIFOs, symlinks, directories, other users'
 files) is skipped, never fatal. memfd-backed segments have no name here: they disappear with
 their last fd and mapping, so nothing of them is ever left to reap.
@@ -10,17 +11,40 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import stat
+import threading
 from pathlib import Path
 
 from tensorwire.transports._pool import alive
 from tensorwire.transports._segment import valid_pid
 
-__all__ = ["NAME", "SHM_DIR", "creator_pid", "held_memfds", "our_segments", "reap"]
+__all__ = ["NAME", "SHM_DIR", "creator_pid", "held_memfds", "next_name", "our_segments", "reap"]
 
 SHM_DIR = Path("/dev/shm")
 NAME = re.compile(r"tw-([1-9][0-9]{0,9})-([0-9a-f]{32})-([0-9a-f]{1,16})")
 _MEMFD = "/memfd:"
+_token = secrets.token_hex(16)
+_token_pid = os.getpid()
+_lock = threading.Lock()
+_counter = 0
+
+
+def _process_token() -> str:
+    """This process's token; a forked child draws its own."""
+    global _token, _token_pid
+    if _token_pid != os.getpid():
+        _token, _token_pid = secrets.token_hex(16), os.getpid()
+    return _token
+
+
+def next_name() -> str:
+    """A new segment name of this process: ``tw-<pid>-<token>-<seq>``."""
+    global _counter
+    with _lock:
+        _counter += 1
+        seq = _counter
+    return f"tw-{os.getpid()}-{_process_token()}-{seq:x}"
 
 
 def our_segments(directory: str | os.PathLike[str] = SHM_DIR) -> list[str]:

@@ -41,10 +41,11 @@ import torch
 from tensorwire.errors import TransportError
 from tensorwire.transports._control import CONTROL_BYTES, SENDER
 from tensorwire.transports._pool import Pool, Slot
+from tensorwire.transports._reaper import next_name
 from tensorwire.transports._retention import Retention
 from tensorwire.transports.base import Buffer, Handle
 from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime, keep_forever
-from tensorwire.transports.shm import SHM_DIR, Backing, ShmHandle, ShmTransport, SlotHandle, _next_name
+from tensorwire.transports.shm import SHM_DIR, Backing, ShmHandle, ShmTransport, SlotHandle
 
 __all__ = ["CudaShmTransport", "Quarantined"]
 
@@ -112,7 +113,7 @@ class CudaShmTransport(ShmTransport):
             )
             self.registered = Pool(
                 self.directory,
-                _next_name,
+                next_name,
                 memfd=backing == "memfd",
                 retention=retention,
                 idle_seconds=idle_seconds,

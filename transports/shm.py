@@ -28,7 +28,6 @@ import errno
 import math
 import mmap
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -52,7 +51,7 @@ from tensorwire.transports._control import (
 )
 from tensorwire.transports._parallel_copy import copy_into
 from tensorwire.transports._pool import Pool
-from tensorwire.transports._reaper import NAME, SHM_DIR, our_segments, reap
+from tensorwire.transports._reaper import NAME, SHM_DIR, next_name, our_segments, reap
 from tensorwire.transports._retention import Retention
 from tensorwire.transports._segment import create_named, open_named, read_into, valid_pid
 from tensorwire.transports._slots import SlotReader
@@ -60,30 +59,8 @@ from tensorwire.transports.base import Buffer, Handle, Transport
 
 __all__ = ["SHM_DIR", "Backing", "Capability", "ShmHandle", "ShmTransport", "SlotHandle", "our_segments", "reap"]
 
-_NAME = NAME  # the segment name pattern (kept under its old name for the other transports)
-_TOKEN = secrets.token_hex(16)
-_TOKEN_PID = os.getpid()
-_lock = threading.Lock()
-_counter = 0
-
 Backing = Literal["memfd", "named"]
 Capability = Annotated[bytes, msgspec.Meta(min_length=CAPABILITY_BYTES, max_length=CAPABILITY_BYTES)]
-
-
-def _process_token() -> str:
-    """This process's token; a forked child draws its own."""
-    global _TOKEN, _TOKEN_PID
-    if _TOKEN_PID != os.getpid():
-        _TOKEN, _TOKEN_PID = secrets.token_hex(16), os.getpid()
-    return _TOKEN
-
-
-def _next_name() -> str:
-    global _counter
-    with _lock:
-        _counter += 1
-        seq = _counter
-    return f"tw-{os.getpid()}-{_process_token()}-{seq:x}"
 
 
 class ShmHandle(Handle, tag="shm", frozen=True):
@@ -186,7 +163,7 @@ class ShmTransport(Transport):
             memfd = backing == "memfd"
             self.pool = Pool(
                 self.directory,
-                _next_name,
+                next_name,
                 memfd=memfd,
                 retention=_retention(memfd, cache_fraction, max_cached_bytes),
                 idle_seconds=idle_seconds,
@@ -263,7 +240,7 @@ class ShmTransport(Transport):
 
     def _export_segment(self, data: memoryview) -> Handle:
         self._one_shots.sweep()
-        name = _next_name()
+        name = next_name()
         path = self.directory / name
         fd, mapping = create_named(path, CONTROL_BYTES + data.nbytes)
         deadline = time.monotonic_ns() + int(self.claim_timeout * 1e9)

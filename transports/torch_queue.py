@@ -70,10 +70,10 @@ import torch.multiprocessing  # registers torch's tensor reductions (CUDA IPC in
 
 from tensorwire.errors import DecodeError, TransportError
 from tensorwire.transports._ack import AckPage, InFlight
+from tensorwire.transports._reaper import NAME, SHM_DIR, next_name
 from tensorwire.transports._torch_shm import share
 from tensorwire.transports.base import Buffer, Handle, Transport
 from tensorwire.transports.cuda_runtime import CudaRuntime, TorchCudaRuntime
-from tensorwire.transports.shm import _NAME, SHM_DIR, _next_name
 
 __all__ = ["QueueHandle", "QueueTransport"]
 
@@ -230,7 +230,7 @@ class QueueTransport(Transport):
             n = self._streams_drawn
             self._streams_drawn += 1
             sender = self.sender_id if n == 0 else f"{self.sender_id}-{n}"
-            stream = _Stream(sender, threading.current_thread(), InFlight(self.directory, _next_name))
+            stream = _Stream(sender, threading.current_thread(), InFlight(self.directory, next_name))
             self._streams.append(stream)
         return stream
 
@@ -386,7 +386,7 @@ class QueueTransport(Transport):
         """Tell the sender its tensor arrived (it may let go of it now)."""
         page = self._peer_acks.get(sender_id)
         if page is None:
-            if not isinstance(ack_name, str) or not _NAME.fullmatch(ack_name):
+            if not isinstance(ack_name, str) or not NAME.fullmatch(ack_name):
                 log.warning("sender %s names an ack page %r that is not a tensorwire name", sender_id, ack_name)
                 return
             try:

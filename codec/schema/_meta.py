@@ -17,6 +17,17 @@ __all__ = ["META_SCHEMA_NAME", "check_against_meta", "meta_schema", "meta_schema
 
 META_SCHEMA_NAME = "tensorwire.v1.json"
 _MAX_REPORTED = 5
+# What to write instead of a keyword the subset does not have, where there is a way to say it.
+_INSTEAD = {
+    "anyOf": "a union is a oneOf whose variants are objects told apart by discriminator.propertyName",
+    "allOf": "write the properties of one object type (or $ref a shared $defs entry from a field)",
+    "nullable": 'a nullable field says so in its type: "type": ["string", "null"], or a oneOf with {"type": "null"}',
+    "definitions": "nested types go in $defs",
+}
+_ROOT_UNION = (
+    "a schema file is one object type; a union of types goes in a field of it: "
+    '{"oneOf": [{"$ref": ...}, ...], "discriminator": {"propertyName": ...}}'
+)
 
 
 def meta_schema_text() -> str:
@@ -38,18 +49,25 @@ def _validator() -> Any:
 
 def check_against_meta(source: SourceFile) -> None:
     """Raise a ``SchemaError`` listing (up to five of) the file's meta-schema violations."""
-    problems: list[tuple[int, str]] = []
+    found: set[tuple[int, str]] = set()  # a set: branches of the meta-schema repeat an error
     for error in _validator().iter_errors(source.data):
         for pointer, message, on_key in _explain(error):
             place = source.where(pointer, key=on_key)
             line, col = (int(x) for x in place.rsplit(":", 2)[1:])
-            problems.append((line * 100000 + col, f"{place}: {pointer or '/'}: {message}"))
-    if problems:
-        problems.sort()
+            found.add((line * 100000 + col, f"{place}: {pointer or '/'}: {message}"))
+    if found and isinstance(source.data, dict) and "oneOf" in source.data and "properties" not in source.data:
+        found = {(0, f"{source.where('/oneOf', key=True)}: /oneOf: {_ROOT_UNION}")}  # the rest follows from it
+    if found:
+        problems = sorted(found)
         lines = [text for _, text in problems[:_MAX_REPORTED]]
         if len(problems) > _MAX_REPORTED:
             lines.append(f"... and {len(problems) - _MAX_REPORTED} more")
         raise SchemaError("\n".join(lines))
+
+
+def _instead(keyword: str) -> str:
+    hint = _INSTEAD.get(keyword)
+    return "" if hint is None else f"; {hint}"
 
 
 def _pointer(path: Any) -> str:
@@ -64,7 +82,7 @@ def _explain(error: Any) -> list[tuple[str, str, bool]]:
     if kind == "additionalProperties" and error.validator_value is False:
         allowed = set(error.schema.get("properties", {}))
         return [
-            (join_pointer(pointer, key), f"keyword {key!r} is not in the tensorwire subset", True)
+            (join_pointer(pointer, key), f"keyword {key!r} is not in the tensorwire subset{_instead(key)}", True)
             for key in error.instance
             if key not in allowed
         ]
