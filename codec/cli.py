@@ -1,13 +1,19 @@
 """The ``tensorwire`` command line: ``gen``, ``schemas``, ``compat``, ``demo``, ``inspect``, ``shm``, ``bench``.
 
-Exit codes: 0 success, 1 drift (``gen --check``), 2 usage error or invalid schema.
+Exit codes: 0 success; 1 findings (``compat``) or drift (``gen --check``); 2 usage error or
+invalid input (a schema, a blob, a revision); 3 an internal error, printed on one line (with
+``--debug``, its traceback); 130 interrupted (Ctrl-C); 141 the reader of the output went away
+(``| head``). None of these prints a traceback without ``--debug``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 from tensorwire._version import __version__
@@ -16,6 +22,9 @@ from tensorwire.errors import CompatError, DecodeError, SchemaError
 __all__ = ["main"]
 
 DEFAULT_SCHEMAS = Path("schemas")
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,6 +37,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tensorwire", description="Schema-driven tensor serialization.")
     parser.add_argument("--version", action="version", version=f"tensorwire {__version__}")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gen = sub.add_parser("gen", help="generate Python types from a schema directory")
     gen.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SCHEMAS, help="schema directory (default: schemas)")
@@ -66,7 +76,10 @@ def _parser() -> argparse.ArgumentParser:
         "reap", help="remove this user's tensorwire segments in /dev/shm whose creator process is gone"
     )
     reap.add_argument("--dry-run", action="store_true", help="only list what would be removed")
-    shm_sub.add_parser("ls", help="list tensorwire segments in /dev/shm")
+    reap.add_argument("--dir", type=Path, help="the directory of named segments (default: /dev/shm)")
+    ls = shm_sub.add_parser("ls", help="list this user's tensorwire segments: named ones and held memfds")
+    ls.add_argument("--dir", type=Path, help="only the named segments of this directory (default: /dev/shm and memfds)")
+    ls.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     bench = sub.add_parser("bench", help="benchmark against every peer (from a source checkout)", add_help=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER, help="--json, --plot FILE, --sizes, --modes, --quick")
     return parser
@@ -140,7 +153,7 @@ def _compat(args: argparse.Namespace) -> int:
         if len(args.dirs) > 1:
             print("tensorwire: compat --against REV takes at most one DIR", file=sys.stderr)
             return 2
-        new_dir = args.dirs[0] if args.dirs else DEFAULT_SCHEMAS
+        new_dir = args.dirs[0] if args.dirs else _default_schemas()
         revs = history(new_dir, args.against) if args.transitive else [args.against]
         olds = []
         with temporary_dir() as tmp:
@@ -181,17 +194,34 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _shm(args: argparse.Namespace) -> int:
-    from tensorwire.transports.shm import our_segments, reap
+    from tensorwire.transports import SHM_DIR, list_segments, reap
 
-    if args.shm_command != "reap":
-        for name in our_segments():
-            print(f"segment {name}")
+    directory = SHM_DIR if args.dir is None else args.dir
+    if args.shm_command == "reap":
+        names = reap(directory, dry_run=args.dry_run)
+        verb = "would remove" if args.dry_run else "removed"
+        for name in names:
+            print(f"{verb} {name}")
+        print(f"{len(names)} segment(s) of dead processes {'would be removed' if args.dry_run else 'removed'}")
         return 0
-    names = reap(dry_run=args.dry_run)
-    verb = "would remove" if args.dry_run else "removed"
-    for name in names:
-        print(f"{verb} {name}")
-    print(f"{len(names)} segment(s) of dead processes {'would be removed' if args.dry_run else 'removed'}")
+    segments = list_segments(directory, memfds=args.dir is None)
+    if args.json:
+        import dataclasses
+        import json
+
+        print(json.dumps([dataclasses.asdict(s) for s in segments], indent=2))
+        return 0
+    if not segments:
+        print("no segments")
+        return 0
+    rows = [("name", "creator", "alive", "size", "age", "backing")]
+    for seg in segments:
+        size = "?" if seg.size is None else str(seg.size)
+        age = "?" if seg.age is None else f"{seg.age:.0f}s"
+        rows.append((seg.name, str(seg.creator), "yes" if seg.alive else "no", size, age, seg.backing))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     return 0
 
 
@@ -209,9 +239,54 @@ def _bench(rest: list[str]) -> int:
     return code
 
 
+def _default_schemas() -> Path:
+    """``schemas`` of the current directory, else of the git repository it is in (so that
+    ``compat`` runs from any directory of the repository)."""
+    if DEFAULT_SCHEMAS.is_dir():
+        return DEFAULT_SCHEMAS
+    try:
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return DEFAULT_SCHEMAS
+    found = Path(top.stdout.strip()) / DEFAULT_SCHEMAS
+    return found if top.returncode == 0 and found.is_dir() else DEFAULT_SCHEMAS
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush into a closed pipe is silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (a test's capture)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+    """Run the command line; returns the exit code (see the module's docstring)."""
     words = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in words[: words.index("bench") if "bench" in words else len(words)]
+    try:
+        return _main(words)
+    except KeyboardInterrupt:
+        print("tensorwire: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+        else:
+            print(
+                f"tensorwire: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+                file=sys.stderr,
+            )
+        return EXIT_INTERNAL
+
+
+def _main(words: list[str]) -> int:
     if words[:1] == ["bench"] and "-h" not in words[1:2]:  # every later word is the benchmark's own
         return _bench(words[1:])
     args = _parser().parse_args(words)

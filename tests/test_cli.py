@@ -141,6 +141,55 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         assert "tensorwire: error:" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("raised", "code", "err"),
+    [
+        (
+            RuntimeError("boom"),
+            3,
+            "tensorwire: internal error: RuntimeError: boom (run with --debug for the traceback)\n",
+        ),
+        (KeyboardInterrupt(), 130, "tensorwire: interrupted\n"),
+        (BrokenPipeError(), 141, ""),
+    ],
+)
+def test_failures_exit_with_their_code_and_no_traceback(
+    raised: BaseException, code: int, err: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tensorwire.cli
+
+    def fail(args: object) -> int:
+        raise raised
+
+    monkeypatch.setattr(tensorwire.cli, "_schemas", fail)
+    assert main(["schemas"]) == code
+    assert capsys.readouterr().err == err
+    if code == 3:
+        assert main(["--debug", "schemas"]) == 3
+        shown = capsys.readouterr().err
+        assert shown.startswith("Traceback (most recent call last):") and shown.endswith("RuntimeError: boom\n")
+
+
+def test_a_closed_pipe_ends_the_output_quietly() -> None:
+    import os
+
+    script = "import sys; from tensorwire.cli import main; sys.exit(main())"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line (as with `| head` once it has enough)
+    try:
+        writer = subprocess.run(
+            [sys.executable, "-c", script, "compat", "--list-rules"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert (writer.returncode, writer.stderr) == (141, "")
+
+
 def test_console_script_runs() -> None:
     script = Path(sys.executable).parent / "tensorwire"
     result = subprocess.run([str(script), "schemas"], capture_output=True, text=True, timeout=120, check=False)

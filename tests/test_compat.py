@@ -274,6 +274,25 @@ def test_cli_against_a_git_revision(
     assert "TYPE_ADDED" in capsys.readouterr().out
 
 
+def test_cli_against_a_revision_runs_from_any_directory_of_the_repository(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = tmp_path / "repo"
+    write_schemas(repo / "schemas", copy.deepcopy(BASE))
+    (repo / "docs").mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "schemas")
+    for where in (repo / "schemas", repo / "schemas" / "t", repo / "docs"):
+        monkeypatch.chdir(where)
+        assert main(["compat", "--against", "HEAD"]) == 0, capsys.readouterr()
+    monkeypatch.chdir(tmp_path)  # outside any repository, with no schemas/ here
+    assert main(["compat", "--against", "HEAD"]) == 2
+    assert capsys.readouterr().err == (
+        "tensorwire: schema directory schemas does not exist (give DIR, or run in the repository)\n"
+    )
+
+
 def test_cli_transitive_checks_every_earlier_state(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

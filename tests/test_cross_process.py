@@ -185,3 +185,47 @@ def test_a_borrowed_mapping_lives_until_its_last_view_dies() -> None:
         assert not mapped()
     finally:
         gc.enable()
+
+
+def test_cli_shm_ls_prints_a_table_of_our_segments_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tensorwire.cli import main
+    from tensorwire.transports import list_segments
+
+    assert main(["shm", "ls", "--dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "no segments\n"
+    dead, live = f"tw-{_dead_pid()}-" + "b" * 32 + "-1", f"tw-{os.getpid()}-" + "c" * 32 + "-2"
+    (tmp_path / dead).write_bytes(b"x" * 10)
+    (tmp_path / live).write_bytes(b"y" * 4096)
+    os.mkfifo(tmp_path / (f"tw-{os.getpid()}-" + "d" * 32 + "-3"))  # our name, not a file: never opened
+    (tmp_path / (f"tw-{os.getpid()}-" + "e" * 32 + "-4")).symlink_to("/etc/passwd")  # nor followed
+    (tmp_path / "not-ours").write_bytes(b"z")
+    assert main(["shm", "ls", "--dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["name", "creator", "alive", "size", "age", "backing"]
+    rows = sorted(line.split() for line in lines[1:])
+    assert [r[:4] + r[5:] for r in rows] == sorted(
+        [[dead, dead.split("-")[1], "no", "10", "named"], [live, str(os.getpid()), "yes", "4096", "named"]]
+    )
+    assert all(r[4].endswith("s") for r in rows)
+    assert main(["shm", "ls", "--dir", str(tmp_path), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(s["name"], s["alive"], s["size"], s["backing"], s["holders"]) for s in listed] == sorted(
+        [(dead, False, 10, "named", []), (live, True, 4096, "named", [])]
+    )
+    name = f"tw-{os.getpid()}-" + "f" * 32 + "-5"  # a memfd this process holds
+    fd = os.memfd_create(name)
+    try:
+        os.ftruncate(fd, 8192)
+        held = [s for s in list_segments(tmp_path) if s.backing == "memfd" and s.name == name]
+        assert len(held) == 1 and held[0].size == 8192 and os.getpid() in held[0].holders and held[0].alive
+        assert name not in {s.name for s in list_segments(tmp_path, memfds=False)}
+    finally:
+        os.close(fd)
+    assert name not in {s.name for s in list_segments(tmp_path)}
+    assert main(["shm", "reap", "--dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"removed {dead}\n1 segment(s) of dead processes removed\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [live, "not-ours", f"tw-{os.getpid()}-" + "d" * 32 + "-3", f"tw-{os.getpid()}-" + "e" * 32 + "-4"]
+    )

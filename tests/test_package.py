@@ -47,6 +47,8 @@ TRANSPORTS = {
     "InlineTransport",
     "QueueHandle",
     "QueueTransport",
+    "SHM_DIR",
+    "Segment",
     "ShmHandle",
     "ShmTransport",
     "SlotHandle",
@@ -55,6 +57,7 @@ TRANSPORTS = {
     "available",
     "by_name",
     "held_memfds",
+    "list_segments",
     "our_segments",
     "reap",
 }

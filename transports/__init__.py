@@ -7,12 +7,12 @@ that installed distributions declare under the ``tensorwire.transports`` entry-p
 
 from importlib import metadata
 
-from tensorwire.transports._reaper import held_memfds
+from tensorwire.transports._reaper import Segment, held_memfds, list_segments
 from tensorwire.transports.base import Handle, Transport
 from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime
 from tensorwire.transports.cuda_shm import CudaShmTransport
 from tensorwire.transports.inline import InlineHandle, InlineTransport
-from tensorwire.transports.shm import ShmHandle, ShmTransport, SlotHandle, our_segments, reap
+from tensorwire.transports.shm import SHM_DIR, ShmHandle, ShmTransport, SlotHandle, our_segments, reap
 from tensorwire.transports.torch_queue import QueueHandle, QueueTransport
 
 __all__ = [
@@ -25,6 +25,8 @@ __all__ = [
     "InlineTransport",
     "QueueHandle",
     "QueueTransport",
+    "SHM_DIR",
+    "Segment",
     "ShmHandle",
     "ShmTransport",
     "SlotHandle",
@@ -33,6 +35,7 @@ __all__ = [
     "available",
     "by_name",
     "held_memfds",
+    "list_segments",
     "our_segments",
     "reap",
 ]

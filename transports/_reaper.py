@@ -14,12 +14,24 @@ import re
 import secrets
 import stat
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tensorwire.transports._pool import alive
 from tensorwire.transports._segment import valid_pid
 
-__all__ = ["NAME", "SHM_DIR", "creator_pid", "held_memfds", "next_name", "our_segments", "reap"]
+__all__ = [
+    "NAME",
+    "SHM_DIR",
+    "Segment",
+    "creator_pid",
+    "held_memfds",
+    "list_segments",
+    "next_name",
+    "our_segments",
+    "reap",
+]
 
 SHM_DIR = Path("/dev/shm")
 NAME = re.compile(r"tw-([1-9][0-9]{0,9})-([0-9a-f]{32})-([0-9a-f]{1,16})")
@@ -83,6 +95,72 @@ def held_memfds(holder: int | str = "self") -> set[str]:
         pass
     names = (link[len(_MEMFD) :].removesuffix(" (deleted)") for link in links if link.startswith(_MEMFD))
     return {name for name in names if NAME.fullmatch(name)}
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One tensorwire segment of this uid: a named file, or a memfd some process of ours holds."""
+
+    name: str
+    creator: int  # the pid its name says created it
+    alive: bool  # whether that process exists
+    size: int | None  # bytes (None where it cannot be read)
+    age: float | None  # seconds since it was last written (None where it cannot be read)
+    backing: str  # "named" or "memfd"
+    holders: tuple[int, ...] = ()  # the pids holding a memfd
+
+
+def list_segments(directory: str | os.PathLike[str] = SHM_DIR, *, memfds: bool = True) -> list[Segment]:
+    """This uid's segments: the regular files of ``directory`` named like ours (never opened, never
+    followed), and with ``memfds`` the memfds this uid's processes hold; sorted by name."""
+    now = time.time()
+    me = os.geteuid()
+    found: list[Segment] = []
+    root = Path(directory)
+    for name in our_segments(root):
+        try:
+            info = os.lstat(root / name)
+        except OSError:
+            continue  # gone meanwhile
+        if stat.S_ISREG(info.st_mode) and info.st_uid == me:
+            pid = creator_pid(name)
+            found.append(Segment(name, pid, alive(pid), info.st_size, max(0.0, now - info.st_mtime), "named"))
+    if memfds:
+        found += _memfds(now, me)
+    return sorted(found, key=lambda s: (s.name, s.backing))
+
+
+def _memfds(now: float, me: int) -> list[Segment]:
+    """The tensorwire memfds held by processes of uid ``me``, each once with every holder."""
+    holders: dict[str, list[int]] = {}
+    sizes: dict[str, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != me:
+                continue
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            fds = []
+        for name in held_memfds(int(entry)):
+            holders.setdefault(name, []).append(int(entry))
+        for fd in fds:  # sizes from the open descriptors (a mapping alone does not say)
+            try:
+                link = os.readlink(f"/proc/{entry}/fd/{fd}")
+                if link.startswith(_MEMFD):
+                    name = link[len(_MEMFD) :].removesuffix(" (deleted)")
+                    info = os.stat(f"/proc/{entry}/fd/{fd}")
+                    sizes.setdefault(name, (info.st_size, info.st_mtime))
+            except OSError:
+                continue
+    out = []
+    for name, pids in holders.items():
+        pid = creator_pid(name)
+        known = sizes.get(name)
+        size, age = (None, None) if known is None else (known[0], max(0.0, now - known[1]))
+        out.append(Segment(name, pid, alive(pid), size, age, "memfd", tuple(sorted(pids))))
+    return out
 
 
 def _reapable(directory: Path, name: str) -> bool:

@@ -12,7 +12,10 @@ __all__ = ["checkout_schemas", "history", "temporary_dir"]
 
 
 def _git(cwd: Path, *args: str) -> str:
-    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    try:
+        result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    except OSError as exc:  # no such directory, or no git
+        raise CompatError(f"cannot run git in {cwd}: {exc.strerror}") from None
     if result.returncode != 0:
         raise CompatError(result.stderr.strip() or f"git {' '.join(args)} failed")
     return result.stdout
@@ -27,6 +30,8 @@ def _fetch_hint(rev: str) -> str:
 
 def checkout_schemas(schema_dir: Path, rev: str, into: Path) -> Path | None:
     """Write ``schema_dir`` as of ``rev`` under ``into``; None if it did not exist at ``rev``."""
+    if not schema_dir.is_dir():
+        raise CompatError(f"schema directory {schema_dir} does not exist (give DIR, or run in the repository)")
     schema_dir = schema_dir.resolve()
     try:
         top = Path(_git(schema_dir, "rev-parse", "--show-toplevel").strip())
@@ -53,6 +58,8 @@ def checkout_schemas(schema_dir: Path, rev: str, into: Path) -> Path | None:
 
 def history(schema_dir: Path, rev: str, limit: int = 100) -> list[str]:
     """Commits reachable from ``rev`` (first parents, newest first) that changed ``schema_dir``."""
+    if not schema_dir.is_dir():
+        raise CompatError(f"schema directory {schema_dir} does not exist (give DIR, or run in the repository)")
     schema_dir = schema_dir.resolve()
     top = Path(_git(schema_dir, "rev-parse", "--show-toplevel").strip())
     try:
