@@ -9,15 +9,21 @@ invalid input (a schema, a blob, a revision); 3 an internal error, printed on on
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import subprocess
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tensorwire._version import __version__
+from tensorwire.config import CONFIG_FILE, CompatIgnore, Config, ConfigError, find_config
 from tensorwire.errors import CompatError, DecodeError, SchemaError
+
+if TYPE_CHECKING:
+    from tensorwire.compat import Finding
 
 __all__ = ["main"]
 
@@ -40,23 +46,26 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gen = sub.add_parser("gen", help="generate Python types from a schema directory")
-    gen.add_argument("dir", nargs="?", type=Path, default=DEFAULT_SCHEMAS, help="schema directory (default: schemas)")
-    gen.add_argument("-o", "--out", type=Path, required=True, help="output package directory (e.g. mypkg/messages)")
+    gen.add_argument("dir", nargs="?", type=Path, help="schema directory (default: the config's schemas, or schemas)")
+    gen.add_argument("-o", "--out", type=Path, help="output package directory (default: the config's out)")
     gen.add_argument(
         "--registry",
-        default="__init__",
         metavar="MODULE",
-        help="module of the output package that holds REGISTRY (default: __init__)",
+        help="module of the output package that holds REGISTRY (default: the config's registry, or __init__)",
     )
     gen.add_argument("--check", action="store_true", help="regenerate in memory; print a diff and exit 1 on drift")
     schemas = sub.add_parser("schemas", help="list types, versions and fingerprints")
-    schemas.add_argument("dir", nargs="?", type=Path, help="schema directory (default: the built-in schemas)")
+    schemas.add_argument(
+        "dir", nargs="?", type=Path, help="schema directory (default: the config's schemas, or the built-in ones)"
+    )
     schemas.add_argument("--meta", action="store_true", help="print the meta-schema (for editors) instead")
     compat = sub.add_parser("compat", help="check a schema change for old readers and old writers")
     compat.add_argument("dirs", nargs="*", type=Path, help="OLD_DIR NEW_DIR, or with --against REV: [DIR]")
     compat.add_argument("--against", metavar="REV", help="read the old schemas from git (origin/main, a tag, a SHA)")
-    compat.add_argument("--mode", choices=["backward", "forward", "full", "none"], default="full")
-    compat.add_argument("--fail-on", choices=["error", "warning"], default="error")
+    compat.add_argument(
+        "--mode", choices=["backward", "forward", "full", "none"], help="default: the config's, or full"
+    )
+    compat.add_argument("--fail-on", choices=["error", "warning"], help="default: the config's, or error")
     compat.add_argument("--format", choices=["text", "json", "github"], default="text")
     compat.add_argument(
         "--transitive", action="store_true", help="with --against: check every earlier state of DIR, not just REV"
@@ -66,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     golden = sub.add_parser("golden", help="golden wire fixtures")
     golden_sub = golden.add_subparsers(dest="golden_command", required=True, parser_class=_Parser)
     record = golden_sub.add_parser("record", help="write fixtures for every type version that has none yet")
-    record.add_argument("--dir", type=Path, default=Path("tests/golden"), help="fixture root (default: tests/golden)")
+    record.add_argument("--dir", type=Path, help="fixture root (default: the config's golden, or tests/golden)")
     sub.add_parser("demo", help="send a diffusion result from a producer process through shared memory")
     inspect = sub.add_parser("inspect", help="print a joined message blob's header as JSON")
     inspect.add_argument("file", type=Path, help="a blob written by codec.join(frames)")
@@ -85,9 +94,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _config() -> Config | None:
+    """The configuration of the current directory (``tensorwire.config``), if any."""
+    return find_config()
+
+
 def _gen(args: argparse.Namespace) -> int:
     from tensorwire.gen import check, generate
 
+    config = _config()
+    args.dir = args.dir or (config.schemas if config and config.schemas else DEFAULT_SCHEMAS)
+    args.out = args.out or (config.out if config else None)
+    args.registry = args.registry or (config.registry if config and config.registry else "__init__")
+    if args.out is None:
+        print(
+            f"tensorwire: gen needs -o OUT, the package to write (or out = ... in {CONFIG_FILE} or "
+            "[tool.tensorwire] of pyproject.toml)",
+            file=sys.stderr,
+        )
+        return 2
+    if not args.out.is_absolute() and args.out.parts[:1] == ("tensorwire",):
+        print(f"tensorwire: gen will not write {args.out}: a package of that name hides tensorwire", file=sys.stderr)
+        return 2
     try:
         if args.check:
             diff = check(args.dir, args.out, args.registry)
@@ -122,7 +150,9 @@ def _schemas(args: argparse.Namespace) -> int:
     from tensorwire.schema import load_dir
 
     # straight from the schemas (the built-in ones by default): no classes built, no torch imported
-    messages = load_dir(SCHEMA_DIR if args.dir is None else args.dir).messages
+    config = _config()
+    default = config.schemas if config and config.schemas else SCHEMA_DIR
+    messages = load_dir(default if args.dir is None else args.dir).messages
     infos = sorted(
         (TypeInfo(m.type_id, m.version, m.fingerprint) for m in messages), key=lambda i: (i.type_id, i.version)
     )
@@ -149,6 +179,13 @@ def _compat(args: argparse.Namespace) -> int:
             return 2
         print(f"{rule.id} ({rule.severity}, breaks {rule.side}): {rule.purpose}")
         return 0
+    config = _config()
+    args.mode = args.mode or (config.mode if config and config.mode else "full")
+    args.fail_on = args.fail_on or (config.fail_on if config and config.fail_on else "error")
+    ignores = config.ignore if config else ()
+    for entry in ignores:
+        if entry.rule not in RULES:
+            raise ConfigError(f"{config.path if config else ''}: compat.ignore: unknown rule {entry.rule!r}")
     if args.against:
         if len(args.dirs) > 1:
             print("tensorwire: compat --against REV takes at most one DIR", file=sys.stderr)
@@ -171,10 +208,19 @@ def _compat(args: argparse.Namespace) -> int:
             print("tensorwire: --transitive needs --against REV (the history to walk)", file=sys.stderr)
             return 2
         findings = compare(load_dir(args.dirs[0]), load_dir(args.dirs[1]), args.mode)
+    findings = [_ignored(f, ignores) for f in findings]
     text = render(findings, args.format)
     if text:
         print(text)
     return exit_code(findings, args.fail_on)
+
+
+def _ignored(finding: Finding, ignores: tuple[CompatIgnore, ...]) -> Finding:
+    """``finding`` accepted by the first config ignore that matches its rule (and type), if any."""
+    for entry in ignores:
+        if entry.rule == finding.rule and entry.type in (None, finding.type_id) and finding.suppressed is None:
+            return dataclasses.replace(finding, severity="info", suppressed=entry.reason)
+    return finding
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -240,8 +286,11 @@ def _bench(rest: list[str]) -> int:
 
 
 def _default_schemas() -> Path:
-    """``schemas`` of the current directory, else of the git repository it is in (so that
-    ``compat`` runs from any directory of the repository)."""
+    """The config's schema directory, else ``schemas`` of the current directory, else of the git
+    repository it is in (so that ``compat`` runs from any directory of the repository)."""
+    config = _config()
+    if config is not None and config.schemas is not None:
+        return config.schemas
     if DEFAULT_SCHEMAS.is_dir():
         return DEFAULT_SCHEMAS
     try:
@@ -307,6 +356,8 @@ def _main(words: list[str]) -> int:
             from tensorwire.builtins.golden import cases
             from tensorwire.golden import record
 
+            config = _config()
+            args.dir = args.dir or (config.golden if config and config.golden else Path("tests/golden"))
             try:
                 written = record(args.dir, cases())
             except ValueError as exc:
@@ -319,7 +370,7 @@ def _main(words: list[str]) -> int:
         if args.command == "shm":
             return _shm(args)
         return _schemas(args)
-    except (SchemaError, DecodeError, CompatError) as exc:
+    except (SchemaError, DecodeError, CompatError, ConfigError) as exc:
         print(f"tensorwire: {exc}", file=sys.stderr)
         return 2
 

@@ -35,9 +35,20 @@ def test_each_rule_fires_on_its_change(tmp_path: Path, rule_id: str, change: Cal
     fired = {f.rule for f in findings}
     assert rule_id in fired, [(f.rule, f.message) for f in findings]
     finding = next(f for f in findings if f.rule == rule_id)
-    assert finding.side == RULES[rule_id].side and finding.severity == RULES[rule_id].severity
+    assert finding.side == _side(finding, findings) and finding.severity == RULES[rule_id].severity
     if RULES[rule_id].severity == "error" and finding.type_id == "t.Thing" and finding.version == 1:
         assert "VERSION_NOT_BUMPED" in fired
+
+
+def _side(finding: Any, findings: list[Any]) -> str:
+    """The side a finding must name: its rule's, but VERSION_NOT_BUMPED names what its type's
+    breaking changes break."""
+    if finding.rule != "VERSION_NOT_BUMPED":
+        return RULES[finding.rule].side
+    broken = {
+        f.side for f in findings if f.severity == "error" and f.rule != finding.rule and f.type_id == finding.type_id
+    }
+    return "both" if "both" in broken or len(broken) == 2 else broken.pop()
 
 
 FIXTURES = sorted(p for p in (Path(__file__).parent / "compat").iterdir() if p.is_dir())
@@ -48,7 +59,7 @@ def test_every_fixture_pair_fires_its_rule(pair: Path) -> None:
     findings = compare(load_dir(pair / "old"), load_dir(pair / "new"), "full")
     matching = [f for f in findings if f.rule == pair.name]
     assert matching, [(f.rule, f.message) for f in findings]
-    assert matching[0].side == RULES[pair.name].side and matching[0].severity == RULES[pair.name].severity
+    assert matching[0].side == _side(matching[0], findings) and matching[0].severity == RULES[pair.name].severity
 
 
 def test_there_is_a_fixture_pair_for_every_rule_and_they_are_current(tmp_path: Path) -> None:
@@ -109,6 +120,52 @@ def test_a_suppression_needs_a_reason(tmp_path: Path) -> None:
 
 
 # -- behaviour: what the rules predict is what decoding does --------------------------------------
+
+
+def test_an_unbumped_version_names_the_side_its_changes_break(tmp_path: Path) -> None:
+    def removed_member(d: dict[str, Any]) -> None:  # breaks old writers only
+        d["t/Thing.v1.json"]["$defs"]["Mode"]["enum"].pop()
+
+    def both(d: dict[str, Any]) -> None:  # and a new required field breaks old writers, a deleted one old readers
+        removed_member(d)
+        del d["t/Thing.v1.json"]["properties"]["ratio"]
+        d["t/Thing.v1.json"]["required"].remove("ratio")
+
+    for change, side, text in ((removed_member, "old writers", "1 breaking"), (both, "both", "2 breaking")):
+        old, new = _dirs(tmp_path / side, change)
+        bumped = [f for f in compare(old, new, "full") if f.rule == "VERSION_NOT_BUMPED"]
+        assert [(f.side, f.message.split(" change")[0]) for f in bumped] == [(side, f"t.Thing v1 has {text}")]
+
+
+def test_reordering_or_reformatting_a_file_is_no_change_and_a_description_is_documentation(tmp_path: Path) -> None:
+    def reorder(d: dict[str, Any]) -> None:
+        thing = d["t/Thing.v1.json"]
+        thing["properties"]["image"]["x-tensor"]["dtypes"].reverse()
+        thing["properties"] = dict(reversed(list(thing["properties"].items())))
+        d["t/Thing.v1.json"] = dict(reversed(list(thing.items())))
+
+    old, new = _dirs(tmp_path / "a", reorder)
+    assert compare(old, new, "full") == []
+    old, new = _dirs(tmp_path / "b", lambda d: d["t/Thing.v1.json"]["properties"]["name"].update(title="Name"))
+    assert [(f.rule, f.message) for f in compare(old, new, "full")] == [
+        ("DOC_CHANGED", "t.Thing v1: documentation changed")
+    ]
+
+
+def test_a_new_major_version_says_whether_it_replaced_the_old_one(tmp_path: Path) -> None:
+    v2 = {**_variant("t.A", "a"), "x-version": 2}
+    old, new = _dirs(tmp_path / "beside", lambda d: d.update({"t/A.v2.json": v2}))
+    added = [f.message for f in compare(old, new, "full") if f.rule == "MAJOR_VERSION_ADDED"]
+    assert added == ["t.A v2 added beside v1"]
+    c1, c2 = _variant("t.C", "c"), {**_variant("t.C", "c"), "x-version": 2}  # a type nothing else refers to
+    c2["properties"] = {**c2["properties"], "extra": {"type": "integer", "default": 0}}  # not a renamed twin
+    old = load_dir(write_schemas(tmp_path / "instead" / "old", {**copy.deepcopy(BASE), "t/C.v1.json": c1}))
+    new = load_dir(write_schemas(tmp_path / "instead" / "new", {**copy.deepcopy(BASE), "t/C.v2.json": c2}))
+    findings = compare(old, new, "full")
+    assert [f.message for f in findings if f.rule == "MAJOR_VERSION_ADDED"] == [
+        "t.C v2 added in place of v1, which was removed"
+    ]
+    assert [f.message for f in findings if f.rule == "TYPE_DELETED"] == ["t.C v1 was removed"]
 
 
 def _registry(root: Path, docs: dict[str, Any]) -> tw.Registry:

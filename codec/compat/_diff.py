@@ -444,10 +444,12 @@ def compare(old: SchemaSet, new: SchemaSet, mode: str = "full") -> list[Finding]
             continue
         walk = _Walk(old, new, None, new_by[key])
         known = [v for (t, v) in old_by if t == key[0]]
+        kept = [v for v in known if (key[0], v) in new_by]
         if known:
+            beside = f"beside v{max(kept)}" if kept else f"in place of v{max(known)}, which was removed"
             walk.emit(
                 "MAJOR_VERSION_ADDED",
-                f"{key[0]} v{key[1]} added beside v{max(known)}",
+                f"{key[0]} v{key[1]} added {beside}",
                 "",
                 None,
                 (new_by[key].path, ""),
@@ -484,7 +486,9 @@ def compare(old: SchemaSet, new: SchemaSet, mode: str = "full") -> list[Finding]
                 (a.path, "/x-version"),
                 (b.path, "/x-version"),
             )
-            type_findings += walk.findings
+            broken = {f.side for f in breaking}  # the side(s) its changes break, not always both
+            side = BOTH if BOTH in broken or {READERS, WRITERS} <= broken else broken.pop()
+            type_findings += [replace(f, side=side) for f in walk.findings]
         elif not type_findings and a.fingerprint == b.fingerprint and _docs(old, a) != _docs(new, b):
             walk.findings = []
             walk.emit("DOC_CHANGED", f"{key[0]} v{key[1]}: documentation changed", "", (a.path, ""), (b.path, ""))
@@ -506,9 +510,30 @@ def compare_transitive(olds: list[SchemaSet], new: SchemaSet, mode: str = "full"
     return out
 
 
+_DOC_KEYWORDS = frozenset({"title", "description", "$comment", "examples", "deprecated", "readOnly", "writeOnly"})
+_NAME_MAPS = frozenset({"properties", "$defs"})  # their keys are names, not keywords
+
+
 def _docs(schemas: SchemaSet, message: Message) -> str:
+    """The documentation of a message's file (every doc keyword by pointer), without its layout:
+    reordered keys, lists the wire reads as sets and formatting are not documentation."""
     file = schemas.sources.get(message.path)
-    return file.text if file is not None else ""
+    found: list[tuple[str, str]] = []
+
+    def walk(node: Any, pointer: str, names: bool) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                here = join_pointer(pointer, key)
+                if not names and key in _DOC_KEYWORDS:
+                    found.append((here, json.dumps(value, sort_keys=True)))
+                else:
+                    walk(value, here, not names and key in _NAME_MAPS)
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, join_pointer(pointer, i), False)
+
+    walk(file.data if file is not None else None, "", False)
+    return json.dumps(sorted(found))
 
 
 def reader_accepts(reader: SchemaSet, writer: SchemaSet) -> list[Finding]:

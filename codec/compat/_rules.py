@@ -38,7 +38,11 @@ _CATALOGUE = [
     ),
     Rule("VERSION_DECREASED", BOTH, "error", "the newest major version of a type went down"),
     Rule(
-        "VERSION_NOT_BUMPED", BOTH, "error", "a breaking change inside one major version; add Name.v<N+1>.json instead"
+        "VERSION_NOT_BUMPED",
+        BOTH,
+        "error",
+        "a breaking change inside one major version; add Name.v<N+1>.json instead (a finding names the side "
+        "its type's changes break)",
     ),
     Rule("DOC_CHANGED", NONE, "info", "only descriptions or titles changed; the wire is the same"),
     # fields

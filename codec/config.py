@@ -1,0 +1,154 @@
+"""The project's configuration: ``tensorwire.toml``, or ``[tool.tensorwire]`` in ``pyproject.toml``.
+
+Found from the current directory upwards (the first directory with either file; there
+``tensorwire.toml`` wins). Paths are relative to that file's directory. Every key is optional::
+
+    schemas = "schemas"              # the schema directory (gen, schemas, compat)
+    out = "mypkg/messages"           # the generated package (gen)
+    registry = "__init__"            # the module of ``out`` that holds REGISTRY (gen)
+    golden = "tests/golden"          # the golden fixture directory (golden record)
+
+    [compat]                         # ([tool.tensorwire.compat] in pyproject.toml)
+    mode = "full"                    # backward, forward, full, none
+    fail-on = "error"                # error, warning
+    ignore = [{rule = "FIELD_DELETED", type = "t.Thing", reason = "no reader left"}]
+
+Command-line flags override the file. An unknown key, a value of the wrong type or an ignore
+without a reason is a ``ConfigError`` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tensorwire.errors import CodecError
+
+__all__ = ["CONFIG_FILE", "CompatIgnore", "Config", "ConfigError", "find_config", "load_config"]
+
+CONFIG_FILE = "tensorwire.toml"
+_MODES = ("backward", "forward", "full", "none")
+_FAIL_ON = ("error", "warning")
+
+
+class ConfigError(CodecError, ValueError):
+    """The configuration file is invalid (names the file and the key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompatIgnore:
+    """A compat finding to accept: its rule, optionally only for one type id, and why."""
+
+    rule: str
+    reason: str
+    type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """What the file says (paths made absolute); None where it says nothing."""
+
+    path: Path
+    schemas: Path | None = None
+    out: Path | None = None
+    registry: str | None = None
+    golden: Path | None = None
+    mode: str | None = None
+    fail_on: str | None = None
+    ignore: tuple[CompatIgnore, ...] = field(default=())
+
+
+def find_config(start: Path | None = None) -> Config | None:
+    """The configuration of ``start`` (default: the current directory) or its nearest parent that has one."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        own = directory / CONFIG_FILE
+        if own.is_file():
+            return load_config(own)
+        project = directory / "pyproject.toml"
+        if project.is_file():
+            config = load_config(project)
+            if config is not None:
+                return config
+    return None
+
+
+def load_config(path: Path) -> Config | None:
+    """The configuration in ``path`` (None for a ``pyproject.toml`` without ``[tool.tensorwire]``)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc}") from None
+    table: Any = data
+    where = ""
+    if path.name == "pyproject.toml":
+        table = data.get("tool", {}).get("tensorwire") if isinstance(data.get("tool"), dict) else None
+        if table is None:
+            return None
+        where = "tool.tensorwire."
+    reader = _Reader(path, where)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [{where.rstrip('.') or 'top level'}] must be a table")
+    reader.known(table, ("schemas", "out", "registry", "golden", "compat"), "")
+    compat = table.get("compat", {})
+    if not isinstance(compat, dict):
+        raise ConfigError(f"{path}: {where}compat must be a table")
+    reader.known(compat, ("mode", "fail-on", "ignore"), "compat.")
+    return Config(
+        path=path,
+        schemas=reader.path(table, "schemas"),
+        out=reader.path(table, "out"),
+        registry=reader.text(table, "registry"),
+        golden=reader.path(table, "golden"),
+        mode=reader.choice(compat, "mode", _MODES, "compat."),
+        fail_on=reader.choice(compat, "fail-on", _FAIL_ON, "compat."),
+        ignore=reader.ignores(compat.get("ignore", [])),
+    )
+
+
+class _Reader:
+    """Typed reads of one file's keys, each error naming the file and the key."""
+
+    def __init__(self, path: Path, where: str) -> None:
+        self.file, self.where = path, where
+
+    def error(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.file}: {self.where}{key}: {problem}")
+
+    def known(self, table: dict[str, Any], keys: tuple[str, ...], prefix: str) -> None:
+        for key in table:
+            if key not in keys:
+                raise self.error(f"{prefix}{key}", f"unknown key; known: {', '.join(keys)}")
+
+    def text(self, table: dict[str, Any], key: str, prefix: str = "") -> str | None:
+        value = table.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise self.error(f"{prefix}{key}", f"expected a non-empty string, got {value!r}")
+        return value
+
+    def path(self, table: dict[str, Any], key: str) -> Path | None:
+        value = self.text(table, key)
+        return None if value is None else self.file.parent / value
+
+    def choice(self, table: dict[str, Any], key: str, options: tuple[str, ...], prefix: str) -> str | None:
+        value = self.text(table, key, prefix)
+        if value is not None and value not in options:
+            raise self.error(f"{prefix}{key}", f"expected one of {', '.join(options)}, got {value!r}")
+        return value
+
+    def ignores(self, entries: Any) -> tuple[CompatIgnore, ...]:
+        if not isinstance(entries, list):
+            raise self.error("compat.ignore", f"expected an array of tables, got {entries!r}")
+        out = []
+        for i, entry in enumerate(entries):
+            key = f"compat.ignore[{i}]"
+            if not isinstance(entry, dict):
+                raise self.error(key, f"expected a table {{rule, reason[, type]}}, got {entry!r}")
+            self.known(entry, ("rule", "reason", "type"), f"{key}.")
+            rule, reason = self.text(entry, "rule", f"{key}."), self.text(entry, "reason", f"{key}.")
+            if rule is None or reason is None:
+                raise self.error(key, "needs a rule and a reason (why the break is accepted)")
+            out.append(CompatIgnore(rule, reason, self.text(entry, "type", f"{key}.")))
+        return tuple(out)

@@ -1,0 +1,130 @@
+"""The configuration file (``tensorwire.toml`` or ``[tool.tensorwire]``): found upwards, read by every
+subcommand, overridden by flags, and precise about what is wrong in it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from compat_cases import BASE
+from conftest import write_schemas
+
+from tensorwire.cli import main
+from tensorwire.config import CompatIgnore, ConfigError, find_config, load_config
+
+CONFIG = """
+schemas = "defs"
+out = "pkg/messages"
+registry = "registry"
+golden = "fixtures"
+
+[compat]
+mode = "backward"
+fail-on = "warning"
+"""
+
+
+def _project(root: Path, config: str, name: str = "tensorwire.toml") -> Path:
+    write_schemas(root / "defs", copy.deepcopy(BASE))
+    (root / "sub" / "deeper").mkdir(parents=True)
+    (root / name).write_text(config)
+    return root
+
+
+def test_every_key_is_read_with_paths_relative_to_the_file(tmp_path: Path) -> None:
+    root = _project(tmp_path, CONFIG + 'ignore = [{rule = "FIELD_DELETED", type = "t.Thing", reason = "gone"}]\n')
+    config = find_config(root / "sub" / "deeper")
+    assert config is not None and config.path == root / "tensorwire.toml"
+    assert (config.schemas, config.out, config.golden) == (root / "defs", root / "pkg/messages", root / "fixtures")
+    assert (config.registry, config.mode, config.fail_on) == ("registry", "backward", "warning")
+    assert config.ignore == (CompatIgnore("FIELD_DELETED", "gone", "t.Thing"),)
+    assert find_config(tmp_path.parent) is None or find_config(tmp_path.parent) != config
+
+
+def test_pyproject_s_table_is_read_and_tensorwire_toml_wins_beside_it(tmp_path: Path) -> None:
+    root = _project(tmp_path, "[project]\nname = 'x'\n[tool.tensorwire]\nout = 'from_pyproject'\n", "pyproject.toml")
+    config = find_config(root / "sub")
+    assert config is not None and config.out == root / "from_pyproject" and config.path.name == "pyproject.toml"
+    (root / "tensorwire.toml").write_text("out = 'from_own_file'\n")
+    config = find_config(root)
+    assert config is not None and config.out == root / "from_own_file"
+    (root / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    assert load_config(root / "pyproject.toml") is None  # a pyproject without the table says nothing
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("outt = 'x'\n", "outt: unknown key; known: schemas, out, registry, golden, compat"),
+        ("out = 3\n", "out: expected a non-empty string, got 3"),
+        ("[compat]\nmode = 'sideways'\n", "compat.mode: expected one of backward, forward, full, none, got 'sideways'"),
+        ("[compat]\nignore = [{rule = 'FIELD_DELETED'}]\n", "compat.ignore[0]: needs a rule and a reason"),
+        ("[compat]\nignore = [{rule = 'X', reason = 'r', why = 1}]\n", "compat.ignore[0].why: unknown key"),
+        ("out = \n", "cannot read it: "),
+    ],
+)
+def test_a_bad_file_names_itself_and_the_key(tmp_path: Path, text: str, error: str) -> None:
+    (tmp_path / "tensorwire.toml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        find_config(tmp_path)
+    assert str(info.value).startswith(f"{tmp_path / 'tensorwire.toml'}: ") and error in str(info.value)
+
+
+def test_gen_and_schemas_follow_the_file_and_flags_override_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _project(tmp_path, CONFIG)
+    monkeypatch.chdir(root / "sub" / "deeper")
+    assert main(["gen"]) == 0
+    assert sorted(p.name for p in (root / "pkg" / "messages").glob("*.py")) == ["registry.py", "t.py"]
+    assert main(["gen", "--check"]) == 0
+    assert main(["gen", "-o", str(root / "other")]) == 0  # a flag wins over the file
+    assert (root / "other" / "registry.py").exists()
+    capsys.readouterr()
+    assert main(["schemas"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]] == ["t.A", "t.B", "t.Thing"]
+
+
+def test_gen_without_an_output_refuses_and_never_hides_tensorwire(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_schemas(tmp_path / "schemas", copy.deepcopy(BASE))
+    monkeypatch.chdir(tmp_path)
+    assert main(["gen"]) == 2
+    assert "tensorwire: gen needs -o OUT, the package to write (or out = ... in tensorwire.toml" in (
+        capsys.readouterr().err
+    )
+    assert main(["gen", "-o", "tensorwire/messages"]) == 2
+    assert "a package of that name hides tensorwire" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [tmp_path / "schemas"]  # nothing written
+
+
+def test_compat_takes_its_mode_threshold_and_ignores_from_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _project(tmp_path, "schemas = 'defs'\n[compat]\nmode = 'forward'\n")
+    new = copy.deepcopy(BASE)
+    del new["t/Thing.v1.json"]["properties"]["ratio"]  # breaks old readers (forward) only
+    new["t/Thing.v1.json"]["required"].remove("ratio")
+    write_schemas(root / "new", new)
+    monkeypatch.chdir(root)
+    assert main(["compat", "defs", "new"]) == 1
+    assert main(["compat", "defs", "new", "--mode", "backward"]) == 0  # the flag wins
+    capsys.readouterr()
+    (root / "tensorwire.toml").write_text(
+        "[compat]\nmode = 'forward'\nignore = [{rule = 'FIELD_DELETED', reason = 'no v1 reader is left'},"
+        " {rule = 'VERSION_NOT_BUMPED', type = 't.Thing', reason = 'same'}]\n"
+    )
+    assert main(["compat", "defs", "new", "--format", "json"]) == 0
+    found = {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert (
+        found["FIELD_DELETED"]["suppressed"] == "no v1 reader is left" and found["FIELD_DELETED"]["severity"] == "info"
+    )
+    (root / "tensorwire.toml").write_text("[compat]\nignore = [{rule = 'NO_SUCH_RULE', reason = 'r'}]\n")
+    assert main(["compat", "defs", "new"]) == 2
+    assert "compat.ignore: unknown rule 'NO_SUCH_RULE'" in capsys.readouterr().err
+    (root / "tensorwire.toml").write_text("[compat]\nfail-on = 3\n")
+    assert main(["compat", "defs", "new"]) == 2
+    assert "compat.fail-on: expected a non-empty string, got 3" in capsys.readouterr().err
