@@ -30,15 +30,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy "$$($(PY) -c 'import os, tensorwire; print(os.path.dirname(tensorwire.__file__))')" tools
 
-# The built-in types: schemas/ -> tensorwire.builtins (its REGISTRY in builtins/registry.py; the
-# package's __init__ is written by hand, so that importing it needs no torch).
-GEN_ARGS := schemas -o codec/builtins --registry registry
-
+# The built-in types: schemas/ -> tensorwire.builtins, as [tool.tensorwire] in pyproject.toml says.
 gen: $(STAMP)
-	$(BIN)/tensorwire gen $(GEN_ARGS)
+	$(BIN)/tensorwire gen
 
 gen-check: $(STAMP)
-	$(BIN)/tensorwire gen --check $(GEN_ARGS)
+	$(BIN)/tensorwire gen --check
 
 # The schemas of this commit against the previous commit's (when git history is there).
 compat-check: $(STAMP)

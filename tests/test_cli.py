@@ -17,6 +17,18 @@ from tensorwire.cli import main
 from tensorwire.schema import meta_schema_text
 
 
+@pytest.fixture(autouse=True)
+def _outside_the_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run each command where no configuration applies (the repository's own says where the
+    built-ins go); the tests name their paths."""
+    monkeypatch.chdir(tmp_path)
+
+
+def test_the_repository_s_configuration_regenerates_the_built_ins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO / "codec")  # found upwards, paths relative to pyproject.toml
+    assert main(["gen", "--check"]) == 0
+
+
 def _copy_project(tmp_path: Path) -> tuple[Path, Path]:
     schemas = tmp_path / "schemas"
     out = tmp_path / "generated"
