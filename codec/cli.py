@@ -252,7 +252,6 @@ def _shm(args: argparse.Namespace) -> int:
         return 0
     segments = list_segments(directory, memfds=args.dir is None)
     if args.json:
-        import dataclasses
         import json
 
         print(json.dumps([dataclasses.asdict(s) for s in segments], indent=2))
