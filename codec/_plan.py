@@ -8,6 +8,7 @@ from typing import Any
 import msgspec.inspect as mi
 
 from tensorwire._body import Checker, needs_prepare
+from tensorwire._type_tree import children
 from tensorwire._wire import prefix
 
 __all__ = ["TypePlan", "type_plan"]
@@ -36,20 +37,6 @@ def type_plan(cls: Any) -> TypePlan:
     )
 
 
-def _children(t: Any) -> list[Any]:
-    if isinstance(t, mi.StructType):
-        return [f.type for f in t.fields]
-    if isinstance(t, mi.UnionType):
-        return list(t.types)
-    if isinstance(t, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
-        return [t.item_type]
-    if isinstance(t, mi.TupleType):
-        return list(t.item_types)
-    if isinstance(t, mi.DictType):
-        return [t.key_type, t.value_type]
-    return []
-
-
 def _holds_custom(t: Any, seen: set[type]) -> bool:
     """Whether a value of ``t`` may hold a custom object (a tensor) or an untyped tree."""
     if isinstance(t, mi.AnyType | mi.CustomType | mi.ExtType):
@@ -58,4 +45,4 @@ def _holds_custom(t: Any, seen: set[type]) -> bool:
         if t.cls in seen:
             return False
         seen.add(t.cls)
-    return any(_holds_custom(c, seen) for c in _children(t))
+    return any(_holds_custom(c, seen) for c in children(t))

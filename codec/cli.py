@@ -182,15 +182,17 @@ def _compat(args: argparse.Namespace) -> int:
     config = _config()
     args.mode = args.mode or (config.mode if config and config.mode else "full")
     args.fail_on = args.fail_on or (config.fail_on if config and config.fail_on else "error")
-    ignores = config.ignore if config else ()
-    for entry in ignores:
-        if entry.rule not in RULES:
-            raise ConfigError(f"{config.path if config else ''}: compat.ignore: unknown rule {entry.rule!r}")
+    ignores: tuple[CompatIgnore, ...] = ()
+    if config is not None:
+        ignores = config.ignore
+        unknown = [entry.rule for entry in ignores if entry.rule not in RULES]
+        if unknown:
+            raise ConfigError(f"{config.path}: compat.ignore: unknown rule {unknown[0]!r}")
     if args.against:
         if len(args.dirs) > 1:
             print("tensorwire: compat --against REV takes at most one DIR", file=sys.stderr)
             return 2
-        new_dir = args.dirs[0] if args.dirs else _default_schemas()
+        new_dir = args.dirs[0] if args.dirs else _default_schemas(config)
         revs = history(new_dir, args.against) if args.transitive else [args.against]
         olds = []
         with temporary_dir() as tmp:
@@ -284,10 +286,9 @@ def _bench(rest: list[str]) -> int:
     return code
 
 
-def _default_schemas() -> Path:
+def _default_schemas(config: Config | None) -> Path:
     """The config's schema directory, else ``schemas`` of the current directory, else of the git
     repository it is in (so that ``compat`` runs from any directory of the repository)."""
-    config = _config()
     if config is not None and config.schemas is not None:
         return config.schemas
     if DEFAULT_SCHEMAS.is_dir():

@@ -14,6 +14,7 @@ from typing import Any, TypeAlias
 
 import msgspec.inspect as mi
 
+from tensorwire._type_tree import children
 from tensorwire.errors import CodecError
 from tensorwire.rules import TypeInfo
 
@@ -116,16 +117,5 @@ def _collect(t: Any, namespace: str, found: dict[str, MessageClass], seen: set[M
         name = rules.type_name if rules is not None else f"{namespace}.{t.cls.__name__}"
         found[name] = t.cls
         namespace = name.rpartition(".")[0]  # its enums are of its own namespace
-        children: list[Any] = [f.type for f in t.fields]
-    elif isinstance(t, mi.UnionType):
-        children = list(t.types)
-    elif isinstance(t, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
-        children = [t.item_type]
-    elif isinstance(t, mi.TupleType):
-        children = list(t.item_types)
-    elif isinstance(t, mi.DictType):
-        children = [t.key_type, t.value_type]
-    else:
-        return
-    for child in children:
+    for child in children(t):
         _collect(child, namespace, found, seen)

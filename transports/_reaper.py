@@ -77,24 +77,34 @@ def creator_pid(name: str) -> int:
 def held_memfds(holder: int | str = "self") -> set[str]:
     """Names of the tensorwire memfds process ``holder`` has open or mapped (empty if it is gone):
     a memfd lives exactly as long as some process holds it."""
+    return set(_held(holder))
+
+
+def _held(holder: int | str) -> dict[str, str | None]:
+    """The tensorwire memfds ``holder`` holds: name -> a ``/proc`` path of one of its descriptors
+    (None for one only mapped), from one read of its descriptors and of its mappings."""
     root = f"/proc/{holder}"
-    links = []
+    found: dict[str, str | None] = {}
     try:
         fds = os.listdir(f"{root}/fd")
     except OSError:
         fds = []
     for fd in fds:
         try:
-            links.append(os.readlink(f"{root}/fd/{fd}"))
+            link = os.readlink(f"{root}/fd/{fd}")
         except OSError:  # closed meanwhile
-            pass
+            continue
+        if link.startswith(_MEMFD):
+            found.setdefault(link[len(_MEMFD) :].removesuffix(" (deleted)"), f"{root}/fd/{fd}")
     try:
         with open(f"{root}/maps", encoding="ascii", errors="replace") as maps:
-            links += [line.split(None, 5)[-1].strip() for line in maps if _MEMFD in line]
+            mapped = [line.split(None, 5)[-1].strip() for line in maps if _MEMFD in line]
     except OSError:
-        pass
-    names = (link[len(_MEMFD) :].removesuffix(" (deleted)") for link in links if link.startswith(_MEMFD))
-    return {name for name in names if NAME.fullmatch(name)}
+        mapped = []
+    for link in mapped:
+        if link.startswith(_MEMFD):
+            found.setdefault(link[len(_MEMFD) :].removesuffix(" (deleted)"), None)
+    return {name: path for name, path in found.items() if NAME.fullmatch(name)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,27 +143,21 @@ def list_segments(directory: str | os.PathLike[str] = SHM_DIR, *, memfds: bool =
 def _memfds(now: float, me: int) -> list[Segment]:
     """The tensorwire memfds held by processes of uid ``me``, each once with every holder."""
     holders: dict[str, list[int]] = {}
-    sizes: dict[str, tuple[int, float]] = {}
+    sizes: dict[str, tuple[int, float]] = {}  # from a descriptor (a mapping alone does not say)
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
         try:
-            if os.stat(f"/proc/{entry}").st_uid != me:
+            if not entry.isdigit() or os.stat(f"/proc/{entry}").st_uid != me:
                 continue
-            fds = os.listdir(f"/proc/{entry}/fd")
         except OSError:
-            fds = []
-        for name in held_memfds(int(entry)):
+            continue  # gone meanwhile
+        for name, path in _held(int(entry)).items():
             holders.setdefault(name, []).append(int(entry))
-        for fd in fds:  # sizes from the open descriptors (a mapping alone does not say)
-            try:
-                link = os.readlink(f"/proc/{entry}/fd/{fd}")
-                if link.startswith(_MEMFD):
-                    name = link[len(_MEMFD) :].removesuffix(" (deleted)")
-                    info = os.stat(f"/proc/{entry}/fd/{fd}")
-                    sizes.setdefault(name, (info.st_size, info.st_mtime))
-            except OSError:
-                continue
+            if path is not None and name not in sizes:
+                try:
+                    info = os.stat(path)
+                except OSError:
+                    continue
+                sizes[name] = (info.st_size, info.st_mtime)
     out = []
     for name, pids in holders.items():
         pid = creator_pid(name)
