@@ -14,11 +14,14 @@ Found from the current directory upwards (the first directory with either file; 
     ignore = [{rule = "FIELD_DELETED", type = "t.Thing", reason = "no reader left"}]
 
 Command-line flags override the file. An unknown key, a value of the wrong type or an ignore
-without a reason is a ``ConfigError`` naming the file and the key.
+without a reason is a ``ConfigError`` naming the file and the key, and so is a file another user
+owns: the search goes up through directories others may write to (``/tmp``), and a planted file
+would choose where ``gen`` writes.
 """
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +91,9 @@ def load_config(path: Path) -> Config | None:
         if table is None:
             return None
         where = "tool.tensorwire."
+    owner = os.stat(path).st_uid
+    if owner != os.geteuid():
+        raise ConfigError(f"{path}: owned by uid {owner}, not by this user: not read (move or remove it)")
     reader = _Reader(path, where)
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [{where.rstrip('.') or 'top level'}] must be a table")

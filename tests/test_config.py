@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,18 @@ def test_compat_takes_its_mode_threshold_and_ignores_from_the_file(
     (root / "tensorwire.toml").write_text("[compat]\nfail-on = 3\n")
     assert main(["compat", "defs", "new"]) == 2
     assert "compat.fail-on: expected a non-empty string, got 3" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_file_another_user_owns_is_refused_not_read(tmp_path: Path) -> None:
+    planted = tmp_path / "tensorwire.toml"
+    planted.write_text("out = '/somewhere/else'\n")
+    os.chown(planted, 54321, -1)
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(ConfigError) as info:
+        find_config(tmp_path / "sub")  # found on the way up, as from a shared /tmp
+    assert str(info.value) == f"{planted}: owned by uid 54321, not by this user: not read (move or remove it)"
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")  # another user's pyproject without
+    os.chown(tmp_path / "pyproject.toml", 54321, -1)  # the table says nothing, so it is no problem
+    planted.unlink()
+    assert find_config(tmp_path) is None
