@@ -36,6 +36,7 @@ BASE: dict[str, Any] = {
             "name": {"type": "string", "maxLength": 10},
             "count": {"type": "integer", "minimum": 0, "maximum": 100},
             "ratio": {"type": "number"},
+            "level": {"type": "integer", "default": 0},
             "note": {"type": ["string", "null"], "default": None},
             "mode": {"$ref": "#/$defs/Mode", "default": "fast"},
             "tags": {"type": "array", "items": {"type": "string"}, "default": []},
@@ -138,6 +139,9 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
     ("TREE_JSON_TIGHTENED", _thing(lambda t: _props(t)["extra"]["x-tree"].update(json=True))),
     ("CONSTRAINT_TIGHTENED", _thing(lambda t: t.update({"x-constraints": {"at_most_one_of": ["note", "extra"]}}))),
     ("VALIDATOR_ADDED", _thing(lambda t: t.update({"x-validators": ["rpc.ok_xor_error"]}))),
+    ("CONST_ADDED", _thing(lambda t: _props(t)["level"].update(const=0))),
+    ("PATTERN_ADDED", _thing(lambda t: _props(t)["name"].update(pattern="^[a-z]*$"))),
+    ("UNKNOWN_FIELDS_REJECTED", _thing(lambda t: t.update(additionalProperties=False))),
     (
         "STRUCT_TAG_CHANGED",
         lambda d: (
@@ -192,6 +196,31 @@ PAIRS: list[tuple[str, Callable[[dict[str, Any]], Any], Callable[[dict[str, Any]
         "CONSTRAINT_LOOSENED", _thing(lambda t: t.update({"x-constraints": {"at_most_one_of": ["note", "extra"]}}))
     ),
     _reverse("VALIDATOR_REMOVED", _thing(lambda t: t.update({"x-validators": ["rpc.ok_xor_error"]}))),
+    _reverse("CONST_REMOVED", _thing(lambda t: _props(t)["level"].update(const=0))),
+    (
+        "CONST_CHANGED",
+        _thing(lambda t: _props(t)["level"].update(const=1, default=1)),
+        _thing(lambda t: _props(t)["level"].update(const=0)),
+    ),
+    _reverse("PATTERN_REMOVED", _thing(lambda t: _props(t)["name"].update(pattern="^[a-z]*$"))),
+    (
+        "PATTERN_CHANGED",
+        _thing(lambda t: _props(t)["name"].update(pattern="^[a-z0-9]*$")),
+        _thing(lambda t: _props(t)["name"].update(pattern="^[a-z]*$")),
+    ),
+    _reverse("UNKNOWN_FIELDS_IGNORED", _thing(lambda t: t.update(additionalProperties=False))),
+    (
+        "FIELD_ADDED_TO_CLOSED",
+        _thing(
+            lambda t: (t.update(additionalProperties=False), _props(t).update(size={"type": "integer", "default": 1}))
+        ),
+        _thing(lambda t: t.update(additionalProperties=False)),
+    ),
+    (
+        "FIELD_DELETED_FROM_CLOSED",
+        _thing(lambda t: (t.update(additionalProperties=False), _props(t).pop("note"))),
+        _thing(lambda t: t.update(additionalProperties=False)),
+    ),
 ]
 
 

@@ -190,6 +190,16 @@ def _registry(root: Path, docs: dict[str, Any]) -> tw.Registry:
         ),
         ("RANGE_TIGHTENED", _thing(lambda t: _props(t)["count"].update(maximum=50)), {"count": 75}, {"count": 25}),
         (
+            "RANGE_TIGHTENED",
+            _thing(lambda t: _props(t)["count"].update(exclusiveMaximum=100)),
+            {"count": 100},
+            {"count": 99},
+        ),
+        ("RANGE_TIGHTENED", _thing(lambda t: _props(t)["count"].update(multipleOf=5)), {"count": 7}, {"count": 10}),
+        ("RANGE_LOOSENED", _thing(lambda t: _props(t)["name"].update(maxLength=20)), {"name": "x"}, {"name": "y" * 15}),
+        ("CONST_ADDED", _thing(lambda t: _props(t)["level"].update(const=0)), {"level": 5}, {"level": 0}),
+        ("PATTERN_ADDED", _thing(lambda t: _props(t)["name"].update(pattern="^[a-z]*$")), {"name": "A"}, {"name": "a"}),
+        (
             "DEFAULT_CHANGED",
             _thing(lambda t: _props(t)["mode"].update(default="slow")),
             {"mode": "fast"},

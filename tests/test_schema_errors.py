@@ -195,13 +195,13 @@ def test_union_variants_with_the_same_tag(schema_dir: Path) -> None:
         ({"type": "integer", "minimum": 1, "default": 0}, r"0 is below the minimum 1"),
         ({"type": "string", "maxLength": 2, "default": "abc"}, r"longer than maxLength 2"),
         ({"type": "boolean", "default": None}, r"null is not allowed here \(the type is not nullable\)"),
-        ({"type": "array", "items": {"type": "string"}, "default": [1]}, r"expected str, got integer 1"),
+        ({"type": "array", "items": {"type": "string"}, "default": [1]}, r"at \[0\]: expected str, got integer 1"),
         ({"type": "array", "prefixItems": [{"type": "integer"}], "default": [1, 2]}, r"expected array of 1 items"),
         ({"$ref": "#/$defs/AudioCodec", "default": "mp3"}, r"string \"mp3\" is not one of \['pcm', 'opus'\]"),
         ({"x-tensor": {}, "default": 0}, r"only null can be the default of a tensor field"),
         (
             {"type": "object", "additionalProperties": {"type": "number"}, "default": {"a": "x"}},
-            r"expected float, got string",
+            r'at \["a"\]: expected float, got string',
         ),
     ],
 )
@@ -228,11 +228,11 @@ def test_default_of_wrong_type(schema_dir: Path, prop: dict[str, Any], message: 
         (
             {"type": "object"},
             "/properties/bad",
-            "an object needs properties \\(a struct\\) or additionalProperties \\(a map\\)",
+            "an object needs properties \\(a struct\\) or additionalProperties \\(a map of values of one schema",
         ),
         ({"type": "string", "enum": ["a"]}, "/properties/bad", "an enum needs x-enum-name"),
         ({"type": "null"}, "/properties/bad/type", "type 'null' alone carries no value"),
-        ({"description": "untyped"}, "/properties/bad", "no type: expected one of type, \\$ref, enum, oneOf"),
+        ({"description": "untyped"}, "/properties/bad", "no type: expected one of type, \\$ref, enum, const, oneOf"),
         ({"x-tensor": {"rank": 2, "shape": [1, 2, 3]}}, "/properties/bad/x-tensor", "rank 2 disagrees with shape"),
         ({"x-ndarray": {"dtypes": ["bfloat16"]}}, "/properties/bad/x-ndarray/dtypes", "numpy has no dtype 'bfloat16'"),
         (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 from tensorwire.compat._rules import BOTH, READERS, WRITERS, rule
@@ -110,23 +111,21 @@ class _Walk:
                 )
         for name in deleted:
             rid = "FIELD_DELETED" if old_fields[name].required else "FIELD_DELETED_OPTIONAL"
-            self.emit(
-                rid,
-                f"field {name!r} removed from {label}",
-                self._ptr(a, name),
-                (a.source, self._ptr(a, name)),
-                (b.source, b.pointer),
-            )
+            gone = ((a.source, self._ptr(a, name)), (b.source, b.pointer))
+            self.emit(rid, f"field {name!r} removed from {label}", self._ptr(a, name), *gone)
+            if b.closed:
+                change = f"field {name!r} removed from {label}, which now rejects unknown fields"
+                self.emit("FIELD_DELETED_FROM_CLOSED", change, self._ptr(a, name), *gone)
         for name in added:
-            rid = "FIELD_ADDED_REQUIRED" if new_fields[name].required else "FIELD_ADDED_OPTIONAL"
             kind = "required" if new_fields[name].required else "optional"
-            self.emit(
-                rid,
-                f"{kind} field {name!r} added to {label}",
-                self._ptr(b, name),
-                (a.source, a.pointer),
-                (b.source, self._ptr(b, name)),
-            )
+            fresh = ((a.source, a.pointer), (b.source, self._ptr(b, name)))
+            if new_fields[name].required:
+                self.emit("FIELD_ADDED_REQUIRED", f"{kind} field {name!r} added to {label}", self._ptr(b, name), *fresh)
+            elif not a.closed:
+                self.emit("FIELD_ADDED_OPTIONAL", f"{kind} field {name!r} added to {label}", self._ptr(b, name), *fresh)
+            if a.closed:
+                change = f"{kind} field {name!r} added to {label}, whose old readers reject unknown fields"
+                self.emit("FIELD_ADDED_TO_CLOSED", change, self._ptr(b, name), *fresh)
         for name in old_fields.keys() & new_fields.keys():
             fa, fb = old_fields[name], new_fields[name]
             where = ((a.source, self._ptr(a, name)), (b.source, self._ptr(b, name)))
@@ -144,6 +143,10 @@ class _Walk:
                 )
             self.node(fa.type, fb.type, f"field {name!r} of {label}", ptr, where)
         where = ((a.source, a.pointer), (b.source, b.pointer))
+        if b.closed and not a.closed:
+            self.emit("UNKNOWN_FIELDS_REJECTED", f"{label} now rejects unknown fields", b.pointer, *where)
+        if a.closed and not b.closed:
+            self.emit("UNKNOWN_FIELDS_IGNORED", f"{label} ignores unknown fields again", b.pointer, *where)
         old_groups = {(c.rule, c.fields) for c in a.constraints}
         new_groups = {(c.rule, c.fields) for c in b.constraints}
         for rule_name, fields in sorted(new_groups - old_groups):
@@ -188,6 +191,7 @@ class _Walk:
                 if isinstance(b, ArrayT):
                     if a.unique != b.unique:
                         self.emit("SET_SEMANTICS_CHANGED", f"{what} changed between list and set", ptr, *where)
+                    self.counts(a, b, what, ptr, where)
                     self.node(a.items, b.items, f"items of {what}", ptr, where)
                     return
             case TupleT():
@@ -196,6 +200,7 @@ class _Walk:
                     return
             case MapT():
                 if isinstance(b, MapT):
+                    self.counts(a, b, what, ptr, where)
                     self.node(a.values, b.values, f"values of {what}", ptr, where)
                     return
             case TensorT():
@@ -259,19 +264,30 @@ class _Walk:
             else:
                 self.emit("TYPE_CHANGED", f"{what} changed from {a.kind} to {b.kind}", ptr, *where)
             return
-        tighter, looser = [], []
-        for key, lower_is_tighter in (("minimum", False), ("maximum", True), ("max_length", True)):
-            old, new = getattr(a, key), getattr(b, key)
-            if old == new:
-                continue
-            if new is None:
-                looser.append(f"{key} {old} dropped")
-            elif old is None:
-                tighter.append(f"{key} {new} added")
-            elif (new < old) == lower_is_tighter:
-                tighter.append(f"{key} {old} -> {new}")
+        if a.const != b.const:
+            if a.const is None:
+                self.emit("CONST_ADDED", f"{what} must now be {json.dumps(b.const)}", ptr, *where)
+            elif b.const is None:
+                self.emit("CONST_REMOVED", f"{what} no longer has to be {json.dumps(a.const)}", ptr, *where)
             else:
-                looser.append(f"{key} {old} -> {new}")
+                change = f"{what}: const {json.dumps(a.const)} -> {json.dumps(b.const)}"
+                self.emit("CONST_CHANGED", change, ptr, *where)
+        if a.pattern != b.pattern:
+            if a.pattern is None:
+                self.emit("PATTERN_ADDED", f"{what} must now match {b.pattern!r}", ptr, *where)
+            elif b.pattern is None:
+                self.emit("PATTERN_REMOVED", f"{what} no longer has to match {a.pattern!r}", ptr, *where)
+            else:
+                self.emit("PATTERN_CHANGED", f"{what}: pattern {a.pattern!r} -> {b.pattern!r}", ptr, *where)
+        tighter, looser = _limit_changes(a, b)
+        if tighter:
+            self.emit("RANGE_TIGHTENED", f"{what}: {', '.join(tighter)}", ptr, *where)
+        if looser:
+            self.emit("RANGE_LOOSENED", f"{what}: {', '.join(looser)}", ptr, *where)
+
+    def counts(self, a: ArrayT | MapT, b: ArrayT | MapT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        """``minItems``/``maxItems`` of an array, ``minProperties``/``maxProperties`` of a map."""
+        tighter, looser = _limit_changes(a, b)
         if tighter:
             self.emit("RANGE_TIGHTENED", f"{what}: {', '.join(tighter)}", ptr, *where)
         if looser:
@@ -352,6 +368,58 @@ class _Walk:
             self.emit("TENSOR_CONTIGUITY_REQUIRED", f"{what} must now be contiguous", ptr, *where)
         if bool(a.contiguous) and not b.contiguous:
             self.emit("TENSOR_CONTIGUITY_DROPPED", f"{what} no longer has to be contiguous", ptr, *where)
+
+
+# IR limit -> (its JSON Schema keyword, whether a higher value accepts less)
+_LOWER = {"minimum": "minimum", "min_length": "minLength", "min_items": "minItems", "min_properties": "minProperties"}
+_UPPER = {"maximum": "maximum", "max_length": "maxLength", "max_items": "maxItems", "max_properties": "maxProperties"}
+
+
+def _limit_changes(a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT) -> tuple[list[str], list[str]]:
+    """What got tighter and what got looser between the limits of ``a`` and ``b`` (same kind)."""
+    tighter: list[str] = []
+    looser: list[str] = []
+    for attr, keyword in (*_LOWER.items(), *_UPPER.items()):
+        if not hasattr(a, attr):
+            continue
+        lower = attr in _LOWER
+        flag = {"minimum": "exclusive_minimum", "maximum": "exclusive_maximum"}.get(attr, "")
+        old = (getattr(a, attr), getattr(a, flag, False))
+        new = (getattr(b, attr), getattr(b, flag, False))
+        if old == new:
+            continue
+        old_text, new_text = _bound_text(keyword, *old), _bound_text(keyword, *new)
+        if new[0] is None:
+            looser.append(f"{old_text} dropped")
+        elif old[0] is None:
+            tighter.append(f"{new_text} added")
+        else:
+            # a bound is tighter when it moves inwards, or stays and becomes exclusive
+            inward = new[0] > old[0] if lower else new[0] < old[0]
+            (tighter if inward or (new[0] == old[0] and new[1]) else looser).append(f"{old_text} -> {new_text}")
+    old_step, new_step = getattr(a, "multiple_of", None), getattr(b, "multiple_of", None)
+    if old_step != new_step:
+        if new_step is None:
+            looser.append(f"multipleOf {old_step} dropped")
+        elif old_step is None:
+            tighter.append(f"multipleOf {new_step} added")
+        else:
+            change = f"multipleOf {old_step} -> {new_step}"
+            ratio = Fraction(str(new_step)) / Fraction(str(old_step))
+            if ratio.denominator == 1:  # every new value is an old one
+                tighter.append(change)
+            elif ratio.numerator == 1:  # every old value is a new one
+                looser.append(change)
+            else:
+                tighter.append(change)
+                looser.append(change)
+    return tighter, looser
+
+
+def _bound_text(keyword: str, value: Any, exclusive: bool) -> str:
+    if exclusive:
+        keyword = "exclusive" + keyword[0].upper() + keyword[1:]
+    return f"{keyword} {value}"
 
 
 def _kind(node: Node) -> str:

@@ -55,6 +55,27 @@ _CATALOGUE = [
         "warning",
         "an optional field new writers no longer send; old readers fall back to their default",
     ),
+    Rule(
+        "FIELD_ADDED_TO_CLOSED",
+        READERS,
+        "error",
+        "a field added to a type whose old readers reject unknown fields (additionalProperties: false)",
+    ),
+    Rule(
+        "FIELD_DELETED_FROM_CLOSED",
+        WRITERS,
+        "error",
+        "a field removed from a type that rejects unknown fields: old writers still send it",
+    ),
+    Rule(
+        "UNKNOWN_FIELDS_REJECTED",
+        WRITERS,
+        "warning",
+        "additionalProperties: false added: new readers reject fields they do not know; adding one later breaks them",
+    ),
+    Rule(
+        "UNKNOWN_FIELDS_IGNORED", NONE, "info", "additionalProperties: false dropped: unknown fields are ignored again"
+    ),
     Rule("FIELD_RENAMED", BOTH, "error", "a field removed and one of the same type added; names are the wire keys"),
     Rule("FIELD_MADE_REQUIRED", WRITERS, "error", "old writers omit the field when it equals its default"),
     Rule(
@@ -74,10 +95,24 @@ _CATALOGUE = [
     ),
     Rule("NULLABLE_ADDED", READERS, "error", "new writers may send null; old readers reject it"),
     Rule("NULLABLE_REMOVED", WRITERS, "error", "old writers may send null; new readers reject it"),
-    Rule("RANGE_TIGHTENED", WRITERS, "error", "minimum, maximum or maxLength tightened: some old values are rejected"),
     Rule(
-        "RANGE_LOOSENED", READERS, "error", "minimum, maximum or maxLength loosened: old readers reject some new values"
+        "RANGE_TIGHTENED",
+        WRITERS,
+        "error",
+        "a bound, multipleOf, length, item count or entry count tightened: some old values are rejected",
     ),
+    Rule(
+        "RANGE_LOOSENED",
+        READERS,
+        "error",
+        "a bound, multipleOf, length, item count or entry count loosened: old readers reject some new values",
+    ),
+    Rule("CONST_ADDED", WRITERS, "error", "a value became fixed (const): old writers' other values are rejected"),
+    Rule("CONST_REMOVED", READERS, "error", "a value is no longer fixed (const): old readers reject the others"),
+    Rule("CONST_CHANGED", BOTH, "error", "the one value allowed (const) changed"),
+    Rule("PATTERN_ADDED", WRITERS, "error", "a string must now match a pattern: some old values are rejected"),
+    Rule("PATTERN_REMOVED", READERS, "error", "a string no longer has to match its pattern: old readers reject some"),
+    Rule("PATTERN_CHANGED", BOTH, "error", "a string's pattern changed: each side may reject what the other sends"),
     Rule("TUPLE_LENGTH_CHANGED", BOTH, "error", "a tuple gained or lost items"),
     Rule("SET_SEMANTICS_CHANGED", BOTH, "warning", "an array became a set (uniqueItems) or the reverse"),
     Rule("REF_TARGET_CHANGED", BOTH, "error", "a field now refers to another message type or major version"),

@@ -33,7 +33,7 @@ from tensorwire.schema.ir import (
     unhandled,
 )
 
-__all__ = ["check_for", "default_value", "member_name", "rules_for", "type_info"]
+__all__ = ["check_for", "default_value", "member_name", "meta_of", "rules_for", "type_info"]
 
 
 def type_info(schemas: SchemaSet, struct: StructT) -> TypeInfo | None:
@@ -41,6 +41,27 @@ def type_info(schemas: SchemaSet, struct: StructT) -> TypeInfo | None:
     if struct.type_id is None or struct.version is None:
         return None
     return TypeInfo(struct.type_id, struct.version, schemas.message(struct.type_id, struct.version).fingerprint)
+
+
+def meta_of(node: ScalarT | ArrayT | MapT) -> dict[str, Any]:
+    """The ``msgspec.Meta`` arguments that say ``node``'s limits (empty: none), so msgspec checks
+    them in C on decode and in the encoder's check."""
+    pairs: tuple[tuple[str, int | float | str | None], ...]
+    match node:
+        case ScalarT():
+            pairs = (
+                ("gt" if node.exclusive_minimum else "ge", node.minimum),
+                ("lt" if node.exclusive_maximum else "le", node.maximum),
+                ("multiple_of", node.multiple_of),
+                ("min_length", node.min_length),
+                ("max_length", node.max_length),
+                ("pattern", node.pattern),
+            )
+        case ArrayT():
+            pairs = (("min_length", node.min_items), ("max_length", node.max_items))
+        case MapT():
+            pairs = (("min_length", node.min_properties), ("max_length", node.max_properties))
+    return {key: value for key, value in pairs if value is not None}
 
 
 def check_for(node: Node) -> Check | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import enum
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import msgspec
 import numpy as np
@@ -12,7 +12,7 @@ import torch
 
 from tensorwire._contract import check_struct
 from tensorwire.gen._docs import class_doc
-from tensorwire.gen._model import default_value, member_name, rules_for, type_info
+from tensorwire.gen._model import default_value, member_name, meta_of, rules_for, type_info
 from tensorwire.registry import Registry
 from tensorwire.schema import SchemaSet, class_name
 from tensorwire.schema.ir import (
@@ -53,18 +53,19 @@ class _Types:
     def annotation(self, node: Node) -> Any:
         match node:
             case ScalarT():
+                if node.const is not None:
+                    return Literal[node.const]
                 base: Any = {"bool": bool, "int": int, "float": float, "str": str, "bytes": bytes}[node.kind]
-                meta = _meta(node)
-                return Annotated[base, meta] if meta is not None else base
+                return _limited(base, node)
             case EnumT():
                 return self.enum_class(node)
             case ArrayT():
                 items = self.annotation(node.items)
-                return frozenset[items] if node.unique else list[items]  # type: ignore[valid-type]
+                return _limited(frozenset[items] if node.unique else list[items], node)  # type: ignore[valid-type]
             case TupleT():
                 return tuple[tuple(self.annotation(i) for i in node.items)]  # type: ignore[misc]
             case MapT():
-                return dict[str, self.annotation(node.values)]  # type: ignore[misc]
+                return _limited(dict[str, self.annotation(node.values)], node)  # type: ignore[misc]
             case NullableT():
                 return Optional[self.annotation(node.inner)]  # noqa: UP045
             case TensorT():
@@ -92,9 +93,9 @@ class _Types:
         info = type_info(self.schemas, struct)
         if info is not None:
             namespace["__tw_type__"] = info
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"forbid_unknown_fields": True} if struct.closed else {}
         if struct.tag_field is not None:
-            options = {"tag_field": struct.tag_field, "tag": struct.tag}
+            options |= {"tag_field": struct.tag_field, "tag": struct.tag}
         cls = msgspec.defstruct(
             class_name(self.schemas, struct),
             fields,
@@ -124,15 +125,10 @@ def _copier(value: Any) -> Any:
     return factory
 
 
-def _meta(node: ScalarT) -> msgspec.Meta | None:
-    kwargs: dict[str, Any] = {}
-    if node.minimum is not None:
-        kwargs["ge"] = node.minimum
-    if node.maximum is not None:
-        kwargs["le"] = node.maximum
-    if node.max_length is not None:
-        kwargs["max_length"] = node.max_length
-    return msgspec.Meta(**kwargs) if kwargs else None
+def _limited(base: Any, node: ScalarT | ArrayT | MapT) -> Any:
+    """``base``, annotated with the limits of ``node`` if it has any."""
+    meta = meta_of(node)
+    return Annotated[base, msgspec.Meta(**meta)] if meta else base
 
 
 def build_registry(schemas: SchemaSet) -> Registry:

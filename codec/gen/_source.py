@@ -11,7 +11,7 @@ from typing import Any
 
 from tensorwire._api import API, SINCE
 from tensorwire.gen._docs import class_doc
-from tensorwire.gen._model import default_value, member_name, rules_for, type_info
+from tensorwire.gen._model import default_value, member_name, meta_of, rules_for, type_info
 from tensorwire.schema import SchemaSet, class_name
 from tensorwire.schema.ir import (
     ArrayT,
@@ -91,6 +91,11 @@ def render_value(value: Any, indent: int = 0, prefix: int = 0) -> str:
     return opener + "\n" + "".join(f"{pad}{p},\n" for p in parts) + " " * indent + ")"
 
 
+def _literal(value: Any) -> str:
+    """Python source of a scalar, strings in double quotes as the formatter writes them."""
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
 class _Module:
     def __init__(self, schemas: SchemaSet, namespace: str) -> None:
         self.schemas = schemas
@@ -109,24 +114,19 @@ class _Module:
     def annotation(self, node: Node) -> str:
         match node:
             case ScalarT():
+                if node.const is not None:
+                    self.imports.add("Literal")
+                    return f"Literal[{_literal(node.const)}]"
                 base = {"bool": "bool", "int": "int", "float": "float", "str": "str", "bytes": "bytes"}[node.kind]
-                meta = [
-                    f"{key}={value!r}"
-                    for key, value in (("ge", node.minimum), ("le", node.maximum), ("max_length", node.max_length))
-                    if value is not None
-                ]
-                if not meta:
-                    return base
-                self.imports.add("Annotated")
-                return f"Annotated[{base}, msgspec.Meta({', '.join(meta)})]"
+                return self._limited(base, node)
             case EnumT():
                 return self._qualify(node.namespace, node.name)
             case ArrayT():
-                return f"{'frozenset' if node.unique else 'list'}[{self.annotation(node.items)}]"
+                return self._limited(f"{'frozenset' if node.unique else 'list'}[{self.annotation(node.items)}]", node)
             case TupleT():
                 return f"tuple[{', '.join(self.annotation(i) for i in node.items)}]"
             case MapT():
-                return f"dict[str, {self.annotation(node.values)}]"
+                return self._limited(f"dict[str, {self.annotation(node.values)}]", node)
             case NullableT():
                 return f"{self.annotation(node.inner)} | None"
             case TensorT():
@@ -143,6 +143,13 @@ class _Module:
                 return self._qualify(node.namespace, class_name(self.schemas, node))
             case _:
                 unhandled(node)
+
+    def _limited(self, base: str, node: ScalarT | ArrayT | MapT) -> str:
+        meta = meta_of(node)
+        if not meta:
+            return base
+        self.imports.add("Annotated")
+        return f"Annotated[{base}, msgspec.Meta({', '.join(f'{k}={_literal(v)}' for k, v in meta.items())})]"
 
     def default(self, node: Node, value: Any) -> str:
         if value is None:
@@ -186,6 +193,8 @@ class _Module:
     def render_struct(self, struct: StructT) -> str:
         name = class_name(self.schemas, struct)
         options = "kw_only=True, omit_defaults=True"
+        if struct.closed:
+            options += ", forbid_unknown_fields=True"
         if struct.tag_field is not None:
             options += f", tag_field={json.dumps(struct.tag_field)}, tag={json.dumps(struct.tag)}"
         head = f"class {name}(msgspec.Struct, {options}):"
@@ -256,7 +265,7 @@ class _Module:
 
     def _imports(self, has_enums: bool) -> str:
         std = ["import enum"] if has_enums else []
-        typing_names = sorted(self.imports & {"Annotated", "Any", "ClassVar"})
+        typing_names = sorted(self.imports & {"Annotated", "Any", "ClassVar", "Literal"})
         if typing_names:
             std.append(f"from typing import {', '.join(typing_names)}")
         third = ["import msgspec"]

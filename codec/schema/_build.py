@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import posixpath
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from tensorwire.rules import known_validators
@@ -31,19 +33,50 @@ from tensorwire.schema.ir import (
     unhandled,
 )
 
-__all__ = ["Builder", "FileEntry", "fingerprint_of"]
+__all__ = ["INT_FORMATS", "Builder", "FileEntry", "fingerprint_of"]
 
-_DOC = frozenset({"$comment", "title", "description", "examples", "default", "x-compat-ignore"})
+_DOC = frozenset(
+    {
+        "$comment",
+        "title",
+        "description",
+        "examples",
+        "default",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "x-compat-ignore",
+    }
+)
+_BOUNDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
 _APPLIES: dict[str, frozenset[str]] = {
     "boolean": frozenset({"type"}),
-    "integer": frozenset({"type", "minimum", "maximum"}),
-    "number": frozenset({"type", "minimum", "maximum"}),
-    "string": frozenset({"type", "maxLength", "contentEncoding"}),
-    "array": frozenset({"type", "items", "prefixItems", "uniqueItems"}),
-    "object": frozenset({"type", "properties", "required", "additionalProperties", "x-constraints", "x-validators"}),
+    "integer": frozenset({"type", "format"}) | _BOUNDS,
+    "number": frozenset({"type", "format"}) | _BOUNDS,
+    "string": frozenset({"type", "minLength", "maxLength", "pattern", "format", "contentEncoding"}),
+    "array": frozenset({"type", "items", "prefixItems", "uniqueItems", "minItems", "maxItems"}),
+    "object": frozenset(
+        {
+            "type",
+            "properties",
+            "required",
+            "additionalProperties",
+            "minProperties",
+            "maxProperties",
+            "x-constraints",
+            "x-validators",
+        }
+    ),
     "enum": frozenset({"type", "enum", "x-enum-name"}),
     "oneOf": frozenset({"oneOf", "discriminator"}),
 }
+# ``format`` of an integer: the range of a fixed-width integer
+INT_FORMATS: dict[str, tuple[int, int]] = {
+    f"{sign}int{bits}": ((0, 2**bits - 1) if sign else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1))
+    for sign in ("", "u")
+    for bits in (8, 16, 32, 64)
+}
+_CONST_KIND: dict[type, tuple[str, str]] = {bool: ("bool", "boolean"), int: ("int", "integer"), str: ("str", "string")}
 _CLASS_NAME = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 _JSON_TYPE = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
 
@@ -108,6 +141,20 @@ class Builder:
 
     # -- nodes --------------------------------------------------------------------------------
     def _node(self, entry: FileEntry, schema: dict[str, Any], ptr: str, hint: str) -> Node:
+        node = self._node_of(entry, schema, ptr, hint)
+        self._check_examples(entry, schema, ptr, node)
+        return node
+
+    def _check_examples(self, entry: FileEntry, schema: dict[str, Any], ptr: str, node: Node) -> None:
+        """Each of ``examples`` must be a value of ``node``: an example that does not fit is an error."""
+        for i, example in enumerate(schema.get("examples", ())):
+            problem = value_problem(node, example, whole=True)
+            if problem:
+                raise entry.source.error(
+                    join_pointer(ptr, "examples", i), f"example does not fit the schema: {problem}"
+                )
+
+    def _node_of(self, entry: FileEntry, schema: dict[str, Any], ptr: str, hint: str) -> Node:
         src = entry.source
         if "$ref" in schema:
             self._only(entry, schema, ptr, _DOC | {"$ref"}, "$ref")
@@ -126,10 +173,13 @@ class Builder:
         elif "enum" in schema:
             self._only(entry, schema, ptr, _DOC | _APPLIES["enum"], "enum")
             node = self._enum(entry, schema, ptr)
+        elif "const" in schema:
+            self._only(entry, schema, ptr, _DOC | {"const", "type"}, "const")
+            node = self._const(entry, schema, ptr)
         elif "type" in schema:
             node = self._typed(entry, schema, ptr, hint)
         else:
-            raise src.error(ptr, "no type: expected one of type, $ref, enum, oneOf, x-tensor, x-ndarray, x-tree")
+            raise src.error(ptr, "no type: expected one of type, $ref, enum, const, oneOf, x-tensor, x-ndarray, x-tree")
         return node
 
     def _only(self, entry: FileEntry, schema: dict[str, Any], ptr: str, allowed: frozenset[str], what: str) -> None:
@@ -157,24 +207,108 @@ class Builder:
         if kind == "boolean":
             node = ScalarT("bool")
         elif kind in ("integer", "number"):
-            lo, hi = schema.get("minimum"), schema.get("maximum")
-            if kind == "integer":
-                for key, bound in (("minimum", lo), ("maximum", hi)):
-                    if bound is not None and not float(bound).is_integer():
-                        raise src.error(join_pointer(ptr, key), f"{key} of an integer must be whole, got {bound}")
-                lo = None if lo is None else int(lo)
-                hi = None if hi is None else int(hi)
-            if lo is not None and hi is not None and lo > hi:
-                raise src.error(ptr, f"minimum {lo} is above maximum {hi}")
-            node = ScalarT("int" if kind == "integer" else "float", minimum=lo, maximum=hi)
+            node = self._number(entry, schema, ptr, kind)
         elif kind == "string":
-            is_bytes = schema.get("contentEncoding") == "base64"
-            node = ScalarT("bytes" if is_bytes else "str", max_length=schema.get("maxLength"))
+            node = self._string(entry, schema, ptr)
         elif kind == "array":
             node = self._array(entry, schema, ptr, hint)
         else:
             node = self._object(entry, schema, ptr, hint)
         return NullableT(node) if nullable else node
+
+    def _number(self, entry: FileEntry, schema: dict[str, Any], ptr: str, kind: str) -> ScalarT:
+        """An integer or number with its bounds: inclusive and exclusive ones are merged into the
+        tightest of each side (an integer's exclusive bound becomes the inclusive one next to it)."""
+        src = entry.source
+        integer = kind == "integer"
+        if integer:
+            for key in _BOUNDS:
+                value = schema.get(key)
+                if value is not None and not float(value).is_integer():
+                    raise src.error(join_pointer(ptr, key), f"{key} of an integer must be whole, got {value}")
+        lows: list[tuple[int | float, bool]] = []
+        highs: list[tuple[int | float, bool]] = []
+        fmt = schema.get("format")
+        if fmt is not None:
+            widths = ", ".join(INT_FORMATS)
+            if not integer:
+                raise src.error(
+                    join_pointer(ptr, "format"),
+                    f"format {fmt!r} does not apply to type 'number'; the formats {widths} are ranges of an integer",
+                )
+            if fmt not in INT_FORMATS:
+                raise src.error(join_pointer(ptr, "format"), f"unknown integer format {fmt!r}; expected one of {widths}")
+            lo, hi = INT_FORMATS[fmt]
+            lows.append((lo, False))
+            highs.append((hi, False))
+        for key, into, exclusive in (
+            ("minimum", lows, False),
+            ("exclusiveMinimum", lows, True),
+            ("maximum", highs, False),
+            ("exclusiveMaximum", highs, True),
+        ):
+            if key in schema:
+                value = int(schema[key]) if integer else schema[key]
+                if integer and exclusive:  # x > 3 is x >= 4 for an integer
+                    value, exclusive = (value + 1 if into is lows else value - 1), False
+                into.append((value, exclusive))
+        low = max(lows, key=lambda b: (b[0], b[1]), default=None)  # equal values: the exclusive one is tighter
+        high = min(highs, key=lambda b: (b[0], not b[1]), default=None)
+        if low is not None and high is not None and (low[0] > high[0] or (low[0] == high[0] and (low[1] or high[1]))):
+            raise src.error(
+                ptr, f"no value fits: the lower bound {_bound(low)} is above the upper bound {_bound(high)}"
+            )
+        multiple = schema.get("multipleOf")
+        if multiple is not None and integer:
+            multiple = int(multiple)
+        return ScalarT(
+            "int" if integer else "float",
+            minimum=None if low is None else low[0],
+            maximum=None if high is None else high[0],
+            exclusive_minimum=low is not None and low[1],
+            exclusive_maximum=high is not None and high[1],
+            multiple_of=multiple,
+        )
+
+    def _string(self, entry: FileEntry, schema: dict[str, Any], ptr: str) -> ScalarT:
+        src = entry.source
+        fmt = schema.get("format")
+        if fmt is not None and fmt != "bytes":
+            raise src.error(
+                join_pointer(ptr, "format"),
+                f"format {fmt!r} is not checked; say what a valid value looks like with pattern "
+                "(format 'bytes' makes the string raw bytes)",
+            )
+        is_bytes = schema.get("contentEncoding") == "base64" or fmt == "bytes"
+        low, high = schema.get("minLength"), schema.get("maxLength")
+        if low is not None and high is not None and low > high:
+            raise src.error(ptr, f"minLength {low} is above maxLength {high}")
+        pattern = schema.get("pattern")
+        if pattern is not None:
+            if is_bytes:
+                raise src.error(join_pointer(ptr, "pattern"), "pattern applies to text, not to bytes")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise src.error(join_pointer(ptr, "pattern"), f"invalid pattern (Python re): {exc}") from None
+        return ScalarT("bytes" if is_bytes else "str", max_length=high, min_length=low or None, pattern=pattern)
+
+    def _const(self, entry: FileEntry, schema: dict[str, Any], ptr: str) -> ScalarT:
+        """A value that must be exactly ``const``: a string, an integer or a boolean."""
+        src = entry.source
+        value = schema["const"]
+        kinds = _CONST_KIND.get(type(value))
+        if kinds is None:
+            hint = (
+                'a number has no const (floats compare by range): write "minimum" and "maximum" with the same value'
+                if isinstance(value, float)
+                else "a const is a string, an integer or a boolean"
+            )
+            raise src.error(join_pointer(ptr, "const"), f"const {_describe(value)} is not supported; {hint}")
+        declared = schema.get("type", kinds[1])
+        if declared != kinds[1] and not (declared == "number" and kinds[0] == "int"):
+            raise src.error(join_pointer(ptr, "type"), f"const {_describe(value)} is not of type {declared!r}")
+        return ScalarT(kinds[0], const=value)  # type: ignore[arg-type]  # one of the three kinds above
 
     def _array(self, entry: FileEntry, schema: dict[str, Any], ptr: str, hint: str) -> Node:
         src = entry.source
@@ -183,6 +317,11 @@ class Builder:
         if "prefixItems" in schema:
             if schema.get("uniqueItems"):
                 raise src.error(join_pointer(ptr, "uniqueItems"), "uniqueItems does not apply to a tuple")
+            for key in ("minItems", "maxItems"):
+                if key in schema:
+                    raise src.error(
+                        join_pointer(ptr, key), f"{key} does not apply to a tuple: prefixItems fixes its length"
+                    )
             return TupleT(
                 tuple(
                     self._node(entry, item, join_pointer(ptr, "prefixItems", i), f"{hint}Item{i}")
@@ -195,21 +334,37 @@ class Builder:
         unique = bool(schema.get("uniqueItems", False))
         if unique and not _hashable(items):
             raise src.error(join_pointer(ptr, "uniqueItems"), "a set (uniqueItems) needs scalar, string or enum items")
-        return ArrayT(items, unique=unique)
+        low, high = _counts(src, schema, ptr, "Items")
+        return ArrayT(items, unique=unique, min_items=low, max_items=high)
 
     def _object(self, entry: FileEntry, schema: dict[str, Any], ptr: str, hint: str) -> Node:
         src = entry.source
-        if "properties" in schema and "additionalProperties" in schema:
-            raise src.error(ptr, "an object has either properties (a struct) or additionalProperties (a map), not both")
-        if "additionalProperties" in schema:
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            if "properties" in schema:
+                raise src.error(
+                    ptr, "an object has either properties (a struct) or additionalProperties (a map), not both"
+                )
             for key in ("required", "x-constraints", "x-validators"):
                 if key in schema:
                     raise src.error(join_pointer(ptr, key), f"keyword {key!r} does not apply to a map", key=True)
-            return MapT(
-                self._node(entry, schema["additionalProperties"], join_pointer(ptr, "additionalProperties"), hint)
-            )
+            values = self._node(entry, extra, join_pointer(ptr, "additionalProperties"), hint)
+            low, high = _counts(src, schema, ptr, "Properties")
+            return MapT(values, min_properties=low, max_properties=high)
         if "properties" not in schema:
-            raise src.error(ptr, "an object needs properties (a struct) or additionalProperties (a map)")
+            raise src.error(
+                ptr,
+                "an object needs properties (a struct) or additionalProperties (a map of values of one schema, "
+                'e.g. {"x-tree": {}} for any value)',
+            )
+        for key in ("minProperties", "maxProperties"):
+            if key in schema:
+                raise src.error(
+                    join_pointer(ptr, key),
+                    f"{key} counts the entries of a map (additionalProperties: {{...}}); "
+                    "a struct's fields are set by properties and required",
+                    key=True,
+                )
         name = schema.get("title", hint)
         if not isinstance(name, str) or not _CLASS_NAME.match(name):
             name = hint
@@ -226,24 +381,35 @@ class Builder:
         fields: list[Field] = []
         for field_name, prop in props.items():
             fptr = join_pointer(ptr, "properties", field_name)
-            if "const" in prop:
+            if tag_field is None and isinstance(prop.get("const"), str) and prop.get("type", "string") == "string":
                 self._only(entry, prop, fptr, _DOC | {"const", "type"}, "const")
-                if prop.get("type", "string") != "string" or tag_field is not None:
-                    raise src.error(fptr, "const marks the one string tag of a union variant")
-                tag_field, tag = field_name, prop["const"]
+                tag_field, tag = field_name, prop["const"]  # the first string const: the struct's tag
                 continue
             node = self._node(entry, prop, fptr, name + _pascal(field_name))
             is_required = field_name in required
             default = prop.get("default", MISSING)
+            if not is_required and default is MISSING and isinstance(node, ScalarT) and node.const is not None:
+                default = node.const  # an optional const field left out has its one value
             if is_required and default is not MISSING:
                 raise src.error(join_pointer(fptr, "default"), f"field {field_name!r} is required and has a default")
             if not is_required and default is MISSING:
                 raise src.error(fptr, f"optional field {field_name!r} needs a default (add it to required or give one)")
             if default is not MISSING:
-                problem = _default_problem(node, default)
+                problem = value_problem(node, default, whole=False)
                 if problem:
                     raise src.error(join_pointer(fptr, "default"), f"default of wrong type: {problem}")
-            fields.append(Field(field_name, node, is_required, default, prop.get("description", "")))
+            fields.append(
+                Field(
+                    field_name,
+                    node,
+                    is_required,
+                    default,
+                    prop.get("description", ""),
+                    deprecated=prop.get("deprecated", False),
+                    read_only=prop.get("readOnly", False),
+                    write_only=prop.get("writeOnly", False),
+                )
+            )
         if not fields:
             raise src.error(ptr, "an object type needs at least one property besides its tag")
         constraints = self._constraints(entry, schema.get("x-constraints", {}), ptr, {f.name for f in fields})
@@ -270,8 +436,13 @@ class Builder:
             version=entry.version if message else None,
             source=src.path,
             pointer=ptr,
+            closed=schema.get("additionalProperties") is False,
+            deprecated=schema.get("deprecated", False),
         )
-        return struct if message else self._named(entry, struct, ptr)  # type: ignore[return-value]
+        if message:
+            self._check_examples(entry, schema, ptr, struct)
+            return struct
+        return self._named(entry, struct, ptr)  # type: ignore[return-value]
 
     def _constraints(self, entry: FileEntry, spec: dict[str, Any], ptr: str, names: set[str]) -> tuple[Constraint, ...]:
         out: list[Constraint] = []
@@ -430,53 +601,201 @@ def _hashable(node: Node) -> bool:
     return isinstance(node, EnumT) or (isinstance(node, ScalarT) and node.kind != "bytes")
 
 
-def _default_problem(node: Node, value: Any) -> str | None:
-    """Why ``value`` (a JSON default) does not fit ``node``; None if it does."""
+def value_problem(node: Node, value: Any, *, whole: bool) -> str | None:
+    """Why the JSON ``value`` is not a value of ``node`` (None if it is), naming where in it.
+
+    ``whole``: an example, which may hold structs, unions and tensors (as nested lists); else a
+    default, which is null for those.
+    """
+    found = _problem(node, value, whole)
+    if found is None:
+        return None
+    path, problem = found
+    return f"at {path}: {problem}" if path else problem
+
+
+_Problem = tuple[str, str] | None  # (path inside the value, what is wrong)
+
+
+def _inside(segment: str, found: _Problem) -> _Problem:
+    return None if found is None else (segment + found[0], found[1])
+
+
+def _first(found: Any) -> _Problem:
+    return next((f for f in found if f is not None), None)
+
+
+def _problem(node: Node, value: Any, whole: bool) -> _Problem:
     match node:
         case NullableT():
-            return None if value is None else _default_problem(node.inner, value)
+            return None if value is None else _problem(node.inner, value, whole)
         case TreeT():
-            return None
+            return None if _json_depth(value) <= node.max_depth else ("", f"deeper than max_depth {node.max_depth}")
         case _ if value is None:
-            return "null is not allowed here (the type is not nullable)"
+            return "", "null is not allowed here (the type is not nullable)"
         case ScalarT():
-            return _scalar_default_problem(node, value)
+            problem = _scalar_problem(node, value, whole)
+            return None if problem is None else ("", problem)
         case EnumT():
-            return None if value in node.values else f"{_describe(value)} is not one of {list(node.values)}"
+            return None if value in node.values else ("", f"{_describe(value)} is not one of {list(node.values)}")
         case ArrayT():
             if not isinstance(value, list):
-                return f"expected array, got {_describe(value)}"
-            return next((p for p in (_default_problem(node.items, v) for v in value) if p), None)
+                return "", f"expected array, got {_describe(value)}"
+            count = _count_problem(len(value), node.min_items, node.max_items, "items")
+            if count:
+                return "", count
+            if node.unique and len({json.dumps(v, sort_keys=True) for v in value}) != len(value):
+                return "", "items repeat in a set (uniqueItems)"
+            return _first(_inside(f"[{i}]", _problem(node.items, v, whole)) for i, v in enumerate(value))
         case TupleT():
             if not isinstance(value, list) or len(value) != len(node.items):
-                return f"expected array of {len(node.items)} items, got {_describe(value)}"
-            pairs = zip(node.items, value, strict=True)
-            return next((p for p in (_default_problem(t, v) for t, v in pairs) if p), None)
+                return "", f"expected array of {len(node.items)} items, got {_describe(value)}"
+            pairs = enumerate(zip(node.items, value, strict=True))
+            return _first(_inside(f"[{i}]", _problem(t, v, whole)) for i, (t, v) in pairs)
         case MapT():
             if not isinstance(value, dict):
-                return f"expected object, got {_describe(value)}"
-            return next((p for p in (_default_problem(node.values, v) for v in value.values()) if p), None)
-        case TensorT() | StructT() | MessageRefT() | UnionT():
-            return f"only null can be the default of a {type(node).__name__.removesuffix('T').lower()} field"
+                return "", f"expected object, got {_describe(value)}"
+            count = _count_problem(len(value), node.min_properties, node.max_properties, "entries")
+            if count:
+                return "", count
+            return _first(_inside(f"[{json.dumps(k)}]", _problem(node.values, v, whole)) for k, v in value.items())
+        case TensorT() | StructT() | MessageRefT() | UnionT() if not whole:
+            return "", f"only null can be the default of a {type(node).__name__.removesuffix('T').lower()} field"
+        case TensorT():
+            return _tensor_problem(node, value)
+        case StructT():
+            return _struct_problem(node, value, whole)
+        case MessageRefT():
+            return _struct_problem(node.target, value, whole)
+        case UnionT():
+            tag = value.get(node.tag_field) if isinstance(value, dict) else None
+            for variant in node.variants:
+                struct = variant.target if isinstance(variant, MessageRefT) else variant
+                if struct.tag == tag:
+                    return _struct_problem(struct, value, whole)
+            tags = [(v.target if isinstance(v, MessageRefT) else v).tag for v in node.variants]
+            return "", f"expected an object whose {node.tag_field!r} is one of {tags}, got {_describe(value)}"
         case _:
             unhandled(node)
 
 
-def _scalar_default_problem(node: ScalarT, value: Any) -> str | None:
+def _struct_problem(struct: StructT, value: Any, whole: bool) -> _Problem:
+    if not isinstance(value, dict):
+        return "", f"expected object, got {_describe(value)}"
+    fields = {f.name: f for f in struct.fields}
+    missing = [f.name for f in struct.fields if f.required and f.name not in value]
+    if missing:
+        return "", f"missing required field {missing[0]!r}"
+    for key, item in value.items():
+        if key == struct.tag_field:
+            if item != struct.tag:
+                return f".{key}", f"expected the tag {struct.tag!r}, got {_describe(item)}"
+        elif key in fields:
+            found = _problem(fields[key].type, item, whole)
+            if found is not None:
+                return f".{key}{found[0]}", found[1]
+        elif struct.closed:
+            return "", f"unknown field {key!r} (additionalProperties is false)"
+    for constraint in struct.constraints:
+        present = [name for name in constraint.fields if value.get(name) is not None]
+        if len(present) > 1 or (constraint.rule == "exactly_one_of" and not present):
+            return "", f"{constraint.rule} {list(constraint.fields)}: {len(present)} of them are set"
+    return None
+
+
+def _tensor_problem(node: TensorT, value: Any) -> _Problem:
+    """A tensor's example is its values as nested lists; its shape is checked against the schema's."""
+    shape: list[int] = []
+    level = value
+    while isinstance(level, list):
+        shape.append(len(level))
+        if not level:
+            break
+        level = level[0]
+    flat = [value]
+    for _ in shape:
+        if any(not isinstance(v, list) for v in flat):
+            return "", f"a {node.kind} example is a rectangular nested list of numbers"
+        lengths = {len(v) for v in flat}
+        if len(lengths) > 1:
+            return "", f"a {node.kind} example is a rectangular nested list of numbers (rows of {sorted(lengths)})"
+        flat = [item for v in flat for item in v]
+    if any(isinstance(v, list | dict | str) or v is None for v in flat):
+        return "", f"a {node.kind} example is a rectangular nested list of numbers"
+    if node.shape is not None:
+        if len(node.shape) != len(shape):
+            return "", f"expected rank {len(node.shape)}, got shape {shape}"
+        for axis, (want, got) in enumerate(zip(node.shape, shape, strict=True)):
+            if isinstance(want, int) and want != got:
+                return "", f"dim {axis} must be {want}, got shape {shape}"
+    return None
+
+
+def _json_depth(value: Any) -> int:
+    """Levels of arrays and objects in a JSON value (a scalar has none), without recursion."""
+    depth, level = 0, [value]
+    while any(isinstance(item, list | dict) for item in level):
+        depth += 1
+        level = [
+            v
+            for item in level
+            if isinstance(item, list | dict)
+            for v in (item.values() if isinstance(item, dict) else item)
+        ]
+    return depth
+
+
+def _count_problem(count: int, low: int | None, high: int | None, noun: str) -> str | None:
+    if low is not None and count < low:
+        return f"{count} {noun}, fewer than the minimum {low}"
+    if high is not None and count > high:
+        return f"{count} {noun}, more than the maximum {high}"
+    return None
+
+
+def _scalar_problem(node: ScalarT, value: Any, whole: bool) -> str | None:
+    """Why ``value`` is not a value of ``node``. Bytes are base64 text in an example, and only the
+    empty string as a default."""
+    if node.kind == "bytes":
+        if not whole:
+            return None if value == "" else f"expected an empty string (bytes), got {_describe(value)}"
+        try:
+            value = base64.b64decode(value, validate=True)
+        except (TypeError, ValueError):
+            return f"expected bytes as base64 text, got {_describe(value)}"
     ok = {
         "bool": isinstance(value, bool),
         "int": isinstance(value, int) and not isinstance(value, bool),
         "float": isinstance(value, int | float) and not isinstance(value, bool),
         "str": isinstance(value, str),
-        "bytes": value == "",
+        "bytes": True,
     }[node.kind]
     if not ok:
-        expected = "an empty string (bytes)" if node.kind == "bytes" else node.kind
-        return f"expected {expected}, got {_describe(value)}"
-    if node.minimum is not None and value < node.minimum:
-        return f"{value} is below the minimum {node.minimum}"
-    if node.maximum is not None and value > node.maximum:
-        return f"{value} is above the maximum {node.maximum}"
+        return f"expected {node.kind}, got {_describe(value)}"
+    if node.const is not None and (value != node.const or type(value) is not type(node.const)):
+        return f"expected the const {_describe(node.const)}, got {_describe(value)}"
+    if node.minimum is not None and (value <= node.minimum if node.exclusive_minimum else value < node.minimum):
+        return f"{value} is below the {'exclusive ' if node.exclusive_minimum else ''}minimum {node.minimum}"
+    if node.maximum is not None and (value >= node.maximum if node.exclusive_maximum else value > node.maximum):
+        return f"{value} is above the {'exclusive ' if node.exclusive_maximum else ''}maximum {node.maximum}"
+    if node.multiple_of is not None and Fraction(str(value)) % Fraction(str(node.multiple_of)):
+        return f"{value} is not a multiple of {node.multiple_of}"
     if node.max_length is not None and len(value) > node.max_length:
         return f"longer than maxLength {node.max_length}"
+    if node.min_length is not None and len(value) < node.min_length:
+        return f"shorter than minLength {node.min_length}"
+    if node.pattern is not None and re.search(node.pattern, value) is None:
+        return f"{_describe(value)} does not match the pattern {node.pattern!r}"
     return None
+
+
+def _counts(src: SourceFile, schema: dict[str, Any], ptr: str, noun: str) -> tuple[int | None, int | None]:
+    """``min<noun>`` and ``max<noun>`` of ``schema`` (``minItems``, ``maxProperties``...), checked for order."""
+    low, high = schema.get(f"min{noun}"), schema.get(f"max{noun}")
+    if low is not None and high is not None and low > high:
+        raise src.error(ptr, f"min{noun} {low} is above max{noun} {high}")
+    return (low or None), high
+
+
+def _bound(bound: tuple[int | float, bool]) -> str:
+    return f"{bound[0]} ({'exclusive' if bound[1] else 'inclusive'})"

@@ -52,17 +52,45 @@ MISSING: Any = _Missing()
 
 @dataclass(frozen=True, slots=True)
 class ScalarT:
+    """A boolean, integer, number, string or bytes value, with the limits msgspec checks in C.
+
+    ``exclusive_minimum``/``exclusive_maximum`` say the bound itself is not allowed (numbers only:
+    an integer's exclusive bound is stored as the inclusive one next to it); ``min_length`` and
+    ``max_length`` count characters of a string and bytes of bytes; ``pattern`` is a Python ``re``
+    searched in a string; ``const`` is the one value allowed.
+    """
+
     kind: Literal["bool", "int", "float", "str", "bytes"]
     minimum: int | float | None = None
     maximum: int | float | None = None
     max_length: int | None = None
+    exclusive_minimum: bool = False
+    exclusive_maximum: bool = False
+    multiple_of: int | float | None = None
+    min_length: int | None = None
+    pattern: str | None = None
+    const: bool | int | str | None = None
 
     def canonical(self) -> JSON:
         out: dict[str, JSON] = {"kind": self.kind}
-        for key, value in (("minimum", self.minimum), ("maximum", self.maximum), ("max_length", self.max_length)):
-            if value is not None:
+        for key in _SCALAR_LIMITS:
+            value = getattr(self, key)
+            if value is not None and (value is not False or key == "const"):  # flags only when set
                 out[key] = value
         return out
+
+
+_SCALAR_LIMITS = (
+    "minimum",
+    "maximum",
+    "max_length",
+    "exclusive_minimum",
+    "exclusive_maximum",
+    "multiple_of",
+    "min_length",
+    "pattern",
+    "const",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +106,16 @@ class EnumT:
 
 @dataclass(frozen=True, slots=True)
 class ArrayT:
+    """A list (a set with ``unique``), optionally with bounds on its number of items."""
+
     items: Node
     unique: bool = False
+    min_items: int | None = None
+    max_items: int | None = None
 
     def canonical(self) -> JSON:
-        return {"kind": "set" if self.unique else "array", "items": self.items.canonical()}
+        out: dict[str, JSON] = {"kind": "set" if self.unique else "array", "items": self.items.canonical()}
+        return _with_counts(out, "items", self.min_items, self.max_items)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +128,23 @@ class TupleT:
 
 @dataclass(frozen=True, slots=True)
 class MapT:
+    """A dict of string keys, optionally with bounds on its number of entries."""
+
     values: Node
+    min_properties: int | None = None
+    max_properties: int | None = None
 
     def canonical(self) -> JSON:
-        return {"kind": "map", "values": self.values.canonical()}
+        out: dict[str, JSON] = {"kind": "map", "values": self.values.canonical()}
+        return _with_counts(out, "properties", self.min_properties, self.max_properties)
+
+
+def _with_counts(out: dict[str, JSON], noun: str, low: int | None, high: int | None) -> dict[str, JSON]:
+    if low is not None:
+        out[f"min_{noun}"] = low
+    if high is not None:
+        out[f"max_{noun}"] = high
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +211,9 @@ class Field:
     required: bool
     default: JSON = MISSING
     description: str = ""
+    deprecated: bool = False  # documentation only, like read_only and write_only
+    read_only: bool = False
+    write_only: bool = False
 
     @property
     def has_default(self) -> bool:
@@ -193,6 +242,8 @@ class StructT:
     version: int | None = None
     source: str = ""  # file the type is declared in (display path)
     pointer: str = ""
+    closed: bool = False  # additionalProperties: false (unknown fields rejected on decode)
+    deprecated: bool = False  # documentation only
 
     def canonical(self) -> JSON:
         out: dict[str, JSON] = {
@@ -210,6 +261,8 @@ class StructT:
         if self.tag_field is not None:
             out["tag_field"] = self.tag_field
             out["tag"] = self.tag
+        if self.closed:
+            out["closed"] = True
         return out
 
 
