@@ -18,10 +18,22 @@ from tensorwire.schema import load_dir
 FIELDS = ["a", "b", "c"]
 
 
-def _base(lo: list[int], hi: list[int], members: list[str]) -> dict[str, Any]:
-    props: dict[str, Any] = {f: {"type": "integer", "minimum": lo[i], "maximum": hi[i]} for i, f in enumerate(FIELDS)}
+def _base(
+    lo: list[int], hi: list[int], members: list[str], steps: tuple[int, ...] = (1, 1, 1), text: tuple[int, int] = (0, 8)
+) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        f: {"type": "integer", "minimum": lo[i], "maximum": hi[i], "multipleOf": steps[i]} for i, f in enumerate(FIELDS)
+    }
     props["mode"] = {"type": "string", "enum": members, "x-enum-name": "Mode"}
-    return {"$id": "p.Msg", "x-version": 1, "type": "object", "properties": props, "required": [*FIELDS, "mode"]}
+    props["s"] = {"type": "string", "minLength": text[0], "maxLength": text[1], "pattern": "^[a-z]*$"}
+    return {
+        "$id": "p.Msg",
+        "x-version": 1,
+        "type": "object",
+        "additionalProperties": False,
+        "properties": props,
+        "required": [*FIELDS, "mode", "s"],
+    }
 
 
 @st.composite
@@ -29,12 +41,29 @@ def evolutions(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     """An old schema and a new one made by changes that keep BACKWARD compatibility (new reads old)."""
     lo = [draw(st.integers(-50, 0)) for _ in FIELDS]
     hi = [draw(st.integers(1, 50)) for _ in FIELDS]
-    old = _base(lo, hi, ["x", "y"])
+    steps = tuple(draw(st.sampled_from([1, 2, 4, 6])) for _ in FIELDS)
+    text = (draw(st.integers(0, 3)), draw(st.integers(3, 8)))
+    old = _base(lo, hi, ["x", "y"], steps, text)
     new = copy.deepcopy(old)
-    for op in draw(st.lists(st.sampled_from(["add_optional", "loosen", "add_member", "docs"]), max_size=4)):
+    ops = ["add_optional", "loosen", "add_member", "docs", "divide_step", "exclusive", "loosen_text", "open"]
+    for op in draw(st.lists(st.sampled_from(ops), max_size=4)):
         i = draw(st.integers(0, len(FIELDS) - 1))
         props = new["properties"]
-        if op == "add_optional":
+        if op == "divide_step":  # every multiple of 4 is one of 2: the new schema accepts more
+            step = props[FIELDS[i]]["multipleOf"]
+            props[FIELDS[i]]["multipleOf"] = draw(st.sampled_from([d for d in range(1, step + 1) if step % d == 0]))
+        elif op == "exclusive":  # x <= hi is x < hi + 1 for an integer: the same values
+            field = props[FIELDS[i]]
+            if "maximum" in field:
+                field["exclusiveMaximum"] = field.pop("maximum") + 1
+        elif op == "loosen_text":
+            props["s"]["minLength"] = max(0, props["s"]["minLength"] - draw(st.integers(0, 2)))
+            props["s"]["maxLength"] += draw(st.integers(0, 4))
+            if draw(st.booleans()):
+                props["s"].pop("pattern")
+        elif op == "open":
+            new.pop("additionalProperties", None)
+        elif op == "add_optional":
             name = f"extra{len(props)}"
             props[name] = {"type": "integer", "default": draw(st.integers(-5, 5))}
         elif op == "loosen":
@@ -62,11 +91,20 @@ def test_backward_compatible_changes_decode_old_messages(
     old_cls = tw.load_schemas(old_dir).type("p.Msg")
     new_reg = tw.load_schemas(new_dir)
     props = old_doc["properties"]
-    values = {f: data.draw(st.integers(props[f]["minimum"], props[f]["maximum"])) for f in FIELDS}
+    values = {
+        f: props[f]["multipleOf"]
+        * data.draw(
+            st.integers(
+                -(-props[f]["minimum"] // props[f]["multipleOf"]), props[f]["maximum"] // props[f]["multipleOf"]
+            )
+        )
+        for f in FIELDS
+    }
     mode = data.draw(st.sampled_from(props["mode"]["enum"]))
-    message = old_cls(**values, mode=mode)  # the encoder checks the value against the old schema's enum
+    s = data.draw(st.text("abcxyz", min_size=props["s"]["minLength"], max_size=props["s"]["maxLength"]))
+    message = old_cls(**values, mode=mode, s=s)  # the encoder checks every value against the old schema
     out = tw.Decoder(new_reg).decode(tw.Encoder().encode(message))
-    assert {f: getattr(out, f) for f in FIELDS} == values and out.mode.value == mode
+    assert {f: getattr(out, f) for f in FIELDS} == values and out.mode.value == mode and out.s == s
 
 
 def test_a_sample_of_breaking_changes_do_fail(tmp_path: Path) -> None:
@@ -75,12 +113,27 @@ def test_a_sample_of_breaking_changes_do_fail(tmp_path: Path) -> None:
     tightened["properties"]["a"]["maximum"] = 5
     removed = copy.deepcopy(old_doc)
     removed["properties"]["mode"]["enum"] = ["x"]
-    for name, new_doc, values in (("range", tightened, {"a": 9}), ("enum", removed, {"mode": "y"})):
+    stepped = copy.deepcopy(old_doc)
+    stepped["properties"]["b"]["multipleOf"] = 2
+    exclusive = copy.deepcopy(old_doc)
+    exclusive["properties"]["c"]["exclusiveMaximum"] = exclusive["properties"]["c"].pop("maximum")
+    patterned = copy.deepcopy(old_doc)
+    patterned["properties"]["s"]["pattern"] = "^[a-c]*$"
+    shorter = copy.deepcopy(old_doc)
+    shorter["properties"]["s"]["maxLength"] = 2
+    for name, new_doc, values in (
+        ("range", tightened, {"a": 9}),
+        ("enum", removed, {"mode": "y"}),
+        ("step", stepped, {"b": 3}),
+        ("exclusive", exclusive, {"c": 10}),
+        ("pattern", patterned, {"s": "xyz"}),
+        ("length", shorter, {"s": "abc"}),
+    ):
         old_dir = write_schemas(tmp_path / name / "old", {"p/Msg.v1.json": old_doc})
         new_dir = write_schemas(tmp_path / name / "new", {"p/Msg.v1.json": new_doc})
         assert any(f.severity == "error" for f in compare(load_dir(old_dir), load_dir(new_dir), "backward"))
         old_cls = tw.load_schemas(old_dir).type("p.Msg")
-        fields: dict[str, Any] = {"a": 1, "b": 1, "c": 1, "mode": "x", **values}
+        fields: dict[str, Any] = {"a": 1, "b": 1, "c": 1, "mode": "x", "s": "", **values}
         message = old_cls(**fields)
         with pytest.raises(tw.DecodeError):
             tw.Decoder(tw.load_schemas(new_dir)).decode(tw.Encoder().encode(message))
