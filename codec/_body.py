@@ -21,7 +21,7 @@ import torch
 from tensorwire._contract import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
 from tensorwire._locate import locate
 from tensorwire._tensors import Outgoing
-from tensorwire._wire import EXT_TUPLE
+from tensorwire._wire import EXT_TUPLE, unpack_descriptor
 from tensorwire.errors import DecodeError, EncodeError
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "int_error",
     "needs_prepare",
     "prepare",
+    "stand_in",
     "tree_tuple",
 ]
 
@@ -53,6 +54,7 @@ class _Rejected(Exception):
 
     def __init__(self, error: EncodeError, value: Any) -> None:
         super().__init__(str(error))
+        self.error = error
         self.value = value
 
 
@@ -96,6 +98,18 @@ def tree_tuple(data: memoryview, hook: Callable[[int, memoryview], Any]) -> tupl
     return tuple(items)
 
 
+def stand_in(code: int, data: memoryview) -> Any:
+    """An extension hook for error paths: a tree tuple as itself, a tensor as an empty tensor (or
+    array) of its kind; nothing the message names is opened."""
+    if code == EXT_TUPLE:
+        return tree_tuple(data, stand_in)
+    try:
+        kind = unpack_descriptor(code, data).kind
+    except DecodeError:
+        return None
+    return torch.empty(0) if kind == "tensor" else np.empty(0)
+
+
 def encode_body(message: Any, outgoing: Outgoing, max_depth: int, origin: Any = None) -> bytes:
     """msgpack of ``message`` (already ``prepare``d): each tensor becomes the extension ``outgoing`` gives it.
 
@@ -113,7 +127,8 @@ def encode_body(message: Any, outgoing: Outgoing, max_depth: int, origin: Any = 
     except _Rejected as exc:
         rejected = exc.value
         origin = message if origin is None else origin
-        raise EncodeError(f"{exc}{_at(locate(origin, lambda v: v is rejected, max_depth))}") from None
+        found = locate(origin, lambda v: v is rejected, max_depth)
+        raise EncodeError(exc.error.message, path=exc.error.path if found is None else found[0]) from None
     except OverflowError as exc:
         raise int_error(message if origin is None else origin, max_depth, exc) from None
     finally:
@@ -135,12 +150,7 @@ def int_error(message: Any, max_depth: int, error: OverflowError) -> EncodeError
     if found is None:  # not found within the depth limit: msgspec's own words
         return EncodeError(str(error))
     path, value = found
-    return EncodeError(f"integer {value} does not fit the wire (msgpack holds -2**63 .. 2**64-1) - at `{path}`")
-
-
-def _at(found: tuple[str, Any] | None) -> str:
-    """`` - at `path` `` for a value ``locate`` found; nothing if it found none."""
-    return "" if found is None else f" - at `{found[0]}`"
+    return EncodeError(f"integer {value} does not fit the wire (msgpack holds -2**63 .. 2**64-1)", path=path)
 
 
 class _Checking:

@@ -10,11 +10,12 @@ validators*: Python functions registered with ``tensorwire.rules.register_valida
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 import torch
 
+from tensorwire._locate import key_segment
 from tensorwire.dtypes import DTYPES, dtype_of
 from tensorwire.errors import ValidationError
 from tensorwire.rules import (
@@ -56,15 +57,18 @@ def check_struct(obj: Any) -> None:
         present = [f for f in group.fields if getattr(obj, f) is not None]
         if group.rule == "at_most_one_of" and len(present) > 1:
             raise ValidationError(
-                f"{rules.type_name}: at most one of {', '.join(group.fields)} may be set; got {', '.join(present)}"
+                f"at most one of {', '.join(group.fields)} may be set; got {', '.join(present)}",
+                type_id=rules.type_name,
             )
         if group.rule == "exactly_one_of" and len(present) != 1:
             got = ", ".join(present) if present else "none"
-            raise ValidationError(f"{rules.type_name}: exactly one of {', '.join(group.fields)} must be set; got {got}")
+            raise ValidationError(
+                f"exactly one of {', '.join(group.fields)} must be set; got {got}", type_id=rules.type_name
+            )
     for name in rules.validators:
         found = validator(name)
         if found is None:
-            raise ValidationError(f"{rules.type_name}: no validator named {name!r} is registered")
+            raise ValidationError(f"no validator named {name!r} is registered", type_id=rules.type_name)
         found(obj)
 
 
@@ -79,7 +83,28 @@ def _check_fields(rules: StructRules, obj: Any) -> None:
         value = getattr(obj, name)
         if value is None and skips_none:
             continue
-        _check(check, value, f"{rules.type_name}.{name}", dims)
+        _check(check, value, f"{rules.type_name}.{name}", dims, _At(rules.type_name, f"$.{name}"))
+
+
+class _At(NamedTuple):
+    """Where a field rule looks: the struct's type and the path in it (``$`` is the struct)."""
+
+    type_id: str | None
+    path: str
+
+    def item(self, index: int) -> _At:
+        return _At(self.type_id, f"{self.path}[{index}]")
+
+    def entry(self, key: Any) -> _At:
+        return _At(self.type_id, self.path + key_segment(key))
+
+
+_NOWHERE = _At(None, "$")
+
+
+def _breach(path: str, at: _At, message: str) -> ValidationError:
+    """The error for a field rule's breach: ``path`` is the field as the text names it."""
+    return ValidationError(message, type_id=at.type_id, path=at.path if at.type_id is not None else None, where=path)
 
 
 _FieldPlan: TypeAlias = tuple[tuple[str, Check, bool, frozenset[type] | None], ...]  # name, check, skips None, leaves
@@ -258,57 +283,61 @@ def _tree_ok(check: TreeCheck, value: Any, depth: int, leaves: frozenset[type]) 
     return isinstance(value, JSON_LEAVES if check.json_only else TREE_LEAVES)
 
 
-def _check(check: Check, value: Any, path: str, dims: dict[str, tuple[int, str]]) -> None:
+def _check(check: Check, value: Any, path: str, dims: dict[str, tuple[int, str]], at: _At = _NOWHERE) -> None:
+    """Raise the ``ValidationError`` of the first breach of ``check`` by ``value`` (``path`` names
+    the value in the error's text, ``at`` in its fields)."""
     if isinstance(check, TensorCheck):
-        _check_tensor(check, value, path, dims)
+        _check_tensor(check, value, path, dims, at)
     elif isinstance(check, TreeCheck):
-        _check_tree(check, value, path, 0)
+        _check_tree(check, value, path, 0, at)
     elif isinstance(check, TupleCheck):
         for i, (item_check, item) in enumerate(zip(check.items, value, strict=False)):
             if item_check is not None:
-                _check(item_check, item, f"{path}[{i}]", dims)
+                _check(item_check, item, f"{path}[{i}]", dims, at.item(i))
     elif check.container == "nullable":
         if value is not None:
-            _check(check.inner, value, path, dims)
+            _check(check.inner, value, path, dims, at)
     elif check.container == "map":
         for key, item in value.items():
-            _check(check.inner, item, f"{path}[{key!r}]", dims)
+            _check(check.inner, item, f"{path}[{key!r}]", dims, at.entry(key))
     else:
         for i, item in enumerate(value):
-            _check(check.inner, item, f"{path}[{i}]", dims)
+            _check(check.inner, item, f"{path}[{i}]", dims, at.item(i))
 
 
-def _check_tensor(check: TensorCheck, value: Any, path: str, dims: dict[str, tuple[int, str]]) -> None:
+def _check_tensor(
+    check: TensorCheck, value: Any, path: str, dims: dict[str, tuple[int, str]], at: _At = _NOWHERE
+) -> None:
     expected = torch.Tensor if check.kind == "tensor" else np.ndarray
     if not isinstance(value, expected):
         label = "torch.Tensor" if check.kind == "tensor" else "numpy.ndarray"
-        raise ValidationError(f"{path}: expected {label}, got {type(value).__name__}")
+        raise _breach(path, at, f"expected {label}, got {type(value).__name__}")
     dtype = dtype_of(value)
     if dtype is None:
-        raise ValidationError(f"{path}: dtype {value.dtype} is not in the wire dtype table")
+        raise _breach(path, at, f"dtype {value.dtype} is not in the wire dtype table")
     if check.dtypes is not None and dtype not in check.dtypes:
-        raise ValidationError(f"{path}: dtype {dtype} is not allowed; expected one of {', '.join(check.dtypes)}")
+        raise _breach(path, at, f"dtype {dtype} is not allowed; expected one of {', '.join(check.dtypes)}")
     shape = tuple(value.shape)
     if check.shape is not None:
         if len(shape) != len(check.shape):
-            raise ValidationError(f"{path}: expected rank {len(check.shape)}, got shape {shape}")
+            raise _breach(path, at, f"expected rank {len(check.shape)}, got shape {shape}")
         for axis, (want, got) in enumerate(zip(check.shape, shape, strict=True)):
             if isinstance(want, int) and want != got:
-                raise ValidationError(f"{path}: dim {axis} must be {want}, got shape {shape}")
+                raise _breach(path, at, f"dim {axis} must be {want}, got shape {shape}")
             if isinstance(want, str):
                 seen = dims.setdefault(want, (got, path))
                 if seen[0] != got:
-                    raise ValidationError(
-                        f"{path}: dim {want!r} is {got}, but {seen[0]} in {seen[1]} (named dims must agree)"
+                    raise _breach(
+                        path, at, f"dim {want!r} is {got}, but {seen[0]} in {seen[1]} (named dims must agree)"
                     )
     if isinstance(value, torch.Tensor):
         device, contiguous = value.device.type, value.is_contiguous()
     else:
         device, contiguous = "cpu", bool(value.flags.c_contiguous)
     if check.devices is not None and device not in check.devices:
-        raise ValidationError(f"{path}: device {device} is not allowed; expected {', '.join(check.devices)}")
+        raise _breach(path, at, f"device {device} is not allowed; expected {', '.join(check.devices)}")
     if check.contiguous and not contiguous:
-        raise ValidationError(f"{path}: must be contiguous")
+        raise _breach(path, at, "must be contiguous")
 
 
 JSON_LEAVES = (type(None), bool, int, float, str)  # what a JSON-only tree may hold besides containers
@@ -319,24 +348,24 @@ LEAVES_ONLY = LEAF_TYPES.issuperset  # ``LEAVES_ONLY(map(type, items))``: every 
 _STR_ONLY = frozenset({str}).issuperset
 
 
-def _check_tree(check: TreeCheck, value: Any, path: str, depth: int) -> None:
+def _check_tree(check: TreeCheck, value: Any, path: str, depth: int, at: _At = _NOWHERE) -> None:
     if type(value) in SCALAR_TYPES:
         return  # the common leaf, allowed in every tree
     if isinstance(value, dict | list | tuple):
         if depth >= check.max_depth:
-            raise ValidationError(f"{path}: tree is deeper than its limit of {check.max_depth}")
+            raise _breach(path, at, f"tree is deeper than its limit of {check.max_depth}")
         if isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str):
-                    raise ValidationError(f"{path}: tree dict keys must be str, got {type(key).__name__}")
-                _check_tree(check, item, f"{path}[{key!r}]", depth + 1)
+                    raise _breach(path, at, f"tree dict keys must be str, got {type(key).__name__}")
+                _check_tree(check, item, f"{path}[{key!r}]", depth + 1, at.entry(key))
             return
         if check.json_only and isinstance(value, tuple):
-            raise ValidationError(f"{path}: a JSON tree has no tuples")
+            raise _breach(path, at, "a JSON tree has no tuples")
         for i, item in enumerate(value):
-            _check_tree(check, item, f"{path}[{i}]", depth + 1)
+            _check_tree(check, item, f"{path}[{i}]", depth + 1, at.item(i))
         return
     leaves = JSON_LEAVES if check.json_only else TREE_LEAVES
     if not isinstance(value, leaves):
         kind = "a JSON tree" if check.json_only else "a tree"
-        raise ValidationError(f"{path}: {type(value).__name__} is not allowed in {kind}")
+        raise _breach(path, at, f"{type(value).__name__} is not allowed in {kind}")

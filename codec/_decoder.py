@@ -20,8 +20,9 @@ from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
-from tensorwire._body import tree_tuple
+from tensorwire._body import stand_in, tree_tuple
 from tensorwire._incoming import HEADER_LEVELS, Incoming
+from tensorwire._locate import entry_path, header_path, msgspec_error
 from tensorwire._scan import NOT_OPENERS, walk
 from tensorwire._wire import EXT_TUPLE, MAGIC, WIRE_VERSION, parse_tag, prefix, tag
 from tensorwire.errors import DecodeError
@@ -152,27 +153,49 @@ class Decoder:
 
     def _error(self, head: Any, exc: Exception) -> DecodeError:
         """The error for a frame 0 msgspec rejected: what its tag or fingerprint says is wrong, else
-        msgspec's own words with the path into the body."""
-        problem = self._diagnose(head)
-        if problem is not None:
-            return DecodeError(problem)
-        label = self._label(head)
-        text = str(exc).replace("`$[3]", "`$").replace("`$[2]", "`$.buffers")
-        return DecodeError(f"{label}: {text}" if label else f"invalid header: {text}")
+        msgspec's own words with the path into the body (a map entry by its key)."""
+        refused = self._diagnose(head)
+        if refused is not None:
+            return refused
+        ident = self._ident(head)
+        problem, path, on_key = msgspec_error(str(exc))
+        message = f"invalid map key: {problem}" if on_key else problem
+        if path is not None:
+            if ident is not None and path.startswith("$[3]") and ("[...]" in path or on_key):
+                path = self._entry_path(head, ident, path, problem, on_key)
+            path = header_path(path)
+        if ident is None:
+            return DecodeError(f"invalid header: {message}", path=path)
+        return DecodeError(message, path=path, type_id=ident[0], version=ident[1])
+
+    def _entry_path(self, head: Any, ident: tuple[str, int], path: str, problem: str, on_key: bool) -> str:
+        """msgspec's ``path`` into frame 0 with the map entries it names ``[...]`` found by their keys."""
+        try:
+            frame = msgspec.msgpack.decode(head)  # its nesting was bounded before the typed decode
+            cls = self.registry.type(*ident)
+            found = entry_path(cls, frame[3], "$" + path[4:], problem, on_key, stand_in)
+        except Exception:  # the locator only improves a message; it never replaces the error
+            return path
+        return path if found is None else "$[3]" + found[1:]
 
     def _locate(self, head: Any, exc: DecodeError) -> DecodeError:
-        label = self._label(head)
-        return DecodeError(f"{label}: {exc}") if label and not str(exc).startswith(label) else exc
+        """``exc`` with the type and version of the message it is about, where frame 0's tag names them."""
+        if exc.type_id is not None:
+            return exc
+        ident = self._ident(head)
+        if ident is None:
+            return exc
+        return DecodeError(exc.message, path=exc.path, type_id=ident[0], version=ident[1])
 
-    def _label(self, head: Any) -> str | None:
-        """``type vN`` of a frame 0 whose tag reads well, else None."""
+    def _ident(self, head: Any) -> tuple[str, int] | None:
+        """``(type_id, version)`` of a frame 0 whose tag reads well, else None."""
         try:
             parsed = parse_tag(_PEEK.decode(head).tag)
         except msgspec.MsgspecError:
             return None
-        return None if parsed is None else f"{parsed[1]} v{parsed[2]}"
+        return None if parsed is None else (parsed[1], parsed[2])
 
-    def _diagnose(self, head: Any) -> str | None:
+    def _diagnose(self, head: Any) -> DecodeError | None:
         """Why frame 0's tag or fingerprint is refused; None if they are not the problem."""
         try:
             peek = _PEEK.decode(head)
@@ -182,28 +205,32 @@ class Decoder:
             except msgspec.MsgspecError:
                 return None
             if isinstance(old, dict) and old.get("magic") == MAGIC:
-                return (
-                    f"wire format version {old.get('wire')!r} is not supported (this reader: {WIRE_VERSION}) "
-                    "- at `$.wire`"
+                return DecodeError(
+                    f"wire format version {old.get('wire')!r} is not supported (this reader: {WIRE_VERSION})",
+                    path="$.wire",
                 )
             expected = "a msgpack array of [tag, fingerprint, buffers, body]"
-            return f"invalid header: frame 0 is not {expected}, got {type(old).__name__}"
+            return DecodeError(f"invalid header: frame 0 is not {expected}, got {type(old).__name__}")
         parsed = parse_tag(peek.tag)
         if parsed is None:
-            return f"not a tensorwire message: tag {peek.tag!r} - at `$[0]`"
+            return DecodeError(f"not a tensorwire message: tag {peek.tag!r}", path="$[0]")
         wire, type_id, version = parsed
         if wire != WIRE_VERSION:
-            return f"wire format version {wire} is not supported (this reader: {WIRE_VERSION}) - at `$[0]`"
+            return DecodeError(
+                f"wire format version {wire} is not supported (this reader: {WIRE_VERSION})", path="$[0]"
+            )
         try:
             cls = self.registry.type(type_id, version)
         except UnknownTypeError as exc:
-            return f"{exc} - at `$[0]`"
+            return DecodeError(str(exc), path="$[0]")
         fingerprint = cls.__tw_type__.fingerprint
         if self.options.strict_fingerprint and peek.fingerprint != fingerprint:
             shown = peek.fingerprint[:16] if isinstance(peek.fingerprint, str) else repr(peek.fingerprint)
-            return (
-                f"{type_id} v{version}: schema fingerprint {shown}... differs from this reader's "
-                f"{fingerprint[:16]}... - at `$[1]`"
+            return DecodeError(
+                f"schema fingerprint {shown}... differs from this reader's {fingerprint[:16]}...",
+                path="$[1]",
+                type_id=type_id,
+                version=version,
             )
         return None
 
@@ -215,7 +242,7 @@ class Decoder:
         """Every handle well-formed for its transport, before anything is opened or released."""
         limits = self.options.limits
         if len(handles) > limits.max_buffers:
-            raise DecodeError(f"{len(handles)} buffers is over the limit of {limits.max_buffers} - at `$.buffers`")
+            raise DecodeError(f"{len(handles)} buffers is over the limit of {limits.max_buffers}", path="$.buffers")
         by_transport: dict[Transport, list[Handle]] = {}
         inline = 0
         for handle in handles:

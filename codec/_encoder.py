@@ -20,10 +20,11 @@ from typing import Any
 
 import msgspec
 
-from tensorwire._body import encode_body, int_error, prepare
+from tensorwire._body import encode_body, int_error, prepare, stand_in
+from tensorwire._locate import entry_path, msgspec_error
 from tensorwire._plan import TypePlan, type_plan
 from tensorwire._tensors import BufferPlan, Outgoing
-from tensorwire.errors import CodecError, EncodeError, TransportError
+from tensorwire.errors import CodecError, DecodeError, EncodeError, TransportError
 from tensorwire.options import EncodeOptions
 from tensorwire.transports.base import Buffer, Handle, Transport
 from tensorwire.transports.cuda_runtime import stage_to_host
@@ -62,15 +63,16 @@ class Encoder:
         if plan is None:
             plan = _plan(cls)
         options = self.options
+        body = b""
         if not plan.tensors:  # nothing but typed scalars, strings and structs: one encode, one C check
             try:
                 body = _PLAIN.encode(prepare(message, options.limits.max_depth) if plan.prepare else message)
                 if options.validate:
                     plan.check.plain(body)
             except OverflowError as exc:  # an int msgpack cannot hold: named with its path
-                raise EncodeError(f"{plan.type_id}: {int_error(message, options.limits.max_depth, exc)}") from None
+                raise _failure(plan, cls, int_error(message, options.limits.max_depth, exc), body) from None
             except _FAILURES as exc:
-                raise EncodeError(f"{plan.type_id}: {exc}") from None
+                raise _failure(plan, cls, exc, body) from None
             return [plan.bare + body]
         try:
             limits = options.limits
@@ -83,14 +85,14 @@ class Encoder:
             if options.validate:
                 plan.check.check(body, outgoing.values)
         except _FAILURES as exc:
-            raise EncodeError(f"{plan.type_id}: {exc}") from None
+            raise _failure(plan, cls, exc, body) from None
         buffers = outgoing.buffers
         if not buffers:
             return [plan.bare + body]
         frames: list[Buffer] = [b""]
         entries: list[list[Any]] = []
         exported: list[tuple[Transport, Handle]] = []
-        self._export_all(plan.type_id, buffers, frames, entries, exported)
+        self._export_all(plan, buffers, frames, entries, exported)
         try:
             frames[0] = b"".join((plan.prefix, msgspec.msgpack.encode(entries), body))
         except BaseException:
@@ -100,7 +102,7 @@ class Encoder:
 
     def _export_all(
         self,
-        type_id: str,
+        plan: TypePlan,
         buffers: list[BufferPlan],
         frames: list[Buffer],
         entries: list[list[Any]],
@@ -109,11 +111,18 @@ class Encoder:
         """Hand every buffer to its transport, filling ``frames``, the header's buffer ``entries`` and
         ``exported``; on any failure, release what was exported and raise."""
         limits = self.options.limits
+        type_id = plan.type_id
         if len(buffers) > limits.max_buffers:
-            raise EncodeError(f"{type_id}: {len(buffers)} buffers is over the limit of {limits.max_buffers}")
+            raise EncodeError(
+                f"{len(buffers)} buffers is over the limit of {limits.max_buffers}",
+                type_id=type_id,
+                version=plan.version,
+            )
         total = sum(b.nbytes for b in buffers)
         if total > limits.max_message_bytes:
-            raise EncodeError(f"{type_id}: {total} bytes is over the limit of {limits.max_message_bytes}")
+            raise EncodeError(
+                f"{total} bytes is over the limit of {limits.max_message_bytes}", type_id=type_id, version=plan.version
+            )
         try:
             if any(self._route(b.nbytes) is self.transport for b in buffers):
                 self.transport.begin_message()
@@ -166,6 +175,30 @@ class Encoder:
 
     def __repr__(self) -> str:
         return f"Encoder(transport={type(self.transport).__name__}, options={self.options})"
+
+
+def _failure(plan: TypePlan, cls: type, exc: BaseException, body: bytes) -> EncodeError:
+    """The ``EncodeError`` for ``exc``, raised while writing or checking ``body`` (b"" if not written
+    yet) of a message of ``cls``: its words and path, with the message's type."""
+    path = None
+    if isinstance(exc, EncodeError | DecodeError):
+        message, path = exc.message, exc.path
+    elif isinstance(exc, msgspec.ValidationError):  # the schema check's own words, and its path
+        problem, path, on_key = msgspec_error(str(exc))
+        message = f"invalid map key: {problem}" if on_key else problem
+        if path is not None and ("[...]" in path or on_key):
+            path = _entry_path(cls, body, path, problem, on_key) or path
+    else:
+        message = str(exc)
+    return EncodeError(message, path=path, type_id=plan.type_id, version=plan.version)
+
+
+def _entry_path(cls: type, body: bytes, path: str, problem: str, on_key: bool) -> str | None:
+    """``path`` with the keys of the map entries msgspec names as ``[...]``, found in ``body``."""
+    try:
+        return entry_path(cls, msgspec.msgpack.decode(body), path, problem, on_key, stand_in)
+    except Exception:  # the locator only improves a message; it never replaces the error
+        return None
 
 
 def _release(exported: list[tuple[Transport, Handle]]) -> None:

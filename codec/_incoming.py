@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tensorwire._locate import header_path, msgspec_error
 from tensorwire._tensors import BUILD, as_base, build, build_inline, verify_descriptor
 from tensorwire._wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, SHARED, unpack_descriptor
 from tensorwire.dtypes import DTYPE_NAMES
@@ -83,7 +84,7 @@ class Incoming:
         try:
             desc = unpack_descriptor(code, data)
         except DecodeError as exc:
-            raise DecodeError(f"{exc} - at `{self._where(index)}`") from None
+            raise DecodeError(exc.message, path=self._where(index)) from None
         placement = self.decoder.placement
         if code == EXT_TENSOR:
             # the same descriptor again is the same tensor (unless paths may place them apart)
@@ -95,7 +96,7 @@ class Incoming:
                 self.read_buffers()
         problem = verify_descriptor(desc, self._sizes, limits)
         if problem is not None:
-            raise DecodeError(f"{problem[1]} - at `{self._where(index)}{problem[0]}`")
+            raise DecodeError(problem[1], path=self._where(index) + problem[0])
         device = None if placement is None or desc.kind != "tensor" else self._target(placement, index, desc.buffer)
         try:
             if code == EXT_INLINE:
@@ -168,7 +169,11 @@ class Incoming:
         try:
             entries = decoder.table.decode(self.head).buffers
         except Exception as exc:  # msgspec's errors: the envelope was checked, the table was not
-            raise DecodeError(f"invalid buffer table: {exc}".replace("`$[2]", "`$.buffers")) from None
+            problem, path, on_key = msgspec_error(str(exc))
+            raise DecodeError(
+                f"invalid buffer table: {'invalid map key: ' if on_key else ''}{problem}",
+                path=None if path is None else header_path(path),
+            ) from None
         handles = [entry[1] for entry in entries]
         decoder.verify_handles(handles, self.frames)  # before this, nothing is released: the handles
         self.handles = handles  # may name what their sender did not create
@@ -176,7 +181,7 @@ class Incoming:
         sizes = [entry[0] for entry in entries]
         if sum(sizes) > limits.max_message_bytes:
             raise DecodeError(
-                f"{sum(sizes)} buffer bytes is over the limit of {limits.max_message_bytes} - at `$.buffers`"
+                f"{sum(sizes)} buffer bytes is over the limit of {limits.max_message_bytes}", path="$.buffers"
             )
         borrow = decoder.options.borrow
         for entry in entries:

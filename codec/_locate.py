@@ -6,19 +6,26 @@ sent in), ``.key`` the value of a dict entry whose key is an identifier, ``["key
 is another string and ``[key]`` (its repr) one whose key is not a string. A key is reported at
 the path of its entry. Only error paths use this (a message that fails to encode); the walk is
 iterative, never enters a container twice, and stops at the message's depth limit.
+
+msgspec writes the value of any map entry as ``[...]``: ``entry_path`` finds which entry it is, in
+the body of a message (decoded untyped), for the errors of both the encoder's check and the decoder.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import types
 from collections.abc import Callable, Iterator
-from typing import Any
+from itertools import islice
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import msgspec
 
-__all__ = ["key_segment", "locate"]
+__all__ = ["entry_path", "header_path", "key_segment", "locate", "msgspec_error"]
 
 _UNSET = object()
+_LONG = 64  # characters of a key a path shows
 _Children = Iterator[tuple[str, Any]]
 _Where = tuple[Any, str] | None  # a path as links (parent, segment), joined only for a match: None is ``$``
 
@@ -60,12 +67,15 @@ def _path(where: _Where) -> str:
 
 
 def key_segment(key: Any) -> str:
-    """The path segment of the entry of a dict at ``key``: ``.key``, ``["key"]`` or ``[key]``."""
+    """The path segment of the entry of a dict at ``key``: ``.key``, ``["key"]`` or ``[key]``; a
+    key longer than 64 characters is cut to its first 61 and ``...`` (``["61 characters"...]``)."""
     if isinstance(key, str):
         text = str.__str__(key)  # the plain value, for a str enum member too
+        if len(text) > _LONG:
+            return f"[{json.dumps(text[: _LONG - 3])}...]"
         return f".{text}" if text.isidentifier() else f"[{json.dumps(text)}]"
     text = repr(key)
-    return f"[{text if len(text) <= 64 else text[:61] + '...'}]"
+    return f"[{text if len(text) <= _LONG else text[: _LONG - 3] + '...'}]"
 
 
 def _children(value: Any) -> _Children | None:
@@ -103,3 +113,158 @@ def _sorted(values: set[Any] | frozenset[Any]) -> list[Any]:
         return sorted(values)
     except TypeError:
         return sorted(values, key=repr)
+
+
+# -- msgspec's error paths ------------------------------------------------------------------------
+
+_AT = re.compile(r" - at `(\$[^`]*)`\Z")
+_AT_KEY = re.compile(r" - at `key` in `(\$[^`]*)`\Z")
+_SEGMENT = re.compile(r"\.([^.\[`]+)|\[(\d+)\]|\[\.\.\.\]")
+_MAX_ENTRIES = 65536  # entries of one map looked at for the one msgspec names (on error paths only)
+_UNION = (Union, types.UnionType)
+
+
+def msgspec_error(text: str) -> tuple[str, str | None, bool]:
+    """The parts of a msgspec ``ValidationError``'s text: its problem, the path it names (None if
+    it names none: the value itself) and whether it is about a map key at that path (msgspec's
+    ``- at `key` in `$.m` ``)."""
+    found = _AT_KEY.search(text)
+    if found is not None:
+        return text[: found.start()], found.group(1), True
+    found = _AT.search(text)
+    if found is not None:
+        return text[: found.start()], found.group(1), False
+    return text, None, False
+
+
+def header_path(path: str) -> str:
+    """A msgspec path into frame 0 (``[tag, fingerprint, buffers, body]``) as tensorwire writes it:
+    ``$`` is the body, ``$.buffers`` the buffer table."""
+    if path.startswith("$[3]"):
+        return "$" + path[4:]
+    if path.startswith("$[2]"):
+        return "$.buffers" + path[4:]
+    return path
+
+
+def entry_path(
+    cls: type, body: Any, path: str, problem: str, on_key: bool, ext_hook: Callable[[int, memoryview], Any]
+) -> str | None:
+    """msgspec's ``path`` of ``problem`` in ``body`` (a message of ``cls`` decoded untyped) with
+    each map value (``[...]``) replaced by its entry's ``key_segment`` and, ``on_key``, the key of
+    the map it ends at appended; None if the entries cannot be told.
+
+    Each ``[...]`` is the first entry of that map (of at most ``_MAX_ENTRIES``) whose value, decoded
+    alone as the map's value type, fails with the same problem at the same place. Only error paths
+    use this; ``ext_hook`` stands in for tensors (what a value decodes without side effects).
+    """
+    spans = list(_SEGMENT.finditer(path, 1))
+    if not path.startswith("$") or sum(m.end() - m.start() for m in spans) != len(path) - 1:
+        return None
+    out, tp, value = "$", cls, body
+    for segment in spans:
+        tp = _narrow(tp, value)
+        name, index = segment.group(1), segment.group(2)
+        if name is not None:
+            found = _field(tp, value, name)
+            if found is None:
+                return None
+            tp, value = found
+            out += f".{name}"
+        elif index is not None:
+            found = _item(tp, value, int(index))
+            if found is None:
+                return None
+            tp, value = found
+            out += f"[{index}]"
+        else:
+            origin, args = get_origin(tp), get_args(tp)
+            if origin is not dict or not isinstance(value, dict) or len(args) != 2:
+                return None
+            want = (problem, "$" + path[segment.end() :], on_key)
+            decode = msgspec.msgpack.Decoder(args[1], ext_hook=ext_hook).decode
+            key = next((k for k, v in islice(value.items(), _MAX_ENTRIES) if _failure(decode, v) == want), _UNSET)
+            if key is _UNSET:
+                return None
+            tp, value = args[1], value[key]
+            out += key_segment(key)
+    if on_key:
+        tp = _narrow(tp, value)
+        args = get_args(tp)
+        if get_origin(tp) is not dict or not isinstance(value, dict) or len(args) != 2:
+            return None
+        decode = msgspec.msgpack.Decoder(args[0]).decode
+        for key in islice(value, _MAX_ENTRIES):
+            if _failure(decode, key) == (problem, "$", False):
+                return out + key_segment(key)
+        return None
+    return out
+
+
+def _failure(decode: Callable[[bytes], Any], value: Any) -> tuple[str, str, bool] | None:
+    """What msgspec says of ``value`` (untyped) decoded by ``decode``: (problem, path, on_key), None
+    if it decodes; another error is no answer."""
+    try:
+        decode(msgspec.msgpack.encode(value))
+    except msgspec.ValidationError as exc:
+        problem, path, on_key = msgspec_error(str(exc))
+        return problem, "$" if path is None else path, on_key
+    except Exception:
+        return ("", "", False)
+    return None
+
+
+def _strip(tp: Any) -> Any:
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    return tp
+
+
+def _narrow(tp: Any, value: Any) -> Any:
+    """``tp`` without its constraints and, for a union, the one option that ``value`` has the shape of."""
+    tp = _strip(tp)
+    if get_origin(tp) not in _UNION:
+        return tp
+    options = [o for o in map(_strip, get_args(tp)) if _shaped(o, value)]
+    return options[0] if len(options) == 1 else None
+
+
+def _shaped(tp: Any, value: Any) -> bool:
+    """Whether untyped ``value`` has the shape of a container type ``tp`` (a struct by its tag)."""
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        config = tp.__struct_config__
+        if config.array_like:
+            return isinstance(value, list) and (config.tag_field is None or value[:1] == [config.tag])
+        return isinstance(value, dict) and (config.tag_field is None or value.get(config.tag_field) == config.tag)
+    origin = get_origin(tp) or tp
+    if origin is dict:
+        return isinstance(value, dict)
+    return origin in (list, tuple, set, frozenset) and isinstance(value, list)
+
+
+def _field(tp: Any, value: Any, name: str) -> tuple[Any, Any] | None:
+    """(type, value) of the field a struct type ``tp`` sends as ``name``."""
+    if not (isinstance(tp, type) and issubclass(tp, msgspec.Struct)):
+        return None
+    fields = msgspec.structs.fields(tp)
+    position = next((i for i, f in enumerate(fields) if f.encode_name == name), -1)
+    if position < 0:
+        return None
+    field = fields[position]
+    config = tp.__struct_config__
+    if config.array_like:
+        position += config.tag_field is not None
+        return (field.type, value[position]) if isinstance(value, list) and position < len(value) else None
+    return (field.type, value[name]) if isinstance(value, dict) and name in value else None
+
+
+def _item(tp: Any, value: Any, index: int) -> tuple[Any, Any] | None:
+    """(type, value) of item ``index`` of a list, tuple or set type ``tp``."""
+    if not isinstance(value, list) or index >= len(value):
+        return None
+    origin, args = get_origin(tp) or tp, get_args(tp)
+    if origin in (list, set, frozenset) or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
+        return (args[0] if args else Any), value[index]
+    if origin is tuple and index < len(args):
+        return args[index], value[index]
+    return None

@@ -21,6 +21,7 @@ class TypePlan:
     set to rewrite; ``check``: the decoder of the encoder's schema check."""
 
     type_id: str
+    version: int
     prefix: bytes
     bare: bytes
     tensors: bool
@@ -33,7 +34,13 @@ def type_plan(cls: Any) -> TypePlan:
     info_type = mi.type_info(cls)
     head = prefix(info.type_id, info.version, info.fingerprint)
     return TypePlan(
-        info.type_id, head, head + b"\x90", _holds_custom(info_type, set()), needs_prepare(cls), Checker(cls)
+        info.type_id,
+        info.version,
+        head,
+        head + b"\x90",
+        _holds_custom(info_type, set()),
+        needs_prepare(cls),
+        Checker(cls),
     )
 
 

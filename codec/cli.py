@@ -1,8 +1,14 @@
-"""The ``tensorwire`` command line: ``gen``, ``schemas``, ``compat``, ``demo``, ``inspect``, ``shm``, ``bench``.
+"""The ``tensorwire`` command line.
 
-Exit codes: 0 success; 1 findings (``compat``) or drift (``gen --check``); 2 usage error or
-invalid input (a schema, a blob, a revision); 3 an internal error, printed on one line (with
-``--debug``, its traceback); 130 interrupted (Ctrl-C); 141 the reader of the output went away
+Commands: ``gen`` (Python types from a schema directory; ``--check`` for drift), ``schemas`` (types,
+versions, fingerprints; ``--meta``), ``compat`` (what a schema change breaks), ``lint`` (style rules:
+names, descriptions, unused ``$defs``; with ``--against REV`` version bumps), ``golden record``
+(golden wire fixtures of a schema directory), ``demo``, ``inspect`` (a blob's header), ``shm ls``
+and ``shm reap`` (shared-memory housekeeping) and ``bench``.
+
+Exit codes: 0 success; 1 findings (``compat``, ``lint``) or drift (``gen --check``); 2 usage error or
+invalid input (a schema, a blob, a revision, a rule ID); 3 an internal error, printed on one line
+(with ``--debug``, its traceback); 130 interrupted (Ctrl-C); 141 the reader of the output went away
 (``| head``). None of these prints a traceback without ``--debug``.
 """
 
@@ -24,6 +30,8 @@ from tensorwire.errors import CompatError, DecodeError, SchemaError
 
 if TYPE_CHECKING:
     from tensorwire.compat import Finding
+    from tensorwire.golden import Cases
+    from tensorwire.schema import SchemaSet
 
 __all__ = ["main"]
 
@@ -72,9 +80,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     compat.add_argument("--list-rules", action="store_true", help="print the rule catalogue")
     compat.add_argument("--explain", metavar="RULE_ID", help="explain one rule")
+    lint = sub.add_parser("lint", help="check a schema directory's style: names, descriptions, unused $defs")
+    lint.add_argument("dir", nargs="?", type=Path, help="schema directory (default: the config's schemas, or schemas)")
+    lint.add_argument(
+        "--disable",
+        metavar="RULE",
+        action="append",
+        default=[],
+        help="turn a rule off (repeat it, or separate IDs by commas); adds to the config's lint.disable",
+    )
+    lint.add_argument(
+        "--against", metavar="REV", help="also report breaking changes without a new major version since REV (git)"
+    )
+    lint.add_argument("--format", choices=["text", "json", "github"], default="text")
+    lint.add_argument("--list-rules", action="store_true", help="print the rule catalogue")
     golden = sub.add_parser("golden", help="golden wire fixtures")
     golden_sub = golden.add_subparsers(dest="golden_command", required=True, parser_class=_Parser)
     record = golden_sub.add_parser("record", help="write fixtures for every type version that has none yet")
+    record.add_argument(
+        "schemas",
+        nargs="?",
+        type=Path,
+        metavar="SCHEMA_DIR",
+        help="schema directory (default: the config's schemas, or schemas)",
+    )
     record.add_argument("--dir", type=Path, help="fixture root (default: the config's golden, or tests/golden)")
     sub.add_parser("demo", help="send a diffusion result from a producer process through shared memory")
     inspect = sub.add_parser("inspect", help="print a joined message blob's header as JSON")
@@ -165,9 +194,9 @@ def _schemas(args: argparse.Namespace) -> int:
 
 def _compat(args: argparse.Namespace) -> int:
     from tensorwire.compat import RULES, compare, compare_transitive
-    from tensorwire.compat._git import checkout_schemas, history, temporary_dir
+    from tensorwire.compat._git import history, temporary_dir
     from tensorwire.compat._report import exit_code, render, rules_table
-    from tensorwire.schema import SchemaSet, load_dir
+    from tensorwire.schema import load_dir
 
     if args.list_rules:
         print(rules_table("json" if args.format == "json" else "text"))
@@ -197,9 +226,8 @@ def _compat(args: argparse.Namespace) -> int:
         olds = []
         with temporary_dir() as tmp:
             for i, rev in enumerate(revs):
-                old_root = checkout_schemas(new_dir, rev, Path(tmp) / str(i))
                 label = f"{rev if not args.transitive else rev[:12]}:{new_dir.as_posix()}"
-                olds.append(load_dir(old_root, display_root=label) if old_root else SchemaSet(Path(tmp), label, (), ()))
+                olds.append(_schemas_at(new_dir, rev, Path(tmp) / str(i), label))
             new = load_dir(new_dir)
         findings = compare_transitive(olds, new, args.mode)
     else:
@@ -215,6 +243,119 @@ def _compat(args: argparse.Namespace) -> int:
     if text:
         print(text)
     return exit_code(findings, args.fail_on)
+
+
+def _schemas_at(schema_dir: Path, rev: str, into: Path, label: str) -> SchemaSet:
+    """``schema_dir`` as of git revision ``rev`` (written under ``into``), its paths shown as
+    ``label``; an empty set where it did not exist at ``rev``."""
+    from tensorwire.compat._git import checkout_schemas
+    from tensorwire.schema import SchemaSet, load_dir
+
+    old_root = checkout_schemas(schema_dir, rev, into)
+    return load_dir(old_root, display_root=label) if old_root else SchemaSet(into, label, (), ())
+
+
+def _lint(args: argparse.Namespace) -> int:
+    from tensorwire.compat._git import temporary_dir
+    from tensorwire.lint import lint, render, rules_table, unknown_rules
+    from tensorwire.schema import load_dir
+
+    if args.list_rules:
+        print(rules_table("json" if args.format == "json" else "text"))
+        return 0
+    config = _config()
+    disable = [rule.strip() for word in args.disable for rule in word.split(",") if rule.strip()]
+    unknown = unknown_rules(disable)
+    if unknown:
+        print(
+            f"tensorwire: lint --disable: unknown rule {unknown[0]!r}; see tensorwire lint --list-rules",
+            file=sys.stderr,
+        )
+        return 2
+    ignore: list[tuple[str, str]] = []
+    accepted: set[str | None] = set()  # types whose VERSION_NOT_BUMPED compat.ignore accepts (None: all)
+    if config is not None:
+        for key, ids in (("lint.disable", config.lint_disable), ("lint.ignore", [e.rule for e in config.lint_ignore])):
+            unknown = unknown_rules(ids)
+            if unknown:
+                raise ConfigError(
+                    f"{config.path}: {config.key(key)}: unknown rule {unknown[0]!r}; known: {_lint_ids()}"
+                )
+        disable += config.lint_disable
+        ignore = [(entry.rule, entry.file) for entry in config.lint_ignore]
+        accepted = {entry.type for entry in config.ignore if entry.rule == "VERSION_NOT_BUMPED"}
+    schema_dir = args.dir or (config.schemas if config and config.schemas else DEFAULT_SCHEMAS)
+    schemas = load_dir(schema_dir)
+    mode = config.mode if config and config.mode else "full"
+    if args.against and "VERSION_NOT_BUMPED" not in disable:
+        with temporary_dir() as tmp:
+            baseline = _schemas_at(schema_dir, args.against, Path(tmp), f"{args.against}:{schema_dir.as_posix()}")
+            findings = lint(schemas, disable=disable, ignore=ignore, baseline=baseline, mode=mode)
+    else:
+        findings = lint(schemas, disable=disable, ignore=ignore)
+    if accepted:
+        type_of = {m.path: m.type_id for m in schemas.messages}
+        findings = [
+            f for f in findings if f.rule != "VERSION_NOT_BUMPED" or not ({None, type_of.get(f.file)} & accepted)
+        ]
+    text = render(findings, args.format)
+    if text:
+        print(text)
+    return int(bool(findings))
+
+
+def _lint_ids() -> str:
+    from tensorwire.lint import RULES
+
+    return ", ".join(RULES)
+
+
+def _golden(args: argparse.Namespace) -> int:
+    from tensorwire.golden import record
+
+    config = _config()
+    schema_dir = args.schemas or (config.schemas if config and config.schemas else DEFAULT_SCHEMAS)
+    out = args.dir or (config.golden if config and config.golden else Path("tests/golden"))
+    try:
+        written = record(out, _golden_cases(schema_dir))
+    except ValueError as exc:
+        print(f"tensorwire: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"tensorwire: cannot write {exc.filename or out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    print(f"{len(written)} fixture file(s) written; manifest {out / 'MANIFEST.sha256'}")
+    return 0
+
+
+def _golden_cases(schema_dir: Path) -> Cases:
+    """The built-in types' own cases for the built-in schemas; for any other directory, one
+    ``minimal`` case per message type version (``tensorwire._synth``), each built here, so that a
+    type no value can be synthesized for stops the command before it writes anything."""
+    from tensorwire.builtins import SCHEMA_DIR
+
+    if _same_schema_files(schema_dir, SCHEMA_DIR):
+        from tensorwire.builtins.golden import cases
+
+        return cases()
+    from tensorwire._synth import minimal_cases
+    from tensorwire.gen._runtime import build_registry
+    from tensorwire.schema import load_dir
+
+    schemas = load_dir(schema_dir)
+    return minimal_cases(schemas, build_registry(schemas))
+
+
+def _same_schema_files(a: Path, b: Path) -> bool:
+    """Whether directories ``a`` and ``b`` hold the very same schema files (links followed)."""
+
+    def files(root: Path) -> dict[str, Path]:
+        return {p.relative_to(root).as_posix(): p.resolve() for p in root.rglob("*.json")} if root.is_dir() else {}
+
+    mine, theirs = files(a), files(b)
+    return bool(mine) and mine == theirs
 
 
 def _ignored(finding: Finding, ignores: tuple[CompatIgnore, ...]) -> Finding:
@@ -352,21 +493,10 @@ def _main(words: list[str]) -> int:
             return _inspect(args)
         if args.command == "compat":
             return _compat(args)
+        if args.command == "lint":
+            return _lint(args)
         if args.command == "golden":
-            from tensorwire.builtins.golden import cases
-            from tensorwire.golden import record
-
-            config = _config()
-            args.dir = args.dir or (config.golden if config and config.golden else Path("tests/golden"))
-            try:
-                written = record(args.dir, cases())
-            except ValueError as exc:
-                print(f"tensorwire: {exc}", file=sys.stderr)
-                return 2
-            for path in written:
-                print(f"wrote {path}")
-            print(f"{len(written)} fixture file(s) written; manifest {args.dir / 'MANIFEST.sha256'}")
-            return 0
+            return _golden(args)
         if args.command == "shm":
             return _shm(args)
         return _schemas(args)

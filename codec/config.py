@@ -3,7 +3,7 @@
 Found from the current directory upwards (the first directory with either file; there
 ``tensorwire.toml`` wins). Paths are relative to that file's directory. Every key is optional::
 
-    schemas = "schemas"              # the schema directory (gen, schemas, compat)
+    schemas = "schemas"              # the schema directory (gen, schemas, compat, lint, golden record)
     out = "mypkg/messages"           # the generated package (gen)
     registry = "__init__"            # the module of ``out`` that holds REGISTRY (gen)
     golden = "tests/golden"          # the golden fixture directory (golden record)
@@ -13,8 +13,13 @@ Found from the current directory upwards (the first directory with either file; 
     fail-on = "error"                # error, warning
     ignore = [{rule = "FIELD_DELETED", type = "t.Thing", reason = "no reader left"}]
 
-Command-line flags override the file. An unknown key, a value of the wrong type or an ignore
-without a reason is a ``ConfigError`` naming the file and the key, and so is a file another user
+    [lint]                           # ([tool.tensorwire.lint] in pyproject.toml)
+    disable = ["FIELD_DESCRIPTION"]  # rules turned off (tensorwire lint --list-rules)
+    ignore = [{rule = "TYPE_PASCAL_CASE", file = "legacy/*"}]  # off for files of the schema directory
+
+Command-line flags override the file (``lint --disable`` adds to ``disable``). An unknown key, a
+value of the wrong type or an ignore without a reason is a ``ConfigError`` naming the file and the
+key (an unknown rule ID too, when the command that uses the rules reads it), and so is a file another user
 owns: the search goes up through directories others may write to (``/tmp``), and a planted file
 would choose where ``gen`` writes.
 """
@@ -29,7 +34,7 @@ from typing import Any
 
 from tensorwire.errors import CodecError
 
-__all__ = ["CONFIG_FILE", "CompatIgnore", "Config", "ConfigError", "find_config", "load_config"]
+__all__ = ["CONFIG_FILE", "CompatIgnore", "Config", "ConfigError", "LintIgnore", "find_config", "load_config"]
 
 CONFIG_FILE = "tensorwire.toml"
 _MODES = ("backward", "forward", "full", "none")
@@ -50,6 +55,14 @@ class CompatIgnore:
 
 
 @dataclass(frozen=True, slots=True)
+class LintIgnore:
+    """A lint rule turned off for the files (relative to the schema directory) matching ``file``."""
+
+    rule: str
+    file: str
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """What the file says (paths made absolute); None where it says nothing."""
 
@@ -61,6 +74,12 @@ class Config:
     mode: str | None = None
     fail_on: str | None = None
     ignore: tuple[CompatIgnore, ...] = field(default=())
+    lint_disable: tuple[str, ...] = field(default=())
+    lint_ignore: tuple[LintIgnore, ...] = field(default=())
+
+    def key(self, name: str) -> str:
+        """How the file spells key ``name`` (``tool.tensorwire.`` before it in ``pyproject.toml``)."""
+        return f"tool.tensorwire.{name}" if self.path.name == "pyproject.toml" else name
 
 
 def find_config(start: Path | None = None) -> Config | None:
@@ -97,11 +116,15 @@ def load_config(path: Path) -> Config | None:
     reader = _Reader(path, where)
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [{where.rstrip('.') or 'top level'}] must be a table")
-    reader.known(table, ("schemas", "out", "registry", "golden", "compat"), "")
+    reader.known(table, ("schemas", "out", "registry", "golden", "compat", "lint"), "")
     compat = table.get("compat", {})
     if not isinstance(compat, dict):
         raise ConfigError(f"{path}: {where}compat must be a table")
     reader.known(compat, ("mode", "fail-on", "ignore"), "compat.")
+    lint = table.get("lint", {})
+    if not isinstance(lint, dict):
+        raise ConfigError(f"{path}: {where}lint must be a table")
+    reader.known(lint, ("disable", "ignore"), "lint.")
     return Config(
         path=path,
         schemas=reader.path(table, "schemas"),
@@ -111,6 +134,8 @@ def load_config(path: Path) -> Config | None:
         mode=reader.choice(compat, "mode", _MODES, "compat."),
         fail_on=reader.choice(compat, "fail-on", _FAIL_ON, "compat."),
         ignore=reader.ignores(compat.get("ignore", [])),
+        lint_disable=reader.names(lint.get("disable", []), "lint.disable"),
+        lint_ignore=reader.lint_ignores(lint.get("ignore", [])),
     )
 
 
@@ -157,4 +182,24 @@ class _Reader:
             if rule is None or reason is None:
                 raise self.error(key, "needs a rule and a reason (why the break is accepted)")
             out.append(CompatIgnore(rule, reason, self.text(entry, "type", f"{key}.")))
+        return tuple(out)
+
+    def names(self, value: Any, key: str) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.error(key, f"expected an array of rule IDs, got {value!r}")
+        return tuple(value)
+
+    def lint_ignores(self, entries: Any) -> tuple[LintIgnore, ...]:
+        if not isinstance(entries, list):
+            raise self.error("lint.ignore", f"expected an array of tables, got {entries!r}")
+        out = []
+        for i, entry in enumerate(entries):
+            key = f"lint.ignore[{i}]"
+            if not isinstance(entry, dict):
+                raise self.error(key, f"expected a table {{rule, file}}, got {entry!r}")
+            self.known(entry, ("rule", "file"), f"{key}.")
+            rule, pattern = self.text(entry, "rule", f"{key}."), self.text(entry, "file", f"{key}.")
+            if rule is None or pattern is None:
+                raise self.error(key, "needs a rule and a file (a path or pattern relative to the schema directory)")
+            out.append(LintIgnore(rule, pattern))
         return tuple(out)

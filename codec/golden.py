@@ -3,8 +3,9 @@
 ``tests/golden/<type id>/v<N>/<case>.bin`` is a joined blob (inline buffers only) and
 ``<case>.json`` describes the value it must decode to (tensors by dtype, shape and a SHA-256 of
 their bits). ``MANIFEST.sha256`` pins every file: a released fixture is never edited, only added.
-``record(root, cases)`` writes the fixtures of ``cases`` that do not exist yet (``tensorwire golden
-record`` passes the built-in types' ``tensorwire.builtins.golden.cases()``).
+``record(root, cases)`` writes the fixtures of ``cases`` that do not exist yet, and nothing outside
+``root`` (``tensorwire golden record`` passes the built-in types' ``tensorwire.builtins.golden.cases()``
+for the built-in schemas, and one synthesized ``minimal`` case per type version for any other).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ __all__ = ["MANIFEST", "Cases", "describe", "manifest_lines", "read_manifest", "
 MANIFEST = "MANIFEST.sha256"
 Cases = Mapping[str, Sequence[tuple[str, Callable[[], Any]]]]
 """Fixture builders per type id: ``(case name, a function that builds the message)``."""
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # one path component: no separator, never . or ..
 
 
 def _bits(value: Any) -> str:
@@ -86,25 +90,52 @@ def read_manifest(root: Path) -> dict[str, str]:
 
 
 def record(root: Path, cases: Cases) -> list[Path]:
-    """Write the fixtures of every case in ``cases`` that has none yet; return the new files."""
+    """Write the fixtures of every case in ``cases`` that has none yet; return the new files.
+
+    Writes under ``root`` only: a type id or case name that is not one plain path component, a
+    ``root`` that is a symbolic link or not a directory, or a link anywhere under it is a
+    ``ValueError``, and so is a released fixture that was edited or removed. Every new message is
+    built and encoded before the first file is written; the manifest is rewritten only when it
+    changes.
+    """
+    if root.is_symlink():
+        raise ValueError(f"{root}: the fixture directory is a symbolic link; give the directory it points to")
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"{root}: not a directory")
+    links = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_symlink()) if root.exists() else []
+    if links:
+        raise ValueError(f"{root}: holds symbolic links ({', '.join(links)}); fixtures are plain files")
     pinned = read_manifest(root)
     current = manifest_lines(root)
     edited = sorted(name for name, digest in pinned.items() if current.get(name) != digest)
     if edited:
         raise ValueError(f"released fixtures were edited or removed: {', '.join(edited)}; restore them")
-    written: list[Path] = []
+    pending: list[tuple[Path, bytes]] = []
     encoder = Encoder()
     for type_id, builders in cases.items():
         for case, build in builders:
+            for what, name in (("type id", type_id), ("case name", case)):
+                if not isinstance(name, str) or not _NAME.match(name):
+                    raise ValueError(f"{what} {name!r} is not a plain file name: it would be written outside {root}")
             message = build()
             version = type(message).__tw_type__.version
             base = root / type_id / f"v{version}" / case
             if base.with_suffix(".bin").exists():
                 continue  # released: never rewritten
-            base.parent.mkdir(parents=True, exist_ok=True)
-            base.with_suffix(".bin").write_bytes(join(encoder.encode(message)))
-            base.with_suffix(".json").write_text(json.dumps(describe(message), indent=2, sort_keys=True) + "\n")
-            written += [base.with_suffix(".bin"), base.with_suffix(".json")]
+            description = json.dumps(describe(message), indent=2, sort_keys=True) + "\n"
+            pending += [
+                (base.with_suffix(".bin"), join(encoder.encode(message))),
+                (base.with_suffix(".json"), description.encode()),
+            ]
+    written: list[Path] = []
+    for path, data in pending:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        written.append(path)
     pinned.update({name: digest for name, digest in manifest_lines(root).items() if name not in pinned})
-    (root / MANIFEST).write_text("".join(f"{digest}  {name}\n" for name, digest in sorted(pinned.items())))
+    text = "".join(f"{digest}  {name}\n" for name, digest in sorted(pinned.items()))
+    manifest = root / MANIFEST
+    if not manifest.is_file() or manifest.read_text() != text:
+        root.mkdir(parents=True, exist_ok=True)
+        manifest.write_text(text)
     return written

@@ -116,7 +116,7 @@ def _ext_hook(code: int, data: memoryview) -> Any:
 
 def _array(value: Any, name: str) -> list[Any] | tuple[Any, ...]:
     if not isinstance(value, list | tuple):
-        raise DecodeError(f"invalid header: `{name}` is not an array - at `$.{name}`")
+        raise DecodeError(f"invalid header: `{name}` is not an array", path=f"$.{name}")
     return value
 
 
@@ -125,7 +125,7 @@ def _buffers(entries: list[Any] | tuple[Any, ...]) -> list[dict[str, Any]]:
     for i, entry in enumerate(entries):
         handle = entry[1] if isinstance(entry, list | tuple) and len(entry) == 2 else None
         if not isinstance(handle, dict):
-            raise DecodeError(f"invalid header: buffer {i} is not an [nbytes, handle map] pair - at `$.buffers[{i}]`")
+            raise DecodeError(f"invalid header: buffer {i} is not an [nbytes, handle map] pair", path=f"$.buffers[{i}]")
         transport = _plain(handle.get("transport"))
         buffers.append({"index": i, "transport": transport, "nbytes": _plain(entry[0]), "handle": _plain(handle)})
     return buffers

@@ -145,4 +145,4 @@ def validator(name: str) -> Validator | None:
 
 def violation(type_name: str, rule: str, message: str) -> ValidationError:
     """The error a named validator raises: ``<type>: rule <RULE>: <message>``."""
-    return ValidationError(f"{type_name}: rule {rule}: {message}")
+    return ValidationError(message, type_id=type_name, rule=rule)

@@ -68,7 +68,8 @@ def evolutions(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
             props[name] = {"type": "integer", "default": draw(st.integers(-5, 5))}
         elif op == "loosen":
             props[FIELDS[i]]["minimum"] -= draw(st.integers(0, 10))
-            props[FIELDS[i]]["maximum"] += draw(st.integers(0, 10))
+            upper = "maximum" if "maximum" in props[FIELDS[i]] else "exclusiveMaximum"
+            props[FIELDS[i]][upper] += draw(st.integers(0, 10))
         elif op == "add_member":
             members = props["mode"]["enum"]
             members.append(f"m{len(members)}")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO
@@ -77,3 +79,281 @@ def test_an_edited_fixture_fails_the_manifest_check(tmp_path: Path) -> None:
     target = root / "rpc.Request" / "v1" / "collective.json"
     target.write_text(target.read_text().replace("add_lora", "add_lorax"))
     assert read_manifest(root) != manifest_lines(root)
+
+
+# -- a user's own schemas -----------------------------------------------------------------------
+def _message(type_id: str, version: int, properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    required = [name for name, p in properties.items() if "default" not in p and "const" not in p]
+    doc = {"$id": type_id, "x-version": version, "description": "A test type.", "type": "object"}
+    return {**doc, "properties": properties, "required": required, **extra}
+
+
+POINT = {"type": "object", "properties": {"x": {"type": "number", "minimum": 1}}, "required": ["x"]}
+LAB: dict[str, Any] = {
+    "lab/Sample.v1.json": _message(
+        "lab.Sample",
+        1,
+        {
+            "flag": {"type": "boolean"},
+            "count": {"type": "integer", "minimum": 3},
+            "below": {"type": "integer", "maximum": -2},
+            "ratio": {"type": "number", "minimum": 0.5, "maximum": 2},
+            "name": {"type": "string", "maxLength": 4},
+            "raw": {"type": "string", "contentEncoding": "base64"},
+            "mode": {"$ref": "#/$defs/Mode"},
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+            "points": {"type": "array", "items": {"$ref": "#/$defs/Point"}},
+            "triple": {
+                "type": "array",
+                "prefixItems": [{"type": "integer", "minimum": 7}, {"$ref": "#/$defs/Mode"}, {"$ref": "#/$defs/Point"}],
+            },
+            "scores": {"type": "object", "additionalProperties": {"type": "number"}},
+            "maybe": {"type": ["integer", "null"]},
+            "image": {
+                "x-tensor": {"dtypes": ["uint8", "float32"], "shape": [3, "h", None], "devices": ["cpu", "cuda"]}
+            },
+            "free": {"x-tensor": {}},
+            "half": {"x-tensor": {"dtypes": ["bfloat16"], "rank": 2}},
+            "array": {"x-ndarray": {"dtypes": ["int16"], "shape": ["h", 2]}},
+            "tree": {"x-tree": {"json": True}},
+            "point": {"$ref": "#/$defs/Point"},
+            "inline": {"type": "object", "properties": {"z": {"type": "integer", "minimum": 1}}, "required": ["z"]},
+            "shape": {
+                "oneOf": [{"$ref": "Circle.v1.json"}, {"$ref": "Square.v1.json"}],
+                "discriminator": {"propertyName": "kind"},
+            },
+            "circle": {"$ref": "Circle.v1.json"},
+            "a": {"type": ["string", "null"], "default": None},
+            "b": {"type": ["integer", "null"], "default": None},
+            "opt": {"type": "integer", "default": 5},
+        },
+        **{
+            "x-constraints": {"exactly_one_of": ["a", "b"]},
+            "$defs": {"Mode": {"type": "string", "enum": ["slow", "fast"], "x-enum-name": "Mode"}, "Point": POINT},
+        },
+    ),
+    "lab/Sample.v2.json": _message("lab.Sample", 2, {"count": {"type": "integer", "minimum": 1}}),
+    "lab/Circle.v1.json": _message(
+        "lab.Circle", 1, {"kind": {"const": "circle"}, "r": {"type": "number", "minimum": 1}}
+    ),
+    "lab/Square.v1.json": _message("lab.Square", 1, {"kind": {"const": "square"}, "side": {"type": "integer"}}),
+}
+
+
+def _tree(root: Path) -> dict[str, tuple[bytes, int] | None]:
+    """Every path under ``root``: a file's bytes and modification time, None for a directory."""
+    return {
+        p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns) if p.is_file() else None
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def _tensor(dtype: str, shape: list[int], kind: str = "$tensor") -> dict[str, Any]:
+    import hashlib
+
+    size = {"uint8": 1, "float32": 4, "bfloat16": 2, "int16": 2}[dtype]
+    count = 1
+    for dim in shape:
+        count *= dim
+    return {kind: dtype, "shape": shape, "sha256": hashlib.sha256(bytes(size * count)).hexdigest()}
+
+
+def test_record_a_user_schema_directory_writes_minimal_fixtures_that_decode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conftest import write_schemas
+
+    from tensorwire.cli import main
+
+    monkeypatch.chdir(tmp_path)  # where no configuration applies
+    write_schemas(tmp_path / "schemas", LAB)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    before = _tree(tmp_path)
+    assert main(["golden", "record", "schemas", "--dir", "out/golden"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "8 fixture file(s) written; manifest out/golden/MANIFEST.sha256"
+    after = _tree(tmp_path)
+    assert {k: v for k, v in after.items() if not k.startswith("out")} == before  # nothing else changed
+    golden = tmp_path / "out" / "golden"
+    assert sorted(p.relative_to(golden).as_posix() for p in golden.rglob("*.bin")) == [
+        "lab.Circle/v1/minimal.bin",
+        "lab.Sample/v1/minimal.bin",
+        "lab.Sample/v2/minimal.bin",
+        "lab.Square/v1/minimal.bin",
+    ]
+    assert read_manifest(golden) == manifest_lines(golden)
+    registry = tw.load_schemas(tmp_path / "schemas")
+    for path in golden.rglob("*.bin"):
+        message = tw.Decoder(registry).decode(tw.split(path.read_bytes()))
+        assert json.loads(json.dumps(describe(message), sort_keys=True)) == json.loads(
+            path.with_suffix(".json").read_text()
+        )
+        assert type(message).__tw_type__.type_id == path.parent.parent.name
+        assert type(message).__tw_type__.version == int(path.parent.name[1:])
+    sample = json.loads((golden / "lab.Sample" / "v1" / "minimal.json").read_text())
+    point = {"$type": "Point", "x": 1.0}
+    assert sample == {
+        "$type": "lab.Sample",
+        "flag": False,
+        "count": 3,
+        "below": -2,
+        "ratio": 0.5,
+        "name": "",
+        "raw": {"$bytes": ""},
+        "mode": "slow",
+        "tags": {"$set": []},
+        "points": [],
+        "triple": {"$tuple": [7, "slow", point]},
+        "scores": {},
+        "maybe": None,
+        "image": _tensor("uint8", [3, 1, 1]),
+        "free": _tensor("float32", [1]),
+        "half": _tensor("bfloat16", [1, 1]),
+        "array": _tensor("int16", [1, 2], "$ndarray"),
+        "tree": {},
+        "point": point,
+        "inline": {"$type": "SampleInline", "z": 1},
+        "shape": {"$type": "lab.Circle", "r": 1.0},
+        "circle": {"$type": "lab.Circle", "r": 1.0},
+        "a": "",  # exactly one of a, b: the first
+        "b": None,
+        "opt": 5,
+    }
+    # a second run writes nothing, not even the manifest
+    assert main(["golden", "record", "schemas", "--dir", "out/golden"]) == 0
+    assert capsys.readouterr().out == "0 fixture file(s) written; manifest out/golden/MANIFEST.sha256\n"
+    assert _tree(tmp_path) == after
+    # a released fixture that was edited is refused
+    victim = golden / "lab.Square" / "v1" / "minimal.json"
+    victim.write_text(victim.read_text().replace("0", "1"))
+    assert main(["golden", "record", "schemas", "--dir", "out/golden"]) == 2
+    err = capsys.readouterr().err
+    assert err == "tensorwire: released fixtures were edited or removed: lab.Square/v1/minimal.json; restore them\n"
+
+
+def test_record_defaults_to_the_configured_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import write_schemas
+
+    from tensorwire.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    write_schemas(tmp_path / "contracts", {"lab/Square.v1.json": LAB["lab/Square.v1.json"]})
+    (tmp_path / "tensorwire.toml").write_text('schemas = "contracts"\ngolden = "fixtures"\n')
+    assert main(["golden", "record"]) == 0
+    assert (tmp_path / "fixtures" / "lab.Square" / "v1" / "minimal.bin").is_file()
+    (tmp_path / "tensorwire.toml").unlink()
+    write_schemas(tmp_path / "schemas", {"lab/Circle.v1.json": LAB["lab/Circle.v1.json"]})
+    assert main(["golden", "record"]) == 0  # ./schemas into tests/golden
+    assert sorted(p.name for p in (tmp_path / "tests" / "golden").iterdir()) == ["MANIFEST.sha256", "lab.Circle"]
+
+
+def test_the_built_in_schemas_record_the_built_in_cases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repository records its own fixtures as before: its configuration names schemas/, whose
+    files are the built-in ones, so the hand-written cases apply (and everything is recorded)."""
+    from conftest import BUILTIN_SCHEMAS
+
+    from tensorwire.builtins import SCHEMA_DIR
+    from tensorwire.cli import main
+
+    root = tmp_path / "golden"
+    shutil.copytree(GOLDEN, root)
+    monkeypatch.chdir(REPO)
+    assert main(["golden", "record", "--dir", str(root)]) == 0
+    assert main(["golden", "record", str(SCHEMA_DIR), "--dir", str(root)]) == 0
+    assert _tree(root) == _tree(tmp_path / "golden")
+    fresh = tmp_path / "fresh"
+    assert main(["golden", "record", str(BUILTIN_SCHEMAS), "--dir", str(fresh)]) == 0
+    assert manifest_lines(fresh) == manifest_lines(GOLDEN)
+
+
+@pytest.mark.parametrize(
+    ("cases", "bad"),
+    [
+        ({"../evil": [("x", lambda: None)]}, "type id '../evil'"),
+        ({"/tmp/abs": [("x", lambda: None)]}, "type id '/tmp/abs'"),
+        ({"rpc.Value": [("../../x", lambda: None)]}, "case name '../../x'"),
+        ({"rpc.Value": [("..", lambda: None)]}, "case name '..'"),
+        ({"rpc.Value": [("a/b", lambda: None)]}, "case name 'a/b'"),
+    ],
+)
+def test_record_refuses_a_name_that_would_escape_the_fixture_directory(tmp_path: Path, cases: Any, bad: str) -> None:
+    with pytest.raises(ValueError, match=f"{re.escape(bad)} is not a plain file name"):
+        record(tmp_path / "golden", cases)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_record_refuses_a_link_or_a_file_for_the_fixture_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conftest import write_schemas
+
+    from tensorwire.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    write_schemas(tmp_path / "schemas", {"lab/Square.v1.json": LAB["lab/Square.v1.json"]})
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "file").write_text("x\n")
+    before = _tree(tmp_path)
+    assert main(["golden", "record", "--dir", "link"]) == 2
+    assert capsys.readouterr().err == (
+        "tensorwire: link: the fixture directory is a symbolic link; give the directory it points to\n"
+    )
+    assert main(["golden", "record", "--dir", "file"]) == 2
+    assert capsys.readouterr().err == "tensorwire: file: not a directory\n"
+    assert _tree(tmp_path) == before
+    (tmp_path / "out" / "lab.Square").mkdir(parents=True)
+    (tmp_path / "out" / "lab.Square" / "v1").symlink_to(tmp_path / "elsewhere")
+    before = _tree(tmp_path)
+    assert main(["golden", "record", "--dir", "out"]) == 2
+    assert "out: holds symbolic links (lab.Square/v1); fixtures are plain files" in capsys.readouterr().err
+    assert _tree(tmp_path) == before and list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_a_type_no_value_can_be_synthesized_for_stops_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conftest import write_schemas
+
+    from tensorwire.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    gpu = _message("lab.Gpu", 1, {"t": {"x-tensor": {"devices": ["cuda"]}}})
+    write_schemas(tmp_path / "schemas", {"lab/Gpu.v1.json": gpu, "lab/Square.v1.json": LAB["lab/Square.v1.json"]})
+    assert main(["golden", "record", "--dir", "out"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tensorwire: cannot synthesize a minimal lab.Gpu v1 (schemas/lab/Gpu.v1.json): ")
+    assert "fixtures hold cpu tensors" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_minimal_values_keep_every_limit_a_schema_can_state(tmp_path: Path) -> None:
+    from conftest import write_schemas
+
+    from tensorwire._synth import minimal_cases
+    from tensorwire.schema import load_dir
+
+    props = {
+        "step": {"type": "integer", "minimum": 3, "multipleOf": 4},
+        "below": {"type": "integer", "format": "int8", "exclusiveMaximum": -5, "multipleOf": 3},
+        "above": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.5},
+        "code": {"type": "string", "minLength": 2, "pattern": "^[A-Z]+$"},
+        "blob": {"type": "string", "format": "bytes", "minLength": 3},
+        "level": {"const": 7},
+        "flag": {"type": "boolean", "const": True, "default": True},
+        "tags": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2},
+        "scores": {"type": "object", "additionalProperties": {"type": "string", "minLength": 1}, "minProperties": 1},
+    }
+    doc = _message("lab.Limits", 1, props, additionalProperties=False)
+    doc["required"] = [name for name in props if name != "flag"]
+    schema_dir = write_schemas(tmp_path / "schemas", {"lab/Limits.v1.json": doc})
+    registry = tw.load_schemas(schema_dir)
+    ((_, build),) = minimal_cases(load_dir(schema_dir), registry)["lab.Limits"]
+    message = build()
+    assert (message.step, message.below, message.above, message.code, message.blob) == (4, -6, 0.25, "AA", b"aaa")
+    assert (message.level, message.flag, message.tags, message.scores) == (7, True, [1, 1], {"k0": "a"})
+    assert tw.Decoder(registry).decode(tw.Encoder().encode(message)) == message  # every limit checked both ways
+    unsynthesizable = {**props, "code": {"type": "string", "pattern": "^b"}}
+    doc = _message("lab.Limits", 1, unsynthesizable)
+    schema_dir = write_schemas(tmp_path / "bad", {"lab/Limits.v1.json": doc})
+    with pytest.raises(ValueError, match=r"cannot synthesize a minimal lab.Limits v1 .*a string matching '\^b'"):
+        minimal_cases(load_dir(schema_dir), tw.load_schemas(schema_dir))

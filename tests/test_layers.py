@@ -88,10 +88,10 @@ def test_the_bottom_layers_import_nothing_above_them() -> None:
     graph = _graph()
     assert graph["tensorwire.errors"] <= {"tensorwire"}
     assert graph["tensorwire.options"] <= {"tensorwire", "tensorwire.errors"}
-    tools = ("tensorwire.schema", "tensorwire.gen", "tensorwire.compat")
+    tools = ("tensorwire.schema", "tensorwire.gen", "tensorwire.compat", "tensorwire.lint")
     schema_tools = [m for m in graph if m.startswith(tools)]
     assert len(schema_tools) >= 15
-    # what the schema compiler, code generator and compat checker stand on (all torch-free)
+    # what the schema compiler, code generator, compat checker and linter stand on (all torch-free)
     below = {"tensorwire", "tensorwire._api", "tensorwire.dtypes", "tensorwire.errors", "tensorwire.rules"}
     below |= {"tensorwire.registry", "tensorwire._contract"}  # for the run-time classes of gen._runtime
     for module in schema_tools:

@@ -105,7 +105,7 @@ def test_outside_the_repository_only_tensorwire_is_importable() -> None:
 PUBLIC_MODULES = {
     "tensorwire",
     *(f"tensorwire.{m}" for m in ("cli", "config", "dtypes", "errors", "golden", "inspection", "options", "pipe")),
-    *(f"tensorwire.{m}" for m in ("placement", "registry", "rules", "runtime")),
+    *(f"tensorwire.{m}" for m in ("lint", "placement", "registry", "rules", "runtime")),
     "tensorwire.builtins",
     *(f"tensorwire.builtins.{m}" for m in ("demo", "diffusion", "golden", "media", "registry", "rpc", "validators")),
     "tensorwire.compat",

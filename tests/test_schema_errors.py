@@ -49,7 +49,11 @@ def test_unknown_keyword_names_file_line_col_pointer_and_keyword(schema_dir: Pat
         _load(schema_dir, {"media/Video.v1.json": text})
     assert re.match(
         _at(schema_dir, "media/Video.v1.json", 8, 7, "/properties/layout/patternProperties")
-        + "keyword 'patternProperties' is not in the tensorwire subset$",
+        + re.escape(
+            "keyword 'patternProperties' is not in the tensorwire subset; a map with any string keys is "
+            '{"type": "object", "additionalProperties": {...}}'
+        )
+        + "$",
         str(info.value),
     ), str(info.value)
 
@@ -65,6 +69,10 @@ def test_unknown_keyword_at_the_root(schema_dir: Path) -> None:
         ("anyOf", [{"type": "string"}], "a union is a oneOf whose variants are objects told apart by discriminator"),
         ("nullable", True, 'a nullable field says so in its type: "type": ["string", "null"]'),
         ("definitions", {}, "nested types go in $defs"),
+        ("unevaluatedProperties", False, '"additionalProperties": false rejects unknown fields'),
+        ("dependentRequired", {"x": ["y"]}, 'fields that exclude or need each other: "x-constraints"'),
+        ("if", {}, 'a rule across fields: "x-constraints", or a named check in "x-validators"'),
+        ("example", 1, '"examples" is a list of examples'),
     ],
 )
 def test_an_unsupported_keyword_names_the_supported_way_to_say_it(
@@ -76,6 +84,7 @@ def test_an_unsupported_keyword_names_the_supported_way_to_say_it(
     pointer = f"/properties/sample_rate/{keyword}"
     assert f"{pointer}: keyword {keyword!r} is not in the tensorwire subset; {instead}" in str(info.value)
     assert str(info.value).count("\n") == 0, str(info.value)  # one problem, said once
+    assert info.value.pointer == pointer and info.value.errors[0].message.startswith(f"keyword {keyword!r}")
 
 
 def test_a_union_at_the_root_of_a_file_says_where_a_union_goes(schema_dir: Path) -> None:
@@ -313,8 +322,12 @@ def test_nested_name_clashing_with_a_message_class(schema_dir: Path) -> None:
         "audio.Track",
         clip={"type": "object", "title": "Clip", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
     )
-    with pytest.raises(SchemaError, match=r"nested type name audio.Clip clashes with the message class declared in"):
+    with pytest.raises(
+        SchemaError, match=r"/properties/clip: nested type name audio.Clip clashes with the message class declared in"
+    ) as info:
         _load(schema_dir, {"audio/Clip.v1.json": CLIP, "audio/Track.v1.json": doc})
+    assert (info.value.file, info.value.pointer) == (str(schema_dir / "audio" / "Track.v1.json"), "/properties/clip")
+    assert info.value.line is not None and info.value.line > 1
 
 
 def test_invalid_json_reports_line_and_column(schema_dir: Path) -> None:
@@ -363,3 +376,20 @@ def test_errors_never_leak_jsonschema_or_python_exceptions(schema_dir: Path) -> 
         root = schema_dir / str(i)
         with pytest.raises(SchemaError):
             _load(root, {"audio/Clip.v1.json": json.dumps(garbage)})
+
+
+@pytest.mark.parametrize("depth", [101, 200_000])
+def test_a_file_nested_too_deep_is_refused_before_anything_recursive_reads_it(schema_dir: Path, depth: int) -> None:
+    """A hostile schema file of deep arrays would run the parser, the index and the meta-schema
+    check out of stack; it is refused where the nesting passes the limit."""
+    head = '{"$id": "audio.Clip", "x-version": 1, "type": "object", "properties": {"x": {"examples": '
+    text = head + "[" * depth + "]" * depth + "}}}"
+    with pytest.raises(SchemaError, match=r"Clip.v1.json:1:\d+: nested deeper than 100 arrays and objects$") as info:
+        _load(schema_dir, {"audio/Clip.v1.json": text})
+    assert (info.value.line, info.value.col) == (1, len(head) + 98)  # level 101: the 98th "[" after 3 objects
+    assert info.value.pointer is None
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(schema_dir: Path) -> None:
+    doc = minimal("audio.Clip", x={"type": "string", "description": "[" * 500 + '{"\\"[' * 50})
+    _load(schema_dir, {"audio/Clip.v1.json": doc})

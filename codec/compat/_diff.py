@@ -13,6 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from tensorwire.compat._rules import BOTH, READERS, WRITERS, rule
+from tensorwire.errors import Location
 from tensorwire.schema import Message, SchemaSet
 from tensorwire.schema._source import join_pointer
 from tensorwire.schema.ir import (
@@ -39,6 +40,9 @@ MODES = {"backward": {WRITERS, BOTH}, "forward": {READERS, BOTH}, "full": {READE
 
 @dataclass(frozen=True)
 class Finding:
+    """One change and the rule it falls under: whom it breaks (``side``), where it is in the schema
+    file (``pointer``) and in the old and new schemas (``old_location``, ``new_location``)."""
+
     rule: str
     severity: str
     side: str
@@ -46,16 +50,32 @@ class Finding:
     type_id: str
     version: int
     pointer: str
-    old: str | None  # file:line:col in the old schemas
-    new: str | None  # file:line:col in the new schemas
+    old_location: Location | None  # in the old schemas
+    new_location: Location | None  # in the new schemas
     suppressed: str | None = None  # the x-compat-ignore reason, if suppressed
 
     @property
-    def where(self) -> str:
+    def old(self) -> str | None:
+        """``old_location`` as ``file:line:col``."""
+        return None if self.old_location is None else str(self.old_location)
+
+    @property
+    def new(self) -> str | None:
+        """``new_location`` as ``file:line:col``."""
+        return None if self.new_location is None else str(self.new_location)
+
+    @property
+    def location(self) -> Location | None:
         """Where to point a reader: the old file for something that is gone, else the new one."""
         if self.rule in _GONE:
-            return self.old or self.new or ""
-        return self.new or self.old or ""
+            return self.old_location or self.new_location
+        return self.new_location or self.old_location
+
+    @property
+    def where(self) -> str:
+        """``location`` as ``file:line:col`` ("" if there is none)."""
+        location = self.location
+        return "" if location is None else str(location)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -440,9 +460,11 @@ def _variant_tag(node: StructT | MessageRefT) -> str | None:
     return struct.tag
 
 
-def _where(schemas: SchemaSet, source: str, pointer: str) -> str | None:
+def _where(schemas: SchemaSet, source: str, pointer: str) -> Location | None:
     file = schemas.sources.get(source)
-    return file.where(pointer) if file is not None else source or None
+    if file is not None:
+        return file.location(pointer)
+    return Location(source) if source else None
 
 
 def _shape_without_ids(message: Message) -> str:
@@ -567,11 +589,11 @@ def compare(old: SchemaSet, new: SchemaSet, mode: str = "full") -> list[Finding]
 
 def compare_transitive(olds: list[SchemaSet], new: SchemaSet, mode: str = "full") -> list[Finding]:
     """``compare`` against every earlier state (newest first); each finding reported once."""
-    seen: set[tuple[str, str, str | None]] = set()
+    seen: set[tuple[str, str, Location | None]] = set()
     out: list[Finding] = []
     for old in olds:
         for finding in compare(old, new, mode):
-            key = (finding.rule, finding.message, finding.new)
+            key = (finding.rule, finding.message, finding.new_location)
             if key not in seen:
                 seen.add(key)
                 out.append(finding)

@@ -54,8 +54,9 @@ def render(findings: Sequence[Finding], fmt: str) -> str:
     for f in findings:
         if fmt == "github":
             level = {"error": "error", "warning": "warning"}.get(f.severity, "notice")
-            parts = f.where.rsplit(":", 2)
-            file, line, col = parts if len(parts) == 3 else (f.where, "1", "1")
+            at = f.location
+            file = "" if at is None else at.file
+            line, col = (1, 1) if at is None or at.line is None or at.col is None else (at.line, at.col)
             lines.append(f"::{level} file={file},line={line},col={col},title={f.rule}::{f.message} [{_side(f)}]")
         else:
             lines.append(f"{f.where}: {f.rule} [{_side(f)}] {f.message}")

@@ -109,10 +109,12 @@ def load_dir(directory: str | os.PathLike[str], display_root: str | None = None)
         if rel.parts[0] == META_DIR:
             continue
         if len(rel.parts) != 2 or not _NAMESPACE.match(rel.parts[0]):
-            raise SchemaError(f"{display}: schema files live at <namespace>/<Name>.v<N>.json (namespace: lower_snake)")
+            raise SchemaError(
+                "schema files live at <namespace>/<Name>.v<N>.json (namespace: lower_snake)", file=display
+            )
         match = _FILE.match(rel.parts[1])
         if match is None:
-            raise SchemaError(f"{display}: file name must be <Name>.v<N>.json, e.g. Video.v1.json")
+            raise SchemaError("file name must be <Name>.v<N>.json, e.g. Video.v1.json", file=display)
         source = read_source(path, display)
         if not isinstance(source.data, dict):
             raise source.error("", "a schema file holds one JSON object")
@@ -146,7 +148,7 @@ def load_dir(directory: str | os.PathLike[str], display_root: str | None = None)
         Message(builder.messages[key], builder.fingerprints[key], key, files[key].source.path)
         for key in builder.messages
     )
-    named = tuple(node for node, _ in builder.named.values())
+    named = tuple(node for node, _, _ in builder.named.values())
     sources = {entry.source.path: entry.source for entry in files.values()}
     schemas = SchemaSet(root, root.resolve().name, messages, named, sources)
     _check_class_names(schemas, builder)
@@ -158,9 +160,10 @@ def _check_class_names(schemas: SchemaSet, builder: Builder) -> None:
     for m in schemas.messages:
         for name in {class_name(schemas, m.struct), f"{m.struct.name}V{m.version}"}:
             taken[(m.struct.namespace, name)] = m.path
-    for (namespace, name), (_, where) in builder.named.items():
+    for (namespace, name), (_, source, pointer) in builder.named.items():
         if (namespace, name) in taken:
-            raise SchemaError(
-                f"{where}: nested type name {namespace}.{name} clashes with the message class declared in "
-                f"{taken[(namespace, name)]}; rename it"
+            raise source.error(
+                pointer,
+                f"nested type name {namespace}.{name} clashes with the message class declared in "
+                f"{taken[(namespace, name)]}; rename it",
             )

@@ -115,7 +115,8 @@ class Builder:
         self.files = files
         self.messages: dict[str, StructT] = {}  # file key -> message struct
         self.fingerprints: dict[str, str] = {}  # file key -> fingerprint
-        self.named: dict[tuple[str, str], tuple[EnumT | StructT, str]] = {}  # (ns, name) -> (type, where)
+        # (ns, name) -> (type, the file and pointer of its first definition)
+        self.named: dict[tuple[str, str], tuple[EnumT | StructT, SourceFile, str]] = {}
         self._defs: dict[tuple[str, str], Node] = {}
         self._active: list[str] = []
 
@@ -237,7 +238,8 @@ class Builder:
                     f"format {fmt!r} does not apply to type 'number'; the formats {widths} are ranges of an integer",
                 )
             if fmt not in INT_FORMATS:
-                raise src.error(join_pointer(ptr, "format"), f"unknown integer format {fmt!r}; expected one of {widths}")
+                message = f"unknown integer format {fmt!r}; expected one of {widths}"
+                raise src.error(join_pointer(ptr, "format"), message)
             lo, hi = INT_FORMATS[fmt]
             lows.append((lo, False))
             highs.append((hi, False))
@@ -479,17 +481,16 @@ class Builder:
 
     def _named(self, entry: FileEntry, node: EnumT | StructT, ptr: str) -> EnumT | StructT:
         key = (node.namespace, node.name)
-        where = entry.source.where(ptr)
         if key in self.named:
-            existing, first = self.named[key]
+            existing, source, first = self.named[key]
             if existing.canonical() != node.canonical():
                 raise entry.source.error(
                     ptr,
-                    f"type name {node.namespace}.{node.name} is already defined differently at {first}; "
+                    f"type name {node.namespace}.{node.name} is already defined differently at {source.where(first)}; "
                     "rename one (x-enum-name, title or $defs key)",
                 )
             return existing
-        self.named[key] = (node, where)
+        self.named[key] = (node, entry.source, ptr)
         return node
 
     def _one_of(self, entry: FileEntry, schema: dict[str, Any], ptr: str, hint: str) -> Node:

@@ -10,19 +10,27 @@ from typing import Any
 import jsonschema
 
 from tensorwire.dtypes import DTYPE_NAMES
-from tensorwire.errors import SchemaError
+from tensorwire.errors import SchemaError, SchemaProblem
 from tensorwire.schema._source import SourceFile, join_pointer
 
 __all__ = ["META_SCHEMA_NAME", "check_against_meta", "meta_schema", "meta_schema_text"]
 
 META_SCHEMA_NAME = "tensorwire.v1.json"
-_MAX_REPORTED = 5
 # What to write instead of a keyword the subset does not have, where there is a way to say it.
 _INSTEAD = {
     "anyOf": "a union is a oneOf whose variants are objects told apart by discriminator.propertyName",
     "allOf": "write the properties of one object type (or $ref a shared $defs entry from a field)",
     "nullable": 'a nullable field says so in its type: "type": ["string", "null"], or a oneOf with {"type": "null"}',
     "definitions": "nested types go in $defs",
+    "patternProperties": 'a map with any string keys is {"type": "object", "additionalProperties": {...}}',
+    "propertyNames": 'a map with any string keys is {"type": "object", "additionalProperties": {...}}',
+    "unevaluatedProperties": '"additionalProperties": false rejects unknown fields',
+    "dependentRequired": 'fields that exclude or need each other: "x-constraints" (at_most_one_of, exactly_one_of)',
+    "if": 'a rule across fields: "x-constraints", or a named check in "x-validators"',
+    "not": 'a rule the subset cannot say: a named check in "x-validators"',
+    "contains": 'a rule on an array\'s items: a named check in "x-validators"',
+    "id": "a type's id is $id (<namespace>.<Name>)",
+    "example": '"examples" is a list of examples',
 }
 _ROOT_UNION = (
     "a schema file is one object type; a union of types goes in a field of it: "
@@ -48,21 +56,21 @@ def _validator() -> Any:
 
 
 def check_against_meta(source: SourceFile) -> None:
-    """Raise a ``SchemaError`` listing (up to five of) the file's meta-schema violations."""
-    found: set[tuple[int, str]] = set()  # a set: branches of the meta-schema repeat an error
+    """Raise a ``SchemaError`` with every meta-schema violation of the file as its ``errors``, in
+    file order (its text lists the first five)."""
+    found: set[SchemaProblem] = set()  # a set: branches of the meta-schema repeat an error
     for error in _validator().iter_errors(source.data):
         for pointer, message, on_key in _explain(error):
-            place = source.where(pointer, key=on_key)
-            line, col = (int(x) for x in place.rsplit(":", 2)[1:])
-            found.add((line * 100000 + col, f"{place}: {pointer or '/'}: {message}"))
+            found.add(source.problem(pointer, message, key=on_key))
     if found and isinstance(source.data, dict) and "oneOf" in source.data and "properties" not in source.data:
-        found = {(0, f"{source.where('/oneOf', key=True)}: /oneOf: {_ROOT_UNION}")}  # the rest follows from it
+        found = {source.problem("/oneOf", _ROOT_UNION, key=True)}  # the rest follows from it
     if found:
-        problems = sorted(found)
-        lines = [text for _, text in problems[:_MAX_REPORTED]]
-        if len(problems) > _MAX_REPORTED:
-            lines.append(f"... and {len(problems) - _MAX_REPORTED} more")
-        raise SchemaError("\n".join(lines))
+        raise SchemaError(errors=sorted(found, key=_file_order))
+
+
+def _file_order(problem: SchemaProblem) -> tuple[int, int, str]:
+    """Position in the file, then pointer and message."""
+    return (problem.line or 0, problem.col or 0, f"{problem.pointer or '/'}: {problem.message}")
 
 
 def _instead(keyword: str) -> str:

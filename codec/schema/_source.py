@@ -1,7 +1,8 @@
 """Read one schema file: parse JSON, reject duplicate keys, and record where every value sits.
 
-``SourceFile.where(pointer)`` gives ``line:col`` (1-based) of the value at a JSON pointer, or of its
-key with ``key=True``, so every schema error can name the exact place in the file.
+``SourceFile.position(pointer)`` gives ``(line, col)`` (1-based) of the value at a JSON pointer, or
+of its key with ``key=True`` (``location`` the same with the file, ``where`` as text), so every
+schema error can name the exact place in the file.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tensorwire.errors import SchemaError
+from tensorwire.errors import Location, SchemaError, SchemaProblem
 
 __all__ = ["SourceFile", "escape_pointer", "join_pointer", "read_source"]
 
@@ -41,20 +42,34 @@ class SourceFile:
     _values: dict[str, int] = field(default_factory=dict)
     _keys: dict[str, int] = field(default_factory=dict)
 
-    def where(self, pointer: str, *, key: bool = False) -> str:
-        """``path:line:col`` of the value (or key) at ``pointer``; the nearest known ancestor otherwise."""
+    def position(self, pointer: str, *, key: bool = False) -> tuple[int, int]:
+        """``(line, col)`` of the value (or key) at ``pointer``; the nearest known ancestor otherwise."""
         table = self._keys if key else self._values
         probe = pointer
         while probe not in table and probe:
-            probe = probe.rsplit("/", 1)[0]
+            probe = probe.rsplit("/", 1)[0]  # a JSON pointer's parent, not a message
         offset = table.get(probe, self._values.get(probe, 0))
         line = self.text.count("\n", 0, offset) + 1
         col = offset - (self.text.rfind("\n", 0, offset) + 1) + 1
-        return f"{self.path}:{line}:{col}"
+        return line, col
+
+    def location(self, pointer: str, *, key: bool = False) -> Location:
+        """This file and the ``position`` of the value (or key) at ``pointer``."""
+        line, col = self.position(pointer, key=key)
+        return Location(self.path, line, col)
+
+    def where(self, pointer: str, *, key: bool = False) -> str:
+        """``path:line:col`` of the value (or key) at ``pointer`` (``location`` as text)."""
+        return str(self.location(pointer, key=key))
+
+    def problem(self, pointer: str, message: str, *, key: bool = False) -> SchemaProblem:
+        """The problem ``message`` at ``pointer``: ``file:line:col: /pointer: message``."""
+        line, col = self.position(pointer, key=key)
+        return SchemaProblem(message, self.path, line, col, pointer)
 
     def error(self, pointer: str, message: str, *, key: bool = False) -> SchemaError:
         """A ``SchemaError`` of the form ``file:line:col: /pointer: message``."""
-        return SchemaError(f"{self.where(pointer, key=key)}: {pointer or '/'}: {message}")
+        return SchemaError(errors=(self.problem(pointer, message, key=key),))
 
 
 def read_source(path: Path, display: str) -> SourceFile:
@@ -62,7 +77,7 @@ def read_source(path: Path, display: str) -> SourceFile:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise SchemaError(f"{display}: cannot read schema file: {exc}") from None
+        raise SchemaError(f"cannot read schema file: {exc}", file=display) from None
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: dict[str, Any] = {}
@@ -72,15 +87,39 @@ def read_source(path: Path, display: str) -> SourceFile:
             seen[k] = v
         return seen
 
+    deep = _too_deep(text)
+    if deep is not None:
+        line = text.count("\n", 0, deep) + 1
+        col = deep - (text.rfind("\n", 0, deep) + 1) + 1
+        raise SchemaError(f"nested deeper than {MAX_NESTING} arrays and objects", file=display, line=line, col=col)
     try:
         data = json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as exc:
-        raise SchemaError(f"{display}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+        raise SchemaError(f"invalid JSON: {exc.msg}", file=display, line=exc.lineno, col=exc.colno) from None
     except ValueError as exc:
-        raise SchemaError(f"{display}: invalid JSON: {exc}") from None
+        raise SchemaError(f"invalid JSON: {exc}", file=display) from None
     source = SourceFile(display, text, data)
     _index(text, _skip(text, 0), "", source)
     return source
+
+
+MAX_NESTING = 100  # levels of arrays and objects in one schema file: real schemas use a dozen
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+
+def _too_deep(text: str) -> int | None:
+    """The offset of the first array or object nested past ``MAX_NESTING`` (None: there is none),
+    found before anything recursive reads the file."""
+    depth = 0
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return match.start()
+        elif token in "]}":
+            depth -= 1
+    return None
 
 
 def _skip(text: str, pos: int) -> int:

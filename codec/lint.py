@@ -1,0 +1,450 @@
+"""Style rules for a schema directory (``tensorwire lint``): names, descriptions, unused ``$defs``.
+
+``lint(schemas)`` checks a compiled ``SchemaSet`` and returns ``Finding``s, each naming its rule,
+file, line, column and JSON pointer. Every rule has a stable ID and can be turned off on its own
+(``disable``), or for some files only (``ignore``). The rules:
+
+* ``TYPE_PASCAL_CASE``: a type name (a message type, a ``$defs`` key, an ``x-enum-name``, the
+  ``title`` of a nested object) is PascalCase: letters and digits, starting with a capital, and
+  acronyms written as words: no run of three or more capitals (``HttpRequest``, not ``HTTPRequest``).
+* ``FIELD_LOWER_SNAKE_CASE``: a field name is lower_snake_case (``sample_rate``): lower-case letters
+  and digits in words joined by single underscores, starting with a letter.
+* ``ENUM_VALUE_LOWER_SNAKE_CASE``: an enum value is lower_snake_case (``zero_to_255``; a value may
+  start with a digit, as ``1080p``), so that every enum reads the same way on the wire.
+* ``TYPE_DESCRIPTION``: a message type has a ``description`` or ``title``; a nested enum or object
+  has a ``description``.
+* ``FIELD_DESCRIPTION``: a field has a ``description`` (a union tag, a ``const``, needs none).
+* ``DEF_UNUSED``: a ``$defs`` entry is the target of some ``$ref`` of the directory.
+* ``VERSION_NOT_BUMPED``: with a baseline (``tensorwire lint --against REV``), no type changed in a
+  way that breaks old readers or writers without a new major version; this is the compat checker's
+  rule of the same ID (``tensorwire.compat``), reported like the others.
+
+Findings print as ``file:line:col: RULE_ID message`` (``render``); ``JSON_SCHEMA`` is the schema of
+the JSON format. This module needs neither torch nor numpy.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import posixpath
+import re
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tensorwire.compat import compare
+from tensorwire.errors import Location
+from tensorwire.schema import SchemaSet
+from tensorwire.schema._source import SourceFile, join_pointer
+
+__all__ = ["FORMATS", "JSON_SCHEMA", "RULES", "Finding", "Rule", "lint", "render", "rules_table", "unknown_rules"]
+
+FORMATS = ("text", "json", "github")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A lint rule: its stable ID, what it asks for, and whether it needs a baseline to run."""
+
+    id: str
+    purpose: str
+    needs_baseline: bool = False
+
+
+RULES: dict[str, Rule] = {
+    r.id: r
+    for r in (
+        Rule(
+            "TYPE_PASCAL_CASE",
+            "type names are PascalCase, acronyms written as words (HttpRequest, not HTTPRequest)",
+        ),
+        Rule("FIELD_LOWER_SNAKE_CASE", "field names are lower_snake_case (sample_rate)"),
+        Rule("ENUM_VALUE_LOWER_SNAKE_CASE", "enum values are lower_snake_case (zero_to_255)"),
+        Rule("TYPE_DESCRIPTION", "message types have a description or title; nested enums and objects a description"),
+        Rule("FIELD_DESCRIPTION", "fields have a description (a union tag needs none)"),
+        Rule("DEF_UNUSED", "every $defs entry is the target of a $ref"),
+        Rule(
+            "VERSION_NOT_BUMPED",
+            "no breaking change inside a major version (needs --against REV: the compat rule of that ID)",
+            needs_baseline=True,
+        ),
+    )
+}
+"""The rule catalogue, by ID, in the order ``--list-rules`` prints it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One breach of a rule, at ``file:line:col`` (1-based) and JSON ``pointer`` of the schema file."""
+
+    rule: str
+    message: str
+    file: str
+    line: int
+    col: int
+    pointer: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}: {self.rule} {self.message}"
+
+    def as_json(self) -> dict[str, Any]:
+        """The finding as the JSON format prints it."""
+        return {
+            "rule": self.rule,
+            "message": self.message,
+            "file": self.file,
+            "line": self.line,
+            "col": self.col,
+            "pointer": self.pointer,
+        }
+
+
+JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["findings", "summary"],
+    "properties": {
+        "findings": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["rule", "message", "file", "line", "col", "pointer"],
+                "properties": {
+                    "rule": {"type": "string", "description": "rule ID from `tensorwire lint --list-rules`"},
+                    "message": {"type": "string"},
+                    "file": {"type": "string"},
+                    "line": {"type": "integer", "minimum": 1},
+                    "col": {"type": "integer", "minimum": 1},
+                    "pointer": {"type": "string", "description": "JSON pointer into the schema file"},
+                },
+            },
+        },
+        "summary": {"type": "object", "additionalProperties": {"type": "integer"}, "description": "findings per rule"},
+    },
+}
+"""The schema of ``render(findings, "json")``."""
+
+
+def unknown_rules(ids: Collection[str]) -> list[str]:
+    """The IDs of ``ids`` that name no rule, in their order."""
+    return [rule_id for rule_id in ids if rule_id not in RULES]
+
+
+def lint(
+    schemas: SchemaSet,
+    *,
+    disable: Collection[str] = (),
+    ignore: Sequence[tuple[str, str]] = (),
+    baseline: SchemaSet | None = None,
+    mode: str = "full",
+) -> list[Finding]:
+    """Every finding of the enabled rules over ``schemas``, sorted by file, line and column.
+
+    ``disable`` turns rules off; ``ignore`` holds ``(rule ID, file pattern)`` pairs that turn a rule
+    off for the files whose path relative to the schema directory matches the pattern
+    (``fnmatch``: ``rpc/*``). ``VERSION_NOT_BUMPED`` runs only with a ``baseline`` (the schemas as
+    they were), compared in ``mode`` (see ``tensorwire.compat``). An unknown rule ID is a
+    ``ValueError``.
+    """
+    unknown = unknown_rules([*disable, *(rule_id for rule_id, _ in ignore)])
+    if unknown:
+        raise ValueError(f"unknown lint rule {unknown[0]!r}; known: {', '.join(RULES)}")
+    files = _Files(schemas)
+    found: list[tuple[str, Finding]] = []
+    for rule_id, check in _CHECKS.items():
+        if rule_id not in disable:
+            found += check(files)
+    if baseline is not None and "VERSION_NOT_BUMPED" not in disable:
+        found += _not_bumped(files, baseline, mode)
+    kept = [
+        finding
+        for key, finding in found
+        if not any(rule_id == finding.rule and fnmatch.fnmatchcase(key, pattern) for rule_id, pattern in ignore)
+    ]
+    return sorted(kept, key=lambda f: (f.file, f.line, f.col, f.rule, f.message))
+
+
+def render(findings: Sequence[Finding], fmt: str) -> str:
+    """``findings`` as ``text`` (one ``file:line:col: RULE_ID message`` line each), ``json`` or
+    ``github`` (workflow commands that annotate a pull request)."""
+    if fmt == "json":
+        summary: dict[str, int] = {}
+        for f in findings:
+            summary[f.rule] = summary.get(f.rule, 0) + 1
+        return json.dumps({"findings": [f.as_json() for f in findings], "summary": summary}, indent=2)
+    if fmt == "github":
+        return "\n".join(
+            f"::error file={_gh_property(f.file)},line={f.line},col={f.col},title={_gh_property(f.rule)}"
+            f"::{_gh_data(f.message)}"
+            for f in findings
+        )
+    if fmt != "text":
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    return "\n".join(str(f) for f in findings)
+
+
+def rules_table(fmt: str = "text") -> str:
+    """The rule catalogue as aligned text or as JSON (``id``, ``purpose``, ``needs_baseline``)."""
+    if fmt == "json":
+        return json.dumps(
+            [{"id": r.id, "purpose": r.purpose, "needs_baseline": r.needs_baseline} for r in RULES.values()], indent=2
+        )
+    width = max(len(r) for r in RULES)
+    return "\n".join(f"{r.id:<{width}}  {r.purpose}" for r in RULES.values())
+
+
+# -- names --------------------------------------------------------------------------------------
+_PASCAL = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+_CAPITALS = re.compile(r"[A-Z]{3,}")
+_FIELD = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
+_VALUE = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z][a-z0-9]*|[a-z0-9]+")
+
+
+def _words(name: str) -> list[str]:
+    return _WORD.findall(name)
+
+
+def _as_pascal(name: str) -> str:
+    return "".join(w[:1].upper() + w[1:].lower() for w in _words(name))
+
+
+def _as_snake(name: str) -> str:
+    return "_".join(w.lower() for w in _words(name))
+
+
+def _suggest(fixed: str, name: str) -> str:
+    return f" ({fixed})" if fixed and fixed != name else ""
+
+
+# -- the files ----------------------------------------------------------------------------------
+class _Files:
+    """The directory's schema files: each with its key (path relative to the directory) and nodes."""
+
+    def __init__(self, schemas: SchemaSet) -> None:
+        self.schemas = schemas
+        self.entries: list[tuple[str, SourceFile]] = sorted(
+            ((m.key, schemas.sources[m.path]) for m in schemas.messages if m.path in schemas.sources),
+            key=lambda e: e[0],
+        )
+        self.key_of = {source.path: key for key, source in self.entries}
+        self.name_of = {m.path: m.struct.name for m in schemas.messages}
+
+    def finding(
+        self, key: str, source: SourceFile, rule_id: str, pointer: str, message: str, *, key_pos: bool
+    ) -> tuple[str, Finding]:
+        """A finding in file ``key`` at ``pointer`` (at its key's position with ``key_pos``)."""
+        return key, _at(rule_id, message, source.location(pointer, key=key_pos), pointer)
+
+    def nodes(self) -> Iterator[tuple[str, SourceFile, str, dict[str, Any], bool]]:
+        """``(key, source, pointer, node, named)`` of every schema node; ``named`` when the node is
+        a member of ``properties`` or ``$defs`` (its position is then its key's)."""
+        for key, source in self.entries:
+            data = source.data
+            yield from _walk(key, source, data, "", named=False)
+            defs = data.get("$defs")
+            if isinstance(defs, dict):
+                for name, node in defs.items():
+                    if isinstance(node, dict):
+                        yield from _walk(key, source, node, join_pointer("", "$defs", name), named=True)
+
+
+def _walk(
+    key: str, source: SourceFile, node: dict[str, Any], pointer: str, *, named: bool
+) -> Iterator[tuple[str, SourceFile, str, dict[str, Any], bool]]:
+    yield key, source, pointer, node, named
+    for word in ("items", "additionalProperties"):
+        child = node.get(word)
+        if isinstance(child, dict):
+            yield from _walk(key, source, child, join_pointer(pointer, word), named=False)
+    for word in ("prefixItems", "oneOf"):
+        children = node.get(word)
+        if isinstance(children, list):
+            for i, child in enumerate(children):
+                if isinstance(child, dict):
+                    yield from _walk(key, source, child, join_pointer(pointer, word, i), named=False)
+    props = node.get("properties")
+    if isinstance(props, dict):
+        for name, child in props.items():
+            if isinstance(child, dict):
+                yield from _walk(key, source, child, join_pointer(pointer, "properties", name), named=True)
+
+
+def _at(rule_id: str, message: str, where: Location, pointer: str) -> Finding:
+    """A finding at ``where``."""
+    return Finding(rule_id, message, where.file, where.line or 1, where.col or 1, pointer)
+
+
+def _described(node: dict[str, Any], *keys: str) -> bool:
+    return any(isinstance(node.get(k), str) and node[k].strip() for k in keys)
+
+
+def _is_struct(node: dict[str, Any]) -> bool:
+    return isinstance(node.get("properties"), dict)
+
+
+# -- the checks ---------------------------------------------------------------------------------
+_Found = list[tuple[str, Finding]]
+
+
+def _pascal_problem(name: str) -> str | None:
+    if not _PASCAL.match(name):
+        return "use letters and digits only, starting with a capital"
+    run = _CAPITALS.search(name)
+    if run is None:
+        return None
+    acronym = run.group()
+    if name[run.end() : run.end() + 1].islower():
+        acronym = acronym[:-1]  # the last capital starts the next word: HTTPRequest
+    return f"write the acronym {acronym!r} as a word"
+
+
+def _type_names(files: _Files) -> _Found:
+    out: _Found = []
+
+    def check(key: str, source: SourceFile, name: str, pointer: str, what: str, *, key_pos: bool) -> None:
+        problem = _pascal_problem(name)
+        if problem:
+            message = f"{what} {name!r} is not PascalCase: {problem}{_suggest(_as_pascal(name), name)}"
+            out.append(files.finding(key, source, "TYPE_PASCAL_CASE", pointer, message, key_pos=key_pos))
+
+    for key, source in files.entries:
+        check(key, source, files.name_of.get(source.path, ""), "/$id", "message type name", key_pos=False)
+        defs = source.data.get("$defs")
+        for name in defs if isinstance(defs, dict) else ():
+            check(key, source, name, join_pointer("", "$defs", name), "$defs name", key_pos=True)
+    for key, source, pointer, node, _ in files.nodes():
+        enum_name = node.get("x-enum-name")
+        if isinstance(enum_name, str):
+            check(key, source, enum_name, join_pointer(pointer, "x-enum-name"), "enum name", key_pos=False)
+        title = node.get("title")
+        if pointer and _is_struct(node) and isinstance(title, str):
+            check(key, source, title, join_pointer(pointer, "title"), "nested object name (title)", key_pos=False)
+    return out
+
+
+def _field_names(files: _Files) -> _Found:
+    out: _Found = []
+    for key, source, pointer, node, _ in files.nodes():
+        props = node.get("properties")
+        for name in props if isinstance(props, dict) else ():
+            if not _FIELD.match(name):
+                message = f"field name {name!r} is not lower_snake_case{_suggest(_as_snake(name), name)}"
+                here = join_pointer(pointer, "properties", name)
+                out.append(files.finding(key, source, "FIELD_LOWER_SNAKE_CASE", here, message, key_pos=True))
+    return out
+
+
+def _enum_values(files: _Files) -> _Found:
+    out: _Found = []
+    for key, source, pointer, node, _ in files.nodes():
+        values = node.get("enum")
+        label = f" of {node['x-enum-name']}" if isinstance(node.get("x-enum-name"), str) else ""
+        for i, value in enumerate(values if isinstance(values, list) else ()):
+            if isinstance(value, str) and not _VALUE.match(value):
+                message = f"enum value {value!r}{label} is not lower_snake_case{_suggest(_as_snake(value), value)}"
+                here = join_pointer(pointer, "enum", i)
+                out.append(files.finding(key, source, "ENUM_VALUE_LOWER_SNAKE_CASE", here, message, key_pos=False))
+    return out
+
+
+def _type_descriptions(files: _Files) -> _Found:
+    out: _Found = []
+    for key, source, pointer, node, named in files.nodes():
+        if not pointer:
+            if not _described(node, "description", "title"):
+                name = files.name_of.get(source.path, key)
+                message = f"message type {name} has no description or title"
+                out.append(files.finding(key, source, "TYPE_DESCRIPTION", "", message, key_pos=False))
+            continue
+        if _is_struct(node) or isinstance(node.get("x-enum-name"), str):
+            if not _described(node, "description"):
+                kind = "object" if _is_struct(node) else "enum"
+                message = f"nested {kind} {_label(node, pointer)} has no description"
+                out.append(files.finding(key, source, "TYPE_DESCRIPTION", pointer, message, key_pos=named))
+    return out
+
+
+def _label(node: dict[str, Any], pointer: str) -> str:
+    """What a nested type is called: its class name where the file gives one, else its place."""
+    for name in (node.get("x-enum-name"), node.get("title")):
+        if isinstance(name, str) and _PASCAL.match(name):
+            return name
+    if re.fullmatch(r"/\$defs/[^/]+", pointer):
+        return pointer.rsplit("/", 1)[-1]
+    return f"at {pointer}"
+
+
+def _field_descriptions(files: _Files) -> _Found:
+    out: _Found = []
+    for key, source, pointer, node, _ in files.nodes():
+        props = node.get("properties")
+        for name, prop in props.items() if isinstance(props, dict) else ():
+            if isinstance(prop, dict) and "const" not in prop and not _described(prop, "description"):
+                here = join_pointer(pointer, "properties", name)
+                message = f"field {name!r} has no description"
+                out.append(files.finding(key, source, "FIELD_DESCRIPTION", here, message, key_pos=True))
+    return out
+
+
+def _unused_defs(files: _Files) -> _Found:
+    used: set[tuple[str, str]] = set()
+    for key, _, _, node, _ in files.nodes():
+        ref = node.get("$ref")
+        if not isinstance(ref, str):
+            continue
+        file_part, _, fragment = ref.partition("#")
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(key), file_part)) if file_part else key
+        match = re.fullmatch(r"/\$defs/([^/]+)", fragment)
+        if match:
+            used.add((target, match.group(1)))
+    out: _Found = []
+    for key, source in files.entries:
+        defs = source.data.get("$defs")
+        for name in defs if isinstance(defs, dict) else ():
+            if (key, name) not in used:
+                message = f"$defs entry {name!r} is not used: no $ref of the directory points at it; remove it"
+                here = join_pointer("", "$defs", name)
+                out.append(files.finding(key, source, "DEF_UNUSED", here, message, key_pos=True))
+    return out
+
+
+def _not_bumped(files: _Files, baseline: SchemaSet, mode: str) -> _Found:
+    out: _Found = []
+    findings = compare(baseline, files.schemas, mode)
+    for f in findings:
+        if f.rule != "VERSION_NOT_BUMPED" or f.suppressed is not None or f.new_location is None:
+            continue
+        breaking = sorted(
+            {
+                g.rule
+                for g in findings
+                if g.type_id == f.type_id
+                and g.version == f.version
+                and g.severity == "error"
+                and g.suppressed is None
+                and g is not f
+            }
+        )
+        message = f"{f.message} (changes: {', '.join(breaking)}; see tensorwire compat)"
+        finding = _at(f.rule, message, f.new_location, f.pointer)
+        out.append((files.key_of.get(finding.file, finding.file), finding))
+    return out
+
+
+_CHECKS: dict[str, Callable[[_Files], _Found]] = {
+    "TYPE_PASCAL_CASE": _type_names,
+    "FIELD_LOWER_SNAKE_CASE": _field_names,
+    "ENUM_VALUE_LOWER_SNAKE_CASE": _enum_values,
+    "TYPE_DESCRIPTION": _type_descriptions,
+    "FIELD_DESCRIPTION": _field_descriptions,
+    "DEF_UNUSED": _unused_defs,
+}
+
+
+def _gh_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_property(text: str) -> str:
+    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
