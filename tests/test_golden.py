@@ -263,6 +263,15 @@ def test_the_built_in_schemas_record_the_built_in_cases(tmp_path: Path, monkeypa
     fresh = tmp_path / "fresh"
     assert main(["golden", "record", str(BUILTIN_SCHEMAS), "--dir", str(fresh)]) == 0
     assert manifest_lines(fresh) == manifest_lines(GOLDEN)
+    # a copy (as a wheel installs them) is the built-in schemas: same bytes, same cases
+    copy = shutil.copytree(BUILTIN_SCHEMAS, tmp_path / "copy")
+    assert main(["golden", "record", str(copy), "--dir", str(tmp_path / "from-copy")]) == 0
+    assert manifest_lines(tmp_path / "from-copy") == manifest_lines(GOLDEN)
+    # one byte changed and it is a directory of its own: synthesized cases (media.Video has none)
+    video = copy / "media" / "Video.v1.json"
+    video.write_text(video.read_text() + "\n")
+    assert main(["golden", "record", str(copy), "--dir", str(tmp_path / "edited")]) == 2
+    assert not (tmp_path / "edited").exists()
 
 
 @pytest.mark.parametrize(
