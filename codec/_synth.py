@@ -26,6 +26,7 @@ import torch
 from tensorwire.dtypes import DTYPES
 from tensorwire.registry import Registry
 from tensorwire.schema import Message, SchemaSet
+from tensorwire.schema._build import value_problem
 from tensorwire.schema.ir import (
     ArrayT,
     EnumT,
@@ -159,7 +160,7 @@ def _scalar(node: ScalarT) -> Any:
         text = _text(node)
         return text.encode() if node.kind == "bytes" else text
     value = _number(node)
-    if not _fits(node, value):
+    if value_problem(node, value, whole=True) is not None:  # the schema's own check of a value
         raise ValueError(f"no {node.kind} near zero fits the limits of the schema")
     return value
 
@@ -196,14 +197,6 @@ def _number(node: ScalarT) -> int | float:
     else:
         value = 0
     return int(value) if node.kind == "int" else float(value)
-
-
-def _fits(node: ScalarT, value: int | float) -> bool:
-    if node.minimum is not None and (value <= node.minimum if node.exclusive_minimum else value < node.minimum):
-        return False
-    if node.maximum is not None and (value >= node.maximum if node.exclusive_maximum else value > node.maximum):
-        return False
-    return node.multiple_of is None or (value / node.multiple_of).is_integer()
 
 
 def _tensor(node: TensorT) -> Any:

@@ -366,3 +366,22 @@ def test_minimal_values_keep_every_limit_a_schema_can_state(tmp_path: Path) -> N
     schema_dir = write_schemas(tmp_path / "bad", {"lab/Limits.v1.json": doc})
     with pytest.raises(ValueError, match=r"cannot synthesize a minimal lab.Limits v1 .*a string matching '\^b'"):
         minimal_cases(load_dir(schema_dir), tw.load_schemas(schema_dir))
+
+
+def test_a_value_with_no_minimal_form_is_named(tmp_path: Path) -> None:
+    from conftest import write_schemas
+
+    from tensorwire._synth import minimal_cases
+    from tensorwire.schema import load_dir
+
+    for prop, problem in (
+        ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "minItems": 2}, "a set of at least 2"),
+        ({"type": "integer", "minimum": 5, "maximum": 6, "multipleOf": 4}, "no int near zero fits the limits"),
+    ):
+        schema_dir = write_schemas(
+            tmp_path / str(len(problem)), {"lab/One.v1.json": _message("lab.One", 1, {"x": prop})}
+        )
+        with pytest.raises(
+            ValueError, match=re.escape("cannot synthesize a minimal lab.One v1 (") + ".*" + re.escape(problem)
+        ):
+            minimal_cases(load_dir(schema_dir), tw.load_schemas(schema_dir))

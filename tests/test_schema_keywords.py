@@ -284,6 +284,29 @@ REJECTED = [
         "dim 0 must be 2, got shape [3, 2]",
     ),
     (
+        {"x-tensor": {}, "examples": [[[1, 2], [3]]]},
+        "/properties/x/examples/0",
+        "a tensor example is a rectangular nested list of numbers (rows of [1, 2])",
+    ),
+    ({"x-tensor": {}, "examples": [["a"]]}, "/properties/x/examples/0", "a tensor example is a rectangular"),
+    ({"type": "string", "format": "bytes", "examples": ["%%"]}, "/properties/x/examples/0", "expected bytes as base64"),
+    (
+        {"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "examples": [[1, 1]]},
+        "/properties/x/examples/0",
+        "items repeat in a set (uniqueItems)",
+    ),
+    ({"x-tree": {"max_depth": 2}, "examples": [[[[1]]]]}, "/properties/x/examples/0", "deeper than max_depth 2"),
+    (
+        {
+            "type": "object",
+            "additionalProperties": {"type": "integer"},
+            "maxProperties": 1,
+            "examples": [{"a": 1, "b": 2}],
+        },
+        "/properties/x/examples/0",
+        "2 entries, more than the maximum 1",
+    ),
+    (
         {"type": "string", "pattern": "^a", "examples": ["ba"]},
         "/properties/x/examples/0",
         "string \"ba\" does not match the pattern '^a'",
@@ -413,3 +436,24 @@ def test_a_changed_limit_is_reported_with_its_keywords(
     findings = [f for f in compare(load("old", old), load("new", new)) if f.rule != "VERSION_NOT_BUMPED"]
     assert [f.rule for f in findings] == [rule_id], [(f.rule, f.message) for f in findings]
     assert message in findings[0].message and findings[0].pointer == "/properties/x"
+
+
+def test_a_union_example_is_checked_against_the_variant_its_tag_names(tmp_path: Path) -> None:
+    def variant(type_id: str, tag: str) -> dict[str, Any]:
+        props = {"kind": {"const": tag}, "n": {"type": "integer", "minimum": 0}}
+        return {"$id": type_id, "x-version": 1, "type": "object", "properties": props, "required": ["n"]}
+
+    union = {"oneOf": [{"$ref": "A.v1.json"}, {"$ref": "B.v1.json"}], "discriminator": {"propertyName": "kind"}}
+    for example, message in (
+        ({"kind": "c", "n": 1}, "expected an object whose 'kind' is one of ['a', 'b'], got object"),
+        ({"kind": "b", "n": -1}, "at .n: -1 is below the minimum 0"),
+    ):
+        files = {
+            "kw/A.v1.json": variant("kw.A", "a"),
+            "kw/B.v1.json": variant("kw.B", "b"),
+            "kw/One.v1.json": _one({**union, "examples": [{"kind": "a", "n": 0}, example]}),
+        }
+        with pytest.raises(
+            SchemaError, match=re.escape(f"/properties/x/examples/1: example does not fit the schema: {message}")
+        ):
+            load_dir(write_schemas(tmp_path / str(len(message)), files))

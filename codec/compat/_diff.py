@@ -211,7 +211,7 @@ class _Walk:
                 if isinstance(b, ArrayT):
                     if a.unique != b.unique:
                         self.emit("SET_SEMANTICS_CHANGED", f"{what} changed between list and set", ptr, *where)
-                    self.counts(a, b, what, ptr, where)
+                    self.limits(a, b, what, ptr, where)
                     self.node(a.items, b.items, f"items of {what}", ptr, where)
                     return
             case TupleT():
@@ -220,7 +220,7 @@ class _Walk:
                     return
             case MapT():
                 if isinstance(b, MapT):
-                    self.counts(a, b, what, ptr, where)
+                    self.limits(a, b, what, ptr, where)
                     self.node(a.values, b.values, f"values of {what}", ptr, where)
                     return
             case TensorT():
@@ -299,14 +299,12 @@ class _Walk:
                 self.emit("PATTERN_REMOVED", f"{what} no longer has to match {a.pattern!r}", ptr, *where)
             else:
                 self.emit("PATTERN_CHANGED", f"{what}: pattern {a.pattern!r} -> {b.pattern!r}", ptr, *where)
-        tighter, looser = _limit_changes(a, b)
-        if tighter:
-            self.emit("RANGE_TIGHTENED", f"{what}: {', '.join(tighter)}", ptr, *where)
-        if looser:
-            self.emit("RANGE_LOOSENED", f"{what}: {', '.join(looser)}", ptr, *where)
+        self.limits(a, b, what, ptr, where)
 
-    def counts(self, a: ArrayT | MapT, b: ArrayT | MapT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
-        """``minItems``/``maxItems`` of an array, ``minProperties``/``maxProperties`` of a map."""
+    def limits(
+        self, a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT, what: str, ptr: str, where: tuple[Any, Any]
+    ) -> None:
+        """Bounds, ``multipleOf`` and lengths of a scalar; item or entry counts of an array or a map."""
         tighter, looser = _limit_changes(a, b)
         if tighter:
             self.emit("RANGE_TIGHTENED", f"{what}: {', '.join(tighter)}", ptr, *where)
