@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorwire.compat import compare
+from tensorwire.compat._report import github_command
 from tensorwire.errors import Location
 from tensorwire.schema import SchemaSet
 from tensorwire.schema._source import SourceFile, join_pointer
@@ -173,11 +174,7 @@ def render(findings: Sequence[Finding], fmt: str) -> str:
             summary[f.rule] = summary.get(f.rule, 0) + 1
         return json.dumps({"findings": [f.as_json() for f in findings], "summary": summary}, indent=2)
     if fmt == "github":
-        return "\n".join(
-            f"::error file={_gh_property(f.file)},line={f.line},col={f.col},title={_gh_property(f.rule)}"
-            f"::{_gh_data(f.message)}"
-            for f in findings
-        )
+        return "\n".join(github_command("error", f.file, f.line, f.col, f.rule, f.message) for f in findings)
     if fmt != "text":
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     return "\n".join(str(f) for f in findings)
@@ -440,11 +437,3 @@ _CHECKS: dict[str, Callable[[_Files], _Found]] = {
     "FIELD_DESCRIPTION": _field_descriptions,
     "DEF_UNUSED": _unused_defs,
 }
-
-
-def _gh_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _gh_property(text: str) -> str:
-    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")

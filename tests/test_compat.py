@@ -384,3 +384,20 @@ def test_cli_transitive_checks_every_earlier_state(
     out = capsys.readouterr().out
     assert "TYPE_CHANGED" in out and "changed from str to int" in out
     assert main(["compat", str(repo / "schemas"), str(repo / "schemas"), "--transitive"]) == 2
+
+
+def test_github_annotations_escape_what_would_end_or_change_the_command(tmp_path: Path) -> None:
+    """A pattern holding % or a file path holding a comma or a colon cannot cut a workflow command short."""
+    from tensorwire.compat import render
+
+    def docs(pattern: str) -> dict[str, Any]:
+        new = copy.deepcopy(BASE)
+        _props(new["t/Thing.v1.json"])["name"]["pattern"] = pattern
+        return new
+
+    old = load_dir(write_schemas(tmp_path / "a,b:c" / "old", docs("^a%0Ab$")))
+    new = load_dir(write_schemas(tmp_path / "a,b:c" / "new", docs("^[a-z]%$")))
+    (line,) = [x for x in render(compare(old, new), "github").splitlines() if "PATTERN_CHANGED" in x]
+    assert line.startswith(f"::error file={tmp_path}/a%2Cb%3Ac/new/t/Thing.v1.json,line=")
+    assert ",title=PATTERN_CHANGED::" in line
+    assert "pattern '^a%250Ab$' -> '^[a-z]%25$'" in line

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from tensorwire.compat._diff import Finding
 from tensorwire.compat._rules import RULES
 
-__all__ = ["JSON_SCHEMA", "exit_code", "render", "rules_table"]
+__all__ = ["JSON_SCHEMA", "exit_code", "github_command", "render", "rules_table"]
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 
@@ -46,6 +46,20 @@ def _side(finding: Finding) -> str:
     return {"both": "breaks old readers and old writers", "none": "info"}.get(finding.side, f"breaks {finding.side}")
 
 
+def github_command(level: str, file: str, line: int, col: int, title: str, message: str) -> str:
+    """One GitHub workflow command (``::error file=...::message``) that annotates ``file`` at
+    ``line:col``, its properties and message escaped as the runner expects (a ``%``, a newline, or
+    in a property a ``:`` or ``,`` would otherwise end or change the command)."""
+
+    def data(text: str) -> str:
+        return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+    def prop(text: str) -> str:
+        return data(text).replace(":", "%3A").replace(",", "%2C")
+
+    return f"::{level} file={prop(file)},line={line},col={col},title={prop(title)}::{data(message)}"
+
+
 def render(findings: Sequence[Finding], fmt: str) -> str:
     if fmt == "json":
         summary = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
@@ -57,7 +71,7 @@ def render(findings: Sequence[Finding], fmt: str) -> str:
             at = f.location
             file = "" if at is None else at.file
             line, col = (1, 1) if at is None or at.line is None or at.col is None else (at.line, at.col)
-            lines.append(f"::{level} file={file},line={line},col={col},title={f.rule}::{f.message} [{_side(f)}]")
+            lines.append(github_command(level, file, line, col, f.rule, f"{f.message} [{_side(f)}]"))
         else:
             lines.append(f"{f.where}: {f.rule} [{_side(f)}] {f.message}")
     return "\n".join(lines)
