@@ -43,9 +43,17 @@ from tensorwire.schema.ir import (
     unhandled,
 )
 
-__all__ = ["CASE", "minimal", "minimal_cases"]
+__all__ = ["CASE", "MAX_SIZE", "minimal", "minimal_cases"]
 
 CASE = "minimal"
+MAX_SIZE = 1 << 16  # items, entries, characters or tensor elements a minimal value may need: a fixture, not a load
+
+
+def _bounded(size: int, what: str) -> int:
+    """``size``, if a fixture may hold that many ``what``; else a ``ValueError``."""
+    if size > MAX_SIZE:
+        raise ValueError(f"the smallest valid value needs {size} {what}, over the {MAX_SIZE} a fixture may hold")
+    return size
 
 
 def minimal_cases(schemas: SchemaSet, registry: Registry) -> dict[str, list[tuple[str, Callable[[], Any]]]]:
@@ -116,7 +124,7 @@ def _value(node: Node, info: mi.Type, *, present: bool = False) -> Any:
             assert isinstance(info, mi.EnumType)
             return info.cls(node.values[0])
         case ArrayT():
-            count = node.min_items or 0
+            count = _bounded(node.min_items or 0, "items")
             if node.unique:
                 if count > 1:
                     raise ValueError(f"a set of at least {count} distinct items is not synthesized")
@@ -129,7 +137,8 @@ def _value(node: Node, info: mi.Type, *, present: bool = False) -> Any:
             return tuple(_value(item, t) for item, t in zip(node.items, info.item_types, strict=True))
         case MapT():
             assert isinstance(info, mi.DictType)
-            return {f"k{i}": _value(node.values, info.value_type) for i in range(node.min_properties or 0)}
+            count = _bounded(node.min_properties or 0, "entries")
+            return {f"k{i}": _value(node.values, info.value_type) for i in range(count)}
         case TensorT():
             return _tensor(node)
         case TreeT():
@@ -167,7 +176,7 @@ def _scalar(node: ScalarT) -> Any:
 
 def _text(node: ScalarT) -> str:
     """The shortest run of one of a few characters that is long enough and matches the pattern."""
-    shortest = node.min_length or 0
+    shortest = _bounded(node.min_length or 0, "characters")
     longest = shortest + 4 if node.max_length is None else min(node.max_length, shortest + 4)
     for size in range(shortest, longest + 1):
         for char in "aA0_":
@@ -204,6 +213,7 @@ def _tensor(node: TensorT) -> Any:
         raise ValueError(f"a tensor on {', '.join(node.devices)} only: fixtures hold cpu tensors")
     name = node.dtypes[0] if node.dtypes else "float32"
     shape = (1,) if node.shape is None else tuple(d if isinstance(d, int) else 1 for d in node.shape)
+    _bounded(math.prod(shape), "tensor elements")
     dtype = DTYPES[name]
     if node.kind == "ndarray":
         assert dtype.numpy_name is not None  # the schema compiler refuses a dtype numpy lacks

@@ -377,6 +377,13 @@ def test_a_value_with_no_minimal_form_is_named(tmp_path: Path) -> None:
     for prop, problem in (
         ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "minItems": 2}, "a set of at least 2"),
         ({"type": "integer", "minimum": 5, "maximum": 6, "multipleOf": 4}, "no int near zero fits the limits"),
+        (  # a schema's sizes reach no allocation of theirs: a billion items is refused, not built
+            {"type": "array", "items": {"type": "integer"}, "minItems": 10**9},
+            "the smallest valid value needs 1000000000 items, over the 65536 a fixture may hold",
+        ),
+        ({"type": "string", "minLength": 10**12}, "needs 1000000000000 characters"),
+        ({"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 70000}, "70000 entries"),
+        ({"x-tensor": {"shape": [100000, 100000]}}, "needs 10000000000 tensor elements"),
     ):
         schema_dir = write_schemas(
             tmp_path / str(len(problem)), {"lab/One.v1.json": _message("lab.One", 1, {"x": prop})}
