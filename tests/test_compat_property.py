@@ -60,7 +60,7 @@ def evolutions(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
             props["s"]["minLength"] = max(0, props["s"]["minLength"] - draw(st.integers(0, 2)))
             props["s"]["maxLength"] += draw(st.integers(0, 4))
             if draw(st.booleans()):
-                props["s"].pop("pattern")
+                props["s"].pop("pattern", None)
         elif op == "open":
             new.pop("additionalProperties", None)
         elif op == "add_optional":
