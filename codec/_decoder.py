@@ -15,16 +15,16 @@ acting only on handles that prove their capability: a forged handle changes noth
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
-from tensorwire._body import stand_in, tree_tuple
-from tensorwire._incoming import HEADER_LEVELS, Incoming
+from tensorwire._body import stand_in
+from tensorwire._incoming import HEADER_LEVELS, Reading
 from tensorwire._locate import entry_path, header_path, msgspec_error
 from tensorwire._scan import NOT_OPENERS, walk
-from tensorwire._wire import EXT_TUPLE, MAGIC, WIRE_VERSION, parse_tag, prefix, tag
+from tensorwire._wire import MAGIC, WIRE_VERSION, parse_tag, prefix, tag
 from tensorwire.errors import DecodeError
 from tensorwire.options import DecodeOptions
 from tensorwire.placement import DeviceSpec, Placement
@@ -77,7 +77,7 @@ class Decoder:
         self._by_type = {h: known[str(h.__struct_config__.tag)] for h in handle_types}  # handle class -> reader
         self._max_header = self.options.limits.max_header_bytes
         self._frame = _frame_type(registry, self.options.strict_fingerprint)
-        self._free: list[_Reading] = []  # idle frame 0 decoders, each used by one call at a time
+        self._free: list[Reading] = []  # idle frame 0 decoders, each used by one call at a time
         self.table = _table_decoder(handle_types)
         self._depth = self.options.limits.max_depth + HEADER_LEVELS
         # tag -> frame 0 up to its body when the buffer table is empty: a frame that starts with
@@ -109,8 +109,9 @@ class Decoder:
         try:
             reading = free.pop()
         except IndexError:
-            reading = _Reading(self._frame)
-        reading.state = (self, frames, head)  # made into an Incoming by the first tensor
+            reading = Reading(self, partial(_frame_decoder, self._frame))
+        reading.state = (self, frames, head)  # made into an Incoming by a tensor that needs one
+        reading.count = 0
         try:
             frame = reading.decode(head)
             if len(frame.buffers) != 1 or len(frames) != 1:  # 1 byte: the empty table
@@ -143,7 +144,14 @@ class Decoder:
             data = head if type(head) is bytes else memoryview(head).cast("B")
         except (TypeError, ValueError) as exc:
             raise DecodeError(f"invalid header: {exc}") from None
-        bare = self._bare.get(_tag_bytes(data))
+        # the bytes of the tag, if frame 0 opens as ``[tag, ...`` with a fixstr or str8 tag
+        first = data[1] if len(data) > 2 and data[0] == 0x94 else 0
+        named: bytes | memoryview = b""
+        if 0xA0 <= first <= 0xBF:
+            named = data[2 : 2 + (first & 0x1F)]
+        elif first == 0xD9:
+            named = data[3 : 3 + data[2]]
+        bare = self._bare.get(bytes(named))
         start, depth = (len(bare), 1) if bare is not None and data[: len(bare)] == bare else (0, 0)
         if len(data) > _SMALL and walk(data, self._depth, depth, start, _BUDGET) >= 0:
             return
@@ -272,50 +280,9 @@ class Decoder:
         return f"Decoder({self.registry!r}, transports={tags}, options={self.options})"
 
 
-def _tag_bytes(head: Any) -> bytes:
-    """The bytes of frame 0's tag if it opens as ``[tag, ...`` with a short string tag, else b""."""
-    if len(head) < 2 or head[0] != 0x94:
-        return b""
-    first = head[1]
-    if 0xA0 <= first <= 0xBF:
-        return bytes(head[2 : 2 + (first & 0x1F)])
-    if first == 0xD9 and len(head) > 2:
-        return bytes(head[3 : 3 + head[2]])
-    return b""
-
-
 _KEEP = 8  # idle frame 0 decoders kept per Decoder: more than the calls a process runs at once
 _SMALL = 2048  # frame 0 up to this many bytes: counting its level openers is cheaper than a walk
 _BUDGET = 256  # values a large frame 0's first walk reads before its level openers are counted
-
-
-class _Reading:
-    """A frame 0 decoder whose extension hook reads this object's ``state``: the current call's
-    ``(decoder, frames, head)`` until its first tensor makes it an ``Incoming``; None between calls.
-
-    Each ``Decoder`` pools these: a call takes one and clears its state before giving it back, so
-    no hook holds a call's tensors after the call, and concurrent or nested calls never share one.
-    """
-
-    __slots__ = ("decode", "state")
-
-    def __init__(self, frame: Any) -> None:
-        self.state: tuple[Decoder, Sequence[Buffer], Any] | Incoming | None = None
-        self.decode = _frame_decoder(frame, self.ext).decode
-
-    def ext(self, code: int, data: memoryview) -> Any:
-        """The decode's extension hook: tensors built by the call's ``Incoming``, tree tuples."""
-        if code == EXT_TUPLE:
-            return tree_tuple(data, self.ext)
-        return self.incoming().ext(code, data)
-
-    def incoming(self) -> Incoming:
-        """The current call's ``Incoming`` (made now if no tensor made it yet)."""
-        state = self.state
-        if type(state) is tuple:
-            state = self.state = Incoming(*state)
-        assert isinstance(state, Incoming)
-        return state
 
 
 class _Peek(msgspec.Struct, array_like=True):

@@ -11,21 +11,22 @@ buffers it did not import.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from tensorwire._body import tree_tuple
 from tensorwire._locate import header_path, msgspec_error
 from tensorwire._tensors import BUILD, as_base, build, build_inline, verify_descriptor
-from tensorwire._wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, SHARED, unpack_descriptor
+from tensorwire._wire import DIMS, EXT_INLINE, EXT_TENSOR, EXT_TUPLE, HEAD, SHARED, unpack_descriptor
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.errors import DecodeError
 from tensorwire.inspection import describe
 from tensorwire.transports.base import Buffer, Handle
 
-__all__ = ["Incoming"]
+__all__ = ["Incoming", "Reading"]
 
 HEADER_LEVELS = 2  # frame 0's array and the body sit above the message's own nesting
 
@@ -36,7 +37,6 @@ class Incoming:
     __slots__ = (
         "_bases",
         "_built",
-        "_count",
         "_paths",
         "_placed",
         "_sizes",
@@ -53,34 +53,17 @@ class Incoming:
         self.head = head
         self.handles: list[Handle] | None = None  # None until the buffer table is read
         self.buffers: list[Any] = []  # imported so far, in handle order
-        self._count = 0
         self._sizes: list[int] = []  # of the buffers, once imported
         self._built: dict[bytes, Any] = {}
         self._bases: dict[int, torch.Tensor] = {}
         self._paths: list[Any] | None = None
         self._placed: dict[tuple[int, torch.device], torch.Tensor] = {}
 
-    def ext(self, code: int, data: memoryview) -> Any:
-        """The tensor or array of one extension of the body."""
+    def ext(self, code: int, data: memoryview, index: int) -> Any:
+        """The tensor or array of extension ``index`` (in body order) of the body."""
         if code != EXT_INLINE and code != EXT_TENSOR:
             raise DecodeError(f"unknown msgpack extension type {code}")
-        index = self._count
-        self._count = index + 1
         limits = self.decoder.options.limits
-        if index >= limits.max_tensors:
-            raise DecodeError(f"more than {limits.max_tensors} tensors in one message (limit max_tensors)")
-        if code == EXT_INLINE and self.decoder.placement is None and len(data) >= HEAD.size:
-            # the common small tensor (non-empty, C-contiguous, a numpy-able dtype), checked and built
-            # at once; anything else takes the general path, which names what is wrong
-            kind, dtype, rank, flags = HEAD.unpack_from(data)
-            known = _QUICK_TORCH.get(dtype)
-            if not (kind or flags or known is None or rank >= len(DIMS) or rank > limits.max_rank):
-                end = HEAD.size + 8 * rank
-                if len(data) >= end:
-                    shape = DIMS[rank].unpack_from(data, HEAD.size)
-                    numel, nbytes = math.prod(shape), len(data) - end
-                    if numel and numel * known[2] == nbytes and nbytes <= limits.max_tensor_bytes:
-                        return torch.from_numpy(np.ndarray(shape, known[1], bytearray(data[end:])))
         try:
             desc = unpack_descriptor(code, data)
         except DecodeError as exc:
@@ -215,6 +198,62 @@ class Incoming:
         self._bases.clear()
         self._placed.clear()
         self.decoder.release(unread)
+
+
+class Reading:
+    """A frame 0 decoder of one ``Decoder`` whose extension hook serves the current call: ``state``
+    is the call's ``(decoder, frames, head)`` until a tensor needs more than the common small-tensor
+    path, which makes it an ``Incoming``; None between calls. ``count``: the call's tensors so far.
+
+    Each ``Decoder`` pools these: a call takes one and clears its state before giving it back, so
+    no hook holds a call's tensors after the call, and concurrent or nested calls never share one.
+    """
+
+    __slots__ = ("_max_bytes", "_max_rank", "_max_tensors", "_quick", "count", "decode", "state")
+
+    def __init__(self, decoder: Any, make: Callable[[Callable[[int, memoryview], Any]], Any]) -> None:
+        """``make(hook)``: the msgspec decoder of frame 0 with extension hook ``hook``."""
+        limits = decoder.options.limits
+        self._max_tensors: int = limits.max_tensors
+        self._max_rank = min(limits.max_rank, len(DIMS) - 1)
+        self._max_bytes: int = limits.max_tensor_bytes
+        self._quick = decoder.placement is None  # small tensors built here, on the host
+        self.state: tuple[Any, Sequence[Buffer], Any] | Incoming | None = None
+        self.count = 0
+        self.decode: Callable[[Any], Any] = make(self.ext).decode
+
+    def ext(self, code: int, data: memoryview) -> Any:
+        """The decode's extension hook: tree tuples, tensors and arrays.
+
+        The common small tensor (non-empty, C-contiguous, a numpy-able dtype, inside frame 0) is
+        checked and built here at once; anything else goes to the call's ``Incoming``, which names
+        what is wrong.
+        """
+        if code == EXT_TUPLE:
+            return tree_tuple(data, self.ext)
+        index = self.count
+        self.count = index + 1
+        if index >= self._max_tensors:
+            raise DecodeError(f"more than {self._max_tensors} tensors in one message (limit max_tensors)")
+        if code == EXT_INLINE and self._quick and len(data) >= HEAD.size:
+            kind, dtype, rank, flags = HEAD.unpack_from(data)
+            known = _QUICK_TORCH.get(dtype)
+            if not (kind or flags or known is None or rank > self._max_rank):
+                end = HEAD.size + 8 * rank
+                if len(data) >= end:
+                    shape = DIMS[rank].unpack_from(data, HEAD.size)
+                    numel, nbytes = math.prod(shape), len(data) - end
+                    if numel and numel * known[2] == nbytes and nbytes <= self._max_bytes:
+                        return torch.from_numpy(np.ndarray(shape, known[1], bytearray(data[end:])))
+        return self.incoming().ext(code, data, index)
+
+    def incoming(self) -> Incoming:
+        """The current call's ``Incoming`` (made now if no tensor made it yet)."""
+        state = self.state
+        if type(state) is tuple:
+            state = self.state = Incoming(*state)
+        assert isinstance(state, Incoming)
+        return state
 
 
 _QUICK_TORCH = {

@@ -18,6 +18,7 @@ buffer and the limits before it builds anything on it.
 from __future__ import annotations
 
 import sys
+from ctypes import string_at
 from typing import Any
 
 import msgspec
@@ -39,7 +40,6 @@ BUILD = {  # name -> (torch dtype, numpy dtype or None, itemsize), for building 
     d.name: (getattr(torch, d.torch_name), np.dtype(d.numpy_name) if d.numpy_name else None, d.itemsize)
     for d in DTYPES.values()
 }
-_NUMPY_CODES = frozenset(_CODES[d.name] for d in DTYPES.values() if d.numpy_name)
 _COMPLEX = frozenset(getattr(torch, d.torch_name) for d in DTYPES.values() if d.name.startswith("complex"))
 SPARSE = 2  # a lone strided view reaching at least this many times its own bytes sends only its elements
 Ext = msgspec.msgpack.Ext
@@ -148,14 +148,15 @@ class Outgoing:
         if len(self.values) >= self.limits.max_tensors:
             raise self._too_many()
         self.values.append(tensor)  # also keeps ``id(tensor)`` from being reused during the call
-        known = _TORCH.get(tensor.dtype)
+        dtype = tensor.dtype
+        known = _TORCH.get(dtype)
         if known is None:
-            raise EncodeError(f"dtype {tensor.dtype} is not in the wire dtype table")
+            raise EncodeError(f"dtype {dtype} is not in the wire dtype table")
         if tensor.layout is not torch.strided:
             raise EncodeError(f"only strided tensors travel, got layout {tensor.layout}")
         code, itemsize = known
         t = tensor.detach() if tensor.requires_grad else tensor
-        if t.dtype in _COMPLEX and (t.is_conj() or t.is_neg()):
+        if dtype in _COMPLEX and (t.is_conj() or t.is_neg()):
             t = t.resolve_conj().resolve_neg()
         shape = t.shape
         nbytes = t.numel() * itemsize
@@ -166,10 +167,17 @@ class Outgoing:
             # its storage (a later view of it makes the body be written again, see ``_note``)
             storage = t.untyped_storage()
             key: Any = (True, storage.data_ptr(), storage.nbytes())
-            if rank <= self.limits.max_rank and key not in self._groups and not (self._shared and key in self._shared):
-                start: int = t.data_ptr()
+            start: int = t.data_ptr()
+            if (
+                rank <= self.limits.max_rank
+                and key[1] <= start
+                and start + nbytes <= key[1] + key[2]  # within its storage (one can be shrunk under a view)
+                and key not in self._groups
+                and not (self._shared and key in self._shared)
+            ):
                 self._groups[key] = (start, start + nbytes, storage)
-                data = t.numpy().tobytes() if code in _NUMPY_CODES else _host_bytes(t, nbytes)
+                # a plain CPU tensor's bytes copied straight from its memory (``numpy()`` costs more)
+                data = string_at(start, nbytes) if type(t) is torch.Tensor else _host_bytes(t, nbytes)
                 return Ext(EXT_INLINE, HEAD.pack(0, code, rank, 0) + DIMS[rank].pack(*shape) + data)
         strides = t.stride()
         self._check(shape, nbytes, itemsize, strides)
@@ -182,10 +190,15 @@ class Outgoing:
         key = (cpu or t.device, address, size) if size and address else id(t)
         start = address + int(t.storage_offset()) * itemsize
         layout = None if contiguous and (1 not in shape or _own_strides(shape, strides) is None) else strides
+        lo, hi = (start, start + nbytes) if contiguous else _extent(start, shape, strides, itemsize)
+        if lo < address or hi > address + size:
+            raise EncodeError(
+                f"the tensor's elements reach {hi - address} bytes into a storage of {size} bytes "
+                "(a storage resized under its view cannot travel)"
+            )
         shared = self._shared.get(key) if self._shared is not None else None
         if shared is not None:
             return self._shared_ext(shared, key, 0, code, shape, layout, start, nbytes)
-        lo, hi = (start, start + nbytes) if contiguous else _extent(start, shape, strides, itemsize)
         first = key not in self._groups
         group = self._note(key, lambda: _Group(None, address, storage, cpu), lo, hi)
         if not first:

@@ -112,6 +112,21 @@ def test_values_that_cannot_travel(value: Any, error: str) -> None:
         ENCODER.encode(message)
 
 
+@pytest.mark.parametrize("encoder", [tw.Encoder(), ENCODER], ids=["inside frame 0", "through shared memory"])
+@pytest.mark.parametrize("view", ["whole", "every other column", "rows from the third"])
+def test_a_tensor_whose_storage_was_shrunk_under_it_is_refused_not_read_past(encoder: Any, view: str) -> None:
+    """``untyped_storage().resize_`` leaves views whose elements lie past the storage's end:
+    reading them would send whatever memory follows, so the encoder refuses them by field path."""
+    base = torch.randn(16, 16)
+    tensor = {"whole": base, "every other column": base[:, ::2], "rows from the third": base[2:]}[view]
+    base.untyped_storage().resize_(16)
+    message = diffusion.Output()
+    message.output = [tensor]
+    with pytest.raises(tw.EncodeError, match=r"into a storage of 16 bytes \(a storage resized under its view") as caught:
+        encoder.encode(message)
+    assert caught.value.path == "$.output[0]" and caught.value.type_id == "diffusion.Output"
+
+
 def test_trees_deeper_than_the_limit_and_cycles() -> None:
     deep: Any = 1
     for _ in range(70):

@@ -14,7 +14,7 @@ import torch
 import tensorwire as tw
 import tensorwire._body
 import tensorwire._decoder
-from tensorwire._incoming import Incoming
+from tensorwire._incoming import Reading
 from tensorwire._tensors import Outgoing
 from tensorwire.builtins import REGISTRY, diffusion
 
@@ -31,16 +31,17 @@ def _output(*values: float) -> diffusion.Output:
 def test_a_decode_nested_in_a_decode_gets_its_own_state(monkeypatch: pytest.MonkeyPatch, encoder: Any) -> None:
     outer, inner = encoder.encode(_output(1.0, 2.0)), encoder.encode(_output(7.0))
     nested: list[Any] = []
-    ext = Incoming.ext
+    ext = Reading.ext
 
-    def ext_and_decode(self: Incoming, code: int, data: memoryview) -> Any:
+    def ext_and_decode(self: Reading, code: int, data: memoryview) -> Any:
         if not nested:  # the first tensor of the outer decode: decode another message on the same decoder
             nested.append(None)
-            nested[0] = DECODER.decode(inner)
+            nested[0] = decoder.decode(inner)
         return ext(self, code, data)
 
-    monkeypatch.setattr(Incoming, "ext", ext_and_decode)
-    got = DECODER.decode(outer)
+    monkeypatch.setattr(Reading, "ext", ext_and_decode)
+    decoder = tw.Decoder(REGISTRY)  # its pooled readers are made from now on, with the patched hook
+    got = decoder.decode(outer)
     assert [t.tolist() for t in got.output] == [[1.0] * 4, [2.0] * 4]
     assert [t.tolist() for t in nested[0].output] == [[7.0] * 4]
 
