@@ -308,6 +308,7 @@ def _frame_type(registry: Registry, strict: bool) -> Any:
                 [("fingerprint", fingerprint), ("buffers", msgspec.Raw), ("body", cls)],
                 array_like=True,
                 forbid_unknown_fields=True,
+                gc=False,  # dropped as soon as its body is taken: never part of a cycle
                 tag=tag(info.type_id, info.version),
             )
         )

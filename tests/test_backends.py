@@ -37,6 +37,7 @@ def _norm(value: Any) -> Any:
             value.array_like,
             cls.__struct_config__.omit_defaults,
             cls.__struct_config__.frozen,
+            cls.__struct_config__.gc,
             tuple(_norm(f) for f in value.fields),
         )
     if isinstance(value, mi.EnumType):
@@ -164,3 +165,63 @@ def test_generated_source_carries_header_and_fingerprint(tmp_path: Path) -> None
     assert f"# audio.Clip v1 sha256:{fingerprint}\n" in text
     # deterministic: a second generation changes nothing
     assert generate(schema_dir, tmp_path / "out") == []
+
+
+LEAVES_AND_CONTAINERS = {
+    "$id": "gcx.Holder",
+    "x-version": 1,
+    "type": "object",
+    "properties": {
+        "flat": {"$ref": "#/$defs/Flat"},
+        "listed": {"$ref": "#/$defs/Listed"},
+        "nested": {"$ref": "#/$defs/Nested"},
+    },
+    "required": ["flat", "listed", "nested"],
+    "$defs": {
+        "Flat": {
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer"},
+                "x": {"type": ["number", "null"], "default": None},
+                "s": {"type": "string"},
+                "mode": {"type": "string", "enum": ["a", "b"], "x-enum-name": "Mode"},
+            },
+            "required": ["n", "s", "mode"],
+        },
+        "Listed": {
+            "type": "object",
+            "properties": {"names": {"type": "array", "items": {"type": "string"}, "default": []}},
+        },
+        "Nested": {"type": "object", "properties": {"flat": {"$ref": "#/$defs/Flat"}}, "required": ["flat"]},
+    },
+}
+
+
+def test_only_structs_of_leaves_skip_the_garbage_collector(tmp_path: Path) -> None:
+    """A struct whose fields hold only scalars, enum members or None cannot be in a reference cycle:
+    both back-ends make it ``gc=False``; one with a list, a nested struct or a tensor stays tracked."""
+    import gc
+
+    schema_dir = write_schemas(tmp_path / "schemas", {"gcx/Holder.v1.json": LEAVES_AND_CONTAINERS})
+    generate(schema_dir, tmp_path / "twgen_gcx")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module("twgen_gcx.gcx")
+        runtime = tw.load_schemas(schema_dir).type("gcx.Holder")
+        for holder in (module.Holder, runtime):
+            info = mi.type_info(holder)
+            assert isinstance(info, mi.StructType)
+            kinds = {f.name: f.type.cls.__struct_config__.gc for f in info.fields}
+            assert kinds == {"flat": False, "listed": True, "nested": True}, holder
+            assert holder.__struct_config__.gc is True
+            flat = msgspec.convert({"n": 1, "s": "x", "mode": "a"}, info.fields[0].type.cls)
+            assert not gc.is_tracked(flat)
+            listed = msgspec.convert({"names": ["a"]}, info.fields[1].type.cls)
+            assert gc.is_tracked(listed)
+        assert _norm(mi.type_info(module.Holder)) == _norm(mi.type_info(runtime))
+        assert tw.builtins.REGISTRY.type("rpc.Request").__struct_config__.gc is True  # args and kwargs are trees
+        assert tw.load_schemas(BUILTIN_SCHEMAS).type("rpc.Result").__struct_config__.gc is True
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [n for n in sys.modules if n.startswith("twgen_gcx")]:
+            del sys.modules[name]

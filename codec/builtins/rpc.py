@@ -19,7 +19,7 @@ require(1, "0.2.0")  # the tensorwire.runtime surface this code was written for
 __all__ = ["RankStatus", "Request", "Result", "Value"]
 
 
-class RankStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
+class RankStatus(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     """How one rank ran the RPC."""
 
     __tw_rules__: ClassVar[StructRules] = StructRules(type_name="rpc.RankStatus", validators=("rpc.ok_xor_error",))

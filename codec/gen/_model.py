@@ -33,7 +33,7 @@ from tensorwire.schema.ir import (
     unhandled,
 )
 
-__all__ = ["check_for", "default_value", "member_name", "meta_of", "rules_for", "type_info"]
+__all__ = ["check_for", "default_value", "member_name", "meta_of", "rules_for", "type_info", "untracked"]
 
 
 def type_info(schemas: SchemaSet, struct: StructT) -> TypeInfo | None:
@@ -125,3 +125,20 @@ def default_value(node: Node, value: Any, enum_member: Callable[[EnumT, str], An
             raise AssertionError(f"no default for {node!r}")  # the builder only lets null through here
         case _:
             unhandled(node)
+
+
+def untracked(struct: StructT) -> bool:
+    """Whether instances of ``struct`` can stay out of the garbage collector (msgspec's ``gc=False``,
+    cheaper to build and decode): every field holds a scalar, an enum member or None, none of which
+    can refer back to the instance, so it can never be part of a reference cycle."""
+    return all(_leaf(f.type) for f in struct.fields)
+
+
+def _leaf(node: Node) -> bool:
+    match node:
+        case ScalarT() | EnumT():
+            return True
+        case NullableT():
+            return _leaf(node.inner)
+        case _:
+            return False

@@ -12,7 +12,7 @@ import torch
 
 from tensorwire._contract import check_struct
 from tensorwire.gen._docs import class_doc
-from tensorwire.gen._model import default_value, member_name, meta_of, rules_for, type_info
+from tensorwire.gen._model import default_value, member_name, meta_of, rules_for, type_info, untracked
 from tensorwire.registry import Registry
 from tensorwire.schema import SchemaSet, class_name
 from tensorwire.schema.ir import (
@@ -94,6 +94,8 @@ class _Types:
         if info is not None:
             namespace["__tw_type__"] = info
         options: dict[str, Any] = {"forbid_unknown_fields": True} if struct.closed else {}
+        if untracked(struct):
+            options["gc"] = False
         if struct.tag_field is not None:
             options |= {"tag_field": struct.tag_field, "tag": struct.tag}
         cls = msgspec.defstruct(

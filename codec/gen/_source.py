@@ -11,7 +11,7 @@ from typing import Any
 
 from tensorwire._api import API, SINCE
 from tensorwire.gen._docs import class_doc
-from tensorwire.gen._model import default_value, member_name, meta_of, rules_for, type_info
+from tensorwire.gen._model import default_value, member_name, meta_of, rules_for, type_info, untracked
 from tensorwire.schema import SchemaSet, class_name
 from tensorwire.schema.ir import (
     ArrayT,
@@ -193,6 +193,8 @@ class _Module:
     def render_struct(self, struct: StructT) -> str:
         name = class_name(self.schemas, struct)
         options = "kw_only=True, omit_defaults=True"
+        if untracked(struct):
+            options += ", gc=False"
         if struct.closed:
             options += ", forbid_unknown_fields=True"
         if struct.tag_field is not None:
