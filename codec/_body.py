@@ -25,7 +25,9 @@ from tensorwire._wire import EXT_TUPLE, unpack_descriptor
 from tensorwire.errors import DecodeError, EncodeError
 
 __all__ = [
+    "KEEP",
     "Checker",
+    "Checking",
     "TupleMarker",
     "encode_body",
     "int_error",
@@ -46,7 +48,7 @@ class TupleMarker:
 
 
 _ARRAYS = (torch.Tensor, np.ndarray)
-_KEEP = 8  # idle hooked codecs kept per pool: more than the calls a process runs at once, nested included
+KEEP = 8  # idle hooked codecs kept per pool: more than the calls a process runs at once, nested included
 
 
 class _Rejected(Exception):
@@ -133,7 +135,7 @@ def encode_body(message: Any, outgoing: Outgoing, max_depth: int, origin: Any = 
         raise int_error(message if origin is None else origin, max_depth, exc) from None
     finally:
         writing.outgoing = None
-        if len(_WRITERS) < _KEEP:
+        if len(_WRITERS) < KEEP:
             _WRITERS.append(writing)
 
 
@@ -153,7 +155,7 @@ def int_error(message: Any, max_depth: int, error: OverflowError) -> EncodeError
     return EncodeError(f"integer {value} does not fit the wire (msgpack holds -2**63 .. 2**64-1)", path=path)
 
 
-class _Checking:
+class Checking:
     """A decoder of ``cls`` whose hook puts the caller's own tensors (``values``, in body order)
     where the body has their extensions; pooled as the encoders are."""
 
@@ -174,30 +176,23 @@ class _Checking:
 
 class Checker:
     """The encoder's schema check for ``cls``: decode the body about to be sent, so that every
-    type, range and rule of the schema is checked (``msgspec.ValidationError`` or ``CodecError``)."""
+    type, range and rule of the schema is checked (``msgspec.ValidationError`` or ``CodecError``).
 
-    __slots__ = ("_cls", "_free", "plain")
+    ``plain`` checks a body without tensors or trees. A body with them is decoded by a pooled
+    ``Checking`` (``free``, or ``new()`` when none is idle) whose ``values`` are the caller's own
+    tensors in body order; ``Encoder.encode`` takes one, runs it and clears it inline.
+    """
+
+    __slots__ = ("_cls", "free", "plain")
 
     def __init__(self, cls: type) -> None:
         self._cls = cls
-        self._free: list[_Checking] = []
-        self.plain: Callable[[bytes], Any] = msgspec.msgpack.Decoder(cls).decode  # a body without tensors or trees
+        self.free: list[Checking] = []
+        self.plain: Callable[[bytes], Any] = msgspec.msgpack.Decoder(cls).decode
 
-    def check(self, body: bytes, values: list[Any]) -> None:
-        """Check ``body`` with the caller's own tensors ``values`` in place of its extensions."""
-        free = self._free
-        try:
-            checking = free.pop()
-        except IndexError:
-            checking = _Checking(self._cls)
-        checking.values = values
-        checking.index = 0
-        try:
-            checking.decode(body)
-        finally:
-            checking.values = []
-            if len(free) < _KEEP:
-                free.append(checking)
+    def new(self) -> Checking:
+        """A checking decoder for when every pooled one is in use."""
+        return Checking(self._cls)
 
 
 # -- tuples in trees ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from tensorwire._body import encode_body, int_error, prepare, stand_in
+from tensorwire._body import KEEP, encode_body, int_error, prepare, stand_in
 from tensorwire._locate import entry_path, msgspec_error
 from tensorwire._plan import TypePlan, type_plan
 from tensorwire._tensors import BufferPlan, Outgoing
@@ -82,8 +82,20 @@ class Encoder:
             if outgoing.rerun:  # a storage with several views: written again, knowing their extent
                 outgoing = outgoing.again()
                 body = encode_body(prepared, outgoing, limits.max_depth, message)
-            if options.validate:
-                plan.check.check(body, outgoing.values)
+            if options.validate:  # ``plan.check.check(body, outgoing.values)``, inline: a call less
+                free = plan.check.free
+                try:
+                    checking = free.pop()
+                except IndexError:
+                    checking = plan.check.new()
+                checking.values = outgoing.values
+                checking.index = 0
+                try:
+                    checking.decode(body)
+                finally:
+                    checking.values = []
+                    if len(free) < KEEP:
+                        free.append(checking)
         except _FAILURES as exc:
             raise _failure(plan, cls, exc, body) from None
         buffers = outgoing.buffers

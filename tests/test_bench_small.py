@@ -12,7 +12,7 @@ import torch
 
 from tools.bench.calls import count_calls
 from tools.bench.hooks_style import Buffer, HooksCodec, join_frames, split_frames
-from tools.bench.small import HOOKS, RAW, TENSORWIRE, measure, measure_calls, measure_pipe, render
+from tools.bench.small import FLOOR, HOOKS, RAW, TENSORWIRE, measure, measure_calls, measure_pipe, render
 
 
 class Holder(msgspec.Struct):
@@ -123,10 +123,10 @@ def test_measure_rows() -> None:
     check_rows(
         rows,
         {
-            "envelope (10 fields)": {TENSORWIRE, RAW},
+            "envelope (10 fields)": {TENSORWIRE, RAW, FLOOR},
             "one 16x16 float32 tensor (bench.One)": {TENSORWIRE, HOOKS, RAW},
             "eight 64x64 float32 tensors (bench.Step)": {TENSORWIRE, HOOKS},
-            "list of 50 small structs (bench.Batch)": {TENSORWIRE, RAW},
+            "list of 50 small structs (bench.Batch)": {TENSORWIRE, RAW, FLOOR},
             "rpc.Request, a 16x16 tensor in kwargs": {TENSORWIRE, HOOKS},
         },
     )

@@ -10,7 +10,9 @@ seeded ``random.Random``. A row gives the median over rounds, the min and max, a
 the case's reference:
 
 - envelope (``bench.Envelope``, ten scalar fields) and list of 50 small structs (``bench.Batch``):
-  against a hand-written msgspec Struct of the same fields (raw msgspec);
+  against a hand-written msgspec Struct of the same fields (raw msgspec), with the floor of
+  tensorwire's design: its C steps back to back (body encode, schema-check decode, frame 0 joined,
+  the nesting count, frame 0's typed decode), no Python between them;
 - one 16x16 float32 tensor (``bench.One``), eight 64x64 float32 tensors (``bench.Step``) and an
   ``rpc.Request`` with a 16x16 tensor in its kwargs: against the hooks style
   (``tools.bench.hooks_style``) carrying the same fields. The raw msgspec row of ``bench.One``
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     from tensorwire import Registry
 
 __all__ = [
+    "FLOOR",
     "HOOKS",
     "RAW",
     "SCHEMAS",
@@ -78,6 +81,7 @@ _DESCRIPTION = "Small messages: tensorwire against raw msgspec and the hooks sty
 TENSORWIRE = "tensorwire"
 HOOKS = "hooks style"
 RAW = "raw msgspec"
+FLOOR = "floor: tensorwire's C steps"
 
 
 @cache
@@ -257,10 +261,35 @@ def _batch_case() -> _Case:
     return _against_raw("list of 50 small structs (bench.Batch)", encoder, decoder, message, raw)
 
 
+def _floor(message: Any) -> Callable[[], Any]:
+    """The C steps of a tensorwire round trip of ``message`` (no tensors) with no Python between
+    them: the body's encode, the schema check (a typed decode of the body), frame 0 joined, the
+    count that bounds its nesting, the typed decode of frame 0."""
+    from tensorwire._decoder import _frame_type
+    from tensorwire._plan import type_plan
+    from tensorwire._scan import NOT_OPENERS
+
+    plan = type_plan(type(message))
+    body_encoder = msgspec.msgpack.Encoder()
+    frame_decoder = msgspec.msgpack.Decoder(_frame_type(bench_registry(), False))
+    check, bare = plan.check.plain, plan.bare
+
+    def floor() -> Any:
+        body = body_encoder.encode(message)
+        check(body)
+        head = bare + body
+        len(head.translate(None, NOT_OPENERS))
+        return frame_decoder.decode(head).body
+
+    return floor
+
+
 def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any) -> _Case:
-    """A case of a tensorwire message against a raw msgspec Struct of the same fields."""
+    """A case of a tensorwire message against a raw msgspec Struct of the same fields, with the
+    floor of tensorwire's design for it."""
     raw_encoder, raw_decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(type(raw))
-    assert decoder.decode(encoder.encode(message)) == message
+    floor = _floor(message)
+    assert decoder.decode(encoder.encode(message)) == message == floor()
     assert raw_decoder.decode(raw_encoder.encode(raw)) == raw
     return _Case(
         label,
@@ -268,6 +297,7 @@ def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any)
         {
             TENSORWIRE: lambda: decoder.decode(encoder.encode(message)),
             RAW: lambda: raw_decoder.decode(raw_encoder.encode(raw)),
+            FLOOR: floor,
         },
     )
 
