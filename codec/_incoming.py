@@ -1,11 +1,12 @@
 """Per-decode state: the buffers of one message, imported once, and the tensors built on them.
 
-The body's tensor extensions arrive through ``Incoming.ext`` as msgspec reads the body. The
-first one that lives in a buffer makes the decode read frame 0's buffer table, verify every
-handle and the limits, and import the buffers (each transport proves a handle's capability
-before any side effect). Each descriptor is checked against its buffer and the limits before
-anything is built on it. ``fail`` lets go of everything a failed decode holds and gives back the
-buffers it did not import.
+The body's extensions arrive through ``Reading.ext``, the hook of a pooled frame 0 decoder, as
+msgspec reads the body: it counts them and builds the common small tensor itself; any other goes
+to the call's ``Incoming`` (made on first need). The first one that lives in a buffer makes the
+decode read frame 0's buffer table, verify every handle and the limits, and import the buffers
+(each transport proves a handle's capability before any side effect). Each descriptor is
+checked against its buffer and the limits before anything is built on it. ``fail`` lets go of
+everything a failed decode holds and gives back the buffers it did not import.
 """
 
 from __future__ import annotations
