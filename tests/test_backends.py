@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
+import gc
 import importlib
 import inspect
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -136,18 +138,25 @@ def test_both_back_ends_write_identical_bytes(type_id: str, data: dict[str, Any]
     assert msgspec.msgpack.encode(msgspec.msgpack.decode(run_bytes, type=gen_cls)) == run_bytes
 
 
+@contextmanager
+def _generated(root: Path, files: dict[str, Any], package: str, namespace: str) -> Iterator[tuple[Any, Registry]]:
+    """The generated module of ``namespace`` (package ``package`` under ``root``) and the run-time
+    registry of the same schema ``files``; the package is forgotten afterwards."""
+    schema_dir = write_schemas(root / "schemas", files)
+    generate(schema_dir, root / package)
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module(f"{package}.{namespace}"), tw.load_schemas(schema_dir)
+    finally:
+        sys.path.remove(str(root))
+        for name in [n for n in sys.modules if n.startswith(package)]:
+            del sys.modules[name]
+
+
 @pytest.fixture
 def generated_clip(tmp_path: Path) -> Iterator[tuple[Any, Registry]]:
-    schema_dir = write_schemas(tmp_path / "schemas", {"audio/Clip.v1.json": CLIP})
-    generate(schema_dir, tmp_path / "twgen_clip")
-    sys.path.insert(0, str(tmp_path))
-    try:
-        module = importlib.import_module("twgen_clip.audio")
-        yield module, tw.load_schemas(schema_dir)
-    finally:
-        sys.path.remove(str(tmp_path))
-        for name in [n for n in sys.modules if n.startswith("twgen_clip")]:
-            del sys.modules[name]
+    with _generated(tmp_path, {"audio/Clip.v1.json": CLIP}, "twgen_clip", "audio") as pair:
+        yield pair
 
 
 def test_a_user_schema_generates_the_same_type_as_run_time(generated_clip: tuple[Any, Registry]) -> None:
@@ -199,15 +208,9 @@ LEAVES_AND_CONTAINERS = {
 
 def test_only_structs_of_leaves_skip_the_garbage_collector(tmp_path: Path) -> None:
     """A struct whose fields hold only scalars, enum members or None cannot be in a reference cycle:
-    both back-ends make it ``gc=False``; one with a list, a nested struct or a tensor stays tracked."""
-    import gc
-
-    schema_dir = write_schemas(tmp_path / "schemas", {"gcx/Holder.v1.json": LEAVES_AND_CONTAINERS})
-    generate(schema_dir, tmp_path / "twgen_gcx")
-    sys.path.insert(0, str(tmp_path))
-    try:
-        module = importlib.import_module("twgen_gcx.gcx")
-        runtime = tw.load_schemas(schema_dir).type("gcx.Holder")
+    both back-ends make it ``gc=False``; one with a list or a nested struct stays tracked."""
+    with _generated(tmp_path, {"gcx/Holder.v1.json": LEAVES_AND_CONTAINERS}, "twgen_gcx", "gcx") as (module, reg):
+        runtime = reg.type("gcx.Holder")
         for holder in (module.Holder, runtime):
             info = mi.type_info(holder)
             assert isinstance(info, mi.StructType)
@@ -219,9 +222,5 @@ def test_only_structs_of_leaves_skip_the_garbage_collector(tmp_path: Path) -> No
             listed = msgspec.convert({"names": ["a"]}, info.fields[1].type.cls)
             assert gc.is_tracked(listed)
         assert _norm(mi.type_info(module.Holder)) == _norm(mi.type_info(runtime))
-        assert tw.builtins.REGISTRY.type("rpc.Request").__struct_config__.gc is True  # args and kwargs are trees
-        assert tw.load_schemas(BUILTIN_SCHEMAS).type("rpc.Result").__struct_config__.gc is True
-    finally:
-        sys.path.remove(str(tmp_path))
-        for name in [n for n in sys.modules if n.startswith("twgen_gcx")]:
-            del sys.modules[name]
+    assert tw.builtins.REGISTRY.type("rpc.Request").__struct_config__.gc is True  # args and kwargs are trees
+    assert tw.load_schemas(BUILTIN_SCHEMAS).type("rpc.Result").__struct_config__.gc is True
