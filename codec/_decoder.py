@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
-from tensorwire._body import stand_in
+from tensorwire._body import KEEP, stand_in
 from tensorwire._incoming import HEADER_LEVELS, Reading
 from tensorwire._locate import entry_path, header_path, msgspec_error
 from tensorwire._scan import NOT_OPENERS, walk
@@ -125,7 +125,7 @@ class Decoder:
             raise  # a transport's own error (with its errno), or not ours
         finally:
             reading.state = None
-            if len(free) < _KEEP:
+            if len(free) < KEEP:
                 free.append(reading)
         return frame.body
 
@@ -280,7 +280,6 @@ class Decoder:
         return f"Decoder({self.registry!r}, transports={tags}, options={self.options})"
 
 
-_KEEP = 8  # idle frame 0 decoders kept per Decoder: more than the calls a process runs at once
 _SMALL = 2048  # frame 0 up to this many bytes: counting its level openers is cheaper than a walk
 _BUDGET = 256  # values a large frame 0's first walk reads before its level openers are counted
 

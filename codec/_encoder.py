@@ -82,7 +82,8 @@ class Encoder:
             if outgoing.rerun:  # a storage with several views: written again, knowing their extent
                 outgoing = outgoing.again()
                 body = encode_body(prepared, outgoing, limits.max_depth, message)
-            if options.validate:  # ``plan.check.check(body, outgoing.values)``, inline: a call less
+            if options.validate:  # the schema check, inline (a call less): a pooled ``Checking``
+                # decodes the body with the caller's own tensors in place of their extensions
                 free = plan.check.free
                 try:
                     checking = free.pop()
