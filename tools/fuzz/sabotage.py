@@ -1,17 +1,18 @@
 """Deliberately broken decoders, so a test can prove the fuzzer sees what it claims to see.
 
-``install(kinds, decode)`` returns a wrapped decode function (and for ``no-capability`` patches the
-control page's proof away in this worker). Kinds (comma-separated):
+``install(kinds, decode, key)`` returns a wrapped decode function (and for ``no-capability`` patches
+the control page's proof away in this worker). ``key()`` is a number derived from the case being
+decoded as it was generated (before its names, pids and handles were bound in this run: those bytes
+differ from run to run, e.g. when a pid gains a digit). Kinds (comma-separated):
 
-- ``type-error``: raises ``TypeError`` on inputs whose frame 0 length is 3 mod 7;
+- ``type-error``: raises ``TypeError`` on cases whose key is 3 mod 7;
 - ``no-capability``: every capability proves (claims of forged handles succeed);
 - ``crash``: kills the worker with SIGSEGV on inputs whose frame 0 holds the int 2**64 - 1 (no pid
   or name decides it, so the same cases crash in every run);
-- ``leak-fd``: leaks an fd of /dev/null on inputs whose frame 0 length is even;
-- ``leak-segment``: leaks a memfd named like this worker's segments on inputs whose frame 0
-  length is 1 mod 5.
+- ``leak-fd``: leaks an fd of /dev/null on cases whose key is even;
+- ``leak-segment``: leaks a memfd named like this worker's segments on cases whose key is 1 mod 5.
 
-Every trigger depends on the input alone, so a saved case reproduces it.
+Every trigger depends on the case alone, so a saved case reproduces it.
 """
 
 from __future__ import annotations
@@ -32,10 +33,6 @@ _LEAKED: list[int] = []
 _MAX_UINT = b"\xcf" + b"\xff" * 8  # msgpack of 2**64 - 1
 
 
-def _size(frames: Sequence[Any]) -> int:
-    return memoryview(frames[0]).nbytes if frames else -1
-
-
 def _without_proof() -> None:
     """Every hand-over's check passes in this process (the transport's claim proves nothing)."""
     if hasattr(control, "_refusal"):
@@ -44,7 +41,7 @@ def _without_proof() -> None:
         setattr(hmac, "compare_digest", lambda a, b: True)  # noqa: B010
 
 
-def install(kinds: str, decode: Decode) -> Decode:
+def install(kinds: str, decode: Decode, key: Callable[[], int]) -> Decode:
     """``decode`` broken in the ways ``kinds`` names."""
     chosen = {k for k in kinds.split(",") if k}
     unknown = chosen - set(KINDS)
@@ -54,14 +51,14 @@ def install(kinds: str, decode: Decode) -> Decode:
         _without_proof()
 
     def broken(frames: Sequence[Any]) -> Any:
-        size = _size(frames)
-        if "crash" in chosen and size > 0 and _MAX_UINT in bytes(frames[0]):
+        number = key()
+        if "crash" in chosen and frames and _MAX_UINT in bytes(frames[0]):
             os.kill(os.getpid(), signal.SIGSEGV)
-        if "type-error" in chosen and size % 7 == 3:
+        if "type-error" in chosen and number % 7 == 3:
             raise TypeError("sabotaged decoder")
-        if "leak-fd" in chosen and size % 2 == 0:
+        if "leak-fd" in chosen and number % 2 == 0:
             _LEAKED.append(os.open(os.devnull, os.O_RDONLY))
-        if "leak-segment" in chosen and size % 5 == 1:
+        if "leak-segment" in chosen and number % 5 == 1:
             _LEAKED.append(os.memfd_create(f"tw-{os.getpid()}-{'f' * 32}-{len(_LEAKED):x}"))
         return decode(frames)
 

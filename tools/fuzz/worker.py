@@ -21,6 +21,7 @@ import random
 import resource
 import sys
 import traceback
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.transports.base import Handle
 from tools.fuzz import decoders, probe, sabotage, seeds
-from tools.fuzz.case import Case, Export, load
+from tools.fuzz.case import Case, Export, dump, load
 from tools.fuzz.cases import generate
 from tools.fuzz.channel import REPO, Endpoint
 from tools.fuzz.draft import finish, start
@@ -85,6 +86,7 @@ class Worker:
         }
         self.sabotage: str = init.get("sabotage") or ""
         self.armed = False  # the sabotage (if any) applies once the warm-up is over
+        self.key = 0  # the case being decoded, as a number (what a sabotage's triggers read)
         self.receivers: list[transports.ShmTransport] = []
         self.decode: list[Callable[[Sequence[Any]], Any]] = []
         self._fresh_receivers()
@@ -101,7 +103,11 @@ class Worker:
             receiver.close()
         built, self.receivers = decoders.build(self.directory)
         kinds = self.sabotage if self.armed else ""
-        self.decode = [sabotage.install(kinds, d.decode) if kinds else d.decode for d in built]
+        key = self._case_key
+        self.decode = [sabotage.install(kinds, d.decode, key) if kinds else d.decode for d in built]
+
+    def _case_key(self) -> int:
+        return self.key
 
     def _token(self) -> str:
         sender = self.senders["memfd"]
@@ -141,6 +147,7 @@ class Worker:
             self._undo(exported)
             return "harness", {"type": type(exc).__name__, "message": str(exc)[:300], "where": _where(exc)}
         decode = self.decode[case.decoder % len(self.decode)]
+        self.key = zlib.crc32(dump(case))
         try:
             frames = tw.split(delivery.blob) if delivery.blob is not None else delivery.frames
             message = decode(frames)
