@@ -24,7 +24,7 @@ from tensorwire._body import KEEP, stand_in
 from tensorwire._incoming import HEADER_LEVELS, Reading
 from tensorwire._locate import entry_path, header_path, msgspec_error
 from tensorwire._scan import NOT_OPENERS, walk
-from tensorwire._wire import MAGIC, WIRE_VERSION, parse_tag, prefix, tag
+from tensorwire._wire import EMPTY_DATA, MAGIC, WIRE_VERSION, data_span, parse_tag, tag
 from tensorwire.errors import DecodeError
 from tensorwire.options import DecodeOptions
 from tensorwire.placement import DeviceSpec, Placement
@@ -44,7 +44,6 @@ class Decoder:
     """
 
     __slots__ = (
-        "_bare",
         "_by_type",
         "_depth",
         "_frame",
@@ -80,14 +79,6 @@ class Decoder:
         self._free: list[Reading] = []  # idle frame 0 decoders, each used by one call at a time
         self.table = _table_decoder(handle_types)
         self._depth = self.options.limits.max_depth + HEADER_LEVELS
-        # tag -> frame 0 up to its body when the buffer table is empty: a frame that starts with
-        # these known bytes needs only its body walked for depth
-        self._bare: dict[bytes, bytes] = {}
-        for cls in registry:
-            info = cls.__tw_type__
-            self._bare[tag(info.type_id, info.version).encode()] = (
-                prefix(info.type_id, info.version, info.fingerprint) + b"\x90"
-            )
         self._sealed = True
 
     def decode(self, frames: Sequence[Buffer]) -> Any:
@@ -101,17 +92,22 @@ class Decoder:
             raise DecodeError(f"invalid header: {exc}") from None
         if size > self._max_header:
             raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
-        if type(head) is not bytes or size > _SMALL:
-            self._check_depth(head, False)
-        elif len(head.translate(None, NOT_OPENERS)) > self._depth:  # counting is cheaper than a walk here
-            self._check_depth(head, True)
+        data = None
+        if type(head) is bytes and (
+            size <= _COUNTED or (size <= _SMALL and head[68 + (head[1] & 31) : 70 + (head[1] & 31)] == EMPTY_DATA)
+        ):  # small, or no tensor bytes (``[fixstr tag, str8 fingerprint, b"",``): counting all of it is cheapest
+            if len(head.translate(None, NOT_OPENERS)) > self._depth:
+                data = self._check_depth(head, True)
+        else:
+            data = self._check_depth(head, False)
         free = self._free
         try:
             reading = free.pop()
         except IndexError:
             reading = Reading(self, partial(_frame_decoder, self._frame))
         reading.state = (self, frames, head)  # made into an Incoming by a tensor that needs one
-        reading.count = 0
+        reading.count = reading.taken = 0
+        reading.data = data
         try:
             frame = reading.decode(head)
             if len(frame.buffers) != 1 or len(frames) != 1:  # 1 byte: the empty table
@@ -124,40 +120,51 @@ class Decoder:
                 raise self._locate(head, exc) from None
             raise  # a transport's own error (with its errno), or not ours
         finally:
-            reading.state = None
+            reading.state = reading.data = None  # nothing of this call's frames stays referenced
             if len(free) < KEEP:
                 free.append(reading)
         return frame.body
 
-    def _check_depth(self, head: Any, counted: bool) -> None:
+    def _check_depth(self, head: Any, counted: bool) -> memoryview | None:
         """Bound the nesting of frame 0 before msgspec reads it: msgspec recurses in C, also where
         it skips a value (an unknown field, the buffer table it reads raw), so every frame is
-        bounded, whatever its type (``counted``: its level openers were counted, and were too many).
+        bounded, whatever its type (``counted``: all its level openers were counted, and were too
+        many). Returns a view of frame 0's data if it holds any bytes, else None.
 
-        A frame that starts as this reader's own ``[tag, fingerprint, [],`` needs only its body
-        walked. The walk costs per value and skips tensor bytes, without copying a frame that is
-        not ``bytes``; counting the bytes that could open a level costs per byte: a large frame is
-        walked first, and counted only if it holds more than a few hundred values.
+        A frame that opens as ``[tag, fingerprint, data,`` needs only what follows its data
+        bounded (its buffer table and body): strings and bins cannot nest. The walk costs per
+        value and skips tensor bytes, without copying a frame that is not ``bytes``; counting the
+        bytes that could open a level costs per byte: a large frame is walked first, and counted
+        only if it holds more than a few hundred values.
         """
         data: bytes | memoryview
         try:
             data = head if type(head) is bytes else memoryview(head).cast("B")
         except (TypeError, ValueError) as exc:
             raise DecodeError(f"invalid header: {exc}") from None
-        # the bytes of the tag, if frame 0 opens as ``[tag, ...`` with a fixstr or str8 tag
-        first = data[1] if len(data) > 2 and data[0] == 0x94 else 0
-        named: bytes | memoryview = b""
-        if 0xA0 <= first <= 0xBF:
-            named = data[2 : 2 + (first & 0x1F)]
-        elif first == 0xD9:
-            named = data[3 : 3 + data[2]]
-        bare = self._bare.get(bytes(named))
-        start, depth = (len(bare), 1) if bare is not None and data[: len(bare)] == bare else (0, 0)
-        if len(data) > _SMALL and walk(data, self._depth, depth, start, _BUDGET) >= 0:
-            return
-        if not counted and len(bytes(data).translate(None, NOT_OPENERS)) <= self._depth:
-            return
-        walk(data, self._depth, depth, start)
+        span = data_span(data)
+        if span is None:  # not as frame 0 opens: all of it is bounded
+            start, depth, values, inline = 0, 0, 1, None
+        else:
+            start, depth, values = span[1], 1, 2
+            inline = memoryview(data)[span[0] : span[1]] if span[0] < span[1] else None
+        if len(data) - start > _SMALL and self._walk(data, start, depth, values, _BUDGET):
+            return inline
+        if span is not None or not counted:
+            if depth + len(bytes(data[start:]).translate(None, NOT_OPENERS)) <= self._depth:
+                return inline
+        self._walk(data, start, depth, values, -1)
+        return inline
+
+    def _walk(self, data: bytes | memoryview, start: int, depth: int, values: int, budget: int) -> bool:
+        """Walk ``values`` values from ``start``, ``depth`` levels down; False if one read ``budget``
+        values without reaching its end."""
+        pos = start
+        for _ in range(values):
+            pos = walk(data, self._depth, depth, pos, budget)
+            if pos < 0:
+                return False
+        return True
 
     def _error(self, head: Any, exc: Exception) -> DecodeError:
         """The error for a frame 0 msgspec rejected: what its tag or fingerprint says is wrong, else
@@ -169,7 +176,7 @@ class Decoder:
         problem, path, on_key = msgspec_error(str(exc))
         message = f"invalid map key: {problem}" if on_key else problem
         if path is not None:
-            if ident is not None and path.startswith("$[3]") and ("[...]" in path or on_key):
+            if ident is not None and path.startswith("$[4]") and ("[...]" in path or on_key):
                 path = self._entry_path(head, ident, path, problem, on_key)
             path = header_path(path)
         if ident is None:
@@ -181,10 +188,10 @@ class Decoder:
         try:
             frame = msgspec.msgpack.decode(head)  # its nesting was bounded before the typed decode
             cls = self.registry.type(*ident)
-            found = entry_path(cls, frame[3], "$" + path[4:], problem, on_key, stand_in)
+            found = entry_path(cls, frame[4], "$" + path[4:], problem, on_key, stand_in)
         except Exception:  # the locator only improves a message; it never replaces the error
             return path
-        return path if found is None else "$[3]" + found[1:]
+        return path if found is None else "$[4]" + found[1:]
 
     def _locate(self, head: Any, exc: DecodeError) -> DecodeError:
         """``exc`` with the type and version of the message it is about, where frame 0's tag names them."""
@@ -217,7 +224,7 @@ class Decoder:
                     f"wire format version {old.get('wire')!r} is not supported (this reader: {WIRE_VERSION})",
                     path="$.wire",
                 )
-            expected = "a msgpack array of [tag, fingerprint, buffers, body]"
+            expected = "a msgpack array of [tag, fingerprint, data, buffers, body]"
             return DecodeError(f"invalid header: frame 0 is not {expected}, got {type(old).__name__}")
         parsed = parse_tag(peek.tag)
         if parsed is None:
@@ -280,7 +287,8 @@ class Decoder:
         return f"Decoder({self.registry!r}, transports={tags}, options={self.options})"
 
 
-_SMALL = 2048  # frame 0 up to this many bytes: counting its level openers is cheaper than a walk
+_COUNTED = 512  # frame 0 up to this many bytes: all its level openers counted at once, first
+_SMALL = 2048  # frame 0 up to this many bytes after its data: counting its level openers is cheaper than a walk
 _BUDGET = 256  # values a large frame 0's first walk reads before its level openers are counted
 
 
@@ -304,7 +312,7 @@ def _frame_type(registry: Registry, strict: bool) -> Any:
         frames.append(
             msgspec.defstruct(
                 f"Frame_{info.type_id}_v{info.version}",
-                [("fingerprint", fingerprint), ("buffers", msgspec.Raw), ("body", cls)],
+                [("fingerprint", fingerprint), ("data", memoryview), ("buffers", msgspec.Raw), ("body", cls)],
                 array_like=True,
                 forbid_unknown_fields=True,
                 gc=False,  # dropped as soon as its body is taken: never part of a cycle
@@ -325,7 +333,7 @@ def _table_decoder(handle_types: tuple[type[Any], ...]) -> msgspec.msgpack.Decod
     entry = tuple[Annotated[int, msgspec.Meta(ge=0)], handle]  # [nbytes, handle]
     table = msgspec.defstruct(
         "BufferTable",
-        [("tag", str), ("fingerprint", Any), ("buffers", list[entry])],
+        [("tag", str), ("fingerprint", Any), ("data", memoryview), ("buffers", list[entry])],
         array_like=True,
     )
     return msgspec.msgpack.Decoder(table)

@@ -100,14 +100,17 @@ class Encoder:
         except _FAILURES as exc:
             raise _failure(plan, cls, exc, body) from None
         buffers = outgoing.buffers
+        data = outgoing.data
         if not buffers:
-            return [plan.bare + body]
+            if not data:
+                return [plan.bare + body]
+            return [b"".join((plan.prefix, _PLAIN.encode(data), b"\x90", body))]
         frames: list[Buffer] = [b""]
         entries: list[list[Any]] = []
         exported: list[tuple[Transport, Handle]] = []
         self._export_all(plan, buffers, frames, entries, exported)
         try:
-            frames[0] = b"".join((plan.prefix, msgspec.msgpack.encode(entries), body))
+            frames[0] = b"".join((plan.prefix, _PLAIN.encode(data), _PLAIN.encode(entries), body))
         except BaseException:
             _release(exported)
             raise

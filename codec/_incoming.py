@@ -21,7 +21,7 @@ import torch
 from tensorwire._body import tree_tuple
 from tensorwire._locate import header_path, msgspec_error
 from tensorwire._tensors import BUILD, as_base, build, build_inline, verify_descriptor
-from tensorwire._wire import DIMS, EXT_INLINE, EXT_TENSOR, EXT_TUPLE, HEAD, SHARED, unpack_descriptor
+from tensorwire._wire import DIMS, EXT_INLINE, EXT_TENSOR, EXT_TUPLE, INLINE, SHARED, data_span, unpack_descriptor
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.errors import DecodeError
 from tensorwire.inspection import describe
@@ -38,6 +38,7 @@ class Incoming:
     __slots__ = (
         "_bases",
         "_built",
+        "_data",
         "_paths",
         "_placed",
         "_sizes",
@@ -59,6 +60,13 @@ class Incoming:
         self._bases: dict[int, torch.Tensor] = {}
         self._paths: list[Any] | None = None
         self._placed: dict[tuple[int, torch.device], torch.Tensor] = {}
+        self._data: memoryview | None = None
+
+    def data(self) -> memoryview:
+        """Frame 0's data (the bytes of the tensors carried inside it)."""
+        if self._data is None:
+            self._data = frame_data(self.head)
+        return self._data
 
     def ext(self, code: int, data: memoryview, index: int) -> Any:
         """The tensor or array of extension ``index`` (in body order) of the body."""
@@ -68,7 +76,7 @@ class Incoming:
         try:
             desc = unpack_descriptor(code, data)
         except DecodeError as exc:
-            raise DecodeError(exc.message, path=self._where(index)) from None
+            raise DecodeError(exc.message, path=self.where(index)) from None
         placement = self.decoder.placement
         if code == EXT_TENSOR:
             # the same descriptor again is the same tensor (unless paths may place them apart)
@@ -78,16 +86,18 @@ class Incoming:
                 return known
             if self.handles is None:
                 self.read_buffers()
-        problem = verify_descriptor(desc, self._sizes, limits)
+        inline = self.data() if code == EXT_INLINE else None
+        problem = verify_descriptor(desc, self._sizes, limits, 0 if inline is None else len(inline))
         if problem is not None:
-            raise DecodeError(problem[1], path=self._where(index) + problem[0])
+            raise DecodeError(problem[1], path=self.where(index) + problem[0])
         device = None if placement is None or desc.kind != "tensor" else self._target(placement, index, desc.buffer)
         try:
-            if code == EXT_INLINE:
+            if inline is not None:
                 if device is not None:
-                    base = placement.upload_one(-1, bytearray(data[desc.offset :]), device)
+                    own = bytearray(inline[desc.offset : desc.offset + desc.nbytes])
+                    base = placement.upload_one(-1, own, device)
                     return build(desc._replace(offset=0), None, base)
-                return build_inline(desc, data)
+                return build_inline(desc, inline)
             value = self._build_placed(desc, data[3] & SHARED, device)
         except (TypeError, ValueError, OverflowError, RuntimeError, BufferError) as exc:  # not expected after
             # ``verify_descriptor``; a guard so that no torch or numpy error ever leaves a decode
@@ -139,7 +149,7 @@ class Incoming:
             return target  # type: ignore[no-any-return]
         return None
 
-    def _where(self, index: int) -> str:
+    def where(self, index: int) -> str:
         """The body path of tensor ``index`` (e.g. ``$.media.video.tensor``), or its position."""
         try:
             path = describe(self.head, self.decoder.options.limits.max_depth + HEADER_LEVELS)["tensors"][index]["path"]
@@ -204,13 +214,15 @@ class Incoming:
 class Reading:
     """A frame 0 decoder of one ``Decoder`` whose extension hook serves the current call: ``state``
     is the call's ``(decoder, frames, head)`` until a tensor needs more than the common small-tensor
-    path, which makes it an ``Incoming``; None between calls. ``count``: the call's tensors so far.
+    path, which makes it an ``Incoming``; None between calls. ``count``: the call's tensors so far;
+    ``data``: frame 0's data, once a tensor needed it; ``taken``: the bytes of it the call's tensors
+    read so far (at most all of it, once each: its copies are bounded by frame 0's size).
 
     Each ``Decoder`` pools these: a call takes one and clears its state before giving it back, so
     no hook holds a call's tensors after the call, and concurrent or nested calls never share one.
     """
 
-    __slots__ = ("_max_bytes", "_max_rank", "_max_tensors", "_quick", "count", "decode", "state")
+    __slots__ = ("_max_bytes", "_max_rank", "_max_tensors", "_quick", "count", "data", "decode", "state", "taken")
 
     def __init__(self, decoder: Any, make: Callable[[Callable[[int, memoryview], Any]], Any]) -> None:
         """``make(hook)``: the msgspec decoder of frame 0 with extension hook ``hook``."""
@@ -221,6 +233,8 @@ class Reading:
         self._quick = decoder.placement is None  # small tensors built here, on the host
         self.state: tuple[Any, Sequence[Buffer], Any] | Incoming | None = None
         self.count = 0
+        self.taken = 0
+        self.data: memoryview | None = None
         self.decode: Callable[[Any], Any] = make(self.ext).decode
 
     def ext(self, code: int, data: memoryview) -> Any:
@@ -236,17 +250,41 @@ class Reading:
         self.count = index + 1
         if index >= self._max_tensors:
             raise DecodeError(f"more than {self._max_tensors} tensors in one message (limit max_tensors)")
-        if code == EXT_INLINE and self._quick and len(data) >= HEAD.size:
-            kind, dtype, rank, flags = HEAD.unpack_from(data)
+        if code == EXT_INLINE and len(data) >= INLINE.size:
+            kind, dtype, rank, flags, offset, nbytes = INLINE.unpack_from(data)
+            inline = self.data
+            if inline is None:
+                inline = self.data = frame_data(self.head())
+            taken = self.taken + nbytes
+            self.taken = taken
+            if taken > len(inline) and offset + nbytes <= len(inline):  # (a range outside the data: its own error)
+                raise DecodeError(
+                    f"the tensors inside frame 0 read {taken} bytes of its {len(inline)} bytes of data "
+                    "(each byte may be read once)",
+                    path=self.incoming().where(index) + ".nbytes",
+                )
             known = _QUICK_TORCH.get(dtype)
-            if not (kind or flags or known is None or rank > self._max_rank):
-                end = HEAD.size + 8 * rank
-                if len(data) >= end:
-                    shape = DIMS[rank].unpack_from(data, HEAD.size)
-                    numel, nbytes = math.prod(shape), len(data) - end
-                    if numel and numel * known[2] == nbytes and nbytes <= self._max_bytes:
-                        return torch.from_numpy(np.ndarray(shape, known[1], bytearray(data[end:])))
+            if (
+                self._quick
+                and not (kind or flags or known is None or rank > self._max_rank)
+                and len(data) == INLINE.size + 8 * rank
+            ):
+                shape = DIMS[rank].unpack_from(data, INLINE.size)
+                numel = math.prod(shape)
+                if (
+                    numel
+                    and numel * known[2] == nbytes
+                    and nbytes <= self._max_bytes
+                    and offset + nbytes <= len(inline)
+                ):
+                    return torch.from_numpy(np.ndarray(shape, known[1], bytearray(inline[offset : offset + nbytes])))
         return self.incoming().ext(code, data, index)
+
+    def head(self) -> Any:
+        """The current call's frame 0."""
+        state = self.state
+        assert state is not None
+        return state.head if isinstance(state, Incoming) else state[2]
 
     def incoming(self) -> Incoming:
         """The current call's ``Incoming`` (made now if no tensor made it yet)."""
@@ -255,6 +293,15 @@ class Reading:
             state = self.state = Incoming(*state)
         assert isinstance(state, Incoming)
         return state
+
+
+def frame_data(head: Any) -> memoryview:
+    """The data item of frame 0 ``head`` (its msgspec decode has read that far: it is well-formed)."""
+    view = memoryview(head).cast("B")
+    span = data_span(view)
+    if span is None:
+        raise DecodeError("invalid header: frame 0 does not open as [tag, fingerprint, data, ...]")
+    return view[span[0] : span[1]]
 
 
 _QUICK_TORCH = {

@@ -138,12 +138,14 @@ def msgspec_error(text: str) -> tuple[str, str | None, bool]:
 
 
 def header_path(path: str) -> str:
-    """A msgspec path into frame 0 (``[tag, fingerprint, buffers, body]``) as tensorwire writes it:
-    ``$`` is the body, ``$.buffers`` the buffer table."""
-    if path.startswith("$[3]"):
+    """A msgspec path into frame 0 (``[tag, fingerprint, data, buffers, body]``) as tensorwire writes
+    it: ``$`` is the body, ``$.buffers`` the buffer table, ``$.data`` frame 0's tensor bytes."""
+    if path.startswith("$[4]"):
         return "$" + path[4:]
-    if path.startswith("$[2]"):
+    if path.startswith("$[3]"):
         return "$.buffers" + path[4:]
+    if path.startswith("$[2]"):
+        return "$.data" + path[4:]
     return path
 
 

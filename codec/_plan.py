@@ -9,14 +9,14 @@ import msgspec.inspect as mi
 
 from tensorwire._body import Checker, needs_prepare
 from tensorwire._type_tree import children
-from tensorwire._wire import prefix
+from tensorwire._wire import EMPTY_DATA, prefix
 
 __all__ = ["TypePlan", "type_plan"]
 
 
 @dataclass(frozen=True, slots=True)
 class TypePlan:
-    """``prefix``: frame 0 up to its buffer table (``bare``: with an empty one); ``tensors``: whether
+    """``prefix``: frame 0 up to its data (``bare``: with no data and an empty buffer table); ``tensors``: whether
     a value may hold a tensor (or a tree, which may); ``prepare``: whether it may hold a tree or a
     set to rewrite; ``check``: the decoder of the encoder's schema check."""
 
@@ -37,7 +37,7 @@ def type_plan(cls: Any) -> TypePlan:
         info.type_id,
         info.version,
         head,
-        head + b"\x90",
+        head + EMPTY_DATA + b"\x90",
         _holds_custom(info_type, set()),
         needs_prepare(cls),
         Checker(cls),

@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 import torch
 
-from tensorwire._wire import DIMS, EXT_INLINE, EXT_TENSOR, HEAD, Descriptor, pack_descriptor, pack_inline
+from tensorwire._wire import DIMS, EXT_INLINE, EXT_TENSOR, INLINE, Descriptor, pack_descriptor, pack_inline
 from tensorwire.dtypes import DTYPE_NAMES, DTYPES
 from tensorwire.errors import EncodeError
 from tensorwire.options import Limits
@@ -120,17 +120,18 @@ class Outgoing:
     """Per-encode state: the tensors of one message, in the order the body holds them.
 
     ``tensor(value)`` and ``array(value)`` serve the encoder's hook; after the body is written,
-    ``rerun`` says whether it must be written again (a storage turned out to be shared) and
-    ``buffers`` lists what to send.
+    ``rerun`` says whether it must be written again (a storage turned out to be shared),
+    ``data`` holds the bytes of the tensors carried inside frame 0 and ``buffers`` lists what to send.
     """
 
-    __slots__ = ("_groups", "_shared", "buffers", "embed_below", "limits", "rerun", "values")
+    __slots__ = ("_groups", "_shared", "buffers", "data", "embed_below", "limits", "rerun", "values")
 
     def __init__(self, limits: Limits, embed_below: int, shared: dict[Any, _Group] | None = None) -> None:
         self.limits = limits
         self.embed_below = embed_below  # host tensors of fewer bytes travel inside frame 0
         self.values: list[Any] = []  # every tensor occurrence, in body order
         self.buffers: list[BufferPlan] = []
+        self.data = bytearray()
         self._groups: dict[Any, Any] = {}  # block key -> _Group, or (lo, hi, storage) of one embedded view
         self._shared = shared  # second pass: blocks with several views, their full extents known
         self.rerun = False  # first pass: some block holds several views (the body must be written again)
@@ -177,12 +178,14 @@ class Outgoing:
             ):
                 self._groups[key] = (start, start + nbytes, storage)
                 # a plain CPU tensor's bytes copied straight from its memory (``numpy()`` costs more)
-                data = string_at(start, nbytes) if type(t) is torch.Tensor else _host_bytes(t, nbytes)
-                return Ext(EXT_INLINE, HEAD.pack(0, code, rank, 0) + DIMS[rank].pack(*shape) + data)
+                data = self.data
+                offset = len(data)
+                data += string_at(start, nbytes) if type(t) is torch.Tensor else _host_bytes(t, nbytes)
+                return Ext(EXT_INLINE, INLINE.pack(0, code, rank, 0, offset, nbytes) + DIMS[rank].pack(*shape))
         strides = t.stride()
         self._check(shape, nbytes, itemsize, strides)
         if not nbytes:
-            return Ext(EXT_INLINE, pack_inline(0, code, shape, b"", _own_strides(shape, t.stride())))
+            return Ext(EXT_INLINE, pack_inline(0, code, shape, 0, 0, _own_strides(shape, t.stride())))
         cpu = t.is_cpu
         contiguous = t.is_contiguous()
         storage = t.untyped_storage()
@@ -208,7 +211,7 @@ class Outgoing:
             c = t.contiguous() if sparse else t  # a lone sparse view: only its own elements
             if nbytes < self.embed_below:
                 own = None if sparse or 1 not in shape else _own_strides(shape, strides)
-                return Ext(EXT_INLINE, pack_inline(0, code, shape, _host_bytes(c, nbytes), own))
+                return Ext(EXT_INLINE, pack_inline(0, code, shape, self._embed(_host_bytes(c, nbytes)), nbytes, own))
             plan = BufferPlan(_host_bytes(c, nbytes), nbytes, c.untyped_storage(), 0)
             return self._placed(0, code, shape, None, plan, 0, nbytes)
         plan = group.plan(lo, hi)
@@ -236,7 +239,7 @@ class Outgoing:
         nbytes = array.size * itemsize
         self._check(shape, nbytes, itemsize, strides)
         if not nbytes:
-            return Ext(EXT_INLINE, pack_inline(1, code, shape, b"", _own_strides(shape, strides)))
+            return Ext(EXT_INLINE, pack_inline(1, code, shape, 0, 0, _own_strides(shape, strides)))
         contiguous = bool(array.flags.c_contiguous)
         layout = None if contiguous and (1 not in shape or _own_strides(shape, strides) is None) else strides
         root: Any = array
@@ -258,11 +261,17 @@ class Outgoing:
             c = array if contiguous else np.ascontiguousarray(array)
             if nbytes < self.embed_below:
                 own = None if not contiguous or 1 not in shape else _own_strides(shape, strides)
-                return Ext(EXT_INLINE, pack_inline(1, code, shape, c.data.cast("B"), own))
+                return Ext(EXT_INLINE, pack_inline(1, code, shape, self._embed(c.data.cast("B")), nbytes, own))
             plan = BufferPlan(memoryview(c.reshape(-1).view(np.uint8)), nbytes)  # type: ignore[arg-type]
             return self._placed(1, code, shape, None, plan, 0, nbytes)
         plan = group.plan(lo, hi)
         return self._placed(1, code, shape, layout, plan, start - group.base - plan.start, nbytes)
+
+    def _embed(self, data: memoryview) -> int:
+        """Append ``data`` to frame 0's data; its offset there."""
+        offset = len(self.data)
+        self.data += data
+        return offset
 
     def _note(self, key: Any, make: Any, lo: int, hi: int) -> _Group:
         """Count one more view of block ``key`` reaching [lo, hi)."""
@@ -397,11 +406,13 @@ def _type_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def verify_descriptor(desc: Descriptor, buffer_sizes: list[int], limits: Limits) -> tuple[str, str] | None:
+def verify_descriptor(
+    desc: Descriptor, buffer_sizes: list[int], limits: Limits, data_size: int = 0
+) -> tuple[str, str] | None:
     """Why ``desc`` cannot be trusted, as ``(path suffix like ".shape[2]", reason)``; None if it is sound.
 
     ``buffer_sizes`` are the sizes of the message's buffers; an inline descriptor (``buffer`` -1)
-    is checked against its own payload.
+    is checked against frame 0's data, of ``data_size`` bytes.
     """
     known = BUILD[desc.dtype]
     numpy_dtype, itemsize = known[1], known[2]
@@ -420,7 +431,11 @@ def verify_descriptor(desc: Descriptor, buffer_sizes: list[int], limits: Limits)
         numel *= dim
     if desc.nbytes != numel * itemsize:
         return ".nbytes", f"{desc.nbytes} != prod(shape) * itemsize = {numel * itemsize}"
-    if desc.buffer < 0:  # inside frame 0: its bytes are its payload, just checked
+    if desc.buffer < 0:  # inside frame 0: its bytes are in frame 0's data
+        if desc.offset + desc.nbytes > data_size:
+            return ".offset", (
+                f"bytes [{desc.offset}, {desc.offset + desc.nbytes}) are outside frame 0's {data_size} bytes of data"
+            )
         if strides is not None:
             canonical = _c(shape)
             for axis, stride in enumerate(strides):
@@ -489,22 +504,24 @@ def _c(shape: tuple[int, ...]) -> list[int]:
 
 
 def build_inline(desc: Descriptor, data: memoryview) -> Any:
-    """A private copy of the tensor or array carried inside frame 0 (its payload ``data``, verified)."""
+    """A private copy of the tensor or array carried inside frame 0 (``data``: frame 0's data, the
+    descriptor verified against it)."""
     torch_dtype, numpy_dtype, itemsize = BUILD[desc.dtype]
     shape, strides = desc.shape, desc.strides
+    own = data[desc.offset : desc.offset + desc.nbytes]
     if desc.kind == "ndarray":
         if not desc.nbytes:
             byte_strides = None if strides is None else [s * itemsize for s in strides]
             return np.ndarray(shape, dtype=numpy_dtype, strides=byte_strides)
         if strides is not None:
             byte_strides = [s * itemsize for s in strides]
-            return np.ndarray(shape, numpy_dtype, bytearray(data[desc.offset :]), 0, byte_strides)
-        return np.frombuffer(bytearray(data[desc.offset :]), dtype=numpy_dtype).reshape(shape)
+            return np.ndarray(shape, numpy_dtype, bytearray(own), 0, byte_strides)
+        return np.frombuffer(bytearray(own), dtype=numpy_dtype).reshape(shape)
     if not desc.nbytes:
         return torch.empty_strided(shape, strides if strides is not None else _c(shape), dtype=torch_dtype)
     if strides is None and numpy_dtype is not None:  # the quickest way to a private tensor
-        return torch.from_numpy(np.ndarray(shape, numpy_dtype, bytearray(data[desc.offset :])))
-    flat = torch.frombuffer(bytearray(data[desc.offset :]), dtype=torch_dtype)
+        return torch.from_numpy(np.ndarray(shape, numpy_dtype, bytearray(own)))
+    flat = torch.frombuffer(bytearray(own), dtype=torch_dtype)
     if strides is not None:
         return flat.as_strided(shape, strides)
     return flat if len(shape) == 1 else flat.view(shape)

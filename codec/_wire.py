@@ -1,21 +1,26 @@
-"""The wire layout (format 2): frame 0, the tensor descriptors inside it, and the one-blob form.
+"""The wire layout (format 3): frame 0, the tensor descriptors inside it, and the one-blob form.
 
-Frame 0 is a msgpack array of four items, readable by any msgpack reader::
+Frame 0 is a msgpack array of five items, readable by any msgpack reader::
 
-    ["tensorwire:2:media.Video:1",        # tag: magic, wire version, type id, major version
+    ["tensorwire:3:media.Video:1",        # tag: magic, wire version, type id, major version
      "8216113a...",                       # the schema fingerprint (SHA-256, hex)
+     b"...",                              # data: the bytes of the tensors carried in frame 0
      [[nbytes, {"transport": "inline", "frame": 1}], ...],   # out-of-frame buffers and their handles
      <body>]                              # the message: a map per struct, as msgspec writes it
 
-In the body a tensor or ndarray is a msgpack extension. ``ext(3)`` carries a small tensor inside
-frame 0: ``<kind, dtype, rank, flags>`` (four bytes), ``rank`` little-endian u64 dims, (with flag 1)
-``rank`` i64 strides that differ from the C-contiguous ones only in dims of size 1, then its
-C-contiguous bytes. ``ext(1)`` describes one that lives in buffer ``buffer``: ``<kind, dtype,
-rank, flags>``, u32 buffer index, u64 byte offset, u64 nbytes, ``rank`` u64 dims and, when flag 1
-(strided) is set, ``rank`` i64 strides in elements (otherwise it is C-contiguous); flag 2 (shared)
-says other tensors of the message live in the same buffer (they arrive sharing one storage). ``kind`` is 0
-for a torch tensor and 1 for a numpy array; ``dtype`` is the position of its name in
-``tensorwire.dtypes.DTYPE_NAMES``. A tuple inside a tree is ``ext(2, <msgpack array>)``.
+In the body a tensor or ndarray is a msgpack extension. ``ext(3)`` is a small tensor whose
+C-contiguous bytes are in frame 0's data: ``<kind, dtype, rank, flags>`` (four bytes), u64 byte
+offset in the data, u64 nbytes, ``rank`` u64 dims and (with flag 1) ``rank`` i64 strides that differ
+from the C-contiguous ones only in dims of size 1. ``ext(1)`` describes one that lives in buffer
+``buffer``: ``<kind, dtype, rank, flags>``, u32 buffer index, u64 byte offset, u64 nbytes, ``rank``
+u64 dims and, when flag 1 (strided) is set, ``rank`` i64 strides in elements (otherwise it is
+C-contiguous); flag 2 (shared) says other tensors of the message live in the same buffer (they
+arrive sharing one storage). ``kind`` is 0 for a torch tensor and 1 for a numpy array; ``dtype`` is
+the position of its name in ``tensorwire.dtypes.DTYPE_NAMES``. A tuple inside a tree is
+``ext(2, <msgpack array>)``.
+
+The data item comes before everything that can nest, so a reader bounds frame 0's nesting by
+counting only what follows it (``data_span``): tensor bytes never look like containers.
 
 ``join(frames)`` packs frames into one blob with 64-byte aligned buffers; ``split(blob)`` returns
 zero-copy memoryviews of it (writable when the blob is).
@@ -43,7 +48,9 @@ __all__ = [
     "SHARED",
     "WIRE_VERSION",
     "Buffer",
+    "EMPTY_DATA",
     "Descriptor",
+    "data_span",
     "join",
     "pack_descriptor",
     "pack_inline",
@@ -55,7 +62,7 @@ __all__ = [
 ]
 
 MAGIC = "tensorwire"
-WIRE_VERSION = 2
+WIRE_VERSION = 3
 EXT_TENSOR = 1
 EXT_TUPLE = 2
 EXT_INLINE = 3
@@ -68,6 +75,7 @@ _COUNT = struct.Struct("<4sI")
 _LENGTH = struct.Struct("<Q")
 HEAD = struct.Struct("<BBBB")  # kind, dtype code, rank, flags
 PLACED = struct.Struct("<BBBBIQQ")  # HEAD, buffer, offset, nbytes
+INLINE = struct.Struct("<BBBBQQ")  # HEAD, offset in frame 0's data, nbytes
 
 Buffer = bytes | bytearray | memoryview
 DIMS = [struct.Struct(f"<{rank}Q") for rank in range(16)]  # the shapes of the common ranks
@@ -95,12 +103,46 @@ def parse_tag(value: object) -> tuple[int, str, int] | None:
 
 @lru_cache(maxsize=1024)
 def prefix(type_id: str, version: int, fingerprint: str) -> bytes:
-    """Frame 0 up to its buffer table: the array header, the tag and the fingerprint."""
-    return b"\x94" + msgspec.msgpack.encode(tag(type_id, version)) + msgspec.msgpack.encode(fingerprint)
+    """Frame 0 up to its data: the array header, the tag and the fingerprint."""
+    return b"\x95" + msgspec.msgpack.encode(tag(type_id, version)) + msgspec.msgpack.encode(fingerprint)
+
+
+EMPTY_DATA = b"\xc4\x00"  # frame 0's data when no tensor is carried in it
+
+_STR_LENGTH = {0xD9: 1, 0xDA: 2, 0xDB: 4}
+_BIN_LENGTH = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+
+
+def data_span(frame: bytes | memoryview) -> tuple[int, int] | None:
+    """``(start, end)`` of frame 0's data bytes when the frame opens as an array of five items whose
+    first two are strings and third a bin (as every frame 0 does); None otherwise. ``frame``:
+    bytes or a view of unsigned bytes. Nothing before ``end`` can open a nesting level."""
+    size = len(frame)
+    if size < 4 or frame[0] != 0x95:
+        return None
+    pos = 1
+    for _ in range(2):  # the tag and the fingerprint
+        first = frame[pos]
+        if 0xA0 <= first <= 0xBF:
+            pos += 1 + (first & 0x1F)
+        else:
+            width = _STR_LENGTH.get(first, 0)
+            if not width or pos + 1 + width > size:
+                return None
+            pos += 1 + width + int.from_bytes(frame[pos + 1 : pos + 1 + width], "big")
+        if pos >= size:
+            return None
+    width = _BIN_LENGTH.get(frame[pos], 0)
+    if not width or pos + 1 + width > size:
+        return None
+    start = pos + 1 + width
+    end = start + int.from_bytes(frame[pos + 1 : start], "big")
+    return (start, end) if end < size else None
 
 
 class Descriptor(NamedTuple):
-    """One tensor as the wire describes it (``strides`` None: C-contiguous; ``buffer`` -1: inside frame 0)."""
+    """One tensor as the wire describes it (``strides`` None: C-contiguous; ``buffer`` -1: inside frame
+    0, ``offset`` into its data)."""
 
     kind: str
     dtype: str
@@ -131,18 +173,14 @@ def pack_descriptor(
 
 
 def pack_inline(
-    kind: int, dtype: int, shape: Sequence[int], data: Buffer, strides: Sequence[int] | None = None
+    kind: int, dtype: int, shape: Sequence[int], offset: int, nbytes: int, strides: Sequence[int] | None = None
 ) -> bytes:
-    """The ``ext(3)`` payload of a small C-contiguous tensor carried in frame 0 (``strides``: its own,
-    where they differ from the canonical ones in dims of size 1)."""
+    """The ``ext(3)`` payload of a small C-contiguous tensor whose ``nbytes`` bytes are at ``offset`` in
+    frame 0's data (``strides``: its own, where they differ from the canonical ones in dims of size 1)."""
     rank = len(shape)
     if strides is None:
-        return (
-            HEAD.pack(kind, dtype, rank, 0) + DIMS[rank].pack(*shape) + data
-            if rank < 16
-            else b"".join((HEAD.pack(kind, dtype, rank, 0), struct.pack(f"<{rank}Q", *shape), data))
-        )
-    return b"".join((HEAD.pack(kind, dtype, rank, STRIDED), struct.pack(f"<{rank}Q{rank}q", *shape, *strides), data))
+        return INLINE.pack(kind, dtype, rank, 0, offset, nbytes) + struct.pack(f"<{rank}Q", *shape)
+    return INLINE.pack(kind, dtype, rank, STRIDED, offset, nbytes) + struct.pack(f"<{rank}Q{rank}q", *shape, *strides)
 
 
 def unpack_descriptor(code: int, data: Buffer) -> Descriptor:
@@ -157,24 +195,18 @@ def unpack_descriptor(code: int, data: Buffer) -> Descriptor:
     if dtype >= len(DTYPE_NAMES):
         raise DecodeError(f"dtype code {dtype} is not in the wire dtype table (0..{len(DTYPE_NAMES) - 1})")
     if code == EXT_INLINE:
+        if flags & ~STRIDED:
+            raise DecodeError(f"inline tensor with flags {flags}: inside frame 0 only flag 1 (strided) is defined")
         strided = flags == STRIDED
-        end = HEAD.size + (16 if strided else 8) * rank
-        if flags & ~STRIDED or size < end:
+        end = INLINE.size + (16 if strided else 8) * rank
+        if size != end:
             raise DecodeError(
-                f"inline tensor of rank {rank} and flags {flags} needs a {end}-byte head, got {size} bytes"
+                f"inline tensor descriptor of {size} bytes, expected {end} for rank {rank} and flags {flags}"
             )
-        if not strided:
-            return Descriptor(
-                KINDS[kind],
-                DTYPE_NAMES[dtype],
-                struct.unpack_from(f"<{rank}Q", data, HEAD.size),
-                None,
-                -1,
-                end,
-                size - end,
-            )
-        dims = struct.unpack_from(f"<{rank}Q{rank}q", data, HEAD.size)
-        return Descriptor(KINDS[kind], DTYPE_NAMES[dtype], dims[:rank], dims[rank:], -1, end, size - end)
+        _, _, _, _, offset, nbytes = INLINE.unpack_from(data)
+        dims = struct.unpack_from(f"<{rank}Q{rank}q" if strided else f"<{rank}Q", data, INLINE.size)
+        shape, strides = (dims[:rank], dims[rank:]) if strided else (dims, None)
+        return Descriptor(KINDS[kind], DTYPE_NAMES[dtype], shape, strides, -1, offset, nbytes)
     strided = bool(flags & STRIDED)
     end = PLACED.size + (16 if strided else 8) * rank
     if flags & ~(STRIDED | SHARED) or size != end:

@@ -58,18 +58,25 @@ class _Ext:
 
 
 def describe(header_frame: Buffer, max_depth: int = 66) -> dict[str, Any]:
-    """Type, version, fingerprint, each buffer (transport, size, handle) and each tensor with its body path."""
+    """Type, version, fingerprint, the size of frame 0's data, each buffer (transport, size, handle)
+    and each tensor with its body path."""
     header = _decode(header_frame, max_depth)
     parsed = parse_tag(header[0] if header else None)
+    if parsed is not None and parsed[0] != WIRE_VERSION:
+        raise DecodeError(
+            f"wire format version {parsed[0]} is not supported (this reader: {WIRE_VERSION})", path="$[0]"
+        )
     tensors: list[dict[str, Any]] = []
-    body = _plain(header[3] if len(header) > 3 else None, tensors)
+    body = _plain(header[4] if len(header) > 4 else None, tensors)
+    data = header[2] if len(header) > 2 else b""
     return {
         "type": parsed[1] if parsed else None,
         "version": parsed[2] if parsed else None,
         "fingerprint": _plain(header[1] if len(header) > 1 else None),
         "wire": parsed[0] if parsed else None,
         "tag": _plain(header[0] if header else None),
-        "buffers": _buffers(_array(header[2] if len(header) > 2 else [], "buffers")),
+        "data": _data_size(data),
+        "buffers": _buffers(_array(header[3] if len(header) > 3 else [], "buffers")),
         "tensors": tensors,
         "body": body,
     }
@@ -104,7 +111,7 @@ def _ext_hook(code: int, data: memoryview) -> Any:
         out: dict[str, Any] = dict(zip(_FIELDS, desc, strict=True))
         out["shape"], out["strides"] = list(desc.shape), None if desc.strides is None else list(desc.strides)
         if code == EXT_INLINE:
-            out["buffer"], out["offset"] = None, None  # its bytes are inside frame 0
+            out["buffer"] = None  # its bytes are in frame 0's data, from ``offset``
         return _Ref(out)
     if code == EXT_TUPLE:  # nesting bounded by check_depth
         items = msgspec.msgpack.decode(data, ext_hook=_ext_hook)
@@ -112,6 +119,12 @@ def _ext_hook(code: int, data: memoryview) -> Any:
             raise DecodeError("invalid header: a tree tuple must hold an array")
         return tuple(items)
     return _Ext(code)
+
+
+def _data_size(value: Any) -> int:
+    if not isinstance(value, bytes):
+        raise DecodeError("invalid header: `data` is not a bin", path="$.data")
+    return len(value)
 
 
 def _array(value: Any, name: str) -> list[Any] | tuple[Any, ...]:

@@ -166,7 +166,7 @@ def test_a_borrowed_mapping_lives_until_its_last_view_dies() -> None:
     gc.disable()
     try:
         frames = encoder.encode(tw.builtins.diffusion.Output(output=(sent, "tuple in a tree")))
-        name = head_of(frames[0])[2][0][1]["name"]
+        name = head_of(frames[0])[3][0][1]["name"]
 
         def mapped() -> bool:
             return name in Path("/proc/self/maps").read_text()

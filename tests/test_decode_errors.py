@@ -48,7 +48,7 @@ def _message() -> Any:
 
 def _shm_handles(frames: list[Any]) -> list[dict[str, Any]]:
     """The shared memory handles of frame 0's buffer table, in buffer order."""
-    return [entry[1] for entry in head_of(frames[0])[2] if entry[1]["transport"] == "shm"]
+    return [entry[1] for entry in head_of(frames[0])[3] if entry[1]["transport"] == "shm"]
 
 
 def _release_segments(frames: list[Any]) -> None:
@@ -58,7 +58,7 @@ def _release_segments(frames: list[Any]) -> None:
 
 
 def _with(frames: list[Any], change: Callable[[list[Any]], None]) -> list[Any]:
-    """``frames`` with frame 0 (``[tag, fingerprint, buffers, body]``) changed by ``change``."""
+    """``frames`` with frame 0 (``[tag, fingerprint, data, buffers, body]``) changed by ``change``."""
     head = head_of(frames[0])
     change(head)
     return [frame_of(head), *frames[1:]]
@@ -85,7 +85,7 @@ def _tensor(index: int, make: Callable[[Ext], Ext]) -> Callable[[list[Any]], Non
     """A frame 0 change: tensor ``index`` (body order) becomes ``make(its extension)``."""
 
     def change(head: list[Any]) -> None:
-        head[3] = _map_tensors(head[3], lambda i, ext: make(ext) if i == index else ext, [0])
+        head[4] = _map_tensors(head[4], lambda i, ext: make(ext) if i == index else ext, [0])
 
     return change
 
@@ -101,18 +101,32 @@ def _payload(index: int, make: Callable[[bytes], bytes], code: int | None = None
 
 
 def _inline(
-    index: int = 0, kind: int = 0, dtype: int | None = None, shape: Any = None, strides: Any = None, cut: int = 0
+    index: int = 0,
+    kind: int = 0,
+    dtype: int | None = None,
+    shape: Any = None,
+    strides: Any = None,
+    cut: int = 0,
+    at: int | None = None,
 ) -> Callable[[list[Any]], None]:
-    """A frame 0 change: the inline (ext 3) tensor ``index`` rewritten with these fields, its bytes
-    kept (less ``cut`` bytes at the end, or more for a negative ``cut``)."""
+    """A frame 0 change: the inline (ext 3) tensor ``index`` rewritten with these fields, at offset
+    ``at`` in frame 0's data (None: its own), claiming ``cut`` bytes fewer (more for a negative ``cut``)."""
 
     def make(ext: Ext) -> Ext:
         assert ext.code == 3
         desc = unpack_descriptor(3, ext.data)
-        data = ext.data[desc.offset :]
-        data = data[: len(data) - cut] if cut >= 0 else data + b"\0" * -cut
         code = DTYPE_NAMES.index(desc.dtype) if dtype is None else dtype
-        return Ext(3, pack_inline(kind, code, desc.shape if shape is None else shape, data, strides))
+        return Ext(
+            3,
+            pack_inline(
+                kind,
+                code,
+                desc.shape if shape is None else shape,
+                desc.offset if at is None else at,
+                desc.nbytes - cut,
+                strides,
+            ),
+        )
 
     return _tensor(index, make)
 
@@ -144,16 +158,16 @@ def _set(index: int, value: Any) -> Callable[[list[Any]], None]:
 
 
 def _body(field: str, value: Any) -> Callable[[list[Any]], None]:
-    return lambda h: h[3].__setitem__(field, value)
+    return lambda h: h[4].__setitem__(field, value)
 
 
 def _entry(index: int, value: Any) -> Callable[[list[Any]], None]:
     """A frame 0 change: buffer table entry ``index`` replaced by ``value`` (given the old entry)."""
-    return lambda h: h[2].__setitem__(index, value(h[2][index]) if callable(value) else value)
+    return lambda h: h[3].__setitem__(index, value(h[3][index]) if callable(value) else value)
 
 
 def _handle(index: int, key: str, value: Any) -> Callable[[list[Any]], None]:
-    return lambda h: h[2][index][1].__setitem__(key, value)
+    return lambda h: h[3][index][1].__setitem__(key, value)
 
 
 @pytest.mark.parametrize(
@@ -164,24 +178,24 @@ def _handle(index: int, key: str, value: Any) -> Callable[[list[Any]], None]:
             r"not a tensorwire message: tag 'pickle:2:diffusion.Output:1' - at `\$\[0\]`",
         ),
         (
-            _set(0, "tensorwire:2:diffusion.Output"),
-            r"not a tensorwire message: tag 'tensorwire:2:diffusion.Output' - at `\$\[0\]`",
+            _set(0, "tensorwire:3:diffusion.Output"),
+            r"not a tensorwire message: tag 'tensorwire:3:diffusion.Output' - at `\$\[0\]`",
         ),
         (_set(0, 7), r"not a tensorwire message: tag 7 - at `\$\[0\]`"),
         (
-            _set(0, "tensorwire:3:diffusion.Output:1"),
-            r"wire format version 3 is not supported \(this reader: 2\) - at `\$\[0\]`",
+            _set(0, "tensorwire:4:diffusion.Output:1"),
+            r"wire format version 4 is not supported \(this reader: 3\) - at `\$\[0\]`",
         ),
         (
-            _set(0, "tensorwire:2:evil.Type:1"),
+            _set(0, "tensorwire:3:evil.Type:1"),
             r"unknown type id 'evil.Type'; known types: diffusion.DpTagged, .* - at `\$\[0\]`",
         ),
         (
-            _set(0, "tensorwire:2:diffusion.Output:9"),
+            _set(0, "tensorwire:3:diffusion.Output:9"),
             r"unknown version 9 of diffusion.Output; known versions: v1 - at `\$\[0\]`",
         ),
         (_set(1, 5), r"Expected `str`, got `int` - at `\$\[1\]`"),
-        (lambda h: h.pop(), r"diffusion.Output v1: Expected `array` of at least length 4, got 3"),
+        (lambda h: h.pop(), r"diffusion.Output v1: Expected `array` of at least length 5, got 4"),
         (_desc(dtype=200), r"^diffusion.Output v1: dtype code 200 is not in the wire dtype table"),
         (_desc(dtype=len(DTYPE_NAMES)), rf"dtype code {len(DTYPE_NAMES)} is not in the wire dtype table"),
         (_desc(1, kind=1), r"numpy has no dtype 'bfloat16' - at `\$.output\[1\].k.dtype`"),
@@ -215,7 +229,7 @@ def _handle(index: int, key: str, value: Any) -> Callable[[list[Any]], None]:
         (_body("output", Ext(5, b"")), r"unknown msgpack extension type 5"),
         (_body("chunk_index", -1), r"Expected `int` >= 0 - at `\$.chunk_index`"),
         (
-            lambda h: h[3].__setitem__("stage_durations", tensor_exts(h[3])[0]),
+            lambda h: h[4].__setitem__("stage_durations", tensor_exts(h[4])[0]),
             r"Expected `object`, got `ext` - at `\$.stage_durations`",
         ),
         (_entry(0, lambda e: [100, e[1]]), r"frame 1 holds 24 bytes, its buffer entry says 100"),
@@ -241,7 +255,9 @@ def _handle(index: int, key: str, value: Any) -> Callable[[list[Any]], None]:
             _entry(1, lambda e: [*e, 0]),
             r"invalid buffer table: Expected `array` of length 2, got 3 - at `\$.buffers\[1\]`",
         ),
-        (_set(2, {}), r"invalid buffer table: Expected `array`, got `object` - at `\$.buffers`"),
+        (_set(3, {}), r"invalid buffer table: Expected `array`, got `object` - at `\$.buffers`"),
+        (_set(2, {}), r"Expected `bytes`, got `object` - at `\$.data`"),
+        (_set(2, "x"), r"Expected `bytes`, got `str` - at `\$.data`"),
     ],
 )
 def test_bad_headers(change: Callable[[list[Any]], None], error: str) -> None:
@@ -276,31 +292,53 @@ def test_bad_headers(change: Callable[[list[Any]], None], error: str) -> None:
         (_inline(shape=(2**63,)), r"dimension 9223372036854775808 is larger than the limit"),
         (
             _payload(0, lambda d: d[:2] + b"\x02\x02" + d[4:]),  # the shared flag has no meaning inline
-            r"inline tensor of rank 2 and flags 2",
+            r"inline tensor with flags 2: inside frame 0 only flag 1 \(strided\) is defined",
         ),
-        (_payload(0, lambda d: d[:10]), r"inline tensor of rank 2 and flags 0 needs a 20-byte head, got 10 bytes"),
+        (_payload(0, lambda d: d[:10]), r"inline tensor descriptor of 10 bytes, expected 36 for rank 2 and flags 0"),
+        (_payload(0, lambda d: d + b"\x00"), r"inline tensor descriptor of 37 bytes, expected 36 for rank 2"),
+        (_inline(at=8), r"bytes \[8, 32\) are outside frame 0's 28 bytes of data - at `\$.output\[0\].offset`"),
+        (_inline(1, at=25), r"bytes \[25, 29\) are outside frame 0's 28 bytes of data - at `\$.output\[1\].k.offset`"),
+        (_inline(at=2**64 - 1), r"bytes \[18446744073709551615, 18446744073709551639\) are outside"),
         (_payload(0, lambda d: d[:3]), r"tensor descriptor of 3 bytes is shorter than its 4-byte head"),
         (
             _payload(0, lambda d: d, code=1),  # an inline payload read as a buffer descriptor
-            r"tensor descriptor of 44 bytes, expected 40 for rank 2 and flags 0",
+            r"tensor descriptor of 36 bytes, expected 40 for rank 2 and flags 0",
         ),
     ],
 )
 def test_bad_inline_tensors(change: Callable[[list[Any]], None], error: str) -> None:
     frames = EMBED.encode(_message())
-    assert len(frames) == 1 and [e.code for e in tensor_exts(head_of(frames[0])[3])] == [3, 3]
+    assert len(frames) == 1 and [e.code for e in tensor_exts(head_of(frames[0])[4])] == [3, 3]
     with pytest.raises(tw.DecodeError, match=error):
         DECODER.decode(_with(frames, change))
     assert DECODER.decode(_with(frames, _inline(strides=(3, 1)))).output[0].stride() == (3, 1)  # the control
 
 
+@pytest.mark.parametrize("copies", [2, 5000])
+def test_tensors_inside_frame_0_read_each_byte_of_its_data_at_most_once(copies: int) -> None:
+    """Descriptors that all name one range of frame 0's data would each get a private copy of it:
+    what they read together is bounded by the data's size, so a small frame cannot ask for more."""
+    frames = EMBED.encode(diffusion.Output(output=[torch.arange(6.0)]))
+    head = head_of(frames[0])
+    (ext,) = tensor_exts(head[4])
+    head[4]["output"] = [ext] * copies
+    error = r"^diffusion.Output v1: the tensors inside frame 0 read 48 bytes of its 24 bytes of data"
+    with pytest.raises(tw.DecodeError, match=error + r" \(each byte may be read once\) - at `\$.output\[1\].nbytes`$"):
+        DECODER.decode([frame_of(head)])
+    placed = tw.Decoder(REGISTRY, device="cpu")  # the other path that builds tensors inside frame 0
+    with pytest.raises(tw.DecodeError, match=error):
+        placed.decode([frame_of(head)])
+    head[4]["output"] = [ext]
+    assert torch.equal(DECODER.decode([frame_of(head)]).output[0], torch.arange(6.0))  # the control
+
+
 def test_an_inline_tensor_shorter_than_its_shape_is_a_decode_error_naming_nbytes() -> None:
     for value, path in ((torch.arange(12, dtype=torch.int16), "$.output"), (np.arange(3.0), "$.output")):
         frames = EMBED.encode(diffusion.Output(output=value))
-        (ext,) = tensor_exts(head_of(frames[0])[3])
+        (ext,) = tensor_exts(head_of(frames[0])[4])
         desc = unpack_descriptor(3, ext.data)
         for cut in (1, desc.nbytes // 2, desc.nbytes):
-            forged = _with(frames, _payload(0, lambda d, c=cut: d[:-c]))
+            forged = _with(frames, _inline(cut=cut))
             with pytest.raises(tw.DecodeError) as info:
                 DECODER.decode(forged)
             assert str(info.value) == (
@@ -322,15 +360,35 @@ def test_a_wire_1_frame_0_names_its_version_and_the_supported_one() -> None:
         "body": {"kind": "diffusion.Output", "output": Ext(1, b"\x00\x00\x00\x00")},
     }
     frames = [msgspec.msgpack.encode(wire_1), bytes(24)]
-    error = r"^wire format version 1 is not supported \(this reader: 2\) - at `\$.wire`$"
+    error = r"^wire format version 1 is not supported \(this reader: 3\) - at `\$.wire`$"
     with pytest.raises(tw.DecodeError, match=error):
         DECODER.decode(frames)
     with pytest.raises(tw.DecodeError, match=error):
         DECODER.decode(tw.split(tw.join(frames)))
-    with pytest.raises(tw.DecodeError, match=r"wire format version 1 is not supported \(this reader: 2\)"):
+    with pytest.raises(tw.DecodeError, match=r"wire format version 1 is not supported \(this reader: 3\)"):
         describe(frames[0])
     with pytest.raises(tw.DecodeError, match=r"^invalid header: frame 0 is not a msgpack array"):
         DECODER.decode([msgspec.msgpack.encode({"type": "diffusion.Output"})])  # a map, but not ours
+
+
+def test_a_wire_2_frame_0_names_its_version_and_the_supported_one() -> None:
+    """What a wire-2 writer sent: ``[tag, fingerprint, buffers, body]``, a small tensor's bytes
+    inside its ``ext(3)`` payload."""
+    payload = b"\x00\x0b\x01\x00" + (2).to_bytes(8, "little") + bytes(8)  # a float32 tensor of shape [2]
+    wire_2 = [
+        "tensorwire:2:diffusion.Output:1",
+        diffusion.Output.__tw_type__.fingerprint,
+        [],
+        {"kind": "diffusion.Output", "output": Ext(3, payload)},
+    ]
+    frame = msgspec.msgpack.encode(wire_2)
+    error = r"^wire format version 2 is not supported \(this reader: 3\) - at `\$\[0\]`$"
+    for frames in ([frame], tw.split(tw.join([frame]))):
+        with pytest.raises(tw.DecodeError, match=error) as info:
+            DECODER.decode(frames)
+        assert info.value.path == "$[0]" and info.value.type_id is None
+    with pytest.raises(tw.DecodeError, match=error):
+        describe(frame)
 
 
 def test_limits_are_enforced_on_decode() -> None:
@@ -360,7 +418,7 @@ def test_limits_are_enforced_on_decode() -> None:
 def test_5000_small_tensors_in_one_message_decode_from_one_frame() -> None:
     tensors = [torch.full((3,), float(i)) for i in range(4000)] + [np.full(2, i, np.int16) for i in range(1000)]
     frames = EMBED.encode(diffusion.Output(output=tensors))
-    assert len(frames) == 1 and head_of(frames[0])[2] == []
+    assert len(frames) == 1 and head_of(frames[0])[3] == []
     out = DECODER.decode(frames).output
     assert len(out) == 5000
     assert all(torch.equal(got, sent) for got, sent in zip(out[:4000], tensors[:4000], strict=True))
@@ -393,7 +451,7 @@ def test_a_tensor_descriptor_in_a_message_without_buffers_is_rejected() -> None:
 
 def _deep_header(levels: int, body: bytes | None = None) -> bytes:
     head = head_of(EMBED.encode(diffusion.Output())[0])
-    head[3] = msgspec.Raw(b"\x81\xa6output" + b"\x91" * levels + b"\x01") if body is None else msgspec.Raw(body)
+    head[4] = msgspec.Raw(b"\x81\xa6output" + b"\x91" * levels + b"\x01") if body is None else msgspec.Raw(body)
     return frame_of(head)
 
 
@@ -521,14 +579,14 @@ def test_a_body_failure_after_import_leaves_nothing() -> None:
 
 
 def _early_field(head: list[Any]) -> None:
-    head[3] = {"kind": head[3].pop("kind"), "chunk_index": "x", **head[3]}  # before the tensors
+    head[4] = {"kind": head[4].pop("kind"), "chunk_index": "x", **head[4]}  # before the tensors
 
 
 @pytest.mark.parametrize(
     ("change", "decoder", "error"),
     [
         (_early_field, DECODER, r"Expected `int`, got `str` - at `\$.chunk_index`"),
-        (_set(0, "tensorwire:2:diffusion.Output:9"), DECODER, r"unknown version 9 of diffusion.Output"),
+        (_set(0, "tensorwire:3:diffusion.Output:9"), DECODER, r"unknown version 9 of diffusion.Output"),
         (
             _set(1, "0" * 64),
             tw.Decoder(REGISTRY, transports=[SHM], options=tw.DecodeOptions(strict_fingerprint=True)),
@@ -590,7 +648,7 @@ def _inside(value: Any, frame: bytes | bytearray) -> bool:
 def test_a_tensor_of_a_decoded_message_is_writable_and_does_not_alias_frame_0() -> None:
     sent = [torch.arange(6, dtype=torch.float32).reshape(2, 3), torch.ones(3, 1, 2).transpose(0, 1), np.arange(5)]
     frames = EMBED.encode(diffusion.Output(output=sent))
-    assert len(frames) == 1 and [e.code for e in tensor_exts(head_of(frames[0])[3])] == [3, 3, 3]
+    assert len(frames) == 1 and [e.code for e in tensor_exts(head_of(frames[0])[4])] == [3, 3, 3]
     for decoder in (DECODER, tw.Decoder(REGISTRY, options=tw.DecodeOptions(copy_readonly=False))):
         for frame in (bytearray(frames[0]), bytes(frames[0])):
             original = bytes(frame)

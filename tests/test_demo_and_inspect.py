@@ -37,7 +37,7 @@ def _inspect(frames: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["inspect", str(blob)]) == 0
     info: dict[str, Any] = json.loads(capsys.readouterr().out)
     assert info["type"] == "diffusion.Output" and info["version"] == 1
-    assert info["wire"] == 2 and info["tag"] == "tensorwire:2:diffusion.Output:1"
+    assert info["wire"] == 3 and info["tag"] == "tensorwire:3:diffusion.Output:1"
     assert info["fingerprint"] == diffusion.Output.__tw_type__.fingerprint
     assert [t["path"] for t in info["tensors"]] == ["$.output[0]", "$.output[1].n"]
     assert [(t["kind"], t["dtype"], t["shape"], t["strides"]) for t in info["tensors"]] == [
@@ -68,7 +68,8 @@ def test_inspect_prints_the_header_as_json(tmp_path: Path, capsys: pytest.Captur
     # by default the small one travels inside frame 0
     info = _inspect(tw.Encoder(transport=shm).encode(message), tmp_path, capsys)
     assert [(b["index"], b["transport"], b["nbytes"]) for b in info["buffers"]] == [(0, "shm-slot", 2_400_000)]
-    assert [(t["buffer"], t["offset"]) for t in info["tensors"]] == [(None, None), (0, 0)]
+    assert [(t["buffer"], t["offset"]) for t in info["tensors"]] == [(None, 0), (0, 0)]  # in frame 0's data
+    assert info["data"] == info["tensors"][0]["nbytes"]
     shm.close()  # nobody received it: closing the pool unlinks its slots
 
 

@@ -154,7 +154,7 @@ def _video() -> Any:
 
 
 def test_a_wrong_type_in_a_nested_field() -> None:
-    exc = _decode_error(_batch(), lambda h: h[3]["runner_outputs"][0].__setitem__("step_index", "x"))
+    exc = _decode_error(_batch(), lambda h: h[4]["runner_outputs"][0].__setitem__("step_index", "x"))
     assert (exc.path, exc.type_id, exc.version) == ("$.runner_outputs[0].step_index", "diffusion.RunnerBatch", 1)
     assert exc.message == "Expected `int | null`, got `str`"
     assert str(exc) == f"diffusion.RunnerBatch v1: {exc.message} - at `$.runner_outputs[0].step_index`"
@@ -165,14 +165,14 @@ def test_a_wrong_type_in_a_nested_field() -> None:
     [("ok", ".ok"), ("a key", '["a key"]'), ("k" * 100, '["' + "k" * 61 + '"...]')],
 )
 def test_a_map_value_is_named_by_its_key(key: str, segment: str) -> None:
-    exc = _decode_error(_batch(), lambda h: h[3]["runner_outputs"][1]["result"]["stage_durations"].update({key: "s"}))
+    exc = _decode_error(_batch(), lambda h: h[4]["runner_outputs"][1]["result"]["stage_durations"].update({key: "s"}))
     assert exc.path == f"$.runner_outputs[1].result.stage_durations{segment}"
     assert exc.message == "Expected `float`, got `str`" and exc.type_id == "diffusion.RunnerBatch"
 
 
 def test_a_bad_map_key_is_named_at_its_entry() -> None:
     exc = _decode_error(
-        diffusion.Output(stage_durations={"a": 1.0}), lambda h: h[3]["stage_durations"].update({7: 1.0})
+        diffusion.Output(stage_durations={"a": 1.0}), lambda h: h[4]["stage_durations"].update({7: 1.0})
     )
     assert exc.path == "$.stage_durations[7]"
     assert exc.message == "invalid map key: Expected `str`, got `int`"
@@ -180,7 +180,7 @@ def test_a_bad_map_key_is_named_at_its_entry() -> None:
 
 
 def test_a_bad_enum_member() -> None:
-    exc = _decode_error(_video(), lambda h: h[3].__setitem__("layout", "sideways"))
+    exc = _decode_error(_video(), lambda h: h[4].__setitem__("layout", "sideways"))
     assert (exc.path, exc.type_id, exc.version) == ("$.layout", "media.Video", 1)
     assert exc.message == "Invalid enum value 'sideways'"
 
@@ -197,7 +197,7 @@ def test_a_hostile_header_names_its_place_but_no_type() -> None:
 def test_a_bad_tensor_descriptor_has_its_tensor_path() -> None:
     exc = _decode_error(
         diffusion.Output(output=[torch.zeros(2)]),
-        lambda h: h[3].__setitem__("output", [msgspec.msgpack.Ext(3, b"\x00\xc8\x01\x00")]),
+        lambda h: h[4].__setitem__("output", [msgspec.msgpack.Ext(3, b"\x00\xc8\x01\x00")]),
     )
     assert exc.path == "$.output[0]" and exc.type_id == "diffusion.Output" and exc.version == 1
     assert exc.message.startswith("dtype code 200 is not in the wire dtype table")
@@ -229,7 +229,7 @@ def _raw_map(pairs: bytes, count: int) -> msgspec.Raw:
 )
 def test_malformed_map_keys_are_decode_errors(raw: msgspec.Raw, path: str | None) -> None:
     exc = _decode_error(
-        diffusion.Output(stage_durations={"a": 1.0}), lambda h: h[3].__setitem__("stage_durations", raw)
+        diffusion.Output(stage_durations={"a": 1.0}), lambda h: h[4].__setitem__("stage_durations", raw)
     )
     assert exc.type_id == "diffusion.Output"
     assert exc.path is not None and exc.path.startswith("$.stage_durations")
@@ -251,7 +251,7 @@ _VALUES = st.one_of(
 def test_hostile_map_entries_only_ever_raise_decode_errors(entries: dict[Any, Any], deep: bool) -> None:
     message = _batch() if deep else diffusion.Output()
     head = head_of(ENCODER.encode(message)[0])
-    body = head[3]["runner_outputs"][1]["result"] if deep else head[3]
+    body = head[4]["runner_outputs"][1]["result"] if deep else head[4]
     body["stage_durations"] = entries
     try:
         DECODER.decode([frame_of(head)])
@@ -287,11 +287,11 @@ def test_entries_of_nested_maps_and_maps_of_structs_with_tensors(tmp_path: Path)
         scores={"a": {"b": 1}},
         clips={"x": clip(samples=torch.zeros(2), rate=3), "y z": clip(samples=torch.ones(2), rate=4)},
     )
-    exc = _decode_error(message, lambda h: h[3]["scores"]["a"].update(c=-2), decoder)
+    exc = _decode_error(message, lambda h: h[4]["scores"]["a"].update(c=-2), decoder)
     assert (exc.path, exc.message, exc.type_id) == ("$.scores.a.c", "Expected `int` >= 0", "t.Scores")
-    exc = _decode_error(message, lambda h: h[3]["clips"]["y z"].update(rate=0), decoder)
+    exc = _decode_error(message, lambda h: h[4]["clips"]["y z"].update(rate=0), decoder)
     assert exc.path == '$.clips["y z"].rate'
-    exc = _decode_error(message, lambda h: h[3]["scores"]["a"].update({9: 1}), decoder)
+    exc = _decode_error(message, lambda h: h[4]["scores"]["a"].update({9: 1}), decoder)
     assert exc.path == "$.scores.a[9]" and exc.message.startswith("invalid map key: ")
     with pytest.raises(tw.EncodeError) as info:
         ENCODER.encode(scores(scores={"a": {"b": 1}, "q": {"ok": 1, "no good": -1}}))

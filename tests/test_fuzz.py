@@ -227,10 +227,10 @@ def test_forged_descriptors_are_rejected_or_stay_inside_their_buffers(
     frames = _ENCODERS[kind].encode(message)
     head = head_of(frames[0])
     count = [0]
-    _with_tensor(head[3], -1, lambda ext: ext, count)
+    _with_tensor(head[4], -1, lambda ext: ext, count)
     if not count[0]:
         return
-    head[3] = _with_tensor(head[3], index % count[0], lambda ext: _forge(ext, field, value), [0])
+    head[4] = _with_tensor(head[4], index % count[0], lambda ext: _forge(ext, field, value), [0])
     _decode(kind, [msgspec.msgpack.encode(head), *frames[1:]])
 
 

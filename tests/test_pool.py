@@ -121,7 +121,7 @@ def test_pool_handles_are_verified(shm: transports.ShmTransport) -> None:
     encoder, decoder = _pair(shm)
     frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
     header = head_of(frames[0])
-    handle = header[2][0][1]
+    handle = header[3][0][1]
     assert handle["transport"] == "shm-slot"
     handle["offset"] = size_class(160_000)
     with pytest.raises(tw.DecodeError, match=r"outside its \d+-byte area"):
@@ -146,7 +146,7 @@ def test_a_segment_shorter_than_its_control_page_is_rejected(shm: transports.Shm
     encoder, _ = _pair(shm)
     frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
     header = head_of(frames[0])
-    handle = header[2][0][1]
+    handle = header[3][0][1]
     name = handle["name"]
     short = name.rsplit("-", 1)[0] + "-fffff"  # a name of our pattern, same creator
     (SHM_DIR / short).write_bytes(b"\0" * 64)
@@ -180,7 +180,7 @@ def test_the_budget_falls_back_to_one_shot_segments() -> None:
     encoder = tw.Encoder(transport=shm, options=OOB)
     decoder = tw.Decoder(REGISTRY, transports=[shm])
     frames = encoder.encode(diffusion.Output(output=[torch.ones(40_000), torch.ones(40_000)]))
-    kinds = [handle["transport"] for _, handle in head_of(frames[0])[2]]
+    kinds = [handle["transport"] for _, handle in head_of(frames[0])[3]]
     assert kinds == ["shm-slot", "shm"]  # 196 KiB slot fits, a second one would not
     out = decoder.decode(frames)
     assert float(out.output[1].sum()) == 40_000.0
@@ -262,9 +262,9 @@ def test_a_descriptor_failure_hands_the_slots_back(shm: transports.ShmTransport)
     encoder, decoder = _pair(shm)
     frames = encoder.encode(diffusion.Output(output=[torch.ones(20_000), torch.ones(30_000)]))
     header = head_of(frames[0])
-    second = header[3]["output"][1]
-    assert tensor_exts(header[3])[1] is second
-    header[3]["output"][1] = edit_descriptor(second, dtype=len(DTYPE_NAMES))
+    second = header[4]["output"][1]
+    assert tensor_exts(header[4])[1] is second
+    header[4]["output"][1] = edit_descriptor(second, dtype=len(DTYPE_NAMES))
     with pytest.raises(tw.DecodeError, match=rf"dtype code {len(DTYPE_NAMES)} is not in the wire dtype table"):
         decoder.decode([frame_of(header)])
     assert _states(shm) == [FREE, FREE]

@@ -136,8 +136,8 @@ def test_the_arriving_tensor_is_checked_against_the_buffer_entry() -> None:
     encoder, decoder, _ = _pair(queue)
     frames = encoder.encode(diffusion.Output(output=torch.ones(8)))
     header = head_of(frames[0])
-    header[2][0][0] = 16
-    header[3]["output"] = edit_descriptor(header[3]["output"], shape=[4], nbytes=16)
+    header[3][0][0] = 16
+    header[4]["output"] = edit_descriptor(header[4]["output"], shape=[4], nbytes=16)
     with pytest.raises(tw.DecodeError, match=r"is torch.uint8 of shape \(32,\), the buffer entry says 16 bytes"):
         decoder.decode([frame_of(header)])
 

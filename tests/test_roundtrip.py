@@ -208,12 +208,29 @@ def test_a_small_view_of_a_huge_storage_sends_only_its_bytes_and_goes_inline() -
     encoder = tw.Encoder(transport=SHM)  # 256 KiB threshold
     frames = encoder.encode(diffusion.Output(output=view))
     assert len(frames) == 1 and len(frames[0]) < 64 * 4 + 256  # inside frame 0, with only its own bytes
-    (ext,) = tensor_exts(head_of(frames[0])[3])
+    (ext,) = tensor_exts(head_of(frames[0])[4])
     assert ext.code == EXT_INLINE and unpack_descriptor(ext.code, ext.data).nbytes == 64 * 4
     assert torch.equal(MODES["shm-copy"][1].decode(frames).output, view)
     frames = tw.Encoder(transport=SHM, options=FRAMES).encode(diffusion.Output(output=view))
     assert len(frames) == 2 and len(frames[1]) == 64 * 4  # in a buffer: an inline frame of its bytes
     assert torch.equal(MODES["shm-copy"][1].decode(frames).output, view)
+
+
+@pytest.mark.parametrize("count", [1, 40])  # frame 0 under and over the size counted at once
+def test_tensors_inside_frame_0_share_its_data_and_the_decode_keeps_no_view_of_it(count: int) -> None:
+    tensors = [torch.arange(4, dtype=torch.float32) + i for i in range(count)] + [np.arange(3, dtype=np.int16)]
+    frames = tw.Encoder().encode(diffusion.Output(output=tensors))
+    head = head_of(frames[0])
+    descs = [unpack_descriptor(e.code, e.data) for e in tensor_exts(head[4])]
+    assert len(frames) == 1 and [d.offset for d in descs] == [16 * i for i in range(count + 1)]
+    assert len(head[2]) == 16 * count + 6  # frame 0's data: every tensor's bytes, back to back
+    blob = bytearray(tw.join(frames))
+    out = tw.Decoder(REGISTRY).decode(tw.split(blob)).output
+    assert all(torch.equal(a, b) for a, b in zip(out[:-1], tensors[:-1], strict=True))
+    assert np.array_equal(out[-1], tensors[-1])
+    blob[:] = bytes(len(blob))  # the decoded tensors are private copies ...
+    blob.extend(b"more")  # ... and no view of the blob is left behind to pin it
+    assert torch.equal(out[0], tensors[0])
 
 
 def test_a_zero_byte_buffer_never_creates_a_segment() -> None:
@@ -340,8 +357,8 @@ def test_unknown_type_or_version_names_what_the_decoder_knows() -> None:
         only_requests.decode(frames)
     registry = tw.load_schemas(REPO_SCHEMAS)
     head = head_of(frames[0])
-    assert head[0] == "tensorwire:2:rpc.Value:1"
-    head[0] = "tensorwire:2:rpc.Value:7"
+    assert head[0] == "tensorwire:3:rpc.Value:1"
+    head[0] = "tensorwire:3:rpc.Value:7"
     with pytest.raises(tw.DecodeError, match=r"unknown version 7 of rpc.Value; known versions: v1 - at `\$\[0\]`"):
         tw.Decoder(registry).decode([frame_of(head)])
 

@@ -69,7 +69,7 @@ def damage(data: bytes, edits: list[tuple[str, int, int]], cut: int | None = Non
 
 
 def head_of(frame0: Any) -> list[Any]:
-    """Frame 0 as plain data: ``[tag, fingerprint, [[nbytes, handle map], ...], body]`` (tensor
+    """Frame 0 as plain data: ``[tag, fingerprint, data, [[nbytes, handle map], ...], body]`` (tensor
     extensions stay ``msgspec.msgpack.Ext``; re-encode with ``frame_of``)."""
     head = msgspec.msgpack.decode(bytes(memoryview(frame0)))
     assert isinstance(head, list)

@@ -289,7 +289,7 @@ def _round_trip_16mib() -> dict[str, Any]:
     before, free = set(os.listdir(SHM)), _free()
     tensor = payload(MIB16, 16)
     frames = tw.Encoder(transport=transport).encode(diffusion.Output(output=tensor))
-    handle = head_of(frames[0])[2][0][1]
+    handle = head_of(frames[0])[3][0][1]
     received = tw.Decoder(REGISTRY, transports=[transport]).decode(frames).output
     report = {
         "handle": {"transport": handle["transport"], "memfd": handle.get("fd") is not None},
@@ -311,7 +311,7 @@ def _one_shots_then_read_when_full() -> dict[str, Any]:
     sender = transports.ShmTransport(pool=False)
     encoder = tw.Encoder(transport=sender, options=tw.EncodeOptions(embed_threshold=0, inline_threshold=1))
     sent = [encoder.encode(diffusion.Output(output=payload(SMALL, seed))) for seed in (1, 2)]
-    names = [head_of(frames[0])[2][0][1]["name"] for frames in sent]
+    names = [head_of(frames[0])[3][0][1]["name"] for frames in sent]
     _fill(0, "filler-rest")
     report: dict[str, Any] = {"free": _free(), "read": []}
     reader = transports.ShmTransport(pool=False)

@@ -30,7 +30,7 @@ SHM = "/dev/shm"
 
 def handle_ids(frames: list[Any]) -> list[tuple[str, int, int]]:
     """The ``(sender, message, tensor)`` ids of the queue handles in a message's header."""
-    return [(h["sender"], h["message"], h["tensor"]) for _, h in head_of(frames[0])[2]]
+    return [(h["sender"], h["message"], h["tensor"]) for _, h in head_of(frames[0])[3]]
 
 
 def encode_all(encoder: Any, thread: int, send: Callable[[Any], Any]) -> None:

@@ -73,22 +73,22 @@ def _template(directory: Path) -> tuple[transports.ShmTransport, list[Any], list
 
 
 def _release_own(transport: transports.ShmTransport, head: list[Any]) -> None:
-    transport.release(msgspec.convert(head[2][0][1], transports.ShmHandle))
+    transport.release(msgspec.convert(head[3][0][1], transports.ShmHandle))
 
 
 def _descriptor(head: list[Any], **changes: Any) -> None:
     """Change the descriptor of the message's one tensor (in the body, at ``output``)."""
-    head[3]["output"] = edit_descriptor(head[3]["output"], **changes)
+    head[4]["output"] = edit_descriptor(head[4]["output"], **changes)
 
 
-FAILURES: dict[str, Callable[[list[Any]], None]] = {  # frame 0 is [tag, fingerprint, buffers, body]
+FAILURES: dict[str, Callable[[list[Any]], None]] = {  # frame 0 is [tag, fingerprint, data, buffers, body]
     "none": lambda h: None,
     "magic": lambda h: h.__setitem__(0, "pickle:2:diffusion.Output:1"),
     "type": lambda h: h.__setitem__(0, wire.tag("evil.Type", 1)),
-    "body": lambda h: h[3].update(chunk_index="x"),
-    "descriptor": lambda h: h[3].__setitem__("output", msgspec.msgpack.Ext(1, b"\x00\xff\x01\x00")),
+    "body": lambda h: h[4].update(chunk_index="x"),
+    "descriptor": lambda h: h[4].__setitem__("output", msgspec.msgpack.Ext(1, b"\x00\xff\x01\x00")),
     "extent": lambda h: _descriptor(h, offset=4),  # well-formed, reaching past its buffer
-    "size": lambda h: h[2][0].__setitem__(0, 4095),
+    "size": lambda h: h[3][0].__setitem__(0, 4095),
 }
 
 
@@ -97,7 +97,7 @@ def _attack(decoder: tw.Decoder, head: list[Any], handle: dict[str, Any]) -> lis
     errors = []
     for failure in FAILURES.values():
         forged = head_of(frame_of(head))
-        forged[2][0][1] = handle
+        forged[3][0][1] = handle
         failure(forged)
         with pytest.raises(tw.CodecError) as info:
             decoder.decode([frame_of(forged)])
@@ -192,7 +192,7 @@ def test_a_memfd_receiver_refuses_named_slots_and_maps_no_one_shot(directory: Pa
     assert named.pool is not None and [s.state for s in named.pool.slots()] == [transports._control.IN_FLIGHT]
     one_shot = transports.ShmTransport(directory, pool=False)
     frames = tw.Encoder(transport=one_shot, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
-    name = head_of(frames[0])[2][0][1]["name"]
+    name = head_of(frames[0])[3][0][1]["name"]
     borrowing = tw.Decoder(REGISTRY, transports=[receiver], options=tw.DecodeOptions(borrow=True))
     out = borrowing.decode(frames).output
     assert torch.equal(out, victim_module.PAYLOAD)
@@ -224,7 +224,7 @@ def test_an_unsealed_memfd_is_refused_even_with_the_right_capability(directory: 
     decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(directory)])
     for sealed in (False, True):
         fd, mapping, handle = _crafted_memfd(sealed)
-        forged = [*head[:2], [[4096, handle]], head[3]]
+        forged = [*head[:3], [[4096, handle]], head[4]]
         try:
             if sealed:  # the same layout, sealed: accepted, which shows the refusal is about the seals
                 out = decoder.decode([frame_of(forged)]).output

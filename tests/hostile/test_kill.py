@@ -180,7 +180,7 @@ def _creator(name: str) -> int:
 
 def _name(frames: list[bytes]) -> str:
     """The segment name of a one-buffer message."""
-    ((_, handle),) = head_of(frames[0])[2]
+    ((_, handle),) = head_of(frames[0])[3]
     name: str = handle["name"]
     return name
 

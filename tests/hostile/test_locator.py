@@ -40,7 +40,7 @@ def _frames() -> list[Any]:
 
 
 def _header() -> list[Any]:
-    return head_of(_frames()[0])  # [tag, fingerprint, buffers, body]; two buffers
+    return head_of(_frames()[0])  # [tag, fingerprint, data, buffers, body]; two buffers
 
 
 def _forged(change: Callable[[list[Any]], Any]) -> bytes:
@@ -51,7 +51,7 @@ def _forged(change: Callable[[list[Any]], Any]) -> bytes:
 
 def _with_body(body: bytes) -> bytes:
     header = _header()
-    header[3] = msgspec.Raw(body)
+    header[4] = msgspec.Raw(body)
     return frame_of(header)
 
 
@@ -77,24 +77,26 @@ def _assert_plain(info: Any) -> None:
 @pytest.mark.parametrize(
     ("change", "error"),
     [
-        (lambda h: h.__setitem__(2, 5), r"`buffers` is not an array - at `\$\.buffers`"),
-        (lambda h: h.__setitem__(2, "xy"), r"`buffers` is not an array"),
-        (lambda h: h.__setitem__(2, {"a": 1}), r"`buffers` is not an array"),
-        (lambda h: h[2].__setitem__(1, 3), r"buffer 1 is not an \[nbytes, handle map\] pair - at `\$\.buffers\[1\]`"),
-        (lambda h: h[2][0].__setitem__(1, 5), r"buffer 0 is not an \[nbytes, handle map\] pair"),
-        (lambda h: h[2][0].__setitem__(1, [1, 2]), r"buffer 0 is not an \[nbytes, handle map\] pair"),
-        (lambda h: h[2][0].pop(), r"buffer 0 is not an \[nbytes, handle map\] pair"),
-        (lambda h: h[2][0].append({}), r"buffer 0 is not an \[nbytes, handle map\] pair"),
+        (lambda h: h.__setitem__(3, 5), r"`buffers` is not an array - at `\$\.buffers`"),
+        (lambda h: h.__setitem__(3, "xy"), r"`buffers` is not an array"),
+        (lambda h: h.__setitem__(3, {"a": 1}), r"`buffers` is not an array"),
+        (lambda h: h.__setitem__(2, "xy"), r"`data` is not a bin - at `\$\.data`"),
+        (lambda h: h.__setitem__(2, [b"x"]), r"`data` is not a bin"),
+        (lambda h: h[3].__setitem__(1, 3), r"buffer 1 is not an \[nbytes, handle map\] pair - at `\$\.buffers\[1\]`"),
+        (lambda h: h[3][0].__setitem__(1, 5), r"buffer 0 is not an \[nbytes, handle map\] pair"),
+        (lambda h: h[3][0].__setitem__(1, [1, 2]), r"buffer 0 is not an \[nbytes, handle map\] pair"),
+        (lambda h: h[3][0].pop(), r"buffer 0 is not an \[nbytes, handle map\] pair"),
+        (lambda h: h[3][0].append({}), r"buffer 0 is not an \[nbytes, handle map\] pair"),
         (
-            lambda h: h[3].__setitem__("output", msgspec.msgpack.Ext(2, msgspec.msgpack.encode(5))),
+            lambda h: h[4].__setitem__("output", msgspec.msgpack.Ext(2, msgspec.msgpack.encode(5))),
             r"a tree tuple must hold an array",
         ),
         (
-            lambda h: h[3].__setitem__("output", msgspec.msgpack.Ext(2, msgspec.msgpack.encode({"a": 1}))),
+            lambda h: h[4].__setitem__("output", msgspec.msgpack.Ext(2, msgspec.msgpack.encode({"a": 1}))),
             r"a tree tuple must hold an array",
         ),
-        (lambda h: h[3].__setitem__("output", msgspec.msgpack.Ext(2, b"\xc1")), r"invalid header"),
-        (lambda h: h[3].__setitem__("output", msgspec.msgpack.Ext(2, b"\x01\x02")), r"invalid header"),
+        (lambda h: h[4].__setitem__("output", msgspec.msgpack.Ext(2, b"\xc1")), r"invalid header"),
+        (lambda h: h[4].__setitem__("output", msgspec.msgpack.Ext(2, b"\x01\x02")), r"invalid header"),
     ],
 )
 def test_malformed_headers_are_decode_errors_saying_where(change: Callable[[list[Any]], Any], error: str) -> None:
@@ -123,13 +125,13 @@ def test_frames_that_are_not_headers(frame: bytes) -> None:
 
 def test_a_wire_1_header_says_its_wire_version_is_not_supported() -> None:
     frame = msgspec.msgpack.encode({"magic": "tensorwire", "wire": 1, "type": "diffusion.Output", "buffers": []})
-    with pytest.raises(tw.DecodeError, match=r"^wire format version 1 is not supported \(this reader: 2\)"):
+    with pytest.raises(tw.DecodeError, match=r"^wire format version 1 is not supported \(this reader: 3\)"):
         describe(frame)
 
 
 def test_a_capability_and_every_other_bytes_value_in_a_handle_is_shown_by_its_length_only() -> None:
     handle = _slot_handle(capability=SECRET, extra=[SECRET, {"deep": SECRET}], keyed={"k": 1})
-    frame = _forged(lambda h: h[2][1].__setitem__(1, handle))
+    frame = _forged(lambda h: h[3][1].__setitem__(1, handle))
     info = describe(frame)
     shown = info["buffers"][1]["handle"]
     assert shown["capability"] == {"$bytes": 16}
@@ -145,7 +147,7 @@ def test_a_bytes_transport_name_or_key_in_a_handle_is_not_shown_either() -> None
         b"\x83" + encode("transport") + encode(SECRET) + encode(SECRET) + encode(SECRET) + encode(5) + encode([SECRET])
     )
     header = _header()
-    header[2][0][1] = msgspec.Raw(raw)
+    header[3][0][1] = msgspec.Raw(raw)
     info = describe(frame_of(header))
     assert info["buffers"][0]["transport"] == {"$bytes": 16}
     assert info["buffers"][0]["handle"] == {
@@ -159,7 +161,7 @@ def test_a_bytes_transport_name_or_key_in_a_handle_is_not_shown_either() -> None
 def test_inspect_never_prints_a_capability(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     frames = _frames()
     header = head_of(frames[0])
-    header[2][1][1] = _slot_handle(capability=SECRET)
+    header[3][1][1] = _slot_handle(capability=SECRET)
     blob = tmp_path / "message.tw"
     blob.write_bytes(tw.join([frame_of(header), *frames[1:]]))
     assert main(["inspect", str(blob)]) == 0
@@ -175,7 +177,7 @@ def _body(value: Any) -> bytes:
 FLOAT32 = DTYPE_NAMES.index("float32")
 REF = msgspec.msgpack.Ext(1, pack_descriptor(0, FLOAT32, [2, 3], None, 0, 0, 24))  # a tensor in buffer 0
 REF1 = msgspec.msgpack.Ext(1, pack_descriptor(0, FLOAT32, [2], None, 1, 0, 8))  # in buffer 1
-EMBEDDED = msgspec.msgpack.Ext(3, pack_inline(1, FLOAT32, [2], b"\x00" * 8))  # an ndarray inside frame 0
+EMBEDDED = msgspec.msgpack.Ext(3, pack_inline(1, FLOAT32, [2], 0, 8))  # an ndarray inside frame 0
 BAD = msgspec.msgpack.Ext(1, b"\x00\x00\x01\x00")  # rank 1, and no room for its fields
 REF_BYTES = msgspec.msgpack.encode(REF)
 REF1_BYTES = msgspec.msgpack.encode(REF1)
@@ -218,7 +220,7 @@ def test_descriptor_fields_at_the_ends_of_their_ranges_are_shown_as_they_are() -
     huge = pack_descriptor(
         1, len(DTYPE_NAMES) - 1, [2**64 - 1, 0], [-(2**63), 2**63 - 1], 2**32 - 1, 2**64 - 1, 2**64 - 1
     )
-    info = describe(_forged(lambda h: h[3].__setitem__("output", msgspec.msgpack.Ext(1, huge))))
+    info = describe(_forged(lambda h: h[4].__setitem__("output", msgspec.msgpack.Ext(1, huge))))
     (tensor,) = info["tensors"]
     assert tensor["kind"] == "ndarray" and tensor["dtype"] == DTYPE_NAMES[-1]
     assert tensor["shape"] == [2**64 - 1, 0] and tensor["strides"] == [-(2**63), 2**63 - 1]
@@ -268,11 +270,11 @@ def test_a_decode_error_names_the_body_path_the_locator_finds(
     message = rpc.Request(method="m", kwargs={"a b": torch.ones(2)})
     frames = INLINE.encode(message)
     header = head_of(frames[0])
-    ext = header[3]["kwargs"]["a b"]
+    ext = header[4]["kwargs"]["a b"]
     if change is None:  # a code past the table: the payload itself is malformed
-        header[3]["kwargs"]["a b"] = msgspec.msgpack.Ext(1, ext.data[:1] + b"\xff" + ext.data[2:])
+        header[4]["kwargs"]["a b"] = msgspec.msgpack.Ext(1, ext.data[:1] + b"\xff" + ext.data[2:])
     else:
-        header[3]["kwargs"]["a b"] = edit_descriptor(ext, **change)
+        header[4]["kwargs"]["a b"] = edit_descriptor(ext, **change)
     assert describe(frame_of(header))["tensors"][0]["path"] == '$.kwargs["a b"]'
     with pytest.raises(tw.DecodeError, match=rf"^rpc\.Request v1: {error} - at `\$\.kwargs\[\"a b\"\]{suffix}`$"):
         tw.Decoder(REGISTRY).decode([frame_of(header), *frames[1:]])
@@ -306,7 +308,7 @@ _EDITS = st.lists(
 
 def _valid_frames() -> list[bytes]:
     header = _header()
-    header[2][1][1] = _slot_handle(capability=SECRET)
+    header[3][1][1] = _slot_handle(capability=SECRET)
     return [
         frame_of(header),
         bytes(INLINE.encode(rpc.Request(method="m", args=[1, (2.5, "x")], kwargs={"t": (None, b"b")}))[0]),
@@ -347,14 +349,14 @@ _TARGETS: list[Callable[[list[Any], Any], Any]] = [
     lambda h, v: h.__setitem__(0, v),
     lambda h, v: h.__setitem__(1, v),
     lambda h, v: h.__setitem__(2, v),
-    lambda h, v: h[2].__setitem__(0, v),
-    lambda h, v: h[2][1].__setitem__(1, v),
-    lambda h, v: h[2][1][1].__setitem__("capability", v),
-    lambda h, v: h[2][0].__setitem__(0, v),
-    lambda h, v: h[2][0].append(v),
+    lambda h, v: h[3].__setitem__(0, v),
+    lambda h, v: h[3][1].__setitem__(1, v),
+    lambda h, v: h[3][1][1].__setitem__("capability", v),
+    lambda h, v: h[3][0].__setitem__(0, v),
+    lambda h, v: h[3][0].append(v),
     lambda h, v: h.__setitem__(3, v),
-    lambda h, v: h[3].__setitem__("output", v),
-    lambda h, v: h[3].__setitem__("output", [REF, {"k": v}, REF1]),
+    lambda h, v: h[4].__setitem__("output", v),
+    lambda h, v: h[4].__setitem__("output", [REF, {"k": v}, REF1]),
     lambda h, v: h.append(v),
     lambda h, v: h.pop(),
 ]

@@ -23,6 +23,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire._scan import check_depth
+from tensorwire._wire import data_span
 from tensorwire.builtins import REGISTRY, diffusion, media
 from tensorwire.inspection import describe
 from tests.wire_helpers import frame_of, head_of, tensor_exts
@@ -85,7 +86,7 @@ KINDS: dict[str, tuple[Sequence[Wrap], int]] = {
     "everything": ((_array, _map, _ext_in_ext, _tuple, _ext_in_ext), 1),
 }
 ONE_TENSOR = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0)).encode(diffusion.Output(output=torch.zeros(1)))
-TENSOR = msgspec.msgpack.encode(tensor_exts(head_of(ONE_TENSOR[0])[3])[0])  # the descriptor of its tensor in frame 1
+TENSOR = msgspec.msgpack.encode(tensor_exts(head_of(ONE_TENSOR[0])[4])[0])  # the descriptor of its tensor in frame 1
 LEAVES = {"int": b"\x01", "tensor": TENSOR, "empty map": b"\x80"}
 LEAF_LEVELS = {"int": 0, "tensor": 0, "empty map": 1}  # an empty container is a level of its own
 
@@ -106,7 +107,7 @@ def nest(levels: int, leaf: bytes, wraps: Sequence[Wrap]) -> bytes:
 def frames_with_body(value: bytes) -> list[Any]:
     """A real message's frames (one tensor) whose body's ``output`` is the raw msgpack ``value``."""
     head = head_of(ONE_TENSOR[0])
-    head[3] = msgspec.Raw(b"\x81\xa6output" + value)
+    head[4] = msgspec.Raw(b"\x81\xa6output" + value)
     return [frame_of(head), *ONE_TENSOR[1:]]
 
 
@@ -141,20 +142,22 @@ VIDEO = INLINE.encode(
 
 def bounded_frames(where: str, value: bytes) -> list[Any]:
     """A ``media.Video`` frame 0 with the raw msgpack ``value`` as an unknown field of its body,
-    as its buffer table, or as a fifth item of frame 0."""
+    as its buffer table, in place of its data, or as a sixth item of frame 0."""
     head = head_of(VIDEO[0])
     if where == "unknown field":
-        body = msgspec.msgpack.encode(head[3])
+        body = msgspec.msgpack.encode(head[4])
         assert 0x80 <= body[0] < 0x8F
-        head[3] = msgspec.Raw(bytes([body[0] + 1]) + body[1:] + b"\xa7unknown" + value)
+        head[4] = msgspec.Raw(bytes([body[0] + 1]) + body[1:] + b"\xa7unknown" + value)
     elif where == "buffer table":
+        head[3] = msgspec.Raw(value)
+    elif where == "data":
         head[2] = msgspec.Raw(value)
     else:
         head.append(msgspec.Raw(value))
     return [frame_of(head)]
 
 
-BOUNDED_PLACES = ("unknown field", "buffer table", "fifth item")
+BOUNDED_PLACES = ("unknown field", "buffer table", "data", "sixth item")
 
 
 # -- the child process -----------------------------------------------------------------------------
@@ -260,6 +263,45 @@ def test_a_bounded_type_frame_at_the_limit_gets_msgspec_s_verdict(where: str) ->
         assert "nesting deeper" not in result and not result.startswith("LEAK"), result
     with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
         BOUNDED.decode(bounded_frames(where, nest(levels + 1, b"\x01", [_array])))
+
+
+def _with_data(frames: list[Any], data: bytes, body: bytes | None = None) -> list[Any]:
+    head = head_of(frames[0])
+    head[2] = data
+    if body is not None:
+        head[4] = msgspec.Raw(body)
+    return [frame_of(head), *frames[1:]]
+
+
+@pytest.mark.parametrize("size", [100, 3000, 200_000])
+def test_frame_0_data_full_of_level_openers_is_never_counted_as_nesting(size: int) -> None:
+    """Tensor bytes in frame 0's data may look like containers: only what follows the data is
+    bounded, so a frame whose data is all array headers decodes, and a body nested one level past
+    the limit behind such data is still refused."""
+    frames = INLINE.encode(diffusion.Output(output=torch.arange(6.0)))
+    data = head_of(frames[0])[2] + b"\x91" * size
+    assert torch.equal(DECODER.decode(_with_data(frames, data)).output, torch.arange(6.0))
+    body = msgspec.msgpack.encode(head_of(frames[0])[4])
+    assert 0x80 <= body[0] < 0x8F
+    unknown = bytes([body[0] + 1]) + body[1:] + b"\xa7unknown"  # frame 0 and the body are two levels
+    assert torch.equal(
+        DECODER.decode(_with_data(frames, data, unknown + nest(64, b"\x01", [_array]))).output, torch.arange(6.0)
+    )
+    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
+        DECODER.decode(_with_data(frames, data, unknown + nest(65, b"\x01", [_array])))
+
+
+@pytest.mark.parametrize("claimed", [9, 2**16, 2**32 - 1])
+def test_a_data_item_claiming_more_bytes_than_frame_0_holds_is_a_decode_error(claimed: int) -> None:
+    """Frame 0's data claims more bytes than it has (8 bytes, a bin8): the claim swallows the rest of
+    the frame or runs past it; decoding and describing it are decode errors."""
+    frame = INLINE.encode(diffusion.Output(output=torch.zeros(2)))[0]
+    span = data_span(frame)
+    assert span is not None and frame[span[0] - 2 : span[0]] == b"\xc4\x08"
+    forged = frame[: span[0] - 2] + b"\xc6" + claimed.to_bytes(4, "big") + frame[span[0] :]
+    for decode in (DECODER.decode, lambda frames: describe(frames[0])):
+        with pytest.raises(tw.DecodeError, match=r"^invalid header: .*truncated"):
+            decode([forged])
 
 
 def _as(kind: str, frames: list[Any]) -> list[Any]:

@@ -55,6 +55,6 @@ def test_every_builtin_type_travels_without_pickle(no_pickle: None) -> None:
 def test_a_pickle_in_a_frame_is_only_bytes(no_pickle: None, code: int) -> None:
     frames = tw.Encoder().encode(REGISTRY.type("diffusion.Output")(output=torch.ones(3)))
     head = head_of(frames[0])
-    head[3]["output"] = msgspec.msgpack.Ext(code, b"\x80\x05K\x01.")  # a pickle where a tensor descriptor goes
+    head[4]["output"] = msgspec.msgpack.Ext(code, b"\x80\x05K\x01.")  # a pickle where a tensor descriptor goes
     with pytest.raises(tw.DecodeError, match=r"tensor kind 128 is neither 0 \(tensor\) nor 1 \(ndarray\)"):
         tw.Decoder(REGISTRY).decode([frame_of(head), *frames[1:]])

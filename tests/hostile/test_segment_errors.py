@@ -47,7 +47,7 @@ def test_a_memfd_that_cannot_be_reserved_is_a_transport_error(monkeypatch: pytes
 def _one_shot() -> tuple[transports.ShmTransport, list[Any], str]:
     shm = transports.ShmTransport(pool=False)
     frames = tw.Encoder(transport=shm, options=OOB).encode(MESSAGE)
-    return shm, frames, head_of(frames[0])[2][0][1]["name"]
+    return shm, frames, head_of(frames[0])[3][0][1]["name"]
 
 
 def test_a_file_swapped_between_lstat_and_open_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,7 +82,7 @@ def test_a_one_shot_cut_short_while_it_is_read_is_a_decode_error(monkeypatch: py
 def test_a_page_locked_elsewhere_is_an_error_after_a_bounded_wait_never_a_hang() -> None:
     shm = transports.ShmTransport()
     frames = tw.Encoder(transport=shm, options=OOB).encode(MESSAGE)
-    handle = head_of(frames[0])[2][0][1]
+    handle = head_of(frames[0])[3][0][1]
     other = os.open(f"/proc/self/fd/{handle['fd']}", os.O_RDWR)  # another open file description
     lock = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
     fcntl.fcntl(other, fcntl.F_OFD_SETLK, lock)  # as a stuck (or hostile) process would hold it

@@ -43,8 +43,8 @@ def forged(
     for dim in shape:
         numel *= dim
     nbytes = numel * ITEMSIZE[dtype] if numel * ITEMSIZE[dtype] < 2**64 else 0
-    (ext,) = tensor_exts(head[3])
-    head[3]["output"] = [
+    (ext,) = tensor_exts(head[4])
+    head[4]["output"] = [
         edit_descriptor(ext, dtype=DTYPE_NAMES.index(dtype), shape=shape, strides=strides, nbytes=nbytes, offset=offset)
     ]
     return [frame_of(head), *FRAMES[kind][1:]]
@@ -52,9 +52,9 @@ def forged(
 
 def forged_inside(kind: str, shape: list[int], dtype: str = "float32") -> list[Any]:
     """The one frame of a message whose tensor, carried inside frame 0 with no bytes, says ``shape``."""
-    payload = pack_inline(["tensor", "ndarray"].index(kind), DTYPE_NAMES.index(dtype), shape, b"")
+    payload = pack_inline(["tensor", "ndarray"].index(kind), DTYPE_NAMES.index(dtype), shape, 0, 0)
     head = head_of(FRAMES[kind][0])
-    head[2], head[3]["output"] = [], [msgspec.msgpack.Ext(EXT_INLINE, payload)]
+    head[3], head[4]["output"] = [], [msgspec.msgpack.Ext(EXT_INLINE, payload)]
     return [frame_of(head)]
 
 
@@ -207,7 +207,7 @@ def test_a_smaller_limit_bounds_every_dimension_on_both_sides() -> None:
     frames = encoder.encode(diffusion.Output(output=torch.empty(0, 100, dtype=torch.uint8)))
     assert decoder.decode(frames).output.shape == (0, 100)
     head = head_of(frames[0])
-    head[3]["output"] = msgspec.msgpack.Ext(EXT_INLINE, pack_inline(0, DTYPE_NAMES.index("uint8"), [0, 101], b""))
+    head[4]["output"] = msgspec.msgpack.Ext(EXT_INLINE, pack_inline(0, DTYPE_NAMES.index("uint8"), [0, 101], 0, 0))
     with pytest.raises(
         tw.DecodeError, match=r"dimension 101 is larger than the limit of 100 - at `\$\.output\.shape\[1\]`"
     ):

@@ -100,7 +100,7 @@ def test_the_trimmer_brings_expired_slots_back_by_itself(backing: str, make: Any
 def test_an_unclaimed_one_shot_is_unlinked_after_its_timeout(make: Any) -> None:
     shm = make(pool=False, claim_timeout=0.1)
     frames = tw.Encoder(transport=shm, options=OOB).encode(_message())
-    name = head_of(frames[0])[2][0][1]["name"]
+    name = head_of(frames[0])[3][0][1]["name"]
     assert (shm.directory / name).exists()
     time.sleep(0.2)
     shm.trim()
@@ -137,7 +137,7 @@ def test_forged_handles_in_a_rejected_message_give_nothing_back(backing: str, ma
     frames = encoder.encode(_message(3))
     head = head_of(frames[0])
     head[0] = "pickle:2:diffusion.Output:1"
-    head[2][0][1]["capability"] = bytes(16)
+    head[3][0][1]["capability"] = bytes(16)
     with pytest.raises(tw.DecodeError, match=r"not a tensorwire message"):
         decoder.decode([frame_of(head)])
     assert _states(shm) == [IN_FLIGHT]

@@ -51,7 +51,7 @@ def check_message(thread: int, index: int, message: Any) -> str | None:
 def hand_overs(frames: list[Any]) -> list[Key]:
     """The hand-overs a message's header names (inline buffers name none)."""
     keys = []
-    for _, handle in head_of(frames[0])[2]:
+    for _, handle in head_of(frames[0])[3]:
         if handle["transport"] != "inline":
             keys.append((handle["name"], handle.get("generation", 0)))
     return keys

@@ -89,7 +89,7 @@ def _in_flight(directory: Path) -> tuple[list[Any], dict[str, Any], list[list[by
     ):
         transport = transports.ShmTransport(directory, claim_timeout=3600.0, **options)  # type: ignore[arg-type]
         frames = tw.Encoder(transport=transport, options=oob).encode(diffusion.Output(output=PAYLOAD + len(kept)))
-        handle = dict(msgspec.msgpack.decode(frames[0])[2][0][1])  # frame 0: [tag, fingerprint, buffers, body]
+        handle = dict(msgspec.msgpack.decode(frames[0])[3][0][1])  # frame 0: [tag, fingerprint, data, buffers, body]
         handle.pop("capability")
         facts[kind] = handle
         kept.append(transport)

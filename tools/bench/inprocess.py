@@ -34,10 +34,11 @@ class RawRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class RawFrame(msgspec.Struct, array_like=True):
-    """Frame 0 of a message without buffers, hand-written: tag, fingerprint, buffer table, body."""
+    """Frame 0 of a message without buffers, hand-written: tag, fingerprint, data, buffer table, body."""
 
     tag: str
     fingerprint: str
+    data: bytes
     buffers: list[Any]
     body: RawRequest
 
@@ -55,7 +56,7 @@ def _time(fn: Callable[[], Any], rounds: int = 7, number: int = 2000) -> float:
 
 def measure_small() -> list[dict[str, Any]]:
     import tensorwire as tw
-    from tensorwire._wire import prefix
+    from tensorwire._wire import EMPTY_DATA, prefix
     from tensorwire.builtins import REGISTRY, rpc
 
     encoder, decoder = tw.Encoder(), tw.Decoder(REGISTRY)
@@ -68,7 +69,8 @@ def measure_small() -> list[dict[str, Any]]:
     raw_bytes_fields = {**fields, "kwargs": {"latents": tensor.numpy().tobytes()}}
     raw_with_tensor = RawRequest(**raw_bytes_fields)
     info = rpc.Request.__tw_type__
-    envelope_start = prefix(info.type_id, info.version, info.fingerprint) + msgspec.msgpack.encode([])  # no buffers
+    # frame 0 up to the body of a message with no tensor data and no buffers
+    envelope_start = prefix(info.type_id, info.version, info.fingerprint) + EMPTY_DATA + b"\x90"
     frame_decoder = msgspec.msgpack.Decoder(RawFrame)
 
     def wire_floor() -> Any:

@@ -29,7 +29,7 @@ import tensorwire as tw
 
 __all__ = ["FORMAT", "Binding", "Case", "Damage", "Export", "Found", "dump", "file_name", "load"]
 
-FORMAT = "twfuzz-case/2"  # frame 0 in wire format 2; binding paths start with an item index
+FORMAT = "twfuzz-case/3"  # frame 0 in wire format 3; binding paths start with an item index (the buffer table: 3)
 
 
 class Export(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -12,11 +12,15 @@ case is materialized. Families:
 - ``handles``: transport tag, name, fd, generation, offset, capability, fields, victim targets;
 - ``victim``: every handle forged to name victim targets (slots in flight, one-shots);
 - ``leaked``: the victim's one leaked message, as sent or with its capability used elsewhere;
-- ``descriptors``: the tensor extensions of the body (``ext(1)`` in a buffer, ``ext(3)`` inside
-  frame 0): kind, dtype, rank, flags, shape, strides, buffer, offset, nbytes, inline bytes, the
-  code, the payload's length; dropped, turned into wire-1 forms, copied many times;
+- ``descriptors``: the tensor extensions of the body (``ext(1)`` in a buffer, ``ext(3)`` in frame
+  0's data): kind, dtype, rank, flags, shape, strides, buffer, offset, nbytes, bytes after the
+  dims, the code, the payload's length; dropped, turned into wire-1 forms, copied many times;
+- ``data``: frame 0's data under its ``ext(3)`` ranges: cut, grown, shifted, retyped, its bin
+  header non-canonical or lying, opener bytes, one range read many times, ranges overlapping,
+  the data item dropped (``tools.fuzz.ops_data``);
 - ``body``: tensor extensions, extension codes and chains, deep nesting, wrong types, raw oddities;
-- ``damage``: byte-level damage to frame 0 or an inline frame; ``blob``: the joined form, damaged.
+- ``damage``: byte-level damage to frame 0 (mostly where its items start, its tag, buffer table
+  and body) or an inline frame; ``blob``: the joined form, damaged.
 """
 
 from __future__ import annotations
@@ -24,11 +28,11 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from tools.fuzz import damage, decoders, ops_table, ops_tensors, targets
+from tools.fuzz import damage, decoders, ops_data, ops_table, ops_tensors, targets
 from tools.fuzz.case import Case, Export
 from tools.fuzz.draft import BUFFERS, Draft, Live, LiveHandle, finish, start
 from tools.fuzz.ops_table import Op
-from tools.fuzz.seeds import LAYOUTS, LEAKED, OUT_OF_BAND, SEEDS, Template, template
+from tools.fuzz.seeds import EMBEDDED, LAYOUTS, LEAKED, OUT_OF_BAND, SEEDS, Layout, Template, template
 
 __all__ = ["FAMILIES", "generate"]
 
@@ -40,6 +44,7 @@ FAMILIES: tuple[tuple[str, int], ...] = (
     ("victim", 12),
     ("leaked", 3),
     ("descriptors", 14),
+    ("data", 10),
     ("body", 16),
     ("damage", 11),
     ("blob", 5),
@@ -49,10 +54,15 @@ _WEIGHTS = [weight for _, weight in FAMILIES]
 _MODES = ("memfd", "memfd", "named", "oneshot")
 
 
-def _template(rng: random.Random, out_of_band: bool) -> Template:
+def _template(rng: random.Random, source: str) -> Template:
+    """A template of any seed (``source`` "any"), of one with out-of-band buffers ("oob"), or mostly
+    (four in five) of one with tensor bytes in frame 0's data ("data")."""
+    if source == "data" and rng.random() < 0.2:
+        source = "any"
+    layouts: tuple[Layout, ...] = {"any": LAYOUTS, "oob": OUT_OF_BAND, "data": EMBEDDED}[source]
     while True:
-        tpl = template(rng.randrange(len(SEEDS)), rng.choice(OUT_OF_BAND if out_of_band else LAYOUTS))
-        if tpl.oob or not out_of_band:
+        tpl = template(rng.randrange(len(SEEDS)), rng.choice(layouts))
+        if source == "any" or (tpl.oob if source == "oob" else tpl.data):
             return tpl
 
 
@@ -66,8 +76,8 @@ def _exports(rng: random.Random, tpl: Template) -> list[Export]:
     return exports
 
 
-def _draft(rng: random.Random, family: str, out_of_band: bool = False) -> Draft:
-    tpl = _template(rng, out_of_band)
+def _draft(rng: random.Random, family: str, source: str = "any") -> Draft:
+    tpl = _template(rng, source)
     d = start(rng, family, tpl, _exports(rng, tpl))
     d.labels.append(tpl.name)
     d.decoder = rng.randrange(len(decoders.CONFIGS))
@@ -84,10 +94,26 @@ def _mutate(d: Draft, ops: tuple[Op, ...], count: int) -> None:
                 break
 
 
+def _windows(d: Draft) -> tuple[int, list[tuple[int, int]]]:
+    """The size of frame 0 as the draft writes it, and where damage hurts most: the first bytes of
+    each item (its header: the data's length included) and of each item longer than that."""
+    if d.raw_header is not None:
+        return len(d.raw_header), [(0, 16)]
+    spans = d.spans()
+    windows = [(start, min(end, start + 6)) for start, end in spans]
+    windows += [(start, min(end, start + 512)) for start, end in spans if end - start > 6]
+    return (spans[-1][1] if spans else 1), windows
+
+
+def _frame0_damage(d: Draft) -> None:
+    size, windows = _windows(d)
+    d.damage = damage.draw(d.rng, 0, size, windows)
+
+
 def _extras(d: Draft) -> None:
     """Sometimes some byte damage on top, and sometimes the joined form."""
     if d.rng.random() < 0.08 and not d.no_frames:
-        d.damage = damage.draw(d.rng, 0, 512)
+        _frame0_damage(d)
         d.labels.append("plus byte damage")
     if d.rng.random() < 0.12:
         d.joined = True
@@ -95,16 +121,16 @@ def _extras(d: Draft) -> None:
 
 
 def _legit(rng: random.Random) -> Case:
-    d = _draft(rng, "legit", rng.random() < 0.7)
+    d = _draft(rng, "legit", "oob" if rng.random() < 0.7 else "any")
     named = any(e.mode == "named" for e in d.exports)
     d.decoder = rng.choice([i for i in decoders.SAFE if i in decoders.NAMED or not named])
     d.joined = rng.random() < 0.2
     return finish(d, " ".join(d.labels))
 
 
-def _family(name: str, ops: tuple[Op, ...], out_of_band: bool = False) -> Callable[[random.Random], Case]:
+def _family(name: str, ops: tuple[Op, ...], source: str = "any") -> Callable[[random.Random], Case]:
     def build(rng: random.Random) -> Case:
-        d = _draft(rng, name, out_of_band)
+        d = _draft(rng, name, source)
         _mutate(d, ops, rng.choice((1, 1, 1, 2, 3)))
         _extras(d)
         return finish(d, "; ".join(d.labels))
@@ -113,7 +139,7 @@ def _family(name: str, ops: tuple[Op, ...], out_of_band: bool = False) -> Callab
 
 
 def _victim(rng: random.Random) -> Case:
-    d = _draft(rng, "victim", True)
+    d = _draft(rng, "victim", "oob")
     label = ops_table.retarget_all(d, True)
     d.labels.append(label or "no handles")
     _mutate(d, ops_table.HANDLE_OPS[5:9], rng.choice((0, 0, 1, 2)))
@@ -147,9 +173,12 @@ def _leaked(rng: random.Random) -> Case:
 def _damage(rng: random.Random) -> Case:
     d = _draft(rng, "damage")
     if rng.random() < 0.3:
-        _mutate(d, ops_table.HANDLE_OPS + ops_tensors.DESCRIPTOR_OPS + ops_tensors.BODY_OPS, 1)
+        _mutate(d, ops_table.HANDLE_OPS + ops_tensors.DESCRIPTOR_OPS + ops_data.DATA_OPS + ops_tensors.BODY_OPS, 1)
     target = rng.randrange(1, len(d.frames) + 1) if d.frames and rng.random() < 0.15 else 0
-    d.damage = damage.draw(rng, target, 512 if target == 0 else len(d.frames[target - 1]))
+    if target:
+        d.damage = damage.draw(rng, target, len(d.frames[target - 1]))
+    else:
+        _frame0_damage(d)
     d.labels.append(f"byte damage to frame {target}")
     return finish(d, "; ".join(d.labels))
 
@@ -167,10 +196,11 @@ _BUILDERS: dict[str, Callable[[random.Random], Case]] = {
     "legit": _legit,
     "header": _family("header", ops_table.HEADER_OPS),
     "buffers": _family("buffers", ops_table.BUFFER_OPS),
-    "handles": _family("handles", ops_table.HANDLE_OPS, True),
+    "handles": _family("handles", ops_table.HANDLE_OPS, "oob"),
     "victim": _victim,
     "leaked": _leaked,
     "descriptors": _family("descriptors", ops_tensors.DESCRIPTOR_OPS),
+    "data": _family("data", ops_data.DATA_OPS, "data"),
     "body": _family("body", ops_tensors.BODY_OPS),
     "damage": _damage,
     "blob": _blob,

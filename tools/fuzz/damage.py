@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from tools.fuzz.case import Damage
 
@@ -11,12 +12,17 @@ __all__ = ["KINDS", "apply", "draw"]
 KINDS = ("flip", "set", "insert", "delete", "dup")
 
 
-def draw(rng: random.Random, target: int, size: int) -> Damage:
-    """A few random edits of a ``size``-byte target (and sometimes a cut)."""
+def draw(rng: random.Random, target: int, size: int, windows: Sequence[tuple[int, int]] = ()) -> Damage:
+    """A few random edits of a ``size``-byte target (and sometimes a cut), mostly inside ``windows``
+    (``(start, end)`` ranges of it) where there are any."""
     span = max(size, 1)
     edits = []
     for _ in range(rng.choice((1, 1, 1, 2, 3, 4))):
-        where = rng.randrange(span) if rng.random() < 0.9 else rng.randrange(2**16)
+        if windows and rng.random() < 0.7:
+            start, end = rng.choice(windows)
+            where = rng.randrange(start, max(end, start + 1))
+        else:
+            where = rng.randrange(span) if rng.random() < 0.9 else rng.randrange(2**16)
         edits.append((rng.choice(KINDS), where, rng.randrange(256)))
     cut = rng.randrange(span + 1) if rng.random() < 0.2 else None
     return Damage(target, edits, cut)

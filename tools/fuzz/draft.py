@@ -1,12 +1,16 @@
 """A case being generated: frame 0 as the list of its items, which mutations edit in place.
 
-Frame 0 is the msgpack array ``[tag, fingerprint, buffers, body]`` (``tensorwire._wire``); a draft keeps
-its items as raw msgpack until a mutation needs one decoded (``get``), and mutations may drop, add,
-reorder or retype items. Values the generator cannot know (the victim's names and fds, the worker's
-own handles) are ``Live`` markers in the buffer table (the item at ``BUFFERS``), and a handle bound
-whole is a ``LiveHandle`` whose fields may then be overridden. ``finish`` turns the markers into
-``Binding``s (paths computed at the end, so mutations may add, drop and reorder buffer entries
-freely) and encodes frame 0 with placeholders.
+Frame 0 is the msgpack array ``[tag, fingerprint, data, buffers, body]`` (``tensorwire._wire``); a
+draft keeps its items as raw msgpack until a mutation needs one decoded (``get``), and mutations may
+drop, add, reorder or retype items. ``data`` is a bin of the bytes of the tensors carried in frame 0
+(each ``ext(3)`` of the body names its offset and size there); a mutation that needs room there
+appends to it (``append_data``), and ``data_claim`` makes ``finish`` write a bin header that claims
+more (or less) than the data and everything after it. Values the generator cannot know (the
+victim's names and fds, the worker's own handles) are ``Live`` markers in the buffer table (the
+item at ``BUFFERS``), and a handle bound whole is a ``LiveHandle`` whose fields may then be
+overridden. ``finish`` turns the markers into ``Binding``s (paths computed at the end, so mutations
+may add, drop and reorder buffer entries, and move the table itself, freely) and encodes frame 0
+with placeholders.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from tools.fuzz.seeds import Template
 __all__ = [
     "BODY",
     "BUFFERS",
+    "DATA",
     "DELETE",
     "FINGERPRINT",
     "TAG",
@@ -37,7 +42,7 @@ __all__ = [
     "start",
 ]
 
-TAG, FINGERPRINT, BUFFERS, BODY = range(4)  # the items of frame 0; only BUFFERS may hold live values
+TAG, FINGERPRINT, DATA, BUFFERS, BODY = range(5)  # the items of frame 0; only the buffer table holds live values
 _EXT_TUPLE = 2
 _WALKED = 256  # markers only sit in short lists: longer ones (thousands of entries) are not walked
 
@@ -119,6 +124,7 @@ class Draft:
     joined: bool = False
     writable: bool = False
     decoder: int = 0
+    data_claim: int | None = None  # the data's bin claims its bytes, all that follows it and this many more
 
     def get(self, index: int) -> Any:
         """Item ``index`` (decoded on first use), or None if there is none or it does not decode."""
@@ -128,7 +134,7 @@ class Draft:
         if isinstance(value, msgspec.Raw):
             try:
                 value = self.items[index] = msgspec.msgpack.decode(value)
-            except msgspec.MsgspecError:
+            except (msgspec.MsgspecError, RecursionError):  # malformed, or nested past msgspec's own limit
                 return None
         return value
 
@@ -143,6 +149,30 @@ class Draft:
         """Item ``index`` if it is a list."""
         value = self.get(index)
         return value if isinstance(value, list) else None
+
+    def data(self) -> bytes | None:
+        """Frame 0's data, if the item at ``DATA`` is a bin."""
+        value = self.get(DATA)
+        return value if isinstance(value, bytes) else None
+
+    def append_data(self, extra: bytes) -> int | None:
+        """Append ``extra`` to frame 0's data; where it starts there (None if the data is no bin)."""
+        data = self.data()
+        if data is None:
+            return None
+        self.items[DATA] = data + extra
+        return len(data)
+
+    def spans(self) -> list[tuple[int, int]]:
+        """``(start, end)`` of each item in frame 0 as ``finish`` writes it (about: a bound value's
+        placeholder is not as long as the value)."""
+        pos = len(rawmp.array_header(len(self.items)))
+        spans = []
+        for value in self.items:
+            end = pos + len(encode(value))
+            spans.append((pos, end))
+            pos = end
+        return spans
 
 
 def start(rng: random.Random, family: str, tpl: Template, exports: list[Export]) -> Draft:
@@ -185,6 +215,15 @@ def _ref(item: Any) -> list[Any]:
     return ["lit", item]
 
 
+def _claim(raw: list[bytes], extra: int) -> None:
+    """The data's bin header (where the item is a bin) rewritten as a bin32 claiming its bytes, every
+    byte of frame 0 after it and ``extra`` more."""
+    payload = rawmp.bin_payload(raw[DATA]) if len(raw) > DATA else None
+    if payload is not None:
+        claim = len(payload) + sum(len(r) for r in raw[DATA + 1 :]) + extra
+        raw[DATA] = rawmp.bin_header(min(max(claim, 0), 2**32 - 1), 4) + payload
+
+
 def finish(draft: Draft, label: str) -> Case:
     """The case the draft describes."""
     bindings: list[Binding] = []
@@ -193,7 +232,9 @@ def finish(draft: Draft, label: str) -> Case:
     elif draft.raw_header is not None:
         frames = [draft.raw_header, *draft.frames]
     else:
-        raw = [encode(_extract(value, i, bindings) if i == BUFFERS else value) for i, value in enumerate(draft.items)]
+        raw = [encode(_extract(v, i, bindings) if isinstance(v, list) else v) for i, v in enumerate(draft.items)]
+        if draft.data_claim is not None:
+            _claim(raw, draft.data_claim)
         frames = [rawmp.build_array(raw), *draft.frames]
         if bindings and not bindable(frames[0], bindings):
             bindings = []  # the buffer table behind an item that does not parse: the placeholders stay

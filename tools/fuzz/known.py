@@ -23,7 +23,7 @@ __all__ = ["cases", "write"]
 
 _TOKEN = "0123456789abcdef" * 2
 _PLAIN = 0  # a seed without tensors: no descriptor in the body
-_EMPTY = 3  # the seed whose first tensor is an empty one (an ext(3) without bytes)
+_EMPTY = 3  # the seed whose first tensor is an empty one (an ext(3) of no bytes)
 _VALUE = 11  # an rpc.Value seed
 _INLINE = (seeds.ALL_INLINE, 0)  # every tensor in an inline frame (empty ones inside frame 0)
 
@@ -45,9 +45,9 @@ def _ext_chain(prefix: bytes) -> Case:
 def _shape(shape: list[int], strides: list[int]) -> Case:
     d = _draft(_EMPTY, _INLINE)
     body = d.get(BODY)
-    first = body["output"][0]  # torch.zeros(0), carried inside frame 0 without bytes
+    first = body["output"][0]  # torch.zeros(0): an ext(3) of no bytes of frame 0's data
     desc = unpack(first)
-    assert desc is not None and first.code == 3 and not desc.data
+    assert desc is not None and first.code == 3 and desc.offset == desc.nbytes == 0
     body["output"][0] = pack(replace(desc, rank=len(shape), flags=1, shape=tuple(shape), strides=tuple(strides)))
     d.put(BODY, msgspec.Raw(encode(body)))
     return finish(d, f"an empty tensor of shape {shape}")

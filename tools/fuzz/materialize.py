@@ -10,8 +10,8 @@ Refs (the ``ref`` of a ``Binding``):
   ``self_pid`` and ``self_token`` (the decoding worker's);
 - ``["add", ref, delta]``: the int ``ref`` names, plus ``delta``.
 
-A binding's path starts with the index of an item of frame 0's array (``[tag, fingerprint,
-buffers, body]``: in practice the buffer table, 2). Only the items a binding touches are decoded
+A binding's path starts with the index of an item of frame 0's array (``[tag, fingerprint, data,
+buffers, body]``: in practice the buffer table, 3). Only the items a binding touches are decoded
 and re-encoded; every other byte stays as generated (a body nested 100,000 deep included).
 """
 
@@ -112,7 +112,7 @@ def bind(frame: bytes, bindings: list[Binding], context: dict[str, Any]) -> byte
         if top not in values:
             try:
                 values[top] = [msgspec.msgpack.decode(items[top])]
-            except msgspec.MsgspecError as exc:
+            except (msgspec.MsgspecError, RecursionError) as exc:
                 raise HarnessError(f"bound item {top} does not decode: {exc}") from None
         value = resolve(binding.ref, context)
         if not path:
@@ -128,12 +128,42 @@ def bind(frame: bytes, bindings: list[Binding], context: dict[str, Any]) -> byte
 
 
 def bindable(frame: bytes, bindings: list[Binding]) -> bool:
-    """Whether every binding's item can be found in ``frame``."""
+    """Whether every binding's item can be found in ``frame`` and decoded, and its path leads to a
+    map or list there (or to what an earlier binding puts there): a frame whose items shifted, e.g.
+    under a bin that claims more or less than its bytes, may not hold the buffer table where a
+    binding names it."""
     split = rawmp.items(frame)
     if split is None:
         return False
-    count = len(split[1])
-    return all(isinstance(b.path[0], int) and 0 <= b.path[0] < count for b in bindings)
+    found = split[1]
+    decoded: dict[int, Any] = {}
+    bound: list[list[str | int]] = []
+    for binding in bindings:
+        top = binding.path[0]
+        if not isinstance(top, int) or not 0 <= top < len(found):
+            return False
+        if top not in decoded:
+            try:
+                decoded[top] = msgspec.msgpack.decode(found[top])
+            except (msgspec.MsgspecError, RecursionError):
+                return False
+        parent = binding.path[:-1]
+        if parent and parent not in bound and not isinstance(_node(decoded[top], parent[1:]), dict | list):
+            return False
+        bound.append(binding.path)
+    return True
+
+
+def _node(node: Any, steps: list[str | int]) -> Any:
+    """What ``steps`` (map keys and list indices) lead to from ``node`` (None where they lead nowhere)."""
+    for step in steps:
+        if isinstance(node, dict) and step in node:
+            node = node[step]
+        elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+            node = node[step]
+        else:
+            return None
+    return node
 
 
 def materialize(case: Case, context: dict[str, Any]) -> Delivery:

@@ -1,8 +1,9 @@
 """Structural mutations of frame 0's tag, fingerprint and items, its buffer table, its handles and the inline frames.
 
-Frame 0 is ``[tag, fingerprint, [[nbytes, handle], ...], body]``; the tag is
-``"tensorwire:<wire>:<type id>:<version>"``. Each operator edits a ``Draft`` in place and returns a
-short label, or None where it does not apply (the generator then tries another).
+Frame 0 is ``[tag, fingerprint, data, [[nbytes, handle], ...], body]``; the tag is
+``"tensorwire:<wire>:<type id>:<version>"`` (``tools.fuzz.ops_data`` mutates the data). Each
+operator edits a ``Draft`` in place and returns a short label, or None where it does not apply (the
+generator then tries another).
 """
 
 from __future__ import annotations
@@ -51,14 +52,17 @@ def _tag(d: Draft) -> str:
     choices: tuple[Any, ...] = (
         *_TAGS,  # another type's tag on this body
         make(w="1"),
-        make(w="3"),
+        make(w="2"),  # the format before frame 0 had its data item
+        make(w=str(WIRE_VERSION + 1)),
         make(w="0"),
-        make(w="02"),
-        make(w="-2"),
+        make(w="0" + wire),
+        make(w="-" + wire),
         make(w=""),
         make(w="\u00b2"),  # a superscript two: a digit, not a decimal
+        make(w="\u00b3"),
         make(w="\u0662"),  # an Arabic-Indic two: a decimal
-        make(w="2" * 5000),
+        make(w="\u0663"),
+        make(w=wire * 5000),
         make(v="0"),
         make(v="2"),
         make(v="01"),
@@ -102,7 +106,7 @@ def _fingerprint(d: Draft) -> str:
     value = d.rng.choice(choices)
     if value is DELETE:
         if len(d.items) > FINGERPRINT:
-            del d.items[FINGERPRINT]  # the buffer table and the body move up one place
+            del d.items[FINGERPRINT]  # the data, the buffer table and the body move up one place
     else:
         d.put(FINGERPRINT, value)
     return f"fingerprint = {value!r:.40}"
@@ -153,7 +157,7 @@ def _retype_item(d: Draft) -> str | None:
 def _wire1(d: Draft) -> bytes:
     """Frame 0 in the layout of wire format 1 (a map), built from the draft's items."""
     type_id, version = _own_tag(d)
-    items = list(d.items) + [None] * (4 - len(d.items))
+    items = list(d.items) + [None] * (5 - len(d.items))
     table = d.get(BUFFERS)
     if isinstance(table, list):
         table = [{"nbytes": e[0], "handle": e[1]} if isinstance(e, list) and len(e) == 2 else e for e in table]
@@ -184,8 +188,10 @@ def _not_an_array(d: Draft) -> str:
             b"\xc0",
             b"\x80",
             b"\x90",
-            rawmp.array_header(4),
-            rawmp.array_header(4) + encode(_TAGS[0]),
+            rawmp.array_header(5),
+            rawmp.array_header(5) + encode(_TAGS[0]),
+            rawmp.array_header(5) + encode(_TAGS[0]) + encode(_PRINTS[0]),
+            rawmp.array_header(5) + encode(_TAGS[0]) + encode(_PRINTS[0]) + b"\xc4\x00",
             b"\xdd\xff\xff\xff\xff",
             b"\xdd\xff\xff\xff\xff\xc0",
             b"\xdc" + len(d.items).to_bytes(2, "big") + b"".join(encode(v) for v in d.items),  # a wide header

@@ -2,11 +2,12 @@
 
 A tensor is an extension in place in the body (``tensorwire._wire``): ``ext(1)`` describes one in a
 buffer (``<kind, dtype, rank, flags>``, u32 buffer, u64 offset, u64 nbytes, rank u64 dims, with
-flag 1 rank i64 strides), ``ext(3)`` carries a small one inside frame 0 (the same head without
-buffer, offset and nbytes, then its bytes). Descriptor mutations unpack such a payload into its
-fields, change one (or the code, or the payload's length) and pack it again, every field wrapped
-into its width, so that any bit pattern a sender could write is reachable; a mutation sometimes
-keeps ``nbytes`` (the inline bytes) consistent with a new shape or dtype so the input reaches the
+flag 1 rank i64 strides), ``ext(3)`` one whose bytes are in frame 0's data (the same head, u64
+offset into the data, u64 nbytes, then the dims and strides). Descriptor mutations unpack such a
+payload into its fields, change one (or the code, or the payload's length, or what follows the
+dims) and pack it again, every field wrapped into its width, so that any bit pattern a sender
+could write is reachable; a mutation sometimes keeps ``nbytes`` consistent with a new shape or
+dtype (and an ``ext(3)``'s range inside the data, which grows to hold it) so the input reaches the
 deeper checks. The body is edited as a tree (tree tuples opened), with hand-built raw msgpack where
 msgspec would refuse to write it: extension chains, nesting hundreds deep, invalid UTF-8,
 non-canonical widths, containers claiming more items than there are bytes.
@@ -27,9 +28,12 @@ from tools.fuzz import rawmp, values
 from tools.fuzz.draft import BODY, BUFFERS, BodyTuple, Draft, encode
 from tools.fuzz.ops_table import Op
 
-__all__ = ["BODY_OPS", "DESCRIPTOR_OPS", "Desc", "pack", "unpack"]
+__all__ = ["BODY_OPS", "DESCRIPTOR_OPS", "Desc", "pack", "store", "tensors", "unpack"]
 
-_FIELDS = ("kind", "dtype", "rank", "flags", "shape", "strides", "offset", "buffer", "nbytes", "code", "payload")
+_FIELDS = (
+    *("kind", "dtype", "rank", "flags", "shape", "strides"),
+    *("offset", "buffer", "nbytes", "code", "tail", "payload"),
+)
 _ITEMSIZE = [DTYPES[name].itemsize for name in DTYPE_NAMES]
 _SHAPES: tuple[list[int], ...] = (
     [2**63],
@@ -50,12 +54,13 @@ _SHAPES: tuple[list[int], ...] = (
 _U32, _U64 = 2**32 - 1, 2**64 - 1
 _HEAD = struct.Struct("<BBBB")
 _PLACED = struct.Struct("<IQQ")  # buffer, offset, nbytes (after the head, in ext(1))
+_INLINE = struct.Struct("<QQ")  # offset in frame 0's data, nbytes (after the head, in ext(3))
 _INDEX = struct.Struct("<I")
-_INLINE_BYTES = 1 << 16  # an inline payload kept consistent with its shape only up to this size
+_INLINE_BYTES = 1 << 16  # an inline range kept consistent with its shape only up to this size
 _MANY_BYTES = 4 << 20  # the most payload bytes copies of one extension may add to frame 0
 _FLOAT32 = DTYPE_NAMES.index("float32")
+_ONE = b"\0\0\x80?"  # 1.0 as a float32
 _LEAF_TENSOR = pack_descriptor(0, _FLOAT32, (1,), None, 0, 0, 4)  # one float32 at the start of buffer 0
-_LEAF_INLINE = pack_inline(0, _FLOAT32, (1,), b"\0\0\x80?")  # one float32 (1.0) inside frame 0
 
 
 @dataclass(frozen=True)
@@ -63,8 +68,9 @@ class Desc:
     """A tensor extension's payload as fields (any values: ``pack`` wraps each into its width).
 
     ``rank`` is written as it is, independently of ``len(shape)``; strides are written when they
-    are not None, whatever ``flags`` says. ``data``: what follows the dims (an inline tensor's bytes;
-    nothing in a well-formed ``ext(1)``). ``buffer``, ``offset`` and ``nbytes`` exist in ``ext(1)`` only.
+    are not None, whatever ``flags`` says. ``buffer`` exists in ``ext(1)`` only; ``offset`` and
+    ``nbytes`` in both (for ``ext(3)``, a range of frame 0's data). ``tail``: what follows the dims
+    and strides (nothing in a well-formed extension; an ``ext(3)``'s own bytes before the data item).
     """
 
     code: int
@@ -77,7 +83,7 @@ class Desc:
     buffer: int = 0
     offset: int = 0
     nbytes: int = 0
-    data: bytes = b""
+    tail: bytes = b""
 
 
 def unpack(ext: msgspec.msgpack.Ext) -> Desc | None:
@@ -87,12 +93,17 @@ def unpack(ext: msgspec.msgpack.Ext) -> Desc | None:
         return None
     kind, dtype, rank, flags = _HEAD.unpack_from(data)
     pos = _HEAD.size
-    buffer = offset = nbytes = 0
+    buffer = 0
     if ext.code == EXT_TENSOR:
         if len(data) < pos + _PLACED.size:
             return None
         buffer, offset, nbytes = _PLACED.unpack_from(data, pos)
         pos += _PLACED.size
+    else:
+        if len(data) < pos + _INLINE.size:
+            return None
+        offset, nbytes = _INLINE.unpack_from(data, pos)
+        pos += _INLINE.size
     strided = bool(flags & 1)
     if len(data) < pos + rank * (16 if strided else 8):
         return None
@@ -102,8 +113,6 @@ def unpack(ext: msgspec.msgpack.Ext) -> Desc | None:
     if strided:
         strides = struct.unpack_from(f"<{rank}q", data, pos)
         pos += 8 * rank
-    if ext.code == EXT_INLINE:
-        nbytes = len(data) - pos
     return Desc(ext.code, kind, dtype, rank, flags, shape, strides, buffer, offset, nbytes, data[pos:])
 
 
@@ -112,22 +121,51 @@ def _signed(value: int) -> int:
 
 
 def pack(desc: Desc) -> msgspec.msgpack.Ext:
-    """The extension of ``desc``, every field wrapped into its width (code wrapped into -128..127)."""
+    """The extension of ``desc``, every field wrapped into its width (code wrapped into -128..127);
+    any code but 1 gets the layout of ``ext(3)``."""
     parts = [_HEAD.pack(desc.kind & 0xFF, desc.dtype & 0xFF, desc.rank & 0xFF, desc.flags & 0xFF)]
     if desc.code == EXT_TENSOR:
         parts.append(_PLACED.pack(desc.buffer & _U32, desc.offset & _U64, desc.nbytes & _U64))
+    else:
+        parts.append(_INLINE.pack(desc.offset & _U64, desc.nbytes & _U64))
     parts.append(struct.pack(f"<{len(desc.shape)}Q", *(n & _U64 for n in desc.shape)))
     if desc.strides is not None:
         parts.append(struct.pack(f"<{len(desc.strides)}q", *(_signed(n) for n in desc.strides)))
-    parts.append(desc.data)
+    parts.append(desc.tail)
     return msgspec.msgpack.Ext((desc.code + 128) % 256 - 128, b"".join(parts))
+
+
+def _inline_leaf(d: Draft) -> bytes:
+    """The ``ext(3)`` payload of one float32 in frame 0's data (1.0, appended where the data has
+    fewer than four bytes)."""
+    data = d.data()
+    offset = 0
+    if data is not None and len(data) < len(_ONE):
+        offset = len(data)
+        d.append_data(_ONE)
+    return pack_inline(0, _FLOAT32, (1,), offset, len(_ONE))
+
+
+def _append(d: Draft, nbytes: int) -> int:
+    """Where ``nbytes`` zero bytes appended to frame 0's data start (0 if the data item is no bin)."""
+    offset = d.append_data(bytes(nbytes))
+    return 0 if offset is None else offset
+
+
+def _room(d: Draft, offset: int, nbytes: int) -> int:
+    """An offset in frame 0's data with ``nbytes`` bytes from it: ``offset`` where they fit, else
+    where as many bytes appended start."""
+    data = d.data()
+    if data is None or (0 <= offset and offset + nbytes <= len(data)):
+        return offset
+    return _append(d, nbytes)
 
 
 def _is_tensor(node: Any) -> bool:
     return isinstance(node, msgspec.msgpack.Ext) and node.code in (EXT_TENSOR, EXT_INLINE)
 
 
-def _tensors(d: Draft) -> tuple[list[Any], list[tuple[Any, Any]]]:
+def tensors(d: Draft) -> tuple[list[Any], list[tuple[Any, Any]]]:
     """The body (in a holder) and the ``(container, key)`` of each tensor extension in it."""
     holder, nodes = _body(d)
     return holder, [n for n in nodes if _is_tensor(n[0][n[1]])]
@@ -141,23 +179,57 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _consistent(desc: Desc) -> Desc:
-    """``desc`` with ``nbytes`` (an inline tensor's bytes, where not too many) matching its shape and dtype,
-    and C-contiguous strides where it has strides."""
-    itemsize = _ITEMSIZE[desc.dtype] if 0 <= desc.dtype < len(_ITEMSIZE) else 1
-    nbytes = min(math.prod(desc.shape) * itemsize, _U64)
+def _itemsize(desc: Desc) -> int:
+    return _ITEMSIZE[desc.dtype] if 0 <= desc.dtype < len(_ITEMSIZE) else 1
+
+
+def _consistent(d: Draft, desc: Desc) -> Desc:
+    """``desc`` with ``nbytes`` matching its shape and dtype, C-contiguous strides where it has
+    strides, and an inline tensor's range inside frame 0's data (where not too many bytes)."""
+    nbytes = min(math.prod(desc.shape) * _itemsize(desc), _U64)
     strides = None if desc.strides is None else _c_strides(desc.shape)
     if desc.code == EXT_INLINE:
         if nbytes > _INLINE_BYTES:
             return replace(desc, strides=strides)
-        data = (desc.data + bytes(nbytes))[:nbytes]
-        return replace(desc, strides=strides, nbytes=nbytes, data=data)
+        return replace(desc, strides=strides, nbytes=nbytes, offset=_room(d, desc.offset, nbytes))
     return replace(desc, strides=strides, nbytes=nbytes)
 
 
 def _with_shape(desc: Desc, shape: tuple[int, ...]) -> Desc:
     strides = None if desc.strides is None else (tuple(desc.strides) + (1,) * len(shape))[: len(shape)]
     return replace(desc, shape=shape, rank=len(shape), strides=strides)
+
+
+def _offset(d: Draft, desc: Desc) -> int:
+    """An offset at some edge of where the tensor lives (its buffer, or frame 0's data)."""
+    choices = [-1, 0, 1, 2, 3, 4, 8, 15, 16, 4096, 2**31, 2**63, _U64, desc.offset + 1, desc.offset - 1]
+    if desc.code != EXT_TENSOR:
+        size = len(d.data() or b"")
+        choices += [size, size + 1, size - desc.nbytes, size - desc.nbytes + 1, 2**64 - desc.nbytes]
+        choices += [desc.offset + _itemsize(desc), desc.offset + 2**63]
+    value: int = d.rng.choice(choices)
+    return value
+
+
+def _nbytes(d: Draft, desc: Desc) -> int:
+    """An nbytes at some edge of the shape's size, or of what the buffer or the data holds."""
+    choices = [0, -1, 1, 2**63, _U64, 2**40, desc.nbytes + 1, desc.nbytes - 1, desc.nbytes * 2]
+    if desc.code != EXT_TENSOR:
+        size = len(d.data() or b"")
+        choices += [size - desc.offset, size - desc.offset + 1, 2**64 - desc.offset, desc.nbytes + _itemsize(desc)]
+    value: int = d.rng.choice(choices)
+    return value
+
+
+def _tail(d: Draft, desc: Desc) -> tuple[Desc, str]:
+    """``desc`` with bytes after its dims: an inline tensor's own bytes (where it carried them before
+    the data item), or random ones."""
+    if desc.code == EXT_INLINE and d.rng.random() < 0.6:
+        data = d.data() or b""
+        own = data[desc.offset : desc.offset + min(desc.nbytes, _INLINE_BYTES)]
+        return replace(desc, tail=own), f"its {len(own)} bytes after its dims too"
+    tail = d.rng.randbytes(d.rng.choice((1, 4, 8, 16, 17)))
+    return replace(desc, tail=desc.tail + tail), f"{len(tail)} bytes after its dims"
 
 
 def _mutate_field(d: Draft, desc: Desc, field: str) -> tuple[Desc, str] | None:
@@ -194,24 +266,23 @@ def _mutate_field(d: Draft, desc: Desc, field: str) -> tuple[Desc, str] | None:
         ones = [1] * max(rank - 1, 0)
         chosen = rng.choice(([stride] * rank, [stride] * (rank + 1), [], [1] * rank, [stride, *ones], [*ones, stride]))
         return replace(desc, flags=desc.flags | 1, strides=tuple(chosen)), f"strides {chosen!r:.50}"
-    if field == "offset" and placed:
-        value = rng.choice((-1, 0, 1, 2, 3, 4, 8, 15, 16, 4096, 2**31, 2**63, _U64, desc.offset + 1, desc.offset - 1))
-        return replace(desc, offset=value), f"offset {value}"
+    if field == "offset":
+        value = _offset(d, desc)
+        return replace(desc, offset=value), f"offset {value & _U64}"
     if field == "buffer" and placed:
         value = rng.choice((-1, 1, 2, 3, 100, 4096, 2**31, _U32, desc.buffer + 1))
         return replace(desc, buffer=value), f"buffer {value & _U32}"
     if field == "nbytes":
-        if placed:
-            value = rng.choice((0, -1, 1, 2**63, _U64, 2**40, desc.nbytes + 1, desc.nbytes - 1, desc.nbytes * 2))
-            return replace(desc, nbytes=value), f"nbytes {value & _U64}"
-        change = rng.choice((-1, 1, -8, 8, 4096, -len(desc.data)))
-        data = desc.data[:change] if change < 0 else desc.data + rng.randbytes(change)
-        return replace(desc, data=data, nbytes=len(data)), f"inline bytes {change:+}"
+        value = _nbytes(d, desc)
+        return replace(desc, nbytes=value), f"nbytes {value & _U64}"
+    if field == "tail":
+        return _tail(d, desc)
     if field == "code":
-        if placed and rng.random() < 0.5 and desc.nbytes <= _INLINE_BYTES:  # the same tensor, carried inline
-            return replace(desc, code=EXT_INLINE, flags=desc.flags & 1, data=bytes(desc.nbytes)), "moved inline"
-        if not placed and rng.random() < 0.5:  # the same tensor, placed in a buffer
-            return replace(desc, code=EXT_TENSOR, buffer=0, offset=0, data=b""), "moved to buffer 0"
+        if placed and rng.random() < 0.5 and desc.nbytes <= _INLINE_BYTES:  # the same tensor, its bytes in the data
+            moved = replace(desc, code=EXT_INLINE, flags=desc.flags & 1, offset=_append(d, desc.nbytes))
+            return moved, "moved into frame 0's data"
+        if not placed and rng.random() < 0.5:  # the same tensor, placed in a buffer at its data offset
+            return replace(desc, code=EXT_TENSOR, buffer=0), "moved to buffer 0"
         value = rng.choice((EXT_TENSOR, EXT_INLINE, EXT_TUPLE, 0, 4, 127, -1, -128))
         return replace(desc, code=value), f"extension code {value} on the same fields"
     return None
@@ -236,7 +307,7 @@ def _payload(d: Draft, ext: msgspec.msgpack.Ext) -> tuple[msgspec.msgpack.Ext, s
 
 
 def _desc_field(d: Draft) -> str | None:
-    holder, found = _tensors(d)
+    holder, found = tensors(d)
     if not found:
         return None
     parent, key = d.rng.choice(found)
@@ -245,7 +316,7 @@ def _desc_field(d: Draft) -> str | None:
     field = d.rng.choice(_FIELDS)
     if desc is None or field == "payload":
         parent[key], what = _payload(d, ext)
-        _store(d, holder)
+        store(d, holder)
         return f"ext({ext.code}) {what}"
     changed = None
     for _attempt in range(4):
@@ -258,15 +329,15 @@ def _desc_field(d: Draft) -> str | None:
     new, what = changed
     kept = field in ("shape", "dtype", "rank") and d.rng.random() < 0.5
     if kept:
-        new = _consistent(new)
+        new = _consistent(d, new)
     parent[key] = pack(new)
-    _store(d, holder)
+    store(d, holder)
     return f"ext({ext.code}) {what}{' (nbytes kept consistent)' if kept else ''}"
 
 
 def _desc_shape(d: Draft) -> str | None:
     """A tensor extension replaced by another form: dropped, the wire-1 reference, a descriptor list."""
-    holder, found = _tensors(d)
+    holder, found = tensors(d)
     if not found:
         return None
     parent, key = d.rng.choice(found)
@@ -282,7 +353,7 @@ def _desc_shape(d: Draft) -> str | None:
     elif kind == 2 and desc is not None:
         name = DTYPE_NAMES[desc.dtype] if desc.dtype < len(DTYPE_NAMES) else desc.dtype
         fields = ["tensor" if desc.kind == 0 else "ndarray", name, list(desc.shape), desc.strides, desc.offset]
-        parent[key] = [*fields, desc.buffer, desc.nbytes]
+        parent[key] = [*fields, desc.buffer if desc.code == EXT_TENSOR else -1, desc.nbytes]
         what = "as a wire-1 descriptor list"
     elif kind == 3 and desc is not None:
         parent[key] = pack(replace(desc, flags=desc.flags ^ 2))
@@ -290,26 +361,26 @@ def _desc_shape(d: Draft) -> str | None:
     else:
         parent[key] = msgspec.msgpack.Ext(d.rng.choice((EXT_TENSOR, EXT_INLINE)), b"")
         what = "as an empty extension"
-    _store(d, holder)
+    store(d, holder)
     return f"a tensor extension {what}"
 
 
 def _desc_many(d: Draft) -> str | None:
-    holder, found = _tensors(d)
+    holder, found = tensors(d)
     if not found:
         return None
     parent, key = d.rng.choice(found)
     count = d.rng.choice((5, 4096, 65535, 65536, 65537))
     ext = parent[key]
     if len(ext.data) * count > _MANY_BYTES:  # frame 0 stays a few MiB: a one-element tensor of the same form
-        ext = msgspec.msgpack.Ext(ext.code, _LEAF_TENSOR if ext.code == EXT_TENSOR else _LEAF_INLINE)
+        ext = msgspec.msgpack.Ext(ext.code, _LEAF_TENSOR if ext.code == EXT_TENSOR else _inline_leaf(d))
     parent[key] = [ext] * count
-    _store(d, holder)
+    store(d, holder)
     return f"{count} copies of a tensor extension ({len(ext.data)} bytes each)"
 
 
 def _retarget(d: Draft) -> str | None:
-    holder, found = _tensors(d)
+    holder, found = tensors(d)
     buffers = d.listed(BUFFERS)
     placed = [(p, k) for p, k in found if p[k].code == EXT_TENSOR]
     if not placed or not buffers:
@@ -323,7 +394,7 @@ def _retarget(d: Draft) -> str | None:
     size = entry[0] if isinstance(entry, list) and entry and isinstance(entry[0], int) else 0
     offset = max(0, size - desc.nbytes) + d.rng.choice((0, 0, 1, 16, -16))
     parent[key] = pack(replace(desc, buffer=index, offset=offset))
-    _store(d, holder)
+    store(d, holder)
     return f"descriptor moved to buffer {index} at {offset}"
 
 
@@ -353,7 +424,7 @@ def _nodes(holder: list[Any], limit: int = 4000) -> list[tuple[Any, Any]]:
         if isinstance(node, msgspec.msgpack.Ext) and node.code == EXT_TUPLE and depth < 32:
             try:
                 items = msgspec.msgpack.decode(node.data)
-            except msgspec.MsgspecError:
+            except (msgspec.MsgspecError, RecursionError):
                 continue
             if not isinstance(items, list):
                 continue
@@ -372,7 +443,8 @@ def _body(d: Draft) -> tuple[list[Any], list[tuple[Any, Any]]]:
     return holder, _nodes(holder)
 
 
-def _store(d: Draft, holder: list[Any]) -> None:
+def store(d: Draft, holder: list[Any]) -> None:
+    """Write the body (in its holder) back into the draft."""
     d.put(BODY, msgspec.Raw(encode(holder[0])))
 
 
@@ -384,7 +456,7 @@ def _replace(d: Draft, make: Any, what: str, pick: Any = None) -> str:
         choices = nodes
     parent, key = d.rng.choice(choices)
     parent[key] = make(parent[key])
-    _store(d, holder)
+    store(d, holder)
     return what
 
 
@@ -405,6 +477,11 @@ def _tensor_ref(d: Draft) -> str:
     return _replace(d, make, "tensor extension changed", _is_tensor)
 
 
+def _leaf(d: Draft, leaf: bytes | None) -> bytes:
+    """``leaf``, or (None) an ``ext(3)`` of one float32 in frame 0's data."""
+    return rawmp.ext(EXT_INLINE, _inline_leaf(d)) if leaf is None else leaf
+
+
 def _ext_chain(d: Draft) -> str:
     rng = d.rng
     depth = rng.choice((1, 2, 3, 10, 60, 62, 63, 64, 65, 66, 100, 200, 1000))
@@ -418,12 +495,12 @@ def _ext_chain(d: Draft) -> str:
             encode([1]) + b"\x00",
             rawmp.ext(EXT_TENSOR, _INDEX.pack(0)),
             rawmp.ext(EXT_TENSOR, _LEAF_TENSOR),
-            rawmp.ext(EXT_INLINE, _LEAF_INLINE),
+            None,  # an ext(3) of one float32 in frame 0's data
             b"\x91",
             b"\xc0",
         )
     )
-    raw = rawmp.ext_chain([(EXT_TUPLE, prefix)] * depth, leaf)
+    raw = rawmp.ext_chain([(EXT_TUPLE, prefix)] * depth, _leaf(d, leaf))
     return _replace(d, lambda _: msgspec.Raw(raw), f"ext(2) chain {depth} deep (prefix {prefix.hex()})")
 
 
@@ -431,10 +508,8 @@ def _deep(d: Draft) -> str:
     rng = d.rng
     depth = rng.choice((10, 40, 58, 60, 61, 62, 63, 64, 65, 66, 70, 100, 200))
     openers = [rng.choice((b"\x91", b"\x81\xa1k", b"\x92\xc0", b"\x81\x00")) for _ in range(depth)]
-    leaf = rng.choice(
-        (b"\xc0", b"\x90", b"\x80", rawmp.ext(EXT_TENSOR, _LEAF_TENSOR), rawmp.ext(EXT_INLINE, _LEAF_INLINE))
-    )
-    raw = rawmp.nested(openers, leaf)
+    leaf = rng.choice((b"\xc0", b"\x90", b"\x80", rawmp.ext(EXT_TENSOR, _LEAF_TENSOR), None))
+    raw = rawmp.nested(openers, _leaf(d, leaf))
     return _replace(d, lambda _: msgspec.Raw(raw), f"containers nested {depth} deep")
 
 
@@ -519,7 +594,7 @@ def _alias(d: Draft) -> str:
     source = d.rng.choice(refs)
     parent, key = d.rng.choice(nodes)
     parent[key] = source[0][source[1]]
-    _store(d, holder)
+    store(d, holder)
     return "a tensor extension copied to another place"
 
 

@@ -1,8 +1,9 @@
 """Raw msgpack pieces the fuzzer writes by hand, and an iterative walk over the top-level array of a frame.
 
 msgspec writes canonical msgpack only; hostile inputs also need deep nesting built in linear time,
-extension chains, non-canonical widths and maps with duplicate keys. ``items`` splits an array (frame
-0 is one: ``[tag, fingerprint, buffers, body]``) into the raw bytes of its items (without recursion),
+extension chains, non-canonical widths, lying lengths and maps with duplicate keys. ``items`` splits an
+array (frame 0 is one: ``[tag, fingerprint, data, buffers, body]``) into the raw bytes of its items
+(without recursion),
 so that one item can be rewritten while every other byte of the frame stays as it was (what follows
 an item that does not parse, too).
 """
@@ -11,13 +12,57 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["array_header", "build_array", "build_map", "ext", "ext_chain", "items", "map_header", "nested", "skip"]
+__all__ = [
+    "array_header",
+    "bin_header",
+    "bin_payload",
+    "build_array",
+    "build_map",
+    "ext",
+    "ext_chain",
+    "items",
+    "map_header",
+    "nested",
+    "skip",
+    "str_header",
+]
 
 _FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
 _WIDTH = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}  # bin8-32, str8-32: length bytes
 _FIXED = {0xC0: 0, 0xC2: 0, 0xC3: 0, 0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
 _FIXED.update({0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8})
 _LEN = {1: struct.Struct(">B"), 2: struct.Struct(">H"), 4: struct.Struct(">I")}
+_BIN = {1: 0xC4, 2: 0xC5, 4: 0xC6}
+_STR = {1: 0xD9, 2: 0xDA, 4: 0xDB}
+
+
+def _width(size: int, width: int | None) -> int:
+    if width is not None:
+        return width
+    return 1 if size < 2**8 else 2 if size < 2**16 else 4
+
+
+def bin_header(size: int, width: int | None = None) -> bytes:
+    """The header of a bin claiming ``size`` bytes, its length in ``width`` bytes (1, 2 or 4; None:
+    the shortest), whatever follows it."""
+    width = _width(size, width)
+    return bytes([_BIN[width]]) + size.to_bytes(width, "big")
+
+
+def str_header(size: int, width: int | None = None) -> bytes:
+    """The header of a str8, str16 or str32 claiming ``size`` bytes (``width`` as for ``bin_header``)."""
+    width = _width(size, width)
+    return bytes([_STR[width]]) + size.to_bytes(width, "big")
+
+
+def bin_payload(raw: bytes) -> bytes | None:
+    """The bytes of the bin ``raw`` holds exactly (any width), or None if it is something else."""
+    if not raw or raw[0] not in (0xC4, 0xC5, 0xC6):
+        return None
+    width = _WIDTH[raw[0]]
+    if len(raw) < 1 + width or len(raw) != 1 + width + int.from_bytes(raw[1 : 1 + width], "big"):
+        return None
+    return raw[1 + width :]
 
 
 def array_header(count: int) -> bytes:

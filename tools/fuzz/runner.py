@@ -8,6 +8,8 @@ Each round gives every worker a batch of case indices; after it the victim check
 - A non-codec exception (or a valid message refused, or a harness error) comes with its index.
 - fds or segments held after a batch beyond what the worker held when ready are leaked; the batch
   is run again in a fresh worker with stats after every case to find the inputs that leak.
+- A worker one of whose inputs ran into its memory cap (a ``MemoryError``, reported with its
+  index) ends its batch there; a fresh worker runs the rest.
 - A harmed victim target: the round's cases run again one by one against a fresh victim, checked
   after each; the main loop goes on with a fresh victim and fresh workers.
 
@@ -185,7 +187,9 @@ class Run:
                 self.workers[slot] = self._spawn(1)[0]
                 self._crashed(start, count, died)
                 continue
-            self._absorb(worker, result, start, count)
+            self._absorb(worker, result, start, result["ran"])
+            if result["ran"] < count:
+                self._go_on(slot, start + result["ran"], count - result["ran"])
         assert self.victim is not None
         harmed = self.victim.check()
         if harmed:
@@ -193,6 +197,21 @@ class Run:
         if self.config.verbose:
             print(f"  {done} cases, {self.report.summary()}", file=sys.stderr)
         return done
+
+    def _go_on(self, slot: int, start: int, count: int) -> None:
+        """The worker in ``slot`` stopped its batch after an input ran into its memory cap (its
+        allocator keeps that address space): a fresh one runs the rest of the batch."""
+        while count > 0:
+            self._stop(self.workers[slot])
+            worker = self.workers[slot] = self._spawn(1)[0]
+            try:
+                result = worker.run(start, count)
+            except ChildDied as died:
+                self.workers[slot] = self._spawn(1)[0]
+                self._crashed(start, count, died)
+                return
+            self._absorb(worker, result, start, result["ran"])
+            start, count = start + result["ran"], count - result["ran"]
 
     def _finish(self) -> None:
         for worker in self.workers:

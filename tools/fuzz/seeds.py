@@ -2,10 +2,10 @@
 
 Every seed is built deterministically (fixed generators), so every process gets the same bytes.
 A template is a seed encoded by the real ``tw.Encoder`` through a recording transport, in one
-of the ``LAYOUTS`` (small tensors inside frame 0 as ``ext(3)``, the others in inline frames or out
-of band, each described by an ``ext(1)``): frame 0 holds a placeholder handle for each
-out-of-band buffer, whose bytes the template keeps; a case exports those bytes through the
-decoding worker's own sender and binds the real handles in.
+of the ``LAYOUTS`` (small tensors inside frame 0, their bytes in its data and an ``ext(3)`` in the
+body, the others in inline frames or out of band, each described by an ``ext(1)``): frame 0 holds
+a placeholder handle for each out-of-band buffer, whose bytes the template keeps; a case exports
+those bytes through the decoding worker's own sender and binds the real handles in.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from tensorwire.transports.shm import ShmHandle, SlotHandle
 __all__ = [
     "ALL_INLINE",
     "EMBED",
+    "EMBEDDED",
     "LAYOUTS",
     "LEAKED",
     "OUT_OF_BAND",
@@ -49,6 +50,7 @@ LAYOUTS: tuple[Layout, ...] = (
     (0, EMBED),  # small tensors inside frame 0, the others out of band
 )
 OUT_OF_BAND: tuple[Layout, ...] = ((0, 0), (1024, 0), (0, 1024))  # layouts whose seeds have out-of-band buffers
+EMBEDDED: tuple[Layout, ...] = ((0, 1024), (ALL_INLINE, EMBED), (0, EMBED))  # layouts with tensor bytes in frame 0
 
 
 def _g(n: int) -> torch.Generator:
@@ -195,12 +197,13 @@ class _Recorder(Transport):
 
 @dataclass(frozen=True)
 class Template:
-    """A seed encoded: frames (placeholder handles in frame 0), and each out-of-band buffer as
-    ``(buffer table index, bytes)``."""
+    """A seed encoded: frames (placeholder handles in frame 0), each out-of-band buffer as
+    ``(buffer table index, bytes)``, and the size of frame 0's data."""
 
     name: str
     frames: tuple[bytes, ...]
     oob: tuple[tuple[int, bytes], ...]
+    data: int = 0
 
 
 @cache
@@ -209,9 +212,10 @@ def template(index: int, layout: Layout) -> Template:
     recorder = _Recorder()
     options = tw.EncodeOptions(inline_threshold=layout[0], embed_threshold=layout[1])
     frames = tw.Encoder(recorder, options).encode(message(index))
-    entries = msgspec.msgpack.decode(frames[0])[2]  # [[nbytes, handle], ...]
+    head = msgspec.msgpack.decode(frames[0])  # [tag, fingerprint, data, [[nbytes, handle], ...], body]
+    entries = head[3]
     slots = [i for i, entry in enumerate(entries) if entry[1]["transport"] != "inline"]
     if len(slots) != len(recorder.data):
         raise AssertionError(f"seed {SEEDS[index][0]}: {len(slots)} out-of-band entries, {len(recorder.data)} exports")
     oob = tuple(zip(slots, recorder.data, strict=True))
-    return Template(SEEDS[index][0], tuple(bytes(f) for f in frames), oob)
+    return Template(SEEDS[index][0], tuple(bytes(f) for f in frames), oob, len(head[2]))

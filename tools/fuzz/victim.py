@@ -48,8 +48,8 @@ _OUT_OF_BAND = tw.EncodeOptions(inline_threshold=0, embed_threshold=0)  # every 
 
 def _entries(frames: list[Any]) -> list[dict[str, Any]]:
     """The out-of-band buffers of a message, as ``{"handle": ..., "nbytes": ...}`` (frame 0's buffer
-    table holds ``[nbytes, handle]`` pairs)."""
-    table: list[list[Any]] = msgspec.msgpack.decode(frames[0])[2]
+    table, its item 3, holds ``[nbytes, handle]`` pairs)."""
+    table: list[list[Any]] = msgspec.msgpack.decode(frames[0])[3]
     return [{"handle": handle, "nbytes": nbytes} for nbytes, handle in table if handle["transport"] != "inline"]
 
 

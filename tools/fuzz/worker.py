@@ -8,12 +8,15 @@ the expected refusal; any other exception is recorded with its type and where it
 
 Before reporting ready it warms up (every seed in every backing), so its senders' pools are at
 their steady size; what it holds after a batch beyond that (its receivers' bounded mapping caches
-let go first) is a leak. Run as ``python -m tools.fuzz.worker`` (the runner sends
-``init`` first: the directory, the victim's table, the seed or a corpus, an optional sabotage).
+let go first) is a leak. Its address space is capped: an input that runs into the cap is a
+``MemoryError``, after which the worker ends its batch there and the runner replaces it. Run as
+``python -m tools.fuzz.worker`` (the runner sends ``init`` first: the directory, the victim's
+table, the seed or a corpus, an optional sabotage).
 """
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import gc
 import os
@@ -44,6 +47,7 @@ __all__ = ["Worker", "main"]
 
 _HOUR = 3600.0
 _HEADROOM = 4 << 30  # address space a worker may use past what it has after start-up
+_LIBC = ctypes.CDLL(None)  # the C library this process runs on (``malloc_trim`` where it is glibc)
 
 
 def _where(exc: BaseException) -> str:
@@ -84,6 +88,7 @@ class Worker:
             "named": transports.ShmTransport(self.directory, backing="named", idle_seconds=_HOUR, **kw),
             "oneshot": transports.ShmTransport(self.directory, pool=False, **kw),
         }
+        self.spent = False  # an input of this batch ran into the memory cap: the batch stops there
         self.sabotage: str = init.get("sabotage") or ""
         self.armed = False  # the sabotage (if any) applies once the warm-up is over
         self.key = 0  # the case being decoded, as a number (what a sabotage's triggers read)
@@ -148,6 +153,7 @@ class Worker:
             return "harness", {"type": type(exc).__name__, "message": str(exc)[:300], "where": _where(exc)}
         decode = self.decode[case.decoder % len(self.decode)]
         self.key = zlib.crc32(dump(case))
+        exhausted = False
         try:
             frames = tw.split(delivery.blob) if delivery.blob is not None else delivery.frames
             message = decode(frames)
@@ -159,11 +165,15 @@ class Worker:
                 return "rejected", {"type": type(exc).__name__, "message": str(exc)[:300], "where": _where(exc)}
             return "codec", None
         except Exception as exc:  # MemoryError included: a tiny input must not exhaust memory
+            exhausted = isinstance(exc, MemoryError)
             name = f"{type(exc).__module__}.{type(exc).__qualname__}"
             return "error", {"type": name, "message": str(exc)[:300], "where": _where(exc)}
         finally:
             self._undo(exported)
             gc.collect()
+            if exhausted:
+                _recover_memory()
+                self.spent = True
 
     @staticmethod
     def _undo(exported: list[tuple[Any, Handle]]) -> None:
@@ -172,11 +182,17 @@ class Worker:
 
     # -- batches and stats -------------------------------------------------------------------------
     def batch(self, start: int, count: int, each: bool = False) -> dict[str, Any]:
-        """Run cases ``start .. start + count``; with ``each``, stats after every case."""
+        """Run cases ``start .. start + count`` (``ran`` of them: the batch stops after a case that ran
+        into the memory cap); with ``each``, stats after every case."""
         families: dict[str, list[int]] = {}
         slots = {"message": 1, "codec": 2, "rejected": 2, "error": 3, "harness": 3}
         errors, per_case = [], []
+        ran = 0
+        self.spent = False
         for index in range(start, start + count):
+            if self.spent:
+                break
+            ran += 1
             try:
                 case = self.case(index)
             except Exception as exc:  # a bug of the generator (or a corrupt case file)
@@ -191,7 +207,8 @@ class Worker:
                 errors.append({"index": index, "outcome": outcome, "family": case.family, **details})
             if each:
                 per_case.append(self.stats())
-        return {"op": "done", "families": families, "errors": errors, "stats": self.stats(), "each": per_case}
+        result = {"op": "done", "families": families, "errors": errors, "stats": self.stats(), "each": per_case}
+        return {**result, "ran": ran}
 
     def stats(self) -> dict[str, Any]:
         """fds and segments held now (the receivers' bounded caches of mapped segments let go first:
@@ -233,6 +250,16 @@ def _limit_memory() -> None:
     with open("/proc/self/status", encoding="ascii") as status:
         size = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
     resource.setrlimit(resource.RLIMIT_AS, (size + _HEADROOM, resource.RLIM_INFINITY))
+
+
+def _recover_memory() -> None:
+    """After an input ran into the cap: the freed pages back to the system, and the cap moved to
+    what the process holds now plus the same headroom (the allocator keeps the address space of
+    the small blocks it freed, which would leave the worker none to report and exit with)."""
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+    _limit_memory()
 
 
 def main() -> None:
