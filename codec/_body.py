@@ -31,7 +31,7 @@ __all__ = [
     "TupleMarker",
     "encode_body",
     "int_error",
-    "needs_prepare",
+    "preparer",
     "prepare",
     "stand_in",
     "tree_tuple",
@@ -198,9 +198,48 @@ class Checker:
 # -- tuples in trees ---------------------------------------------------------------------------
 
 
-def needs_prepare(cls: type) -> bool:
-    """Whether messages of ``cls`` may hold a tree or a set (which ``prepare`` rewrites)."""
-    return bool(_plan(cls))
+def preparer(cls: type) -> Callable[[Any, int], Any] | None:
+    """``prepare`` for messages of ``cls``; None if they hold no tree or set (nothing to rewrite).
+
+    When every field it may rewrite is a tree, a map of trees or a list of trees, the function
+    first checks, at C speed per field, whether each holds a leaf, a flat list or a flat map of
+    leaves: then there is nothing to rewrite and the message is returned as it is.
+    """
+    plan = _plan(cls)
+    if not plan:
+        return None
+    kinds = {f.name: _flat_kind(f.type) for f in mi.type_info(cls).fields}  # type: ignore[attr-defined]
+    fields = tuple((name, kinds[name]) for name, _ in plan)
+    if any(kind is None for _, kind in fields):
+        return prepare
+
+    def quick(message: Any, max_depth: int) -> Any:
+        if max_depth >= 2:  # a flat container sits two levels down: the limit cannot be in the way
+            for name, kind in fields:
+                value = getattr(message, name)
+                if value is None or (kind == "tree" and type(value) in LEAF_TYPES):
+                    continue
+                if type(value) is list and kind != "map" and LEAVES_ONLY(map(type, value)):
+                    continue
+                if type(value) is dict and kind != "list" and LEAVES_ONLY(map(type, value.values())):
+                    continue
+                break
+            else:
+                return message
+        return _struct(message, 0, max_depth)
+
+    return quick
+
+
+def _flat_kind(t: Any) -> str | None:
+    """``"tree"``, ``"map"`` (of trees) or ``"list"`` (of trees) for a field type of that shape."""
+    if isinstance(t, mi.AnyType):
+        return "tree"
+    if isinstance(t, mi.DictType) and isinstance(t.value_type, mi.AnyType):
+        return "map"
+    if isinstance(t, mi.ListType) and isinstance(t.item_type, mi.AnyType):
+        return "list"
+    return None
 
 
 def prepare(message: Any, max_depth: int) -> Any:

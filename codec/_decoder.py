@@ -23,7 +23,7 @@ import msgspec
 from tensorwire._body import KEEP, stand_in
 from tensorwire._incoming import HEADER_LEVELS, Reading
 from tensorwire._locate import entry_path, header_path, msgspec_error
-from tensorwire._scan import NOT_OPENERS, walk
+from tensorwire._scan import OPENERS, walk
 from tensorwire._wire import EMPTY_DATA, MAGIC, WIRE_VERSION, data_span, parse_tag, tag
 from tensorwire.errors import DecodeError
 from tensorwire.options import DecodeOptions
@@ -96,7 +96,7 @@ class Decoder:
         if type(head) is bytes and (
             size <= _COUNTED or (size <= _SMALL and head[68 + (head[1] & 31) : 70 + (head[1] & 31)] == EMPTY_DATA)
         ):  # small, or no tensor bytes (``[fixstr tag, str8 fingerprint, b"",``): counting all of it is cheapest
-            if len(head.translate(None, NOT_OPENERS)) > self._depth:
+            if size - len(head.translate(None, OPENERS)) > self._depth:
                 data = self._check_depth(head, True)
         else:
             data = self._check_depth(head, False)
@@ -148,10 +148,13 @@ class Decoder:
         else:
             start, depth, values = span[1], 1, 2
             inline = memoryview(data)[span[0] : span[1]] if span[0] < span[1] else None
-        if len(data) - start > _SMALL and self._walk(data, start, depth, values, _BUDGET):
+        rest = len(data) - start
+        if depth + rest <= self._depth:  # each level takes a byte at least: too few bytes to nest too deep
+            return inline
+        if rest > _SMALL and self._walk(data, start, depth, values, _BUDGET):
             return inline
         if span is not None or not counted:
-            if depth + len(bytes(data[start:]).translate(None, NOT_OPENERS)) <= self._depth:
+            if depth + rest - len(bytes(data[start:]).translate(None, OPENERS)) <= self._depth:
                 return inline
         self._walk(data, start, depth, values, -1)
         return inline

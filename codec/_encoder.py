@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from tensorwire._body import KEEP, encode_body, int_error, prepare, stand_in
+from tensorwire._body import KEEP, encode_body, int_error, stand_in
 from tensorwire._locate import entry_path, msgspec_error
 from tensorwire._plan import TypePlan, type_plan
 from tensorwire._tensors import BufferPlan, Outgoing
@@ -66,7 +66,9 @@ class Encoder:
         body = b""
         if not plan.tensors:  # nothing but typed scalars, strings and structs: one encode, one C check
             try:
-                body = _PLAIN.encode(prepare(message, options.limits.max_depth) if plan.prepare else message)
+                body = _PLAIN.encode(
+                    message if plan.prepare is None else plan.prepare(message, options.limits.max_depth)
+                )
                 if options.validate:
                     plan.check.plain(body)
             except OverflowError as exc:  # an int msgpack cannot hold: named with its path
@@ -76,7 +78,7 @@ class Encoder:
             return [plan.bare + body]
         try:
             limits = options.limits
-            prepared = prepare(message, limits.max_depth) if plan.prepare else message
+            prepared = message if plan.prepare is None else plan.prepare(message, limits.max_depth)
             outgoing = Outgoing(limits, options.embed_threshold)
             body = encode_body(prepared, outgoing, limits.max_depth, message)
             if outgoing.rerun:  # a storage with several views: written again, knowing their extent

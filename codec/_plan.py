@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec.inspect as mi
 
-from tensorwire._body import Checker, needs_prepare
+from tensorwire._body import Checker, preparer
 from tensorwire._type_tree import children
 from tensorwire._wire import EMPTY_DATA, prefix
 
@@ -17,15 +18,15 @@ __all__ = ["TypePlan", "type_plan"]
 @dataclass(frozen=True, slots=True)
 class TypePlan:
     """``prefix``: frame 0 up to its data (``bare``: with no data and an empty buffer table); ``tensors``: whether
-    a value may hold a tensor (or a tree, which may); ``prepare``: whether it may hold a tree or a
-    set to rewrite; ``check``: the decoder of the encoder's schema check."""
+    a value may hold a tensor (or a tree, which may); ``prepare``: ``tensorwire._body.prepare`` for
+    the class, None if it holds no tree or set to rewrite; ``check``: the decoder of the encoder's schema check."""
 
     type_id: str
     version: int
     prefix: bytes
     bare: bytes
     tensors: bool
-    prepare: bool
+    prepare: Callable[[Any, int], Any] | None
     check: Checker
 
 
@@ -39,7 +40,7 @@ def type_plan(cls: Any) -> TypePlan:
         head,
         head + EMPTY_DATA + b"\x90",
         _holds_custom(info_type, set()),
-        needs_prepare(cls),
+        preparer(cls),
         Checker(cls),
     )
 

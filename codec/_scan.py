@@ -18,12 +18,12 @@ import struct
 from tensorwire._wire import EXT_TUPLE, Buffer
 from tensorwire.errors import DecodeError
 
-__all__ = ["NOT_OPENERS", "check_depth", "walk"]
+__all__ = ["OPENERS", "check_depth", "walk"]
 
 # Bytes that can open a nesting level: fixmap, fixarray, array16/32, map16/32, ext headers.
-_OPENERS = bytes([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF, 0xC7, 0xC8, 0xC9, *range(0xD4, 0xD9)])
-NOT_OPENERS = bytes(b for b in range(256) if b not in _OPENERS)
-"""The bytes that cannot open a level: ``len(frame.translate(None, NOT_OPENERS))`` bounds its depth."""
+OPENERS = bytes([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF, 0xC7, 0xC8, 0xC9, *range(0xD4, 0xD9)])
+"""The bytes that can open a level: ``len(frame) - len(frame.translate(None, OPENERS))`` bounds its
+depth (deleting these 44 is quicker than keeping them by deleting the other 212)."""
 _U8, _U16, _U32 = (struct.Struct(f">{c}").unpack_from for c in "BHI")
 # Leaves of a fixed size after their first byte (nil, bools, floats, ints): that size; -1 for the rest.
 _LEAF = [-1] * 256
@@ -51,7 +51,7 @@ def check_depth(data: Buffer, max_depth: int) -> None:
     """Raise ``DecodeError`` if ``data`` nests deeper than ``max_depth`` levels (or is malformed on
     the way: truncated, an invalid byte, a tuple payload that its value does not fill exactly)."""
     head = data if type(data) is bytes else bytes(memoryview(data).cast("B"))
-    if len(head.translate(None, NOT_OPENERS)) <= max_depth:
+    if len(head) - len(head.translate(None, OPENERS)) <= max_depth:
         return  # fewer bytes that could open a level than the limit: cannot be too deep
     walk(head, max_depth)
 

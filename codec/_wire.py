@@ -118,6 +118,32 @@ def data_span(frame: bytes | memoryview) -> tuple[int, int] | None:
     first two are strings and third a bin (as every frame 0 does); None otherwise. ``frame``:
     bytes or a view of unsigned bytes. Nothing before ``end`` can open a nesting level."""
     size = len(frame)
+    if size < 72 or frame[0] != 0x95:  # 72: the shortest frame 0 with a SHA-256 hex fingerprint
+        return _span(frame, size)
+    first = frame[1]  # the tag: a fixstr or a str8, as encoders write a type id and version
+    if 0xA0 <= first <= 0xBF:
+        pos = 2 + (first & 0x1F)
+    elif first == 0xD9:
+        pos = 3 + frame[2]
+    else:
+        return _span(frame, size)
+    if pos + 72 > size or frame[pos] != 0xD9 or frame[pos + 1] != 64:  # a 64-character fingerprint
+        return _span(frame, size)
+    pos += 66
+    first = frame[pos]
+    if first == 0xC4:
+        start = pos + 2
+        end = start + frame[pos + 1]
+    elif first == 0xC5:
+        start = pos + 3
+        end = start + int.from_bytes(frame[pos + 1 : start], "big")
+    else:
+        return _span(frame, size)
+    return (start, end) if end < size else None
+
+
+def _span(frame: bytes | memoryview, size: int) -> tuple[int, int] | None:
+    """``data_span`` for any encoding of the first three items."""
     if size < 4 or frame[0] != 0x95:
         return None
     pos = 1

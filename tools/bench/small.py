@@ -267,7 +267,7 @@ def _floor(message: Any) -> Callable[[], Any]:
     count that bounds its nesting, the typed decode of frame 0."""
     from tensorwire._decoder import _frame_type
     from tensorwire._plan import type_plan
-    from tensorwire._scan import NOT_OPENERS
+    from tensorwire._scan import OPENERS
 
     plan = type_plan(type(message))
     body_encoder = msgspec.msgpack.Encoder()
@@ -278,7 +278,7 @@ def _floor(message: Any) -> Callable[[], Any]:
         body = body_encoder.encode(message)
         check(body)
         head = bare + body
-        len(head.translate(None, NOT_OPENERS))
+        len(head) - len(head.translate(None, OPENERS))
         return frame_decoder.decode(head).body
 
     return floor

@@ -1,0 +1,81 @@
+"""The encoder's rewrite of trees and sets (``tensorwire._body.prepare``), and its quick form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tensorwire._body import TupleMarker, prepare, preparer
+from tensorwire.builtins import rpc
+from tensorwire.errors import EncodeError
+
+_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=False), st.text(max_size=3))
+_TREES = st.recursive(
+    _LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.tuples(inner, inner),
+        st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    ),
+    max_leaves=12,
+)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with tuple markers, structs and containers as comparable data."""
+    if isinstance(value, TupleMarker):
+        return ("tuple", [_plain(v) for v in value.items])
+    if isinstance(value, rpc.Request):
+        return ("request", _plain(value.args), _plain(value.kwargs))
+    if isinstance(value, list | tuple):
+        return (type(value).__name__, [_plain(v) for v in value])
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _outcome(rewrite: Any, message: Any, max_depth: int) -> Any:
+    try:
+        return rewrite(message, max_depth)
+    except EncodeError as exc:
+        return str(exc)
+
+
+@given(
+    args=_TREES,
+    kwargs=st.dictionaries(st.text(max_size=2), _TREES, max_size=3),
+    max_depth=st.sampled_from([1, 2, 3, 64]),
+)
+def test_the_quick_form_rewrites_exactly_as_prepare_does(args: Any, kwargs: dict[str, Any], max_depth: int) -> None:
+    message = rpc.Request(method="m", args=args, kwargs=kwargs)
+    quick = preparer(rpc.Request)
+    assert quick is not None and quick is not prepare  # args: a tree, kwargs: a map of trees
+    got, want = _outcome(quick, message, max_depth), _outcome(prepare, message, max_depth)
+    assert _plain(got) == _plain(want), (got, want)
+    assert (got is message) == (want is message)  # the message itself when nothing is rewritten
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "unchanged"),
+    [
+        ([], {}, True),
+        ([1, "a", None], {"x": 2.0}, True),
+        ([[1]], {}, True),  # not flat: walked, and nothing to rewrite
+        ((1, 2), {}, False),  # a tuple becomes a tuple marker
+        ([], {"x": (1,)}, False),
+    ],
+)
+def test_flat_trees_come_back_as_they_are(args: Any, kwargs: dict[str, Any], unchanged: bool) -> None:
+    message = rpc.Request(method="m", args=args, kwargs=kwargs)
+    quick = preparer(rpc.Request)
+    assert quick is not None
+    out = quick(message, 64)
+    assert _plain(out) == _plain(prepare(message, 64)) and (out is message) == unchanged
+    assert message.args == args and message.kwargs == kwargs  # the caller's message is untouched
+
+
+def test_a_type_without_trees_or_sets_needs_no_rewrite() -> None:
+    assert preparer(rpc.RankStatus) is None
