@@ -93,9 +93,8 @@ class Decoder:
         if size > self._max_header:
             raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
         data = None
-        if type(head) is bytes and (
-            size <= _COUNTED or (size <= _SMALL and head[68 + (head[1] & 31) : 70 + (head[1] & 31)] == EMPTY_DATA)
-        ):  # small, or no tensor bytes (``[fixstr tag, str8 fingerprint, b"",``): counting all of it is cheapest
+        if type(head) is bytes and (size <= _COUNTED or (size <= _SMALL and _no_data(head))):
+            # small, or with no tensor bytes: counting all of it at once is cheapest
             if size - len(head.translate(None, OPENERS)) > self._depth:
                 data = self._check_depth(head, True)
         else:
@@ -293,6 +292,13 @@ class Decoder:
 _COUNTED = 512  # frame 0 up to this many bytes: all its level openers counted at once, first
 _SMALL = 2048  # frame 0 up to this many bytes after its data: counting its level openers is cheaper than a walk
 _BUDGET = 256  # values a large frame 0's first walk reads before its level openers are counted
+
+
+def _no_data(head: bytes) -> bool:
+    """Whether ``head`` (over 512 bytes) opens as this encoder writes a frame 0 with no tensor bytes:
+    ``[fixstr or str8 tag, str8 fingerprint of 64, b"",`` (a guess that only picks the cheaper bound)."""
+    tag_end = 2 + (head[1] & 0x1F) if head[1] < 0xC0 else 3 + head[2]
+    return head[tag_end + 66 : tag_end + 68] == EMPTY_DATA
 
 
 class _Peek(msgspec.Struct, array_like=True):
