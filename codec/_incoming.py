@@ -38,7 +38,6 @@ class Incoming:
     __slots__ = (
         "_bases",
         "_built",
-        "_data",
         "_paths",
         "_placed",
         "_sizes",
@@ -60,16 +59,10 @@ class Incoming:
         self._bases: dict[int, torch.Tensor] = {}
         self._paths: list[Any] | None = None
         self._placed: dict[tuple[int, torch.device], torch.Tensor] = {}
-        self._data: memoryview | None = None
 
-    def data(self) -> memoryview:
-        """Frame 0's data (the bytes of the tensors carried inside it)."""
-        if self._data is None:
-            self._data = frame_data(self.head)
-        return self._data
-
-    def ext(self, code: int, data: memoryview, index: int) -> Any:
-        """The tensor or array of extension ``index`` (in body order) of the body."""
+    def ext(self, code: int, data: memoryview, index: int, inline: memoryview | None = None) -> Any:
+        """The tensor or array of extension ``index`` (in body order) of the body (``inline``:
+        frame 0's data, for an ``ext(3)``)."""
         if code != EXT_INLINE and code != EXT_TENSOR:
             raise DecodeError(f"unknown msgpack extension type {code}")
         limits = self.decoder.options.limits
@@ -86,7 +79,8 @@ class Incoming:
                 return known
             if self.handles is None:
                 self.read_buffers()
-        inline = self.data() if code == EXT_INLINE else None
+        if code == EXT_INLINE and inline is None:
+            inline = frame_data(self.head)
         problem = verify_descriptor(desc, self._sizes, limits, 0 if inline is None else len(inline))
         if problem is not None:
             raise DecodeError(problem[1], path=self.where(index) + problem[0])
@@ -250,11 +244,13 @@ class Reading:
         self.count = index + 1
         if index >= self._max_tensors:
             raise DecodeError(f"more than {self._max_tensors} tensors in one message (limit max_tensors)")
-        if code == EXT_INLINE and len(data) >= INLINE.size:
-            kind, dtype, rank, flags, offset, nbytes = INLINE.unpack_from(data)
+        inline = None
+        if code == EXT_INLINE:
             inline = self.data
             if inline is None:
                 inline = self.data = frame_data(self.head())
+        if inline is not None and len(data) >= INLINE.size:
+            kind, dtype, rank, flags, offset, nbytes = INLINE.unpack_from(data)
             taken = self.taken + nbytes
             self.taken = taken
             if taken > len(inline) and offset + nbytes <= len(inline):  # (a range outside the data: its own error)
@@ -278,7 +274,7 @@ class Reading:
                     and offset + nbytes <= len(inline)
                 ):
                     return torch.from_numpy(np.ndarray(shape, known[1], bytearray(inline[offset : offset + nbytes])))
-        return self.incoming().ext(code, data, index)
+        return self.incoming().ext(code, data, index, inline)
 
     def head(self) -> Any:
         """The current call's frame 0."""
