@@ -54,7 +54,7 @@ test: lint typecheck gen-check compat-check wheel-smoke
 # package installed from its wheel (not editable) and exactly these dependency floors (a test
 # keeps them in step with pyproject.toml). Part of CI (.ci/run), after `make test`.
 FLOOR_VENV ?= .venv-floor
-FLOOR_PINS := torch==2.13.0 numpy==1.24.4 msgspec==0.23.0 jsonschema==4.21.0
+FLOOR_PINS := torch==2.13.0 numpy==1.24.4 msgspec==0.23.0 jsonschema==4.21.0 pyzmq==25.1.2
 
 floor:
 	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)

@@ -104,3 +104,16 @@ def test_no_transport_imports_another_transport() -> None:
     extends = {"tensorwire.transports.cuda_shm": {"tensorwire.transports.shm"}}  # CudaShmTransport is one
     for module in concrete | {"tensorwire.transports.base"}:
         assert graph[module] & (concrete - {module}) == extends.get(module, set()), module
+
+
+def test_only_the_zmq_layer_imports_pyzmq_and_nothing_imports_that_layer() -> None:
+    files = _module_files()
+    graph = _graph()
+    known = set(files) | {"zmq"}
+    with_pyzmq = {name for name, path in files.items() if "zmq" in _imported_at_load(path, known)}
+    assert with_pyzmq == {"tensorwire.zmq._channel", "tensorwire.zmq._rpc"}
+    layer = {m for m in graph if m == "tensorwire.zmq" or m.startswith("tensorwire.zmq.")}
+    assert len(layer) == 4
+    for module, deps in graph.items():
+        if module not in layer:
+            assert not deps & layer, module

@@ -114,6 +114,7 @@ PUBLIC_MODULES = {
     "tensorwire.schema.ir",
     "tensorwire.transports",
     *(f"tensorwire.transports.{m}" for m in ("base", "cuda_runtime", "cuda_shm", "inline", "shm", "torch_queue")),
+    "tensorwire.zmq",
 }
 """Every module a user may import; the others have a leading underscore in their name or a folder's."""
 
@@ -194,10 +195,10 @@ def test_the_dependency_floors_are_the_releases_make_floor_tests() -> None:
     from conftest import REPO
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    floors = dict(d.split(">=") for d in project["dependencies"])
+    floors = dict(d.split(">=") for d in [*project["dependencies"], *project["optional-dependencies"]["zmq"]])
     pinned = re.findall(r"^FLOOR_PINS := (.*)$", (REPO / "Makefile").read_text(), re.M)
     pins = dict(p.split("==") for p in pinned[0].split())
-    assert floors == pins and set(floors) == {"torch", "numpy", "msgspec", "jsonschema"}
+    assert floors == pins and set(floors) == {"torch", "numpy", "msgspec", "jsonschema", "pyzmq"}
     assert project["requires-python"] == ">=3.11"  # the only Python the suite runs on here
     assert "Programming Language :: Python :: 3.11" in project["classifiers"]
     assert "make floor" in (REPO / ".ci" / "run").read_text()

@@ -1,0 +1,311 @@
+"""``Channel``: typed messages over a ZeroMQ socket the caller made, with zero-copy frame lifetimes kept.
+
+A channel message is one ZeroMQ multipart message: ``[hello, frame 0, buffer frames...]`` (a
+ROUTER socket adds the peer's routing id in front, as ZeroMQ does). ``hello`` is ``b"TWC1"`` and
+the sender's host token (``tensorwire.zmq._locality``): a receiver learns from it whether that
+peer shares its shared memory.
+
+Sending. The encoder writes the message (a schema violation is an ``EncodeError`` before anything
+is exported); large tensors go to the channel's shared-memory transport only when the peer shares
+this host's ``/dev/shm`` (``same_host``; else what the peer's hello said; else ``ipc://`` and
+``inproc://`` endpoints count as local, anything else as remote), otherwise inline. A frame under
+pyzmq's copy threshold is copied into ZeroMQ at once; a larger one is handed over without a copy
+and tracked (every one of them, not just the last). ``send`` returns when ZeroMQ has let go of
+every frame it did not copy (``wait=True``, the default: the caller may then modify the message's
+tensors), or at once with a ``Sent`` whose ``wait()``/``done`` tell when that is (``wait=False``:
+until then the tensors must not change). On ``inproc://`` every frame is copied: a frame handed
+over there would be the receiving thread's memory too. If the message cannot be queued before the
+timeout, nothing is sent and what was exported is released.
+
+Receiving. Frames are received without a copy (pyzmq frames are writable memory the decoder builds
+tensors on; a decoded tensor keeps its frame alive). A message that does not decode (garbage, a
+forged handle, a limit of ``DecodeOptions`` exceeded) is dropped with a log line and counted in
+``dropped``; ``recv`` goes on waiting for the next one. A message whose handles this process
+cannot open is a ``TransportError`` naming the peer.
+
+A channel is not thread-safe (nor is a ZeroMQ socket); ``tensorwire.zmq.Client`` is.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from typing import Any
+
+import zmq
+
+from tensorwire import DecodeError, DecodeOptions, EncodeOptions, Registry, TransportError
+from tensorwire._decoder import Decoder
+from tensorwire._encoder import Encoder
+from tensorwire.transports.base import Transport
+from tensorwire.transports.inline import InlineHandle
+from tensorwire.zmq._locality import TOKEN_BYTES, endpoint_is_local, host_token
+
+__all__ = ["HELLO", "Channel", "Sent", "StillHeldError", "kind_of"]
+
+HELLO = b"TWC1"
+"""The first four bytes of a channel message's first frame (the sender's host token follows)."""
+
+_LOG = logging.getLogger("tensorwire.zmq")
+_MAX_PEERS = 4096  # peers whose locality a ROUTER channel remembers (the oldest is forgotten first)
+_FAN_OUT = frozenset({zmq.PUB, zmq.XPUB})  # one message, many receivers: never through shared memory
+_SMALL_HEAD = 64 * 1024  # frame 0 up to this size is taken as bytes (the decoder's quickest input)
+
+
+class StillHeldError(TimeoutError):
+    """``send(wait=True)`` ran out of time after the message was queued: ZeroMQ still holds some of
+    its frames. The message is on its way; its tensors must not change until ``sent.wait()``."""
+
+    def __init__(self, message: str, sent: Sent) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+class Sent:
+    """The frames of one sent message that ZeroMQ took without a copy, until it lets go of them."""
+
+    __slots__ = ("_trackers",)
+
+    def __init__(self, trackers: list[zmq.MessageTracker]) -> None:
+        self._trackers = trackers
+
+    @property
+    def done(self) -> bool:
+        """Whether ZeroMQ has let go of every frame (the message's tensors may change)."""
+        return all(t.done for t in self._trackers)
+
+    @property
+    def held(self) -> int:
+        """How many frames ZeroMQ still holds."""
+        return sum(not t.done for t in self._trackers)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until ``done`` (at most ``timeout`` seconds; None: as long as it takes); whether it is."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for tracker in self._trackers:
+            if tracker.done:
+                continue
+            if deadline is None:
+                tracker.wait()
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                tracker.wait(left)
+            except zmq.NotDone:
+                return False
+        return True
+
+
+class Channel:
+    """Messages of ``registry``'s types over ``socket`` (PUSH/PULL, PAIR, DEALER/ROUTER, PUB/SUB).
+
+    ``transport``: where large tensors go when the peer is on this host (e.g. ``ShmTransport()``;
+    None: always inline frames); ``options``: the limits every received message is held to;
+    ``encode_options``: the encoder's; ``same_host``: True or False overrides what the channel
+    works out about its peers. The socket stays the caller's until ``close()``, which closes it
+    (never its context).
+    """
+
+    def __init__(
+        self,
+        socket: zmq.Socket[Any],
+        registry: Registry,
+        *,
+        transport: Transport | None = None,
+        options: DecodeOptions | None = None,
+        encode_options: EncodeOptions | None = None,
+        same_host: bool | None = None,
+    ) -> None:
+        self.socket = socket
+        self.registry = registry
+        self.transport = transport
+        self.same_host = same_host
+        self._type = _type_of(socket)
+        self._router = self._type == zmq.ROUTER
+        self._inline = Encoder(None, encode_options)
+        self._shared = None if transport is None or self._type in _FAN_OUT else Encoder(transport, encode_options)
+        self._decoder = Decoder(registry, [] if transport is None else [transport], options)
+        self._hello = HELLO + host_token()
+        self._peers: OrderedDict[bytes | None, bool] = OrderedDict()
+        self._endpoint = ""
+        self.dropped = 0
+        """Messages received and dropped because they did not decode."""
+        self.closed = False
+
+    # -- sending --------------------------------------------------------------------------------
+    def send(self, message: Any, *, timeout: float | None = None, wait: bool = True, peer: bytes | None = None) -> Sent:
+        """Send ``message`` (to ``peer``, the routing id, on a ROUTER socket); see the module for
+        ``wait``. ``TimeoutError`` if it cannot be queued within ``timeout`` seconds (nothing sent);
+        ``StillHeldError`` if it was queued but ZeroMQ still holds frames when the time is up."""
+        self._check_open()
+        if self._router and peer is None:
+            raise ValueError("a ROUTER channel sends to one peer: send(message, peer=routing_id)")
+        if peer is not None and not self._router:
+            raise ValueError("peer= is for ROUTER sockets; this socket routes messages itself")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        encoder = self._shared if self._shared is not None and self._is_local(peer) else self._inline
+        frames = encoder.encode(message)
+        try:
+            sent = self._put(peer, frames, deadline, timeout)
+        except BaseException:
+            if encoder is self._shared:
+                self._unsend(frames)
+            raise
+        if wait and not sent.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+            raise StillHeldError(
+                f"the message was queued, but ZeroMQ still holds {sent.held} of its frames after {timeout} s:"
+                " its tensors must not change until .sent.wait() is True",
+                sent,
+            )
+        return sent
+
+    def _put(self, peer: bytes | None, frames: list[Any], deadline: float | None, timeout: float | None) -> Sent:
+        """Queue the multipart message: only its first part can be refused (ZeroMQ takes a
+        multipart message whole or not at all), so a timeout there sends nothing."""
+        socket = self.socket
+        first = peer if peer is not None else self._hello
+        if deadline is not None:
+            left = max(0, int((deadline - time.monotonic()) * 1000))
+            if not socket.poll(left, zmq.POLLOUT):
+                raise TimeoutError(f"the message could not be queued within {timeout} s (no peer ready)")
+            try:
+                socket.send(first, zmq.SNDMORE | zmq.NOBLOCK)
+            except zmq.Again:
+                raise TimeoutError(f"the message could not be queued within {timeout} s (no peer ready)") from None
+        else:
+            socket.send(first, zmq.SNDMORE)
+        if peer is not None:
+            socket.send(self._hello, zmq.SNDMORE)
+        copy_all = self._inproc()
+        threshold = socket.copy_threshold
+        trackers: list[zmq.MessageTracker] = []
+        last = len(frames) - 1
+        for i, frame in enumerate(frames):
+            flags = zmq.SNDMORE if i < last else 0
+            if copy_all or memoryview(frame).nbytes < threshold:
+                socket.send(frame, flags, copy=True)
+            else:
+                trackers.append(socket.send(frame, flags, copy=False, track=True))
+        return Sent(trackers)
+
+    def _unsend(self, frames: list[Any]) -> None:
+        """Release what the shared-memory transport exported for a message that was not sent."""
+        assert self.transport is not None
+        try:
+            table = self._decoder.table.decode(frames[0])
+        except Exception:  # our own frame 0: it reads; the guard keeps the original error in sight
+            return
+        for _, handle in table.buffers:
+            if not isinstance(handle, InlineHandle):
+                self.transport.release(handle)
+
+    def _inproc(self) -> bool:
+        if not self._endpoint:
+            self._endpoint = self._last_endpoint()
+        return self._endpoint.startswith("inproc://")
+
+    def _last_endpoint(self) -> str:
+        raw = self.socket.getsockopt(zmq.LAST_ENDPOINT)
+        return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+
+    def _is_local(self, peer: bytes | None) -> bool:
+        """Whether ``peer`` (None: the socket's peers) can open this process's shared memory."""
+        if self.same_host is not None:
+            return self.same_host
+        learned = self._peers.get(peer)
+        if learned is not None:
+            return learned
+        if not self._endpoint:
+            self._endpoint = self._last_endpoint()
+        return endpoint_is_local(self._endpoint)
+
+    def _learn(self, peer: bytes | None, local: bool) -> None:
+        key = peer if self._router else None
+        if key is None and self._peers.get(None) is False:
+            return  # a socket with several peers is local only while every one of them has been
+        self._peers[key] = local
+        self._peers.move_to_end(key)
+        if len(self._peers) > _MAX_PEERS:
+            self._peers.popitem(last=False)
+
+    # -- receiving ------------------------------------------------------------------------------
+    def recv(self, *, timeout: float | None = None) -> Any:
+        """The next message that decodes (``TimeoutError`` if none within ``timeout`` seconds)."""
+        return self.recv_from(timeout=timeout)[1]
+
+    def recv_from(self, *, timeout: float | None = None) -> tuple[bytes | None, Any]:
+        """``(peer, message)``: the next message and its sender's routing id (None unless ROUTER)."""
+        self._check_open()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        socket = self.socket
+        while True:
+            left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            if not socket.poll(left, zmq.POLLIN):
+                raise TimeoutError(f"no message arrived within {timeout} s")
+            parts = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            peer = parts[0].bytes if self._router and parts else None
+            try:
+                message = self._decode(peer, parts[1:] if self._router else parts)
+            except DecodeError as exc:
+                self.dropped += 1
+                _LOG.warning("dropped a message from %s: %s", _name(peer), exc)
+                continue
+            except TransportError as exc:
+                raise TransportError(exc.errno, f"a message from {_name(peer)}: {exc.strerror or exc}") from None
+            return peer, message
+
+    def _decode(self, peer: bytes | None, parts: list[zmq.Frame]) -> Any:
+        if len(parts) < 2:
+            raise DecodeError(
+                f"a channel message has a hello frame and frame 0 at least; this one has {len(parts)} frames"
+            )
+        hello = parts[0].bytes
+        if len(hello) != len(HELLO) + TOKEN_BYTES or not hello.startswith(HELLO):
+            raise DecodeError(f"not a tensorwire channel message: its first frame is {hello[:24]!r}")
+        head = parts[1]
+        frames: list[Any] = [head.bytes if len(head) <= _SMALL_HEAD else head.buffer]
+        frames.extend(p.buffer for p in parts[2:])
+        message = self._decoder.decode(frames)
+        self._learn(peer, hello[len(HELLO) :] == self._hello[len(HELLO) :])
+        return message
+
+    # -- life -----------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("the channel is closed")
+
+    def close(self, linger: int | None = None) -> None:
+        """Close the socket (``linger``: milliseconds ZeroMQ may go on sending what is queued;
+        None: the socket's own ``LINGER``)."""
+        if not self.closed:
+            self.closed = True
+            self.socket.close(linger)
+
+    def __enter__(self) -> Channel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        kind = zmq.SocketType(self._type).name
+        where = "shared memory on this host" if self._shared is not None else "inline"
+        return f"Channel({kind}, {where}, dropped={self.dropped})"
+
+
+def _type_of(socket: zmq.Socket[Any]) -> int:
+    kind = socket.getsockopt(zmq.TYPE)
+    assert isinstance(kind, int)
+    return kind
+
+
+def kind_of(socket: zmq.Socket[Any]) -> str:
+    """The socket's type by name (``"ROUTER"``)."""
+    return zmq.SocketType(_type_of(socket)).name
+
+
+def _name(peer: bytes | None) -> str:
+    return "the peer" if peer is None else f"peer {peer.hex()}"

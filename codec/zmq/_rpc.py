@@ -1,0 +1,264 @@
+"""RPC over DEALER/ROUTER with the built-in envelopes: ``Client.call`` and ``Server.serve``.
+
+A call is an ``rpc.Request`` whose ``rpc_id`` the client sets (a fresh random id; the caller's
+request is not modified); the server answers with the ``rpc.Result`` its handler returns, under
+the same id. A reply whose id no call is waiting for (it came after its call timed out, or was
+never asked for) is dropped and counted in ``Client.late``, so every call gets its own reply.
+An exception in the handler is answered as ``Result(ok=False, error=..., error_type=...)``; the
+server keeps serving. Calls may be made from several threads at once over one client.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import zmq
+
+from tensorwire import CodecError, DecodeOptions, EncodeOptions, Registry
+from tensorwire.builtins import REGISTRY, rpc
+from tensorwire.transports.base import Transport
+from tensorwire.zmq._channel import Channel, kind_of
+
+__all__ = ["Client", "Handler", "Server"]
+
+Handler = Callable[[rpc.Request], rpc.Result]
+"""What a server runs for each request."""
+
+_LOG = logging.getLogger("tensorwire.zmq")
+_WAITING = object()  # the slot of a call whose reply has not come
+_SLICE = 0.01  # seconds a reading call holds the socket before it lets a sending call in
+
+
+class Client:
+    """Calls ``rpc.Request`` -> ``rpc.Result`` over a DEALER ``socket``; safe to share between threads.
+
+    The channel's arguments (``transport``, ``options``, ``encode_options``, ``same_host``) are
+    ``Channel``'s; ``registry`` defaults to the built-in types."""
+
+    def __init__(
+        self,
+        socket: zmq.Socket[Any],
+        registry: Registry | None = None,
+        *,
+        transport: Transport | None = None,
+        options: DecodeOptions | None = None,
+        encode_options: EncodeOptions | None = None,
+        same_host: bool | None = None,
+    ) -> None:
+        if kind_of(socket) != "DEALER":
+            raise ValueError(f"a Client needs a DEALER socket, got {kind_of(socket)}")
+        self.channel = Channel(
+            socket,
+            REGISTRY if registry is None else registry,
+            transport=transport,
+            options=options,
+            encode_options=encode_options,
+            same_host=same_host,
+        )
+        self._socket_lock = threading.Lock()
+        self._state = threading.Condition()
+        self._pending: dict[str, Any] = {}  # rpc_id -> _WAITING or its Result
+        self._reading = False
+        self._senders = 0
+        self._closed = False
+        self.late = 0
+        """Replies dropped because no call was waiting for their id."""
+
+    def call(self, request: rpc.Request, *, timeout: float) -> rpc.Result:
+        """Send ``request`` and return its ``rpc.Result``; ``TimeoutError`` if none within ``timeout``
+        seconds, ``ConnectionAbortedError`` if the client is closed meanwhile."""
+        if not isinstance(request, rpc.Request):
+            raise TypeError(f"call() takes an rpc.Request, got {type(request).__name__}")
+        rpc_id = uuid.uuid4().hex
+        outgoing = msgspec.structs.replace(request, rpc_id=rpc_id)
+        deadline = time.monotonic() + timeout
+        with self._state:
+            if self._closed:
+                raise ConnectionAbortedError("the client is closed")
+            self._pending[rpc_id] = _WAITING
+            self._senders += 1
+        try:
+            try:
+                with self._socket_lock:
+                    self.channel.send(outgoing, timeout=max(0.0, deadline - time.monotonic()))
+            finally:
+                with self._state:
+                    self._senders -= 1
+            return self._await(rpc_id, request.method, deadline, timeout)
+        finally:
+            with self._state:
+                self._pending.pop(rpc_id, None)
+
+    def _await(self, rpc_id: str, method: str, deadline: float, timeout: float) -> rpc.Result:
+        """The reply to ``rpc_id``: one waiting call at a time reads the socket and hands each
+        reply to the call it answers."""
+        while True:
+            with self._state:
+                while True:
+                    if self._closed:
+                        raise ConnectionAbortedError(f"the client was closed while {method!r} waited for its reply")
+                    got = self._pending.get(rpc_id, _WAITING)
+                    if got is not _WAITING:
+                        result: rpc.Result = got
+                        return result
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"no reply to {method!r} within {timeout} s")
+                    if not self._reading:
+                        self._reading = True
+                        break
+                    self._state.wait(left)
+            reply = None
+            try:
+                reply = self._read(min(left, _SLICE))
+            finally:
+                with self._state:
+                    self._reading = False
+                    if reply is not None:
+                        self._deliver(reply)
+                    self._state.notify_all()
+                    senders = self._senders
+            if senders:
+                time.sleep(0)  # a call waits to send: let it take the socket
+
+    def _read(self, timeout: float) -> Any:
+        with self._socket_lock:
+            if self._closed:
+                return None
+            try:
+                return self.channel.recv(timeout=timeout)
+            except TimeoutError:
+                return None
+
+    def _deliver(self, reply: Any) -> None:
+        rpc_id = getattr(reply, "rpc_id", None) if isinstance(reply, rpc.Result) else None
+        if rpc_id is not None and self._pending.get(rpc_id) is _WAITING:
+            self._pending[rpc_id] = reply
+            return
+        self.late += 1
+        _LOG.info("dropped a reply no call waits for (rpc_id %r, %s)", rpc_id, type(reply).__name__)
+
+    def close(self) -> None:
+        """Close the client: calls still waiting raise ``ConnectionAbortedError``; the socket is closed."""
+        with self._state:
+            self._closed = True
+            self._state.notify_all()
+        with self._socket_lock:
+            self.channel.close(linger=0)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Server:
+    """Answers ``rpc.Request`` messages on a ROUTER ``socket`` with what a handler returns.
+
+    ``tracebacks``: send the handler's traceback in ``Result.traceback`` (off by default: it shows
+    the server's code paths to every client); ``reply_timeout``: seconds a reply may wait to be
+    queued. The channel's arguments are ``Channel``'s."""
+
+    def __init__(
+        self,
+        socket: zmq.Socket[Any],
+        registry: Registry | None = None,
+        *,
+        transport: Transport | None = None,
+        options: DecodeOptions | None = None,
+        encode_options: EncodeOptions | None = None,
+        same_host: bool | None = None,
+        tracebacks: bool = False,
+        reply_timeout: float = 10.0,
+    ) -> None:
+        if kind_of(socket) != "ROUTER":
+            raise ValueError(f"a Server needs a ROUTER socket, got {kind_of(socket)}")
+        self.channel = Channel(
+            socket,
+            REGISTRY if registry is None else registry,
+            transport=transport,
+            options=options,
+            encode_options=encode_options,
+            same_host=same_host,
+        )
+        self.tracebacks = tracebacks
+        self.reply_timeout = reply_timeout
+        self.handled = 0
+        """Requests answered."""
+        self.failed = 0
+        """Requests whose handler raised (each answered with an error result)."""
+        self.ignored = 0
+        """Messages that decoded but were not an ``rpc.Request`` (dropped with a log line)."""
+        self._stop = threading.Event()
+        self._serving = threading.Lock()  # held by the thread that uses the socket
+
+    def serve(self, handler: Handler, *, poll: float = 0.1) -> None:
+        """Answer requests until ``stop()`` or ``close()`` (checked every ``poll`` seconds)."""
+        with self._serving:
+            while not self._stop.is_set() and not self.channel.closed:
+                self.serve_one(handler, timeout=poll)
+
+    def serve_one(self, handler: Handler, *, timeout: float | None = None) -> bool:
+        """Answer one request; False if none came within ``timeout`` seconds."""
+        try:
+            peer, request = self.channel.recv_from(timeout=timeout)
+        except TimeoutError:
+            return False
+        assert peer is not None
+        if not isinstance(request, rpc.Request):
+            self.ignored += 1
+            _LOG.warning("ignored a %s from peer %s: a server takes rpc.Request", type(request).__name__, peer.hex())
+            return True
+        result = self._run(handler, request)
+        try:
+            self.channel.send(result, peer=peer, timeout=self.reply_timeout)
+        except CodecError as exc:  # the handler's result breaks its schema: the caller learns why
+            self.channel.send(self._error(request, exc), peer=peer, timeout=self.reply_timeout)
+        except TimeoutError as exc:
+            _LOG.warning("the reply to %r for peer %s was not sent: %s", request.method, peer.hex(), exc)
+        self.handled += 1
+        return True
+
+    def _run(self, handler: Handler, request: rpc.Request) -> rpc.Result:
+        try:
+            result = handler(request)
+            if not isinstance(result, rpc.Result):
+                raise TypeError(f"the handler returned {type(result).__name__}, not an rpc.Result")
+        except Exception as exc:
+            self.failed += 1
+            return self._error(request, exc)
+        return msgspec.structs.replace(result, rpc_id=request.rpc_id)
+
+    def _error(self, request: rpc.Request, exc: BaseException) -> rpc.Result:
+        return rpc.Result(
+            method=request.method,
+            ok=False,
+            error=str(exc) or type(exc).__name__,
+            error_type=type(exc).__qualname__,
+            traceback="".join(traceback.format_exception(exc)) if self.tracebacks else None,
+            rpc_id=request.rpc_id,
+        )
+
+    def stop(self) -> None:
+        """Make ``serve`` return after its current request."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Stop serving and close the socket (after the request being answered, if any)."""
+        self._stop.set()
+        with self._serving:
+            self.channel.close(linger=0)
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

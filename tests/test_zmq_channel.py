@@ -1,0 +1,374 @@
+"""tensorwire.zmq.Channel in one process: frames, lifetimes, locality, timeouts, hostile peers."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import pytest
+import torch
+
+zmq = pytest.importorskip("zmq")
+
+import tensorwire as tw  # noqa: E402
+from tensorwire.builtins import REGISTRY, rpc  # noqa: E402
+from tensorwire.transports._control import FREE  # noqa: E402
+from tensorwire.zmq import HELLO, Channel, StillHeldError, host_token  # noqa: E402
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def ctx() -> Iterator[Any]:
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+def _tcp_pair(ctx: Any, a_type: int, b_type: int) -> tuple[Any, Any]:
+    a, b = ctx.socket(a_type), ctx.socket(b_type)
+    port = b.bind_to_random_port("tcp://127.0.0.1")
+    a.connect(f"tcp://127.0.0.1:{port}")
+    return a, b
+
+
+def _ipc_pair(ctx: Any, tmp_path: Any, a_type: int, b_type: int) -> tuple[Any, Any]:
+    a, b = ctx.socket(a_type), ctx.socket(b_type)
+    endpoint = f"ipc://{tmp_path}/sock"
+    b.bind(endpoint)
+    a.connect(endpoint)
+    return a, b
+
+
+def _request(**kwargs: Any) -> Any:
+    return rpc.Request(method="load", kwargs=kwargs)
+
+
+def _raw_parts(socket: Any, timeout: float = 5.0) -> list[bytes]:
+    assert socket.poll(int(timeout * 1000), zmq.POLLIN), "nothing arrived"
+    return list(socket.recv_multipart())
+
+
+def _valid(message: Any) -> list[bytes]:
+    """The parts of a channel message, written by hand (hello of this host, frames of the encoder)."""
+    return [HELLO + host_token(), *(bytes(f) for f in tw.Encoder().encode(message))]
+
+
+# -- round trips -------------------------------------------------------------------------------
+def test_tensors_arrive_bit_exact_over_tcp_inline(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
+    big, small = torch.randn(512, 1024), torch.arange(7)
+    with Channel(a, REGISTRY) as sender, Channel(b, REGISTRY) as receiver:
+        sent = sender.send(_request(big=big, small=small), timeout=5)
+        got = receiver.recv(timeout=5)
+        assert sent.done and sent.held == 0
+    assert torch.equal(got.kwargs["big"], big) and torch.equal(got.kwargs["small"], small)
+    assert got.rpc_id is None and got.method == "load"
+
+
+def test_received_tensors_are_writable_and_not_copied_from_the_frame(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
+    big = torch.randn(256, 1024)  # 1 MiB: a frame of its own
+    with Channel(a, REGISTRY) as sender, Channel(b, REGISTRY) as receiver:
+        sender.send(_request(x=big), timeout=5)
+        x = receiver.recv(timeout=5).kwargs["x"]
+    x.add_(1)  # a writable tensor over the received frame (pyzmq frames are writable memory)
+    assert torch.allclose(x, big + 1)
+
+
+def test_the_caller_message_is_not_changed(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
+    message = _request(x=torch.ones(4))
+    before = msgspec.msgpack.encode(msgspec.structs.asdict(message) | {"kwargs": {}})
+    with Channel(a, REGISTRY) as sender, Channel(b, REGISTRY) as receiver:
+        sender.send(message, timeout=5)
+        receiver.recv(timeout=5)
+    assert msgspec.msgpack.encode(msgspec.structs.asdict(message) | {"kwargs": {}}) == before
+    assert list(message.kwargs) == ["x"] and torch.equal(message.kwargs["x"], torch.ones(4))
+
+
+def test_a_router_channel_names_its_peer_both_ways(ctx: Any) -> None:
+    dealer, router = _tcp_pair(ctx, zmq.DEALER, zmq.ROUTER)
+    with Channel(dealer, REGISTRY) as client, Channel(router, REGISTRY) as server:
+        client.send(_request(x=torch.ones(2)), timeout=5)
+        peer, got = server.recv_from(timeout=5)
+        assert isinstance(peer, bytes) and torch.equal(got.kwargs["x"], torch.ones(2))
+        with pytest.raises(ValueError, match=r"a ROUTER channel sends to one peer: send\(message, peer=routing_id\)"):
+            server.send(got)
+        server.send(rpc.Result(method="load", ok=True), peer=peer, timeout=5)
+        assert client.recv_from(timeout=5) == (None, rpc.Result(method="load", ok=True))
+        with pytest.raises(ValueError, match="peer= is for ROUTER sockets"):
+            client.send(got, peer=peer)
+
+
+def test_a_message_that_breaks_its_schema_sends_nothing(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
+    with Channel(a, REGISTRY) as sender:
+        with pytest.raises(tw.EncodeError, match="256") as caught:
+            sender.send(rpc.Request(method="m" * 300), timeout=5)
+        assert caught.value.type_id == "rpc.Request"
+        assert b.poll(300, zmq.POLLIN) == 0
+    b.close(0)
+
+
+# -- lifetimes ---------------------------------------------------------------------------------
+def _stalled(ctx: Any) -> tuple[Any, Channel]:
+    """A tcp PUSH channel to a PULL that holds one message at most and has not read: after a few
+    small messages, ZeroMQ on the receiving side stops reading, so the sender's frames stay held."""
+    a, b = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    b.setsockopt(zmq.RCVHWM, 1)  # before the connection is made: its pipe takes the options then
+    b.setsockopt(zmq.RCVBUF, 64 * 1024)
+    port = b.bind_to_random_port("tcp://127.0.0.1")
+    a.connect(f"tcp://127.0.0.1:{port}")
+    time.sleep(0.2)  # connected
+    sender = Channel(a, REGISTRY)
+    for _ in range(4):
+        sender.send(_request(), wait=False)
+    return b, sender
+
+
+def _drain(b: Any, count: int) -> list[Any]:
+    with Channel(b, REGISTRY) as receiver:
+        return [receiver.recv(timeout=10) for _ in range(count)]
+
+
+def test_every_zero_copy_frame_is_tracked_until_zeromq_lets_go(ctx: Any) -> None:
+    b, sender = _stalled(ctx)
+    tensors = [torch.full((8 * MiB,), float(i)) for i in range(2)]  # 32 MiB each: past the kernel buffers
+    with sender:
+        sent = sender.send(_request(t0=tensors[0], t1=tensors[1], small=torch.ones(4)), wait=False)
+        time.sleep(0.3)
+        assert not sent.done and sent.held == 2  # both large frames, not only the last one
+        assert sent.wait(0.05) is False
+        got = _drain(b, 5)[-1]
+        assert sent.wait(10) is True and sent.done and sent.held == 0
+        assert torch.equal(got.kwargs["t0"], tensors[0]) and torch.equal(got.kwargs["t1"], tensors[1])
+
+
+def test_wait_mode_out_of_time_says_the_frames_are_still_held(ctx: Any) -> None:
+    b, sender = _stalled(ctx)
+    with sender:
+        with pytest.raises(
+            StillHeldError, match=r"queued, but ZeroMQ still holds 1 of its frames after 0\.3 s"
+        ) as caught:
+            sender.send(_request(x=torch.zeros(16 * MiB)), timeout=0.3)
+        assert isinstance(caught.value, TimeoutError) and caught.value.sent.held == 1
+        assert _drain(b, 5)[-1].kwargs["x"].shape == (16 * MiB,)
+        assert caught.value.sent.wait(10)
+
+
+def test_a_small_frame_is_copied_at_once(ctx: Any) -> None:
+    b, sender = _stalled(ctx)
+    with sender:
+        small = torch.ones(1024)  # 4 KiB: under pyzmq's copy threshold
+        sent = sender.send(_request(x=small), wait=False)
+        assert sent.done and sent.held == 0
+        small.fill_(5)
+        assert torch.equal(_drain(b, 5)[-1].kwargs["x"], torch.ones(1024))
+
+
+def test_inproc_frames_are_copied_so_the_receiver_never_sees_later_writes(ctx: Any) -> None:
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    b.bind("inproc://tw-test")
+    a.connect("inproc://tw-test")
+    big = torch.zeros(MiB)
+    with Channel(a, REGISTRY) as sender, Channel(b, REGISTRY) as receiver:
+        sent = sender.send(_request(x=big), wait=False)
+        assert sent.done  # nothing handed over: inproc frames are copied
+        big.fill_(7)
+        got = receiver.recv(timeout=5).kwargs["x"]
+        assert torch.count_nonzero(got) == 0
+        got.fill_(3)
+        assert torch.all(big == 7)
+
+
+# -- locality ----------------------------------------------------------------------------------
+def test_ipc_sends_large_tensors_through_shared_memory(ctx: Any, tmp_path: Any) -> None:
+    a, b = _ipc_pair(ctx, tmp_path, zmq.PUSH, zmq.PULL)
+    big = torch.randn(MiB)
+    with tw.transports.ShmTransport() as shm, tw.transports.ShmTransport() as reader:
+        with Channel(a, REGISTRY, transport=shm) as sender, Channel(b, REGISTRY, transport=reader) as receiver:
+            sender.send(_request(x=big), timeout=5)
+            got = receiver.recv(timeout=5)
+            assert torch.equal(got.kwargs["x"], big)
+            assert shm.pool is not None
+            assert [slot.state for slot in shm.pool.slots()] != [FREE]  # the receiver holds it
+            del got
+            assert [slot.state for slot in shm.pool.slots()] == [FREE]  # its last view died
+
+
+def _parts_of(ctx: Any, tmp_path: Any, *, ipc: bool, same_host: bool | None) -> list[bytes]:
+    a, b = _ipc_pair(ctx, tmp_path, zmq.PUSH, zmq.PULL) if ipc else _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
+    with tw.transports.ShmTransport() as shm, Channel(a, REGISTRY, transport=shm, same_host=same_host) as sender:
+        sender.send(_request(x=torch.randn(MiB)), timeout=5)
+        parts = _raw_parts(b)
+        b.close(0)
+        if len(parts) == 2:  # through shared memory: give the slot back as a receiver would
+            with tw.transports.ShmTransport() as reader:
+                tw.Decoder(REGISTRY, [reader]).decode(parts[1:])
+    return parts
+
+
+@pytest.mark.parametrize(
+    ("ipc", "same_host", "through_shm"),
+    [(True, None, True), (False, None, False), (False, True, True), (True, False, False)],
+    ids=["ipc-local", "tcp-remote", "tcp-said-same-host", "ipc-said-other-host"],
+)
+def test_where_large_tensors_go_follows_the_peer(
+    ctx: Any, tmp_path: Any, ipc: bool, same_host: bool | None, through_shm: bool
+) -> None:
+    parts = _parts_of(ctx, tmp_path, ipc=ipc, same_host=same_host)
+    assert parts[0] == HELLO + host_token()
+    assert (len(parts) == 2) is through_shm  # hello, frame 0 [, the tensor's own frame]
+    assert b'"shm"' not in parts[1] or through_shm
+
+
+def test_a_peer_that_says_hello_from_this_host_gets_shared_memory_over_tcp(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.PAIR, zmq.PAIR)
+    with tw.transports.ShmTransport() as shm, Channel(a, REGISTRY, transport=shm) as channel:
+        channel.send(_request(x=torch.randn(MiB)), timeout=5)
+        assert len(_raw_parts(b)) == 3  # nothing heard from the peer yet: inline
+        b.send_multipart(_valid(_request()))
+        channel.recv(timeout=5)
+        channel.send(_request(x=torch.randn(MiB)), timeout=5)
+        parts = _raw_parts(b)
+        assert len(parts) == 2
+        with tw.transports.ShmTransport() as reader:
+            tw.Decoder(REGISTRY, [reader]).decode(parts[1:])
+        b.send_multipart([HELLO + bytes(16), *_valid(_request())[1:]])  # another host's hello
+        channel.recv(timeout=5)
+        channel.send(_request(x=torch.randn(MiB)), timeout=5)
+        assert len(_raw_parts(b)) == 3
+        b.send_multipart(_valid(_request()))  # a local peer later does not undo a remote one
+        channel.recv(timeout=5)
+        channel.send(_request(x=torch.randn(MiB)), timeout=5)
+        assert len(_raw_parts(b)) == 3
+    b.close(0)
+
+
+def test_a_garbage_message_teaches_nothing_about_locality(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.PAIR, zmq.PAIR)
+    with tw.transports.ShmTransport() as shm, Channel(a, REGISTRY, transport=shm) as channel:
+        b.send_multipart([HELLO + host_token(), b"\x95junk"])
+        with pytest.raises(TimeoutError):
+            channel.recv(timeout=0.3)
+        assert channel.dropped == 1
+        channel.send(_request(x=torch.randn(MiB)), timeout=5)
+        assert len(_raw_parts(b)) == 3
+    b.close(0)
+
+
+def test_pub_never_sends_through_shared_memory(ctx: Any) -> None:
+    pub, sub = ctx.socket(zmq.PUB), ctx.socket(zmq.SUB)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    sub.connect(f"tcp://127.0.0.1:{port}")
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    time.sleep(0.3)  # the subscription reaches the publisher
+    big = torch.randn(MiB)
+    with tw.transports.ShmTransport() as shm, Channel(pub, REGISTRY, transport=shm, same_host=True) as channel:
+        channel.send(_request(x=big), timeout=5)
+        with Channel(sub, REGISTRY) as receiver:  # no transport: a shared-memory handle would not open
+            assert torch.equal(receiver.recv(timeout=5).kwargs["x"], big)
+        assert "inline" in repr(channel)
+
+
+# -- timeouts ----------------------------------------------------------------------------------
+def test_a_message_no_peer_takes_is_not_sent_and_its_slots_go_back(ctx: Any) -> None:
+    push = ctx.socket(zmq.PUSH)
+    push.bind("tcp://127.0.0.1:*")  # nobody connects
+    with tw.transports.ShmTransport() as shm, Channel(push, REGISTRY, transport=shm, same_host=True) as channel:
+        with pytest.raises(TimeoutError, match=r"could not be queued within 0.2 s \(no peer ready\)"):
+            channel.send(_request(x=torch.randn(MiB), y=torch.randn(2 * MiB)), timeout=0.2)
+        assert shm.pool is not None
+        states = [slot.state for slot in shm.pool.slots()]
+        assert len(states) == 2 and set(states) == {FREE}
+
+
+def test_recv_times_out_with_the_time_it_waited(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
+    with Channel(b, REGISTRY) as receiver:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"no message arrived within 0.2 s"):
+            receiver.recv(timeout=0.2)
+        assert time.monotonic() - start >= 0.19
+    a.close(0)
+
+
+def test_a_closed_channel_refuses_and_closes_once(ctx: Any) -> None:
+    a = ctx.socket(zmq.PUSH)
+    channel = Channel(a, REGISTRY)
+    channel.close()
+    channel.close()
+    assert a.closed
+    with pytest.raises(ValueError, match="the channel is closed"):
+        channel.send(_request())
+    with pytest.raises(ValueError, match="the channel is closed"):
+        channel.recv(timeout=0)
+
+
+# -- hostile peers -----------------------------------------------------------------------------
+JUNK = [
+    [b"x"],  # one frame
+    [b"hello?", b"\x95"],  # not the hello
+    [HELLO + b"short", b"\x95"],  # a hello of the wrong length
+    [HELLO + host_token(), b"\x95junk"],  # frame 0 that does not read
+    [HELLO + host_token(), b"\xc1" * 100],
+    [HELLO + host_token(), b"\x91" * 100_000],  # nesting far past the limit
+    [HELLO + host_token(), *_valid(_request())[1:], b"extra frame"],
+]
+
+
+def test_garbage_is_dropped_counted_and_logged_and_the_channel_serves_on(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
+    for parts in JUNK:
+        a.send_multipart(parts)
+    a.send_multipart(_valid(_request(x=torch.ones(3))))
+    with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"), Channel(b, REGISTRY) as receiver:
+        got = receiver.recv(timeout=5)
+        assert torch.equal(got.kwargs["x"], torch.ones(3))
+        assert receiver.dropped == len(JUNK)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == len(JUNK) and all(line.startswith("dropped a message from the peer: ") for line in lines)
+    assert "a channel message has a hello frame and frame 0 at least; this one has 1 frames" in lines[0]
+    assert "not a tensorwire channel message: its first frame is b'hello?'" in lines[1]
+    assert "nesting" in lines[5] or "deep" in lines[5]
+    assert "frames but its header names" in lines[6]
+    a.close(0)
+
+
+def test_a_message_over_the_receivers_limits_is_dropped(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
+    options = tw.DecodeOptions(limits=tw.Limits(max_tensor_bytes=1024))
+    with Channel(a, REGISTRY) as sender, Channel(b, REGISTRY, options=options) as receiver:
+        sender.send(_request(x=torch.zeros(1024)), timeout=5)
+        sender.send(_request(x=torch.zeros(16)), timeout=5)
+        assert receiver.recv(timeout=5).kwargs["x"].shape == (16,)
+        assert receiver.dropped == 1
+
+
+def test_a_forged_shared_memory_handle_is_dropped_and_touches_nothing(ctx: Any, tmp_path: Any) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
+    with tw.transports.ShmTransport() as shm, tw.transports.ShmTransport() as reader:
+        frames = tw.Encoder(shm).encode(_request(x=torch.randn(MiB)))
+        head = bytes(frames[0]).replace(b"tw-", b"../")  # a name out of the segment pattern
+        a.send_multipart([HELLO + host_token(), head])
+        a.send_multipart(_valid(_request()))
+        with Channel(b, REGISTRY, transport=reader) as receiver:
+            assert receiver.recv(timeout=5).kwargs == {}
+            assert receiver.dropped == 1
+        tw.Decoder(REGISTRY, [reader]).decode(frames)  # the real message's slot back
+    assert victim.read_bytes() == b"keep me"
+    a.close(0)
+
+
+def test_a_host_token_is_stable_and_sixteen_bytes() -> None:
+    assert host_token() == host_token() and len(host_token()) == 16
+    assert os.getuid() >= 0

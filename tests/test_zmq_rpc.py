@@ -1,0 +1,241 @@
+"""tensorwire.zmq.Client / Server: ids, timeouts, late replies, handler errors, threads, CURVE."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+
+zmq = pytest.importorskip("zmq")
+
+from tensorwire.builtins import rpc  # noqa: E402
+from tensorwire.zmq import Client, Server  # noqa: E402
+
+
+def _handler(request: rpc.Request) -> rpc.Result:
+    if request.method == "boom":
+        raise KeyError("no adapter named 'x'")
+    if request.method == "slow":
+        time.sleep(float(request.kwargs.get("seconds", 0.5)))
+    if request.method == "not a result":
+        return "ok"  # type: ignore[return-value]
+    if request.method == "breaks a rule":
+        return rpc.Result(method=request.method, ok=True, error="both ok and an error")
+    if request.method == "breaks its schema":
+        return rpc.Result(method="m" * 300, ok=True)  # checked when it is encoded
+    return rpc.Result(method=request.method, ok=True, payload=rpc.Value(value=request.kwargs.get("x")))
+
+
+class _Running:
+    def __init__(self, server: Server, thread: threading.Thread, endpoint: str) -> None:
+        self.server, self.thread, self.endpoint = server, thread, endpoint
+
+
+@pytest.fixture
+def ctx() -> Iterator[Any]:
+    context = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+def _serve(ctx: Any, handler: Callable[[rpc.Request], rpc.Result] = _handler, **kwargs: Any) -> _Running:
+    socket = ctx.socket(zmq.ROUTER)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")
+    server = Server(socket, **kwargs)
+    thread = threading.Thread(target=server.serve, args=(handler,), kwargs={"poll": 0.02}, daemon=True)
+    thread.start()
+    return _Running(server, thread, f"tcp://127.0.0.1:{port}")
+
+
+@pytest.fixture
+def running(ctx: Any) -> Iterator[_Running]:
+    run = _serve(ctx)
+    yield run
+    run.server.close()
+    run.thread.join(5)
+    assert not run.thread.is_alive()
+
+
+def _client(ctx: Any, endpoint: str) -> Client:
+    socket = ctx.socket(zmq.DEALER)
+    socket.connect(endpoint)
+    return Client(socket)
+
+
+def test_a_call_returns_its_result_with_tensors(ctx: Any, running: _Running) -> None:
+    x = torch.randn(16, 16)
+    request = rpc.Request(method="echo", kwargs={"x": x})
+    with _client(ctx, running.endpoint) as client:
+        result = client.call(request, timeout=5)
+    assert result.ok and result.method == "echo" and torch.equal(result.payload.value, x)
+    assert isinstance(result.rpc_id, str) and len(result.rpc_id) == 32
+    assert request.rpc_id is None  # the caller's request is not changed
+    assert running.server.handled == 1
+
+
+def test_a_handler_error_comes_back_as_an_error_result(ctx: Any, running: _Running) -> None:
+    with _client(ctx, running.endpoint) as client:
+        result = client.call(rpc.Request(method="boom"), timeout=5)
+        assert (result.ok, result.error, result.error_type, result.traceback) == (
+            False,
+            "\"no adapter named 'x'\"",
+            "KeyError",
+            None,
+        )
+        again = client.call(rpc.Request(method="echo", kwargs={"x": 1}), timeout=5)  # still serving
+        assert again.ok and again.payload.value == 1
+    assert running.server.failed == 1 and running.server.handled == 2
+
+
+def test_tracebacks_are_sent_only_when_asked_for(ctx: Any) -> None:
+    run = _serve(ctx, tracebacks=True)
+    try:
+        with _client(ctx, run.endpoint) as client:
+            result = client.call(rpc.Request(method="boom"), timeout=5)
+        assert result.traceback is not None and "KeyError" in result.traceback and "_handler" in result.traceback
+    finally:
+        run.server.close()
+        run.thread.join(5)
+
+
+@pytest.mark.parametrize(
+    ("method", "error_type", "error"),
+    [
+        ("not a result", "TypeError", "the handler returned str, not an rpc.Result"),
+        ("breaks a rule", "ValidationError", "rpc.Result: rule RPC_OK_XOR_ERROR: ok is true but an error is set"),
+        ("breaks its schema", "EncodeError", "256"),
+    ],
+)
+def test_a_bad_result_is_answered_with_why(
+    ctx: Any, running: _Running, method: str, error_type: str, error: str
+) -> None:
+    with _client(ctx, running.endpoint) as client:
+        result = client.call(rpc.Request(method=method), timeout=5)
+    assert not result.ok and result.error_type == error_type and error in (result.error or "")
+
+
+def test_a_late_reply_is_dropped_by_its_id_so_the_next_call_gets_its_own(ctx: Any, running: _Running) -> None:
+    with _client(ctx, running.endpoint) as client:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"no reply to 'slow' within 0.1 s"):
+            client.call(rpc.Request(method="slow", kwargs={"seconds": 0.4}), timeout=0.1)
+        assert time.monotonic() - start < 0.4
+        result = client.call(rpc.Request(method="echo", kwargs={"x": "mine"}), timeout=5)
+        assert result.payload.value == "mine"
+        assert client.late == 1
+
+
+def test_calls_from_many_threads_each_get_their_own_reply(ctx: Any, running: _Running) -> None:
+    got: dict[int, Any] = {}
+    errors: list[BaseException] = []
+    with _client(ctx, running.endpoint) as client:
+
+        def call(i: int) -> None:
+            try:
+                for j in range(10):
+                    value = torch.full((4,), float(i * 100 + j))
+                    result = client.call(rpc.Request(method="echo", kwargs={"x": value}), timeout=10)
+                    assert torch.equal(result.payload.value, value)
+                got[i] = True
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    assert not errors and sorted(got) == list(range(8))
+    assert client.late == 0 and running.server.handled == 80
+
+
+def test_closing_the_client_cancels_a_waiting_call(ctx: Any, running: _Running) -> None:
+    client = _client(ctx, running.endpoint)
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            client.call(rpc.Request(method="slow", kwargs={"seconds": 2}), timeout=10)
+        except BaseException as exc:  # checked below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    time.sleep(0.2)
+    client.close()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], ConnectionAbortedError)
+    assert "the client was closed while 'slow' waited for its reply" in str(outcome[0])
+    with pytest.raises(ConnectionAbortedError, match="the client is closed"):
+        client.call(rpc.Request(method="echo"), timeout=1)
+
+
+def test_the_server_ignores_what_is_not_a_request(ctx: Any, running: _Running) -> None:
+    from tensorwire.builtins import REGISTRY
+    from tensorwire.zmq import Channel
+
+    socket = ctx.socket(zmq.DEALER)
+    socket.connect(running.endpoint)
+    with Channel(socket, REGISTRY) as channel:
+        channel.send(rpc.Result(method="x", ok=True), timeout=5)
+        deadline = time.monotonic() + 5
+        while running.server.ignored == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert running.server.ignored == 1 and running.server.handled == 0
+
+
+def test_sockets_of_the_wrong_kind_and_non_requests_are_refused(ctx: Any) -> None:
+    with pytest.raises(ValueError, match="a Client needs a DEALER socket, got PUSH"):
+        Client(ctx.socket(zmq.PUSH))
+    with pytest.raises(ValueError, match="a Server needs a ROUTER socket, got DEALER"):
+        Server(ctx.socket(zmq.DEALER))
+    client = Client(ctx.socket(zmq.DEALER))
+    with pytest.raises(TypeError, match=r"call\(\) takes an rpc\.Request, got Result"):
+        client.call(rpc.Result(method="x", ok=True), timeout=1)  # type: ignore[arg-type]
+    client.close()
+
+
+@pytest.mark.skipif(not zmq.has("curve"), reason="this libzmq has no CURVE support")
+def test_curve_lets_in_an_authorised_client_and_refuses_another(ctx: Any, tmp_path: Any) -> None:
+    from zmq.auth.thread import ThreadAuthenticator
+
+    server_public, server_secret = zmq.curve_keypair()
+    client_public, client_secret = zmq.curve_keypair()
+    stranger_public, stranger_secret = zmq.curve_keypair()
+    auth = ThreadAuthenticator(ctx)
+    auth.start()
+    try:
+        keys = tmp_path / "authorized"
+        keys.mkdir()
+        (keys / "client.key").write_text(
+            f'metadata\ncurve\n    public-key = "{client_public.decode()}"\n', encoding="ascii"
+        )
+        auth.configure_curve(domain="*", location=str(keys))
+        socket = ctx.socket(zmq.ROUTER)
+        socket.curve_secretkey, socket.curve_publickey, socket.curve_server = server_secret, server_public, True
+        port = socket.bind_to_random_port("tcp://127.0.0.1")
+        server = Server(socket)
+        thread = threading.Thread(target=server.serve, args=(_handler,), kwargs={"poll": 0.02}, daemon=True)
+        thread.start()
+
+        def client(public: bytes, secret: bytes) -> Client:
+            dealer = ctx.socket(zmq.DEALER)
+            dealer.curve_secretkey, dealer.curve_publickey, dealer.curve_serverkey = secret, public, server_public
+            dealer.connect(f"tcp://127.0.0.1:{port}")
+            return Client(dealer)
+
+        with client(client_public, client_secret) as allowed:
+            assert allowed.call(rpc.Request(method="echo", kwargs={"x": 5}), timeout=5).payload.value == 5
+        with client(stranger_public, stranger_secret) as refused:
+            with pytest.raises(TimeoutError):
+                refused.call(rpc.Request(method="echo"), timeout=0.5)
+        assert server.handled == 1
+        server.close()
+        thread.join(5)
+    finally:
+        auth.stop()
