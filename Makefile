@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.tensorwire-installed
 # a bare requirement would download a multi-GB CUDA build. An existing torch is left alone.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv test floor lint typecheck gen gen-check compat-check wheel-smoke demo bench fuzz gpu-wheels clean
+.PHONY: venv test floor lint typecheck gen gen-check compat-check wheel-smoke demo demo-rpc bench fuzz gpu-wheels clean
 
 venv: $(STAMP)
 
@@ -69,6 +69,10 @@ floor:
 
 demo: $(STAMP)
 	$(BIN)/tensorwire demo
+
+# An API-server-like client and an engine-like server over ZeroMQ, tensors through shared memory.
+demo-rpc: $(STAMP)
+	$(BIN)/tensorwire demo --rpc
 
 # The decoder against hostile input and a live victim process (a few minutes); every failing input
 # goes to the regression corpus that `make test` replays.

@@ -105,7 +105,10 @@ def _parser() -> argparse.ArgumentParser:
         help="schema directory (default: the config's schemas, or schemas)",
     )
     record.add_argument("--dir", type=Path, help="fixture root (default: the config's golden, or tests/golden)")
-    sub.add_parser("demo", help="send a diffusion result from a producer process through shared memory")
+    demo = sub.add_parser("demo", help="send a diffusion result from a producer process through shared memory")
+    demo.add_argument(
+        "--rpc", action="store_true", help="instead: RPC calls to an engine process over ZeroMQ (the zmq extra)"
+    )
     inspect = sub.add_parser("inspect", help="print a joined message blob's header as JSON")
     inspect.add_argument("file", type=Path, help="a blob written by codec.join(frames)")
     shm = sub.add_parser("shm", help="shared-memory housekeeping")
@@ -487,6 +490,10 @@ def _main(words: list[str]) -> int:
         if args.command == "gen":
             return _gen(args)
         if args.command == "demo":
+            if args.rpc:
+                from tensorwire.builtins.rpc_demo import run as run_rpc
+
+                return run_rpc()
             from tensorwire.builtins.demo import run
 
             return run()

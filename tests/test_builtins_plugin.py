@@ -36,7 +36,10 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_no_core_module_imports_the_built_ins() -> None:
-    core = [p for p in CODEC.rglob("*.py") if "builtins" not in p.parts and p.name != "cli.py"]
+    # the command line and the ZeroMQ layer (its RPC speaks the built-in rpc envelopes) sit above them
+    above = [p for p in CODEC.rglob("*.py") if p.name == "cli.py" or "zmq" in p.parts]
+    assert len(above) == 5
+    core = [p for p in CODEC.rglob("*.py") if "builtins" not in p.parts and p not in above]
     assert len(core) > 30
     offenders = {p.relative_to(CODEC).as_posix() for p in core if any("builtins" in m for m in _imports(p))}
     assert offenders == set()
@@ -52,6 +55,7 @@ def test_the_built_ins_import_only_public_modules_and_names() -> None:
         "media",
         "registry",
         "rpc",
+        "rpc_demo",
         "validators",
     ]
     for path in modules:

@@ -239,3 +239,17 @@ def test_curve_lets_in_an_authorised_client_and_refuses_another(ctx: Any, tmp_pa
         thread.join(5)
     finally:
         auth.stop()
+
+
+def test_the_rpc_demo_sends_engine_results_through_shared_memory() -> None:
+    import io
+    import re
+
+    from tensorwire.builtins.rpc_demo import run
+
+    out = io.StringIO()
+    assert run(out, calls=20) == 0
+    text = out.getvalue()
+    assert ": 20 requests answered" in text and "3.0 MiB each, through shared memory" in text
+    assert re.search(r"latency per call: p50 [\d.]+ ms, p99 [\d.]+ ms", text)
+    assert "bit-exact: all; segments of ours left (in /dev/shm or memfds): 0" in text

@@ -133,6 +133,8 @@ class Channel:
         self._endpoint = ""
         self.dropped = 0
         """Messages received and dropped because they did not decode."""
+        self.buffer_frames = 0
+        """Buffer frames received: tensors that came inline, each in a frame of its own."""
         self.closed = False
 
     # -- sending --------------------------------------------------------------------------------
@@ -269,6 +271,7 @@ class Channel:
         frames: list[Any] = [head.bytes if len(head) <= _SMALL_HEAD else head.buffer]
         frames.extend(p.buffer for p in parts[2:])
         message = self._decoder.decode(frames)
+        self.buffer_frames += len(frames) - 1
         self._learn(peer, hello[len(HELLO) :] == self._hello[len(HELLO) :])
         return message
 
