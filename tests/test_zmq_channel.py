@@ -372,3 +372,100 @@ def test_a_forged_shared_memory_handle_is_dropped_and_touches_nothing(ctx: Any, 
 def test_a_host_token_is_stable_and_sixteen_bytes() -> None:
     assert host_token() == host_token() and len(host_token()) == 16
     assert os.getuid() >= 0
+
+
+# -- handshake ---------------------------------------------------------------------------------
+def _answering(channel: Channel, stop: Any, got: list[Any]) -> None:
+    while not stop.is_set():
+        try:
+            got.append(channel.recv(timeout=0.05))
+        except TimeoutError:
+            pass
+
+
+def test_a_handshake_over_tcp_finds_a_peer_on_this_host(ctx: Any) -> None:
+    import threading
+
+    a, b = _tcp_pair(ctx, zmq.PAIR, zmq.PAIR)
+    big = torch.randn(MiB)
+    with tw.transports.ShmTransport() as shm, tw.transports.ShmTransport() as reader:
+        with Channel(a, REGISTRY, transport=shm) as asker, Channel(b, REGISTRY, transport=reader) as peer:
+            got: list[Any] = []
+            stop = threading.Event()
+            thread = threading.Thread(target=_answering, args=(peer, stop, got))
+            thread.start()
+            try:
+                assert asker.handshake(timeout=5) is True
+                asker.send(_request(x=big), timeout=5)
+                deadline = time.monotonic() + 5
+                while not got and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            finally:
+                stop.set()
+                thread.join(5)
+            assert len(got) == 1 and torch.equal(got[0].kwargs["x"], big)
+            assert peer.buffer_frames == 0 and peer.dropped == 0  # it came through shared memory
+            del got
+
+
+def test_a_peer_of_another_host_answers_so_and_gets_inline_frames(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.PAIR, zmq.PAIR)
+    with tw.transports.ShmTransport() as shm, Channel(a, REGISTRY, transport=shm, same_host=None) as asker:
+        # a message before the answer (it teaches as much, and is kept for recv), then the answer
+        b.send_multipart([HELLO + bytes(16), *_valid(_request(early=torch.ones(2)))[1:]])
+        b.send_multipart([HELLO + bytes(16) + b"!"])
+        assert asker.handshake(timeout=5) is False
+        assert _raw_parts(b) == [HELLO + host_token() + b"?"]
+        assert torch.equal(asker.recv(timeout=0).kwargs["early"], torch.ones(2))
+        asker.send(_request(x=torch.randn(MiB)), timeout=5)
+        assert len(_raw_parts(b)) == 3
+        assert asker.dropped == 0
+    b.close(0)
+
+
+def test_a_receiving_channel_answers_a_handshake_and_takes_it_as_no_message(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.DEALER, zmq.ROUTER)
+    with Channel(b, REGISTRY) as server:
+        a.send_multipart([HELLO + bytes(16) + b"?"])
+        a.send_multipart(_valid(_request(n=torch.zeros(1))))
+        peer, got = server.recv_from(timeout=5)
+        assert got.kwargs["n"].shape == (1,) and server.dropped == 0
+        assert _raw_parts(a) == [HELLO + host_token() + b"!"]
+        assert server._is_local(peer) is True  # learned from its message, which came after the question
+    a.close(0)
+
+
+def test_a_handshake_needs_a_socket_that_can_hear_an_answer(ctx: Any) -> None:
+    with Channel(ctx.socket(zmq.PUSH), REGISTRY) as push:
+        with pytest.raises(ValueError, match="a PUSH socket cannot hear an answer: say same_host= instead"):
+            push.handshake(timeout=1)
+    with Channel(ctx.socket(zmq.ROUTER), REGISTRY) as router:
+        with pytest.raises(ValueError, match=r"a ROUTER channel asks one peer: handshake\(peer=routing_id\)"):
+            router.handshake(timeout=1)
+
+
+def test_a_handshake_with_no_answer_times_out(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.PAIR, zmq.PAIR)
+    with Channel(a, REGISTRY) as asker:
+        with pytest.raises(TimeoutError, match=r"no answer to the handshake within 0\.2 s"):
+            asker.handshake(timeout=0.2)
+    b.close(0)
+
+
+def test_a_handshake_keeps_no_more_messages_than_the_high_water_mark(ctx: Any) -> None:
+    router, asked, other = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    router.setsockopt(zmq.RCVHWM, 3)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    for dealer, name in ((asked, b"asked"), (other, b"other")):
+        dealer.setsockopt(zmq.ROUTING_ID, name)
+        dealer.connect(f"tcp://127.0.0.1:{port}")
+    for i in range(5):  # the other peer talks; the one asked never answers
+        other.send_multipart(_valid(_request(i=torch.tensor([i]))))
+    time.sleep(0.2)
+    with Channel(router, REGISTRY) as channel:
+        with pytest.raises(TimeoutError, match="no answer to the handshake among the 3 messages that came first"):
+            channel.handshake(timeout=5, peer=b"asked")
+        got = [channel.recv_from(timeout=5) for _ in range(5)]
+        assert [(peer, int(m.kwargs["i"])) for peer, m in got] == [(b"other", i) for i in range(5)]
+    asked.close(0)
+    other.close(0)

@@ -3,12 +3,13 @@
 A channel message is one ZeroMQ multipart message: ``[hello, frame 0, buffer frames...]`` (a
 ROUTER socket adds the peer's routing id in front, as ZeroMQ does). ``hello`` is ``b"TWC1"`` and
 the sender's host token (``tensorwire.zmq._locality``): a receiver learns from it whether that
-peer shares its shared memory.
+peer shares its shared memory. A handshake is a one-frame message, the hello and ``b"?"`` (a
+question) or ``b"!"`` (the answer a receiving channel sends back).
 
 Sending. The encoder writes the message (a schema violation is an ``EncodeError`` before anything
 is exported); large tensors go to the channel's shared-memory transport only when the peer shares
-this host's ``/dev/shm`` (``same_host``; else what the peer's hello said; else ``ipc://`` and
-``inproc://`` endpoints count as local, anything else as remote), otherwise inline. A frame under
+this host's ``/dev/shm`` (``same_host``; else what the peer's hello or handshake said; else
+``ipc://`` and ``inproc://`` endpoints count as local, anything else as remote), otherwise inline. A frame under
 pyzmq's copy threshold is copied into ZeroMQ at once; a larger one is handed over without a copy
 and tracked (every one of them, not just the last). ``send`` returns when ZeroMQ has let go of
 every frame it did not copy (``wait=True``, the default: the caller may then modify the message's
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 import zmq
@@ -51,6 +52,9 @@ _LOG = logging.getLogger("tensorwire.zmq")
 _MAX_PEERS = 4096  # peers whose locality a ROUTER channel remembers (the oldest is forgotten first)
 _FAN_OUT = frozenset({zmq.PUB, zmq.XPUB})  # one message, many receivers: never through shared memory
 _SMALL_HEAD = 64 * 1024  # frame 0 up to this size is taken as bytes (the decoder's quickest input)
+_ASK, _ANSWER = b"?", b"!"  # the last byte of a handshake's one frame: a question, an answer
+_ANSWERING = frozenset({zmq.PAIR, zmq.DEALER, zmq.ROUTER})  # sockets that can reply to their peer
+_NOTHING = object()
 
 
 class StillHeldError(TimeoutError):
@@ -130,6 +134,7 @@ class Channel:
         self._decoder = Decoder(registry, [] if transport is None else [transport], options)
         self._hello = HELLO + host_token()
         self._peers: OrderedDict[bytes | None, bool] = OrderedDict()
+        self._backlog: deque[tuple[bytes | None, Any]] = deque()  # messages read by a handshake
         self._endpoint = ""
         self.dropped = 0
         """Messages received and dropped because they did not decode."""
@@ -241,23 +246,91 @@ class Channel:
     def recv_from(self, *, timeout: float | None = None) -> tuple[bytes | None, Any]:
         """``(peer, message)``: the next message and its sender's routing id (None unless ROUTER)."""
         self._check_open()
+        if self._backlog:
+            return self._backlog.popleft()
         deadline = None if timeout is None else time.monotonic() + timeout
-        socket = self.socket
         while True:
-            left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-            if not socket.poll(left, zmq.POLLIN):
+            got = self._next(deadline)
+            if got is _NOTHING:
                 raise TimeoutError(f"no message arrived within {timeout} s")
-            parts = socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            peer = parts[0].bytes if self._router and parts else None
+            if got is not None:
+                message: tuple[bytes | None, Any] = got
+                return message
+
+    def handshake(self, *, timeout: float, peer: bytes | None = None) -> bool:
+        """Ask the peer (``peer`` on a ROUTER socket) whether it shares this host, and wait for its
+        answer (a channel answers while it receives); whether it does. Messages that arrive
+        meanwhile are kept for ``recv`` (up to the socket's receive high-water mark). ``TimeoutError``
+        if no answer comes within ``timeout`` seconds. Over TCP, until a peer has been heard from, it
+        gets inline frames."""
+        self._check_open()
+        if self._type not in _ANSWERING:
+            raise ValueError(f"a {kind_of(self.socket)} socket cannot hear an answer: say same_host= instead")
+        if self._router and peer is None:
+            raise ValueError("a ROUTER channel asks one peer: handshake(peer=routing_id)")
+        key = peer if self._router else None
+        self._peers.pop(key, None)
+        deadline = time.monotonic() + timeout
+        self._control(peer, _ASK, deadline, timeout)
+        limit = max(1, int(self.socket.getsockopt(zmq.RCVHWM)))
+        while key not in self._peers:
+            if len(self._backlog) >= limit:
+                raise TimeoutError(f"no answer to the handshake among the {limit} messages that came first")
+            got = self._next(deadline)
+            if got is _NOTHING:
+                raise TimeoutError(f"no answer to the handshake within {timeout} s")
+            if got is not None:
+                self._backlog.append(got)
+        return self._peers[key]
+
+    def _control(self, peer: bytes | None, kind: bytes, deadline: float | None, timeout: float | None) -> None:
+        """Send a one-frame control message (a handshake's question or answer)."""
+        frame = self._hello + kind
+        socket = self.socket
+        left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+        if not socket.poll(left, zmq.POLLOUT):
+            raise TimeoutError(f"the handshake could not be sent within {timeout} s (no peer ready)")
+        try:
+            if peer is not None:
+                socket.send(peer, zmq.SNDMORE | zmq.NOBLOCK)
+                socket.send(frame, zmq.NOBLOCK)
+            else:
+                socket.send(frame, zmq.NOBLOCK)
+        except zmq.Again:
+            raise TimeoutError(f"the handshake could not be sent within {timeout} s (no peer ready)") from None
+
+    def _next(self, deadline: float | None) -> Any:
+        """Read one ZeroMQ message: ``(peer, message)``, None for one that was not a message (a
+        control message, or one dropped), ``_NOTHING`` if none came before ``deadline``."""
+        socket = self.socket
+        left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+        if not socket.poll(left, zmq.POLLIN):
+            return _NOTHING
+        parts = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+        peer = parts[0].bytes if self._router and parts else None
+        body = parts[1:] if self._router else parts
+        if len(body) == 1 and self._answer(peer, body[0].bytes):
+            return None
+        try:
+            return peer, self._decode(peer, body)
+        except DecodeError as exc:
+            self.dropped += 1
+            _LOG.warning("dropped a message from %s: %s", _name(peer), exc)
+            return None
+        except TransportError as exc:
+            raise TransportError(exc.errno, f"a message from {_name(peer)}: {exc.strerror or exc}") from None
+
+    def _answer(self, peer: bytes | None, frame: bytes) -> bool:
+        """Whether ``frame`` is a handshake's question or answer; learn from it, answer a question."""
+        if len(frame) != len(self._hello) + 1 or not frame.startswith(HELLO) or frame[-1:] not in (_ASK, _ANSWER):
+            return False
+        self._learn(peer, frame[len(HELLO) : -1] == self._hello[len(HELLO) :])
+        if frame[-1:] == _ASK and self._type in _ANSWERING:
             try:
-                message = self._decode(peer, parts[1:] if self._router else parts)
-            except DecodeError as exc:
-                self.dropped += 1
-                _LOG.warning("dropped a message from %s: %s", _name(peer), exc)
-                continue
-            except TransportError as exc:
-                raise TransportError(exc.errno, f"a message from {_name(peer)}: {exc.strerror or exc}") from None
-            return peer, message
+                self._control(peer, _ANSWER, time.monotonic(), 0)
+            except TimeoutError:
+                _LOG.info("could not answer a handshake from %s: its socket is not ready", _name(peer))
+        return True
 
     def _decode(self, peer: bytes | None, parts: list[zmq.Frame]) -> Any:
         if len(parts) < 2:

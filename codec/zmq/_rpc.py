@@ -192,7 +192,7 @@ class Server:
         self.tracebacks = tracebacks
         self.reply_timeout = reply_timeout
         self.handled = 0
-        """Requests answered."""
+        """Requests handled (counted before the reply is sent)."""
         self.failed = 0
         """Requests whose handler raised (each answered with an error result)."""
         self.ignored = 0
@@ -218,13 +218,13 @@ class Server:
             _LOG.warning("ignored a %s from peer %s: a server takes rpc.Request", type(request).__name__, peer.hex())
             return True
         result = self._run(handler, request)
+        self.handled += 1
         try:
             self.channel.send(result, peer=peer, timeout=self.reply_timeout)
         except CodecError as exc:  # the handler's result breaks its schema: the caller learns why
             self.channel.send(self._error(request, exc), peer=peer, timeout=self.reply_timeout)
         except TimeoutError as exc:
             _LOG.warning("the reply to %r for peer %s was not sent: %s", request.method, peer.hex(), exc)
-        self.handled += 1
         return True
 
     def _run(self, handler: Handler, request: rpc.Request) -> rpc.Result:
