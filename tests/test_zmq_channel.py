@@ -243,11 +243,39 @@ def test_a_peer_that_says_hello_from_this_host_gets_shared_memory_over_tcp(ctx: 
         channel.recv(timeout=5)
         channel.send(_request(x=torch.randn(MiB)), timeout=5)
         assert len(_raw_parts(b)) == 3
-        b.send_multipart(_valid(_request()))  # a local peer later does not undo a remote one
+        b.send_multipart(_valid(_request()))  # a PAIR's one peer: what it says last holds
         channel.recv(timeout=5)
         channel.send(_request(x=torch.randn(MiB)), timeout=5)
-        assert len(_raw_parts(b)) == 3
+        parts = _raw_parts(b)
+        assert len(parts) == 2
+        with tw.transports.ShmTransport() as reader:
+            tw.Decoder(REGISTRY, [reader]).decode(parts[1:])
     b.close(0)
+
+
+def test_on_a_socket_of_many_peers_a_hello_only_takes_shared_memory_away(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.DEALER, zmq.ROUTER)
+    with tw.transports.ShmTransport() as shm, Channel(a, REGISTRY, transport=shm) as channel:
+        channel.send(_request(), timeout=5)
+        peer = _raw_parts(b)[0]
+        b.send_multipart([peer, *_valid(_request())])  # this host: a DEALER may have other peers
+        channel.recv(timeout=5)
+        channel.send(_request(x=torch.randn(MiB)), timeout=5)
+        assert len(_raw_parts(b)) == 4  # routing id, hello, frame 0, the tensor: inline
+    b.close(0)
+
+
+def test_a_channel_without_a_transport_says_it_cannot_open_shared_memory(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.PAIR, zmq.PAIR)
+    with tw.transports.ShmTransport() as shm, Channel(a, REGISTRY, transport=shm) as sender:
+        with Channel(b, REGISTRY) as bare:  # no transport
+            bare.send(_request(), timeout=5)
+            assert _raw_parts(a)[0] == HELLO + bytes(16)
+            bare.send(_request(), timeout=5)
+            sender.recv(timeout=5)
+            sender.send(_request(x=torch.randn(MiB)), timeout=5)
+            got = bare.recv(timeout=5)
+            assert got.kwargs["x"].shape == (MiB,) and bare.buffer_frames == 1 and bare.dropped == 0
 
 
 def test_a_garbage_message_teaches_nothing_about_locality(ctx: Any) -> None:
@@ -425,7 +453,7 @@ def test_a_peer_of_another_host_answers_so_and_gets_inline_frames(ctx: Any) -> N
 
 def test_a_receiving_channel_answers_a_handshake_and_takes_it_as_no_message(ctx: Any) -> None:
     a, b = _tcp_pair(ctx, zmq.DEALER, zmq.ROUTER)
-    with Channel(b, REGISTRY) as server:
+    with tw.transports.ShmTransport() as shm, Channel(b, REGISTRY, transport=shm) as server:
         a.send_multipart([HELLO + bytes(16) + b"?"])
         a.send_multipart(_valid(_request(n=torch.zeros(1))))
         peer, got = server.recv_from(timeout=5)
@@ -437,7 +465,7 @@ def test_a_receiving_channel_answers_a_handshake_and_takes_it_as_no_message(ctx:
 
 def test_a_handshake_needs_a_socket_that_can_hear_an_answer(ctx: Any) -> None:
     with Channel(ctx.socket(zmq.PUSH), REGISTRY) as push:
-        with pytest.raises(ValueError, match="a PUSH socket cannot hear an answer: say same_host= instead"):
+        with pytest.raises(ValueError, match="a PUSH socket cannot tell which peer answers: say same_host= instead"):
             push.handshake(timeout=1)
     with Channel(ctx.socket(zmq.ROUTER), REGISTRY) as router:
         with pytest.raises(ValueError, match=r"a ROUTER channel asks one peer: handshake\(peer=routing_id\)"):

@@ -54,6 +54,7 @@ _FAN_OUT = frozenset({zmq.PUB, zmq.XPUB})  # one message, many receivers: never 
 _SMALL_HEAD = 64 * 1024  # frame 0 up to this size is taken as bytes (the decoder's quickest input)
 _ASK, _ANSWER = b"?", b"!"  # the last byte of a handshake's one frame: a question, an answer
 _ANSWERING = frozenset({zmq.PAIR, zmq.DEALER, zmq.ROUTER})  # sockets that can reply to their peer
+_ASKING = frozenset({zmq.PAIR, zmq.ROUTER})  # sockets that know which peer an answer is from
 _NOTHING = object()
 
 
@@ -132,7 +133,8 @@ class Channel:
         self._inline = Encoder(None, encode_options)
         self._shared = None if transport is None or self._type in _FAN_OUT else Encoder(transport, encode_options)
         self._decoder = Decoder(registry, [] if transport is None else [transport], options)
-        self._hello = HELLO + host_token()
+        # a channel that cannot open shared memory says so with a token no process has
+        self._hello = HELLO + (host_token() if transport is not None else bytes(TOKEN_BYTES))
         self._peers: OrderedDict[bytes | None, bool] = OrderedDict()
         self._backlog: deque[tuple[bytes | None, Any]] = deque()  # messages read by a handshake
         self._endpoint = ""
@@ -230,9 +232,12 @@ class Channel:
         return endpoint_is_local(self._endpoint)
 
     def _learn(self, peer: bytes | None, local: bool) -> None:
+        """Remember what ``peer``'s hello said. A ROUTER knows which peer it sends to, a PAIR has one;
+        any other socket may route a message to a peer it has not heard from, so there a hello can
+        only take shared memory away (``same_host=True`` or an ``ipc://`` endpoint gives it)."""
+        if not self._router and self._type != zmq.PAIR and local:
+            return
         key = peer if self._router else None
-        if key is None and self._peers.get(None) is False:
-            return  # a socket with several peers is local only while every one of them has been
         self._peers[key] = local
         self._peers.move_to_end(key)
         if len(self._peers) > _MAX_PEERS:
@@ -258,14 +263,16 @@ class Channel:
                 return message
 
     def handshake(self, *, timeout: float, peer: bytes | None = None) -> bool:
-        """Ask the peer (``peer`` on a ROUTER socket) whether it shares this host, and wait for its
+        """Ask the peer of a PAIR socket (``peer`` of a ROUTER) whether it shares this host, and wait for its
         answer (a channel answers while it receives); whether it does. Messages that arrive
         meanwhile are kept for ``recv`` (up to the socket's receive high-water mark). ``TimeoutError``
         if no answer comes within ``timeout`` seconds. Over TCP, until a peer has been heard from, it
         gets inline frames."""
         self._check_open()
-        if self._type not in _ANSWERING:
-            raise ValueError(f"a {kind_of(self.socket)} socket cannot hear an answer: say same_host= instead")
+        if self._type not in _ASKING:
+            raise ValueError(
+                f"a {kind_of(self.socket)} socket cannot tell which peer answers: say same_host= instead"
+            )
         if self._router and peer is None:
             raise ValueError("a ROUTER channel asks one peer: handshake(peer=routing_id)")
         key = peer if self._router else None
