@@ -270,9 +270,7 @@ class Channel:
         gets inline frames."""
         self._check_open()
         if self._type not in _ASKING:
-            raise ValueError(
-                f"a {kind_of(self.socket)} socket cannot tell which peer answers: say same_host= instead"
-            )
+            raise ValueError(f"a {kind_of(self.socket)} socket cannot tell which peer answers: say same_host= instead")
         if self._router and peer is None:
             raise ValueError("a ROUTER channel asks one peer: handshake(peer=routing_id)")
         key = peer if self._router else None
