@@ -161,6 +161,20 @@ def test_wait_mode_out_of_time_says_the_frames_are_still_held(ctx: Any) -> None:
         assert caught.value.sent.wait(10)
 
 
+def test_frames_under_copy_below_are_copied_and_larger_ones_tracked(ctx: Any) -> None:
+    tensor = torch.zeros(MiB)  # a 4 MiB frame
+    b, sender = _stalled(ctx)
+    with sender:
+        assert sender.copy_below == 2 * MiB
+        assert sender.send(_request(x=torch.zeros(MiB // 4)), wait=False).done  # 1 MiB: copied
+        held = sender.send(_request(x=tensor), wait=False)
+        assert held.held == 1
+        _drain(b, 6)
+        assert held.wait(10)
+    with pytest.raises(ValueError, match="copy_below must be >= 0 bytes, got -1"):
+        Channel(ctx.socket(zmq.PUSH), REGISTRY, copy_below=-1)
+
+
 def test_a_small_frame_is_copied_at_once(ctx: Any) -> None:
     b, sender = _stalled(ctx)
     with sender:
@@ -497,3 +511,31 @@ def test_a_handshake_keeps_no_more_messages_than_the_high_water_mark(ctx: Any) -
         assert [(peer, int(m.kwargs["i"])) for peer, m in got] == [(b"other", i) for i in range(5)]
     asked.close(0)
     other.close(0)
+
+
+_OUTLIVES = """
+import gc, sys, torch, zmq
+from tensorwire.builtins import REGISTRY, rpc
+from tensorwire.zmq import Channel
+ctx = zmq.Context()
+a, b = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+port = b.bind_to_random_port("tcp://127.0.0.1")
+a.connect(f"tcp://127.0.0.1:{port}")
+big = torch.arange(1 << 20, dtype=torch.float32)
+with Channel(a, REGISTRY) as sender, Channel(b, REGISTRY) as receiver:
+    sender.send(rpc.Request(method="m", kwargs={"x": big}), timeout=5)
+    x = receiver.recv(timeout=5).kwargs["x"]
+ctx.destroy(linger=0)
+gc.collect()
+junk = [bytearray(1 << 20) for _ in range(64)]  # reuse freed memory, if the frame's was freed
+print(bool(torch.equal(x, big)), receiver.buffer_frames)
+"""
+
+
+def test_a_received_tensor_keeps_its_frame_alive_past_the_socket_and_context() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _OUTLIVES], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "1"]  # the tensor came in a frame of its own, still intact

@@ -70,14 +70,14 @@ def digests(tensors: dict[str, Any]) -> dict[str, str]:
     return {name: digest(t) for name, t in tensors.items()}
 
 
-def own_segments(pid: int) -> list[str]:
+def own_segments(pid: int, before: frozenset[str] = frozenset()) -> list[str]:
     """Segments created by ``pid`` that still exist: named ones in /dev/shm, and memfds that this
-    process or ``pid`` still holds (open or mapped)."""
+    process or ``pid`` still holds (open or mapped); ``before``: those of an earlier test, not counted."""
     prefix = f"tw-{pid}-"
     names = {n for n in our_segments() if n.startswith(prefix)}
     for holder in {"self", str(pid)}:
         names.update(n for n in held_memfds(holder) if n.startswith(prefix))
-    return sorted(names)
+    return sorted(names - before)
 
 
 def rss_bytes() -> int:
@@ -200,6 +200,7 @@ def shm_sender(conn: Connection, endpoint: str, seed: int, backing: str) -> None
 def test_16_mib_over_ipc_goes_through_shared_memory_bit_exact(sock_dir: Path, backing: str, reader: str) -> None:
     endpoint = f"ipc://{sock_dir}/s"
     expected = digest(tensors_for(11, 16 * MiB)["big"])
+    earlier = frozenset(own_segments(os.getpid()))  # the test process's own, from other tests
     context = zmq.Context()
     try:
         pull = context.socket(zmq.PULL)
@@ -229,7 +230,7 @@ def test_16_mib_over_ipc_goes_through_shared_memory_bit_exact(sock_dir: Path, ba
                 assert expect(conn) == []  # the sender closed its transport: none of its segments is left
             finish(process, conn)
             pid = process.pid
-        assert own_segments(pid) == [] and own_segments(os.getpid()) == []
+        assert own_segments(pid) == [] and own_segments(os.getpid(), earlier) == []
     finally:
         context.destroy(linger=0)
 
@@ -549,6 +550,7 @@ def test_a_peer_killed_mid_stream_times_out_and_leaks_nothing(sock_dir: Path, sh
     resource_tracker.ensure_running()  # spawning starts it once, with a pipe it keeps: not ours to count
     gc.collect()
     fds_before = open_fds()
+    earlier = frozenset(own_segments(os.getpid()))  # the test process's own, from other tests
     context = zmq.Context()
     pull = context.socket(zmq.PULL)
     if shared:
@@ -592,7 +594,7 @@ def test_a_peer_killed_mid_stream_times_out_and_leaks_nothing(sock_dir: Path, sh
     gc.collect()
     fds_after = open_fds()
     assert fds_after == fds_before, f"fds leaked: {sorted(set(fds_after.items()) - set(fds_before.items()))}"
-    assert own_segments(pid) == [] and own_segments(os.getpid()) == []
+    assert own_segments(pid) == [] and own_segments(os.getpid(), earlier) == []
     assert not any(name.startswith(f"tw-{pid}-") for name in our_segments())
 
 
@@ -686,6 +688,7 @@ def test_a_full_queue_times_out_and_the_unsent_message_keeps_no_segment(sock_dir
     endpoint = f"ipc://{sock_dir}/s"
     options = tw.EncodeOptions(inline_threshold=1024, embed_threshold=0)  # an 8 KiB tensor goes to shared memory
     me = os.getpid()
+    earlier = frozenset(own_segments(me))  # the test process's own, from other tests
     context = zmq.Context()
     try:
         push = context.socket(zmq.PUSH)
@@ -719,7 +722,7 @@ def test_a_full_queue_times_out_and_the_unsent_message_keeps_no_segment(sock_dir
                 shm.close()
             finish(process, conn)
             pid = process.pid
-        assert own_segments(me) == [] and own_segments(pid) == []
+        assert own_segments(me, earlier) == [] and own_segments(pid) == []
     finally:
         context.destroy(linger=0)
 

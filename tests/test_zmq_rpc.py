@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -72,7 +73,7 @@ def test_a_call_returns_its_result_with_tensors(ctx: Any, running: _Running) -> 
     with _client(ctx, running.endpoint) as client:
         result = client.call(request, timeout=5)
     assert result.ok and result.method == "echo" and torch.equal(result.payload.value, x)
-    assert isinstance(result.rpc_id, str) and len(result.rpc_id) == 32
+    assert isinstance(result.rpc_id, str) and re.fullmatch(r"[0-9a-f]{16}-1", result.rpc_id)
     assert request.rpc_id is None  # the caller's request is not changed
     assert running.server.handled == 1
 

@@ -9,14 +9,15 @@ question) or ``b"!"`` (the answer a receiving channel sends back).
 Sending. The encoder writes the message (a schema violation is an ``EncodeError`` before anything
 is exported); large tensors go to the channel's shared-memory transport only when the peer shares
 this host's ``/dev/shm`` (``same_host``; else what the peer's hello or handshake said; else
-``ipc://`` and ``inproc://`` endpoints count as local, anything else as remote), otherwise inline. A frame under
-pyzmq's copy threshold is copied into ZeroMQ at once; a larger one is handed over without a copy
-and tracked (every one of them, not just the last). ``send`` returns when ZeroMQ has let go of
-every frame it did not copy (``wait=True``, the default: the caller may then modify the message's
-tensors), or at once with a ``Sent`` whose ``wait()``/``done`` tell when that is (``wait=False``:
-until then the tensors must not change). On ``inproc://`` every frame is copied: a frame handed
-over there would be the receiving thread's memory too. If the message cannot be queued before the
-timeout, nothing is sent and what was exported is released.
+``ipc://`` and ``inproc://`` endpoints count as local, anything else as remote), otherwise
+inline. A frame under ``copy_below`` (2 MiB by default, pyzmq's own copy threshold at least) is
+copied into ZeroMQ at once; a larger one is handed over without a copy and tracked (every one of
+them, not just the last). ``send`` returns when ZeroMQ has let go of every frame it did not copy
+(``wait=True``, the default: the caller may then modify the message's tensors), or at once with a
+``Sent`` whose ``wait()``/``done`` tell when that is (``wait=False``: until then the tensors must
+not change). On ``inproc://`` every frame is copied: a frame handed over there would be the
+receiving thread's memory too. If the message cannot be queued before the timeout, nothing is
+sent and what was exported is released.
 
 Receiving. Frames are received without a copy (pyzmq frames are writable memory the decoder builds
 tensors on; a decoded tensor keeps its frame alive). A message that does not decode (garbage, a
@@ -43,10 +44,14 @@ from tensorwire.transports.base import Transport
 from tensorwire.transports.inline import InlineHandle
 from tensorwire.zmq._locality import TOKEN_BYTES, endpoint_is_local, host_token
 
-__all__ = ["HELLO", "Channel", "Sent", "StillHeldError", "kind_of"]
+__all__ = ["COPY_BELOW", "HELLO", "Channel", "Sent", "StillHeldError", "kind_of"]
 
 HELLO = b"TWC1"
 """The first four bytes of a channel message's first frame (the sender's host token follows)."""
+
+COPY_BELOW = 2 * 1024 * 1024
+"""Frames smaller than this are copied into ZeroMQ rather than handed over and tracked: waiting for
+ZeroMQ to release a frame costs more than copying it up to about this size (``tools.bench.channels``)."""
 
 _LOG = logging.getLogger("tensorwire.zmq")
 _MAX_PEERS = 4096  # peers whose locality a ROUTER channel remembers (the oldest is forgotten first)
@@ -110,8 +115,9 @@ class Channel:
     ``transport``: where large tensors go when the peer is on this host (e.g. ``ShmTransport()``;
     None: always inline frames); ``options``: the limits every received message is held to;
     ``encode_options``: the encoder's; ``same_host``: True or False overrides what the channel
-    works out about its peers. The socket stays the caller's until ``close()``, which closes it
-    (never its context).
+    works out about its peers; ``copy_below``: frames under this many bytes are copied into ZeroMQ
+    (``COPY_BELOW``), larger ones handed over and tracked. The socket stays the caller's until
+    ``close()``, which closes it (never its context).
     """
 
     def __init__(
@@ -123,8 +129,12 @@ class Channel:
         options: DecodeOptions | None = None,
         encode_options: EncodeOptions | None = None,
         same_host: bool | None = None,
+        copy_below: int = COPY_BELOW,
     ) -> None:
+        if copy_below < 0:
+            raise ValueError(f"copy_below must be >= 0 bytes, got {copy_below}")
         self.socket = socket
+        self.copy_below = copy_below
         self.registry = registry
         self.transport = transport
         self.same_host = same_host
@@ -176,25 +186,16 @@ class Channel:
         multipart message whole or not at all), so a timeout there sends nothing."""
         socket = self.socket
         first = peer if peer is not None else self._hello
-        if deadline is not None:
-            left = max(0, int((deadline - time.monotonic()) * 1000))
-            if not socket.poll(left, zmq.POLLOUT):
-                raise TimeoutError(f"the message could not be queued within {timeout} s (no peer ready)")
-            try:
-                socket.send(first, zmq.SNDMORE | zmq.NOBLOCK)
-            except zmq.Again:
-                raise TimeoutError(f"the message could not be queued within {timeout} s (no peer ready)") from None
-        else:
-            socket.send(first, zmq.SNDMORE)
+        if not _send_first(socket, first, deadline):
+            raise TimeoutError(f"the message could not be queued within {timeout} s (no peer ready)")
         if peer is not None:
             socket.send(self._hello, zmq.SNDMORE)
-        copy_all = self._inproc()
-        threshold = socket.copy_threshold
+        threshold = 1 << 62 if self._inproc() else max(self.copy_below, socket.copy_threshold)
         trackers: list[zmq.MessageTracker] = []
         last = len(frames) - 1
         for i, frame in enumerate(frames):
             flags = zmq.SNDMORE if i < last else 0
-            if copy_all or memoryview(frame).nbytes < threshold:
+            if memoryview(frame).nbytes < threshold:
                 socket.send(frame, flags, copy=True)
             else:
                 trackers.append(socket.send(frame, flags, copy=False, track=True))
@@ -292,26 +293,26 @@ class Channel:
         """Send a one-frame control message (a handshake's question or answer)."""
         frame = self._hello + kind
         socket = self.socket
-        left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-        if not socket.poll(left, zmq.POLLOUT):
+        if peer is None:
+            sent = _send_first(socket, frame, deadline, more=False)
+        else:
+            sent = _send_first(socket, peer, deadline)
+            if sent:
+                socket.send(frame)
+        if not sent:
             raise TimeoutError(f"the handshake could not be sent within {timeout} s (no peer ready)")
-        try:
-            if peer is not None:
-                socket.send(peer, zmq.SNDMORE | zmq.NOBLOCK)
-                socket.send(frame, zmq.NOBLOCK)
-            else:
-                socket.send(frame, zmq.NOBLOCK)
-        except zmq.Again:
-            raise TimeoutError(f"the handshake could not be sent within {timeout} s (no peer ready)") from None
 
     def _next(self, deadline: float | None) -> Any:
         """Read one ZeroMQ message: ``(peer, message)``, None for one that was not a message (a
         control message, or one dropped), ``_NOTHING`` if none came before ``deadline``."""
         socket = self.socket
-        left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-        if not socket.poll(left, zmq.POLLIN):
-            return _NOTHING
-        parts = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+        if deadline is None:
+            parts = socket.recv_multipart(copy=False)
+        else:
+            left = max(0, int((deadline - time.monotonic()) * 1000))
+            if not zmq.zmq_poll([(socket, zmq.POLLIN)], left):
+                return _NOTHING
+            parts = socket.recv_multipart(zmq.NOBLOCK, copy=False)
         peer = parts[0].bytes if self._router and parts else None
         body = parts[1:] if self._router else parts
         if len(body) == 1 and self._answer(peer, body[0].bytes):
@@ -375,6 +376,23 @@ class Channel:
         kind = zmq.SocketType(self._type).name
         where = "shared memory on this host" if self._shared is not None else "inline"
         return f"Channel({kind}, {where}, dropped={self.dropped})"
+
+
+def _send_first(socket: zmq.Socket[Any], data: bytes, deadline: float | None, *, more: bool = True) -> bool:
+    """Send the first part of a message (``more``: others follow) by ``deadline`` (None: however
+    long it takes); False if the socket took none by then."""
+    flags = zmq.SNDMORE if more else 0
+    if deadline is None:
+        socket.send(data, flags)
+        return True
+    while True:
+        try:
+            socket.send(data, flags | zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            left = deadline - time.monotonic()
+            if left <= 0 or not zmq.zmq_poll([(socket, zmq.POLLOUT)], max(1, int(left * 1000))):
+                return False
 
 
 def _type_of(socket: zmq.Socket[Any]) -> int:

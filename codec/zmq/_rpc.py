@@ -1,20 +1,22 @@
 """RPC over DEALER/ROUTER with the built-in envelopes: ``Client.call`` and ``Server.serve``.
 
-A call is an ``rpc.Request`` whose ``rpc_id`` the client sets (a fresh random id; the caller's
-request is not modified); the server answers with the ``rpc.Result`` its handler returns, under
-the same id. A reply whose id no call is waiting for (it came after its call timed out, or was
-never asked for) is dropped and counted in ``Client.late``, so every call gets its own reply.
+A call is an ``rpc.Request`` whose ``rpc_id`` the client sets (the client's random prefix and a
+count: ``"3f9a...-17"``; the caller's request is not modified); the server answers with the
+``rpc.Result`` its handler returns, under the same id. A reply whose id no call is waiting for
+(it came after its call timed out, or was never asked for) is dropped and counted in
+``Client.late``, so every call gets its own reply.
 An exception in the handler is answered as ``Result(ok=False, error=..., error_type=...)``; the
 server keeps serving. Calls may be made from several threads at once over one client.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import threading
 import time
 import traceback
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -68,6 +70,8 @@ class Client:
         self._reading = False
         self._senders = 0
         self._closed = False
+        self._prefix = os.urandom(8).hex()  # this client's ids: its random prefix and a count
+        self._ids = itertools.count(1)
         self.late = 0
         """Replies dropped because no call was waiting for their id."""
 
@@ -76,7 +80,7 @@ class Client:
         seconds, ``ConnectionAbortedError`` if the client is closed meanwhile."""
         if not isinstance(request, rpc.Request):
             raise TypeError(f"call() takes an rpc.Request, got {type(request).__name__}")
-        rpc_id = uuid.uuid4().hex
+        rpc_id = f"{self._prefix}-{next(self._ids)}"
         outgoing = msgspec.structs.replace(request, rpc_id=rpc_id)
         deadline = time.monotonic() + timeout
         with self._state:
