@@ -61,6 +61,8 @@ _ASK, _ANSWER = b"?", b"!"  # the last byte of a handshake's one frame: a questi
 _ANSWERING = frozenset({zmq.PAIR, zmq.DEALER, zmq.ROUTER})  # sockets that can reply to their peer
 _ASKING = frozenset({zmq.PAIR, zmq.ROUTER})  # sockets that know which peer an answer is from
 _NOTHING = object()
+# ZeroMQ's flags as plain ints: combining pyzmq's enum members costs more than the send itself
+_MORE, _NOW, _POLLIN, _POLLOUT = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.POLLIN), int(zmq.POLLOUT)
 
 
 class StillHeldError(TimeoutError):
@@ -107,6 +109,9 @@ class Sent:
             except zmq.NotDone:
                 return False
         return True
+
+
+_DONE = Sent([])  # what a send whose frames were all copied returns: nothing to wait for
 
 
 class Channel:
@@ -159,10 +164,11 @@ class Channel:
         """Send ``message`` (to ``peer``, the routing id, on a ROUTER socket); see the module for
         ``wait``. ``TimeoutError`` if it cannot be queued within ``timeout`` seconds (nothing sent);
         ``StillHeldError`` if it was queued but ZeroMQ still holds frames when the time is up."""
-        self._check_open()
-        if self._router and peer is None:
-            raise ValueError("a ROUTER channel sends to one peer: send(message, peer=routing_id)")
-        if peer is not None and not self._router:
+        if self.closed:
+            raise ValueError("the channel is closed")
+        if (peer is None) is self._router:
+            if peer is None:
+                raise ValueError("a ROUTER channel sends to one peer: send(message, peer=routing_id)")
             raise ValueError("peer= is for ROUTER sockets; this socket routes messages itself")
         deadline = None if timeout is None else time.monotonic() + timeout
         encoder = self._shared if self._shared is not None and self._is_local(peer) else self._inline
@@ -173,6 +179,8 @@ class Channel:
             if encoder is self._shared:
                 self._unsend(frames)
             raise
+        if sent is _DONE:
+            return sent
         if wait and not sent.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
             raise StillHeldError(
                 f"the message was queued, but ZeroMQ still holds {sent.held} of its frames after {timeout} s:"
@@ -189,17 +197,22 @@ class Channel:
         if not _send_first(socket, first, deadline):
             raise TimeoutError(f"the message could not be queued within {timeout} s (no peer ready)")
         if peer is not None:
-            socket.send(self._hello, zmq.SNDMORE)
+            socket.send(self._hello, _MORE)
+        head = frames[0]  # the encoder's own bytes, never changed: handed over untracked when large
+        last = len(frames) - 1
+        socket.send(head, _MORE if last else 0, copy=len(head) < socket.copy_threshold)
+        if not last:
+            return _DONE
         threshold = 1 << 62 if self._inproc() else max(self.copy_below, socket.copy_threshold)
         trackers: list[zmq.MessageTracker] = []
-        last = len(frames) - 1
-        for i, frame in enumerate(frames):
-            flags = zmq.SNDMORE if i < last else 0
+        for i in range(1, last + 1):
+            frame = frames[i]
+            flags = _MORE if i < last else 0
             if memoryview(frame).nbytes < threshold:
                 socket.send(frame, flags, copy=True)
             else:
                 trackers.append(socket.send(frame, flags, copy=False, track=True))
-        return Sent(trackers)
+        return Sent(trackers) if trackers else _DONE
 
     def _unsend(self, frames: list[Any]) -> None:
         """Release what the shared-memory transport exported for a message that was not sent."""
@@ -310,9 +323,9 @@ class Channel:
             parts = socket.recv_multipart(copy=False)
         else:
             left = max(0, int((deadline - time.monotonic()) * 1000))
-            if not zmq.zmq_poll([(socket, zmq.POLLIN)], left):
+            if not zmq.zmq_poll([(socket, _POLLIN)], left):
                 return _NOTHING
-            parts = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            parts = socket.recv_multipart(_NOW, copy=False)
         peer = parts[0].bytes if self._router and parts else None
         body = parts[1:] if self._router else parts
         if len(body) == 1 and self._answer(peer, body[0].bytes):
@@ -330,7 +343,7 @@ class Channel:
         """Whether ``frame`` is a handshake's question or answer; learn from it, answer a question."""
         if len(frame) != len(self._hello) + 1 or not frame.startswith(HELLO) or frame[-1:] not in (_ASK, _ANSWER):
             return False
-        self._learn(peer, frame[len(HELLO) : -1] == self._hello[len(HELLO) :])
+        self._learn(peer, frame[:-1] == self._hello)
         if frame[-1:] == _ASK and self._type in _ANSWERING:
             try:
                 self._control(peer, _ANSWER, time.monotonic(), 0)
@@ -347,11 +360,15 @@ class Channel:
         if len(hello) != len(HELLO) + TOKEN_BYTES or not hello.startswith(HELLO):
             raise DecodeError(f"not a tensorwire channel message: its first frame is {hello[:24]!r}")
         head = parts[1]
-        frames: list[Any] = [head.bytes if len(head) <= _SMALL_HEAD else head.buffer]
-        frames.extend(p.buffer for p in parts[2:])
-        message = self._decoder.decode(frames)
-        self.buffer_frames += len(frames) - 1
-        self._learn(peer, hello[len(HELLO) :] == self._hello[len(HELLO) :])
+        if len(parts) == 2:
+            message = self._decoder.decode([head.bytes if len(head) <= _SMALL_HEAD else head.buffer])
+        else:
+            frames: list[Any] = [head.bytes if len(head) <= _SMALL_HEAD else head.buffer]
+            frames.extend(p.buffer for p in parts[2:])
+            message = self._decoder.decode(frames)
+            self.buffer_frames += len(frames) - 1
+        if self._router or self._type == zmq.PAIR or hello != self._hello:
+            self._learn(peer, hello == self._hello)
         return message
 
     # -- life -----------------------------------------------------------------------------------
@@ -381,17 +398,17 @@ class Channel:
 def _send_first(socket: zmq.Socket[Any], data: bytes, deadline: float | None, *, more: bool = True) -> bool:
     """Send the first part of a message (``more``: others follow) by ``deadline`` (None: however
     long it takes); False if the socket took none by then."""
-    flags = zmq.SNDMORE if more else 0
+    flags = _MORE if more else 0
     if deadline is None:
         socket.send(data, flags)
         return True
     while True:
         try:
-            socket.send(data, flags | zmq.NOBLOCK)
+            socket.send(data, flags | _NOW)
             return True
         except zmq.Again:
             left = deadline - time.monotonic()
-            if left <= 0 or not zmq.zmq_poll([(socket, zmq.POLLOUT)], max(1, int(left * 1000))):
+            if left <= 0 or not zmq.zmq_poll([(socket, _POLLOUT)], max(1, int(left * 1000))):
                 return False
 
 
