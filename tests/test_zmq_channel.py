@@ -16,7 +16,7 @@ zmq = pytest.importorskip("zmq")
 
 import tensorwire as tw  # noqa: E402
 from tensorwire.builtins import REGISTRY, rpc  # noqa: E402
-from tensorwire.transports._control import FREE  # noqa: E402
+from tensorwire.transports._control import FREE, IN_FLIGHT  # noqa: E402
 from tensorwire.zmq import HELLO, Channel, StillHeldError, host_token  # noqa: E402
 
 MiB = 1024 * 1024
@@ -539,3 +539,94 @@ def test_a_received_tensor_keeps_its_frame_alive_past_the_socket_and_context() -
     out = subprocess.run([sys.executable, "-c", _OUTLIVES], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "1"]  # the tensor came in a frame of its own, still intact
+
+
+# -- broadcast ---------------------------------------------------------------------------------
+def _workers(ctx: Any, endpoint: str, count: int) -> list[Any]:
+    dealers = []
+    for i in range(count):
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.ROUTING_ID, f"worker-{i}".encode())
+        dealer.connect(endpoint)
+        dealers.append(dealer)
+    return dealers
+
+
+def _greeted(router: Channel, dealers: list[Any]) -> list[bytes]:
+    """Each worker says hello (so the ROUTER knows its routing id); the ids, in order."""
+    for dealer in dealers:
+        Channel(dealer, REGISTRY, transport=tw.transports.ShmTransport()).send(_request(), timeout=5)
+    return sorted(router.recv_from(timeout=5)[0] or b"" for _ in dealers)
+
+
+def test_a_broadcast_on_this_host_is_one_shared_buffer_every_worker_reads(ctx: Any, tmp_path: Any) -> None:
+    router_socket = ctx.socket(zmq.ROUTER)
+    endpoint = f"ipc://{tmp_path}/router"
+    router_socket.bind(endpoint)
+    dealers = _workers(ctx, endpoint, 3)
+    big = torch.randn(MiB)
+    with tw.transports.ShmTransport() as shm, Channel(router_socket, REGISTRY, transport=shm) as router:
+        peers = _greeted(router, dealers)
+        assert peers == [b"worker-0", b"worker-1", b"worker-2"]
+        router.broadcast(_request(x=big), peers, timeout=5)
+        assert shm.pool is not None and len(shm.pool.slots()) == 1  # one buffer for the three
+        readers = [tw.transports.ShmTransport() for _ in dealers]
+        got = [
+            Channel(d, REGISTRY, transport=r).recv(timeout=5).kwargs["x"] for d, r in zip(dealers, readers, strict=True)
+        ]
+        assert all(torch.equal(x, big) for x in got)
+        del got[:2]
+        assert [slot.state for slot in shm.pool.slots()] != [FREE]  # one worker still reads it
+        got.clear()
+        assert [slot.state for slot in shm.pool.slots()] == [FREE]
+        for reader in readers:
+            reader.close()
+
+
+def test_a_broadcast_to_remote_peers_sends_each_the_same_inline_frames(ctx: Any) -> None:
+    router_socket = ctx.socket(zmq.ROUTER)
+    port = router_socket.bind_to_random_port("tcp://127.0.0.1")
+    dealers = _workers(ctx, f"tcp://127.0.0.1:{port}", 2)
+    big = torch.randn(MiB)
+    with tw.transports.ShmTransport() as shm, Channel(router_socket, REGISTRY, transport=shm) as router:
+        for dealer in dealers:  # workers without a transport: they say they cannot open shared memory
+            Channel(dealer, REGISTRY).send(_request(), timeout=5)
+        peers = sorted(router.recv_from(timeout=5)[0] or b"" for _ in dealers)
+        router.broadcast(_request(x=big), peers, timeout=5)
+        assert shm.pool is not None and shm.pool.slots() == []
+        for dealer in dealers:
+            parts = _raw_parts(dealer)
+            assert len(parts) == 3 and torch.equal(tw.Decoder(REGISTRY).decode(parts[1:]).kwargs["x"], big)
+
+
+def test_a_broadcast_needs_a_router_and_distinct_peers(ctx: Any) -> None:
+    with Channel(ctx.socket(zmq.DEALER), REGISTRY) as dealer:
+        with pytest.raises(ValueError, match=r"broadcast\(\) is for ROUTER sockets"):
+            dealer.broadcast(_request(), [b"a"])
+    with Channel(ctx.socket(zmq.ROUTER), REGISTRY) as router:
+        with pytest.raises(ValueError, match=r"broadcast\(\) needs distinct routing ids, got 2 with repeats or none"):
+            router.broadcast(_request(), [b"a", b"a"])
+        with pytest.raises(ValueError, match=r"got 0 with repeats or none"):
+            router.broadcast(_request(), [])
+
+
+def test_a_broadcast_peer_zeromq_does_not_know_gives_its_share_back_after_the_claim_timeout(
+    ctx: Any, tmp_path: Any
+) -> None:
+    router_socket = ctx.socket(zmq.ROUTER)
+    endpoint = f"ipc://{tmp_path}/router"
+    router_socket.bind(endpoint)
+    dealers = _workers(ctx, endpoint, 1)
+    with (
+        tw.transports.ShmTransport(claim_timeout=0.5) as shm,
+        Channel(router_socket, REGISTRY, transport=shm) as router,
+    ):
+        peers = _greeted(router, dealers)
+        router.broadcast(_request(x=torch.randn(MiB)), [*peers, b"nobody"], timeout=5)
+        with tw.transports.ShmTransport() as reader:
+            x = Channel(dealers[0], REGISTRY, transport=reader).recv(timeout=5).kwargs["x"]
+            del x
+            assert shm.pool is not None and [slot.state for slot in shm.pool.slots()] == [IN_FLIGHT]
+            time.sleep(0.6)
+            shm.pool.expire()
+            assert [slot.state for slot in shm.pool.slots()] == [FREE]

@@ -3,7 +3,8 @@
 Every shared-memory segment starts with a 4 KiB control page (the data follows it). Its words
 (little-endian u64): magic, state, generation, receiver pid, data capacity, claim deadline
 (``CLOCK_MONOTONIC`` ns), the last expired generation, flags (one-shot, dropped by its creator);
-then the 16-byte digest of the current hand-over's capability.
+then the 16-byte digest of the current hand-over's capability; then, for a hand-over to several
+receivers (a broadcast), their number, the claims made, the receivers holding it and their pids.
 
 A hand-over draws a fresh capability (128 random bits) that travels only in the message's handle;
 the page keeps its BLAKE2b digest, never the capability itself. A receiver proves the capability
@@ -15,6 +16,11 @@ dies) plus a thread lock; a lock held elsewhere for long is a ``TransportError``
 States: FREE -> SENDER (the sender holds it) -> IN_FLIGHT (handed over) -> CLAIMED (a receiver
 holds it) -> FREE; IN_FLIGHT -> FREE when it is discarded by a receiver that proved its
 capability, undone by its sender, or not claimed before its deadline (expired).
+
+A broadcast to ``readers`` receivers stays IN_FLIGHT, its capability good, until ``readers``
+claims (or discards) were made or its deadline passed; each claim records the receiver's pid, and
+the page is FREE once the last receiver holding it has let go (a dead one is taken off by its
+sender's reclaim). So one buffer is read by every receiver and freed when the last is done.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ __all__ = [
     "FREE",
     "IN_FLIGHT",
     "MAGIC",
+    "MAX_READERS",
     "ONE_SHOT",
     "SENDER",
     "STATES",
@@ -62,6 +69,9 @@ CAPABILITY_BYTES = 16
 _MAGIC_WORD = int.from_bytes(MAGIC, "little")
 _W_MAGIC, _W_STATE, _W_GENERATION, _W_RECEIVER, _W_CAPACITY, _W_DEADLINE, _W_EXPIRED, _W_FLAGS = range(8)
 _DIGEST = 64  # byte offset of the capability digest
+_W_READERS, _W_CLAIMS, _W_HOLDERS, _W_PIDS = 12, 13, 14, 16  # a broadcast's words, after the digest
+MAX_READERS = 64
+"""The most receivers one hand-over can be broadcast to (their pids fill part of the control page)."""
 _HEAD = struct.Struct("<8Q16s")  # the words and the digest, as one read
 _NO_DIGEST = bytes(CAPABILITY_BYTES)
 _LOCK = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
@@ -166,13 +176,26 @@ class Page:
         words[_W_RECEIVER], words[_W_GENERATION], words[_W_STATE] = 0, generation, state
         return generation
 
-    def hand_over(self, timeout: float) -> bytes:
-        """Put the page in flight for ``timeout`` seconds under a fresh capability; return the capability."""
+    def hand_over(self, timeout: float, readers: int = 1) -> bytes:
+        """Put the page in flight for ``timeout`` seconds under a fresh capability, for ``readers``
+        receivers; return the capability."""
+        if not 1 <= readers <= MAX_READERS:
+            raise ValueError(f"a hand-over is for 1 to {MAX_READERS} receivers, not {readers}")
         capability = secrets.token_bytes(CAPABILITY_BYTES)
+        words = self.words
         self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = digest(capability)
-        self.words[_W_DEADLINE] = time.monotonic_ns() + int(timeout * 1e9)
-        self.words[_W_STATE] = IN_FLIGHT
+        words[_W_READERS], words[_W_CLAIMS], words[_W_HOLDERS] = readers, 0, 0
+        for i in range(readers if readers > 1 else 0):
+            words[_W_PIDS + i] = 0
+        words[_W_DEADLINE] = time.monotonic_ns() + int(timeout * 1e9)
+        words[_W_STATE] = IN_FLIGHT
         return capability
+
+    def _readers(self) -> int:
+        """The receivers of the current hand-over (1 for an ordinary one; whatever a receiver
+        wrote there is bounded)."""
+        readers = int(self.words[_W_READERS])
+        return readers if 1 < readers <= MAX_READERS else 1
 
     def give_back(self) -> None:
         """The sender's own page back to FREE (a pool tensor dropped unsent)."""
@@ -183,7 +206,7 @@ class Page:
         made under; False if it was claimed, is gone, or the capability does not match."""
 
         def unclaimed() -> bool:
-            if not self._proves(generation, capability, deadline=False):
+            if not self._proves(generation, capability, deadline=False) or self.words[_W_CLAIMS] > 0:
                 return False
             if self.due(time.monotonic_ns()):
                 self.words[_W_EXPIRED] = generation  # a late claim still says why it is refused
@@ -200,16 +223,32 @@ class Page:
             if not self.due(now_ns):
                 return False
             self.words[_W_EXPIRED] = self.words[_W_GENERATION]
+            if self._readers() > 1 and self.words[_W_HOLDERS] > 0:  # its holders free it when done
+                self._close_claims()
+                return False
             return True
 
         return self._to_free(due)
 
-    def reclaim(self, alive: bool) -> bool:
-        """Free a claimed page whose receiver is gone (``alive`` False); True if it is free now."""
+    def reclaim(self, alive: Callable[[int], bool]) -> bool:
+        """Free a claimed page whose receivers are gone (``alive(pid)`` False); True if it is free now."""
         state = self.words[_W_STATE]
         if state == FREE:
             return True
-        return state == CLAIMED and not alive and self._to_free(lambda: bool(self.words[_W_STATE] == CLAIMED))
+        if state != CLAIMED:
+            return False
+        if self._readers() == 1:
+            return not alive(self.receiver) and self._to_free(lambda: bool(self.words[_W_STATE] == CLAIMED))
+
+        def none_alive() -> bool:
+            if self.words[_W_STATE] != CLAIMED:
+                return False
+            for pid in self._holders():
+                if not alive(pid):
+                    self._drop_holder(pid)
+            return self.words[_W_HOLDERS] == 0
+
+        return self._to_free(none_alive)
 
     def mark_dropped(self) -> None:
         """Tell receivers the creator let go of this segment (they may unmap it once unused)."""
@@ -259,22 +298,86 @@ class Page:
         self._enter()
         try:
             self._check(generation, capability, what)
-            self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
-            self.words[_W_RECEIVER] = os.getpid()
-            self.words[_W_STATE] = CLAIMED
+            words = self.words
+            if self._readers() == 1:
+                self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+                words[_W_RECEIVER] = os.getpid()
+                words[_W_STATE] = CLAIMED
+                return
+            holders = int(words[_W_HOLDERS])
+            if holders >= self._readers():
+                raise DecodeError(f"{what} generation {generation} is no longer in flight (every receiver claimed it)")
+            words[_W_PIDS + holders] = os.getpid()
+            words[_W_HOLDERS] = holders + 1
+            self._count_claim()
         finally:
             self._leave()
 
     def discard(self, generation: int, capability: bytes) -> bool:
         """Give back a hand-over this receiver will not read, if the handle proves its capability."""
-        return self._to_free(lambda: self._proves(generation, capability))
+        if self._readers() == 1:
+            return self._to_free(lambda: self._proves(generation, capability))
+
+        def last() -> bool:  # of a broadcast: one receiver fewer to wait for
+            if not self._proves(generation, capability):
+                return False
+            self._count_claim()
+            return self.words[_W_STATE] == CLAIMED and self.words[_W_HOLDERS] == 0
+
+        return self._to_free(last)
 
     def free(self, generation: int) -> bool:
         """Hand back a page this process claimed as ``generation`` (its last view died)."""
         words = self.words
-        if words[_W_GENERATION] != generation or words[_W_STATE] != CLAIMED or words[_W_RECEIVER] != os.getpid():
+        if words[_W_GENERATION] != generation:
             return False
-        words[_W_STATE] = FREE
+        if self._readers() == 1:
+            if words[_W_STATE] != CLAIMED or words[_W_RECEIVER] != os.getpid():
+                return False
+            words[_W_STATE] = FREE
+            return True
+
+        def done() -> bool:  # of a broadcast: free once its last holder let go of it
+            if words[_W_GENERATION] != generation or not self._drop_holder(os.getpid()):
+                return False
+            return words[_W_STATE] == CLAIMED and words[_W_HOLDERS] == 0
+
+        return self._to_free(done)
+
+    def held_by_another(self, alive: Callable[[int], bool]) -> bool:
+        """Whether a live process other than this one holds the claimed page."""
+        if self.words[_W_STATE] != CLAIMED:
+            return False
+        holders = [self.receiver] if self._readers() == 1 else self._holders()
+        return any(pid != os.getpid() and alive(pid) for pid in holders)
+
+    # -- a broadcast's bookkeeping (the page held) -------------------------------------------------------
+    def _count_claim(self) -> None:
+        """One more of a broadcast's receivers claimed or discarded it; after the last, no more can."""
+        claims = int(self.words[_W_CLAIMS]) + 1
+        self.words[_W_CLAIMS] = claims
+        if claims >= self._readers():
+            self._close_claims()
+
+    def _close_claims(self) -> None:
+        self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+        self.words[_W_CLAIMS] = self._readers()
+        self.words[_W_STATE] = CLAIMED
+
+    def _holders(self) -> list[int]:
+        count = min(int(self.words[_W_HOLDERS]), self._readers())
+        return [int(self.words[_W_PIDS + i]) for i in range(count)]
+
+    def _drop_holder(self, pid: int) -> bool:
+        """Take one entry of ``pid`` off the holders; False if it holds none."""
+        holders = self._holders()
+        if pid not in holders:
+            return False
+        holders.remove(pid)
+        for i, held in enumerate(holders):
+            self.words[_W_PIDS + i] = held
+        self.words[_W_PIDS + len(holders)] = 0
+        self.words[_W_HOLDERS] = len(holders)
         return True
 
     def _proves(self, generation: int, capability: bytes, *, deadline: bool = True) -> bool:

@@ -187,12 +187,13 @@ class Pool:
         if current == IN_FLIGHT:
             return page.expire(now_ns)
         if current == CLAIMED:
-            return page.reclaim(alive(page.receiver))
+            return page.reclaim(alive)
         return current == FREE
 
-    def hand_over(self, slot: Slot) -> tuple[int, bytes]:
-        """Put ``slot`` in flight; return its generation and the capability a receiver must prove."""
-        capability = slot.page.hand_over(self.claim_timeout)
+    def hand_over(self, slot: Slot, readers: int = 1) -> tuple[int, bytes]:
+        """Put ``slot`` in flight for ``readers`` receivers; return its generation and the capability
+        a receiver must prove."""
+        capability = slot.page.hand_over(self.claim_timeout, readers)
         slot.last_used = time.monotonic()
         return slot.generation, capability
 
@@ -208,6 +209,14 @@ class Pool:
         slot.page.undo(generation, capability)
         slot.last_used = time.monotonic()
         return True
+
+    def withdraw(self, name: str, generation: int, capability: bytes, readers: int) -> None:
+        """Count ``readers`` receivers of a broadcast of one of our slots as done without it (the
+        message never reached them); the slot is free once those who got it have let go."""
+        slot = self._by_name.get(name) if self.owns(name) else None
+        if slot is not None:
+            for _ in range(readers):
+                slot.page.discard(generation, capability)
 
     def unused(self, slot: Slot, generation: int) -> None:
         """A tensor allocated in ``slot`` died: free the slot if it was never sent."""
@@ -230,7 +239,7 @@ class Pool:
         slot.page.give_back()
         slot.last_used = time.monotonic()
 
-    def hand_over_allocated(self, address: int, nbytes: int) -> tuple[Slot, int, bytes] | None:
+    def hand_over_allocated(self, address: int, nbytes: int, readers: int = 1) -> tuple[Slot, int, bytes] | None:
         """Hand over the slot ``empty_array`` allocated that holds ``[address, address + nbytes)``, if
         the sender still holds it: (slot, generation, capability); None otherwise (send a copy)."""
         self._own()
@@ -240,7 +249,7 @@ class Pool:
                     if slot.address <= address and address + nbytes <= slot.address + slot.capacity:
                         if slot.state != SENDER:
                             return None
-                        generation, capability = self.hand_over(slot)
+                        generation, capability = self.hand_over(slot, readers)
                         return slot, generation, capability
         return None
 
@@ -384,8 +393,7 @@ def _finalize(slots: dict[int, list[Slot]], wake: threading.Event, pid: int) -> 
     for group in slots.values():
         for slot in group:
             try:
-                state, receiver = slot.state, slot.page.receiver
+                keep = slot.state == IN_FLIGHT or slot.page.held_by_another(alive)
             except ValueError:  # already let go
                 continue
-            keep = state == IN_FLIGHT or (state == CLAIMED and receiver != pid and alive(receiver))
             _let_go(slot, unmap=True, unlink=not keep)

@@ -42,6 +42,7 @@ from tensorwire.errors import CodecError, DecodeError, TransportError
 from tensorwire.transports._control import (
     CAPABILITY_BYTES,
     CONTROL_BYTES,
+    MAX_READERS,
     SENDER,
     claim_file,
     digest,
@@ -57,7 +58,18 @@ from tensorwire.transports._segment import create_named, open_named, read_into, 
 from tensorwire.transports._slots import SlotReader
 from tensorwire.transports.base import Buffer, Handle, Transport
 
-__all__ = ["SHM_DIR", "Backing", "Capability", "ShmHandle", "ShmTransport", "SlotHandle", "our_segments", "reap"]
+__all__ = [
+    "MAX_READERS",
+    "SHM_DIR",
+    "Backing",
+    "Capability",
+    "FanOut",
+    "ShmHandle",
+    "ShmTransport",
+    "SlotHandle",
+    "our_segments",
+    "reap",
+]
 
 Backing = Literal["memfd", "named"]
 Capability = Annotated[bytes, msgspec.Meta(min_length=CAPABILITY_BYTES, max_length=CAPABILITY_BYTES)]
@@ -218,12 +230,17 @@ class ShmTransport(Transport):
                 return handle
         return self._export_segment(data)
 
-    def _export_pooled(self, data: memoryview) -> Handle | None:
+    def fan_out(self, readers: int) -> FanOut:
+        """A transport for an encoder whose messages ``readers`` receivers each decode (a broadcast):
+        every buffer goes to one pool slot that each of them claims, freed when the last lets go."""
+        return FanOut(self, readers)
+
+    def _export_pooled(self, data: memoryview, readers: int = 1) -> Handle | None:
         pool = self.pool
         assert pool is not None
         nbytes = data.nbytes
         address = np.frombuffer(data, dtype=np.uint8).__array_interface__["data"][0]
-        allocated = pool.hand_over_allocated(address, nbytes)
+        allocated = pool.hand_over_allocated(address, nbytes, readers)
         if allocated is not None:  # allocated by empty(): handed over as it is
             slot, generation, capability = allocated
             offset = address - slot.address
@@ -234,7 +251,7 @@ class ShmTransport(Transport):
             slot, offset = found, 0
             with memoryview(slot.mapping) as area:
                 copy_into(area[CONTROL_BYTES : CONTROL_BYTES + nbytes], data)
-            generation, capability = pool.hand_over(slot)
+            generation, capability = pool.hand_over(slot, readers)
         number = slot.fd if pool.memfd else None
         return SlotHandle(name=slot.name, offset=offset, generation=generation, capability=capability, fd=number)
 
@@ -400,3 +417,47 @@ def _creator(name: str) -> tuple[str, str] | None:
         _CREATORS.clear()
     known = _CREATORS[name] = (match.group(1), match.group(2))
     return known
+
+
+class FanOut(Transport):
+    """``ShmTransport.fan_out(readers)``: exports to pool slots that ``readers`` receivers each
+    claim (one buffer for every receiver of a broadcast; freed when the last has let go). Reading
+    and closing are the ``ShmTransport``'s."""
+
+    name: ClassVar[str] = "shm"
+    handle_types: ClassVar[tuple[type[Handle], ...]] = (ShmHandle, SlotHandle)
+
+    def __init__(self, shm: ShmTransport, readers: int) -> None:
+        if shm.pool is None:
+            raise ValueError("a broadcast needs the pool (ShmTransport(pool=True))")
+        if not 1 <= readers <= MAX_READERS:
+            raise ValueError(f"a broadcast is for 1 to {MAX_READERS} receivers, not {readers}")
+        self.shm, self.readers = shm, readers
+
+    def export(self, data: memoryview, frames: list[Buffer]) -> Handle:
+        if data.nbytes == 0:
+            raise TransportError(errno.EINVAL, "a 0-byte buffer never gets a segment; send it inline")
+        handle = self.shm._export_pooled(data, self.readers)
+        if handle is None:
+            raise TransportError(
+                errno.ENOMEM, f"the pool's memory budget has no room for a {data.nbytes}-byte broadcast buffer"
+            )
+        return handle
+
+    def withdraw(self, handle: Handle, readers: int) -> None:
+        """``readers`` of the receivers ``handle`` was broadcast to will never get it."""
+        pool = self.shm.pool
+        if isinstance(handle, SlotHandle) and pool is not None:
+            pool.withdraw(handle.name, handle.generation, handle.capability, readers)
+
+    def verify(self, handles: Sequence[Handle], frames: Sequence[Buffer]) -> None:
+        self.shm.verify(handles, frames)
+
+    def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
+        return self.shm.import_(handle, frames, nbytes, borrow=borrow)
+
+    def release(self, handle: Handle) -> None:
+        self.shm.release(handle)
+
+    def close(self) -> None:
+        """Nothing: the pool is the ``ShmTransport``'s."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from typing import Any
 
 import zmq
@@ -42,6 +43,7 @@ from tensorwire._decoder import Decoder
 from tensorwire._encoder import Encoder
 from tensorwire.transports.base import Transport
 from tensorwire.transports.inline import InlineHandle
+from tensorwire.transports.shm import MAX_READERS, FanOut, ShmTransport
 from tensorwire.zmq._locality import TOKEN_BYTES, endpoint_is_local, host_token
 
 __all__ = ["COPY_BELOW", "HELLO", "Channel", "Sent", "StillHeldError", "kind_of"]
@@ -145,6 +147,7 @@ class Channel:
         self.same_host = same_host
         self._type = _type_of(socket)
         self._router = self._type == zmq.ROUTER
+        self._encode_options = encode_options
         self._inline = Encoder(None, encode_options)
         self._shared = None if transport is None or self._type in _FAN_OUT else Encoder(transport, encode_options)
         self._decoder = Decoder(registry, [] if transport is None else [transport], options)
@@ -188,6 +191,59 @@ class Channel:
                 sent,
             )
         return sent
+
+    def broadcast(
+        self, message: Any, peers: Sequence[bytes], *, timeout: float | None = None, wait: bool = True
+    ) -> Sent:
+        """Send ``message`` to each routing id of ``peers`` (a ROUTER channel), encoded once. When
+        every peer is on this host and the transport is a pooled ``ShmTransport``, each large tensor
+        goes to one shared-memory buffer that all of them read, freed when the last has let go
+        (``ShmTransport.fan_out``); otherwise the same inline frames go to each. A peer ZeroMQ
+        does not know gets nothing (its share of the buffer comes back after the claim timeout);
+        if the time runs out part way, the peers not sent to are withdrawn. ``wait``, ``timeout``
+        and the errors are ``send``'s."""
+        if self.closed:
+            raise ValueError("the channel is closed")
+        if not self._router:
+            raise ValueError("broadcast() is for ROUTER sockets (a PUB socket's send reaches every subscriber)")
+        peers = list(peers)
+        if not peers or len(set(peers)) != len(peers):
+            raise ValueError(f"broadcast() needs distinct routing ids, got {len(peers)} with repeats or none")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        shm = self.transport
+        fan: FanOut | None = None
+        if isinstance(shm, ShmTransport) and shm.pool is not None and all(self._is_local(p) for p in peers):
+            if len(peers) > MAX_READERS:
+                raise ValueError(f"a shared-memory broadcast reaches {MAX_READERS} peers at most, not {len(peers)}")
+            fan = shm.fan_out(len(peers))
+        frames = (self._inline if fan is None else Encoder(fan, self._encode_options)).encode(message)
+        trackers: list[zmq.MessageTracker] = []
+        done = 0
+        try:
+            for peer in peers:
+                trackers.extend(self._put(peer, frames, deadline, timeout)._trackers)
+                done += 1
+        except BaseException:
+            if fan is not None:
+                self._withdraw(fan, frames, len(peers) - done, everyone=done == 0)
+            raise
+        sent = Sent(trackers) if trackers else _DONE
+        if wait and trackers and not sent.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+            raise StillHeldError(
+                f"the message was queued, but ZeroMQ still holds {sent.held} of its frames after {timeout} s:"
+                " its tensors must not change until .sent.wait() is True",
+                sent,
+            )
+        return sent
+
+    def _withdraw(self, fan: FanOut, frames: list[Any], missing: int, *, everyone: bool) -> None:
+        """The peers a broadcast did not reach: all of them (its exports undone) or ``missing``."""
+        if everyone:
+            self._unsend(frames)
+            return
+        for _, handle in self._decoder.table.decode(frames[0]).buffers:
+            if not isinstance(handle, InlineHandle):
+                fan.withdraw(handle, missing)
 
     def _put(self, peer: bytes | None, frames: list[Any], deadline: float | None, timeout: float | None) -> Sent:
         """Queue the multipart message: only its first part can be refused (ZeroMQ takes a

@@ -211,6 +211,10 @@ def test_of_racing_threads_exactly_one_claims_a_slot(make: Any) -> None:
         (2, 2**64 - 1),  # a generation about to wrap
         (1, 77),  # no state of the protocol: the slot is dropped, never reused
         (5, 2**64 - 1),  # a deadline far away
+        (12, 2**64 - 1),  # a broadcast's receiver count out of range
+        (12, 64),  # a broadcast to 64 that was none: holders, claims and pids as they are
+        (14, 2**63),  # a broadcast's holder count out of range
+        (16, 2**31),  # a holder pid that does not fit pid_t
     ],
 )
 def test_garbage_in_a_control_page_never_raises_in_the_sender(backing: str, make: Any, word: int, value: int) -> None:
