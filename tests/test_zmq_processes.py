@@ -802,3 +802,54 @@ def test_tracking_only_the_last_frame_would_let_the_first_be_corrupted() -> None
     corrupted = [i for i, (in_big, _) in enumerate(wrong) if in_big]
     assert len(corrupted) > 0
     assert all(in_small == 0 for _, in_small in wrong)  # the copied frame is never affected
+
+
+# -- broadcast: one buffer, three worker processes -------------------------------------------------
+def broadcast_worker(conn: Connection, endpoint: str, name: str) -> None:
+    """A DEALER worker: say hello, receive the broadcast, report its digest and how it came, hold
+    the tensor until told, then let go and report that nothing of its own is left."""
+    context = zmq.Context()
+    try:
+        socket = context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.ROUTING_ID, name.encode())
+        socket.connect(endpoint)
+        with tw.transports.ShmTransport() as shm, Channel(socket, REGISTRY, transport=shm) as channel:
+            channel.send(_request(hello=torch.arange(2)), timeout=WAIT)
+            message = channel.recv(timeout=WAIT)
+            conn.send((digest(message.kwargs["x"]), channel.buffer_frames))
+            assert conn.recv() == "let go"
+            del message
+            gc.collect()
+            conn.send("done")
+    finally:
+        context.destroy(linger=0)
+
+
+def test_a_broadcast_reaches_three_worker_processes_through_one_buffer_freed_after_the_last(
+    sock_dir: Path,
+) -> None:
+    endpoint = f"ipc://{sock_dir}/router"
+    tensor = torch.randn(4 * MiB, generator=torch.Generator().manual_seed(5))
+    context = zmq.Context()
+    try:
+        router = context.socket(zmq.ROUTER)
+        router.bind(endpoint)
+        with contextlib.ExitStack() as stack:
+            workers = [stack.enter_context(child(broadcast_worker, endpoint, f"w{i}")) for i in range(3)]
+            with tw.transports.ShmTransport() as shm, Channel(router, REGISTRY, transport=shm) as channel:
+                peers = sorted(channel.recv_from(timeout=WAIT)[0] or b"" for _ in workers)
+                assert peers == [b"w0", b"w1", b"w2"]
+                channel.broadcast(_request(x=tensor), peers, timeout=WAIT)
+                reports = [expect(conn) for _, conn in workers]
+                assert reports == [(digest(tensor), 0)] * 3  # bit-exact, no buffer frame: shared memory
+                assert len(pool_states(shm)) == 1 and in_use(shm) == 1  # one slot for the three
+                for i, (_, conn) in enumerate(workers):
+                    conn.send("let go")
+                    assert expect(conn) == "done"
+                    assert in_use(shm) == (0 if i == 2 else 1)  # free once the last has let go
+                for process, _ in workers:
+                    process.join(WAIT)
+                    assert process.exitcode == 0
+                    assert own_segments(process.pid) == []
+    finally:
+        context.destroy(linger=0)

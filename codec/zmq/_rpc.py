@@ -38,6 +38,25 @@ _WAITING = object()  # the slot of a call whose reply has not come
 _SLICE = 0.01  # seconds a reading call holds the socket before it lets a sending call in
 
 
+def _channel(
+    role: str,
+    kind: str,
+    socket: zmq.Socket[Any],
+    registry: Registry | None,
+    transport: Transport | None,
+    options: DecodeOptions | None,
+    encode_options: EncodeOptions | None,
+    same_host: bool | None,
+) -> Channel:
+    """The channel of a ``role`` (Client, Server), whose socket must be of ``kind``."""
+    if kind_of(socket) != kind:
+        raise ValueError(f"a {role} needs a {kind} socket, got {kind_of(socket)}")
+    registry = REGISTRY if registry is None else registry
+    return Channel(
+        socket, registry, transport=transport, options=options, encode_options=encode_options, same_host=same_host
+    )
+
+
 class Client:
     """Calls ``rpc.Request`` -> ``rpc.Result`` over a DEALER ``socket``; safe to share between threads.
 
@@ -54,18 +73,9 @@ class Client:
         encode_options: EncodeOptions | None = None,
         same_host: bool | None = None,
     ) -> None:
-        if kind_of(socket) != "DEALER":
-            raise ValueError(f"a Client needs a DEALER socket, got {kind_of(socket)}")
-        self.channel = Channel(
-            socket,
-            REGISTRY if registry is None else registry,
-            transport=transport,
-            options=options,
-            encode_options=encode_options,
-            same_host=same_host,
-        )
+        self.channel = _channel("Client", "DEALER", socket, registry, transport, options, encode_options, same_host)
         self._socket_lock = threading.Lock()
-        self._state = threading.Condition()
+        self._state = threading.Condition(threading.Lock())
         self._pending: dict[str, Any] = {}  # rpc_id -> _WAITING or its Result
         self._reading = False
         self._senders = 0
@@ -183,16 +193,7 @@ class Server:
         tracebacks: bool = False,
         reply_timeout: float = 10.0,
     ) -> None:
-        if kind_of(socket) != "ROUTER":
-            raise ValueError(f"a Server needs a ROUTER socket, got {kind_of(socket)}")
-        self.channel = Channel(
-            socket,
-            REGISTRY if registry is None else registry,
-            transport=transport,
-            options=options,
-            encode_options=encode_options,
-            same_host=same_host,
-        )
+        self.channel = _channel("Server", "ROUTER", socket, registry, transport, options, encode_options, same_host)
         self.tracebacks = tracebacks
         self.reply_timeout = reply_timeout
         self.handled = 0
