@@ -78,7 +78,6 @@ class Client:
         self._state = threading.Condition(threading.Lock())
         self._pending: dict[str, Any] = {}  # rpc_id -> _WAITING or its Result
         self._reading = False
-        self._senders = 0
         self._closed = False
         self._prefix = os.urandom(8).hex()  # this client's ids: its random prefix and a count
         self._ids = itertools.count(1)
@@ -97,28 +96,23 @@ class Client:
             if self._closed:
                 raise ConnectionAbortedError("the client is closed")
             self._pending[rpc_id] = _WAITING
-            self._senders += 1
         try:
-            try:
-                with self._socket_lock:
-                    self.channel.send(outgoing, timeout=max(0.0, deadline - time.monotonic()))
-            finally:
-                with self._state:
-                    self._senders -= 1
+            with self._socket_lock:
+                self.channel.send(outgoing, timeout=max(0.0, deadline - time.monotonic()))
             return self._await(rpc_id, request.method, deadline, timeout)
         finally:
-            with self._state:
-                self._pending.pop(rpc_id, None)
+            self._pending.pop(rpc_id, None)  # one dict operation: atomic
 
     def _await(self, rpc_id: str, method: str, deadline: float, timeout: float) -> rpc.Result:
         """The reply to ``rpc_id``: one waiting call at a time reads the socket and hands each
-        reply to the call it answers."""
+        reply to the call it answers (its own it returns at once)."""
+        state, pending = self._state, self._pending
         while True:
-            with self._state:
+            with state:
                 while True:
                     if self._closed:
                         raise ConnectionAbortedError(f"the client was closed while {method!r} waited for its reply")
-                    got = self._pending.get(rpc_id, _WAITING)
+                    got = pending.get(rpc_id, _WAITING)
                     if got is not _WAITING:
                         result: rpc.Result = got
                         return result
@@ -128,19 +122,22 @@ class Client:
                     if not self._reading:
                         self._reading = True
                         break
-                    self._state.wait(left)
+                    state.wait(left)
             reply = None
             try:
                 reply = self._read(min(left, _SLICE))
             finally:
-                with self._state:
+                with state:
                     self._reading = False
-                    if reply is not None:
-                        self._deliver(reply)
-                    self._state.notify_all()
-                    senders = self._senders
-            if senders:
-                time.sleep(0)  # a call waits to send: let it take the socket
+                    mine = reply is not None and self._deliver(reply, rpc_id)
+                    others = len(pending) > 1
+                    if others:
+                        state.notify_all()
+            if mine:
+                pending.pop(rpc_id, None)
+                return reply  # type: ignore[no-any-return]
+            if others:
+                time.sleep(0)  # let a call that waits to send take the socket
 
     def _read(self, timeout: float) -> Any:
         with self._socket_lock:
@@ -151,13 +148,17 @@ class Client:
             except TimeoutError:
                 return None
 
-    def _deliver(self, reply: Any) -> None:
-        rpc_id = getattr(reply, "rpc_id", None) if isinstance(reply, rpc.Result) else None
+    def _deliver(self, reply: Any, reader: str) -> bool:
+        """Hand ``reply`` to the call it answers; whether that is ``reader``'s (which takes it itself)."""
+        rpc_id = reply.rpc_id if isinstance(reply, rpc.Result) else None
         if rpc_id is not None and self._pending.get(rpc_id) is _WAITING:
+            if rpc_id == reader:
+                return True
             self._pending[rpc_id] = reply
-            return
+            return False
         self.late += 1
         _LOG.info("dropped a reply no call waits for (rpc_id %r, %s)", rpc_id, type(reply).__name__)
+        return False
 
     def close(self) -> None:
         """Close the client: calls still waiting raise ``ConnectionAbortedError``; the socket is closed."""
