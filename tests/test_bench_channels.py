@@ -148,3 +148,11 @@ def test_schedule_and_usage_errors() -> None:
         with pytest.raises(SystemExit) as info:
             main(argv)
         assert info.value.code == 2
+
+
+def test_the_copy_below_sweep_reports_both_channels_per_size() -> None:
+    from tools.bench.copy_below import measure
+
+    rows = measure([64 * 1024, 1024 * 1024], rounds=1, seed=0)
+    assert [size for size, _, _ in rows] == [64 * 1024, 1024 * 1024]
+    assert all(copy_us > 0 and zero_us > 0 for _, copy_us, zero_us in rows)

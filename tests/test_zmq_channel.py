@@ -165,8 +165,8 @@ def test_frames_under_copy_below_are_copied_and_larger_ones_tracked(ctx: Any) ->
     tensor = torch.zeros(MiB)  # a 4 MiB frame
     b, sender = _stalled(ctx)
     with sender:
-        assert sender.copy_below == 2 * MiB
-        assert sender.send(_request(x=torch.zeros(MiB // 4)), wait=False).done  # 1 MiB: copied
+        assert sender.copy_below == 512 * 1024
+        assert sender.send(_request(x=torch.zeros(MiB // 16)), wait=False).done  # 256 KiB: copied
         held = sender.send(_request(x=tensor), wait=False)
         assert held.held == 1
         _drain(b, 6)

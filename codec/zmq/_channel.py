@@ -10,7 +10,7 @@ Sending. The encoder writes the message (a schema violation is an ``EncodeError`
 is exported); large tensors go to the channel's shared-memory transport only when the peer shares
 this host's ``/dev/shm`` (``same_host``; else what the peer's hello or handshake said; else
 ``ipc://`` and ``inproc://`` endpoints count as local, anything else as remote), otherwise
-inline. A frame under ``copy_below`` (2 MiB by default, pyzmq's own copy threshold at least) is
+inline. A frame under ``copy_below`` (512 KiB by default, pyzmq's own copy threshold at least) is
 copied into ZeroMQ at once; a larger one is handed over without a copy and tracked (every one of
 them, not just the last). ``send`` returns when ZeroMQ has let go of every frame it did not copy
 (``wait=True``, the default: the caller may then modify the message's tensors), or at once with a
@@ -51,9 +51,9 @@ __all__ = ["COPY_BELOW", "HELLO", "Channel", "Sent", "StillHeldError", "kind_of"
 HELLO = b"TWC1"
 """The first four bytes of a channel message's first frame (the sender's host token follows)."""
 
-COPY_BELOW = 2 * 1024 * 1024
-"""Frames smaller than this are copied into ZeroMQ rather than handed over and tracked: waiting for
-ZeroMQ to release a frame costs more than copying it up to about this size (``tools.bench.channels``)."""
+COPY_BELOW = 512 * 1024
+"""Frames smaller than this are copied into ZeroMQ rather than handed over and tracked: below it,
+waiting for ZeroMQ to let go of a frame costs more than copying it (``tools.bench.copy_below``)."""
 
 _LOG = logging.getLogger("tensorwire.zmq")
 _MAX_PEERS = 4096  # peers whose locality a ROUTER channel remembers (the oldest is forgotten first)

@@ -27,7 +27,7 @@ it does not stop) when the part ends, however it ends.
      tensor; ``tools/bench/schemas``), ``send(message)`` with its defaults (it returns once ZeroMQ
      has let go of every frame it took without a copy). On tcp inline (no transport): the tensor's
      bytes are one frame of their own (from 32 KiB; a 4 KiB tensor is copied into frame 0),
-     copied into ZeroMQ below the channel's ``copy_below`` (2 MiB) and handed over without a copy
+     copied into ZeroMQ below the channel's ``copy_below`` (512 KiB) and handed over without a copy
      from there. On ipc with ``transport=ShmTransport()`` (the pool, memfd slots): from 256 KiB
      (the default ``inline_threshold``) the sender copies the tensor into a pool slot and sends its
      handle; the child's channel decodes a borrowed view of the slot. The receiver's tensor is the
