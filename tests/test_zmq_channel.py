@@ -631,3 +631,41 @@ def test_a_broadcast_peer_zeromq_does_not_know_gives_its_share_back_after_the_cl
             time.sleep(0.6)
             shm.pool.expire()
             assert [slot.state for slot in shm.pool.slots()] == [FREE]
+
+
+def test_a_garbage_flood_is_counted_whole_but_logged_at_ten_lines_a_second(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
+    for _ in range(200):
+        a.send_multipart([b"junk"])
+    a.send_multipart(_valid(_request()))
+    with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"), Channel(b, REGISTRY) as receiver:
+        start = time.monotonic()
+        receiver.recv(timeout=5)
+        seconds = int(time.monotonic()) - int(start) + 1
+        assert receiver.dropped == 200
+    lines = [r.getMessage() for r in caplog.records]
+    assert 10 <= len(lines) <= 10 * seconds
+    if len(lines) > 10:  # the flood spanned a second boundary: the next line counts what was held back
+        assert "more held back from the log since the last line" in lines[10]
+    a.close(0)
+
+
+def test_held_back_warnings_are_counted_in_the_next_line(caplog: pytest.LogCaptureFixture) -> None:
+    from tensorwire.zmq._channel import _Notes
+
+    now = [100.0]
+    notes = _Notes(logging.getLogger("tensorwire.zmq"), burst=2, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"):
+        for i in range(5):
+            notes.note(f"drop {i}")
+        now[0] = 101.2
+        notes.note("drop 5")
+        notes.note("drop 6")
+    assert [r.getMessage() for r in caplog.records] == [
+        "drop 0",
+        "drop 1",
+        "drop 5 (3 more held back from the log since the last line)",
+        "drop 6",
+    ]

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
@@ -158,6 +158,7 @@ class Channel:
         self._endpoint = ""
         self.dropped = 0
         """Messages received and dropped because they did not decode."""
+        self._drops = _Notes(_LOG)
         self.buffer_frames = 0
         """Buffer frames received: tensors that came inline, each in a frame of its own."""
         self.closed = False
@@ -390,7 +391,7 @@ class Channel:
             return peer, self._decode(peer, body)
         except DecodeError as exc:
             self.dropped += 1
-            _LOG.warning("dropped a message from %s: %s", _name(peer), exc)
+            self._drops.note(f"dropped a message from {_name(peer)}: {exc}")
             return None
         except TransportError as exc:
             raise TransportError(exc.errno, f"a message from {_name(peer)}: {exc.strerror or exc}") from None
@@ -449,6 +450,30 @@ class Channel:
         kind = zmq.SocketType(self._type).name
         where = "shared memory on this host" if self._shared is not None else "inline"
         return f"Channel({kind}, {where}, dropped={self.dropped})"
+
+
+class _Notes:
+    """Warnings on a logger, at most ``burst`` a second: a peer flooding garbage cannot flood the log.
+    Those held back are counted in the next line that is written."""
+
+    __slots__ = ("_burst", "_clock", "_held", "_log", "_second", "_written")
+
+    def __init__(self, log: logging.Logger, burst: int = 10, clock: Callable[[], float] = time.monotonic) -> None:
+        self._log, self._burst, self._clock = log, burst, clock
+        self._second, self._written, self._held = -1, 0, 0
+
+    def note(self, text: str) -> None:
+        second = int(self._clock())
+        if second != self._second:
+            self._second, self._written = second, 0
+        if self._written >= self._burst:
+            self._held += 1
+            return
+        self._written += 1
+        if self._held:
+            text = f"{text} ({self._held} more held back from the log since the last line)"
+            self._held = 0
+        self._log.warning("%s", text)
 
 
 def _send_first(socket: zmq.Socket[Any], data: bytes, deadline: float | None, *, more: bool = True) -> bool:
