@@ -116,6 +116,19 @@ class Sent:
 _DONE = Sent([])  # what a send whose frames were all copied returns: nothing to wait for
 
 
+def _settled(sent: Sent, wait: bool, deadline: float | None, timeout: float | None) -> Sent:
+    """``sent``, once ZeroMQ has let go of its frames if ``wait`` (``StillHeldError`` past ``deadline``)."""
+    if sent is _DONE or not wait:
+        return sent
+    if not sent.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+        raise StillHeldError(
+            f"the message was queued, but ZeroMQ still holds {sent.held} of its frames after {timeout} s:"
+            " its tensors must not change until .sent.wait() is True",
+            sent,
+        )
+    return sent
+
+
 class Channel:
     """Messages of ``registry``'s types over ``socket`` (PUSH/PULL, PAIR, DEALER/ROUTER, PUB/SUB).
 
@@ -183,15 +196,7 @@ class Channel:
             if encoder is self._shared:
                 self._unsend(frames)
             raise
-        if sent is _DONE:
-            return sent
-        if wait and not sent.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
-            raise StillHeldError(
-                f"the message was queued, but ZeroMQ still holds {sent.held} of its frames after {timeout} s:"
-                " its tensors must not change until .sent.wait() is True",
-                sent,
-            )
-        return sent
+        return _settled(sent, wait, deadline, timeout)
 
     def broadcast(
         self, message: Any, peers: Sequence[bytes], *, timeout: float | None = None, wait: bool = True
@@ -228,14 +233,7 @@ class Channel:
             if fan is not None:
                 self._withdraw(fan, frames, len(peers) - done, everyone=done == 0)
             raise
-        sent = Sent(trackers) if trackers else _DONE
-        if wait and trackers and not sent.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
-            raise StillHeldError(
-                f"the message was queued, but ZeroMQ still holds {sent.held} of its frames after {timeout} s:"
-                " its tensors must not change until .sent.wait() is True",
-                sent,
-            )
-        return sent
+        return _settled(Sent(trackers) if trackers else _DONE, wait, deadline, timeout)
 
     def _withdraw(self, fan: FanOut, frames: list[Any], missing: int, *, everyone: bool) -> None:
         """The peers a broadcast did not reach: all of them (its exports undone) or ``missing``."""
@@ -257,10 +255,11 @@ class Channel:
             socket.send(self._hello, _MORE)
         head = frames[0]  # the encoder's own bytes, never changed: handed over untracked when large
         last = len(frames) - 1
-        socket.send(head, _MORE if last else 0, copy=len(head) < socket.copy_threshold)
+        inproc = self._inproc()
+        socket.send(head, _MORE if last else 0, copy=inproc or len(head) < socket.copy_threshold)
         if not last:
             return _DONE
-        threshold = 1 << 62 if self._inproc() else max(self.copy_below, socket.copy_threshold)
+        threshold = 1 << 62 if inproc else max(self.copy_below, socket.copy_threshold)
         trackers: list[zmq.MessageTracker] = []
         for i in range(1, last + 1):
             frame = frames[i]
