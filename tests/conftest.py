@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if stray:
         print(f"\nmodules imported under the repository's folder names instead of tensorwire: {stray}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def shm_left_by_spawned(monkeypatch: pytest.MonkeyPatch) -> Callable[[], set[str]]:
+    """Record the pids of the processes a test spawns from now on; the returned function lists the
+    /dev/shm files named by those pids or the test's own (``tw-<pid>-...``, ``twbench-<pid>-...``;
+    other tests on the machine may add theirs)."""
+    import multiprocessing as mp
+    import os
+    import re
+
+    pids = [os.getpid()]
+    start = mp.context.SpawnProcess.start
+
+    def recording(process: mp.context.SpawnProcess) -> None:
+        start(process)
+        assert process.pid is not None
+        pids.append(process.pid)
+
+    monkeypatch.setattr(mp.context.SpawnProcess, "start", recording)
+
+    def left() -> set[str]:
+        owners = {name: re.match(r"tw(?:bench)?-(\d+)-", name) for name in os.listdir("/dev/shm")}
+        return {name for name, owner in owners.items() if owner is not None and int(owner.group(1)) in pids}
+
+    return left

@@ -10,12 +10,12 @@ import glob
 import math
 import multiprocessing as mp
 import os
-import re
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from conftest import shm_left_by_spawned
 
 pytest.importorskip("zmq")
 
@@ -48,21 +48,12 @@ SIZES = [4 * KiB, 64 * KiB]
 def leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None]]:
     """A check that the test's spawned processes are gone and left no ``tw-<pid>-`` file in /dev/shm
     and no ipc folder of the benchmark in the temporary directory."""
-    pids = [os.getpid()]
-    start = mp.context.SpawnProcess.start
-
-    def recording(process: mp.context.SpawnProcess) -> None:
-        start(process)
-        assert process.pid is not None
-        pids.append(process.pid)
-
-    monkeypatch.setattr(mp.context.SpawnProcess, "start", recording)
+    left = shm_left_by_spawned(monkeypatch)
     folders = set(glob.glob(os.path.join(tempfile.gettempdir(), "tw-bench-zmq-*")))
 
     def check() -> None:
         assert not mp.active_children()
-        owners = {name: re.match(r"tw(?:bench)?-(\d+)-", name) for name in os.listdir("/dev/shm")}
-        assert not {name for name, owner in owners.items() if owner is not None and int(owner.group(1)) in pids}
+        assert not left()
         assert set(glob.glob(os.path.join(tempfile.gettempdir(), "tw-bench-zmq-*"))) <= folders
 
     yield check

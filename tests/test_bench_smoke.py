@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import io
-import multiprocessing as mp
-import os
-import re
 from collections.abc import Callable
 
 import pytest
-from conftest import REPO
+from conftest import REPO, shm_left_by_spawned
 
 from tools.bench.__main__ import render, run
 from tools.bench.modes import (
@@ -26,23 +23,8 @@ from tools.bench.modes import (
 
 @pytest.fixture
 def left_in_shm(monkeypatch: pytest.MonkeyPatch) -> Callable[[], set[str]]:
-    """What the test's spawned processes (and the test itself) left in /dev/shm: the files named by
-    their pids (``tw-<pid>-...``, ``twbench-<pid>-...``; other tests on the machine may add theirs)."""
-    pids = [os.getpid()]
-    start = mp.context.SpawnProcess.start
-
-    def recording(process: mp.context.SpawnProcess) -> None:
-        start(process)
-        assert process.pid is not None
-        pids.append(process.pid)
-
-    monkeypatch.setattr(mp.context.SpawnProcess, "start", recording)
-
-    def left() -> set[str]:
-        owners = {name: re.match(r"tw(?:bench)?-(\d+)-", name) for name in os.listdir("/dev/shm")}
-        return {name for name, owner in owners.items() if owner is not None and int(owner.group(1)) in pids}
-
-    return left
+    """What the test's spawned processes (and the test itself) left in /dev/shm."""
+    return shm_left_by_spawned(monkeypatch)
 
 
 def test_bench_runs_and_compares_against_peers_and_floors(left_in_shm: Callable[[], set[str]]) -> None:
