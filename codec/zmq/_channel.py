@@ -63,6 +63,7 @@ _ASK, _ANSWER = b"?", b"!"  # the last byte of a handshake's one frame: a questi
 _ANSWERING = frozenset({zmq.PAIR, zmq.DEALER, zmq.ROUTER})  # sockets that can reply to their peer
 _ASKING = frozenset({zmq.PAIR, zmq.ROUTER})  # sockets that know which peer an answer is from
 _NOTHING = object()
+_BACKLOG = 1000  # messages a handshake keeps for recv when the socket's receive high-water mark is 0
 # ZeroMQ's flags as plain ints: combining pyzmq's enum members costs more than the send itself
 _MORE, _NOW, _POLLIN, _POLLOUT = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.POLLIN), int(zmq.POLLOUT)
 
@@ -347,7 +348,8 @@ class Channel:
         self._peers.pop(key, None)
         deadline = time.monotonic() + timeout
         self._control(peer, _ASK, deadline, timeout)
-        limit = max(1, int(self.socket.getsockopt(zmq.RCVHWM)))
+        hwm = int(self.socket.getsockopt(zmq.RCVHWM))
+        limit = hwm if hwm > 0 else _BACKLOG  # 0: ZeroMQ keeps as many as come
         while key not in self._peers:
             if len(self._backlog) >= limit:
                 raise TimeoutError(f"no answer to the handshake among the {limit} messages that came first")
