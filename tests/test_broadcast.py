@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import time
 from typing import Any
@@ -125,3 +126,11 @@ def test_the_number_of_receivers_is_bounded() -> None:
     with tw.transports.ShmTransport(pool=False) as one_shot:
         with pytest.raises(ValueError, match=r"a broadcast needs the pool \(ShmTransport\(pool=True\)\)"):
             one_shot.fan_out(2)
+
+
+def test_a_broadcast_buffer_the_pool_has_no_room_for_is_a_transport_error() -> None:
+    with tw.transports.ShmTransport(max_cached_bytes=64 * 1024) as shm:
+        with pytest.raises(tw.TransportError, match="no room for a 4194304-byte broadcast buffer") as caught:
+            tw.Encoder(shm.fan_out(2)).encode(_message())
+        assert caught.value.errno == errno.ENOMEM
+        assert shm.pool is not None and shm.pool.slots() == []

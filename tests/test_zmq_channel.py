@@ -70,12 +70,31 @@ def test_tensors_arrive_bit_exact_over_tcp_inline(ctx: Any) -> None:
     assert got.rpc_id is None and got.method == "load"
 
 
+class _Seen:
+    """A decoder that remembers the frames it was given (to find where a tensor was built)."""
+
+    def __init__(self, decoder: Any) -> None:
+        self.decoder = decoder
+        self.frames: list[Any] = []
+
+    def decode(self, frames: Any) -> Any:
+        self.frames = list(frames)
+        return self.decoder.decode(frames)
+
+
 def test_received_tensors_are_writable_and_not_copied_from_the_frame(ctx: Any) -> None:
+    import numpy as np
+
     a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
     big = torch.randn(256, 1024)  # 1 MiB: a frame of its own
     with Channel(a, REGISTRY) as sender, Channel(b, REGISTRY) as receiver:
+        seen = receiver._decoder = _Seen(receiver._decoder)  # type: ignore[assignment]
         sender.send(_request(x=big), timeout=5)
         x = receiver.recv(timeout=5).kwargs["x"]
+    frame = seen.frames[1]
+    assert isinstance(frame, memoryview) and not frame.readonly
+    start = np.frombuffer(frame, dtype=np.uint8).ctypes.data
+    assert start <= x.data_ptr() < start + frame.nbytes  # built on the received frame, not a copy
     x.add_(1)  # a writable tensor over the received frame (pyzmq frames are writable memory)
     assert torch.allclose(x, big + 1)
 
@@ -412,9 +431,24 @@ def test_a_forged_shared_memory_handle_is_dropped_and_touches_nothing(ctx: Any, 
     a.close(0)
 
 
-def test_a_host_token_is_stable_and_sixteen_bytes() -> None:
-    assert host_token() == host_token() and len(host_token()) == 16
-    assert os.getuid() >= 0
+_TOKEN = "from tensorwire.zmq import host_token; print(host_token().hex())"
+
+
+def test_the_host_token_is_shared_on_this_host_and_differs_in_another_ipc_namespace() -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    same = subprocess.run([sys.executable, "-c", _TOKEN], capture_output=True, text=True, timeout=60, check=True)
+    assert len(host_token()) == 16 and same.stdout.strip() == host_token().hex()
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to start a process in an IPC namespace of its own")
+    other = subprocess.run(
+        ["unshare", "--ipc", sys.executable, "-c", _TOKEN], capture_output=True, text=True, timeout=60, check=False
+    )
+    if other.returncode != 0:
+        pytest.skip(f"unshare --ipc is not permitted here: {other.stderr.strip()[-200:]}")
+    assert len(other.stdout.strip()) == 32 and other.stdout.strip() != host_token().hex()
 
 
 # -- handshake ---------------------------------------------------------------------------------
@@ -653,10 +687,10 @@ def test_a_garbage_flood_is_counted_whole_but_logged_at_ten_lines_a_second(
 
 
 def test_held_back_warnings_are_counted_in_the_next_line(caplog: pytest.LogCaptureFixture) -> None:
-    from tensorwire.zmq._channel import _Notes
+    from tensorwire.zmq._channel import Notes
 
     now = [100.0]
-    notes = _Notes(logging.getLogger("tensorwire.zmq"), burst=2, clock=lambda: now[0])
+    notes = Notes(logging.getLogger("tensorwire.zmq"), burst=2, clock=lambda: now[0])
     with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"):
         for i in range(5):
             notes.note(f"drop {i}")
@@ -669,3 +703,12 @@ def test_held_back_warnings_are_counted_in_the_next_line(caplog: pytest.LogCaptu
         "drop 5 (3 more held back from the log since the last line)",
         "drop 6",
     ]
+
+
+def test_a_shared_memory_broadcast_reaches_64_peers_at_most(ctx: Any, tmp_path: Any) -> None:
+    with tw.transports.ShmTransport() as shm, Channel(ctx.socket(zmq.ROUTER), REGISTRY, transport=shm) as router:
+        router.socket.bind(f"ipc://{tmp_path}/router")
+        peers = [f"p{i}".encode() for i in range(65)]
+        with pytest.raises(ValueError, match="a shared-memory broadcast reaches 64 peers at most, not 65"):
+            router.broadcast(_request(x=torch.randn(MiB)), peers, timeout=1)
+        assert shm.pool is not None and shm.pool.slots() == []  # refused before anything was encoded

@@ -254,3 +254,39 @@ def test_the_rpc_demo_sends_engine_results_through_shared_memory() -> None:
     assert ": 20 requests answered" in text and "3.0 MiB each, through shared memory" in text
     assert re.search(r"latency per call: p50 [\d.]+ ms, p99 [\d.]+ ms", text)
     assert "bit-exact: all; segments of ours left (in /dev/shm or memfds): 0" in text
+
+
+def test_a_reply_that_cannot_be_sent_is_logged_and_the_server_serves_on(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from tensorwire.builtins import REGISTRY
+    from tensorwire.zmq import Channel
+
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    server = Server(router)
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(f"tcp://127.0.0.1:{port}")
+    real = server.channel.send
+    attempts: list[str] = []
+
+    def failing(message: Any, **kwargs: Any) -> Any:  # the result, then the error result: neither goes
+        attempts.append(type(message).__name__ + ("/ok" if message.ok else "/error"))
+        if len(attempts) == 1:
+            raise __import__("tensorwire").TransportError(28, "no space left for the reply")
+        raise TimeoutError("no peer ready")
+
+    with Channel(dealer, REGISTRY) as client, caplog.at_level(logging.WARNING, logger="tensorwire.zmq"):
+        client.send(rpc.Request(method="echo", kwargs={"x": 1}, rpc_id="a"), timeout=5)
+        server.channel.send = failing  # type: ignore[method-assign]
+        assert server.serve_one(_handler, timeout=5) is True
+        assert attempts == ["Result/ok", "Result/error"]
+        assert "the reply to 'echo' for peer" in caplog.text and "was not sent: no peer ready" in caplog.text
+        server.channel.send = real  # type: ignore[method-assign]
+        client.send(rpc.Request(method="echo", kwargs={"x": 2}, rpc_id="b"), timeout=5)
+        assert server.serve_one(_handler, timeout=5) is True
+        reply = client.recv(timeout=5)
+        assert (reply.rpc_id, reply.payload.value) == ("b", 2)
+    server.close()

@@ -46,7 +46,7 @@ from tensorwire.transports.inline import InlineHandle
 from tensorwire.transports.shm import MAX_READERS, FanOut, ShmTransport
 from tensorwire.zmq._locality import TOKEN_BYTES, endpoint_is_local, host_token
 
-__all__ = ["COPY_BELOW", "HELLO", "Channel", "Sent", "StillHeldError", "kind_of"]
+__all__ = ["COPY_BELOW", "HELLO", "Channel", "Notes", "Sent", "StillHeldError", "kind_of"]
 
 HELLO = b"TWC1"
 """The first four bytes of a channel message's first frame (the sender's host token follows)."""
@@ -172,7 +172,8 @@ class Channel:
         self._endpoint = ""
         self.dropped = 0
         """Messages received and dropped because they did not decode."""
-        self._drops = _Notes(_LOG)
+        self._drops = Notes(_LOG)
+        self._unanswered = Notes(_LOG, logging.INFO)
         self.buffer_frames = 0
         """Buffer frames received: tensors that came inline, each in a frame of its own."""
         self.closed = False
@@ -406,7 +407,7 @@ class Channel:
             try:
                 self._control(peer, _ANSWER, time.monotonic(), 0)
             except TimeoutError:
-                _LOG.info("could not answer a handshake from %s: its socket is not ready", _name(peer))
+                self._unanswered.note(f"could not answer a handshake from {_name(peer)}: its socket is not ready")
         return True
 
     def _decode(self, peer: bytes | None, parts: list[zmq.Frame]) -> Any:
@@ -418,13 +419,11 @@ class Channel:
         if len(hello) != len(HELLO) + TOKEN_BYTES or not hello.startswith(HELLO):
             raise DecodeError(f"not a tensorwire channel message: its first frame is {hello[:24]!r}")
         head = parts[1]
-        if len(parts) == 2:
-            message = self._decoder.decode([head.bytes if len(head) <= _SMALL_HEAD else head.buffer])
-        else:
-            frames: list[Any] = [head.bytes if len(head) <= _SMALL_HEAD else head.buffer]
+        frames: list[Any] = [head.bytes if len(head) <= _SMALL_HEAD else head.buffer]
+        if len(parts) > 2:
             frames.extend(p.buffer for p in parts[2:])
-            message = self._decoder.decode(frames)
-            self.buffer_frames += len(frames) - 1
+            self.buffer_frames += len(parts) - 2
+        message = self._decoder.decode(frames)
         if self._router or self._type == zmq.PAIR or hello != self._hello:
             self._learn(peer, hello == self._hello)
         return message
@@ -453,14 +452,20 @@ class Channel:
         return f"Channel({kind}, {where}, dropped={self.dropped})"
 
 
-class _Notes:
-    """Warnings on a logger, at most ``burst`` a second: a peer flooding garbage cannot flood the log.
-    Those held back are counted in the next line that is written."""
+class Notes:
+    """Lines on a logger at ``level``, at most ``burst`` a second: a peer flooding garbage cannot
+    flood the log. Those held back are counted in the next line that is written."""
 
-    __slots__ = ("_burst", "_clock", "_held", "_log", "_second", "_written")
+    __slots__ = ("_burst", "_clock", "_held", "_level", "_log", "_second", "_written")
 
-    def __init__(self, log: logging.Logger, burst: int = 10, clock: Callable[[], float] = time.monotonic) -> None:
-        self._log, self._burst, self._clock = log, burst, clock
+    def __init__(
+        self,
+        log: logging.Logger,
+        level: int = logging.WARNING,
+        burst: int = 10,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log, self._level, self._burst, self._clock = log, level, burst, clock
         self._second, self._written, self._held = -1, 0, 0
 
     def note(self, text: str) -> None:
@@ -474,7 +479,7 @@ class _Notes:
         if self._held:
             text = f"{text} ({self._held} more held back from the log since the last line)"
             self._held = 0
-        self._log.warning("%s", text)
+        self._log.log(self._level, "%s", text)
 
 
 def _send_first(socket: zmq.Socket[Any], data: bytes, deadline: float | None, *, more: bool = True) -> bool:

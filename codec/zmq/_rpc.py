@@ -26,7 +26,7 @@ import zmq
 from tensorwire import CodecError, DecodeOptions, EncodeOptions, Registry
 from tensorwire.builtins import REGISTRY, rpc
 from tensorwire.transports.base import Transport
-from tensorwire.zmq._channel import Channel, kind_of
+from tensorwire.zmq._channel import Channel, Notes, kind_of
 
 __all__ = ["Client", "Handler", "Server"]
 
@@ -205,6 +205,7 @@ class Server:
         """Messages that decoded but were not an ``rpc.Request`` (dropped with a log line)."""
         self._stop = threading.Event()
         self._serving = threading.Lock()  # held by the thread that uses the socket
+        self._notes = Notes(_LOG)
 
     def serve(self, handler: Handler, *, poll: float = 0.1) -> None:
         """Answer requests until ``stop()`` or ``close()`` (checked every ``poll`` seconds)."""
@@ -221,16 +222,17 @@ class Server:
         assert peer is not None
         if not isinstance(request, rpc.Request):
             self.ignored += 1
-            _LOG.warning("ignored a %s from peer %s: a server takes rpc.Request", type(request).__name__, peer.hex())
+            self._notes.note(f"ignored a {type(request).__name__} from peer {peer.hex()}: a server takes rpc.Request")
             return True
         result = self._run(handler, request)
         self.handled += 1
         try:
-            self.channel.send(result, peer=peer, timeout=self.reply_timeout)
-        except CodecError as exc:  # the handler's result breaks its schema: the caller learns why
-            self.channel.send(self._error(request, exc), peer=peer, timeout=self.reply_timeout)
-        except TimeoutError as exc:
-            _LOG.warning("the reply to %r for peer %s was not sent: %s", request.method, peer.hex(), exc)
+            try:
+                self.channel.send(result, peer=peer, timeout=self.reply_timeout)
+            except CodecError as exc:  # the result breaks its schema or cannot be exported: say why
+                self.channel.send(self._error(request, exc), peer=peer, timeout=self.reply_timeout)
+        except (CodecError, TimeoutError) as exc:  # the server goes on serving the others
+            self._notes.note(f"the reply to {request.method!r} for peer {peer.hex()} was not sent: {exc}")
         return True
 
     def _run(self, handler: Handler, request: rpc.Request) -> rpc.Result:
