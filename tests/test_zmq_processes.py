@@ -406,6 +406,14 @@ def _start_isolated(netns: str, call: str) -> subprocess.Popen[str]:
     )
 
 
+def _end(peer: subprocess.Popen[str], context: Any) -> None:
+    """Kill the isolated peer if it is still running, and let go of this side's sockets."""
+    if peer.poll() is None:
+        peer.kill()
+        peer.communicate(timeout=WAIT)
+    context.destroy(linger=0)
+
+
 def test_a_peer_in_other_namespaces_gets_inline_frames_after_its_hello(sock_dir: Path) -> None:
     with veth_namespace() as (netns, _, theirs):
         port = 5701
@@ -439,10 +447,7 @@ def test_a_peer_in_other_namespaces_gets_inline_frames_after_its_hello(sock_dir:
                 for channel in channels.values():
                     channel.close(0)
         finally:
-            if peer.poll() is None:
-                peer.kill()
-                peer.communicate(timeout=WAIT)
-            context.destroy(linger=0)
+            _end(peer, context)
     report = json.loads(out.strip().splitlines()[-1])
     assert report["token"] != host_token().hex()  # the peer really is elsewhere, as far as shared memory goes
     assert report["shm"] == []  # its /dev/shm is a fresh one
@@ -516,10 +521,7 @@ def test_a_silent_remote_peer_gets_inline_frames_though_another_peer_said_it_is_
                 out, err = peer.communicate(timeout=WAIT)
                 assert peer.returncode == 0, err
         finally:
-            if peer.poll() is None:
-                peer.kill()
-                peer.communicate(timeout=WAIT)
-            context.destroy(linger=0)
+            _end(peer, context)
     report = json.loads(out.strip().splitlines()[-1])
     assert report == {"parts": 3, "transports": ["inline"], "opens": "yes"}
 
