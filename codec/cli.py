@@ -491,6 +491,11 @@ def _main(words: list[str]) -> int:
             return _gen(args)
         if args.command == "demo":
             if args.rpc:
+                from importlib.util import find_spec
+
+                if find_spec("zmq") is None:
+                    print("tensorwire: demo --rpc needs pyzmq: pip install 'tensorwire[zmq]'", file=sys.stderr)
+                    return 2
                 from tensorwire.builtins.rpc_demo import run as run_rpc
 
                 return run_rpc()

@@ -290,3 +290,16 @@ def test_a_reply_that_cannot_be_sent_is_logged_and_the_server_serves_on(
         reply = client.recv(timeout=5)
         assert (reply.rpc_id, reply.payload.value) == ("b", 2)
     server.close()
+
+
+def test_demo_rpc_without_pyzmq_says_which_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    from tensorwire.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "zmq" else real(name, *a))
+    assert main(["demo", "--rpc"]) == 2
+    assert capsys.readouterr().err == "tensorwire: demo --rpc needs pyzmq: pip install 'tensorwire[zmq]'\n"
