@@ -13,6 +13,7 @@ import torch
 
 zmq = pytest.importorskip("zmq")
 
+from tensorwire import EncodeError  # noqa: E402
 from tensorwire.builtins import rpc  # noqa: E402
 from tensorwire.zmq import Client, Server  # noqa: E402
 
@@ -117,6 +118,20 @@ def test_a_bad_result_is_answered_with_why(
     with _client(ctx, running.endpoint) as client:
         result = client.call(rpc.Request(method=method), timeout=5)
     assert not result.ok and result.error_type == error_type and error in (result.error or "")
+
+
+def test_a_request_that_breaks_its_schema_is_refused_before_sending_and_the_client_goes_on(
+    ctx: Any, running: _Running
+) -> None:
+    bad = rpc.Request(method="m" * 300)  # msgspec checks the length when the request is encoded
+    with _client(ctx, running.endpoint) as client:
+        with pytest.raises(EncodeError, match="256") as caught:
+            client.call(bad, timeout=5)
+        assert caught.value.path == "$.method" and caught.value.type_id == "rpc.Request"
+        assert bad.rpc_id is None and not client._pending and not client._reading
+        result = client.call(rpc.Request(method="echo", kwargs={"x": "next"}), timeout=5)
+        assert result.payload.value == "next"
+    assert running.server.handled == 1  # the refused request never reached it
 
 
 def test_a_late_reply_is_dropped_by_its_id_so_the_next_call_gets_its_own(ctx: Any, running: _Running) -> None:

@@ -378,13 +378,13 @@ class Channel:
         """Read one ZeroMQ message: ``(peer, message)``, None for one that was not a message (a
         control message, or one dropped), ``_NOTHING`` if none came before ``deadline``."""
         socket = self.socket
-        if deadline is None:
-            parts = socket.recv_multipart(copy=False)
-        else:
+        flags = 0
+        if deadline is not None:
             left = max(0, int((deadline - time.monotonic()) * 1000))
             if not zmq.zmq_poll([(socket, _POLLIN)], left):
                 return _NOTHING
-            parts = socket.recv_multipart(_NOW, copy=False)
+            flags = _NOW
+        parts = _recv_parts(socket, flags)
         peer = parts[0].bytes if self._router and parts else None
         body = parts[1:] if self._router else parts
         if len(body) == 1 and self._answer(peer, body[0].bytes):
@@ -497,6 +497,17 @@ def _send_first(socket: zmq.Socket[Any], data: bytes, deadline: float | None, *,
             left = deadline - time.monotonic()
             if left <= 0 or not zmq.zmq_poll([(socket, _POLLOUT)], max(1, int(left * 1000))):
                 return False
+
+
+def _recv_parts(socket: zmq.Socket[Any], flags: int) -> list[zmq.Frame]:
+    """Every part of the next message, received without a copy (``recv_multipart`` asks the socket
+    for ``RCVMORE`` after each part; a received frame already knows whether more follow)."""
+    part = socket.recv(flags, copy=False)
+    parts = [part]
+    while part.more:
+        part = socket.recv(flags, copy=False)
+        parts.append(part)
+    return parts
 
 
 def _type_of(socket: zmq.Socket[Any]) -> int:

@@ -18,9 +18,8 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-import msgspec
 import zmq
 
 from tensorwire import CodecError, DecodeOptions, EncodeOptions, Registry
@@ -57,6 +56,17 @@ def _channel(
     )
 
 
+_Envelope = TypeVar("_Envelope", rpc.Request, rpc.Result)
+
+
+def _with_id(message: _Envelope, rpc_id: str | None) -> _Envelope:
+    """A shallow copy of ``message`` (an ``rpc.Request`` or ``rpc.Result``) with ``rpc_id`` set: the
+    caller's message is not changed. Its rules are not run here: the encoder checks the copy."""
+    copied: _Envelope = message.__copy__()  # type: ignore[attr-defined]  # msgspec's stubs leave it out
+    copied.rpc_id = rpc_id
+    return copied
+
+
 class Client:
     """Calls ``rpc.Request`` -> ``rpc.Result`` over a DEALER ``socket``; safe to share between threads.
 
@@ -75,7 +85,8 @@ class Client:
     ) -> None:
         self.channel = _channel("Client", "DEALER", socket, registry, transport, options, encode_options, same_host)
         self._socket_lock = threading.Lock()
-        self._state = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # guards the state below; ``_state`` waits on it
+        self._state = threading.Condition(self._lock)
         self._pending: dict[str, Any] = {}  # rpc_id -> _WAITING or its Result
         self._reading = False
         self._closed = False
@@ -90,25 +101,39 @@ class Client:
         if not isinstance(request, rpc.Request):
             raise TypeError(f"call() takes an rpc.Request, got {type(request).__name__}")
         rpc_id = f"{self._prefix}-{next(self._ids)}"
-        outgoing = msgspec.structs.replace(request, rpc_id=rpc_id)
+        outgoing = _with_id(request, rpc_id)
         deadline = time.monotonic() + timeout
-        with self._state:
+        lock, pending = self._lock, self._pending
+        with lock:
             if self._closed:
                 raise ConnectionAbortedError("the client is closed")
-            self._pending[rpc_id] = _WAITING
+            pending[rpc_id] = _WAITING
+            first = not self._reading  # no call reads the socket: this one reads right after sending
+            if first:
+                self._reading = True
         try:
-            with self._socket_lock:
-                self.channel.send(outgoing, timeout=max(0.0, deadline - time.monotonic()))
+            reply: Any = None
+            try:
+                with self._socket_lock:
+                    self.channel.send(outgoing, timeout=max(0.0, deadline - time.monotonic()))
+                    if first:
+                        reply = self._recv(min(deadline - time.monotonic(), _SLICE))
+            except BaseException:
+                if first:
+                    self._handed(None, rpc_id)
+                raise
+            if first and self._handed(reply, rpc_id):
+                return reply  # type: ignore[no-any-return]
             return self._await(rpc_id, request.method, deadline, timeout)
         finally:
-            self._pending.pop(rpc_id, None)  # one dict operation: atomic
+            pending.pop(rpc_id, None)  # one dict operation: atomic
 
     def _await(self, rpc_id: str, method: str, deadline: float, timeout: float) -> rpc.Result:
         """The reply to ``rpc_id``: one waiting call at a time reads the socket and hands each
         reply to the call it answers (its own it returns at once)."""
-        state, pending = self._state, self._pending
+        state, lock, pending = self._state, self._lock, self._pending
         while True:
-            with state:
+            with lock:
                 while True:
                     if self._closed:
                         raise ConnectionAbortedError(f"the client was closed while {method!r} waited for its reply")
@@ -125,28 +150,33 @@ class Client:
                     state.wait(left)
             reply = None
             try:
-                reply = self._read(min(left, _SLICE))
+                with self._socket_lock:
+                    reply = self._recv(min(left, _SLICE))
             finally:
-                with state:
-                    self._reading = False
-                    mine = reply is not None and self._deliver(reply, rpc_id)
-                    others = len(pending) > 1
-                    if others:
-                        state.notify_all()
+                mine = self._handed(reply, rpc_id)
             if mine:
-                pending.pop(rpc_id, None)
                 return reply  # type: ignore[no-any-return]
-            if others:
+            if len(pending) > 1:
                 time.sleep(0)  # let a call that waits to send take the socket
 
-    def _read(self, timeout: float) -> Any:
-        with self._socket_lock:
-            if self._closed:
-                return None
-            try:
-                return self.channel.recv(timeout=timeout)
-            except TimeoutError:
-                return None
+    def _recv(self, timeout: float) -> Any:
+        """The next message within ``timeout`` seconds (the socket lock held), None if none came."""
+        if self._closed or timeout <= 0:
+            return None
+        try:
+            return self.channel.recv(timeout=timeout)
+        except TimeoutError:
+            return None
+
+    def _handed(self, reply: Any, rpc_id: str) -> bool:
+        """After a read: let another call read, hand ``reply`` (None: nothing came) to the call it
+        answers and wake the waiting calls; whether it answers ``rpc_id`` (the reader's own)."""
+        with self._lock:
+            self._reading = False
+            mine = reply is not None and self._deliver(reply, rpc_id)
+            if len(self._pending) > 1:
+                self._state.notify_all()
+        return mine
 
     def _deliver(self, reply: Any, reader: str) -> bool:
         """Hand ``reply`` to the call it answers; whether that is ``reader``'s (which takes it itself)."""
@@ -243,7 +273,7 @@ class Server:
         except Exception as exc:
             self.failed += 1
             return self._error(request, exc)
-        return msgspec.structs.replace(result, rpc_id=request.rpc_id)
+        return _with_id(result, request.rpc_id)
 
     def _error(self, request: rpc.Request, exc: BaseException) -> rpc.Result:
         return rpc.Result(
