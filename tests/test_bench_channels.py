@@ -91,16 +91,21 @@ def test_transfers_report_every_implementation_on_both_transports(leaves_nothing
 def test_targets_read_the_speed_up_over_the_peer() -> None:
     rows = [
         {"transport": TCP, "bytes": 64 * KiB * 1024, "implementation": RAW, "tw_speedup": 0.9},
-        {"transport": TCP, "bytes": 64 * KiB * 1024, "implementation": PICKLE, "tw_speedup": 2.0},
-        {"transport": TCP, "bytes": 64 * KiB * 1024, "implementation": PICKLE_INBAND, "tw_speedup": 5.0},
+        {"transport": TCP, "bytes": 64 * KiB * 1024, "implementation": PICKLE, "tw_speedup": 1.0},
+        {"transport": TCP, "bytes": 64 * KiB * 1024, "implementation": PICKLE_INBAND, "tw_speedup": 2.5},
+        {"transport": TCP, "bytes": 256 * KiB * 1024, "implementation": PICKLE_INBAND, "tw_speedup": 4.0},
     ]
     verdicts = {(v["transport"], v["bytes"], v["peer"]): v for v in targets(rows)}
     assert verdicts[TCP, 64 * KiB * 1024, RAW]["met"] is True
-    assert verdicts[TCP, 64 * KiB * 1024, PICKLE]["met"] is False
-    assert verdicts[TCP, 64 * KiB * 1024, PICKLE]["inband"] == 5.0
+    assert verdicts[TCP, 64 * KiB * 1024, PICKLE_INBAND]["met"] is False
+    assert verdicts[TCP, 64 * KiB * 1024, PICKLE_INBAND]["out_of_band"] == 1.0
+    assert verdicts[TCP, 256 * KiB * 1024, PICKLE_INBAND]["met"] is True
+    assert verdicts[TCP, 256 * KiB * 1024, PICKLE_INBAND]["out_of_band"] is None
     assert verdicts[IPC, 64 * KiB * 1024, RAW]["met"] is None
+    assert (TCP, 64 * KiB * 1024, PICKLE) not in verdicts  # out-of-band pickle is shown, not a target
     text = render({"transfers": [], "targets": targets(rows)})
-    assert "0.90x, met" in text and "2.00x, NOT met (against pickle in-band: 5.00x)" in text
+    assert "0.90x, met" in text and "2.50x, NOT met (against pickle-5 out-of-band: 1.00x)" in text
+    assert "tcp 256 MiB: tensorwire >= 3x pickle in-band: 4.00x, met\n" in text
 
 
 def test_copy_threshold_sweep_rows_and_crossover(leaves_nothing: Callable[[], None]) -> None:
