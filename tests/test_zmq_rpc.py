@@ -134,6 +134,18 @@ def test_a_request_that_breaks_its_schema_is_refused_before_sending_and_the_clie
     assert running.server.handled == 1  # the refused request never reached it
 
 
+def test_a_call_with_no_time_left_after_sending_times_out_and_frees_the_reader_role(
+    ctx: Any, running: _Running
+) -> None:
+    with _client(ctx, running.endpoint) as client:
+        with pytest.raises(TimeoutError, match=r"no reply to 'echo' within 0 s"):
+            client.call(rpc.Request(method="echo", kwargs={"x": "first"}), timeout=0)
+        assert not client._reading and not client._pending
+        result = client.call(rpc.Request(method="echo", kwargs={"x": "second"}), timeout=5)
+        assert result.payload.value == "second"  # the first call's reply came late and was dropped
+        assert client.late == 1
+
+
 def test_a_late_reply_is_dropped_by_its_id_so_the_next_call_gets_its_own(ctx: Any, running: _Running) -> None:
     with _client(ctx, running.endpoint) as client:
         start = time.monotonic()
