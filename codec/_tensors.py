@@ -17,8 +17,8 @@ buffer and the limits before it builds anything on it.
 
 from __future__ import annotations
 
+import ctypes
 import sys
-from ctypes import string_at
 from typing import Any
 
 import msgspec
@@ -33,6 +33,10 @@ from tensorwire.options import Limits
 __all__ = ["BUILD", "BufferPlan", "Outgoing", "as_base", "build", "build_inline", "shape_problem", "verify_descriptor"]
 
 _ALIGN = 16  # the largest itemsize in the table (complex128)
+# ``ctypes.string_at`` is a Python wrapper around this foreign function: calling it directly saves
+# a Python-level call per small tensor (the wrapper is the fallback where it is not there)
+_string_at = getattr(ctypes, "_string_at", ctypes.string_at)
+_STRING_AT_MAX = (1 << 31) - 1  # its size is a C int: a larger one would be cut (or read as -1: to a NUL)
 _CODES = {name: code for code, name in enumerate(DTYPE_NAMES)}
 _TORCH = {getattr(torch, d.torch_name): (_CODES[d.name], d.itemsize) for d in DTYPES.values()}
 _NUMPY = {np.dtype(d.numpy_name): (_CODES[d.name], d.itemsize) for d in DTYPES.values() if d.numpy_name}
@@ -162,7 +166,7 @@ class Outgoing:
         shape = t.shape
         nbytes = t.numel() * itemsize
         rank = len(shape)
-        small = 0 < nbytes < self.embed_below and nbytes <= self.limits.max_tensor_bytes
+        small = 0 < nbytes < self.embed_below and nbytes <= self.limits.max_tensor_bytes and nbytes <= _STRING_AT_MAX
         if small and rank < 16 and t.is_cpu and t.is_contiguous() and 1 not in shape:
             # the quick way for the common small tensor: inside frame 0, if it is the first view of
             # its storage (a later view of it makes the body be written again, see ``_note``)
@@ -180,7 +184,7 @@ class Outgoing:
                 # a plain CPU tensor's bytes copied straight from its memory (``numpy()`` costs more)
                 data = self.data
                 offset = len(data)
-                data += string_at(start, nbytes) if type(t) is torch.Tensor else _host_bytes(t, nbytes)
+                data += _string_at(start, nbytes) if type(t) is torch.Tensor else _host_bytes(t, nbytes)
                 return Ext(EXT_INLINE, INLINE.pack(0, code, rank, 0, offset, nbytes) + DIMS[rank].pack(*shape))
         strides = t.stride()
         self._check(shape, nbytes, itemsize, strides)

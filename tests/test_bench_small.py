@@ -12,7 +12,17 @@ import torch
 
 from tools.bench.calls import count_calls
 from tools.bench.hooks_style import Buffer, HooksCodec, join_frames, split_frames
-from tools.bench.small import FLOOR, HOOKS, RAW, TENSORWIRE, measure, measure_calls, measure_pipe, render
+from tools.bench.small import (
+    FLOOR,
+    HOOKS,
+    RAW,
+    TENSORWIRE,
+    TENSORWIRE_PIPE,
+    measure,
+    measure_calls,
+    measure_pipe,
+    render,
+)
 
 
 class Holder(msgspec.Struct):
@@ -136,10 +146,13 @@ def test_measure_rows() -> None:
     calls = measure_calls()
     check_rows(calls, {calls[0]["case"]: {TENSORWIRE, HOOKS}})
     assert all(row["unit"] == "calls" and row["median"] == int(row["median"]) for row in calls)
+    counted = {row["implementation"]: row["median"] for row in calls}
+    assert counted[TENSORWIRE] <= 15  # the bound: a count, the same on every machine
+    assert counted[HOOKS] < counted[TENSORWIRE]
     text = render(rows + calls)
     assert text.startswith("| case |") and "1 (reference)" in text and " calls |" in text
 
 
 def test_measure_pipe_rows() -> None:
     rows = measure_pipe(blocks=2, messages=5)
-    check_rows(rows, {rows[0]["case"]: {TENSORWIRE, HOOKS}})
+    check_rows(rows, {rows[0]["case"]: {TENSORWIRE, TENSORWIRE_PIPE, HOOKS}})

@@ -233,6 +233,31 @@ def test_tensors_inside_frame_0_share_its_data_and_the_decode_keeps_no_view_of_i
     assert torch.equal(out[0], tensors[0])
 
 
+def test_a_tensor_too_large_for_the_quick_copy_is_embedded_the_general_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quick copy into frame 0 takes its size as a C int; a tensor over that bound (2 GiB in
+    fact, 64 bytes here) takes the general path, whatever ``embed_threshold`` allows."""
+    from tensorwire import _tensors
+
+    copied: list[int] = []
+    real = _tensors._string_at
+
+    def quick_copy(address: int, size: int) -> bytes:
+        copied.append(size)
+        return real(address, size)
+
+    monkeypatch.setattr(_tensors, "_string_at", quick_copy)
+    monkeypatch.setattr(_tensors, "_STRING_AT_MAX", 64)
+    small, large = torch.arange(16, dtype=torch.float32), torch.arange(17, dtype=torch.float32)
+    decoder = tw.Decoder(REGISTRY)
+    assert torch.equal(decoder.decode(tw.Encoder().encode(diffusion.Output(output=[small]))).output[0], small)
+    assert copied == [64]  # at the bound: the quick copy
+    frames = tw.Encoder().encode(diffusion.Output(output=[large]))
+    assert copied == [64]  # over it: not
+    (desc,) = [unpack_descriptor(e.code, e.data) for e in tensor_exts(head_of(frames[0])[4])]
+    assert len(frames) == 1 and desc.buffer == -1 and desc.nbytes == 68  # inside frame 0 all the same
+    assert torch.equal(decoder.decode(frames).output[0], large)
+
+
 def test_a_zero_byte_buffer_never_creates_a_segment() -> None:
     encoder = tw.Encoder(transport=SHM, options=tw.EncodeOptions(inline_threshold=0))
     before = set(os.listdir("/dev/shm"))

@@ -20,13 +20,16 @@ the case's reference:
 
 In process, the hooks style's side frames are writable views of the source tensor, so its decode
 does not copy them, while tensorwire's frames are read-only and its decode copies: 1 KiB for one
-16x16 tensor, 128 KiB for eight 64x64 ones. The Pipe case has both copy what they receive.
+16x16 tensor, 128 KiB for eight 64x64 ones.
 
 Then the Python-level calls (``tools.bench.calls.count_calls``) of one ``bench.One`` 16x16 round
 trip, and a 4 KiB ``bench.One`` (1024 float32) echoed by a spawned child over
 ``multiprocessing.Pipe``: encode, ``send_bytes`` of the joined frames, the child's ``recv_bytes``,
 decode, encode and send back, decode; wall time per round trip, interleaved blocks of ``messages``
-round trips, the ratio to the hooks style.
+round trips, the ratio to the hooks style. Over ``recv_bytes`` both copy the tensor out of the
+read-only bytes they receive; the row ``tensorwire, pipe.Receiver`` reads each message with
+``tensorwire.pipe`` instead (``recv_bytes_into`` a reused writable buffer, the tensor built on it),
+on both ends.
 
 The message types of the tensorwire side are ``tools/bench/schemas/bench/*.json``, loaded at run
 time with ``tw.load_schemas``; ``rpc.Request`` is ``tensorwire.builtins.rpc.Request``.
@@ -65,6 +68,7 @@ __all__ = [
     "RAW",
     "SCHEMAS",
     "TENSORWIRE",
+    "TENSORWIRE_PIPE",
     "bench_registry",
     "main",
     "measure",
@@ -79,6 +83,7 @@ SCHEMAS = Path(__file__).resolve().parent / "schemas"
 _DESCRIPTION = "Small messages: tensorwire against raw msgspec and the hooks style, in process and over a Pipe."
 
 TENSORWIRE = "tensorwire"
+TENSORWIRE_PIPE = "tensorwire, pipe.Receiver"
 HOOKS = "hooks style"
 RAW = "raw msgspec"
 FLOOR = "floor: tensorwire's C steps"
@@ -407,30 +412,55 @@ def measure_calls() -> list[dict[str, Any]]:
 
 
 class _PipeCodec:
-    """One implementation's ``encode(message) -> blob`` (frames joined) and ``decode(blob)``."""
+    """One implementation's ends of the Pipe: ``send(conn, message)`` and ``recv(conn) -> message``.
 
-    encode: Callable[[Any], bytes]
-    decode: Callable[[Any], Any]
+    ``tensorwire`` and the hooks style send a joined blob with ``send_bytes`` and read one with
+    ``recv_bytes`` (read-only bytes, so both copy the tensor out of it); ``tensorwire, pipe.Receiver``
+    uses ``tensorwire.pipe``: the blob is read into a reused writable buffer and the tensor is
+    built on it, not copied.
+    """
+
+    send: Callable[[Connection, Any], None]
+    recv: Callable[[Connection], Any]
 
     def __init__(self, implementation: str) -> None:
-        if implementation == TENSORWIRE:
+        if implementation in (TENSORWIRE, TENSORWIRE_PIPE):
             import tensorwire as tw
+            from tensorwire import pipe
 
             encoder, decoder = _tensorwire()
-            self.encode = lambda message: tw.join(encoder.encode(message))
-            self.decode = lambda blob: decoder.decode(tw.split(blob))
+            if implementation == TENSORWIRE:
+                self.send = lambda conn, message: conn.send_bytes(tw.join(encoder.encode(message)))
+                self.recv = lambda conn: decoder.decode(tw.split(conn.recv_bytes()))
+            else:
+                receivers: dict[int, pipe.Receiver] = {}
+
+                def recv(conn: Connection) -> Any:
+                    receiver = receivers.get(id(conn))
+                    if receiver is None:
+                        receiver = receivers[id(conn)] = pipe.Receiver(conn, initial=_PIPE_BUFFER)
+                    return decoder.decode(receiver.recv())
+
+                self.send = lambda conn, message: pipe.send(conn, encoder.encode(message))
+                self.recv = recv
         else:
             hooks = HooksCodec()
-            self.encode = lambda message: join_frames(hooks.encode(message))
-            self.decode = lambda blob: hooks.decode(split_frames(blob), HooksOne)
+            self.send = lambda conn, message: conn.send_bytes(join_frames(hooks.encode(message)))
+            self.recv = lambda conn: hooks.decode(split_frames(conn.recv_bytes()), HooksOne)
+
+
+_PIPE_BUFFER = 8192  # the receiver's buffer: a 4 KiB message and its header fit
 
 
 def _echo(conn: Connection, implementation: str) -> None:
-    """The child: decode each blob, encode the message again and send it back; stop at b""."""
+    """The child: decode each message, encode it again and send it back, until the parent closes its end."""
     pipe_codec = _PipeCodec(implementation)
     conn.send_bytes(b"ready")
-    while blob := conn.recv_bytes():
-        conn.send_bytes(pipe_codec.encode(pipe_codec.decode(blob)))
+    try:
+        while True:
+            pipe_codec.send(conn, pipe_codec.recv(conn))  # the message is let go of before the next
+    except EOFError:
+        pass
     conn.close()
 
 
@@ -442,8 +472,10 @@ def measure_pipe(blocks: int = 15, messages: int = 300, seed: int = 0) -> list[d
     """
     context = mp.get_context("spawn")
     tensor = torch.randn(1024)
+    ours_message = bench_registry().type("bench.One")(request_id="req-1", tensor=tensor)
     messages_of = {
-        TENSORWIRE: bench_registry().type("bench.One")(request_id="req-1", tensor=tensor),
+        TENSORWIRE: ours_message,
+        TENSORWIRE_PIPE: ours_message,
         HOOKS: HooksOne(request_id="req-1", tensor=tensor),
     }
     children: dict[str, tuple[Any, Connection]] = {}
@@ -460,13 +492,14 @@ def measure_pipe(blocks: int = 15, messages: int = 300, seed: int = 0) -> list[d
         codecs = {name: _PipeCodec(name) for name in messages_of}
 
         def block(name: str, count: int) -> float:
-            encode, decode = codecs[name].encode, codecs[name].decode
+            send, recv = codecs[name].send, codecs[name].recv
             message, conn = messages_of[name], children[name][1]
             reply = None
             start = time.perf_counter_ns()
             for _ in range(count):
-                conn.send_bytes(encode(message))
-                reply = decode(conn.recv_bytes())
+                reply = None  # a consumer lets go of one reply before it asks for the next
+                send(conn, message)
+                reply = recv(conn)
             elapsed = time.perf_counter_ns() - start
             if reply is None or not _same_tensors([reply.tensor], [tensor]):
                 raise AssertionError(f"{name}: the echo came back different")
@@ -484,11 +517,7 @@ def measure_pipe(blocks: int = 15, messages: int = 300, seed: int = 0) -> list[d
                 samples[name].append(block(name, messages))
     finally:
         for _, conn in children.values():
-            try:
-                conn.send_bytes(b"")
-            except OSError:
-                pass
-            conn.close()
+            conn.close()  # the child reads EOF and ends
         for child, _ in children.values():
             child.join(timeout=10)
             if child.is_alive():
