@@ -411,8 +411,11 @@ def measure_calls() -> list[dict[str, Any]]:
 # Cross-process: a child echoes bench.One over a multiprocessing Pipe.
 
 
+_PIPE_BUFFER = 8192  # the receiver's buffer: a 4 KiB message and its header fit
+
+
 class _PipeCodec:
-    """One implementation's ends of the Pipe: ``send(conn, message)`` and ``recv(conn) -> message``.
+    """One implementation's end of a Pipe: ``send(message)`` and ``recv() -> message`` on ``conn``.
 
     ``tensorwire`` and the hooks style send a joined blob with ``send_bytes`` and read one with
     ``recv_bytes`` (read-only bytes, so both copy the tensor out of it); ``tensorwire, pipe.Receiver``
@@ -420,45 +423,35 @@ class _PipeCodec:
     built on it, not copied.
     """
 
-    send: Callable[[Connection, Any], None]
-    recv: Callable[[Connection], Any]
+    send: Callable[[Any], None]
+    recv: Callable[[], Any]
 
-    def __init__(self, implementation: str) -> None:
+    def __init__(self, implementation: str, conn: Connection) -> None:
         if implementation in (TENSORWIRE, TENSORWIRE_PIPE):
             import tensorwire as tw
             from tensorwire import pipe
 
             encoder, decoder = _tensorwire()
             if implementation == TENSORWIRE:
-                self.send = lambda conn, message: conn.send_bytes(tw.join(encoder.encode(message)))
-                self.recv = lambda conn: decoder.decode(tw.split(conn.recv_bytes()))
+                self.send = lambda message: conn.send_bytes(tw.join(encoder.encode(message)))
+                self.recv = lambda: decoder.decode(tw.split(conn.recv_bytes()))
             else:
-                receivers: dict[int, pipe.Receiver] = {}
-
-                def recv(conn: Connection) -> Any:
-                    receiver = receivers.get(id(conn))
-                    if receiver is None:
-                        receiver = receivers[id(conn)] = pipe.Receiver(conn, initial=_PIPE_BUFFER)
-                    return decoder.decode(receiver.recv())
-
-                self.send = lambda conn, message: pipe.send(conn, encoder.encode(message))
-                self.recv = recv
+                receiver = pipe.Receiver(conn, initial=_PIPE_BUFFER)
+                self.send = lambda message: pipe.send(conn, encoder.encode(message))
+                self.recv = lambda: decoder.decode(receiver.recv())
         else:
             hooks = HooksCodec()
-            self.send = lambda conn, message: conn.send_bytes(join_frames(hooks.encode(message)))
-            self.recv = lambda conn: hooks.decode(split_frames(conn.recv_bytes()), HooksOne)
-
-
-_PIPE_BUFFER = 8192  # the receiver's buffer: a 4 KiB message and its header fit
+            self.send = lambda message: conn.send_bytes(join_frames(hooks.encode(message)))
+            self.recv = lambda: hooks.decode(split_frames(conn.recv_bytes()), HooksOne)
 
 
 def _echo(conn: Connection, implementation: str) -> None:
     """The child: decode each message, encode it again and send it back, until the parent closes its end."""
-    pipe_codec = _PipeCodec(implementation)
+    pipe_codec = _PipeCodec(implementation, conn)
     conn.send_bytes(b"ready")
     try:
         while True:
-            pipe_codec.send(conn, pipe_codec.recv(conn))  # the message is let go of before the next
+            pipe_codec.send(pipe_codec.recv())  # the message is let go of before the next
     except EOFError:
         pass
     conn.close()
@@ -489,17 +482,17 @@ def measure_pipe(blocks: int = 15, messages: int = 300, seed: int = 0) -> list[d
         for name, (_, ours) in children.items():  # the children start (import torch) together
             if not ours.poll(120) or ours.recv_bytes() != b"ready":
                 raise RuntimeError(f"{name}: the echo child did not start")
-        codecs = {name: _PipeCodec(name) for name in messages_of}
+        codecs = {name: _PipeCodec(name, children[name][1]) for name in messages_of}
 
         def block(name: str, count: int) -> float:
             send, recv = codecs[name].send, codecs[name].recv
-            message, conn = messages_of[name], children[name][1]
+            message = messages_of[name]
             reply = None
             start = time.perf_counter_ns()
             for _ in range(count):
                 reply = None  # a consumer lets go of one reply before it asks for the next
-                send(conn, message)
-                reply = recv(conn)
+                send(message)
+                reply = recv()
             elapsed = time.perf_counter_ns() - start
             if reply is None or not _same_tensors([reply.tensor], [tensor]):
                 raise AssertionError(f"{name}: the echo came back different")
