@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 __all__ = ["DecodeOptions", "EncodeOptions", "Limits"]
 
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
+
+
+def _count(options: Any, name: str) -> None:
+    """``options.name`` is a whole number of at least 0 (a bool is not one)."""
+    value = getattr(options, name)
+    if type(value) is not int:
+        raise TypeError(f"{type(options).__name__}.{name} must be an int, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{type(options).__name__}.{name} must be 0 or more, got {value}")
+
+
+def _flag(options: Any, name: str) -> None:
+    """``options.name`` is True or False."""
+    value = getattr(options, name)
+    if type(value) is not bool:
+        raise TypeError(f"{type(options).__name__}.{name} must be a bool, got {value!r}")
+
+
+def _limits(options: Any) -> None:
+    """``options.limits`` is a ``Limits``."""
+    if not isinstance(options.limits, Limits):
+        raise TypeError(f"{type(options).__name__}.limits must be a Limits, got {options.limits!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +51,10 @@ class Limits:
     max_tensor_bytes: int = 16 * GiB
     max_depth: int = 64
 
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            _count(self, field.name)
+
 
 @dataclass(frozen=True, slots=True)
 class EncodeOptions:
@@ -46,6 +73,12 @@ class EncodeOptions:
     inline_threshold: int = 256 * KiB
     validate: bool = True
     limits: Limits = Limits()
+
+    def __post_init__(self) -> None:
+        _count(self, "embed_threshold")
+        _count(self, "inline_threshold")
+        _flag(self, "validate")
+        _limits(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +102,10 @@ class DecodeOptions:
     copy_readonly: bool = True
     strict_fingerprint: bool = False
     limits: Limits = Limits()
+
+    def __post_init__(self) -> None:
+        if self.borrow is not None:
+            _flag(self, "borrow")
+        _flag(self, "copy_readonly")
+        _flag(self, "strict_fingerprint")
+        _limits(self)
