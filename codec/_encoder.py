@@ -23,7 +23,7 @@ import msgspec
 from tensorwire._body import KEEP, encode_body, int_error, stand_in
 from tensorwire._locate import entry_path, msgspec_error
 from tensorwire._plan import TypePlan, type_plan
-from tensorwire._tensors import BufferPlan, Outgoing
+from tensorwire._tensors import BufferPlan, Outgoing, quick_below
 from tensorwire.errors import CodecError, DecodeError, EncodeError, TransportError
 from tensorwire.options import EncodeOptions
 from tensorwire.transports.base import Buffer, Handle, Transport
@@ -49,11 +49,12 @@ _FAILURES = (
 class Encoder:
     """Encodes generated (or run-time) message types; immutable and safe to share between threads."""
 
-    __slots__ = ("_sealed", "options", "transport")
+    __slots__ = ("_quick_below", "_sealed", "options", "transport")
 
     def __init__(self, transport: Transport | None = None, options: EncodeOptions | None = None) -> None:
         self.transport: Transport = transport if transport is not None else _INLINE
         self.options = options if options is not None else EncodeOptions()
+        self._quick_below = quick_below(self.options.embed_threshold, self.options.limits)
         self._sealed = True
 
     def encode(self, message: Any) -> list[Buffer]:
@@ -79,7 +80,7 @@ class Encoder:
         try:
             limits = options.limits
             prepared = message if plan.prepare is None else plan.prepare(message, limits.max_depth)
-            outgoing = Outgoing(limits, options.embed_threshold)
+            outgoing = Outgoing(limits, options.embed_threshold, self._quick_below)
             body = encode_body(prepared, outgoing, limits.max_depth, message)
             if outgoing.rerun:  # a storage with several views: written again, knowing their extent
                 outgoing = outgoing.again()

@@ -30,7 +30,17 @@ from tensorwire.dtypes import DTYPE_NAMES, DTYPES
 from tensorwire.errors import EncodeError
 from tensorwire.options import Limits
 
-__all__ = ["BUILD", "BufferPlan", "Outgoing", "as_base", "build", "build_inline", "shape_problem", "verify_descriptor"]
+__all__ = [
+    "BUILD",
+    "BufferPlan",
+    "Outgoing",
+    "as_base",
+    "build",
+    "build_inline",
+    "quick_below",
+    "shape_problem",
+    "verify_descriptor",
+]
 
 _ALIGN = 16  # the largest itemsize in the table (complex128)
 # ``ctypes.string_at`` is a Python wrapper around this foreign function: calling it directly saves
@@ -120,6 +130,12 @@ class _Group:
         return BufferPlan(view, end - start, self.storage, start)
 
 
+def quick_below(embed_below: int, limits: Limits) -> int:
+    """Host tensors of fewer bytes may take the quick copy into frame 0: below ``embed_below``,
+    within ``limits.max_tensor_bytes`` and within the C int size of the copy."""
+    return min(embed_below, limits.max_tensor_bytes + 1, _STRING_AT_MAX + 1)
+
+
 class Outgoing:
     """Per-encode state: the tensors of one message, in the order the body holds them.
 
@@ -128,11 +144,12 @@ class Outgoing:
     ``data`` holds the bytes of the tensors carried inside frame 0 and ``buffers`` lists what to send.
     """
 
-    __slots__ = ("_groups", "_shared", "buffers", "data", "embed_below", "limits", "rerun", "values")
+    __slots__ = ("_groups", "_quick_below", "_shared", "buffers", "data", "embed_below", "limits", "rerun", "values")
 
-    def __init__(self, limits: Limits, embed_below: int, shared: dict[Any, _Group] | None = None) -> None:
+    def __init__(self, limits: Limits, embed_below: int, quick: int, shared: dict[Any, _Group] | None = None) -> None:
         self.limits = limits
         self.embed_below = embed_below  # host tensors of fewer bytes travel inside frame 0
+        self._quick_below = quick  # ``quick_below(embed_below, limits)``, worked out once by the encoder
         self.values: list[Any] = []  # every tensor occurrence, in body order
         self.buffers: list[BufferPlan] = []
         self.data = bytearray()
@@ -143,7 +160,7 @@ class Outgoing:
     def again(self) -> Outgoing:
         """The state for the second pass, knowing which blocks are shared and how far their views reach."""
         shared = {key: g for key, g in self._groups.items() if type(g) is _Group and g.count > 1}
-        return Outgoing(self.limits, self.embed_below, shared)
+        return Outgoing(self.limits, self.embed_below, self._quick_below, shared)
 
     def _too_many(self) -> EncodeError:
         return EncodeError(f"more than {self.limits.max_tensors} tensors in one message (limit max_tensors)")
@@ -166,8 +183,7 @@ class Outgoing:
         shape = t.shape
         nbytes = t.numel() * itemsize
         rank = len(shape)
-        small = 0 < nbytes < self.embed_below and nbytes <= self.limits.max_tensor_bytes and nbytes <= _STRING_AT_MAX
-        if small and rank < 16 and t.is_cpu and t.is_contiguous() and 1 not in shape:
+        if 0 < nbytes < self._quick_below and rank < 16 and t.is_cpu and t.is_contiguous() and 1 not in shape:
             # the quick way for the common small tensor: inside frame 0, if it is the first view of
             # its storage (a later view of it makes the body be written again, see ``_note``)
             storage = t.untyped_storage()
