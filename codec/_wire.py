@@ -122,24 +122,30 @@ def data_span(frame: bytes | memoryview) -> tuple[int, int] | None:
         return _span(frame, size)
     first = frame[1]  # the tag: a fixstr or a str8, as encoders write a type id and version
     if 0xA0 <= first <= 0xBF:
-        pos = 2 + (first & 0x1F)
+        pos = first - 0x9E  # 2 + the fixstr's length
     elif first == 0xD9:
         pos = 3 + frame[2]
     else:
         return _span(frame, size)
-    if pos + 72 > size or frame[pos] != 0xD9 or frame[pos + 1] != 64:  # a 64-character fingerprint
+    if pos + 72 > size:
         return _span(frame, size)
-    pos += 66
-    first = frame[pos]
-    if first == 0xC4:
-        start = pos + 2
-        end = start + frame[pos + 1]
-    elif first == 0xC5:
-        start = pos + 3
-        end = start + int.from_bytes(frame[pos + 1 : start], "big")
+    header, length, marker, first_length, second = _AFTER_TAG(frame, pos)
+    if header != 0xD9 or length != 64:  # not a 64-character fingerprint
+        return _span(frame, size)
+    if marker == 0xC4:  # bin8
+        start = pos + 68
+        end = start + first_length
+    elif marker == 0xC5:  # bin16
+        start = pos + 69
+        end = start + (first_length << 8 | second)
     else:
         return _span(frame, size)
     return (start, end) if end < size else None
+
+
+# After the tag: the str8 header of a 64-character fingerprint, its characters, then the data's bin
+# header and the first two bytes after it (a bin8's length, or a bin16's two).
+_AFTER_TAG = struct.Struct(">BB64xBBB").unpack_from
 
 
 def _span(frame: bytes | memoryview, size: int) -> tuple[int, int] | None:
