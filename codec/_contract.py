@@ -9,6 +9,7 @@ validators*: Python functions registered with ``tensorwire.rules.register_valida
 
 from __future__ import annotations
 
+import keyword
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeAlias
 
@@ -34,42 +35,139 @@ __all__ = ["JSON_LEAVES", "LEAF_TYPES", "LEAVES_ONLY", "SCALAR_TYPES", "TREE_LEA
 def check_struct(obj: Any) -> None:
     """Check ``obj`` against its class's ``__tw_rules__``; raise ``ValidationError`` on the first breach.
 
-    The fields are first checked without building any path; only a breach walks them again with
+    Each ``StructRules`` is compiled once into one straight-line function (``_compile``): the
+    fields are first checked without building any path; only a breach walks them again with
     paths, to say exactly where it is.
     """
     rules: StructRules = type(obj).__tw_rules__
-    if rules.fields:
-        quick = _QUICK.get(id(rules))
-        if quick is not None and quick[0] is rules and quick[1] is not None:  # the usual case, inline
-            for name, ok in quick[1]:
-                if not ok(getattr(obj, name)):
-                    _check_fields(rules, obj)
-                    break
-        elif not _fields_ok(rules, obj):
-            _check_fields(rules, obj)
-    for group in rules.groups:
-        count = 0
-        for name in group.fields:
-            if getattr(obj, name) is not None:
-                count += 1
-        if count == 1 or (count == 0 and group.rule == "at_most_one_of"):
-            continue  # the rule holds; the names are gathered only for a breach
-        present = [f for f in group.fields if getattr(obj, f) is not None]
-        if group.rule == "at_most_one_of" and len(present) > 1:
-            raise ValidationError(
-                f"at most one of {', '.join(group.fields)} may be set; got {', '.join(present)}",
-                type_id=rules.type_name,
-            )
-        if group.rule == "exactly_one_of" and len(present) != 1:
-            got = ", ".join(present) if present else "none"
-            raise ValidationError(
-                f"exactly one of {', '.join(group.fields)} must be set; got {got}", type_id=rules.type_name
-            )
-    for name in rules.validators:
-        found = validator(name)
-        if found is None:
-            raise ValidationError(f"no validator named {name!r} is registered", type_id=rules.type_name)
-        found(obj)
+    known = _COMPILED.get(id(rules))
+    if known is None or known[0] is not rules:  # the entry holds its rules: their id cannot be reused
+        known = (rules, _compile(rules))
+        if len(_COMPILED) < 4096:  # one per message type in practice
+            _COMPILED[id(rules)] = known
+    known[1](obj)
+
+
+Compiled: TypeAlias = Callable[[Any], None]
+_COMPILED: dict[int, tuple[StructRules, Compiled]] = {}  # by id: hashing the rules costs more than the check
+
+
+def _compile(rules: StructRules) -> Compiled:
+    """``check_struct`` for ``rules`` as one function: per field, the quick predicate written out
+    inline where it is a tree rule (or a container or nullable of one), else a call of the bound
+    predicate; a breach calls ``_breached``, which finds it with its path. Field names that are
+    not plain ASCII identifiers are read with ``getattr`` (Python reads a name in source as its
+    NFKC form: U+FB01 as ``fi``); every other value is bound, none is written into the source."""
+    rest = _rest(rules) if rules.groups or rules.validators else None
+    quick = _quick(rules) if rules.fields else ()
+    if quick is None:  # a named dim: the general walk compares them across fields
+
+        def general(obj: Any) -> None:
+            if not _fields_ok(rules, obj):
+                _check_fields(rules, obj)
+            if rest is not None:
+                rest(obj)
+
+        return general
+    if not quick and rest is None:
+        return _nothing
+    bound: dict[str, Any] = {"rules": rules, "breached": _breached, "rest": rest, "tree_ok": _tree_ok}
+    lines = ["def check(obj):"]
+    for i, ((name, predicate), (_, check)) in enumerate(zip(quick, rules.fields, strict=True)):
+        if name.isascii() and name.isidentifier() and not keyword.iskeyword(name):  # as Python reads it (NFKC)
+            lines.append(f"    v = obj.{name}")
+        else:
+            bound[f"N{i}"] = name
+            lines.append(f"    v = getattr(obj, N{i})")
+        bound[f"Q{i}"] = predicate
+        lines.append(f"    if not ({_inline(check, i, bound)}):")
+        lines.append("        return breached(rules, obj, rest)")
+    if rest is not None:
+        lines.append("    rest(obj)")
+    lines.append("    return None")
+    exec("\n".join(lines), bound)  # the source holds only names it checked, indices and literal ints
+    compiled: Compiled = bound["check"]
+    return compiled
+
+
+def _inline(check: Check, i: int, bound: dict[str, Any]) -> str:
+    """The quick predicate of field ``i`` on ``v`` as an expression: inline for a tree rule, a
+    container or nullable of one, else a call of ``Q{i}``."""
+    inner = check.inner if type(check) is EachCheck else check
+    if type(inner) is TensorCheck and (type(check) is TensorCheck or check.container == "nullable"):  # type: ignore[union-attr]
+        tensor = _inline_tensor(inner, i, bound)
+        if tensor is not None:
+            return tensor if type(check) is TensorCheck else f"v is None or ({tensor})"
+    if type(inner) is not TreeCheck:
+        return f"Q{i}(v)"
+    bound[f"L{i}"], bound[f"C{i}"] = _leaves(inner), inner
+    tree = f"type(v) in L{i} or tree_ok(C{i}, v, 0, L{i})"
+    if inner.max_depth > 0:  # a flat list of leaves, at C speed
+        tree = f"type(v) in L{i} or (type(v) is list and L{i}.issuperset(map(type, v))) or tree_ok(C{i}, v, 0, L{i})"
+    if type(check) is TreeCheck:
+        return tree
+    assert isinstance(check, EachCheck)
+    if check.container == "nullable":
+        return f"v is None or {tree}"
+    bound[f"I{i}"] = _quick_check(inner)
+    values = "v.values()" if check.container == "map" else "v"
+    return f"L{i}.issuperset(map(type, {values})) or all(map(I{i}, {values}))"
+
+
+def _inline_tensor(check: TensorCheck, i: int, bound: dict[str, Any]) -> str | None:
+    """``_quick_tensor`` of field ``i`` on ``v`` as an expression; None where the schema names a
+    device or contiguity (the bound predicate reads those)."""
+    if check.devices is not None or check.contiguous:
+        return None
+    cls, allowed = _tensor_kind(check)
+    bound[f"K{i}"], bound[f"D{i}"] = cls, allowed
+    terms = [f"isinstance(v, K{i})", f"v.dtype in D{i}"]
+    if check.shape is not None:
+        terms.append(f"len(s := v.shape) == {len(check.shape)}")
+        terms += [f"s[{axis}] == {int(want)}" for axis, want in enumerate(check.shape) if isinstance(want, int)]
+    return " and ".join(terms)
+
+
+def _nothing(obj: Any) -> None:
+    """The check of rules that hold nothing to check."""
+
+
+def _breached(rules: StructRules, obj: Any, rest: Compiled | None) -> None:
+    """A quick predicate failed: raise the breach with its path (then the rest, as the general walk would)."""
+    _check_fields(rules, obj)
+    if rest is not None:
+        rest(obj)
+
+
+def _rest(rules: StructRules) -> Compiled:
+    """The group rules and named validators of ``rules``."""
+
+    def rest(obj: Any) -> None:
+        for group in rules.groups:
+            count = 0
+            for name in group.fields:
+                if getattr(obj, name) is not None:
+                    count += 1
+            if count == 1 or (count == 0 and group.rule == "at_most_one_of"):
+                continue  # the rule holds; the names are gathered only for a breach
+            present = [f for f in group.fields if getattr(obj, f) is not None]
+            if group.rule == "at_most_one_of" and len(present) > 1:
+                raise ValidationError(
+                    f"at most one of {', '.join(group.fields)} may be set; got {', '.join(present)}",
+                    type_id=rules.type_name,
+                )
+            if group.rule == "exactly_one_of" and len(present) != 1:
+                got = ", ".join(present) if present else "none"
+                raise ValidationError(
+                    f"exactly one of {', '.join(group.fields)} must be set; got {got}", type_id=rules.type_name
+                )
+        for name in rules.validators:
+            found = validator(name)
+            if found is None:
+                raise ValidationError(f"no validator named {name!r} is registered", type_id=rules.type_name)
+            found(obj)
+
+    return rest
 
 
 def _skips_none(check: Check) -> bool:
@@ -199,13 +297,7 @@ def _quick_check(check: Check) -> Quick | None:
 def _quick_tensor(check: TensorCheck) -> Quick | None:
     if check.shape is not None and any(isinstance(d, str) for d in check.shape):
         return None
-    names = check.dtypes if check.dtypes is not None else tuple(DTYPES)
-    if check.kind == "tensor":
-        cls: type = torch.Tensor
-        allowed = frozenset(getattr(torch, DTYPES[n].torch_name) for n in names)
-    else:
-        cls = np.ndarray
-        allowed = frozenset(np.dtype(DTYPES[n].numpy_name) for n in names if DTYPES[n].numpy_name)
+    cls, allowed = _tensor_kind(check)
     rank = None if check.shape is None else len(check.shape)
     fixed = () if check.shape is None else tuple((a, d) for a, d in enumerate(check.shape) if isinstance(d, int))
     devices, contiguous = check.devices, check.contiguous
@@ -225,6 +317,14 @@ def _quick_tensor(check: TensorCheck) -> Quick | None:
         return True
 
     return ok
+
+
+def _tensor_kind(check: TensorCheck) -> tuple[type, frozenset[Any]]:
+    """The class a value of ``check`` must be, and the dtypes (torch's or numpy's) it may have."""
+    names = check.dtypes if check.dtypes is not None else tuple(DTYPES)
+    if check.kind == "tensor":
+        return torch.Tensor, frozenset(getattr(torch, DTYPES[n].torch_name) for n in names)
+    return np.ndarray, frozenset(np.dtype(DTYPES[n].numpy_name) for n in names if DTYPES[n].numpy_name)
 
 
 def _ok(check: Check, value: Any, dims: dict[str, tuple[int, str]]) -> bool:

@@ -1,0 +1,171 @@
+"""``check_struct`` runs each ``StructRules`` as one compiled function: it breaches exactly where the
+reporting walk does, reads every field name safely, and still runs group rules and validators."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_rule_paths import CHECKS, TREES
+
+from tensorwire import ValidationError
+from tensorwire._contract import _check, check_struct
+from tensorwire.rules import EachCheck, GroupRule, StructRules, TensorCheck, TreeCheck, register_validator
+
+TENSOR_CHECKS = st.builds(
+    TensorCheck,
+    kind=st.sampled_from(["tensor", "ndarray"]),
+    dtypes=st.sampled_from([None, ("float32",), ("int8", "uint8")]),
+    shape=st.sampled_from([None, (None,), (2,), (2, None), (None, 3), (2, 3)]),
+    devices=st.sampled_from([None, ("cpu",), ("cuda",)]),
+    contiguous=st.sampled_from([None, True]),
+)
+FIELD_CHECKS = st.one_of(
+    CHECKS,
+    TENSOR_CHECKS,
+    st.builds(lambda c: EachCheck(container="nullable", inner=c), TENSOR_CHECKS),
+    st.builds(lambda c: EachCheck(container="nullable", inner=c), st.builds(TreeCheck, max_depth=st.integers(0, 2))),
+)
+SHAPES = st.sampled_from([(2,), (3,), (2, 3), (2, 4), (3, 3), (2, 3, 1)])
+TENSORS = st.builds(
+    lambda shape, dtype, flip: (
+        torch.zeros(shape, dtype=dtype).transpose(0, -1) if flip else torch.zeros(shape, dtype=dtype)
+    ),
+    SHAPES,
+    st.sampled_from([torch.float32, torch.int8, torch.float64]),
+    st.booleans(),
+)
+ARRAYS = st.builds(lambda shape, dtype: np.zeros(shape, dtype=dtype), SHAPES, st.sampled_from(["<f4", "u1", ">f4"]))
+VALUES = st.one_of(TREES, TENSORS, ARRAYS)
+
+
+def _holder(rules: StructRules, **values: Any) -> Any:
+    """An object of a fresh class carrying ``rules``, with ``values`` as its attributes."""
+    obj = type("Holder", (), {"__tw_rules__": rules})()
+    for name, value in values.items():
+        setattr(obj, name, value)
+    return obj
+
+
+def _walk_breach(check: Any, value: Any, where: str) -> str | None:
+    try:
+        _check(check, value, where, {})
+    except ValidationError as exc:
+        return str(exc)
+    return None
+
+
+def _applies(check: Any, value: Any) -> bool:
+    """Whether the schema's type check lets ``value`` reach ``check`` (a map rule only ever sees a map)."""
+    if isinstance(check, EachCheck) and check.container != "nullable":
+        return isinstance(value, dict if check.container == "map" else list | tuple)
+    return True
+
+
+@settings(max_examples=500, deadline=None)
+@given(check=FIELD_CHECKS, value=VALUES, other=VALUES, name=st.sampled_from(["f", "class", "a-b", "x; 1/0", "\ufb01"]))
+def test_compiled_check_breaches_exactly_where_the_reporting_walk_does(
+    check: Any, value: Any, other: Any, name: str
+) -> None:
+    if not (_applies(check, value) and _applies(check, other)):
+        return
+    rules = StructRules(type_name="T", fields=((name, check), ("g", check)))
+    obj = _holder(rules, **{name: value, "g": other})
+    first, second = _walk_breach(check, value, f"T.{name}"), _walk_breach(check, other, "T.g")
+    if first is None and second is None:
+        check_struct(obj)
+        return
+    with pytest.raises(ValidationError) as caught:
+        check_struct(obj)
+    assert caught.value.type_id == "T"
+    assert (caught.value.path or "").startswith(f"$.{name}" if first is not None else "$.g")
+    assert str(caught.value) == (first if first is not None else second)
+
+
+def test_a_field_name_is_read_never_run() -> None:
+    """A name that is Python text (from a hostile schema) is only ever an attribute name."""
+    check = TensorCheck(kind="tensor", dtypes=("float32",), shape=(2,))
+    name = "f\n    raise SystemExit(3)"
+    rules = StructRules(type_name="T", fields=((name, check),))
+    check_struct(_holder(rules, **{name: torch.zeros(2)}))
+    with pytest.raises(ValidationError, match="dim 0 must be 2, got shape") as caught:
+        check_struct(_holder(rules, **{name: torch.zeros(3)}))
+    assert caught.value.type_id == "T"
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (torch.zeros(2, 3), None),
+        (None, None),
+        (torch.zeros(2, 4), "dim 1 must be 3, got shape"),
+        (torch.zeros(2), "expected rank 2, got shape"),
+        (torch.zeros(2, 3, dtype=torch.int8), "dtype int8 is not allowed; expected one of float32"),
+        (np.zeros((2, 3), dtype=np.float32), "expected torch.Tensor, got ndarray"),
+        ([1, 2], "expected torch.Tensor, got list"),
+        (torch.zeros(3, 2).t(), "must be contiguous"),
+    ],
+)
+def test_a_nullable_tensor_field_with_every_tensor_rule(value: Any, reason: str | None) -> None:
+    check = EachCheck(
+        container="nullable",
+        inner=TensorCheck(kind="tensor", dtypes=("float32",), shape=(None, 3), devices=("cpu",), contiguous=True),
+    )
+    rules = StructRules(type_name="T", fields=(("x", check),))
+    obj = _holder(rules, x=value)
+    if reason is None:
+        check_struct(obj)
+        return
+    with pytest.raises(ValidationError, match=reason) as caught:
+        check_struct(obj)
+    assert (caught.value.type_id, caught.value.path) == ("T", "$.x")
+
+
+def test_named_dims_are_compared_across_fields() -> None:
+    check = TensorCheck(kind="tensor", shape=("n",))
+    rules = StructRules(type_name="T", fields=(("a", check), ("b", check)))
+    check_struct(_holder(rules, a=torch.zeros(4), b=torch.zeros(4)))
+    with pytest.raises(ValidationError, match=r"dim 'n' is 5, but 4 in T.a \(named dims must agree\)") as caught:
+        check_struct(_holder(rules, a=torch.zeros(4), b=torch.zeros(5)))
+    assert (caught.value.type_id, caught.value.path) == ("T", "$.b")
+
+
+_SEEN: list[Any] = []
+
+
+@register_validator("tests.compiled_positive")
+def _positive(obj: Any) -> None:
+    _SEEN.append(obj)
+    if obj.a is not None and obj.a < 0:
+        raise ValidationError("a must not be negative", type_id="T")
+
+
+def test_group_rules_and_validators_run_after_the_fields() -> None:
+    _SEEN.clear()
+    rules = StructRules(
+        type_name="T",
+        fields=(("t", TreeCheck(max_depth=1)),),
+        groups=(GroupRule(rule="exactly_one_of", fields=("a", "b")),),
+        validators=("tests.compiled_positive",),
+    )
+    ok = _holder(rules, t=[1], a=1, b=None)
+    check_struct(ok)
+    assert _SEEN == [ok]
+    with pytest.raises(ValidationError, match="exactly one of a, b must be set; got a, b") as caught:
+        check_struct(_holder(rules, t=[1], a=1, b=2))
+    assert caught.value.type_id == "T"
+    with pytest.raises(ValidationError, match="a must not be negative"):
+        check_struct(_holder(rules, t=[1], a=-1, b=None))
+    with pytest.raises(ValidationError, match=r"tree is deeper than its limit of 1"):
+        check_struct(_holder(rules, t=[[1]], a=1, b=None))
+    unknown = StructRules(type_name="T", validators=("tests.compiled_nobody",))
+    with pytest.raises(ValidationError, match=r"no validator named 'tests\.compiled_nobody' is registered"):
+        check_struct(_holder(unknown))
+
+
+def test_rules_with_nothing_to_check_accept_anything() -> None:
+    check_struct(_holder(StructRules(type_name="T")))
