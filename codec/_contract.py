@@ -85,7 +85,7 @@ def _compile(rules: StructRules) -> Compiled:
     if rest is not None:
         lines.append("    rest(obj)")
     lines.append("    return None")
-    exec("\n".join(lines), bound)  # the source holds only names it checked, indices and literal ints
+    exec("\n".join(lines), bound)  # the source holds only names it checked, indices and ranks
     compiled: Compiled = bound["check"]
     return compiled
 
@@ -124,7 +124,10 @@ def _inline_tensor(check: TensorCheck, i: int, bound: dict[str, Any]) -> str | N
     terms = [f"isinstance(v, K{i})", f"v.dtype in D{i}"]
     if check.shape is not None:
         terms.append(f"len(s := v.shape) == {len(check.shape)}")
-        terms += [f"s[{axis}] == {int(want)}" for axis, want in enumerate(check.shape) if isinstance(want, int)]
+        for axis, want in enumerate(check.shape):
+            if isinstance(want, int):
+                bound[f"S{i}_{axis}"] = want
+                terms.append(f"s[{axis}] == S{i}_{axis}")
     return " and ".join(terms)
 
 
