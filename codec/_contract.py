@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import keyword
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
@@ -42,9 +43,10 @@ def check_struct(obj: Any) -> None:
     rules: StructRules = type(obj).__tw_rules__
     known = _COMPILED.get(id(rules))
     if known is None or known[0] is not rules:  # the entry holds its rules: their id cannot be reused
-        known = (rules, _compile(rules))
-        if len(_COMPILED) < 4096:  # one per message type in practice
-            _COMPILED[id(rules)] = known
+        if len(_COMPILED) >= 4096:  # far more types than a program defines: checked without compiling
+            _interpreted(rules, obj)
+            return
+        known = _COMPILED[id(rules)] = (rules, _compile(rules))
     known[1](obj)
 
 
@@ -58,20 +60,13 @@ def _compile(rules: StructRules) -> Compiled:
     predicate; a breach calls ``_breached``, which finds it with its path. Field names that are
     not plain ASCII identifiers are read with ``getattr`` (Python reads a name in source as its
     NFKC form: U+FB01 as ``fi``); every other value is bound, none is written into the source."""
-    rest = _rest(rules) if rules.groups or rules.validators else None
+    rest = bool(rules.groups or rules.validators)
     quick = _quick(rules) if rules.fields else ()
     if quick is None:  # a named dim: the general walk compares them across fields
-
-        def general(obj: Any) -> None:
-            if not _fields_ok(rules, obj):
-                _check_fields(rules, obj)
-            if rest is not None:
-                rest(obj)
-
-        return general
-    if not quick and rest is None:
+        return partial(_interpreted, rules)
+    if not quick and not rest:
         return _nothing
-    bound: dict[str, Any] = {"rules": rules, "breached": _breached, "rest": rest, "tree_ok": _tree_ok}
+    bound: dict[str, Any] = {"rules": rules, "breached": _breached, "rest": _rest, "tree_ok": _tree_ok}
     lines = ["def check(obj):"]
     for i, ((name, predicate), (_, check)) in enumerate(zip(quick, rules.fields, strict=True)):
         if name.isascii() and name.isidentifier() and not keyword.iskeyword(name):  # as Python reads it (NFKC)
@@ -81,9 +76,9 @@ def _compile(rules: StructRules) -> Compiled:
             lines.append(f"    v = getattr(obj, N{i})")
         bound[f"Q{i}"] = predicate
         lines.append(f"    if not ({_inline(check, i, bound)}):")
-        lines.append("        return breached(rules, obj, rest)")
-    if rest is not None:
-        lines.append("    rest(obj)")
+        lines.append("        return breached(rules, obj)")
+    if rest:
+        lines.append("    rest(rules, obj)")
     lines.append("    return None")
     exec("\n".join(lines), bound)  # the source holds only names it checked, indices and ranks
     compiled: Compiled = bound["check"]
@@ -135,42 +130,44 @@ def _nothing(obj: Any) -> None:
     """The check of rules that hold nothing to check."""
 
 
-def _breached(rules: StructRules, obj: Any, rest: Compiled | None) -> None:
+def _interpreted(rules: StructRules, obj: Any) -> None:
+    """``check_struct`` without compiling: the bound predicates (or the general walk) in a loop."""
+    if rules.fields and not _fields_ok(rules, obj):
+        _check_fields(rules, obj)
+    _rest(rules, obj)
+
+
+def _breached(rules: StructRules, obj: Any) -> None:
     """A quick predicate failed: raise the breach with its path (then the rest, as the general walk would)."""
     _check_fields(rules, obj)
-    if rest is not None:
-        rest(obj)
+    _rest(rules, obj)
 
 
-def _rest(rules: StructRules) -> Compiled:
+def _rest(rules: StructRules, obj: Any) -> None:
     """The group rules and named validators of ``rules``."""
-
-    def rest(obj: Any) -> None:
-        for group in rules.groups:
-            count = 0
-            for name in group.fields:
-                if getattr(obj, name) is not None:
-                    count += 1
-            if count == 1 or (count == 0 and group.rule == "at_most_one_of"):
-                continue  # the rule holds; the names are gathered only for a breach
-            present = [f for f in group.fields if getattr(obj, f) is not None]
-            if group.rule == "at_most_one_of" and len(present) > 1:
-                raise ValidationError(
-                    f"at most one of {', '.join(group.fields)} may be set; got {', '.join(present)}",
-                    type_id=rules.type_name,
-                )
-            if group.rule == "exactly_one_of" and len(present) != 1:
-                got = ", ".join(present) if present else "none"
-                raise ValidationError(
-                    f"exactly one of {', '.join(group.fields)} must be set; got {got}", type_id=rules.type_name
-                )
-        for name in rules.validators:
-            found = validator(name)
-            if found is None:
-                raise ValidationError(f"no validator named {name!r} is registered", type_id=rules.type_name)
-            found(obj)
-
-    return rest
+    for group in rules.groups:
+        count = 0
+        for name in group.fields:
+            if getattr(obj, name) is not None:
+                count += 1
+        if count == 1 or (count == 0 and group.rule == "at_most_one_of"):
+            continue  # the rule holds; the names are gathered only for a breach
+        present = [f for f in group.fields if getattr(obj, f) is not None]
+        if group.rule == "at_most_one_of" and len(present) > 1:
+            raise ValidationError(
+                f"at most one of {', '.join(group.fields)} may be set; got {', '.join(present)}",
+                type_id=rules.type_name,
+            )
+        if group.rule == "exactly_one_of" and len(present) != 1:
+            got = ", ".join(present) if present else "none"
+            raise ValidationError(
+                f"exactly one of {', '.join(group.fields)} must be set; got {got}", type_id=rules.type_name
+            )
+    for name in rules.validators:
+        found = validator(name)
+        if found is None:
+            raise ValidationError(f"no validator named {name!r} is registered", type_id=rules.type_name)
+        found(obj)
 
 
 def _skips_none(check: Check) -> bool:

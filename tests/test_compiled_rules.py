@@ -169,3 +169,21 @@ def test_group_rules_and_validators_run_after_the_fields() -> None:
 
 def test_rules_with_nothing_to_check_accept_anything() -> None:
     check_struct(_holder(StructRules(type_name="T")))
+
+
+def test_past_the_cache_bound_rules_are_still_checked_without_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorwire import _contract
+
+    full: dict[int, Any] = {-i: (None, None) for i in range(1, 4097)}  # ids no rules object has
+    monkeypatch.setattr(_contract, "_COMPILED", full)
+    for field in (TensorCheck(kind="tensor", shape=(2,)), TensorCheck(kind="tensor", shape=("n",))):
+        rules = StructRules(
+            type_name="T", fields=(("x", field),), groups=(GroupRule(rule="at_most_one_of", fields=("a", "b")),)
+        )
+        check_struct(_holder(rules, x=torch.zeros(2), a=1, b=None))
+        with pytest.raises(ValidationError, match="expected rank 1, got shape") as caught:
+            check_struct(_holder(rules, x=torch.zeros(2, 2), a=1, b=None))
+        assert (caught.value.type_id, caught.value.path) == ("T", "$.x")
+        with pytest.raises(ValidationError, match="at most one of a, b may be set; got a, b"):
+            check_struct(_holder(rules, x=torch.zeros(2), a=1, b=2))
+    assert len(full) == 4096
