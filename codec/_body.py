@@ -18,6 +18,7 @@ import msgspec.inspect as mi
 import numpy as np
 import torch
 
+from tensorwire._compile import build, read_field
 from tensorwire._contract import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
 from tensorwire._locate import locate
 from tensorwire._tensors import Outgoing
@@ -212,23 +213,32 @@ def preparer(cls: type) -> Callable[[Any, int], Any] | None:
     fields = tuple((name, kinds[name]) for name, _ in plan)
     if any(kind is None for _, kind in fields):
         return prepare
+    return _quick_preparer(fields)
 
-    def quick(message: Any, max_depth: int) -> Any:
-        if max_depth >= 2:  # a flat container sits two levels down: the limit cannot be in the way
-            for name, kind in fields:
-                value = getattr(message, name)
-                if value is None or (kind == "tree" and type(value) in LEAF_TYPES):
-                    continue
-                if type(value) is list and kind != "map" and LEAVES_ONLY(map(type, value)):
-                    continue
-                if type(value) is dict and kind != "list" and LEAVES_ONLY(map(type, value.values())):
-                    continue
-                break
-            else:
-                return message
-        return _struct(message, 0, max_depth)
 
-    return quick
+# What a field of each kind may hold for ``prepare`` to have nothing to rewrite in it (``v``: its value).
+_NOTHING_TO_REWRITE = {
+    "tree": "v is None or type(v) in LEAF_TYPES or (type(v) is list and LEAVES_ONLY(map(type, v)))"
+    " or (type(v) is dict and LEAVES_ONLY(map(type, v.values())))",
+    "map": "v is None or (type(v) is dict and LEAVES_ONLY(map(type, v.values())))",
+    "list": "v is None or (type(v) is list and LEAVES_ONLY(map(type, v)))",
+}
+
+
+def _quick_preparer(fields: tuple[tuple[str, str | None], ...]) -> Callable[[Any, int], Any]:
+    """``prepare`` that first checks, in one straight-line function (``tensorwire._compile``),
+    whether each field holds None, a leaf, a flat list or a flat map of leaves (as its kind
+    allows): then the message is returned as it is."""
+    bound: dict[str, Any] = {"LEAF_TYPES": LEAF_TYPES, "LEAVES_ONLY": LEAVES_ONLY, "rewrite": _struct}
+    lines = ["def quick(message, max_depth):", "    if max_depth < 2:", "        return rewrite(message, 0, max_depth)"]
+    # past the check above, a flat container (two levels down) cannot be in the way of the limit
+    for i, (name, kind) in enumerate(fields):
+        assert kind is not None
+        lines.append(f"    v = {read_field('message', name, f'N{i}', bound)}")
+        lines.append(f"    if not ({_NOTHING_TO_REWRITE[kind]}):")
+        lines.append("        return rewrite(message, 0, max_depth)")
+    lines.append("    return message")
+    return build(lines, bound, "quick")
 
 
 def _flat_kind(t: Any) -> str | None:

@@ -9,7 +9,6 @@ validators*: Python functions registered with ``tensorwire.rules.register_valida
 
 from __future__ import annotations
 
-import keyword
 from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple, TypeAlias
@@ -17,6 +16,7 @@ from typing import Any, NamedTuple, TypeAlias
 import numpy as np
 import torch
 
+from tensorwire._compile import build, read_field
 from tensorwire._locate import key_segment
 from tensorwire.dtypes import DTYPES, dtype_of
 from tensorwire.errors import ValidationError
@@ -57,9 +57,8 @@ _COMPILED: dict[int, tuple[StructRules, Compiled]] = {}  # by id: hashing the ru
 def _compile(rules: StructRules) -> Compiled:
     """``check_struct`` for ``rules`` as one function: per field, the quick predicate written out
     inline where it is a tree rule (or a container or nullable of one), else a call of the bound
-    predicate; a breach calls ``_breached``, which finds it with its path. Field names that are
-    not plain ASCII identifiers are read with ``getattr`` (Python reads a name in source as its
-    NFKC form: U+FB01 as ``fi``); every other value is bound, none is written into the source."""
+    predicate; a breach calls ``_breached``, which finds it with its path (``tensorwire._compile``
+    says what the source may hold)."""
     rest = bool(rules.groups or rules.validators)
     quick = _quick(rules) if rules.fields else ()
     if quick is None:  # a named dim: the general walk compares them across fields
@@ -69,20 +68,14 @@ def _compile(rules: StructRules) -> Compiled:
     bound: dict[str, Any] = {"rules": rules, "breached": _breached, "rest": _rest, "tree_ok": _tree_ok}
     lines = ["def check(obj):"]
     for i, ((name, predicate), (_, check)) in enumerate(zip(quick, rules.fields, strict=True)):
-        if name.isascii() and name.isidentifier() and not keyword.iskeyword(name):  # as Python reads it (NFKC)
-            lines.append(f"    v = obj.{name}")
-        else:
-            bound[f"N{i}"] = name
-            lines.append(f"    v = getattr(obj, N{i})")
+        lines.append(f"    v = {read_field('obj', name, f'N{i}', bound)}")
         bound[f"Q{i}"] = predicate
         lines.append(f"    if not ({_inline(check, i, bound)}):")
         lines.append("        return breached(rules, obj)")
     if rest:
         lines.append("    rest(rules, obj)")
     lines.append("    return None")
-    exec("\n".join(lines), bound)  # the source holds only names it checked, indices and ranks
-    compiled: Compiled = bound["check"]
-    return compiled
+    return build(lines, bound, "check")
 
 
 def _inline(check: Check, i: int, bound: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ _TREES = st.recursive(
     ),
     max_leaves=12,
 )
+_MAPS = st.dictionaries(st.text(max_size=2), _TREES, max_size=3)
 
 
 def _plain(value: Any) -> Any:
@@ -79,3 +81,23 @@ def test_flat_trees_come_back_as_they_are(args: Any, kwargs: dict[str, Any], unc
 
 def test_a_type_without_trees_or_sets_needs_no_rewrite() -> None:
     assert preparer(rpc.RankStatus) is None
+
+
+# Field names Python source cannot hold as written: a keyword, and U+FB01, which Python code would
+# read as ``fi`` (another field of the same kind here).
+_ODD = msgspec.defstruct(
+    "Odd", [("class", Any, None), ("fi", list[Any], []), ("\ufb01", list[Any], []), ("map", dict[str, Any], {})]
+)
+
+
+@given(tree=_TREES, items=st.lists(_TREES, max_size=3), others=st.lists(_TREES, max_size=3), values=_MAPS)
+def test_the_quick_form_reads_every_field_by_its_own_name(
+    tree: Any, items: list[Any], others: list[Any], values: dict[str, Any]
+) -> None:
+    message = _ODD(tree, items, others, values)
+    quick = preparer(_ODD)
+    assert quick is not None and quick is not prepare
+    got, want = quick(message, 64), prepare(message, 64)
+    assert (got is message) == (want is message)
+    fields = ("class", "fi", "\ufb01", "map")
+    assert [_plain(getattr(got, f)) for f in fields] == [_plain(getattr(want, f)) for f in fields]
