@@ -89,9 +89,8 @@ def _inline(check: Check, i: int, bound: dict[str, Any]) -> str:
     if type(inner) is not TreeCheck:
         return f"Q{i}(v)"
     bound[f"L{i}"], bound[f"C{i}"] = _leaves(inner), inner
-    tree = f"type(v) in L{i} or tree_ok(C{i}, v, 0, L{i})"
-    if inner.max_depth > 0:  # a flat list of leaves, at C speed
-        tree = f"type(v) in L{i} or (type(v) is list and L{i}.issuperset(map(type, v))) or tree_ok(C{i}, v, 0, L{i})"
+    flat = f" or (type(v) is list and L{i}.issuperset(map(type, v)))" if inner.max_depth > 0 else ""  # at C speed
+    tree = f"type(v) in L{i}{flat} or tree_ok(C{i}, v, 0, L{i})"
     if type(check) is TreeCheck:
         return tree
     assert isinstance(check, EachCheck)
