@@ -69,8 +69,7 @@ def _compile(rules: StructRules) -> Compiled:
     lines = ["def check(obj):"]
     for i, ((name, predicate), (_, check)) in enumerate(zip(quick, rules.fields, strict=True)):
         lines.append(f"    v = {read_field('obj', name, f'N{i}', bound)}")
-        bound[f"Q{i}"] = predicate
-        lines.append(f"    if not ({_inline(check, i, bound)}):")
+        lines.append(f"    if not ({_inline(check, predicate, i, bound)}):")
         lines.append("        return breached(rules, obj)")
     if rest:
         lines.append("    rest(rules, obj)")
@@ -78,15 +77,16 @@ def _compile(rules: StructRules) -> Compiled:
     return build(lines, bound, "check")
 
 
-def _inline(check: Check, i: int, bound: dict[str, Any]) -> str:
-    """The quick predicate of field ``i`` on ``v`` as an expression: inline for a tree rule, a
-    container or nullable of one, else a call of ``Q{i}``."""
+def _inline(check: Check, predicate: Quick, i: int, bound: dict[str, Any]) -> str:
+    """The quick ``predicate`` of field ``i`` on ``v`` as an expression: written out for a tree
+    rule, a container or nullable of one, or a tensor rule, else a call of it (bound as ``Q{i}``)."""
     inner = check.inner if type(check) is EachCheck else check
     if type(inner) is TensorCheck and (type(check) is TensorCheck or check.container == "nullable"):  # type: ignore[union-attr]
         tensor = _inline_tensor(inner, i, bound)
         if tensor is not None:
             return tensor if type(check) is TensorCheck else f"v is None or ({tensor})"
     if type(inner) is not TreeCheck:
+        bound[f"Q{i}"] = predicate
         return f"Q{i}(v)"
     bound[f"L{i}"], bound[f"C{i}"] = _leaves(inner), inner
     flat = f" or (type(v) is list and L{i}.issuperset(map(type, v)))" if inner.max_depth > 0 else ""  # at C speed
@@ -123,7 +123,7 @@ def _nothing(obj: Any) -> None:
 
 
 def _interpreted(rules: StructRules, obj: Any) -> None:
-    """``check_struct`` without compiling: the bound predicates (or the general walk) in a loop."""
+    """``check_struct`` without compiling: the general walk of the field rules, then the rest."""
     if rules.fields and not _fields_ok(rules, obj):
         _check_fields(rules, obj)
     _rest(rules, obj)
@@ -213,16 +213,6 @@ def _field_plan(rules: StructRules) -> _FieldPlan:
 
 def _fields_ok(rules: StructRules, obj: Any) -> bool:
     """Whether every field rule holds (``_check_fields`` without paths: it says nothing about where)."""
-    quick = _QUICK.get(id(rules))
-    if quick is None or quick[0] is not rules:
-        quick = (rules, _quick(rules))
-        if len(_QUICK) < 4096:
-            _QUICK[id(rules)] = quick
-    if quick[1] is not None:
-        for name, ok in quick[1]:
-            if not ok(getattr(obj, name)):
-                return False
-        return True
     dims: dict[str, tuple[int, str]] = {}
     for name, check, skips_none, leaves in _field_plan(rules):
         value = getattr(obj, name)
@@ -237,7 +227,6 @@ def _fields_ok(rules: StructRules, obj: Any) -> bool:
 
 
 Quick: TypeAlias = Callable[[Any], bool]
-_QUICK: dict[int, tuple[StructRules, tuple[tuple[str, Quick], ...] | None]] = {}
 
 
 def _quick(rules: StructRules) -> tuple[tuple[str, Quick], ...] | None:
