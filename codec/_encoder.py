@@ -23,9 +23,10 @@ import msgspec
 from tensorwire._body import KEEP, encode_body, int_error, stand_in
 from tensorwire._locate import entry_path, msgspec_error
 from tensorwire._plan import TypePlan, type_plan
-from tensorwire._tensors import BufferPlan, Outgoing, quick_below
+from tensorwire._tensors import BufferPlan, Outgoing, embed_room, quick_below
+from tensorwire._wire import BIN8, BIN16, data_header
 from tensorwire.errors import CodecError, DecodeError, EncodeError, TransportError
-from tensorwire.options import EncodeOptions
+from tensorwire.options import EncodeOptions, Limits
 from tensorwire.transports.base import Buffer, Handle, Transport
 from tensorwire.transports.cuda_runtime import stage_to_host
 from tensorwire.transports.inline import InlineTransport
@@ -49,12 +50,13 @@ _FAILURES = (
 class Encoder:
     """Encodes generated (or run-time) message types; immutable and safe to share between threads."""
 
-    __slots__ = ("_quick_below", "_sealed", "options", "transport")
+    __slots__ = ("_embed_room", "_quick_below", "_sealed", "options", "transport")
 
     def __init__(self, transport: Transport | None = None, options: EncodeOptions | None = None) -> None:
         self.transport: Transport = transport if transport is not None else _INLINE
         self.options = options if options is not None else EncodeOptions()
         self._quick_below = quick_below(self.options.embed_threshold, self.options.limits)
+        self._embed_room = embed_room(self.options.limits)
         self._sealed = True
 
     def encode(self, message: Any) -> list[Buffer]:
@@ -76,11 +78,14 @@ class Encoder:
                 raise _failure(plan, cls, int_error(message, options.limits.max_depth, exc), body) from None
             except _FAILURES as exc:
                 raise _failure(plan, cls, exc, body) from None
-            return [plan.bare + body]
+            head = plan.bare + body
+            if len(head) > options.limits.max_header_bytes:
+                raise _too_big(plan, len(head), options.limits)
+            return [head]
+        limits = options.limits
         try:
-            limits = options.limits
             prepared = message if plan.prepare is None else plan.prepare(message, limits.max_depth)
-            outgoing = Outgoing(limits, options.embed_threshold, self._quick_below)
+            outgoing = Outgoing(limits, options.embed_threshold, self._quick_below, self._embed_room)
             body = encode_body(prepared, outgoing, limits.max_depth, message)
             if outgoing.rerun:  # a storage with several views: written again, knowing their extent
                 outgoing = outgoing.again()
@@ -106,17 +111,29 @@ class Encoder:
         data = outgoing.data
         if not buffers:
             if not data:
-                return [plan.bare + body]
-            return [b"".join((plan.prefix, _PLAIN.encode(data), b"\x90", body))]
+                head = plan.bare + body
+            else:  # the tensors' bytes copied once more, into frame 0 (the common data headers inline: a call less)
+                n = outgoing.data_bytes
+                header = BIN8(0xC4, n) if n < 0x100 else BIN16(0xC5, n) if n < 0x10000 else data_header(n)
+                head = b"".join([plan.prefix, header, *data, b"\x90", body])
+            if len(head) > limits.max_header_bytes:
+                raise _too_big(plan, len(head), limits)
+            return [head]
+        size = len(plan.prefix) + 5 + outgoing.data_bytes + len(body) + 1  # without the buffer table
+        if size > limits.max_header_bytes:  # before anything is exported
+            raise _too_big(plan, size, limits)
         frames: list[Buffer] = [b""]
         entries: list[list[Any]] = []
         exported: list[tuple[Transport, Handle]] = []
         self._export_all(plan, buffers, frames, entries, exported)
         try:
-            frames[0] = b"".join((plan.prefix, _PLAIN.encode(data), _PLAIN.encode(entries), body))
+            head = b"".join([plan.prefix, data_header(outgoing.data_bytes), *data, _PLAIN.encode(entries), body])
+            if len(head) > limits.max_header_bytes:
+                raise _too_big(plan, len(head), limits)
         except BaseException:
             _release(exported)
             raise
+        frames[0] = head
         return frames
 
     def _export_all(
@@ -194,6 +211,16 @@ class Encoder:
 
     def __repr__(self) -> str:
         return f"Encoder(transport={type(self.transport).__name__}, options={self.options})"
+
+
+def _too_big(plan: TypePlan, size: int, limits: Limits) -> EncodeError:
+    """The error for a frame 0 of ``size`` bytes, over ``limits.max_header_bytes`` (no decoder with
+    the same limits would read it)."""
+    return EncodeError(
+        f"frame 0 of {size} bytes is over the limit of {limits.max_header_bytes} (limit max_header_bytes)",
+        type_id=plan.type_id,
+        version=plan.version,
+    )
 
 
 def _failure(plan: TypePlan, cls: type, exc: BaseException, body: bytes) -> EncodeError:

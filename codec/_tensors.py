@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 import torch
 
-from tensorwire._wire import DIMS, EXT_INLINE, EXT_TENSOR, INLINE, Descriptor, pack_descriptor, pack_inline
+from tensorwire._wire import DATA_MAX, DIMS, EXT_INLINE, EXT_TENSOR, INLINE, Descriptor, pack_descriptor, pack_inline
 from tensorwire.dtypes import DTYPE_NAMES, DTYPES
 from tensorwire.errors import EncodeError
 from tensorwire.options import Limits
@@ -37,6 +37,7 @@ __all__ = [
     "as_base",
     "build",
     "build_inline",
+    "embed_room",
     "quick_below",
     "shape_problem",
     "verify_descriptor",
@@ -130,6 +131,12 @@ class _Group:
         return BufferPlan(view, end - start, self.storage, start)
 
 
+def embed_room(limits: Limits) -> int:
+    """The most bytes of tensors one frame 0 carries: half its size limit (the rest is for the body),
+    within what a msgpack bin holds."""
+    return min(limits.max_header_bytes // 2, DATA_MAX)
+
+
 def quick_below(embed_below: int, limits: Limits) -> int:
     """Host tensors of fewer bytes may take the quick copy into frame 0: below ``embed_below``,
     within ``limits.max_tensor_bytes`` and within the C int size of the copy."""
@@ -141,18 +148,35 @@ class Outgoing:
 
     ``tensor(value)`` and ``array(value)`` serve the encoder's hook; after the body is written,
     ``rerun`` says whether it must be written again (a storage turned out to be shared),
-    ``data`` holds the bytes of the tensors carried inside frame 0 and ``buffers`` lists what to send.
+    ``data`` holds the bytes of the tensors carried inside frame 0 (``data_bytes`` of them; at most
+    ``embed_room(limits)``: past that, small tensors travel in buffers) and ``buffers`` lists what to send.
     """
 
-    __slots__ = ("_groups", "_quick_below", "_shared", "buffers", "data", "embed_below", "limits", "rerun", "values")
+    __slots__ = (
+        "_groups",
+        "_quick_below",
+        "_room",
+        "_shared",
+        "buffers",
+        "data",
+        "data_bytes",
+        "embed_below",
+        "limits",
+        "rerun",
+        "values",
+    )
 
-    def __init__(self, limits: Limits, embed_below: int, quick: int, shared: dict[Any, _Group] | None = None) -> None:
+    def __init__(
+        self, limits: Limits, embed_below: int, quick: int, room: int, shared: dict[Any, _Group] | None = None
+    ) -> None:
         self.limits = limits
         self.embed_below = embed_below  # host tensors of fewer bytes travel inside frame 0
         self._quick_below = quick  # ``quick_below(embed_below, limits)``, worked out once by the encoder
         self.values: list[Any] = []  # every tensor occurrence, in body order
         self.buffers: list[BufferPlan] = []
-        self.data = bytearray()
+        self.data: list[bytes] = []  # the bytes of the tensors inside frame 0, in order (copied once each)
+        self.data_bytes = 0  # their total
+        self._room = room  # ``embed_room(limits)``: the most bytes of tensors frame 0 takes (the rest: buffers)
         self._groups: dict[Any, Any] = {}  # block key -> _Group, or (lo, hi, storage) of one embedded view
         self._shared = shared  # second pass: blocks with several views, their full extents known
         self.rerun = False  # first pass: some block holds several views (the body must be written again)
@@ -160,7 +184,7 @@ class Outgoing:
     def again(self) -> Outgoing:
         """The state for the second pass, knowing which blocks are shared and how far their views reach."""
         shared = {key: g for key, g in self._groups.items() if type(g) is _Group and g.count > 1}
-        return Outgoing(self.limits, self.embed_below, self._quick_below, shared)
+        return Outgoing(self.limits, self.embed_below, self._quick_below, self._room, shared)
 
     def _too_many(self) -> EncodeError:
         return EncodeError(f"more than {self.limits.max_tensors} tensors in one message (limit max_tensors)")
@@ -183,7 +207,14 @@ class Outgoing:
         shape = t.shape
         nbytes = t.numel() * itemsize
         rank = len(shape)
-        if 0 < nbytes < self._quick_below and rank < 16 and t.is_cpu and t.is_contiguous() and 1 not in shape:
+        if (
+            0 < nbytes < self._quick_below
+            and rank < 16
+            and self.data_bytes + nbytes <= self._room
+            and t.is_cpu
+            and t.is_contiguous()
+            and 1 not in shape
+        ):
             # the quick way for the common small tensor: inside frame 0, if it is the first view of
             # its storage (a later view of it makes the body be written again, see ``_note``)
             storage = t.untyped_storage()
@@ -198,9 +229,10 @@ class Outgoing:
             ):
                 self._groups[key] = (start, start + nbytes, storage)
                 # a plain CPU tensor's bytes copied straight from its memory (``numpy()`` costs more)
-                data = self.data
-                offset = len(data)
-                data += _string_at(start, nbytes) if type(t) is torch.Tensor else _host_bytes(t, nbytes)
+                offset = self.data_bytes
+                self.data_bytes = offset + nbytes
+                plain = type(t) is torch.Tensor
+                self.data.append(_string_at(start, nbytes) if plain else bytes(_host_bytes(t, nbytes)))
                 return Ext(EXT_INLINE, INLINE.pack(0, code, rank, 0, offset, nbytes) + DIMS[rank].pack(*shape))
         strides = t.stride()
         self._check(shape, nbytes, itemsize, strides)
@@ -227,9 +259,10 @@ class Outgoing:
         if not first:
             return _AGAIN  # written again in the second pass
         sparse = not contiguous and hi - lo >= SPARSE * nbytes
-        if cpu and (sparse or (contiguous and nbytes < self.embed_below)):
+        embed = nbytes < self.embed_below and self.data_bytes + nbytes <= self._room
+        if cpu and (sparse or (contiguous and embed)):
             c = t.contiguous() if sparse else t  # a lone sparse view: only its own elements
-            if nbytes < self.embed_below:
+            if embed:
                 own = None if sparse or 1 not in shape else _own_strides(shape, strides)
                 return Ext(EXT_INLINE, pack_inline(0, code, shape, self._embed(_host_bytes(c, nbytes)), nbytes, own))
             plan = BufferPlan(_host_bytes(c, nbytes), nbytes, c.untyped_storage(), 0)
@@ -276,10 +309,11 @@ class Outgoing:
         if not first and group.raw is not None:
             return _AGAIN  # written again in the second pass
         lone_sparse = not contiguous and hi - lo >= SPARSE * nbytes
-        if (contiguous and nbytes < self.embed_below) or lone_sparse or group.raw is None:
+        embed = nbytes < self.embed_below and self.data_bytes + nbytes <= self._room
+        if (contiguous and embed) or lone_sparse or group.raw is None:
             # small, a lone sparse view, or a block that is not one run of bytes: a contiguous copy
             c = array if contiguous else np.ascontiguousarray(array)
-            if nbytes < self.embed_below:
+            if embed:
                 own = None if not contiguous or 1 not in shape else _own_strides(shape, strides)
                 return Ext(EXT_INLINE, pack_inline(1, code, shape, self._embed(c.data.cast("B")), nbytes, own))
             plan = BufferPlan(memoryview(c.reshape(-1).view(np.uint8)), nbytes)  # type: ignore[arg-type]
@@ -288,9 +322,10 @@ class Outgoing:
         return self._placed(1, code, shape, layout, plan, start - group.base - plan.start, nbytes)
 
     def _embed(self, data: memoryview) -> int:
-        """Append ``data`` to frame 0's data; its offset there."""
-        offset = len(self.data)
-        self.data += data
+        """Append a copy of ``data`` to frame 0's data; its offset there."""
+        offset = self.data_bytes
+        self.data_bytes = offset + data.nbytes
+        self.data.append(bytes(data))
         return offset
 
     def _note(self, key: Any, make: Any, lo: int, hi: int) -> _Group:

@@ -39,7 +39,10 @@ from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.errors import DecodeError
 
 __all__ = [
+    "BIN8",
+    "BIN16",
     "BLOB_MAGIC",
+    "DATA_MAX",
     "EXT_INLINE",
     "EXT_TENSOR",
     "EXT_TUPLE",
@@ -50,6 +53,7 @@ __all__ = [
     "Buffer",
     "EMPTY_DATA",
     "Descriptor",
+    "data_header",
     "data_span",
     "join",
     "pack_descriptor",
@@ -108,6 +112,22 @@ def prefix(type_id: str, version: int, fingerprint: str) -> bytes:
 
 
 EMPTY_DATA = b"\xc4\x00"  # frame 0's data when no tensor is carried in it
+DATA_MAX = (1 << 32) - 1  # the most bytes a msgpack bin holds
+BIN8, BIN16, _BIN32 = struct.Struct(">BB").pack, struct.Struct(">BH").pack, struct.Struct(">BI").pack
+"""Packers of a msgpack bin8 and bin16 header (``BIN8(0xC4, n)``, ``BIN16(0xC5, n)``)."""
+
+
+def data_header(nbytes: int) -> bytes:
+    """The msgpack bin header of frame 0's data of ``nbytes`` bytes (at most ``DATA_MAX``), as msgspec
+    writes it: the frame is joined around the tensors' bytes without encoding them into a bin first."""
+    if nbytes < 0x100:
+        return BIN8(0xC4, nbytes)
+    if nbytes < 0x10000:
+        return BIN16(0xC5, nbytes)
+    if nbytes > DATA_MAX:
+        raise ValueError(f"{nbytes} bytes of tensors inside frame 0 is over the {DATA_MAX} a msgpack bin holds")
+    return _BIN32(0xC6, nbytes)
+
 
 _STR_LENGTH = {0xD9: 1, 0xDA: 2, 0xDB: 4}
 _BIN_LENGTH = {0xC4: 1, 0xC5: 2, 0xC6: 4}

@@ -40,7 +40,8 @@ class Limits:
 
     Defaults: header frame 64 MiB, whole message 64 GiB, 65,536 tensors and 4096 buffers per
     message, rank 8, 16 GiB per tensor, nesting depth 64. Small tensors travel inside the header
-    frame, so its size bounds their bytes and count together; ``max_tensors`` bounds the count.
+    frame, up to half of ``max_header_bytes`` of their bytes (the encoder sends the ones after that
+    in buffers), so its size bounds their bytes and count together; ``max_tensors`` bounds the count.
     """
 
     max_header_bytes: int = 64 * MiB
