@@ -24,7 +24,7 @@ from tensorwire._body import KEEP, stand_in
 from tensorwire._incoming import HEADER_LEVELS, Reading
 from tensorwire._locate import entry_path, header_path, msgspec_error
 from tensorwire._scan import OPENERS, walk
-from tensorwire._wire import EMPTY_DATA, MAGIC, WIRE_VERSION, data_span, parse_tag, tag
+from tensorwire._wire import MAGIC, WIRE_VERSION, data_span, parse_tag, tag
 from tensorwire.errors import DecodeError
 from tensorwire.options import DecodeOptions
 from tensorwire.placement import DeviceSpec, Placement
@@ -93,12 +93,22 @@ class Decoder:
         if size > self._max_header:
             raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
         data = None
-        if type(head) is bytes and (size <= _COUNTED or (size <= _SMALL and _no_data(head))):
-            # small, or with no tensor bytes: counting all of it at once is cheapest
+        if type(head) is not bytes or size > _SMALL:
+            data = self._check_depth(head, False)
+        elif size <= _COUNTED:  # small: counting all of it at once is cheapest
             if size - len(head.translate(None, OPENERS)) > self._depth:
                 data = self._check_depth(head, True)
-        else:
-            data = self._check_depth(head, False)
+        else:  # what follows the data counted (its bytes cannot nest)
+            span = data_span(head)
+            if span is None:
+                data = self._check_depth(head, False)
+            else:
+                start, end = span
+                rest = head[end:]
+                if 1 + len(rest) - len(rest.translate(None, OPENERS)) > self._depth:
+                    data = self._check_depth(head, False)
+                elif start < end:
+                    data = memoryview(head)[start:end]
         free = self._free
         try:
             reading = free.pop()
@@ -292,13 +302,6 @@ class Decoder:
 _COUNTED = 512  # frame 0 up to this many bytes: all its level openers counted at once, first
 _SMALL = 2048  # frame 0 up to this many bytes after its data: counting its level openers is cheaper than a walk
 _BUDGET = 256  # values a large frame 0's first walk reads before its level openers are counted
-
-
-def _no_data(head: bytes) -> bool:
-    """Whether ``head`` (over 512 bytes) opens as this encoder writes a frame 0 with no tensor bytes:
-    ``[fixstr or str8 tag, str8 fingerprint of 64, b"",`` (a guess that only picks the cheaper bound)."""
-    tag_end = 2 + (head[1] & 0x1F) if head[1] < 0xC0 else 3 + head[2]
-    return head[tag_end + 66 : tag_end + 68] == EMPTY_DATA
 
 
 class _Peek(msgspec.Struct, array_like=True):

@@ -138,34 +138,26 @@ def data_span(frame: bytes | memoryview) -> tuple[int, int] | None:
     first two are strings and third a bin (as every frame 0 does); None otherwise. ``frame``:
     bytes or a view of unsigned bytes. Nothing before ``end`` can open a nesting level."""
     size = len(frame)
-    if size < 72 or frame[0] != 0x95:  # 72: the shortest frame 0 with a SHA-256 hex fingerprint
-        return _span(frame, size)
-    first = frame[1]  # the tag: a fixstr or a str8, as encoders write a type id and version
-    if 0xA0 <= first <= 0xBF:
-        pos = first - 0x9E  # 2 + the fixstr's length
-    elif first == 0xD9:
-        pos = 3 + frame[2]
-    else:
-        return _span(frame, size)
-    if pos + 72 > size:
-        return _span(frame, size)
-    header, length, marker, first_length, second = _AFTER_TAG(frame, pos)
-    if header != 0xD9 or length != 64:  # not a 64-character fingerprint
-        return _span(frame, size)
-    if marker == 0xC4:  # bin8
-        start = pos + 68
-        end = start + first_length
-    elif marker == 0xC5:  # bin16
-        start = pos + 69
-        end = start + (first_length << 8 | second)
-    else:
-        return _span(frame, size)
-    return (start, end) if end < size else None
+    if size >= 72 and frame[0] == 0x95:  # 72: the shortest frame 0 with a SHA-256 hex fingerprint
+        first = frame[1]  # the tag: a fixstr or a str8, as encoders write a type id and version
+        pos = first - 0x9E if 0xA0 <= first <= 0xBF else 3 + frame[2] if first == 0xD9 else size
+        if pos + 72 <= size:
+            fingerprint, marker, length = _AFTER_TAG(frame, pos)
+            if fingerprint == 0xD940:  # the str8 header of a 64-character fingerprint
+                if marker == 0xC5:  # bin16
+                    start = pos + 69
+                    end = start + length
+                    return (start, end) if end < size else None
+                if marker == 0xC4:  # bin8: its length, then the first data byte
+                    start = pos + 68
+                    end = start + (length >> 8)
+                    return (start, end) if end < size else None
+    return _span(frame, size)
 
 
-# After the tag: the str8 header of a 64-character fingerprint, its characters, then the data's bin
-# header and the first two bytes after it (a bin8's length, or a bin16's two).
-_AFTER_TAG = struct.Struct(">BB64xBBB").unpack_from
+# After the tag: the str8 header of a 64-character fingerprint, its characters, the data's bin
+# header and the two bytes after it (a bin16's length, or a bin8's length and the next byte).
+_AFTER_TAG = struct.Struct(">H64xBH").unpack_from
 
 
 def _span(frame: bytes | memoryview, size: int) -> tuple[int, int] | None:

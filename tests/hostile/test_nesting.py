@@ -273,13 +273,15 @@ def _with_data(frames: list[Any], data: bytes, body: bytes | None = None) -> lis
     return [frame_of(head), *frames[1:]]
 
 
-@pytest.mark.parametrize("size", [100, 3000, 200_000])
+@pytest.mark.parametrize("size", [100, 1000, 3000, 200_000])
 def test_frame_0_data_full_of_level_openers_is_never_counted_as_nesting(size: int) -> None:
     """Tensor bytes in frame 0's data may look like containers: only what follows the data is
     bounded, so a frame whose data is all array headers decodes, and a body nested one level past
-    the limit behind such data is still refused."""
+    the limit behind such data is still refused (frames of up to 512 bytes, up to 2,048 and more
+    take different ways to the bound)."""
     frames = INLINE.encode(diffusion.Output(output=torch.arange(6.0)))
     data = head_of(frames[0])[2] + b"\x91" * size
+    assert (len(_with_data(frames, data)[0]) <= 2048) == (size <= 1000)
     assert torch.equal(DECODER.decode(_with_data(frames, data)).output, torch.arange(6.0))
     body = msgspec.msgpack.encode(head_of(frames[0])[4])
     assert 0x80 <= body[0] < 0x8F
