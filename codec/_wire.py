@@ -140,6 +140,7 @@ def data_span(frame: bytes | memoryview) -> tuple[int, int] | None:
     size = len(frame)
     if size >= 72 and frame[0] == 0x95:  # 72: the shortest frame 0 with a SHA-256 hex fingerprint
         first = frame[1]  # the tag: a fixstr or a str8, as encoders write a type id and version
+        # where the fingerprint starts: after a fixstr (2 + its length) or a str8 tag; else past the end
         pos = first - 0x9E if 0xA0 <= first <= 0xBF else 3 + frame[2] if first == 0xD9 else size
         if pos + 72 <= size:
             fingerprint, marker, length = _AFTER_TAG(frame, pos)
