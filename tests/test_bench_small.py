@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import warnings
 from typing import Any
@@ -126,6 +127,35 @@ def test_count_calls_counts_python_calls_but_not_fn_itself() -> None:
     assert count_calls(lambda: None) == 0
     assert count_calls(lambda: sorted([3, 1, 2])) == 0  # C calls are not counted
     assert count_calls(lambda: sorted([3, 1, 2], key=helper)) == 3  # ... what they call back is
+
+
+class _Cycle:
+    """Garbage only the collector frees; its finalizer makes two Python calls."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+    def __del__(self) -> None:
+        helper(helper(0))
+
+
+def test_count_calls_does_not_count_finalizers_the_collector_runs() -> None:
+    """A collection that falls inside ``fn`` would run other objects' finalizers there: the count
+    is of ``fn``'s own calls, whatever garbage earlier code left."""
+
+    def fn() -> None:  # three calls, and a comprehension of enough lists to start a collection
+        helper(1), helper(2), helper(3), [[] for _ in range(5 * gc.get_threshold()[0])]
+
+    gc.collect()
+    gc.disable()  # garbage left for the next collection
+    try:
+        for _ in range(50):
+            _Cycle()
+    finally:
+        gc.enable()
+    assert count_calls(fn) == 4
+    gc.collect()
+    assert gc.isenabled()
 
 
 def test_measure_rows() -> None:
