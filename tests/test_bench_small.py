@@ -14,6 +14,7 @@ import torch
 from tools.bench.calls import count_calls
 from tools.bench.hooks_style import Buffer, HooksCodec, join_frames, split_frames
 from tools.bench.small import (
+    CHECKS,
     FLOOR,
     HOOKS,
     RAW,
@@ -163,10 +164,10 @@ def test_measure_rows() -> None:
     check_rows(
         rows,
         {
-            "envelope (10 fields)": {TENSORWIRE, RAW, FLOOR},
+            "envelope (10 fields)": {TENSORWIRE, RAW, FLOOR, CHECKS},
             "one 16x16 float32 tensor (bench.One)": {TENSORWIRE, HOOKS, RAW},
             "eight 64x64 float32 tensors (bench.Step)": {TENSORWIRE, HOOKS},
-            "list of 50 small structs (bench.Batch)": {TENSORWIRE, RAW, FLOOR},
+            "list of 50 small structs (bench.Batch)": {TENSORWIRE, RAW, FLOOR, CHECKS},
             "rpc.Request, a 16x16 tensor in kwargs": {TENSORWIRE, HOOKS},
         },
     )
@@ -186,3 +187,16 @@ def test_measure_rows() -> None:
 def test_measure_pipe_rows() -> None:
     rows = measure_pipe(blocks=2, messages=5)
     check_rows(rows, {rows[0]["case"]: {TENSORWIRE, TENSORWIRE_PIPE, HOOKS}})
+
+
+def test_the_floors_check_the_schema() -> None:
+    """Both floors run the schema check: a message that breaks its schema fails in each."""
+    from tools.bench.small import _checks, _floor, bench_registry
+
+    envelope = bench_registry().type("bench.Envelope")
+    fields: dict[str, Any] = {"request_id": "r", "model": "m", "prompt": "p", "max_tokens": 1, "temperature": 0.5}
+    good, bad = envelope(priority=0, top_p=0.5, **fields), envelope(priority=0, top_p=1.5, **fields)
+    for floor in (_floor, _checks):
+        assert floor(good)() == good
+        with pytest.raises(msgspec.ValidationError, match=r"Expected `float` <= 1.0 - at `\$.top_p`"):
+            floor(bad)()

@@ -10,9 +10,12 @@ seeded ``random.Random``. A row gives the median over rounds, the min and max, a
 the case's reference:
 
 - envelope (``bench.Envelope``, ten scalar fields) and list of 50 small structs (``bench.Batch``):
-  against a hand-written msgspec Struct of the same fields (raw msgspec), with the floor of
-  tensorwire's design: its C steps back to back (body encode, schema-check decode, frame 0 joined,
-  the nesting count, frame 0's typed decode), no Python between them;
+  against a hand-written msgspec Struct of the same fields (raw msgspec), with two floors: that of
+  tensorwire's design, its C steps back to back (body encode, schema-check decode, frame 0 joined,
+  the nesting count, frame 0's typed decode), and that of the checks alone, what any wire format
+  keeping them costs (body encode, the encoder's schema-check decode, the nesting count over the
+  body, the receiver's typed decode of the body: no frame 0 around it), no Python between the
+  steps of either;
 - one 16x16 float32 tensor (``bench.One``), eight 64x64 float32 tensors (``bench.Step``) and an
   ``rpc.Request`` with a 16x16 tensor in its kwargs: against the hooks style
   (``tools.bench.hooks_style``) carrying the same fields. The raw msgspec row of ``bench.One``
@@ -63,6 +66,7 @@ if TYPE_CHECKING:
     from tensorwire import Registry
 
 __all__ = [
+    "CHECKS",
     "FLOOR",
     "HOOKS",
     "RAW",
@@ -87,6 +91,7 @@ TENSORWIRE_PIPE = "tensorwire, pipe.Receiver"
 HOOKS = "hooks style"
 RAW = "raw msgspec"
 FLOOR = "floor: tensorwire's C steps"
+CHECKS = "floor: the checks alone"
 
 
 @cache
@@ -289,12 +294,32 @@ def _floor(message: Any) -> Callable[[], Any]:
     return floor
 
 
+def _checks(message: Any) -> Callable[[], Any]:
+    """What keeping every check costs a round trip of ``message`` (no tensors) in any wire format,
+    with no Python between the steps: the body's encode, the encoder's schema check (a typed decode
+    of the body), the count that bounds the body's nesting and the receiver's typed decode of the
+    body (no frame 0 around it: no type tag, fingerprint or buffer table)."""
+    from tensorwire._plan import type_plan
+    from tensorwire._scan import OPENERS
+
+    body_encoder = msgspec.msgpack.Encoder()
+    typed = type_plan(type(message)).check.plain  # a typed decode of the body: the check and the receiver's
+
+    def checks() -> Any:
+        body = body_encoder.encode(message)
+        typed(body)
+        len(body) - len(body.translate(None, OPENERS))
+        return typed(body)
+
+    return checks
+
+
 def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any) -> _Case:
     """A case of a tensorwire message against a raw msgspec Struct of the same fields, with the
-    floor of tensorwire's design for it."""
+    floors of tensorwire's design and of its checks alone for it."""
     raw_encoder, raw_decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(type(raw))
-    floor = _floor(message)
-    assert decoder.decode(encoder.encode(message)) == message == floor()
+    floor, checks = _floor(message), _checks(message)
+    assert decoder.decode(encoder.encode(message)) == message == floor() == checks()
     assert raw_decoder.decode(raw_encoder.encode(raw)) == raw
     return _Case(
         label,
@@ -303,6 +328,7 @@ def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any)
             TENSORWIRE: lambda: decoder.decode(encoder.encode(message)),
             RAW: lambda: raw_decoder.decode(raw_encoder.encode(raw)),
             FLOOR: floor,
+            CHECKS: checks,
         },
     )
 
