@@ -22,8 +22,9 @@ the position of its name in ``tensorwire.dtypes.DTYPE_NAMES``. A tuple inside a 
 The data item comes before everything that can nest, so a reader bounds frame 0's nesting by
 counting only what follows it (``data_span``): tensor bytes never look like containers.
 
-``join(frames)`` packs frames into one blob with 64-byte aligned buffers; ``split(blob)`` returns
-zero-copy memoryviews of it (writable when the blob is).
+``join(frames)`` packs frames into one blob with 64-byte aligned buffers (``blob_parts`` gives its
+pieces without joining them); ``split(blob)`` returns zero-copy memoryviews of it (writable when
+the blob is).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ __all__ = [
     "Buffer",
     "EMPTY_DATA",
     "Descriptor",
+    "blob_parts",
     "data_header",
     "data_span",
     "join",
@@ -264,15 +266,25 @@ def unpack_descriptor(code: int, data: Buffer) -> Descriptor:
 
 def join(frames: Sequence[Buffer]) -> bytes:
     """One blob: ``TWB1``, frame count, frame lengths, then the frames, each at a 64-byte boundary."""
+    return b"".join(blob_parts(frames)[0])  # one copy of each frame
+
+
+def blob_parts(frames: Sequence[Buffer]) -> tuple[list[Buffer], int]:
+    """The pieces of ``join(frames)`` in order (its preamble, the padding and the frames themselves,
+    not copied) and their total size in bytes: a writer can gather them without joining."""
     sizes = [memoryview(f).nbytes for f in frames]
     parts: list[Buffer] = [_COUNT.pack(BLOB_MAGIC, len(frames)), *(_LENGTH.pack(n) for n in sizes)]
     pos = _COUNT.size + _LENGTH.size * len(frames)
     for frame, size in zip(frames, sizes, strict=True):
         pad = -pos % ALIGN
-        parts.append(b"\0" * pad)
+        if pad:
+            parts.append(_ZEROS[:pad])
         parts.append(frame)
         pos += pad + size
-    return b"".join(parts)  # one copy of each frame
+    return parts, pos
+
+
+_ZEROS = bytes(ALIGN)
 
 
 def split(blob: Buffer) -> list[memoryview]:

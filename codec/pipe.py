@@ -18,16 +18,29 @@ each message before asking for the next reads every message into the same memory
 detected the way CPython enforces them: a bytearray with exported buffers refuses to resize.
 Memory held some other way is not seen: a raw address (``data_ptr()``, ``ctypes``) kept after
 its tensor is gone, or a frame closed with ``memoryview.release()`` while a tensor still uses it.
+
+On a ``multiprocessing.connection.Connection`` (POSIX) both ends speak its framing on its file
+descriptor directly, with no copy of their own: ``send`` gathers the blob's pieces into one
+``writev`` (the frames are not joined first), and ``Receiver`` reads the size first, then the
+message straight into its buffer (``Connection.recv_bytes_into`` reads into a ``BytesIO`` and
+copies from there), so a message over ``max_bytes`` is read off in bounded chunks and never held.
+Either end talks to a plain ``send_bytes`` / ``recv_bytes`` peer. Other connections go through
+``send_bytes`` and ``recv_bytes_into``.
 """
 
 from __future__ import annotations
 
+import os
+import struct
+from collections.abc import Sequence
 from multiprocessing import BufferTooShort
+from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
-from tensorwire import DecodeError, join, split
+from tensorwire._wire import Buffer, blob_parts, join, split
+from tensorwire.errors import DecodeError
 
-__all__ = ["DEFAULT_INITIAL", "DEFAULT_MAX_BYTES", "ByteReader", "ByteWriter", "Receiver", "send"]
+__all__ = ["DEFAULT_INITIAL", "DEFAULT_MAX_BYTES", "ByteReader", "ByteWriter", "Receiver", "frame_header", "send"]
 
 DEFAULT_INITIAL = 64 * 1024
 DEFAULT_MAX_BYTES = 1024**3
@@ -50,12 +63,52 @@ class ByteReader(Protocol):
         """Read one message into ``buf``; its size, or ``BufferTooShort`` carrying it as bytes."""
 
 
-def send(conn: ByteWriter, frames: list[Any]) -> None:
+_DIRECT = os.name == "posix"  # a Connection's file descriptor is read and written with os.read/os.write
+_SIZE = struct.Struct("!i")  # multiprocessing's framing: a message's size, big-endian
+_LARGE = struct.Struct("!Q")  # past 0x7FFFFFFF bytes: a size of -1, then the size in 8 bytes
+_LARGE_SIZE = 0x7FFFFFFF
+_IOV_MAX = 1024  # the most pieces one writev takes (POSIX guarantees at least 16; Linux takes 1024)
+_DRAIN = 64 * 1024  # the chunk an oversized message is read off in
+
+
+def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
     """Send the frames of one encoded message on ``conn`` as a single blob (``tw.join``).
 
-    A connection carries a message as one contiguous buffer, so the frames are gathered once;
-    the blob goes to the pipe without a further copy."""
+    On a ``multiprocessing.connection.Connection`` the blob's pieces (the frames themselves, not
+    copied) go to its file descriptor in one ``writev``, framed as ``send_bytes`` frames them;
+    elsewhere the frames are joined once and sent with ``send_bytes``."""
+    if _DIRECT and type(conn) is Connection:
+        parts, size = blob_parts(frames)
+        fd = conn.fileno()  # OSError("handle is closed") as Connection says it
+        if not conn.writable:
+            raise OSError("connection is read-only")
+        header = frame_header(size)
+        _write_all(fd, [header, *parts], len(header) + size)
+        return
     conn.send_bytes(join(frames))
+
+
+def frame_header(size: int) -> bytes:
+    """What ``Connection.send_bytes`` writes ahead of a message of ``size`` bytes."""
+    return _SIZE.pack(size) if size <= _LARGE_SIZE else _SIZE.pack(-1) + _LARGE.pack(size)
+
+
+def _write_all(fd: int, parts: list[Buffer], total: int) -> None:
+    """Write ``parts`` (``total`` bytes in all) to ``fd`` in order, all of them."""
+    written = os.writev(fd, parts) if len(parts) <= _IOV_MAX else 0
+    if written == total:
+        return  # the common case: one call
+    views = [view for view in (memoryview(part).cast("B") for part in parts) if view.nbytes]
+    first = 0  # the first view not yet written in full
+    while True:
+        while first < len(views) and written >= views[first].nbytes:
+            written -= views[first].nbytes
+            first += 1
+        if first == len(views):
+            return
+        if written:
+            views[first] = views[first][written:]
+        written = os.writev(fd, views[first : first + _IOV_MAX])
 
 
 def _in_use(buffer: bytearray) -> bool:
@@ -77,10 +130,11 @@ class Receiver:
 
     ``initial``: the first buffer's size in bytes. A larger message grows it to the next power of
     two that holds it, at most ``max_bytes``. A message over ``max_bytes`` is a ``DecodeError``;
-    it has been read off the connection by then (``recv_bytes_into`` reads a message whole before
-    it can tell it does not fit), so the next ``recv`` gets the message after it. ``max_bytes``
-    therefore bounds the memory the receiver keeps, not what one oversized message costs while it
-    is read. Not safe to share between threads.
+    it has been read off the connection by then, so the next ``recv`` gets the message after it.
+    On a ``Connection`` it is read off in 64 KiB chunks and dropped, so ``max_bytes`` bounds what a
+    message can make the receiver hold; through another reader's ``recv_bytes_into`` (which reads
+    a message whole before it can tell it does not fit) it bounds only the memory kept. Not safe to
+    share between threads.
     """
 
     def __init__(self, conn: ByteReader, *, initial: int = DEFAULT_INITIAL, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
@@ -91,6 +145,8 @@ class Receiver:
         self._conn = conn
         self._max_bytes = max_bytes
         self._buffer = bytearray(min(initial, max_bytes))
+        self._direct = conn if _DIRECT and type(conn) is Connection else None  # read off its descriptor
+        self._head = bytearray(_LARGE.size)  # a message's size, as it arrives
 
     @property
     def conn(self) -> ByteReader:
@@ -119,11 +175,15 @@ class Receiver:
 
         ``timeout``: seconds to wait for a message to start arriving (None: wait forever);
         ``TimeoutError`` when none does. ``EOFError`` when the other end is closed and nothing is
-        left to read. ``DecodeError`` for a message over ``max_bytes`` or one that is not a blob.
+        left to read; ``OSError`` when it closes in the middle of a message. ``DecodeError`` for a
+        message over ``max_bytes``, one whose header announces a negative size, or one that is
+        not a blob.
         """
         conn = self._conn
         if timeout is not None and not conn.poll(timeout):
             raise TimeoutError(f"no message arrived within {timeout} s")
+        if self._direct is not None:
+            return split(self._read_message(self._direct))
         buffer = self._buffer
         if _in_use(buffer):
             buffer = self._buffer = bytearray(len(buffer))
@@ -139,3 +199,53 @@ class Receiver:
             buffer = self._buffer = bytearray(min(1 << (size - 1).bit_length(), self._max_bytes))
             buffer[:size] = message
         return split(memoryview(buffer)[:size])
+
+    def _read_message(self, conn: Connection) -> memoryview:
+        """The next message on ``conn``, read off its descriptor as ``Connection.recv_bytes`` reads
+        it (a big-endian size, -1 and a 64-bit size past 2 GiB, then the bytes), straight into the
+        buffer (see the module for the reuse rule)."""
+        fd = conn.fileno()  # OSError("handle is closed") as Connection says it
+        if not conn.readable:
+            raise OSError("connection is write-only")
+        head = memoryview(self._head)
+        _read_into(fd, head[: _SIZE.size], True)
+        (size,) = _SIZE.unpack_from(head)
+        if size == -1:
+            _read_into(fd, head, False)
+            (size,) = _LARGE.unpack_from(head)
+        elif size < 0:  # Connection reads it as an empty message: nothing of it follows
+            raise DecodeError(f"message header announces {size} bytes")
+        if size > self._max_bytes:
+            _drain(fd, size)
+            raise DecodeError(f"message of {size} bytes is over the receiver's max_bytes of {self._max_bytes}")
+        buffer = self._buffer
+        if size > len(buffer):
+            buffer = self._buffer = bytearray(min(1 << (size - 1).bit_length(), self._max_bytes))
+        elif _in_use(buffer):
+            buffer = self._buffer = bytearray(len(buffer))
+        view = memoryview(buffer)[:size]
+        _read_into(fd, view, False)
+        return view
+
+
+def _read_into(fd: int, view: memoryview, first: bool) -> None:
+    """Fill ``view`` from ``fd``; ``EOFError`` if the descriptor is at its end before the ``first``
+    bytes of a message, ``OSError`` if it ends part of the way."""
+    got = os.readv(fd, [view])
+    while got < view.nbytes:
+        more = os.readv(fd, [view[got:]])
+        if not more:
+            if first and not got:
+                raise EOFError
+            raise OSError(f"got end of file during message ({got} of {view.nbytes} bytes)")
+        got += more
+
+
+def _drain(fd: int, size: int) -> None:
+    """Read ``size`` bytes off ``fd`` and drop them, a chunk at a time."""
+    chunk = memoryview(bytearray(min(size, _DRAIN)))
+    left = size
+    while left:
+        view = chunk[: min(left, chunk.nbytes)]
+        _read_into(fd, view, False)
+        left -= view.nbytes

@@ -1,0 +1,228 @@
+"""tensorwire.pipe on a Connection's descriptor: multiprocessing's framing, broken and hostile streams."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import struct
+import tracemalloc
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from typing import Any
+
+import pytest
+import torch
+
+import tensorwire as tw
+from tensorwire.builtins import REGISTRY, diffusion
+from tensorwire.pipe import Receiver, frame_header, send
+from tests.test_pipe import WAIT, KiB, MiB, Sender, payload, same_bits
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[Connection, Connection]]:
+    """``(reader, writer)`` ends of a real pipe."""
+    reader, writer = mp.Pipe(duplex=False)
+    yield reader, writer
+    reader.close()
+    writer.close()
+
+
+class Proxy:
+    """A connection that is not a ``Connection``: ``tensorwire.pipe`` takes its general path."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def send_bytes(self, buf: bytes) -> None:
+        self.conn.send_bytes(buf)
+
+    def poll(self, timeout: float | None = None) -> bool:
+        return self.conn.poll(timeout)
+
+    def recv_bytes_into(self, buf: Any) -> int:
+        return self.conn.recv_bytes_into(buf)
+
+
+def frames_of(nbytes: int, seed: int) -> list[Any]:
+    """A message with its tensor in a buffer of its own (an inline frame after frame 0)."""
+    encoder = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))
+    return encoder.encode(diffusion.Output(output=payload(nbytes, seed)))
+
+
+def decoded(frames: list[Any]) -> torch.Tensor:
+    out = tw.Decoder(REGISTRY).decode(frames).output
+    assert isinstance(out, torch.Tensor)
+    return out
+
+
+def write_raw(writer: Connection, data: bytes) -> None:
+    """``data`` on the writer's descriptor, as it is: no framing added."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(writer.fileno(), view) :]
+
+
+def test_frame_header_is_what_send_bytes_writes() -> None:
+    assert frame_header(0) == b"\0\0\0\0"
+    assert frame_header(4096) == struct.pack("!i", 4096)
+    assert frame_header(0x7FFFFFFF) == b"\x7f\xff\xff\xff"
+    assert frame_header(0x80000000) == b"\xff\xff\xff\xff" + struct.pack("!Q", 0x80000000)
+
+
+@pytest.mark.parametrize("nbytes", [16, 100 * KiB, 3 * MiB], ids=["16B", "100KiB", "3MiB"])
+def test_send_is_read_by_recv_bytes_as_the_joined_blob(pipe: tuple[Connection, Connection], nbytes: int) -> None:
+    reader, writer = pipe
+    frames = frames_of(nbytes, seed=nbytes)
+    sender = Sender(writer)
+    sender.send_raw(lambda: send(writer, frames))
+    assert reader.poll(WAIT)
+    assert reader.recv_bytes() == tw.join(frames)
+    sender.wait()
+
+
+@pytest.mark.parametrize("nbytes", [16, 100 * KiB, 3 * MiB], ids=["16B", "100KiB", "3MiB"])
+def test_the_receiver_reads_what_send_bytes_sent(pipe: tuple[Connection, Connection], nbytes: int) -> None:
+    reader, writer = pipe
+    frames = frames_of(nbytes, seed=nbytes)
+    sender = Sender(writer)
+    sender.send_raw(lambda: writer.send_bytes(tw.join(frames)))
+    got = Receiver(reader).recv(timeout=WAIT)
+    sender.wait()
+    assert [bytes(f) for f in got] == [bytes(f) for f in frames]
+    assert all(not f.readonly for f in got)
+    assert same_bits(decoded(got), decoded(frames))
+
+
+def test_a_size_in_the_long_form_is_read(pipe: tuple[Connection, Connection]) -> None:
+    """-1 and a 64-bit size, which send_bytes writes past 2 GiB, is read for any size (recv_bytes does too)."""
+    reader, writer = pipe
+    blob = tw.join(frames_of(100, seed=1))
+    for _ in range(2):
+        write_raw(writer, struct.pack("!i", -1) + struct.pack("!Q", len(blob)) + blob)
+    assert reader.recv_bytes() == blob
+    got = Receiver(reader).recv(timeout=WAIT)
+    assert bytes(tw.join(got)) == blob
+
+
+def test_a_negative_size_is_a_decode_error_and_the_next_message_reads(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    write_raw(writer, struct.pack("!i", -5))
+    frames = frames_of(16, seed=2)
+    send(writer, frames)
+    receiver = Receiver(reader)
+    with pytest.raises(tw.DecodeError, match=r"^message header announces -5 bytes$"):
+        receiver.recv(timeout=WAIT)
+    assert same_bits(decoded(receiver.recv(timeout=WAIT)), decoded(frames))
+
+
+def test_an_oversized_message_is_read_off_in_bounded_memory(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    receiver = Receiver(reader, initial=64 * KiB, max_bytes=1 * MiB)
+    big, small = frames_of(8 * MiB, seed=3), frames_of(16, seed=4)
+    size = len(tw.join(big))
+    sender = Sender(writer)
+    sender.send_raw(lambda: (send(writer, big), send(writer, small)))
+    tracemalloc.start()
+    try:
+        over = rf"^message of {size} bytes is over the receiver's max_bytes of {MiB}$"
+        with pytest.raises(tw.DecodeError, match=over):
+            receiver.recv(timeout=WAIT)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 * KiB, f"reading off an {size}-byte message held {peak} bytes"
+    assert receiver.capacity == 64 * KiB
+    assert same_bits(decoded(receiver.recv(timeout=WAIT)), decoded(small))
+    sender.wait()
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"\0\0", r"\(2 of 4 bytes\)"),
+        (struct.pack("!i", -1) + b"\0\0\0", r"\(3 of 8 bytes\)"),
+        (struct.pack("!i", 100) + bytes(10), r"\(10 of 100 bytes\)"),
+        (struct.pack("!i", 200_000) + bytes(70_000), r"\(4464 of 65536 bytes\)"),  # over max_bytes, read off
+    ],
+    ids=["in the size", "in the long size", "in the message", "in an oversized message"],
+)
+def test_an_end_of_file_inside_a_message_is_an_os_error(
+    pipe: tuple[Connection, Connection], data: bytes, error: str
+) -> None:
+    reader, writer = pipe
+    sender = Sender(writer)
+    sender.send_raw(lambda: (write_raw(writer, data), writer.close()))
+    receiver = Receiver(reader, max_bytes=100_000)
+    with pytest.raises(OSError, match=rf"^got end of file during message {error}$"):
+        receiver.recv(timeout=WAIT)
+    sender.wait()
+    with pytest.raises(EOFError):
+        receiver.recv(timeout=WAIT)
+
+
+def test_a_closed_or_one_way_end_is_refused_as_connection_refuses_it(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    frames = frames_of(16, seed=5)
+    with pytest.raises(OSError, match=r"^connection is read-only$"):
+        send(reader, frames)
+    with pytest.raises(OSError, match=r"^connection is write-only$"):
+        Receiver(writer).recv()
+    receiver = Receiver(reader)
+    reader.close()
+    writer.close()
+    with pytest.raises(OSError, match=r"^handle is closed$"):
+        receiver.recv()
+    with pytest.raises(OSError, match=r"^handle is closed$"):
+        send(writer, frames)
+
+
+def test_short_writes_are_resumed_where_they_stopped(
+    pipe: tuple[Connection, Connection], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader, writer = pipe
+    frames = frames_of(100 * KiB, seed=6)
+    writev = os.writev
+    calls = []
+
+    def short(fd: int, buffers: Any) -> int:  # at most 1,000 bytes a call, as a signal could cut it
+        calls.append(len(buffers))
+        room, pieces = 1000, []
+        for buffer in buffers:
+            view = memoryview(buffer).cast("B")[:room]
+            pieces.append(view)
+            room -= view.nbytes
+            if not room:
+                break
+        return writev(fd, pieces)
+
+    monkeypatch.setattr(os, "writev", short)
+    sender = Sender(writer)
+    sender.send_raw(lambda: send(writer, frames))
+    got = Receiver(reader).recv(timeout=WAIT)
+    sender.wait()
+    assert len(calls) > 100
+    assert [bytes(f) for f in got] == [bytes(f) for f in frames]
+
+
+def test_more_pieces_than_one_writev_takes(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    frames = [bytes([i % 251]) * (1 + i % 7) for i in range(1500)]  # 1,500 frames: over 3,000 pieces
+    sender = Sender(writer)
+    sender.send_raw(lambda: send(writer, frames))
+    got = Receiver(reader).recv(timeout=WAIT)
+    sender.wait()
+    assert [bytes(f) for f in got] == frames
+
+
+def test_other_connections_take_send_bytes_and_recv_bytes_into(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    receiver = Receiver(Proxy(reader), initial=1 * KiB)
+    sender = Sender(writer)
+    for nbytes in (16, 100 * KiB):
+        frames = frames_of(nbytes, seed=nbytes)
+        sender.send_raw(lambda: send(Proxy(writer), frames))  # noqa: B023 (waited for below)
+        got = receiver.recv(timeout=WAIT)
+        sender.wait()
+        assert [bytes(f) for f in got] == [bytes(f) for f in frames]
+    assert receiver.capacity == 128 * KiB
