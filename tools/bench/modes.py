@@ -54,6 +54,7 @@ class _Frames(Mode):
     transport_options: ClassVar[dict[str, Any]] = {}
     decode_options: ClassVar[dict[str, Any]] = {}
     inline_threshold: int | None = None
+    _receiver: Any = None  # the receiving half's tensorwire.pipe.Receiver, made on first use
 
     def __init__(self, conn: Any) -> None:
         super().__init__(conn)
@@ -75,26 +76,16 @@ class _Frames(Mode):
         self.decoder = tw.Decoder(REGISTRY, transports=[self.shm], options=tw.DecodeOptions(**self.decode_options))
 
     def send(self, tensor: torch.Tensor) -> None:
-        import tensorwire as tw
+        from tensorwire import pipe
 
-        frames = self.encoder.encode(self._output(output=tensor))
-        if sum(memoryview(f).nbytes for f in frames) <= 64 * 1024:  # small: one blob, one wake-up
-            self.conn.send_bytes(b"\0\0\0\0" + tw.join(frames))
-            return
-        self.conn.send_bytes(len(frames).to_bytes(4, "little") + bytes(frames[0]))  # header + count together
-        for frame in frames[1:]:
-            self.conn.send_bytes(frame)
+        pipe.send(self.conn, self.encoder.encode(self._output(output=tensor)))  # one blob, gathered by writev
 
     def recv(self) -> torch.Tensor:
-        import tensorwire as tw
+        from tensorwire import pipe
 
-        first = self.conn.recv_bytes()
-        count = int.from_bytes(first[:4], "little")
-        if count == 0:
-            frames = tw.split(bytearray(memoryview(first)[4:]))  # writable: no second copy on decode
-        else:
-            frames = [memoryview(first)[4:], *(self.conn.recv_bytes() for _ in range(count - 1))]
-        tensor: torch.Tensor = self.decoder.decode(frames).output
+        if self._receiver is None:  # read into a reused writable buffer: tensors are built in place
+            self._receiver = pipe.Receiver(self.conn, max_bytes=1 << 40)
+        tensor: torch.Tensor = self.decoder.decode(self._receiver.recv()).output
         return tensor
 
     def close(self) -> None:
