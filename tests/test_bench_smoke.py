@@ -61,6 +61,25 @@ def test_unknown_mode_is_a_usage_error() -> None:
     assert info.value.code == 2
 
 
+def test_a_plot_without_matplotlib_is_a_usage_error_before_anything_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    import tools.bench.__main__ as bench
+
+    def not_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the benchmark ran")
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "matplotlib" else find_spec(name))
+    monkeypatch.setattr(bench, "run", not_run)
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--plot", "out.png", "--sizes", "4K"])
+    assert info.value.code == 2
+    assert "--plot needs matplotlib, which the bench extra installs" in capsys.readouterr().err
+
+
 def test_the_command_line_passes_every_option_to_the_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
     import json
     from pathlib import Path

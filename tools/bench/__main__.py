@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from typing import Any
@@ -142,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in MODES]
     if unknown:
         parser.error(f"unknown modes: {unknown}; known: {sorted(MODES)}")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:  # said before the run, not after it
+        parser.error("--plot needs matplotlib, which the bench extra installs (make bench, or pip install '.[bench]')")
     results = run(sizes, 0.3 if args.quick else 1.0, names, interleave=args.interleave)
     print(json.dumps(results, indent=2) if args.json else render(results))
     if args.plot:
