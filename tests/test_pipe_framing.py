@@ -226,3 +226,26 @@ def test_other_connections_take_send_bytes_and_recv_bytes_into(pipe: tuple[Conne
         sender.wait()
         assert [bytes(f) for f in got] == [bytes(f) for f in frames]
     assert receiver.capacity == 128 * KiB
+
+
+def test_a_socket_connection_takes_the_same_path() -> None:
+    """A ``multiprocessing.connection`` Client/Listener pair (a Unix socket) is a Connection too."""
+    from multiprocessing.connection import Client, Listener
+
+    with Listener(family="AF_UNIX") as listener:
+        client = Client(listener.address, family="AF_UNIX")
+        server = listener.accept()
+        try:
+            assert type(server) is Connection
+            frames = frames_of(3 * MiB, seed=7)
+            sender = Sender(client)
+            sender.send_raw(lambda: (send(client, frames), client.send_bytes(tw.join(frames))))
+            receiver = Receiver(server)
+            for _ in range(2):  # from send, then from send_bytes
+                got = receiver.recv(timeout=WAIT)
+                assert [bytes(f) for f in got] == [bytes(f) for f in frames]
+                del got
+            sender.wait()
+        finally:
+            client.close()
+            server.close()
