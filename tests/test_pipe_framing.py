@@ -249,3 +249,17 @@ def test_a_socket_connection_takes_the_same_path() -> None:
         finally:
             client.close()
             server.close()
+
+
+def test_a_long_form_size_over_max_bytes_is_read_off_too(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    small = frames_of(16, seed=8)
+    sender = Sender(writer)
+    sender.send_raw(lambda: (write_raw(writer, struct.pack("!iQ", -1, 2 * MiB) + bytes(2 * MiB)), send(writer, small)))
+    receiver = Receiver(reader, max_bytes=1 * MiB)
+    with pytest.raises(
+        tw.DecodeError, match=rf"^message of {2 * MiB} bytes is over the receiver's max_bytes of {MiB}$"
+    ):
+        receiver.recv(timeout=WAIT)
+    assert same_bits(decoded(receiver.recv(timeout=WAIT)), decoded(small))
+    sender.wait()
