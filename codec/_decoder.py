@@ -45,6 +45,7 @@ class Decoder:
 
     __slots__ = (
         "_by_type",
+        "_counted",
         "_depth",
         "_frame",
         "_free",
@@ -75,6 +76,7 @@ class Decoder:
         handle_types = tuple({id(h): h for t in known.values() for h in t.handle_types}.values())
         self._by_type = {h: known[str(h.__struct_config__.tag)] for h in handle_types}  # handle class -> reader
         self._max_header = self.options.limits.max_header_bytes
+        self._counted = min(_COUNTED, self._max_header)  # bytes of frame 0 counted at once, with no other check
         self._frame = _frame_type(registry, self.options.strict_fingerprint)
         self._free: list[Reading] = []  # idle frame 0 decoders, each used by one call at a time
         self.table = _table_decoder(handle_types)
@@ -86,40 +88,44 @@ class Decoder:
         if not frames:
             raise DecodeError("no frames: a message has at least its header frame")
         head = frames[0]
-        try:
-            size = len(head) if type(head) is bytes else memoryview(head).nbytes
-        except TypeError as exc:
-            raise DecodeError(f"invalid header: {exc}") from None
-        if size > self._max_header:
-            raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
         data = None
-        if type(head) is not bytes or size > _SMALL:
-            data = self._check_depth(head, False)
-        elif size <= _COUNTED:  # small: counting all of it at once is cheapest
-            if size - len(head.translate(None, OPENERS)) > self._depth:
+        if type(head) is bytes and len(head) <= self._counted:  # small: counting all of it at once is cheapest
+            if len(head) - len(head.translate(None, OPENERS)) > self._depth:
                 data = self._check_depth(head, True)
-        else:  # what follows the data counted (its bytes cannot nest)
-            span = data_span(head)
-            if span is None:
-                data = self._check_depth(head, False)
+        elif type(head) is not bytes or len(head) > _SMALL:
+            data = self._bound(head)
+        else:  # under _SMALL bytes, over max_header_bytes or over _COUNTED: as it opens, count all of it or
+            # only what follows its data (its bytes cannot nest), whichever is cheaper
+            size = len(head)
+            if size > self._max_header:
+                raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
+            first = head[1]  # where the data's bin header is if the tag and fingerprint are as encoders write them
+            at = first - 0x5C if 0xA0 <= first <= 0xBF else head[2] + 69 if first == 0xD9 else 0
+            if at + 1 < size and head[at] == 0xC4 and head[at + 1] < 64:  # little data (or not a frame 0
+                # as encoders write it): counting all of it bounds it as well, for less
+                if size - len(head.translate(None, OPENERS)) > self._depth:
+                    data = self._check_depth(head, True)
             else:
-                start, end = span
-                rest = head[end:]
-                if 1 + len(rest) - len(rest.translate(None, OPENERS)) > self._depth:
+                span = data_span(head)
+                if span is None:
                     data = self._check_depth(head, False)
-                elif start < end:
-                    data = memoryview(head)[start:end]
+                else:
+                    start, end = span
+                    rest = head[end:]
+                    if 1 + len(rest) - len(rest.translate(None, OPENERS)) > self._depth:
+                        data = self._check_depth(head, False)
+                    elif start < end:
+                        data = memoryview(head)[start:end]
         free = self._free
         try:
             reading = free.pop()
         except IndexError:
             reading = Reading(self, partial(_frame_decoder, self._frame))
-        reading.state = (self, frames, head)  # made into an Incoming by a tensor that needs one
-        reading.count = reading.taken = 0
+        reading.state = frames  # made into an Incoming by a tensor that needs one
         reading.data = data
         try:
             frame = reading.decode(head)
-            if len(frame.buffers) != 1 or len(frames) != 1:  # 1 byte: the empty table
+            if len(frames) != 1 or len(frame.buffers) != 1:  # 1 byte: the empty table
                 reading.incoming().finish(len(frame.buffers) != 1)
         except BaseException as exc:
             reading.incoming().fail()
@@ -130,9 +136,22 @@ class Decoder:
             raise  # a transport's own error (with its errno), or not ours
         finally:
             reading.state = reading.data = None  # nothing of this call's frames stays referenced
+            if reading.count:
+                reading.count = reading.taken = 0
             if len(free) < KEEP:
                 free.append(reading)
         return frame.body
+
+    def _bound(self, head: Any) -> memoryview | None:
+        """Bound the size and nesting of a frame 0 that is not ``bytes`` of at most ``_SMALL`` bytes (see
+        ``_check_depth``); returns a view of its data if it holds any bytes, else None."""
+        try:
+            size = len(head) if type(head) is bytes else memoryview(head).nbytes
+        except TypeError as exc:
+            raise DecodeError(f"invalid header: {exc}") from None
+        if size > self._max_header:
+            raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
+        return self._check_depth(head, False)
 
     def _check_depth(self, head: Any, counted: bool) -> memoryview | None:
         """Bound the nesting of frame 0 before msgspec reads it: msgspec recurses in C, also where

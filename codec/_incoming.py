@@ -207,8 +207,8 @@ class Incoming:
 
 class Reading:
     """A frame 0 decoder of one ``Decoder`` whose extension hook serves the current call: ``state``
-    is the call's ``(decoder, frames, head)`` until a tensor needs more than the common small-tensor
-    path, which makes it an ``Incoming``; None between calls. ``count``: the call's tensors so far;
+    is the call's frames until a tensor needs more than the common small-tensor path, which makes
+    it an ``Incoming``; None between calls. ``count``: the call's tensors so far;
     ``data``: frame 0's data, once a tensor needed it; ``taken``: the bytes of it the call's tensors
     read so far (at most all of it, once each: its copies are bounded by frame 0's size).
 
@@ -216,16 +216,28 @@ class Reading:
     no hook holds a call's tensors after the call, and concurrent or nested calls never share one.
     """
 
-    __slots__ = ("_max_bytes", "_max_rank", "_max_tensors", "_quick", "count", "data", "decode", "state", "taken")
+    __slots__ = (
+        "_decoder",
+        "_max_bytes",
+        "_max_rank",
+        "_max_tensors",
+        "_quick",
+        "count",
+        "data",
+        "decode",
+        "state",
+        "taken",
+    )
 
     def __init__(self, decoder: Any, make: Callable[[Callable[[int, memoryview], Any]], Any]) -> None:
         """``make(hook)``: the msgspec decoder of frame 0 with extension hook ``hook``."""
         limits = decoder.options.limits
+        self._decoder = decoder
         self._max_tensors: int = limits.max_tensors
         self._max_rank = min(limits.max_rank, len(DIMS) - 1)
         self._max_bytes: int = limits.max_tensor_bytes
         self._quick = decoder.placement is None  # small tensors built here, on the host
-        self.state: tuple[Any, Sequence[Buffer], Any] | Incoming | None = None
+        self.state: Sequence[Buffer] | Incoming | None = None
         self.count = 0
         self.taken = 0
         self.data: memoryview | None = None
@@ -280,14 +292,14 @@ class Reading:
         """The current call's frame 0."""
         state = self.state
         assert state is not None
-        return state.head if isinstance(state, Incoming) else state[2]
+        return state.head if isinstance(state, Incoming) else state[0]
 
     def incoming(self) -> Incoming:
         """The current call's ``Incoming`` (made now if no tensor made it yet)."""
         state = self.state
-        if type(state) is tuple:
-            state = self.state = Incoming(*state)
-        assert isinstance(state, Incoming)
+        if not isinstance(state, Incoming):
+            assert state is not None
+            state = self.state = Incoming(self._decoder, state, state[0])
         return state
 
 
