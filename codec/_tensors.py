@@ -44,10 +44,11 @@ __all__ = [
 ]
 
 _ALIGN = 16  # the largest itemsize in the table (complex128)
-# ``ctypes.string_at`` is a Python wrapper around this foreign function: calling it directly saves
-# a Python-level call per small tensor (the wrapper is the fallback where it is not there)
-_string_at = getattr(ctypes, "_string_at", ctypes.string_at)
-_STRING_AT_MAX = (1 << 31) - 1  # its size is a C int: a larger one would be cut (or read as -1: to a NUL)
+# ``nbytes`` -> ``ctypes.c_char * nbytes``: ``_CHARS[n].from_address(a)`` is a view of a small
+# tensor's bytes that the join of frame 0 copies straight from its memory (one copy, made while the
+# encode call holds the tensor); the types of at most ``_CHARS_KEPT`` sizes are kept
+_CHARS: dict[int, Any] = {}
+_CHARS_KEPT = 4096
 _CODES = {name: code for code, name in enumerate(DTYPE_NAMES)}
 _TORCH = {getattr(torch, d.torch_name): (_CODES[d.name], d.itemsize) for d in DTYPES.values()}
 _NUMPY = {np.dtype(d.numpy_name): (_CODES[d.name], d.itemsize) for d in DTYPES.values() if d.numpy_name}
@@ -138,9 +139,9 @@ def embed_room(limits: Limits) -> int:
 
 
 def quick_below(embed_below: int, limits: Limits) -> int:
-    """Host tensors of fewer bytes may take the quick copy into frame 0: below ``embed_below``,
-    within ``limits.max_tensor_bytes`` and within the C int size of the copy."""
-    return min(embed_below, limits.max_tensor_bytes + 1, _STRING_AT_MAX + 1)
+    """Host tensors of fewer bytes may take the quick copy into frame 0: below ``embed_below`` and
+    within ``limits.max_tensor_bytes``."""
+    return min(embed_below, limits.max_tensor_bytes + 1)
 
 
 class Outgoing:
@@ -174,7 +175,7 @@ class Outgoing:
         self._quick_below = quick  # ``quick_below(embed_below, limits)``, worked out once by the encoder
         self.values: list[Any] = []  # every tensor occurrence, in body order
         self.buffers: list[BufferPlan] = []
-        self.data: list[bytes] = []  # the bytes of the tensors inside frame 0, in order (copied once each)
+        self.data: list[Any] = []  # the bytes of the tensors inside frame 0, in order (bytes, or views the join copies)
         self.data_bytes = 0  # their total
         self._room = room  # ``embed_room(limits)``: the most bytes of tensors frame 0 takes (the rest: buffers)
         self._groups: dict[Any, Any] = {}  # block key -> _Group, or (lo, hi, storage) of one embedded view
@@ -202,8 +203,8 @@ class Outgoing:
             raise EncodeError(f"only strided tensors travel, got layout {tensor.layout}")
         code, itemsize = known
         t = tensor.detach() if tensor.requires_grad else tensor
-        if dtype in _COMPLEX and (t.is_conj() or t.is_neg()):
-            t = t.resolve_conj().resolve_neg()
+        if t.is_neg() or (dtype in _COMPLEX and t.is_conj()):  # (the imaginary part of a conjugate view
+            t = t.resolve_conj().resolve_neg()  # is a real tensor with the negative bit: its memory holds -value)
         shape = t.shape
         nbytes = t.numel() * itemsize
         rank = len(shape)
@@ -228,11 +229,15 @@ class Outgoing:
                 and not (self._shared and key in self._shared)
             ):
                 self._groups[key] = (start, start + nbytes, storage)
-                # a plain CPU tensor's bytes copied straight from its memory (``numpy()`` costs more)
+                # a plain CPU tensor's bytes copied straight from its memory by the join of frame 0
+                # (``numpy()`` costs more); the storage kept in ``_groups`` keeps that memory alive
+                # until then, also that of a tensor made here (``resolve_conj``)
                 offset = self.data_bytes
                 self.data_bytes = offset + nbytes
-                plain = type(t) is torch.Tensor
-                self.data.append(_string_at(start, nbytes) if plain else bytes(_host_bytes(t, nbytes)))
+                if type(t) is torch.Tensor:
+                    self.data.append((_CHARS.get(nbytes) or _chars(nbytes)).from_address(start))
+                else:
+                    self.data.append(bytes(_host_bytes(t, nbytes)))
                 return Ext(EXT_INLINE, INLINE.pack(0, code, rank, 0, offset, nbytes) + DIMS[rank].pack(*shape))
         strides = t.stride()
         self._check(shape, nbytes, itemsize, strides)
@@ -381,6 +386,14 @@ class Outgoing:
                 )
             if problem is not None:
                 raise EncodeError(f"{problem[0][1:]}: {problem[1]}")
+
+
+def _chars(nbytes: int) -> Any:
+    """``ctypes.c_char * nbytes``, kept in ``_CHARS`` while it holds fewer than ``_CHARS_KEPT``."""
+    chars = ctypes.c_char * nbytes
+    if len(_CHARS) < _CHARS_KEPT:
+        _CHARS[nbytes] = chars
+    return chars
 
 
 def _own_strides(shape: Any, strides: Any) -> tuple[int, ...] | None:

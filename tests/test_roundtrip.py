@@ -233,29 +233,41 @@ def test_tensors_inside_frame_0_share_its_data_and_the_decode_keeps_no_view_of_i
     assert torch.equal(out[0], tensors[0])
 
 
-def test_a_tensor_too_large_for_the_quick_copy_is_embedded_the_general_way(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The quick copy into frame 0 takes its size as a C int; a tensor over that bound (2 GiB in
-    fact, 64 bytes here) takes the general path, whatever ``embed_threshold`` allows."""
+def test_a_small_tensor_s_bytes_are_copied_into_frame_0_by_the_encode() -> None:
+    tensor = torch.arange(16, dtype=torch.float32)
+    frames = tw.Encoder().encode(diffusion.Output(output=[tensor]))
+    tensor.fill_(-1.0)  # after the encode: frame 0 holds its own copy
+    (desc,) = [unpack_descriptor(e.code, e.data) for e in tensor_exts(head_of(frames[0])[4])]
+    assert len(frames) == 1 and type(frames[0]) is bytes and desc.buffer == -1
+    assert tw.Decoder(REGISTRY).decode(frames).output[0].tolist() == list(range(16))
+
+
+@pytest.mark.parametrize("view", ["conj", "neg"])
+def test_conjugate_and_negative_views_travel_as_their_values(view: str) -> None:
+    """Their values are made into tensors of their own during the encode; two of the same size,
+    one after the other, each arrive with their own values (the first one's memory is not reused
+    for the second before frame 0 is joined)."""
+    first = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    second = torch.tensor([5 + 6j, 7 - 8j], dtype=torch.complex64)
+    if view == "conj":
+        sent, want = [first.conj(), second.conj()], [first.conj().resolve_conj(), second.conj().resolve_conj()]
+    else:
+        sent = [first.conj().imag, second.conj().imag]  # real views with the negative bit set
+        want = [-first.imag, -second.imag]  # (their memory holds the imaginary parts unnegated)
+    assert all(t.is_conj() or t.is_neg() for t in sent)
+    out = tw.Decoder(REGISTRY).decode(tw.Encoder().encode(diffusion.Output(output=sent))).output
+    assert all(torch.equal(a, b) for a, b in zip(out, want, strict=True))
+
+
+def test_the_quick_copy_keeps_the_types_of_a_bounded_number_of_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     from tensorwire import _tensors
 
-    copied: list[int] = []
-    real = _tensors._string_at
-
-    def quick_copy(address: int, size: int) -> bytes:
-        copied.append(size)
-        return real(address, size)
-
-    monkeypatch.setattr(_tensors, "_string_at", quick_copy)
-    monkeypatch.setattr(_tensors, "_STRING_AT_MAX", 64)
-    small, large = torch.arange(16, dtype=torch.float32), torch.arange(17, dtype=torch.float32)
-    decoder = tw.Decoder(REGISTRY)
-    assert torch.equal(decoder.decode(tw.Encoder().encode(diffusion.Output(output=[small]))).output[0], small)
-    assert copied == [64]  # at the bound: the quick copy
-    frames = tw.Encoder().encode(diffusion.Output(output=[large]))
-    assert copied == [64]  # over it: not
-    (desc,) = [unpack_descriptor(e.code, e.data) for e in tensor_exts(head_of(frames[0])[4])]
-    assert len(frames) == 1 and desc.buffer == -1 and desc.nbytes == 68  # inside frame 0 all the same
-    assert torch.equal(decoder.decode(frames).output[0], large)
+    monkeypatch.setattr(_tensors, "_CHARS", {})
+    monkeypatch.setattr(_tensors, "_CHARS_KEPT", 3)
+    tensors = [torch.arange(n, dtype=torch.float32) for n in range(2, 8)]
+    out = tw.Decoder(REGISTRY).decode(tw.Encoder().encode(diffusion.Output(output=tensors))).output
+    assert all(torch.equal(a, b) for a, b in zip(out, tensors, strict=True))
+    assert sorted(_tensors._CHARS) == [8, 12, 16]  # the first three sizes, in bytes
 
 
 def test_a_zero_byte_buffer_never_creates_a_segment() -> None:
