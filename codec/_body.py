@@ -85,6 +85,13 @@ class _Writing:
                 return outgoing.array(value)
             except EncodeError as exc:
                 raise _Rejected(exc, value) from None
+            except RuntimeError as exc:  # torch's own refusal to read it (a nested tensor, a zero tensor)
+                problem = (
+                    "a nested tensor cannot travel; send its tensors (tensor.unbind())"
+                    if getattr(value, "is_nested", False)
+                    else f"this tensor cannot be read: {exc}"
+                )
+                raise _Rejected(EncodeError(problem), value) from None
         if isinstance(value, TupleMarker):
             return msgspec.msgpack.Ext(EXT_TUPLE, msgspec.msgpack.encode(value.items, enc_hook=self.hook))
         raise NotImplementedError

@@ -6,6 +6,7 @@ The path comes from ``tensorwire._locate``, an iterative walk run only once enco
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,12 @@ def test_torch_tensor_subclasses_are_left_as_they_are() -> None:
     assert torch.equal(out[0], torch.ones(2))
 
 
+def _nested(*tensors: torch.Tensor) -> torch.Tensor:
+    with warnings.catch_warnings():  # torch's note that the API is a prototype
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.nested.nested_tensor(list(tensors))
+
+
 @pytest.mark.parametrize(
     ("value", "error"),
     [
@@ -127,6 +134,14 @@ def test_torch_tensor_subclasses_are_left_as_they_are() -> None:
         (torch.zeros(2, dtype=torch.float8_e4m3fnuz), r"dtype torch\.float8_e4m3fnuz is not in the wire dtype table"),
         (np.zeros(2, dtype=">f4"), r"numpy dtype '>f4' \(>f4\) is not in the wire dtype table"),
         (torch.zeros(2).to_sparse(), r"only strided tensors travel, got layout torch\.sparse_coo"),
+        (
+            _nested(torch.ones(2), torch.ones(3)),
+            r"a nested tensor cannot travel; send its tensors \(tensor\.unbind\(\)\)",
+        ),
+        (  # torch refuses to read its memory: its words, named as the tensor's
+            torch._efficientzerotensor(3),
+            r"this tensor cannot be read: Attempted to access the data pointer on an invalid python storage\.",
+        ),
     ],
 )
 def test_every_tensor_the_encoder_refuses_names_its_path(value: Any, error: str) -> None:
