@@ -112,6 +112,12 @@ class _Group:
         self.buffer: BufferPlan | None = None  # second pass: the one buffer of a shared block
         self.index = 0  # and its index
 
+    @property
+    def shareable(self) -> bool:
+        """Whether its views can travel as one buffer: a torch storage, or numpy memory that is one
+        flat run of bytes (else each view travels as bytes of its own)."""
+        return self.raw is not None or self.storage is not None
+
     def reach(self, lo: int, hi: int) -> None:
         self.lo = min(self.lo, lo)
         self.hi = max(self.hi, hi)
@@ -184,7 +190,7 @@ class Outgoing:
 
     def again(self) -> Outgoing:
         """The state for the second pass, knowing which blocks are shared and how far their views reach."""
-        shared = {key: g for key, g in self._groups.items() if type(g) is _Group and g.count > 1}
+        shared = {key: g for key, g in self._groups.items() if type(g) is _Group and g.count > 1 and g.shareable}
         return Outgoing(self.limits, self.embed_below, self._quick_below, self._room, shared)
 
     def _too_many(self) -> EncodeError:
@@ -292,6 +298,10 @@ class Outgoing:
         code, itemsize = known
         if any(s % itemsize for s in array.strides):
             array = np.ascontiguousarray(array)  # byte strides that are not whole elements: one copy
+        start = array.__array_interface__["data"][0]
+        if start % itemsize:  # cut at a byte that is not a whole element (no decoder takes that offset):
+            array = array.copy()  # one copy, aligned
+            start = array.__array_interface__["data"][0]
         shape = array.shape
         strides = tuple(s // itemsize for s in array.strides)
         nbytes = array.size * itemsize
@@ -304,7 +314,6 @@ class Outgoing:
         while isinstance(root, np.ndarray) and root.base is not None:
             root = root.base
         key = ("numpy", id(root))
-        start = array.__array_interface__["data"][0]
         shared = self._shared.get(key) if self._shared is not None else None
         if shared is not None:
             return self._shared_ext(shared, key, 1, code, shape, layout, start, nbytes)
@@ -344,7 +353,7 @@ class Outgoing:
             group.count = 1
             group.reach(first_lo, first_hi)
         group.count += 1
-        if group.count > 1 and self._shared is None:
+        if group.count > 1 and self._shared is None and group.shareable:
             self.rerun = True
         group.reach(lo, hi)
         return group
@@ -410,7 +419,8 @@ def _host_bytes(t: torch.Tensor, nbytes: int) -> memoryview:
 
 
 def _numpy_group(array: np.ndarray, root: Any) -> _Group:
-    """The block ``array`` lives in (its ``raw`` None if that block is not one flat run of bytes)."""
+    """The block ``array`` lives in (its ``raw`` None if that block is not one flat run of bytes, or
+    does not start on a 16-byte boundary: then each view of it travels as bytes of its own)."""
     try:
         if isinstance(root, np.ndarray):
             block = root
@@ -420,6 +430,8 @@ def _numpy_group(array: np.ndarray, root: Any) -> _Group:
             block = np.frombuffer(root, dtype=np.uint8)
         raw = block.reshape(-1, order="A").view(np.uint8) if block.size else np.empty(0, np.uint8)
         base = raw.ctypes.data
+        if base % _ALIGN:  # a block that starts off a 16-byte boundary: each view's offset in it could be
+            raise ValueError("a block off a 16-byte boundary")  # off a whole element: each view is sent alone
         lo, hi = _extent(
             array.__array_interface__["data"][0],
             array.shape,

@@ -503,6 +503,32 @@ def test_arrays_over_foreign_exporters_round_trip() -> None:
         assert np.array_equal(out[0], contiguous) and np.array_equal(out[1], strided), mode
 
 
+def test_arrays_cut_off_a_whole_element_round_trip() -> None:
+    """An array at an offset that is not a whole number of its elements into its memory (which no
+    decoder takes) travels from an aligned copy of its own: one cut at an odd byte, and one whose
+    block itself starts off a 16-byte boundary (a memoryview cut at byte 1)."""
+    raw = bytearray(range(80))
+    cut = np.frombuffer(raw, dtype=np.uint8)[1:33].view(np.float32)
+    in_odd_block = np.frombuffer(memoryview(raw)[1:], dtype=np.uint8)[7:39].view(np.complex64)  # at byte 8
+    for value in (cut, in_odd_block):
+        for mode in ("inline", "inline-frames", "shm-copy"):
+            sent = [value, value[1:3], value[::2]]  # views of one block
+            out = roundtrip(diffusion.Output(output=sent), mode).output
+            assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(out, sent, strict=True)), mode
+    assert bytes(raw) == bytes(range(80))  # the sender's memory is untouched
+
+
+def test_views_of_a_block_that_is_not_one_run_of_bytes_travel_each_on_its_own() -> None:
+    """``as_strided`` over a reversed array: its block (numpy's ``DummyArray``) has negative strides,
+    so its views cannot share one buffer; the same view twice and a slice of it each arrive whole."""
+    base = np.arange(24, dtype=np.float32)
+    view = np.lib.stride_tricks.as_strided(base[::-1], shape=(4, 3), strides=(-8, -4))
+    for mode in ("inline", "inline-frames", "shm-copy"):
+        sent = [view, view, view[1:]]
+        out = roundtrip(diffusion.Output(output=sent), mode).output
+        assert all(np.array_equal(a, b) for a, b in zip(out, sent, strict=True)), mode
+
+
 def teardown_module() -> None:
     """Leave /dev/shm as this module found it: its long-lived pool is closed."""
     POOL.close()
