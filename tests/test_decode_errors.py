@@ -415,6 +415,33 @@ def test_limits_are_enforced_on_decode() -> None:
     assert tw.Limits().max_tensors == 65536
 
 
+@pytest.mark.parametrize(
+    "output",
+    [
+        [1.0],  # a frame 0 under 512 bytes
+        ["x" * 800],  # 512-2,048 bytes, no data
+        [torch.arange(250, dtype=torch.float32)],  # 512-2,048 bytes, most of it data
+        ["x" * 5000],  # over 2,048 bytes
+    ],
+    ids=["small", "mid, no data", "mid, data", "large"],
+)
+def test_the_header_limit_holds_at_every_size_of_frame_0(output: Any) -> None:
+    (head,) = EMBED.encode(diffusion.Output(output=output))
+    for frame in (head, memoryview(head), bytearray(head)):
+        at_limit = tw.Decoder(REGISTRY, options=tw.DecodeOptions(limits=tw.Limits(max_header_bytes=len(head))))
+        assert _same(at_limit.decode([frame]).output, output)
+        under = tw.Decoder(REGISTRY, options=tw.DecodeOptions(limits=tw.Limits(max_header_bytes=len(head) - 1)))
+        error = rf"^header frame of {len(head)} bytes is over the limit of {len(head) - 1}$"
+        with pytest.raises(tw.DecodeError, match=error):
+            under.decode([frame])
+
+
+def _same(got: Any, sent: Any) -> bool:
+    return len(got) == len(sent) and all(
+        torch.equal(g, s) if isinstance(s, torch.Tensor) else g == s for g, s in zip(got, sent, strict=True)
+    )
+
+
 def test_5000_small_tensors_in_one_message_decode_from_one_frame() -> None:
     tensors = [torch.full((3,), float(i)) for i in range(4000)] + [np.full(2, i, np.int16) for i in range(1000)]
     frames = EMBED.encode(diffusion.Output(output=tensors))
