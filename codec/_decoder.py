@@ -88,34 +88,34 @@ class Decoder:
         if not frames:
             raise DecodeError("no frames: a message has at least its header frame")
         head = frames[0]
+        flat = head if type(head) is bytes and len(head) <= _SMALL else self._flat(head)  # bytes to count in
         data = None
-        if type(head) is bytes and len(head) <= self._counted:  # small: counting all of it at once is cheapest
-            if len(head) - len(head.translate(None, OPENERS)) > self._depth:
+        if flat is None:  # large: walked first, counted only if it holds many values
+            data = self._check_depth(head, False)
+        elif len(flat) <= self._counted:  # small: counting all of it at once is cheapest
+            if len(flat) - len(flat.translate(None, OPENERS)) > self._depth:
                 data = self._check_depth(head, True)
-        elif type(head) is not bytes or len(head) > _SMALL:
-            data = self._bound(head)
-        else:  # under _SMALL bytes, over max_header_bytes or over _COUNTED: as it opens, count all of it or
-            # only what follows its data (its bytes cannot nest), whichever is cheaper
-            size = len(head)
+        else:  # counted whole if its data is small, else only what follows its data (its bytes cannot nest)
+            size = len(flat)
             if size > self._max_header:
                 raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
-            first = head[1]  # where the data's bin header is if the tag and fingerprint are as encoders write them
-            at = first - 0x5C if 0xA0 <= first <= 0xBF else head[2] + 69 if first == 0xD9 else 0
-            if at + 1 < size and head[at] == 0xC4 and head[at + 1] < 64:  # little data (or not a frame 0
-                # as encoders write it): counting all of it bounds it as well, for less
-                if size - len(head.translate(None, OPENERS)) > self._depth:
+            first = flat[1]  # where the data's bin header is if the tag and fingerprint are as encoders write them
+            at = first - 0x5C if 0xA0 <= first <= 0xBF else flat[2] + 69 if first == 0xD9 else 0
+            if flat[at] == 0xC4 and flat[at + 1] < 64:  # little data (or a frame that fools this guess:
+                # counting all of it bounds it as well)
+                if size - len(flat.translate(None, OPENERS)) > self._depth:
                     data = self._check_depth(head, True)
             else:
-                span = data_span(head)
+                span = data_span(flat)
                 if span is None:
                     data = self._check_depth(head, False)
                 else:
                     start, end = span
-                    rest = head[end:]
+                    rest = flat[end:]
                     if 1 + len(rest) - len(rest.translate(None, OPENERS)) > self._depth:
                         data = self._check_depth(head, False)
                     elif start < end:
-                        data = memoryview(head)[start:end]
+                        data = memoryview(head).cast("B")[start:end]
         free = self._free
         try:
             reading = free.pop()
@@ -142,16 +142,22 @@ class Decoder:
                 free.append(reading)
         return frame.body
 
-    def _bound(self, head: Any) -> memoryview | None:
-        """Bound the size and nesting of a frame 0 that is not ``bytes`` of at most ``_SMALL`` bytes (see
-        ``_check_depth``); returns a view of its data if it holds any bytes, else None."""
+    def _flat(self, head: Any) -> bytes | None:
+        """Frame 0 as ``bytes`` to count its level openers in: a copy of a frame of at most
+        ``_SMALL`` bytes that is not ``bytes``; None for a larger one (walked instead). Checks its
+        size against the limit first."""
         try:
             size = len(head) if type(head) is bytes else memoryview(head).nbytes
         except TypeError as exc:
             raise DecodeError(f"invalid header: {exc}") from None
         if size > self._max_header:
             raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
-        return self._check_depth(head, False)
+        if size > _SMALL:
+            return None
+        try:
+            return bytes(memoryview(head).cast("B"))
+        except (TypeError, ValueError) as exc:
+            raise DecodeError(f"invalid header: {exc}") from None
 
     def _check_depth(self, head: Any, counted: bool) -> memoryview | None:
         """Bound the nesting of frame 0 before msgspec reads it: msgspec recurses in C, also where

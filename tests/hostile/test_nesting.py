@@ -273,8 +273,9 @@ def _with_data(frames: list[Any], data: bytes, body: bytes | None = None) -> lis
     return [frame_of(head), *frames[1:]]
 
 
+@pytest.mark.parametrize("kind", ["bytes", "views"])
 @pytest.mark.parametrize("size", [100, 1000, 3000, 200_000])
-def test_frame_0_data_full_of_level_openers_is_never_counted_as_nesting(size: int) -> None:
+def test_frame_0_data_full_of_level_openers_is_never_counted_as_nesting(size: int, kind: str) -> None:
     """Tensor bytes in frame 0's data may look like containers: only what follows the data is
     bounded, so a frame whose data is all array headers decodes, and a body nested one level past
     the limit behind such data is still refused (frames of up to 512 bytes, up to 2,048 and more
@@ -282,15 +283,34 @@ def test_frame_0_data_full_of_level_openers_is_never_counted_as_nesting(size: in
     frames = INLINE.encode(diffusion.Output(output=torch.arange(6.0)))
     data = head_of(frames[0])[2] + b"\x91" * size
     assert (len(_with_data(frames, data)[0]) <= 2048) == (size <= 1000)
-    assert torch.equal(DECODER.decode(_with_data(frames, data)).output, torch.arange(6.0))
+    assert torch.equal(DECODER.decode(_as(kind, _with_data(frames, data))).output, torch.arange(6.0))
     body = msgspec.msgpack.encode(head_of(frames[0])[4])
     assert 0x80 <= body[0] < 0x8F
     unknown = bytes([body[0] + 1]) + body[1:] + b"\xa7unknown"  # frame 0 and the body are two levels
     assert torch.equal(
-        DECODER.decode(_with_data(frames, data, unknown + nest(64, b"\x01", [_array]))).output, torch.arange(6.0)
+        DECODER.decode(_as(kind, _with_data(frames, data, unknown + nest(64, b"\x01", [_array])))).output,
+        torch.arange(6.0),
     )
     with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
-        DECODER.decode(_with_data(frames, data, unknown + nest(65, b"\x01", [_array])))
+        DECODER.decode(_as(kind, _with_data(frames, data, unknown + nest(65, b"\x01", [_array]))))
+
+
+@pytest.mark.parametrize("kind", ["bytes", "views"])
+@pytest.mark.parametrize(("items", "item"), [(80, 1), (80, "abcdefghij"), (200, "abcdefghij")])
+def test_many_shallow_containers_are_not_nesting(items: int, item: Any, kind: str) -> None:
+    """More bytes that could open a level than the limit, in frames of under 512, 512-2,048 and over
+    2,048 bytes with a small tensor's data: the count only says when to look closer, and the look
+    finds the frame shallow; one level past the limit behind them is still refused."""
+    shallow = [torch.arange(6.0), *([item] for _ in range(items))]
+    frames = INLINE.encode(diffusion.Output(output=shallow))
+    size = len(frames[0])
+    assert len(frames) == 1 and (size < 512, size <= 2048) == (item == 1, items == 80)
+    out = DECODER.decode(_as(kind, frames)).output
+    assert torch.equal(out[0], shallow[0]) and out[1:] == shallow[1:]
+    body = msgspec.msgpack.encode(head_of(frames[0])[4])
+    unknown = bytes([body[0] + 1]) + body[1:] + b"\xa7unknown"  # frame 0 and the body are two levels
+    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
+        DECODER.decode(_as(kind, _with_data(frames, head_of(frames[0])[2], unknown + nest(65, b"\x01", [_array]))))
 
 
 @pytest.mark.parametrize("claimed", [9, 2**16, 2**32 - 1])
