@@ -436,6 +436,23 @@ def test_the_header_limit_holds_at_every_size_of_frame_0(output: Any) -> None:
             under.decode([frame])
 
 
+@pytest.mark.parametrize("size", [300, 1000, 5000], ids=["small", "mid", "large"])
+def test_a_frame_0_that_is_not_one_run_of_bytes_is_an_invalid_header(size: int) -> None:
+    """Not a buffer, or a view with gaps: a decode error before anything reads it. A C-contiguous
+    buffer of another shape decodes as its bytes."""
+    (head,) = EMBED.encode(diffusion.Output(output=["x" * size]))
+    with pytest.raises(
+        tw.DecodeError, match=r"^invalid header: memoryview: a bytes-like object is required, not 'int'$"
+    ):
+        DECODER.decode([12345])
+    gapped = memoryview(bytearray(2 * len(head)))[::2]
+    gapped[:] = head  # the frame's bytes, every other byte of the array
+    with pytest.raises(tw.DecodeError, match=r"^invalid header: memoryview: casts are restricted to C-contiguous"):
+        DECODER.decode([gapped])
+    two_d = np.frombuffer(head, dtype=np.uint8).reshape(1, len(head))
+    assert DECODER.decode([two_d]).output == ["x" * size]
+
+
 def _same(got: Any, sent: Any) -> bool:
     return len(got) == len(sent) and all(
         torch.equal(g, s) if isinstance(s, torch.Tensor) else g == s for g, s in zip(got, sent, strict=True)
