@@ -318,7 +318,7 @@ class Outgoing:
             return self._shared_ext(shared, key, 1, code, shape, layout, start, nbytes)
         lo, hi = (start, start + nbytes) if contiguous else _extent(start, shape, strides, itemsize)
         first = key not in self._groups
-        group = self._note(key, lambda: _numpy_group(array, root), lo, hi)
+        group = self._note(key, lambda: _numpy_group(root, lo, hi), lo, hi)
         if not first and group.raw is not None:
             return _AGAIN  # written again in the second pass
         lone_sparse = not contiguous and hi - lo >= SPARSE * nbytes
@@ -418,9 +418,11 @@ def _host_bytes(t: torch.Tensor, nbytes: int) -> memoryview:
     return memoryview(np.asarray(_HostBlock(t.untyped_storage(), t.data_ptr(), nbytes)))  # type: ignore[arg-type]
 
 
-def _numpy_group(array: np.ndarray, root: Any) -> _Group:
-    """The block ``array`` lives in (its ``raw`` None if that block is not one flat run of bytes, or
-    does not start on a 16-byte boundary: then each view of it travels as bytes of its own)."""
+def _numpy_group(root: Any, lo: int, hi: int) -> _Group:
+    """The block a numpy view reaching bytes [lo, hi) lives in (``root``: the end of its chain of
+    bases). Its ``raw`` is None if that block is not one flat run of bytes holding the view, or does
+    not start on a 16-byte boundary (a view's offset in it could then be off a whole element): each
+    view of it travels as bytes of its own."""
     try:
         if isinstance(root, np.ndarray):
             block = root
@@ -430,17 +432,9 @@ def _numpy_group(array: np.ndarray, root: Any) -> _Group:
             block = np.frombuffer(root, dtype=np.uint8)
         raw = block.reshape(-1, order="A").view(np.uint8) if block.size else np.empty(0, np.uint8)
         base = raw.ctypes.data
-        if base % _ALIGN:  # a block that starts off a 16-byte boundary: each view's offset in it could be
-            raise ValueError("a block off a 16-byte boundary")  # off a whole element: each view is sent alone
-        lo, hi = _extent(
-            array.__array_interface__["data"][0],
-            array.shape,
-            [s // array.itemsize for s in array.strides],
-            array.itemsize,
-        )
-        if not (base <= lo and hi <= base + raw.nbytes):
-            raise ValueError("the array is not inside its base's bytes")
     except (TypeError, ValueError, BufferError, AttributeError):
+        return _Group(None, 0)
+    if base % _ALIGN or not (base <= lo and hi <= base + raw.nbytes):
         return _Group(None, 0)
     return _Group(raw, base)
 
