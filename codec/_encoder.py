@@ -50,13 +50,16 @@ _FAILURES = (
 class Encoder:
     """Encodes generated (or run-time) message types; immutable and safe to share between threads."""
 
-    __slots__ = ("_embed_room", "_quick_below", "_sealed", "options", "transport")
+    __slots__ = ("_embed_room", "_quick_below", "_sealed", "_takes_storage", "options", "transport")
 
     def __init__(self, transport: Transport | None = None, options: EncodeOptions | None = None) -> None:
         self.transport: Transport = transport if transport is not None else _INLINE
         self.options = options if options is not None else EncodeOptions()
         self._quick_below = quick_below(self.options.embed_threshold, self.options.limits)
         self._embed_room = embed_room(self.options.limits)
+        # whether the transport's class takes host storages (``export_storage``): only then is a
+        # buffer's storage tensor made, which costs more than the rest of handing it a byte view
+        self._takes_storage = type(self.transport).export_storage is not Transport.export_storage
         self._sealed = True
 
     def encode(self, message: Any) -> list[Buffer]:
@@ -154,19 +157,25 @@ class Encoder:
                 type_id=type_id,
                 version=plan.version,
             )
-        total = sum(b.nbytes for b in buffers)
+        total = 0
+        for buffer in buffers:
+            total += buffer.nbytes
         if total > limits.max_message_bytes:
             raise EncodeError(
                 f"{total} bytes is over the limit of {limits.max_message_bytes}", type_id=type_id, version=plan.version
             )
+        own, below = self.transport, self.options.inline_threshold
+        begun = False
         try:
-            if any(self._route(b.nbytes) is self.transport for b in buffers):
-                self.transport.begin_message()
             for buffer in buffers:
-                transport = self._route(buffer.nbytes)
+                nbytes = buffer.nbytes
+                transport = _INLINE if nbytes == 0 or nbytes < below else own
+                if transport is own and not begun:  # once, before the first export to it
+                    own.begin_message()
+                    begun = True
                 handle = self._export(transport, buffer, frames)
                 exported.append((transport, handle))
-                entries.append([buffer.nbytes, handle])
+                entries.append([nbytes, handle])
         except BaseException as exc:
             _release(exported)
             if isinstance(exc, TransportError | KeyboardInterrupt):
@@ -180,6 +189,8 @@ class Encoder:
         it, else staged to the host first; a torch storage to ``export_storage`` if it takes it;
         else a byte view to ``export``."""
         view, start = buffer.view, buffer.start
+        if view is not None and not (self._takes_storage and transport is self.transport):
+            return transport.export(view, frames)
         storage = buffer.storage
         if view is None:
             assert storage is not None
@@ -198,11 +209,6 @@ class Encoder:
             if handle is not None:
                 return handle
         return transport.export(view, frames)
-
-    def _route(self, nbytes: int) -> Transport:
-        if nbytes == 0 or nbytes < self.options.inline_threshold:
-            return _INLINE
-        return self.transport
 
     def __setattr__(self, name: str, value: Any) -> None:
         if hasattr(self, "_sealed"):

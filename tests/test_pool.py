@@ -258,6 +258,19 @@ def test_empty_numpy_sends_without_copying(shm: transports.ShmTransport) -> None
     del out
 
 
+def test_read_only_memory_goes_through_the_pool(shm: transports.ShmTransport) -> None:
+    # an array over bytes reaches the transport as a read-only view (its address found through numpy)
+    values = np.arange(30_000, dtype=np.float32)
+    array = np.frombuffer(values.tobytes(), dtype=np.float32)
+    assert not array.flags.writeable
+    encoder, decoder = _pair(shm)
+    frames = encoder.encode(diffusion.Output(output=array))
+    assert _states(shm) == [IN_FLIGHT] and len(frames) == 1
+    out = decoder.decode(frames).output
+    assert np.array_equal(out, values)
+    del out
+
+
 def test_a_descriptor_failure_hands_the_slots_back(shm: transports.ShmTransport) -> None:
     encoder, decoder = _pair(shm)
     frames = encoder.encode(diffusion.Output(output=[torch.ones(20_000), torch.ones(30_000)]))
