@@ -215,7 +215,7 @@ def pack_descriptor(
     flags = (0 if strides is None else STRIDED) | (SHARED if shared else 0)
     head = PLACED.pack(kind, dtype, rank, flags, buffer, offset, nbytes)
     if strides is None:
-        return head + struct.pack(f"<{rank}Q", *shape)
+        return head + (DIMS[rank] if rank < len(DIMS) else struct.Struct(f"<{rank}Q")).pack(*shape)
     return head + struct.pack(f"<{rank}Q{rank}q", *shape, *strides)
 
 
@@ -259,8 +259,12 @@ def unpack_descriptor(code: int, data: Buffer) -> Descriptor:
     if flags & ~(STRIDED | SHARED) or size != end:
         raise DecodeError(f"tensor descriptor of {size} bytes, expected {end} for rank {rank} and flags {flags}")
     _, _, _, _, buffer, offset, nbytes = PLACED.unpack_from(data)
-    dims = struct.unpack_from(f"<{rank}Q{rank}q" if strided else f"<{rank}Q", data, PLACED.size)
-    shape, strides = (dims[:rank], dims[rank:]) if strided else (dims, None)
+    if strided:
+        dims = struct.unpack_from(f"<{rank}Q{rank}q", data, PLACED.size)
+        shape, strides = dims[:rank], dims[rank:]
+    else:
+        dims_of = DIMS[rank] if rank < len(DIMS) else struct.Struct(f"<{rank}Q")  # (a limit checks the rank later)
+        shape, strides = dims_of.unpack_from(data, PLACED.size), None
     return Descriptor(KINDS[kind], DTYPE_NAMES[dtype], shape, strides, buffer, offset, nbytes)
 
 

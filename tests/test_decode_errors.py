@@ -226,6 +226,7 @@ def _handle(index: int, key: str, value: Any) -> Callable[[list[Any]], None]:
         (_desc(offset=2), r"2 is not a multiple of the itemsize 4 - at `\$.output\[0\].offset`"),
         (_desc(buffer=9), r"9 names no buffer \(the message has 2\) - at `\$.output\[0\].buffer`"),
         (_desc(shape=(1,) * 9, nbytes=4), r"rank 9 is over the limit of 8 - at `\$.output\[0\].shape`"),
+        (_desc(shape=(1,) * 40, nbytes=4), r"rank 40 is over the limit of 8 - at `\$.output\[0\].shape`"),
         (_body("output", Ext(5, b"")), r"unknown msgpack extension type 5"),
         (_body("chunk_index", -1), r"Expected `int` >= 0 - at `\$.chunk_index`"),
         (
@@ -289,6 +290,7 @@ def test_bad_headers(change: Callable[[list[Any]], None], error: str) -> None:
         (_inline(kind=9), r"tensor kind 9 is neither 0 \(tensor\) nor 1 \(ndarray\)"),
         (_inline(1, kind=1), r"numpy has no dtype 'bfloat16' - at `\$.output\[1\].k.dtype`"),
         (_inline(shape=(1,) * 9), r"rank 9 is over the limit of 8 - at `\$.output\[0\].shape`"),
+        (_inline(shape=(1,) * 40), r"rank 40 is over the limit of 8 - at `\$.output\[0\].shape`"),
         (_inline(shape=(2**63,)), r"dimension 9223372036854775808 is larger than the limit"),
         (
             _payload(0, lambda d: d[:2] + b"\x02\x02" + d[4:]),  # the shared flag has no meaning inline

@@ -85,7 +85,7 @@ def digest(capability: bytes) -> bytes:
 
 
 def _lock(fd: int, what: str) -> None:
-    deadline = time.monotonic() + _LOCK_WAIT
+    deadline: float | None = None  # set on the first refusal: a free page is locked with one call
     pause = 0.0
     while True:
         try:
@@ -94,7 +94,10 @@ def _lock(fd: int, what: str) -> None:
         except OSError as exc:
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise TransportError(exc.errno, f"cannot lock the control page of {what}: {exc.strerror}") from None
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if deadline is None:
+            deadline = now + _LOCK_WAIT
+        elif now >= deadline:
             raise TransportError(
                 errno.EAGAIN, f"the control page of {what} has been locked by another process for over {_LOCK_WAIT}s"
             )
@@ -389,15 +392,14 @@ class Page:
         return True
 
     def _check(self, generation: int, capability: bytes, what: str, *, deadline: bool = True) -> None:
-        words = self.words
-        stored = self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES].tobytes()
+        head = _HEAD.unpack_from(self._raw)  # the words and the digest in one read (the page is held)
         reason = _refusal(
             what,
-            int(words[_W_STATE]),
-            int(words[_W_GENERATION]),
-            int(words[_W_EXPIRED]),
-            stored,
-            int(words[_W_DEADLINE]) if deadline else 2**64,
+            head[_W_STATE],
+            head[_W_GENERATION],
+            head[_W_EXPIRED],
+            head[8],
+            head[_W_DEADLINE] if deadline else 2**64,
             generation,
             capability,
         )
