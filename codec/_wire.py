@@ -276,6 +276,10 @@ def join(frames: Sequence[Buffer]) -> bytes:
 def blob_parts(frames: Sequence[Buffer]) -> tuple[list[Buffer], int]:
     """The pieces of ``join(frames)`` in order (its preamble, the padding and the frames themselves,
     not copied) and their total size in bytes: a writer can gather them without joining."""
+    if len(frames) == 1:  # the common message: its preamble and padding are one piece
+        frame = frames[0]
+        size = len(frame) if type(frame) is bytes else memoryview(frame).nbytes
+        return [_SINGLE.pack(BLOB_MAGIC, 1, size), frame], _SINGLE.size + size
     sizes = [memoryview(f).nbytes for f in frames]
     parts: list[Buffer] = [_COUNT.pack(BLOB_MAGIC, len(frames)), *(_LENGTH.pack(n) for n in sizes)]
     pos = _COUNT.size + _LENGTH.size * len(frames)
@@ -289,6 +293,7 @@ def blob_parts(frames: Sequence[Buffer]) -> tuple[list[Buffer], int]:
 
 
 _ZEROS = bytes(ALIGN)
+_SINGLE = struct.Struct(f"<4sIQ{ALIGN - _COUNT.size - _LENGTH.size}x")  # a one-frame blob up to its frame
 
 
 def split(blob: Buffer) -> list[memoryview]:
@@ -302,6 +307,8 @@ def split(blob: Buffer) -> list[memoryview]:
     table_end = _COUNT.size + count * _LENGTH.size
     if count == 0 or table_end > view.nbytes:
         raise DecodeError(f"blob frame table ({count} frames) does not fit in {view.nbytes} bytes")
+    if count == 1 and _LENGTH.unpack_from(view, _COUNT.size)[0] == view.nbytes - _SINGLE.size:
+        return [view[_SINGLE.size :]]  # the common message, well-formed (any other: checked below)
     frames: list[memoryview] = []
     pos = table_end
     for i in range(count):

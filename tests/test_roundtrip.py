@@ -429,6 +429,21 @@ def test_join_and_split() -> None:
     assert same(tw.Decoder(REGISTRY).decode(parts), message)
 
 
+def test_join_and_split_of_one_frame() -> None:
+    # a message of frame 0 alone: preamble (magic, count, length), zeros up to byte 64, the frame
+    message = builtin_messages()[0]
+    (head,) = tw.Encoder().encode(message)
+    for frame in (head, memoryview(head), bytearray(head)):
+        blob = tw.join([frame])
+        assert blob == b"TWB1" + (1).to_bytes(4, "little") + len(head).to_bytes(8, "little") + bytes(48) + head
+        (part,) = tw.split(blob)
+        assert part.obj is blob and part.tobytes() == head
+        assert same(tw.Decoder(REGISTRY).decode([part]), message)
+    writable = bytearray(tw.join([head]))
+    (part,) = tw.split(writable)
+    assert not part.readonly and part.obj is writable
+
+
 def test_encoder_and_decoder_are_immutable() -> None:
     encoder, decoder = MODES["inline"]
     with pytest.raises(AttributeError, match="immutable"):
