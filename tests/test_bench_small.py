@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import warnings
 from typing import Any
 
@@ -185,8 +186,23 @@ def test_measure_rows() -> None:
 
 
 def test_measure_pipe_rows() -> None:
+    before = os.sched_getaffinity(0)
     rows = measure_pipe(blocks=2, messages=5)
     check_rows(rows, {rows[0]["case"]: {TENSORWIRE, TENSORWIRE_PIPE, HOOKS}})
+    assert os.sched_getaffinity(0) == before  # the parent is put back where it may run
+
+
+def test_the_pipe_case_runs_parent_and_children_on_two_cpus() -> None:
+    from tools.bench.small import _cpus
+
+    allowed = os.sched_getaffinity(0)
+    placement = _cpus()
+    if len(allowed) < 2:
+        assert placement is None
+    else:
+        assert placement is not None
+        parent, children = placement
+        assert len(parent) == len(children) == 1 and parent != children and parent | children <= allowed
 
 
 def test_the_floors_check_the_schema() -> None:

@@ -29,10 +29,12 @@ Then the Python-level calls (``tools.bench.calls.count_calls``) of one ``bench.O
 trip, and a 4 KiB ``bench.One`` (1024 float32) echoed by a spawned child over
 ``multiprocessing.Pipe``: encode, ``send_bytes`` of the joined frames, the child's ``recv_bytes``,
 decode, encode and send back, decode; wall time per round trip, interleaved blocks of ``messages``
-round trips, the ratio to the hooks style. Over ``recv_bytes`` both copy the tensor out of the
-read-only bytes they receive; the row ``tensorwire, pipe.Receiver`` reads each message with
-``tensorwire.pipe`` instead (``recv_bytes_into`` a reused writable buffer, the tensor built on it),
-on both ends.
+round trips, the ratio to the hooks style. With two CPUs or more, the parent runs on one and every
+echo child on another (the same two for every implementation, so no row gains or loses from where
+the scheduler happens to place its child: each wake-up crosses between the two). Over
+``recv_bytes`` both copy the tensor out of the read-only bytes they receive; the row
+``tensorwire, pipe.Receiver`` reads each message with ``tensorwire.pipe`` instead
+(``recv_bytes_into`` a reused writable buffer, the tensor built on it), on both ends.
 
 The message types of the tensorwire side are ``tools/bench/schemas/bench/*.json``, loaded at run
 time with ``tw.load_schemas``; ``rpc.Request`` is ``tensorwire.builtins.rpc.Request``.
@@ -45,6 +47,7 @@ import gc
 import json
 import math
 import multiprocessing as mp
+import os
 import random
 import statistics
 import sys
@@ -471,8 +474,20 @@ class _PipeCodec:
             self.recv = lambda: hooks.decode(split_frames(conn.recv_bytes()), HooksOne)
 
 
-def _echo(conn: Connection, implementation: str) -> None:
+def _cpus() -> tuple[set[int], set[int]] | None:
+    """The CPUs the parent and the echo children run on: two different ones of those this process
+    may use (the same placement for every implementation, so none gains from where the scheduler
+    happens to put its child); None with fewer than two."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    return ({allowed[0]}, {allowed[1]}) if len(allowed) >= 2 else None
+
+
+def _echo(conn: Connection, implementation: str, cpus: set[int] | None = None) -> None:
     """The child: decode each message, encode it again and send it back, until the parent closes its end."""
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     pipe_codec = _PipeCodec(implementation, conn)
     conn.send_bytes(b"ready")
     try:
@@ -498,10 +513,12 @@ def measure_pipe(blocks: int = 15, messages: int = 300, seed: int = 0) -> list[d
         HOOKS: HooksOne(request_id="req-1", tensor=tensor),
     }
     children: dict[str, tuple[Any, Connection]] = {}
+    cpus = _cpus()
+    placed = os.sched_getaffinity(0) if cpus is not None else None
     try:
         for name in messages_of:
             ours, theirs = context.Pipe()
-            child = context.Process(target=_echo, args=(theirs, name), daemon=True)
+            child = context.Process(target=_echo, args=(theirs, name, None if cpus is None else cpus[1]), daemon=True)
             child.start()
             theirs.close()
             children[name] = (child, ours)
@@ -509,6 +526,8 @@ def measure_pipe(blocks: int = 15, messages: int = 300, seed: int = 0) -> list[d
             if not ours.poll(120) or ours.recv_bytes() != b"ready":
                 raise RuntimeError(f"{name}: the echo child did not start")
         codecs = {name: _PipeCodec(name, children[name][1]) for name in messages_of}
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus[0])
 
         def block(name: str, count: int) -> float:
             send, recv = codecs[name].send, codecs[name].recv
@@ -535,6 +554,8 @@ def measure_pipe(blocks: int = 15, messages: int = 300, seed: int = 0) -> list[d
             for name in order:
                 samples[name].append(block(name, messages))
     finally:
+        if placed is not None:
+            os.sched_setaffinity(0, placed)
         for _, conn in children.values():
             conn.close()  # the child reads EOF and ends
         for child, _ in children.values():
