@@ -162,21 +162,22 @@ class Incoming:
                 f"invalid buffer table: {'invalid map key: ' if on_key else ''}{problem}",
                 path=None if path is None else header_path(path),
             ) from None
-        handles = [entry[1] for entry in entries]
+        handles: list[Handle] = []
+        sizes: list[int] = []
+        for size, handle in entries:
+            sizes.append(size)
+            handles.append(handle)
         decoder.verify_handles(handles, self.frames)  # before this, nothing is released: the handles
         self.handles = handles  # may name what their sender did not create
         limits = decoder.options.limits
-        sizes = [entry[0] for entry in entries]
-        if sum(sizes) > limits.max_message_bytes:
-            raise DecodeError(
-                f"{sum(sizes)} buffer bytes is over the limit of {limits.max_message_bytes}", path="$.buffers"
-            )
+        total = sum(sizes)
+        if total > limits.max_message_bytes:
+            raise DecodeError(f"{total} buffer bytes is over the limit of {limits.max_message_bytes}", path="$.buffers")
         borrow = decoder.options.borrow
-        for entry in entries:
-            handle = entry[1]
-            data = decoder.reader(handle).import_(handle, self.frames, entry[0], borrow=borrow)
-            self.buffers.append(data)
-        self._sizes = [entry[0] for entry in entries]  # each transport checked its buffer's size
+        frames, buffers = self.frames, self.buffers
+        for size, handle in entries:
+            buffers.append(decoder.reader(handle).import_(handle, frames, size, borrow=borrow))
+        self._sizes = sizes  # each transport checked its buffer's size
 
     def finish(self, has_buffers: bool) -> None:
         """After the body: a message whose buffers no tensor named still has its handles checked
