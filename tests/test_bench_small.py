@@ -193,10 +193,10 @@ def test_measure_pipe_rows() -> None:
 
 
 def test_the_pipe_case_runs_parent_and_children_on_two_cpus() -> None:
-    from tools.bench.small import _cpus
+    from tools.bench.cpus import two_cpus
 
     allowed = os.sched_getaffinity(0)
-    placement = _cpus()
+    placement = two_cpus()
     if len(allowed) < 2:
         assert placement is None
     else:

@@ -63,6 +63,7 @@ import msgspec
 import torch
 
 from tools.bench.calls import count_calls
+from tools.bench.cpus import two_cpus
 from tools.bench.hooks_style import HooksCodec, join_frames, split_frames
 
 if TYPE_CHECKING:
@@ -474,16 +475,6 @@ class _PipeCodec:
             self.recv = lambda: hooks.decode(split_frames(conn.recv_bytes()), HooksOne)
 
 
-def _cpus() -> tuple[set[int], set[int]] | None:
-    """The CPUs the parent and the echo children run on: two different ones of those this process
-    may use (the same placement for every implementation, so none gains from where the scheduler
-    happens to put its child); None with fewer than two."""
-    if not hasattr(os, "sched_getaffinity"):
-        return None
-    allowed = sorted(os.sched_getaffinity(0))
-    return ({allowed[0]}, {allowed[1]}) if len(allowed) >= 2 else None
-
-
 def _echo(conn: Connection, implementation: str, cpus: set[int] | None = None) -> None:
     """The child: decode each message, encode it again and send it back, until the parent closes its end."""
     if cpus is not None:
@@ -513,7 +504,7 @@ def measure_pipe(blocks: int = 15, messages: int = 300, seed: int = 0) -> list[d
         HOOKS: HooksOne(request_id="req-1", tensor=tensor),
     }
     children: dict[str, tuple[Any, Connection]] = {}
-    cpus = _cpus()
+    cpus = two_cpus()
     placed = os.sched_getaffinity(0) if cpus is not None else None
     try:
         for name in messages_of:

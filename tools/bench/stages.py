@@ -7,18 +7,22 @@ with ``--copy``, an ordinary one the pool copies) and sends frame 0 over a pipe;
 receiver decodes it and reads one element. The stages of the encoder and decoder are wrapped
 with timers in those processes only (each wrapper adds well under a microsecond), so the figures
 are those of a process that waits between messages, as in ``tools.bench``; with ``--spin`` the
-receiver polls its pipe instead of sleeping in it (what a busy-looping consumer sees).
+receiver polls its pipe instead of sleeping in it (what a busy-looping consumer sees). With two
+CPUs or more the sender runs on one and the receiver on another (``tools.bench.cpus``).
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from tools.bench.cpus import two_cpus
 
 __all__ = ["measure", "main"]
 
@@ -74,7 +78,7 @@ def _medians(samples: Samples, skip: int) -> dict[str, float]:
     return {label: statistics.median(values[skip:]) / 1000 for label, values in samples.items() if values[skip:]}
 
 
-def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> None:
+def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool, cpus: set[int] | None) -> None:
     import torch
 
     import tensorwire as tw
@@ -84,6 +88,8 @@ def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> Non
     from tensorwire._tensors import Outgoing
     from tensorwire.builtins import diffusion
 
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     samples: Samples = {}
     _wrap(encoder_module, "encode_body", samples, "encode: body (+ descriptors)")
     _wrap(Outgoing, "tensor", samples, "encode: descriptor, per tensor")
@@ -112,13 +118,15 @@ def _sender(pipe: Any, control: Any, count: int, nbytes: int, copy: bool) -> Non
         shm.close()
 
 
-def _receiver(pipe: Any, control: Any, count: int, spin: bool) -> None:
+def _receiver(pipe: Any, control: Any, count: int, spin: bool, cpus: set[int] | None) -> None:
     import tensorwire as tw
     import tensorwire._decoder as decoder_module
     import tensorwire._incoming as incoming_module
     from tensorwire import transports
     from tensorwire.builtins import REGISTRY
 
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     samples: Samples = {}
     _wrap(decoder_module, "walk", samples, "decode: depth walk")
     _wrap_frame_decoder(decoder_module, samples, "decode: frame 0 (+ body, tensors)")
@@ -163,8 +171,10 @@ def measure(nbytes: int, count: int, copy: bool = False, spin: bool = False) -> 
     send_end, recv_end = ctx.Pipe()
     sender_control, sender_remote = ctx.Pipe()
     receiver_control, receiver_remote = ctx.Pipe()
-    sender = ctx.Process(target=_sender, args=(send_end, sender_remote, count, nbytes, copy), daemon=True)
-    receiver = ctx.Process(target=_receiver, args=(recv_end, receiver_remote, count, spin), daemon=True)
+    cpus = two_cpus()
+    sender_cpus, receiver_cpus = cpus if cpus is not None else (None, None)
+    sender = ctx.Process(target=_sender, args=(send_end, sender_remote, count, nbytes, copy, sender_cpus), daemon=True)
+    receiver = ctx.Process(target=_receiver, args=(recv_end, receiver_remote, count, spin, receiver_cpus), daemon=True)
     sender.start()
     receiver.start()
     try:
