@@ -264,10 +264,12 @@ class Outgoing:
         shared = self._shared.get(key) if self._shared is not None else None
         if shared is not None:
             return self._shared_ext(shared, key, 0, code, shape, layout, start, nbytes)
-        first = key not in self._groups
-        group = self._note(key, lambda: _Group(None, address, storage, cpu), lo, hi)
-        if not first:
-            return _AGAIN  # written again in the second pass
+        group = self._groups.get(key)
+        if group is not None:  # a later view of its block: written again in the second pass
+            self._note(key, None, lo, hi)
+            return _AGAIN
+        group = self._groups[key] = _Group(None, address, storage, cpu)  # its first view (what ``_note`` counts)
+        group.count, group.lo, group.hi = 1, lo, hi
         sparse = not contiguous and hi - lo >= SPARSE * nbytes
         embed = nbytes < self.embed_below and self.data_bytes + nbytes <= self._room
         if cpu and (sparse or (contiguous and embed)):
@@ -342,7 +344,8 @@ class Outgoing:
         return offset
 
     def _note(self, key: Any, make: Any, lo: int, hi: int) -> _Group:
-        """Count one more view of block ``key`` reaching [lo, hi)."""
+        """Count one more view of block ``key`` reaching [lo, hi) (``make()``: the group of a block
+        not seen before)."""
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = make()
