@@ -23,7 +23,7 @@ import msgspec
 from tensorwire._body import KEEP, stand_in
 from tensorwire._incoming import HEADER_LEVELS, Reading
 from tensorwire._locate import entry_path, header_path, msgspec_error
-from tensorwire._scan import OPENERS, walk
+from tensorwire._scan import OPENERS, OTHERS, walk
 from tensorwire._wire import MAGIC, WIRE_VERSION, data_span, parse_tag, tag
 from tensorwire.errors import DecodeError
 from tensorwire.options import DecodeOptions
@@ -103,7 +103,7 @@ class Decoder:
             at = first - 0x5C if 0xA0 <= first <= 0xBF else flat[2] + 69 if first == 0xD9 else 0
             if flat[at] == 0xC4 and flat[at + 1] < 64:  # little data (or a frame that fools this guess:
                 # counting all of it bounds it as well)
-                if size - len(flat.translate(None, OPENERS)) > self._depth:
+                if len(flat.translate(None, OTHERS)) > self._depth:  # (over 512 bytes: kept, not deleted)
                     data = self._check_depth(head, True)
             else:
                 span = data_span(flat)
@@ -188,7 +188,7 @@ class Decoder:
         if rest > _SMALL and self._walk(data, start, depth, values, _BUDGET):
             return inline
         if span is not None or not counted:
-            if depth + rest - len(bytes(data[start:]).translate(None, OPENERS)) <= self._depth:
+            if depth + len(bytes(data[start:]).translate(None, OTHERS)) <= self._depth:
                 return inline
         self._walk(data, start, depth, values, -1)
         return inline

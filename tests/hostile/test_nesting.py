@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import tensorwire as tw
-from tensorwire._scan import check_depth
+from tensorwire._scan import OPENERS, OTHERS, check_depth
 from tensorwire._wire import data_span
 from tensorwire.builtins import REGISTRY, diffusion, media
 from tensorwire.inspection import describe
@@ -423,3 +423,11 @@ def test_well_formed_frames_pass_the_walk_at_their_depth(message: Any, depth: in
 
 if __name__ == "__main__":
     child_main()
+
+
+def test_both_counts_of_level_openers_agree() -> None:
+    # the decoder deletes OPENERS from small frames and OTHERS from larger ones: the same count
+    assert set(OPENERS).isdisjoint(OTHERS) and set(OPENERS) | set(OTHERS) == set(range(256))
+    every = bytes(range(256)) * 9
+    for frame in (b"", every, every[::-1], os.urandom(4096), bytes(OPENERS) * 50, bytes(OTHERS) * 20):
+        assert len(frame.translate(None, OTHERS)) == len(frame) - len(frame.translate(None, OPENERS))
