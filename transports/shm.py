@@ -138,9 +138,12 @@ class _OneShots:
 def _address(data: memoryview) -> int:
     """The address of the first byte of a flat byte view (through ctypes when it is writable: a
     fifth of numpy's cost)."""
-    if data.readonly:
-        return int(np.frombuffer(data, dtype=np.uint8).ctypes.data)
-    return ctypes.addressof(ctypes.c_char.from_buffer(data))
+    if not data.readonly:
+        try:
+            return ctypes.addressof(ctypes.c_char.from_buffer(data))
+        except TypeError:  # not one C-contiguous run: numpy says so, as it did before
+            pass
+    return int(np.frombuffer(data, dtype=np.uint8).ctypes.data)
 
 
 class ShmTransport(Transport):
