@@ -23,6 +23,18 @@ import torch
 __all__ = ["FLOORS", "MODES", "PEERS", "POOL_TWINS", "TENSORWIRE"]
 
 
+def _fill(tensor: torch.Tensor, template: torch.Tensor) -> None:
+    """Copy ``template`` into ``tensor`` on this thread (numpy): torch's ``copy_`` and ``clone`` leave
+    their worker threads spinning after a large copy, into the timed transfer that follows, on the
+    CPUs the receiver needs, which would charge a mode for how its sender prepared the tensor."""
+    np.copyto(tensor.numpy(), template.numpy())
+
+
+def _copy_of(template: torch.Tensor) -> torch.Tensor:
+    """A new ordinary tensor holding ``template``'s values (copied as ``_fill`` copies)."""
+    return torch.from_numpy(template.numpy().copy())
+
+
 class Mode:
     """One way of moving a tensor; subclasses fill in the halves."""
 
@@ -149,7 +161,7 @@ class TwPoolZeroCopy(_Frames):
 
     def prepare(self, template: torch.Tensor) -> torch.Tensor:
         tensor = self.shm.empty_like(template)  # a full pool is a TransportError, never a fallback
-        tensor.copy_(template)
+        _fill(tensor, template)
         return tensor
 
 
@@ -177,7 +189,7 @@ class TwQueue(_Frames):
         self.decoder = tw.Decoder(REGISTRY, transports=[self.queue])
 
     def prepare(self, template: torch.Tensor) -> torch.Tensor:
-        return template.clone()  # an ordinary tensor each time: the transport moves it into shared memory
+        return _copy_of(template)  # an ordinary tensor each time: the transport moves it into shared memory
 
     def close(self) -> None:
         self.queue.close()
@@ -262,7 +274,7 @@ class TorchQueue(Mode):
     channel = "queue"
 
     def prepare(self, template: torch.Tensor) -> torch.Tensor:
-        return template.clone()  # an ordinary tensor each time: share_memory_() moves it (a copy)
+        return _copy_of(template)  # an ordinary tensor each time: share_memory_() moves it (a copy)
 
     def send(self, tensor: torch.Tensor) -> None:
         tensor.share_memory_()  # type: ignore[no-untyped-call]
@@ -360,7 +372,7 @@ class BareZeroCopy(Mode):
             self.mapping = _map(self.path, nbytes, create=True)
             self.conn.send_bytes(self.path.encode())  # the receiver maps it before the timed send
         tensor = torch.frombuffer(self.mapping, dtype=torch.float32, count=template.numel())
-        tensor.copy_(template)
+        _fill(tensor, template)
         return tensor
 
     def send(self, tensor: torch.Tensor) -> None:
