@@ -186,8 +186,8 @@ class Encoder:
 
     def _export(self, transport: Transport, buffer: BufferPlan, frames: list[Buffer]) -> Handle:
         """Hand one buffer to ``transport``: a device buffer to its ``export_device`` if it takes
-        it, else staged to the host first; a torch storage to ``export_storage`` if it takes it;
-        else a byte view to ``export``."""
+        it, else staged to the host first; a torch storage to ``export_storage`` if it takes it
+        (offered only where the transport's class defines one); else a byte view to ``export``."""
         view, start = buffer.view, buffer.start
         if view is not None and not (self._takes_storage and transport is self.transport):
             return transport.export(view, frames)
