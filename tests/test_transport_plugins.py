@@ -177,6 +177,44 @@ def test_a_transport_with_only_the_required_methods_sends_host_tensors_and_close
     assert _Minimal.closed == 1
 
 
+class _Recording(_Minimal):
+    """Records what the encoder hands it; no ``export_storage`` of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, Any]] = []
+
+    def export(self, data: memoryview, frames: list[Buffer]) -> Handle:
+        self.calls.append(("export", (type(data).__name__, data.nbytes)))
+        return super().export(data, frames)
+
+
+class _Storages(_Recording):
+    """Takes host storages (``export_storage``) for buffers of a multiple of 8 bytes, declines the others."""
+
+    def export_storage(self, storage: Any, start: int, nbytes: int, frames: list[Buffer]) -> Handle | None:
+        self.calls.append(("storage", (storage.dtype, storage.dim(), nbytes)))
+        if nbytes % 8:
+            return None  # declined: the encoder hands it the byte view instead
+        return super().export(memoryview(storage[start : start + nbytes].numpy()), frames)
+
+
+def test_only_a_transport_that_defines_export_storage_is_offered_storages() -> None:
+    message = diffusion.Output(output=[torch.ones(3), torch.arange(4)])  # 12 and 32 bytes
+    options = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)
+    plain, storages = _Recording(), _Storages()
+    for transport in (plain, storages):
+        got = tw.Decoder(REGISTRY).decode(tw.Encoder(transport, options).encode(message)).output
+        assert [t.tolist() for t in got] == [[1.0, 1.0, 1.0], [0, 1, 2, 3]]
+    assert plain.calls == [("export", ("memoryview", 12)), ("export", ("memoryview", 32))]
+    assert storages.calls == [
+        ("storage", (torch.uint8, 1, 12)),
+        ("export", ("memoryview", 12)),  # declined, then its byte view
+        ("storage", (torch.uint8, 1, 32)),
+        ("export", ("memoryview", 32)),  # (what this transport's export_storage itself calls)
+    ]
+
+
 def test_a_transport_missing_a_required_method_cannot_be_made() -> None:
     class Half(Transport):
         name: ClassVar[str] = "half"
