@@ -271,6 +271,16 @@ def test_read_only_memory_goes_through_the_pool(shm: transports.ShmTransport) ->
     del out
 
 
+def test_the_address_of_a_view_is_the_one_numpy_gives() -> None:
+    from tensorwire.transports.shm import _address
+
+    block = np.arange(64, dtype=np.uint8)
+    for view in (memoryview(block), memoryview(block)[5:], memoryview(block).toreadonly()[7:]):
+        assert _address(view) == np.frombuffer(view, dtype=np.uint8).ctypes.data
+    with pytest.raises(BufferError, match="not C-contiguous"):  # numpy's refusal, for a writable view too
+        _address(memoryview(block[::2]))
+
+
 def test_a_descriptor_failure_hands_the_slots_back(shm: transports.ShmTransport) -> None:
     encoder, decoder = _pair(shm)
     frames = encoder.encode(diffusion.Output(output=[torch.ones(20_000), torch.ones(30_000)]))
