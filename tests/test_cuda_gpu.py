@@ -8,6 +8,7 @@ back to zero after 1,000 transfers, the staging fallback and the out-of-memory p
 
 from __future__ import annotations
 
+import errno
 import multiprocessing as mp
 from typing import Any
 
@@ -44,7 +45,10 @@ def test_every_dtype_round_trips_bit_exact_across_processes_onto_the_device() ->
         available, registrations = parent.recv()
         assert available and registrations >= 1
         shm = transports.ShmTransport()
-        on_device = tw.Decoder(REGISTRY, transports=[shm], device="cuda:0").decode(frames).output
+        try:
+            on_device = tw.Decoder(REGISTRY, transports=[shm], device="cuda:0").decode(frames).output
+        finally:
+            shm.close()  # the receiver's cached mappings of the producer's segments go with its transport
         assert [t.dtype for t in on_device] == [torch.bfloat16, torch.float16, torch.float32, torch.uint8]
         assert all(t.device.type == "cuda" for t in on_device)
         assert [_raw(t) for t in on_device] == expected  # raw bits, bf16 included
@@ -147,8 +151,13 @@ def test_placement_out_of_memory_flushes_once_then_releases_the_message() -> Non
         torch.cuda.set_per_process_memory_fraction(0.05)
         frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(64 * MiB // 4)))
         hog = torch.empty(cap - 32 * MiB, dtype=torch.uint8, device="cuda")  # leaves less than the 64 MiB needed
-        with pytest.raises(tw.TransportError, match=r"cudaMalloc failed .* after flushing the allocator cache once"):
+        expected = (
+            r"(?s)placing buffer 0 \(67108864 bytes\) to cuda:0: cudaMalloc failed with CUDA error 2 "
+            r".*\(after flushing the allocator cache once\)$"
+        )
+        with pytest.raises(tw.TransportError, match=expected) as caught:
             decoder.decode(frames)
+        assert caught.value.errno == errno.ENOMEM
         assert runtime.flushed == 1
         assert shm.pool is not None and [s.state for s in shm.pool.slots()] == [FREE]  # the message was released
     finally:

@@ -125,15 +125,18 @@ def _receive(decoders: dict[str, Any], kind: str, payload: Any) -> torch.Tensor:
 
 
 def _send_reference(parent: Any, tensor: torch.Tensor, nbytes: int) -> None:
-    """The reference sources' style: ``.cpu()``, a fresh segment, the receiver copies out and unlinks."""
-    from multiprocessing import resource_tracker, shared_memory
+    """The reference sources' style: ``.cpu()``, a fresh segment, the receiver copies out and unlinks.
+
+    The receiver is this process's spawned child and shares its resource tracker, so the receiver's
+    ``unlink`` also takes the segment off the tracker's list (unregistering here too made the
+    tracker print a ``KeyError`` for every segment)."""
+    from multiprocessing import shared_memory
 
     host = tensor.cpu().view(torch.uint16).numpy()
     segment = shared_memory.SharedMemory(create=True, size=nbytes)
     np.ndarray(host.shape, dtype=host.dtype, buffer=segment.buf)[:] = host
     parent.send(("reference", (segment.name, host.size)))
     segment.close()
-    resource_tracker.unregister(segment._name, "shared_memory")  # type: ignore[attr-defined]  # the receiver unlinks
 
 
 def _end_to_end(nbytes: int, reps: int) -> dict[str, Any]:
