@@ -9,13 +9,16 @@ handle (names of our pattern only) and import the buffers, each transport provin
 capability before any side effect; each descriptor is checked against its buffer and the limits
 first. Tensors placed on a device (``device=``, see ``tensorwire.placement``) are copied there. If
 anything fails, the decode lets go of what it imported and gives back the rest, each transport
-acting only on handles that prove their capability: a forged handle changes nothing.
+acting only on handles that prove their capability: a forged handle changes nothing. The error it
+raises holds none of it (the failed frames' locals are cleared; their lines stay in the traceback).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache, partial
+from traceback import clear_frames
 from typing import Annotated, Any, Literal, Union
 
 import msgspec
@@ -129,6 +132,9 @@ class Decoder:
                 reading.incoming().finish(len(frame.buffers) != 1)
         except BaseException as exc:
             reading.incoming().fail()
+            # The failed frames below this one held the imported buffers as locals, and the error
+            # keeps its frames while the caller keeps the error: a sender's slot stayed claimed.
+            _clear_locals(exc)
             if isinstance(exc, msgspec.MsgspecError):
                 raise self._error(head, exc) from None
             if isinstance(exc, DecodeError):
@@ -337,6 +343,30 @@ class _Peek(msgspec.Struct, array_like=True):
 
 
 _PEEK = msgspec.msgpack.Decoder(_Peek)
+
+
+def _clear_locals(exc: BaseException) -> None:
+    """Clear the locals of the finished frames in the tracebacks of ``exc`` and of the errors it was
+    raised from or during, except those of an error the caller was handling (caught in a frame that
+    is still running: this call's callers). Their lines stay printable."""
+    here = sys._getframe(1)  # the decode
+    callers: set[int] = set()
+    frame = here.f_back
+    while frame is not None:
+        callers.add(id(frame))
+        frame = frame.f_back
+    seen: set[int] = set()  # a chain set by hand may loop
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        tb = error.__traceback__
+        if tb is not None and id(tb.tb_frame) in callers:
+            continue  # the caller's own error (decode was called while handling it)
+        pending += (error.__cause__, error.__context__)
+        clear_frames(tb)
 
 
 @lru_cache(maxsize=64)

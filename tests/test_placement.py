@@ -106,10 +106,11 @@ def test_out_of_memory_twice_releases_the_whole_message(shm: Any) -> None:
     frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
     with pytest.raises(
         tw.TransportError, match=r"placing buffer 0 \(4194304 bytes\) to cuda:0: cudaMalloc .*after flushing"
-    ):
+    ) as caught:
         _decoder(shm, fake).decode(frames)
     assert fake.flushed == 1 and fake.registered == {}
-    assert [s.state for s in shm.pool.slots()] == [FREE]  # the message was released
+    assert [s.state for s in shm.pool.slots()] == [FREE]  # the message was released, while its error is kept
+    assert "upload_one" in [entry.name for entry in caught.traceback]  # the failed frames' lines stay
 
 
 def test_a_failed_registration_falls_back_to_a_pageable_copy(shm: Any) -> None:

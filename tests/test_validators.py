@@ -61,3 +61,67 @@ def test_a_registered_validator_runs_on_build_and_on_decode(tmp_path: Path) -> N
     assert seen == [48_000, 48_000, 48_000]  # built, checked by the encoder, checked again on decode
     with pytest.raises(tw.ValidationError, match=r"^audio.Clip: rule RATE_TOO_HIGH: got 192000$"):
         clip_type(samples=torch.zeros(2, 8), sample_rate=192_000, window=(0, 8))
+
+
+def _frames_of(error: BaseException | None) -> list[str]:
+    """The functions in the tracebacks of ``error`` and of the errors it was raised from or during."""
+    names: list[str] = []
+    while error is not None:
+        tb = error.__traceback__
+        while tb is not None:
+            names.append(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        error = error.__cause__ or error.__context__
+    return names
+
+
+def _raise_own(marker: object) -> None:
+    raise KeyError("the caller's own error")
+
+
+def test_a_kept_decode_error_holds_no_tensor_of_the_message(tmp_path: Path) -> None:
+    """The validator's frame held the message (its tensor a view of the sender's slot): the error
+    keeps the lines of the failed frames, not their locals; an error the caller was handling when
+    it called decode keeps its locals."""
+    import torch
+
+    from tensorwire import transports
+    from tensorwire.transports._control import CLAIMED, FREE
+    from tests.wire_helpers import frame_of, head_of
+
+    name = _name()
+
+    @tw.register_validator(name)
+    def rate(clip: Any) -> None:
+        if clip.sample_rate > 96_000:
+            raise tw.rules.violation("audio.Clip", "RATE_TOO_HIGH", f"got {clip.sample_rate}")
+
+    doc = copy.deepcopy(CLIP)
+    doc["x-validators"] = [name]
+    clip_type = tw.load_schemas(write_schemas(tmp_path, {"audio/Clip.v1.json": doc})).type("audio.Clip")
+    sender, receiver = transports.ShmTransport(), transports.ShmTransport(pool=False)
+    try:
+        options = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)
+        frames = tw.Encoder(transport=sender, options=options).encode(
+            clip_type(samples=torch.zeros(2, 8000), sample_rate=48_000, window=(0, 8))
+        )
+        head = head_of(frames[0])
+        head[4]["sample_rate"] = 192_000  # passes the schema, fails the validator after the tensor is built
+        decoder = tw.Decoder(tw.Registry([clip_type]), transports=[receiver])
+        marker = object()
+        try:
+            _raise_own(marker)
+        except KeyError as own:
+            with pytest.raises(tw.DecodeError, match=r"rule RATE_TOO_HIGH: got 192000") as caught:
+                decoder.decode([frame_of(head), *frames[1:]])
+            assert own.__traceback__ is not None and own.__traceback__.tb_next is not None
+            assert own.__traceback__.tb_next.tb_frame.f_locals["marker"] is marker  # the caller's: untouched
+        assert sender.pool is not None and [s.state for s in sender.pool.slots()] == [FREE]
+        assert "rate" in _frames_of(caught.value)  # the failed frames stay in the chain, their lines printable
+        again = clip_type(samples=torch.ones(2, 8000), sample_rate=48_000, window=(0, 8))
+        out = decoder.decode(tw.Encoder(transport=sender, options=options).encode(again))
+        assert [s.state for s in sender.pool.slots()] == [CLAIMED] and float(out.samples[0, 0]) == 1.0
+        del out
+    finally:
+        sender.close()
+        receiver.close()
