@@ -125,3 +125,45 @@ def test_a_kept_decode_error_holds_no_tensor_of_the_message(tmp_path: Path) -> N
     finally:
         sender.close()
         receiver.close()
+
+
+def test_an_error_chain_that_loops_still_ends_in_a_decode_error(tmp_path: Path) -> None:
+    """A validator may raise an error whose causes loop (set by hand): the decode clears what it
+    can and raises its DecodeError instead of walking the loop for ever."""
+    import threading
+
+    import torch
+
+    from tests.wire_helpers import frame_of, head_of
+
+    name = _name()
+
+    @tw.register_validator(name)
+    def looping(clip: Any) -> None:
+        if clip.sample_rate > 96_000:
+            first, second = ValueError("first"), ValueError("second")
+            first.__cause__, second.__cause__ = second, first
+            raise first
+
+    doc = copy.deepcopy(CLIP)
+    doc["x-validators"] = [name]
+    clip_type = tw.load_schemas(write_schemas(tmp_path, {"audio/Clip.v1.json": doc})).type("audio.Clip")
+    frames = tw.Encoder().encode(clip_type(samples=torch.zeros(2, 8), sample_rate=48_000, window=(0, 8)))
+    head = head_of(frames[0])
+    head[4]["sample_rate"] = 192_000
+    decoder = tw.Decoder(tw.Registry([clip_type]))
+    outcome: list[BaseException] = []
+
+    def decode() -> None:
+        try:
+            decoder.decode([frame_of(head)])
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=decode, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "the decode walked the looping chain for ever"
+    assert len(outcome) == 1 and isinstance(outcome[0], tw.DecodeError), outcome
+    assert outcome[0].type_id == "audio.Clip" and outcome[0].path == "$"
+    assert str(outcome[0]).startswith("audio.Clip v1: first - at `$`"), str(outcome[0])
