@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache, partial
 from traceback import clear_frames
+from types import FrameType, TracebackType
 from typing import Annotated, Any, Literal, Union
 
 import msgspec
@@ -347,14 +348,9 @@ _PEEK = msgspec.msgpack.Decoder(_Peek)
 
 def _clear_locals(exc: BaseException) -> None:
     """Clear the locals of the finished frames in the tracebacks of ``exc`` and of the errors it was
-    raised from or during, except those of an error the caller was handling (caught in a frame that
-    is still running: this call's callers). Their lines stay printable."""
+    raised from or during that were raised inside this decode (not an error the caller was handling,
+    nor one a validator chained from elsewhere). Their lines stay printable."""
     here = sys._getframe(1)  # the decode
-    callers: set[int] = set()
-    frame = here.f_back
-    while frame is not None:
-        callers.add(id(frame))
-        frame = frame.f_back
     seen: set[int] = set()  # a chain set by hand may loop
     pending: list[BaseException | None] = [exc]
     while pending:
@@ -363,10 +359,20 @@ def _clear_locals(exc: BaseException) -> None:
             continue
         seen.add(id(error))
         tb = error.__traceback__
-        if tb is not None and id(tb.tb_frame) in callers:
-            continue  # the caller's own error (decode was called while handling it)
+        if error is not exc and not _raised_below(tb, here):
+            continue
         pending += (error.__cause__, error.__context__)
         clear_frames(tb)
+
+
+def _raised_below(tb: TracebackType | None, here: FrameType) -> bool:
+    """Whether the error with traceback ``tb`` was caught in a frame that ``here`` called."""
+    frame = tb.tb_frame if tb is not None else None
+    while frame is not None:
+        if frame is here:
+            return True
+        frame = frame.f_back
+    return False
 
 
 @lru_cache(maxsize=64)

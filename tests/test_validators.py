@@ -79,6 +79,15 @@ def _raise_own(marker: object) -> None:
     raise KeyError("the caller's own error")
 
 
+def _caught_earlier(marker: object) -> KeyError:
+    """An error raised and caught before any decode (its frames finished), handed back."""
+    try:
+        _raise_own(marker)
+    except KeyError as error:
+        return error
+    raise AssertionError("not raised")
+
+
 def test_a_kept_decode_error_holds_no_tensor_of_the_message(tmp_path: Path) -> None:
     """The validator's frame held the message (its tensor a view of the sender's slot): the error
     keeps the lines of the failed frames, not their locals; an error the caller was handling when
@@ -141,7 +150,11 @@ def test_an_error_chain_that_loops_still_ends_in_a_decode_error(tmp_path: Path) 
     @tw.register_validator(name)
     def looping(clip: Any) -> None:
         if clip.sample_rate > 96_000:
-            first, second = ValueError("first"), ValueError("second")
+            try:
+                raise ValueError("second")
+            except ValueError as caught:
+                second = caught  # raised and caught here, inside the decode: its chain is walked
+            first = ValueError("first")
             first.__cause__, second.__cause__ = second, first
             raise first
 
@@ -167,3 +180,33 @@ def test_an_error_chain_that_loops_still_ends_in_a_decode_error(tmp_path: Path) 
     assert len(outcome) == 1 and isinstance(outcome[0], tw.DecodeError), outcome
     assert outcome[0].type_id == "audio.Clip" and outcome[0].path == "$"
     assert str(outcome[0]).startswith("audio.Clip v1: first - at `$`"), str(outcome[0])
+
+
+def test_an_error_a_validator_chains_from_elsewhere_keeps_its_locals(tmp_path: Path) -> None:
+    """Only what was raised inside the decode is cleared: an error caught earlier, elsewhere, that
+    a validator names as its cause keeps the locals of its frames."""
+    import torch
+
+    from tests.wire_helpers import frame_of, head_of
+
+    marker = object()
+    stored = _caught_earlier(marker)
+    name = _name()
+
+    @tw.register_validator(name)
+    def chaining(clip: Any) -> None:
+        if clip.sample_rate > 96_000:
+            raise tw.rules.violation("audio.Clip", "RATE_TOO_HIGH", f"got {clip.sample_rate}") from stored
+
+    doc = copy.deepcopy(CLIP)
+    doc["x-validators"] = [name]
+    clip_type = tw.load_schemas(write_schemas(tmp_path, {"audio/Clip.v1.json": doc})).type("audio.Clip")
+    frames = tw.Encoder().encode(clip_type(samples=torch.zeros(2, 8), sample_rate=48_000, window=(0, 8)))
+    head = head_of(frames[0])
+    head[4]["sample_rate"] = 192_000
+    with pytest.raises(tw.DecodeError, match=r"rule RATE_TOO_HIGH: got 192000") as caught:
+        tw.Decoder(tw.Registry([clip_type])).decode([frame_of(head)])
+    chain = _frames_of(caught.value)
+    assert "chaining" in chain and chain[-2:] == ["_caught_earlier", "_raise_own"]  # stored is in the chain
+    assert stored.__traceback__ is not None and stored.__traceback__.tb_next is not None
+    assert stored.__traceback__.tb_next.tb_frame.f_locals["marker"] is marker
