@@ -88,6 +88,23 @@ def _caught_earlier(marker: object) -> KeyError:
     raise AssertionError("not raised")
 
 
+def _clip_checked_by(tmp_path: Path, name: str) -> Any:
+    """``audio.Clip`` with the named validator."""
+    doc = copy.deepcopy(CLIP)
+    doc["x-validators"] = [name]
+    return tw.load_schemas(write_schemas(tmp_path, {"audio/Clip.v1.json": doc})).type("audio.Clip")
+
+
+def _rate_forged(frames: list[Any]) -> list[Any]:
+    """``frames`` with the clip's sample rate set to 192,000: within the schema, refused by the
+    validators here (after the clip, and its tensor, are built)."""
+    from tests.wire_helpers import frame_of, head_of
+
+    head = head_of(frames[0])
+    head[4]["sample_rate"] = 192_000
+    return [frame_of(head), *frames[1:]]
+
+
 def test_a_kept_decode_error_holds_no_tensor_of_the_message(tmp_path: Path) -> None:
     """The validator's frame held the message (its tensor a view of the sender's slot): the error
     keeps the lines of the failed frames, not their locals; an error the caller was handling when
@@ -96,7 +113,6 @@ def test_a_kept_decode_error_holds_no_tensor_of_the_message(tmp_path: Path) -> N
 
     from tensorwire import transports
     from tensorwire.transports._control import CLAIMED, FREE
-    from tests.wire_helpers import frame_of, head_of
 
     name = _name()
 
@@ -105,24 +121,20 @@ def test_a_kept_decode_error_holds_no_tensor_of_the_message(tmp_path: Path) -> N
         if clip.sample_rate > 96_000:
             raise tw.rules.violation("audio.Clip", "RATE_TOO_HIGH", f"got {clip.sample_rate}")
 
-    doc = copy.deepcopy(CLIP)
-    doc["x-validators"] = [name]
-    clip_type = tw.load_schemas(write_schemas(tmp_path, {"audio/Clip.v1.json": doc})).type("audio.Clip")
+    clip_type = _clip_checked_by(tmp_path, name)
     sender, receiver = transports.ShmTransport(), transports.ShmTransport(pool=False)
     try:
         options = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)
         frames = tw.Encoder(transport=sender, options=options).encode(
             clip_type(samples=torch.zeros(2, 8000), sample_rate=48_000, window=(0, 8))
         )
-        head = head_of(frames[0])
-        head[4]["sample_rate"] = 192_000  # passes the schema, fails the validator after the tensor is built
         decoder = tw.Decoder(tw.Registry([clip_type]), transports=[receiver])
         marker = object()
         try:
             _raise_own(marker)
         except KeyError as own:
             with pytest.raises(tw.DecodeError, match=r"rule RATE_TOO_HIGH: got 192000") as caught:
-                decoder.decode([frame_of(head), *frames[1:]])
+                decoder.decode(_rate_forged(frames))
             assert own.__traceback__ is not None and own.__traceback__.tb_next is not None
             assert own.__traceback__.tb_next.tb_frame.f_locals["marker"] is marker  # the caller's: untouched
         assert sender.pool is not None and [s.state for s in sender.pool.slots()] == [FREE]
@@ -143,8 +155,6 @@ def test_an_error_chain_that_loops_still_ends_in_a_decode_error(tmp_path: Path) 
 
     import torch
 
-    from tests.wire_helpers import frame_of, head_of
-
     name = _name()
 
     @tw.register_validator(name)
@@ -158,18 +168,14 @@ def test_an_error_chain_that_loops_still_ends_in_a_decode_error(tmp_path: Path) 
             first.__cause__, second.__cause__ = second, first
             raise first
 
-    doc = copy.deepcopy(CLIP)
-    doc["x-validators"] = [name]
-    clip_type = tw.load_schemas(write_schemas(tmp_path, {"audio/Clip.v1.json": doc})).type("audio.Clip")
-    frames = tw.Encoder().encode(clip_type(samples=torch.zeros(2, 8), sample_rate=48_000, window=(0, 8)))
-    head = head_of(frames[0])
-    head[4]["sample_rate"] = 192_000
+    clip_type = _clip_checked_by(tmp_path, name)
+    frames = _rate_forged(tw.Encoder().encode(clip_type(samples=torch.zeros(2, 8), sample_rate=48_000, window=(0, 8))))
     decoder = tw.Decoder(tw.Registry([clip_type]))
     outcome: list[BaseException] = []
 
     def decode() -> None:
         try:
-            decoder.decode([frame_of(head)])
+            decoder.decode(frames)
         except BaseException as exc:
             outcome.append(exc)
 
@@ -187,8 +193,6 @@ def test_an_error_a_validator_chains_from_elsewhere_keeps_its_locals(tmp_path: P
     a validator names as its cause keeps the locals of its frames."""
     import torch
 
-    from tests.wire_helpers import frame_of, head_of
-
     marker = object()
     stored = _caught_earlier(marker)
     name = _name()
@@ -198,14 +202,10 @@ def test_an_error_a_validator_chains_from_elsewhere_keeps_its_locals(tmp_path: P
         if clip.sample_rate > 96_000:
             raise tw.rules.violation("audio.Clip", "RATE_TOO_HIGH", f"got {clip.sample_rate}") from stored
 
-    doc = copy.deepcopy(CLIP)
-    doc["x-validators"] = [name]
-    clip_type = tw.load_schemas(write_schemas(tmp_path, {"audio/Clip.v1.json": doc})).type("audio.Clip")
-    frames = tw.Encoder().encode(clip_type(samples=torch.zeros(2, 8), sample_rate=48_000, window=(0, 8)))
-    head = head_of(frames[0])
-    head[4]["sample_rate"] = 192_000
+    clip_type = _clip_checked_by(tmp_path, name)
+    frames = _rate_forged(tw.Encoder().encode(clip_type(samples=torch.zeros(2, 8), sample_rate=48_000, window=(0, 8))))
     with pytest.raises(tw.DecodeError, match=r"rule RATE_TOO_HIGH: got 192000") as caught:
-        tw.Decoder(tw.Registry([clip_type])).decode([frame_of(head)])
+        tw.Decoder(tw.Registry([clip_type])).decode(frames)
     chain = _frames_of(caught.value)
     assert "chaining" in chain and chain[-2:] == ["_caught_earlier", "_raise_own"]  # stored is in the chain
     assert stored.__traceback__ is not None and stored.__traceback__.tb_next is not None
