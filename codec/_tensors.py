@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 import torch
 
-from tensorwire._wire import DATA_MAX, DIMS, EXT_INLINE, EXT_TENSOR, INLINE, Descriptor, pack_descriptor, pack_inline
+from tensorwire._wire import DATA_MAX, EXT_INLINE, EXT_TENSOR, INLINE_DIMS, Descriptor, pack_descriptor, pack_inline
 from tensorwire.dtypes import DTYPE_NAMES, DTYPES
 from tensorwire.errors import EncodeError
 from tensorwire.options import Limits
@@ -243,7 +243,7 @@ class Outgoing:
                 self.data_bytes = offset + nbytes
                 chars = (_CHARS.get(nbytes) or _chars(nbytes)) if type(t) is torch.Tensor else None
                 self.data.append(bytes(_host_bytes(t, nbytes)) if chars is None else chars.from_address(start))
-                return Ext(EXT_INLINE, INLINE.pack(0, code, rank, 0, offset, nbytes) + DIMS[rank].pack(*shape))
+                return Ext(EXT_INLINE, INLINE_DIMS[rank].pack(0, code, rank, 0, offset, nbytes, *shape))
         strides = t.stride()
         self._check(shape, nbytes, itemsize, strides)
         if not nbytes:

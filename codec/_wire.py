@@ -85,6 +85,7 @@ INLINE = struct.Struct("<BBBBQQ")  # HEAD, offset in frame 0's data, nbytes
 
 Buffer = bytes | bytearray | memoryview
 DIMS = [struct.Struct(f"<{rank}Q") for rank in range(16)]  # the shapes of the common ranks
+INLINE_DIMS = [struct.Struct(f"<BBBBQQ{rank}Q") for rank in range(16)]  # INLINE and a shape of a common rank
 
 
 def _number(text: str) -> bool:
