@@ -166,7 +166,7 @@ def test_measure_rows() -> None:
         rows,
         {
             "envelope (10 fields)": {TENSORWIRE, RAW, FLOOR, CHECKS},
-            "one 16x16 float32 tensor (bench.One)": {TENSORWIRE, HOOKS, RAW},
+            "one 16x16 float32 tensor (bench.One)": {TENSORWIRE, HOOKS, RAW, FLOOR},
             "eight 64x64 float32 tensors (bench.Step)": {TENSORWIRE, HOOKS},
             "list of 50 small structs (bench.Batch)": {TENSORWIRE, RAW, FLOOR, CHECKS},
             "rpc.Request, a 16x16 tensor in kwargs": {TENSORWIRE, HOOKS},

@@ -19,7 +19,10 @@ the case's reference:
 - one 16x16 float32 tensor (``bench.One``), eight 64x64 float32 tensors (``bench.Step``) and an
   ``rpc.Request`` with a 16x16 tensor in its kwargs: against the hooks style
   (``tools.bench.hooks_style``) carrying the same fields. The raw msgspec row of ``bench.One``
-  carries the tensor as bytes (turned into bytes and back into a tensor of known shape).
+  carries the tensor as bytes (turned into bytes and back into a tensor of known shape); its
+  floor is tensorwire's design for it, the steps of the envelope's floor with the one hook call
+  per tensor each needs (its descriptor and a view of its bytes on encode, the caller's tensor
+  in the schema check, the tensor built from frame 0's data on decode).
 
 In process, the hooks style's side frames are writable views of the source tensor, so its decode
 does not copy them, while tensorwire's frames are read-only and its decode copies: 1 KiB for one
@@ -231,9 +234,11 @@ def _one_case(tensor: torch.Tensor, label: str) -> _Case:
         got = raw_decoder.decode(raw_encoder.encode(RawOne(request_id="req-1", tensor=tensor.numpy().tobytes())))
         return torch.frombuffer(bytearray(got.tensor), dtype=torch.float32).view(shape)
 
+    floor = _tensor_floor(message)
     assert _same_tensors([decoder.decode(encoder.encode(message)).tensor], [tensor])
     assert _same_tensors([hooks.decode(hooks.encode(hooks_message), HooksOne).tensor], [tensor])
     assert _same_tensors([raw()], [tensor])
+    assert _same_tensors([floor().tensor], [tensor]) and floor().request_id == message.request_id
     return _Case(
         label,
         HOOKS,
@@ -241,6 +246,7 @@ def _one_case(tensor: torch.Tensor, label: str) -> _Case:
             TENSORWIRE: lambda: decoder.decode(encoder.encode(message)),
             HOOKS: lambda: hooks.decode(hooks.encode(hooks_message), HooksOne),
             RAW: raw,
+            FLOOR: floor,
         },
     )
 
@@ -293,6 +299,71 @@ def _floor(message: Any) -> Callable[[], Any]:
         check(body)
         head = bare + body
         head.translate(None, table)
+        return frame_decoder.decode(head).body
+
+    return floor
+
+
+def _tensor_floor(message: Any) -> Callable[[], Any]:
+    """The steps of a tensorwire round trip of ``message`` whose tensors (small, contiguous, on the
+    host) all travel inside frame 0, with no Python between them but one hook call per tensor in
+    each step that meets it: the body's encode (each tensor's descriptor, its bytes viewed for the
+    join), the encoder's schema check (its checking decode, given the caller's tensors, rules
+    included), frame 0 joined, the nesting count of what follows the data, and frame 0's typed
+    decode (each tensor copied out of the data and built as the decoder builds it)."""
+    import ctypes
+
+    import numpy as np
+
+    from tensorwire._body import Checking
+    from tensorwire._decoder import _frame_type
+    from tensorwire._plan import type_plan
+    from tensorwire._tensors import _TORCH, BUILD
+    from tensorwire._wire import DIMS, EXT_INLINE, INLINE, INLINE_DIMS, data_header, data_span
+    from tensorwire.dtypes import DTYPE_NAMES
+
+    prefix = type_plan(type(message)).prefix
+    checking = Checking(type(message))
+    data: list[Any] = []  # this round trip's tensor bytes, in body order
+    values: list[Any] = []  # this round trip's tensors, in body order
+    chars: dict[int, Any] = {}  # nbytes -> ctypes.c_char * nbytes
+    frame_data = memoryview(b"")
+    total = 0
+
+    def describe(tensor: Any) -> msgspec.msgpack.Ext:
+        nonlocal total
+        code, itemsize = _TORCH[tensor.dtype]
+        shape, rank = tensor.shape, tensor.dim()
+        nbytes = tensor.numel() * itemsize
+        kind = chars.get(nbytes) or chars.setdefault(nbytes, ctypes.c_char * nbytes)
+        data.append(kind.from_address(tensor.data_ptr()))
+        values.append(tensor)
+        total += nbytes
+        return msgspec.msgpack.Ext(EXT_INLINE, INLINE_DIMS[rank].pack(0, code, rank, 0, total - nbytes, nbytes, *shape))
+
+    def build(code: int, payload: memoryview) -> Any:
+        _, dtype, rank, _, offset, nbytes = INLINE.unpack_from(payload)
+        shape = DIMS[rank].unpack_from(payload, INLINE.size)
+        numpy_dtype = BUILD[DTYPE_NAMES[dtype]][1]
+        return torch.from_numpy(np.ndarray(shape, numpy_dtype, bytearray(frame_data[offset : offset + nbytes])))
+
+    body_encoder = msgspec.msgpack.Encoder(enc_hook=describe)
+    frame_decoder = msgspec.msgpack.Decoder(_frame_type(bench_registry(), False), ext_hook=build)
+
+    def floor() -> Any:
+        nonlocal total, frame_data
+        data.clear()
+        values.clear()
+        total = 0
+        body = body_encoder.encode(message)
+        checking.values, checking.index = values, 0
+        checking.decode(body)
+        head = b"".join([prefix, data_header(total), *data, b"\x90", body])
+        span = data_span(head)
+        assert span is not None
+        rest = head[span[1] :]
+        rest.translate(None, _count_table(len(rest)))
+        frame_data = memoryview(head)[span[0] : span[1]]
         return frame_decoder.decode(head).body
 
     return floor
