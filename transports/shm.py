@@ -141,7 +141,7 @@ def _address(data: memoryview) -> int:
     if not data.readonly:
         try:
             return ctypes.addressof(ctypes.c_char.from_buffer(data))
-        except TypeError:  # not one C-contiguous run: numpy says so, as it did before
+        except (TypeError, ValueError):  # not one C-contiguous run, or empty: numpy answers, as it did before
             pass
     return int(np.frombuffer(data, dtype=np.uint8).ctypes.data)
 
