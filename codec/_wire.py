@@ -88,6 +88,11 @@ DIMS = [struct.Struct(f"<{rank}Q") for rank in range(16)]  # the shapes of the c
 INLINE_DIMS = [struct.Struct(f"<BBBBQQ{rank}Q") for rank in range(16)]  # INLINE and a shape of a common rank
 
 
+def _dims(rank: int) -> struct.Struct:
+    """The struct of a shape of ``rank`` dims (precompiled for the common ranks)."""
+    return DIMS[rank] if rank < len(DIMS) else struct.Struct(f"<{rank}Q")
+
+
 def _number(text: str) -> bool:
     """A short run of ASCII digits (an int Python converts without a length limit)."""
     return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
@@ -216,7 +221,7 @@ def pack_descriptor(
     flags = (0 if strides is None else STRIDED) | (SHARED if shared else 0)
     head = PLACED.pack(kind, dtype, rank, flags, buffer, offset, nbytes)
     if strides is None:
-        return head + (DIMS[rank] if rank < len(DIMS) else struct.Struct(f"<{rank}Q")).pack(*shape)
+        return head + _dims(rank).pack(*shape)
     return head + struct.pack(f"<{rank}Q{rank}q", *shape, *strides)
 
 
@@ -264,8 +269,7 @@ def unpack_descriptor(code: int, data: Buffer) -> Descriptor:
         dims = struct.unpack_from(f"<{rank}Q{rank}q", data, PLACED.size)
         shape, strides = dims[:rank], dims[rank:]
     else:
-        dims_of = DIMS[rank] if rank < len(DIMS) else struct.Struct(f"<{rank}Q")  # (a limit checks the rank later)
-        shape, strides = dims_of.unpack_from(data, PLACED.size), None
+        shape, strides = _dims(rank).unpack_from(data, PLACED.size), None  # (a limit checks the rank later)
     return Descriptor(KINDS[kind], DTYPE_NAMES[dtype], shape, strides, buffer, offset, nbytes)
 
 
