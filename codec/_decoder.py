@@ -135,7 +135,7 @@ class Decoder:
             reading.incoming().fail()
             # The failed frames below this one held the imported buffers as locals, and the error
             # keeps its frames while the caller keeps the error: a sender's slot stayed claimed.
-            _clear_locals(exc)
+            _clear_locals(exc, sys._getframe())
             if isinstance(exc, msgspec.MsgspecError):
                 raise self._error(head, exc) from None
             if isinstance(exc, DecodeError):
@@ -346,11 +346,10 @@ class _Peek(msgspec.Struct, array_like=True):
 _PEEK = msgspec.msgpack.Decoder(_Peek)
 
 
-def _clear_locals(exc: BaseException) -> None:
+def _clear_locals(exc: BaseException, here: FrameType) -> None:
     """Clear the locals of the finished frames in the tracebacks of ``exc`` and of the errors it was
-    raised from or during that were raised inside this decode (not an error the caller was handling,
-    nor one a validator chained from elsewhere). Their lines stay printable."""
-    here = sys._getframe(1)  # the decode
+    raised from or during that were raised inside the call running in frame ``here`` (not an error
+    its caller was handling, nor one a validator chained from elsewhere). Their lines stay printable."""
     seen: set[int] = set()  # a chain set by hand may loop
     pending: list[BaseException | None] = [exc]
     while pending:
