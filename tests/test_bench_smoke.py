@@ -144,3 +144,22 @@ def test_the_idle_probe_times_work_after_each_pause() -> None:
     for row in rows:
         assert set(row) == {"pause_s", "loop_us", "write_ns_per_page", "tensorwire_decode_us", "msgspec_decode_us"}
         assert all(value > 0 for key, value in row.items() if key != "pause_s")
+
+
+def test_the_in_flight_probe_times_sends_behind_unread_messages() -> None:
+    import gc
+    import os
+
+    from wire_helpers import segments_of
+
+    from tools.bench.in_flight import measure, render
+
+    before = set(segments_of(os.getpid()))
+    rows = measure([0, 4], size=64 * 1024, rounds=2, number=3, seed=0)
+    gc.collect()
+    assert set(segments_of(os.getpid())) <= before  # every message read, every pool closed
+    assert [row["in_flight"] for row in rows] == [0, 4]
+    assert rows[0]["ratio"] == 1.0 and rows[1]["ratio"] == rows[1]["median_us"] / rows[0]["median_us"]
+    assert all(0 < row["min_us"] <= row["median_us"] <= row["max_us"] for row in rows)
+    table = render(rows, 64 * 1024)
+    assert "| messages in flight | one 64 KiB send + receive |" in table and "\n| 4 | " in table

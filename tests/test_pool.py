@@ -292,3 +292,160 @@ def test_a_descriptor_failure_hands_the_slots_back(shm: transports.ShmTransport)
     with pytest.raises(tw.DecodeError, match=rf"dtype code {len(DTYPE_NAMES)} is not in the wire dtype table"):
         decoder.decode([frame_of(header)])
     assert _states(shm) == [FREE, FREE]
+
+
+def _slot_names(frames: list[Any]) -> list[str]:
+    return [handle["name"] for _, handle in head_of(frames[0])[3]]
+
+
+def _counting_checks(shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the slots ``acquire`` looks at from now on, in order."""
+    pool = shm.pool
+    assert pool is not None
+    seen: list[str] = []
+    inner = pool._reusable
+
+    def reusable(slot: Any, now_ns: int) -> bool:
+        seen.append(slot.name)
+        return inner(slot, now_ns)
+
+    monkeypatch.setattr(pool, "_reusable", reusable)
+    return seen
+
+
+def test_a_pipeline_of_messages_in_flight_looks_at_two_slots_per_send(
+    shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 32 messages in flight, each read in the order sent: a send finds the slot the oldest message
+    # left without looking at every slot still in flight
+    encoder, decoder = _pair(shm)
+    tensor = torch.ones(10_000)
+    pending = [encoder.encode(diffusion.Output(output=tensor, chunk_index=i)) for i in range(32)]
+    assert len(shm.pool.slots()) == 32  # type: ignore[union-attr]
+    seen = _counting_checks(shm, monkeypatch)
+    for i in range(32, 96):
+        oldest = pending.pop(0)
+        out = decoder.decode(oldest)
+        assert out.chunk_index == i - 32
+        del out  # its slot is free
+        seen.clear()
+        frames = encoder.encode(diffusion.Output(output=tensor, chunk_index=i))
+        assert _slot_names(frames) == _slot_names(oldest)  # the slot just freed
+        assert len(seen) <= 2, seen
+        pending.append(frames)
+    assert len(shm.pool.slots()) == 32  # type: ignore[union-attr]  # none grown
+    for frames in pending:
+        decoder.decode(frames)
+
+
+def test_one_message_at_a_time_stays_on_the_slot_taken_last(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm)
+    tensor = torch.ones(10_000)
+    held = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(3)]
+    assert len(shm.pool.slots()) == 3  # type: ignore[union-attr]
+    del held  # three free slots
+    names = set()
+    for _ in range(6):
+        frames = encoder.encode(diffusion.Output(output=tensor))
+        names.update(_slot_names(frames))
+        decoder.decode(frames)
+    assert len(names) == 1 and _states(shm) == [FREE, FREE, FREE]
+
+
+def test_a_free_slot_among_slots_in_flight_is_taken_before_the_pool_grows(
+    shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encoder, decoder = _pair(shm)
+    tensor = torch.ones(10_000)
+    pending = [encoder.encode(diffusion.Output(output=tensor)) for _ in range(5)]
+    freed = pending.pop(2)
+    decoder.decode(freed)  # the middle slot is free again; the others are still in flight
+    seen = _counting_checks(shm, monkeypatch)
+    frames = encoder.encode(diffusion.Output(output=tensor))
+    assert _slot_names(frames) == _slot_names(freed)
+    names = [slot.name for slot in shm.pool.slots()]  # type: ignore[union-attr]
+    assert seen == [names[4], names[0], names[1], names[2]]  # from the slot taken last, around
+    assert len(names) == 5
+    for pending_frames in [*pending, frames]:
+        decoder.decode(pending_frames)
+
+
+def test_a_view_inside_a_pool_tensor_is_handed_over_without_a_copy(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm)
+    first = shm.empty((100_000,), torch.float32)
+    second = shm.empty((100_000,), torch.float32)
+    first.copy_(torch.arange(100_000, dtype=torch.float32))
+    second.fill_(2.0)
+    slots = shm.pool.slots()  # type: ignore[union-attr]
+    frames = encoder.encode(diffusion.Output(output=first[50_000:60_000]))  # found by an address inside the slot
+    assert _slot_names(frames) == [slots[0].name] and len(shm.pool.slots()) == 2  # type: ignore[union-attr]
+    assert _states(shm) == [IN_FLIGHT, SENDER]
+    first[50_000] = -1.0  # shared, not copied
+    out = decoder.decode(frames).output
+    assert float(out[0]) == -1.0 and torch.equal(out[1:], torch.arange(50_001, 60_000, dtype=torch.float32))
+    del out, first
+    plain = torch.ones(100_000)  # memory no slot holds: copied into a new slot, the pool tensor untouched
+    frames = encoder.encode(diffusion.Output(output=plain))
+    assert _slot_names(frames) != [slots[1].name] and slots[1].state == SENDER
+    assert float(decoder.decode(frames).output.sum()) == 100_000.0
+    assert float(second.sum()) == 200_000.0
+
+
+def test_a_tensor_reaching_past_its_slot_is_not_handed_over_as_the_slot() -> None:
+    pool = transports.ShmTransport(idle_seconds=0).pool
+    assert pool is not None
+    try:
+        array = pool.empty_array(70_000)
+        assert array is not None
+        slot = pool.slots()[0]
+        start = slot.address
+        assert pool.hand_over_allocated(start - 1, 10) is None  # below every slot
+        assert pool.hand_over_allocated(start + slot.capacity - 8, 16) is None  # runs past its end
+        assert pool.hand_over_allocated(start + slot.capacity, 8) is None  # just after it
+        assert slot.state == SENDER
+        found = pool.hand_over_allocated(start + 64, 8)
+        assert found is not None and found[0] is slot and slot.state == IN_FLIGHT
+        assert pool.hand_over_allocated(start, 8) is None  # handed over once only
+        del array
+    finally:
+        pool.close()
+
+
+def test_the_pools_byte_count_follows_its_slots(shm: transports.ShmTransport) -> None:
+    pool = shm.pool
+    assert pool is not None
+
+    def counted() -> int:
+        return sum(slot.capacity + CONTROL_BYTES for slot in pool.slots())
+
+    encoder, decoder = _pair(shm)
+    held = [decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(n)))) for n in (10_000, 100_000, 30_000)]
+    assert pool.cached_bytes == counted() == sum(size_class(n * 4) + CONTROL_BYTES for n in (10_000, 100_000, 30_000))
+    garbage = pool.slots()[0]
+    del held
+    garbage.page.words[1] = 99  # a control page holding garbage: dropped when next looked at
+    decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(10_000))))
+    assert garbage not in pool.slots() and pool.cached_bytes == counted()
+    pool.forget(pool.slots()[0])
+    assert pool.cached_bytes == counted()
+    shm.trim(0)
+    assert pool.cached_bytes == counted() == 0
+
+
+def test_garbled_slots_met_on_the_way_to_a_free_one_are_dropped(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm)
+    tensor = torch.ones(10_000)
+    held = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(3)]
+    del held
+    first, free, last = shm.pool.slots()  # type: ignore[union-attr]
+    first.page.words[1] = 99  # not a state
+    frames = encoder.encode(diffusion.Output(output=tensor))
+    assert _slot_names(frames) == [last.name]  # the slot taken last, free again: the garbled one is not met
+    decoder.decode(frames)
+    assert shm.pool.slots() == [first, free, last]  # type: ignore[union-attr]
+    last.page.words[1] = 99
+    for _ in range(3):  # met: the last, then round to the first, both garbled, then the free one
+        frames = encoder.encode(diffusion.Output(output=tensor))
+        assert _slot_names(frames) == [free.name]
+        assert shm.pool.slots() == [free]  # type: ignore[union-attr]  # dropped, none grown
+        decoder.decode(frames)

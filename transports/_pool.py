@@ -19,6 +19,7 @@ Thread-safe. A forked child starts with an empty pool (the parent's slots stay t
 
 from __future__ import annotations
 
+import bisect
 import errno
 import mmap
 import os
@@ -130,6 +131,10 @@ class Pool:
         self._pid = os.getpid()
         self._slots: dict[int, list[Slot]] = {}
         self._by_name: dict[str, Slot] = {}
+        self._starts: list[int] = []  # the data areas' addresses, sorted (slots never overlap)
+        self._by_start: dict[int, Slot] = {}
+        self._last: dict[int, int] = {}  # size class -> where in its list the last slot was taken
+        self._cached = 0  # the bytes of every slot (control pages included)
         self._lock = threading.Lock()
         self._closed = False
         self._trimmer: threading.Thread | None = None
@@ -146,7 +151,7 @@ class Pool:
     # -- accounting ---------------------------------------------------------------------------
     @property
     def cached_bytes(self) -> int:
-        return sum(s.capacity + CONTROL_BYTES for slots in self._slots.values() for s in slots)
+        return self._cached
 
     def slots(self) -> list[Slot]:
         self._own()
@@ -165,25 +170,40 @@ class Pool:
         with self._lock:
             if self._closed:
                 raise TransportError(errno.EBADF, "the shared-memory pool is closed")
-            now = time.monotonic_ns()
-            for slot in list(self._slots.get(capacity, ())):
-                if self._reusable(slot, now):
-                    slot.page.take(state)
-                    slot.last_used = time.monotonic()
-                    return slot
+            group = self._slots.get(capacity)
+            if group:
+                # from the slot taken last: reused at once if it is free again (one message at a
+                # time stays on one warm slot), else the one after it, the least recently taken
+                # (a pipeline of messages in flight checks about two slots, not all of them)
+                now = time.monotonic_ns()
+                count = len(group)
+                start = self._last.get(capacity, 0)
+                garbage: list[Slot] = []
+                for at in range(start, start + count) if start < count else range(count):
+                    slot = group[at % count]
+                    usable = self._reusable(slot, now)
+                    if usable:
+                        slot.page.take(state)
+                        slot.last_used = time.monotonic()
+                        self._drop_all(garbage)
+                        self._last[capacity] = group.index(slot) if garbage else at % count
+                        return slot
+                    if usable is None:
+                        garbage.append(slot)
+                self._drop_all(garbage)
             grown = self._grow(capacity)
             if grown is not None:
                 grown.page.take(state)
+                self._last[capacity] = len(self._slots[capacity]) - 1
             return grown
 
-    def _reusable(self, slot: Slot, now_ns: int) -> bool:
-        """Whether ``slot`` is free, or can be made free (expired, or its receiver died); a slot
-        whose page holds no valid state is dropped."""
+    def _reusable(self, slot: Slot, now_ns: int) -> bool | None:
+        """Whether ``slot`` is free, or can be made free (expired, or its receiver died); None for a
+        slot whose page holds no valid state (to be dropped)."""
         page = slot.page
         current = page.state
         if current not in STATES or not page.valid:
-            self._drop(slot)
-            return False
+            return None
         if current == IN_FLIGHT:
             return page.expire(now_ns)
         if current == CLAIMED:
@@ -231,8 +251,7 @@ class Pool:
         with self._lock:
             group = self._slots.get(slot.capacity, [])
             if slot in group:
-                group.remove(slot)
-                self._by_name.pop(slot.name, None)
+                self._remove(slot)
                 _let_go(slot, unmap=False)
 
     def give_back(self, slot: Slot) -> None:
@@ -244,14 +263,14 @@ class Pool:
         the sender still holds it: (slot, generation, capability); None otherwise (send a copy)."""
         self._own()
         with self._lock:  # one hand-over per allocation, even when threads encode the tensor at once
-            for slots in self._slots.values():
-                for slot in slots:
-                    if slot.address <= address and address + nbytes <= slot.address + slot.capacity:
-                        if slot.state != SENDER:
-                            return None
-                        generation, capability = self.hand_over(slot, readers)
-                        return slot, generation, capability
-        return None
+            at = bisect.bisect_right(self._starts, address) - 1  # the slot starting at or below it
+            if at < 0:
+                return None
+            slot = self._by_start[self._starts[at]]
+            if address + nbytes > slot.address + slot.capacity or slot.state != SENDER:
+                return None
+            generation, capability = self.hand_over(slot, readers)
+            return slot, generation, capability
 
     def empty_array(self, nbytes: int) -> np.ndarray | None:
         """A uint8 array of ``nbytes`` living in a slot the sender holds; None if the pool cannot grow."""
@@ -285,6 +304,9 @@ class Pool:
                 raise
         self._slots.setdefault(capacity, []).append(slot)
         self._by_name[name] = slot
+        bisect.insort(self._starts, address)
+        self._by_start[address] = slot
+        self._cached += size
         self._start_trimmer()
         return slot
 
@@ -298,9 +320,20 @@ class Pool:
                 return
             self._drop(slot)
 
-    def _drop(self, slot: Slot) -> None:
+    def _remove(self, slot: Slot) -> None:
+        """Take ``slot`` out of every index of the pool (under the lock)."""
         self._slots[slot.capacity].remove(slot)
         self._by_name.pop(slot.name, None)
+        del self._starts[bisect.bisect_left(self._starts, slot.address)]
+        del self._by_start[slot.address]
+        self._cached -= slot.capacity + CONTROL_BYTES
+
+    def _drop_all(self, slots: list[Slot]) -> None:
+        for slot in slots:
+            self._drop(slot)
+
+    def _drop(self, slot: Slot) -> None:
+        self._remove(slot)
         if self._retire is not None and not self._retire(slot):
             _let_go(slot, unmap=False)  # the owner keeps the mapping (e.g. a device may still use it)
             return

@@ -1,0 +1,117 @@
+"""What one send through the pool costs while earlier messages are still in flight.
+
+    python -m tools.bench.in_flight [--in-flight 0,8,64,512] [--size 64K] [--rounds 15] [--number 50]
+                                    [--seed 0]
+
+A sender ahead of its receivers has messages handed over that no receiver has claimed yet, each
+holding a pool slot. For each count N, one ``ShmTransport`` holds N such messages (never read; a
+claim timeout of an hour keeps them in flight) and times sends of a float32 tensor of ``size``
+bytes, copied into a pool slot: the encode, then its decode in the same process, after which the
+tensor dies and the slot is free for the next send. A sample is the thread CPU time
+(``time.thread_time_ns``) of ``number`` such round trips with the garbage collector off, per
+round trip; rounds are interleaved, every N once per round in a seeded shuffled order. A row
+gives the median over rounds, the min and max, and the ratio to N = 0 (1.0: the slots in flight
+cost a send nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from tools.bench.harness import parse_size, size_label
+
+__all__ = ["main", "measure", "render"]
+
+
+def measure(in_flight: Sequence[int], size: int, rounds: int, number: int, seed: int) -> list[dict[str, Any]]:
+    """One row per count of messages in flight: ``in_flight``, ``median_us``, ``min_us``,
+    ``max_us`` (per round trip) and ``ratio`` (to the first count's median)."""
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.builtins import REGISTRY, diffusion
+
+    options = tw.EncodeOptions(inline_threshold=0, embed_threshold=0)  # every tensor through the pool
+    tensor = torch.ones(max(1, size // 4))
+    setups: dict[int, tuple[Any, Any, Any, list[Any]]] = {}
+    samples: dict[int, list[float]] = {n: [] for n in in_flight}
+    shuffle = random.Random(seed)
+    collecting = gc.isenabled()
+    try:
+        for n in in_flight:
+            shm = transports.ShmTransport(claim_timeout=3600.0)
+            encoder, decoder = tw.Encoder(shm, options), tw.Decoder(REGISTRY, [shm])
+            pending = [encoder.encode(diffusion.Output(output=tensor)) for _ in range(n)]
+            setups[n] = (shm, encoder, decoder, pending)
+            for _ in range(3):  # warm: the slot the timed sends reuse exists
+                decoder.decode(encoder.encode(diffusion.Output(output=tensor)))
+        gc.disable()
+        for _ in range(rounds):
+            order = list(in_flight)
+            shuffle.shuffle(order)
+            for n in order:
+                _, encoder, decoder, _ = setups[n]
+                start = time.thread_time_ns()
+                for _ in range(number):
+                    decoder.decode(encoder.encode(diffusion.Output(output=tensor)))
+                samples[n].append((time.thread_time_ns() - start) / number / 1000)
+    finally:
+        if collecting:
+            gc.enable()
+        for shm, _, decoder, pending in setups.values():
+            for frames in pending:  # read at last: every slot free before the pool is closed
+                decoder.decode(frames)
+            shm.close()
+    reference = statistics.median(samples[in_flight[0]])
+    return [
+        {
+            "in_flight": n,
+            "median_us": statistics.median(samples[n]),
+            "min_us": min(samples[n]),
+            "max_us": max(samples[n]),
+            "ratio": statistics.median(samples[n]) / reference,
+        }
+        for n in in_flight
+    ]
+
+
+def render(rows: Sequence[dict[str, Any]], size: int) -> str:
+    """The rows as a markdown table."""
+    first = rows[0]["in_flight"]
+    lines = [
+        f"| messages in flight | one {size_label(size)} send + receive | min - max | x {first} in flight |",
+        "|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['in_flight']} | {row['median_us']:.1f} us | {row['min_us']:.1f} - {row['max_us']:.1f} us "
+            f"| {row['ratio']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.in_flight", description=__doc__.splitlines()[0])
+    parser.add_argument("--in-flight", default="0,8,64,512", help="comma-separated counts (default 0,8,64,512)")
+    parser.add_argument("--size", default="64K", help="the tensor's size (default 64K)")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
+    parser.add_argument("--number", type=int, default=50, help="round trips per sample (default 50)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled order (default 0)")
+    args = parser.parse_args(argv)
+    counts = [int(n) for n in args.in_flight.split(",")]
+    if not counts or min(counts) < 0:
+        parser.error("--in-flight takes counts of 0 or more")
+    size = parse_size(args.size)
+    print(render(measure(counts, size, args.rounds, args.number, args.seed), size))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
