@@ -163,3 +163,7 @@ def test_the_in_flight_probe_times_sends_behind_unread_messages() -> None:
     assert all(0 < row["min_us"] <= row["median_us"] <= row["max_us"] for row in rows)
     table = render(rows, 64 * 1024)
     assert "| messages in flight | one 64 KiB send + receive |" in table and "\n| 4 | " in table
+    rows = measure([0, 3], size=64 * 1024, rounds=1, number=2, seed=0, one_shot=True)
+    gc.collect()
+    assert [row["in_flight"] for row in rows] == [0, 3] and set(segments_of(os.getpid())) <= before
+    assert "| messages sent and read (one-shot segments) |" in render(rows, 64 * 1024, one_shot=True)

@@ -126,10 +126,19 @@ class _OneShots:
             return True
 
     def sweep(self) -> int:
-        """Unlink the segments nobody claimed before their deadline; return how many."""
+        """Unlink the segments nobody claimed before their deadline; return how many.
+
+        Deadlines come in the order they were added (one claim timeout per transport), so the walk
+        stops at the first that is not due: a sweep costs what it sweeps, not what is pending (every
+        segment sent within the timeout, claimed or not: a receiver's claim is not seen here).
+        """
         now = time.monotonic_ns()
+        due: list[str] = []
         with self._lock:
-            due = [name for name, (_, deadline) in self._pending.items() if deadline < now]
+            for name, (_, deadline) in self._pending.items():
+                if deadline >= now:
+                    break
+                due.append(name)
             for name in due:
                 del self._pending[name]
         return sum(_void_one_shot(self.directory / name, lambda fd, what: expire_file(fd, what)) for name in due)

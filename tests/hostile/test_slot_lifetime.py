@@ -109,6 +109,36 @@ def test_an_unclaimed_one_shot_is_unlinked_after_its_timeout(make: Any) -> None:
         tw.Decoder(REGISTRY, transports=[shm]).decode(frames)
 
 
+class _ReadCount(dict[str, Any]):
+    """A one-shot memory that counts the entries read through ``items()``."""
+
+    read = 0
+
+    def items(self) -> Any:
+        for item in super().items():
+            self.read += 1
+            yield item
+
+
+def test_a_sweep_reads_only_the_one_shots_that_fell_due(make: Any) -> None:
+    # a sender remembers every one-shot segment until its claim timeout (claimed or not); each export
+    # sweeps, so a sweep that read them all cost a send what it had sent within the timeout
+    shm = make(pool=False, claim_timeout=0.2)
+    encoder = tw.Encoder(transport=shm, options=OOB)
+    early = [head_of(encoder.encode(_message(i))[0])[3][0][1]["name"] for i in range(3)]
+    time.sleep(0.3)
+    memory = shm._one_shots._pending = _ReadCount(shm._one_shots._pending)
+    late = [head_of(encoder.encode(_message(i))[0])[3][0][1]["name"] for i in range(50)]
+    assert memory.read == 3 + 49  # the first sweep read the three due (nothing else yet); each
+    # later one read one entry, the first not due
+    assert not any((shm.directory / name).exists() for name in early)
+    assert all((shm.directory / name).exists() for name in late) and list(memory) == late
+    time.sleep(0.3)
+    memory.read = 0
+    assert shm._one_shots.sweep() == 50 and memory.read == 50 and not memory
+    assert not any((shm.directory / name).exists() for name in late)
+
+
 def _rejected(frames: list[Any], tag: str) -> list[Any]:
     head = head_of(frames[0])
     head[0] = tag

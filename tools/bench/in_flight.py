@@ -1,17 +1,19 @@
-"""What one send through the pool costs while earlier messages are still in flight.
+"""What one send through shared memory costs while earlier messages are still in flight.
 
     python -m tools.bench.in_flight [--in-flight 0,8,64,512] [--size 64K] [--rounds 15] [--number 50]
-                                    [--seed 0]
+                                    [--seed 0] [--one-shot]
 
 A sender ahead of its receivers has messages handed over that no receiver has claimed yet, each
 holding a pool slot. For each count N, one ``ShmTransport`` holds N such messages (never read; a
 claim timeout of an hour keeps them in flight) and times sends of a float32 tensor of ``size``
 bytes, copied into a pool slot: the encode, then its decode in the same process, after which the
-tensor dies and the slot is free for the next send. A sample is the thread CPU time
-(``time.thread_time_ns``) of ``number`` such round trips with the garbage collector off, per
-round trip; rounds are interleaved, every N once per round in a seeded shuffled order. A row
-gives the median over rounds, the min and max, and the ratio to N = 0 (1.0: the slots in flight
-cost a send nothing).
+tensor dies and the slot is free for the next send. With ``--one-shot`` the transport has no
+pool (``pool=False``: a one-shot segment per buffer) and its N earlier messages were sent and
+read (a sender remembers each one-shot segment until its claim timeout: it does not see claims).
+A sample is the thread CPU time (``time.thread_time_ns``) of ``number`` such round trips with the
+garbage collector off, per round trip; rounds are interleaved, every N once per round in a seeded
+shuffled order. A row gives the median over rounds, the min and max, and the ratio to the first
+count's median (1.0: the earlier messages cost a send nothing).
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from tools.bench.harness import parse_size, size_label
 __all__ = ["main", "measure", "render"]
 
 
-def measure(in_flight: Sequence[int], size: int, rounds: int, number: int, seed: int) -> list[dict[str, Any]]:
-    """One row per count of messages in flight: ``in_flight``, ``median_us``, ``min_us``,
-    ``max_us`` (per round trip) and ``ratio`` (to the first count's median)."""
+def measure(
+    in_flight: Sequence[int], size: int, rounds: int, number: int, seed: int, *, one_shot: bool = False
+) -> list[dict[str, Any]]:
+    """One row per count of earlier messages: ``in_flight``, ``median_us``, ``min_us``, ``max_us``
+    (per round trip) and ``ratio`` (to the first count's median)."""
     import tensorwire as tw
     from tensorwire import transports
     from tensorwire.builtins import REGISTRY, diffusion
@@ -46,9 +50,13 @@ def measure(in_flight: Sequence[int], size: int, rounds: int, number: int, seed:
     collecting = gc.isenabled()
     try:
         for n in in_flight:
-            shm = transports.ShmTransport(claim_timeout=3600.0)
+            shm = transports.ShmTransport(pool=not one_shot, claim_timeout=3600.0)
             encoder, decoder = tw.Encoder(shm, options), tw.Decoder(REGISTRY, [shm])
             pending = [encoder.encode(diffusion.Output(output=tensor)) for _ in range(n)]
+            if one_shot:  # read: each one-shot segment is gone, and still remembered by its sender
+                for frames in pending:
+                    decoder.decode(frames)
+                pending = []
             setups[n] = (shm, encoder, decoder, pending)
             for _ in range(3):  # warm: the slot the timed sends reuse exists
                 decoder.decode(encoder.encode(diffusion.Output(output=tensor)))
@@ -82,11 +90,12 @@ def measure(in_flight: Sequence[int], size: int, rounds: int, number: int, seed:
     ]
 
 
-def render(rows: Sequence[dict[str, Any]], size: int) -> str:
+def render(rows: Sequence[dict[str, Any]], size: int, *, one_shot: bool = False) -> str:
     """The rows as a markdown table."""
     first = rows[0]["in_flight"]
+    earlier = "messages sent and read (one-shot segments)" if one_shot else "messages in flight"
     lines = [
-        f"| messages in flight | one {size_label(size)} send + receive | min - max | x {first} in flight |",
+        f"| {earlier} | one {size_label(size)} send + receive | min - max | x {first} |",
         "|---:|---:|---:|---:|",
     ]
     for row in rows:
@@ -104,12 +113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
     parser.add_argument("--number", type=int, default=50, help="round trips per sample (default 50)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled order (default 0)")
+    parser.add_argument("--one-shot", action="store_true", help="one-shot segments (no pool) behind messages read")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.in_flight.split(",")]
     if not counts or min(counts) < 0:
         parser.error("--in-flight takes counts of 0 or more")
     size = parse_size(args.size)
-    print(render(measure(counts, size, args.rounds, args.number, args.seed), size))
+    rows = measure(counts, size, args.rounds, args.number, args.seed, one_shot=args.one_shot)
+    print(render(rows, size, one_shot=args.one_shot))
     return 0
 
 
