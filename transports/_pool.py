@@ -185,8 +185,10 @@ class Pool:
                     if usable:
                         slot.page.take(state)
                         slot.last_used = time.monotonic()
-                        self._drop_all(garbage)
-                        self._last[capacity] = group.index(slot) if garbage else at % count
+                        self._last[capacity] = at % count
+                        if garbage:
+                            self._drop_all(garbage)
+                            self._last[capacity] = group.index(slot)  # those dropped moved the rest
                         return slot
                     if usable is None:
                         garbage.append(slot)
