@@ -167,3 +167,20 @@ def test_the_in_flight_probe_times_sends_behind_unread_messages() -> None:
     gc.collect()
     assert [row["in_flight"] for row in rows] == [0, 3] and set(segments_of(os.getpid())) <= before
     assert "| messages sent and read (one-shot segments) |" in render(rows, 64 * 1024, one_shot=True)
+
+
+def test_the_in_flight_pipeline_sends_to_a_receiver_process() -> None:
+    import gc
+    import os
+
+    from wire_helpers import segments_of
+
+    from tools.bench.in_flight import measure_pipeline, render_pipeline
+
+    before = set(segments_of(os.getpid()))
+    rows = measure_pipeline([1, 4], size=64 * 1024, rounds=2, number=6, seed=0)
+    gc.collect()
+    assert set(segments_of(os.getpid())) <= before  # the receiver is gone, every pool closed
+    assert [row["in_flight"] for row in rows] == [1, 4] and rows[0]["slots"] == 1 and 1 <= rows[1]["slots"] <= 4
+    assert all(0 < row["min_us"] <= row["median_us"] <= row["max_us"] and row["sender_cpu_us"] > 0 for row in rows)
+    assert "| messages allowed in flight | one 64 KiB message |" in render_pipeline(rows, 64 * 1024)

@@ -16,8 +16,8 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
-from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER
-from tensorwire.transports._pool import size_class
+from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, Page
+from tensorwire.transports._pool import PASSED, size_class
 from tensorwire.transports.shm import SHM_DIR
 
 OOB = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)
@@ -298,61 +298,32 @@ def _slot_names(frames: list[Any]) -> list[str]:
     return [handle["name"] for _, handle in head_of(frames[0])[3]]
 
 
-def _counting_checks(shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the slots ``acquire`` looks at from now on, in order."""
+def _counting_looks(shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
+    """The names of the slots ``acquire`` looks at from now on, in order: at a glance (is it free?),
+    and closely (can it be made free?)."""
     pool = shm.pool
     assert pool is not None
-    seen: list[str] = []
-    inner = pool._reusable
+    glances: list[str] = []
+    looks: list[str] = []
+    quick = Page.is_free.fget
+    assert quick is not None
 
-    def reusable(slot: Any, now_ns: int) -> bool:
-        seen.append(slot.name)
-        return inner(slot, now_ns)
+    def is_free(page: Page) -> bool:  # (called under the pool's lock: its slots read without it)
+        glances.append(next(slot.name for slot in pool._by_name.values() if slot.page is page))
+        return bool(quick(page))
 
+    close = pool._reusable
+
+    def reusable(slot: Any, now_ns: int) -> bool | None:
+        looks.append(slot.name)
+        return close(slot, now_ns)
+
+    monkeypatch.setattr(Page, "is_free", property(is_free))
     monkeypatch.setattr(pool, "_reusable", reusable)
-    return seen
+    return glances, looks
 
 
-def test_a_pipeline_of_messages_in_flight_looks_at_two_slots_per_send(
-    shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # 32 messages in flight, each read in the order sent: a send finds the slot the oldest message
-    # left without looking at every slot still in flight
-    encoder, decoder = _pair(shm)
-    tensor = torch.ones(10_000)
-    pending = [encoder.encode(diffusion.Output(output=tensor, chunk_index=i)) for i in range(32)]
-    assert len(shm.pool.slots()) == 32  # type: ignore[union-attr]
-    seen = _counting_checks(shm, monkeypatch)
-    for i in range(32, 96):
-        oldest = pending.pop(0)
-        out = decoder.decode(oldest)
-        assert out.chunk_index == i - 32
-        del out  # its slot is free
-        seen.clear()
-        frames = encoder.encode(diffusion.Output(output=tensor, chunk_index=i))
-        assert _slot_names(frames) == _slot_names(oldest)  # the slot just freed
-        assert len(seen) <= 2, seen
-        pending.append(frames)
-    assert len(shm.pool.slots()) == 32  # type: ignore[union-attr]  # none grown
-    for frames in pending:
-        decoder.decode(frames)
-
-
-def test_one_message_at_a_time_stays_on_the_slot_taken_last(shm: transports.ShmTransport) -> None:
-    encoder, decoder = _pair(shm)
-    tensor = torch.ones(10_000)
-    held = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(3)]
-    assert len(shm.pool.slots()) == 3  # type: ignore[union-attr]
-    del held  # three free slots
-    names = set()
-    for _ in range(6):
-        frames = encoder.encode(diffusion.Output(output=tensor))
-        names.update(_slot_names(frames))
-        decoder.decode(frames)
-    assert len(names) == 1 and _states(shm) == [FREE, FREE, FREE]
-
-
-def test_a_free_slot_among_slots_in_flight_is_taken_before_the_pool_grows(
+def test_a_send_takes_the_first_free_slot_with_a_glance_at_each_before_it(
     shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     encoder, decoder = _pair(shm)
@@ -360,14 +331,73 @@ def test_a_free_slot_among_slots_in_flight_is_taken_before_the_pool_grows(
     pending = [encoder.encode(diffusion.Output(output=tensor)) for _ in range(5)]
     freed = pending.pop(2)
     decoder.decode(freed)  # the middle slot is free again; the others are still in flight
-    seen = _counting_checks(shm, monkeypatch)
-    frames = encoder.encode(diffusion.Output(output=tensor))
-    assert _slot_names(frames) == _slot_names(freed)
     names = [slot.name for slot in shm.pool.slots()]  # type: ignore[union-attr]
-    assert seen == [names[4], names[0], names[1], names[2]]  # from the slot taken last, around
-    assert len(names) == 5
+    glances, looks = _counting_looks(shm, monkeypatch)
+    frames = encoder.encode(diffusion.Output(output=tensor))
+    assert _slot_names(frames) == [names[2]] and len(shm.pool.slots()) == 5  # type: ignore[union-attr]
+    assert glances == names[:3] and looks == []  # no lock, no liveness check while a slot is free
     for pending_frames in [*pending, frames]:
         decoder.decode(pending_frames)
+
+
+def test_one_message_at_a_time_stays_on_the_first_slot(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm)
+    tensor = torch.ones(10_000)
+    held = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(3)]
+    first = shm.pool.slots()[0].name  # type: ignore[union-attr]
+    del held  # three free slots: the other two idle out
+    for _ in range(6):
+        frames = encoder.encode(diffusion.Output(output=tensor))
+        assert _slot_names(frames) == [first]
+        decoder.decode(frames)
+    assert _states(shm) == [FREE, FREE, FREE]
+
+
+def test_slots_that_sends_keep_finding_busy_move_out_of_their_way(
+    shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a receiver keeps ten tensors (their slots stay claimed) while messages keep coming one at a time
+    encoder, decoder = _pair(shm)
+    tensor = torch.ones(10_000)
+    kept = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(10)]
+    held = [slot.name for slot in shm.pool.slots()]  # type: ignore[union-attr]
+    glances, looks = _counting_looks(shm, monkeypatch)
+    frames = encoder.encode(diffusion.Output(output=tensor))  # none free: each looked at closely, then growth
+    assert glances == held and looks == held
+    decoder.decode(frames)
+    moving = _slot_names(frames)[0]
+    for _ in range(PASSED - 1):  # a glance at each held slot still in the way, then the free one
+        glances.clear()
+        frames = encoder.encode(diffusion.Output(output=tensor))
+        assert _slot_names(frames) == [moving] and glances[-1] == moving and len(glances) <= 11
+        decoder.decode(frames)
+    assert [slot.name for slot in shm.pool.slots()] == [moving, *held]  # type: ignore[union-attr]  # held: at the back
+    glances.clear()
+    looks.clear()
+    frames = encoder.encode(diffusion.Output(output=tensor))
+    assert glances == [moving] and looks == []  # one glance per send from now on
+    decoder.decode(frames)
+    del kept
+    assert _states(shm) == [FREE] * 11 and len(shm.pool.slots()) == 11  # type: ignore[union-attr]
+
+
+def test_a_pipeline_of_messages_in_flight_reuses_each_slot_as_it_is_freed(
+    shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 32 messages in flight, each read in the order sent: each send takes the slot the oldest left
+    encoder, decoder = _pair(shm)
+    tensor = torch.ones(10_000)
+    pending = [encoder.encode(diffusion.Output(output=tensor, chunk_index=i)) for i in range(32)]
+    _, looks = _counting_looks(shm, monkeypatch)
+    for i in range(32, 96):
+        oldest = pending.pop(0)
+        assert decoder.decode(oldest).chunk_index == i - 32  # (the tensor dies: its slot is free)
+        frames = encoder.encode(diffusion.Output(output=tensor, chunk_index=i))
+        assert _slot_names(frames) == _slot_names(oldest)
+        pending.append(frames)
+    assert looks == [] and len(shm.pool.slots()) == 32  # type: ignore[union-attr]  # none grown
+    for frames in pending:
+        decoder.decode(frames)
 
 
 def test_a_view_inside_a_pool_tensor_is_handed_over_without_a_copy(shm: transports.ShmTransport) -> None:
@@ -432,20 +462,19 @@ def test_the_pools_byte_count_follows_its_slots(shm: transports.ShmTransport) ->
     assert pool.cached_bytes == counted() == 0
 
 
-def test_garbled_slots_met_on_the_way_to_a_free_one_are_dropped(shm: transports.ShmTransport) -> None:
+def test_garbled_slots_are_never_taken_and_are_dropped_when_no_slot_is_free(shm: transports.ShmTransport) -> None:
     encoder, decoder = _pair(shm)
     tensor = torch.ones(10_000)
     held = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(3)]
     del held
-    first, free, last = shm.pool.slots()  # type: ignore[union-attr]
-    first.page.words[1] = 99  # not a state
+    first, second, third = shm.pool.slots()  # type: ignore[union-attr]
+    first.page.words[0] = 0  # free, but not our magic
+    second.page.words[1] = 99  # not a state
     frames = encoder.encode(diffusion.Output(output=tensor))
-    assert _slot_names(frames) == [last.name]  # the slot taken last, free again: the garbled one is not met
+    assert _slot_names(frames) == [third.name]  # past both, without dropping them yet
+    assert shm.pool.slots() == [first, second, third]  # type: ignore[union-attr]
+    again = encoder.encode(diffusion.Output(output=tensor))  # none free: garbage dropped, the pool grows
+    slots = shm.pool.slots()  # type: ignore[union-attr]
+    assert slots[0] is third and len(slots) == 2 and _slot_names(again) == [slots[1].name]
     decoder.decode(frames)
-    assert shm.pool.slots() == [first, free, last]  # type: ignore[union-attr]
-    last.page.words[1] = 99
-    for _ in range(3):  # met: the last, then round to the first, both garbled, then the free one
-        frames = encoder.encode(diffusion.Output(output=tensor))
-        assert _slot_names(frames) == [free.name]
-        assert shm.pool.slots() == [free]  # type: ignore[union-attr]  # dropped, none grown
-        decoder.decode(frames)
+    decoder.decode(again)

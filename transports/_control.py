@@ -146,6 +146,12 @@ class Page:
         return int(self.words[_W_STATE])
 
     @property
+    def is_free(self) -> bool:
+        """Whether the page is valid and free (one look, no lock: the sender's quick test)."""
+        words = self.words
+        return bool(words[_W_STATE] == FREE and words[_W_MAGIC] == _MAGIC_WORD)
+
+    @property
     def generation(self) -> int:
         return int(self.words[_W_GENERATION])
 

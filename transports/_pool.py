@@ -6,7 +6,9 @@ so at most 25% is wasted). The sender copies into a free slot (or hands over a s
 with ``empty``: no copy at all) and hands it over under a fresh capability; a receiver claims it
 and frees it when its last view dies. A slot nobody claims within ``claim_timeout`` comes back
 (its capability void); a slot claimed by a receiver that died is reclaimed; a slot whose control
-page holds garbage is dropped. Growth is the only place that faults pages (pre-faulted); cached
+page holds garbage is dropped. A send takes the first free slot of its class, so the slots in use
+stay few and warm; one that sends keep finding busy (held by a receiver, or lost in flight) moves
+to the back, out of their way. Growth is the only place that faults pages (pre-faulted); cached
 bytes are bounded by a retention policy (``transports._retention``) and idle slots are given back.
 No mapping is closed while a tensor of this process still points into it: ``close``, ``trim``
 and the idle trimmer unlink and forget such a slot, and its memory goes with the last view.
@@ -37,9 +39,10 @@ from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIG
 from tensorwire.transports._retention import Retention
 from tensorwire.transports._segment import create_memfd, create_named, valid_pid
 
-__all__ = ["MIN_CLASS", "Pool", "Slot", "alive", "size_class"]
+__all__ = ["MIN_CLASS", "PASSED", "Pool", "Slot", "alive", "size_class"]
 
 MIN_CLASS = 64 * 1024
+PASSED = 64  # a slot found busy by this many sends in a row moves to the back of its class
 
 
 def size_class(nbytes: int) -> int:
@@ -79,6 +82,7 @@ class Slot:
     address: int  # of the data area
     path: Path | None
     last_used: float = field(default_factory=time.monotonic)
+    passed: int = 0  # sends in a row that found it busy on their way to a free slot
 
     @property
     def state(self) -> int:
@@ -133,7 +137,6 @@ class Pool:
         self._by_name: dict[str, Slot] = {}
         self._starts: list[int] = []  # the data areas' addresses, sorted (slots never overlap)
         self._by_start: dict[int, Slot] = {}
-        self._last: dict[int, int] = {}  # size class -> where in its list the last slot was taken
         self._cached = 0  # the bytes of every slot (control pages included)
         self._lock = threading.Lock()
         self._closed = False
@@ -172,32 +175,48 @@ class Pool:
                 raise TransportError(errno.EBADF, "the shared-memory pool is closed")
             group = self._slots.get(capacity)
             if group:
-                # from the slot taken last: reused at once if it is free again (one message at a
-                # time stays on one warm slot), else the one after it, the least recently taken
-                # (a pipeline of messages in flight checks about two slots, not all of them)
+                # the first free slot, each looked at once: the slots in use stay a compact warm set
+                # and the others idle out. One found busy by PASSED sends in a row (held by a
+                # receiver, or lost in flight) moves to the back, so that sends stop looking at it.
+                found: Slot | None = None
+                passed: list[Slot] = []
+                for slot in group:
+                    if slot.page.is_free:
+                        found = self._take(slot, state)
+                        break
+                    slot.passed += 1
+                    if slot.passed >= PASSED:
+                        passed.append(slot)
+                for slot in passed:
+                    slot.passed = 0
+                    group.remove(slot)
+                    group.append(slot)
+                if found is not None:
+                    return found
+                # none free: the first that can be made free (expired, or its receiver dead),
+                # dropping those whose page holds garbage
                 now = time.monotonic_ns()
-                count = len(group)
-                start = self._last.get(capacity, 0)
                 garbage: list[Slot] = []
-                for at in range(start, start + count) if start < count else range(count):
-                    slot = group[at % count]
-                    usable = self._reusable(slot, now)
-                    if usable:
-                        slot.page.take(state)
-                        slot.last_used = time.monotonic()
-                        self._last[capacity] = at % count
-                        if garbage:
-                            self._drop_all(garbage)
-                            self._last[capacity] = group.index(slot)  # those dropped moved the rest
-                        return slot
-                    if usable is None:
-                        garbage.append(slot)
-                self._drop_all(garbage)
+                try:
+                    for slot in group:
+                        usable = self._reusable(slot, now)
+                        if usable:
+                            return self._take(slot, state)
+                        if usable is None:
+                            garbage.append(slot)
+                finally:
+                    for slot in garbage:
+                        self._drop(slot)
             grown = self._grow(capacity)
             if grown is not None:
                 grown.page.take(state)
-                self._last[capacity] = len(self._slots[capacity]) - 1
             return grown
+
+    def _take(self, slot: Slot, state: int) -> Slot:
+        slot.page.take(state)
+        slot.last_used = time.monotonic()
+        slot.passed = 0
+        return slot
 
     def _reusable(self, slot: Slot, now_ns: int) -> bool | None:
         """Whether ``slot`` is free, or can be made free (expired, or its receiver died); None for a
@@ -329,10 +348,6 @@ class Pool:
         del self._starts[bisect.bisect_left(self._starts, slot.address)]
         del self._by_start[slot.address]
         self._cached -= slot.capacity + CONTROL_BYTES
-
-    def _drop_all(self, slots: list[Slot]) -> None:
-        for slot in slots:
-            self._drop(slot)
 
     def _drop(self, slot: Slot) -> None:
         self._remove(slot)

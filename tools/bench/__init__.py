@@ -2,7 +2,7 @@
 
     python -m tools.bench [--json] [--plot FILE] [--sizes 4K,1M,...] [--quick] [--interleave]
     python -m tools.bench.backing [--sizes 1M,...] [--rounds 20] [--json]
-    python -m tools.bench.in_flight [--in-flight 0,8,64,512] [--size 64K] [--rounds 15]
+    python -m tools.bench.in_flight [--in-flight 0,8,64,512] [--size 64K] [--rounds 15] [--pipeline]
 
 Prints a table of medians (p10-p90), GB/s, the ratio to the floor (``np.copyto`` of the same
 bytes into warm memory, or one wake-up for zero-copy modes) and to the best peer at that size.

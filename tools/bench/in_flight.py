@@ -1,7 +1,7 @@
 """What one send through shared memory costs while earlier messages are still in flight.
 
     python -m tools.bench.in_flight [--in-flight 0,8,64,512] [--size 64K] [--rounds 15] [--number 50]
-                                    [--seed 0] [--one-shot]
+                                    [--seed 0] [--one-shot | --pipeline]
 
 A sender ahead of its receivers has messages handed over that no receiver has claimed yet, each
 holding a pool slot. For each count N, one ``ShmTransport`` holds N such messages (never read; a
@@ -14,23 +14,35 @@ A sample is the thread CPU time (``time.thread_time_ns``) of ``number`` such rou
 garbage collector off, per round trip; rounds are interleaved, every N once per round in a seeded
 shuffled order. A row gives the median over rounds, the min and max, and the ratio to the first
 count's median (1.0: the earlier messages cost a send nothing).
+
+With ``--pipeline`` the receiver is a spawned process: the sender keeps up to N messages sent and
+not yet acknowledged (a thread reads the acknowledgements), the receiver decodes each message from
+a Pipe, reads an element of its tensor, drops it and acknowledges. Each N has its own transport;
+a sample is the wall time per message of ``number`` messages, with the sender's thread CPU time
+per message beside it, interleaved in the same way; the sender and the receiver run on two fixed
+CPUs (``tools.bench.cpus``) when there are two. The row also gives how many slots the pool grew to.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import multiprocessing as mp
+import os
 import random
 import statistics
+import threading
 import time
 from collections.abc import Sequence
+from multiprocessing.connection import Connection
 from typing import Any
 
 import torch
 
+from tools.bench.cpus import two_cpus
 from tools.bench.harness import parse_size, size_label
 
-__all__ = ["main", "measure", "render"]
+__all__ = ["main", "measure", "measure_pipeline", "render", "render_pipeline"]
 
 
 def measure(
@@ -90,6 +102,119 @@ def measure(
     ]
 
 
+def _receive(conn: Connection, cpus: set[int] | None) -> None:
+    """The pipeline's receiver: decode, read an element, drop, acknowledge (an empty message), until
+    an empty message comes."""
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.builtins import REGISTRY
+
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+    with transports.ShmTransport() as shm:
+        decoder = tw.Decoder(REGISTRY, [shm])
+        while blob := conn.recv_bytes():
+            message = decoder.decode(tw.split(blob))
+            float(message.output[0])
+            del message
+            conn.send_bytes(b"")
+    conn.send_bytes(b"!")  # the end: the sender's acknowledgement reader stops
+
+
+def measure_pipeline(windows: Sequence[int], size: int, rounds: int, number: int, seed: int) -> list[dict[str, Any]]:
+    """One row per window (messages allowed unacknowledged): ``in_flight``, ``median_us``, ``min_us``,
+    ``max_us`` (wall time per message), ``sender_cpu_us`` (median) and ``slots`` (the pool's, at the end)."""
+    import tensorwire as tw
+    from tensorwire import transports
+    from tensorwire.builtins import diffusion
+
+    pinned = two_cpus()
+    ours, conn = mp.Pipe()
+    child = mp.get_context("spawn").Process(target=_receive, args=(conn, pinned[1] if pinned else None), daemon=True)
+    child.start()
+    affinity = os.sched_getaffinity(0)
+    if pinned is not None:
+        os.sched_setaffinity(0, pinned[0])
+    room = threading.Semaphore(0)
+    acks = threading.Thread(target=_acknowledged, args=(ours, room), daemon=True)
+    options = tw.EncodeOptions(inline_threshold=0, embed_threshold=0)  # every tensor through the pool
+    tensor = torch.ones(max(1, size // 4))
+    senders = {n: transports.ShmTransport() for n in windows}
+    encoders = {n: tw.Encoder(shm, options) for n, shm in senders.items()}
+    wall: dict[int, list[float]] = {n: [] for n in windows}
+    cpu: dict[int, list[float]] = {n: [] for n in windows}
+    shuffle = random.Random(seed)
+    try:
+        acks.start()
+        for n in windows:  # warm: each pool grows to what its window needs
+            _pipeline_block(ours, room, encoders[n], diffusion.Output, tensor, n, number)
+        for _ in range(rounds):
+            order = list(windows)
+            shuffle.shuffle(order)
+            for n in order:
+                start, start_cpu = time.perf_counter(), time.thread_time()
+                _pipeline_block(ours, room, encoders[n], diffusion.Output, tensor, n, number)
+                wall[n].append((time.perf_counter() - start) / number * 1e6)
+                cpu[n].append((time.thread_time() - start_cpu) / number * 1e6)
+        slots = {n: len(shm.pool.slots()) if shm.pool is not None else 0 for n, shm in senders.items()}
+    finally:
+        ours.send_bytes(b"")
+        acks.join(30)
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+            child.join(5)
+        for shm in senders.values():
+            shm.close()
+        os.sched_setaffinity(0, affinity)
+    return [
+        {
+            "in_flight": n,
+            "median_us": statistics.median(wall[n]),
+            "min_us": min(wall[n]),
+            "max_us": max(wall[n]),
+            "sender_cpu_us": statistics.median(cpu[n]),
+            "slots": slots[n],
+        }
+        for n in windows
+    ]
+
+
+def _acknowledged(conn: Connection, room: threading.Semaphore) -> None:
+    """Room for one more message per acknowledgement, until the receiver's last word."""
+    while conn.recv_bytes() != b"!":
+        room.release()
+
+
+def _pipeline_block(
+    conn: Connection, room: threading.Semaphore, encoder: Any, message: Any, tensor: Any, window: int, number: int
+) -> None:
+    """Send ``number`` messages, at most ``window`` unacknowledged, and wait for every acknowledgement."""
+    import tensorwire as tw
+
+    for _ in range(window):
+        room.release()
+    for _ in range(number):
+        room.acquire()
+        conn.send_bytes(tw.join(encoder.encode(message(output=tensor))))
+    for _ in range(window):  # the last acknowledgements: back to no message in flight
+        room.acquire()
+
+
+def render_pipeline(rows: Sequence[dict[str, Any]], size: int) -> str:
+    """The pipeline's rows as a markdown table."""
+    lines = [
+        f"| messages allowed in flight | one {size_label(size)} message | min - max | sender CPU | pool slots |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['in_flight']} | {row['median_us']:.1f} us | {row['min_us']:.1f} - {row['max_us']:.1f} us "
+            f"| {row['sender_cpu_us']:.1f} us | {row['slots']} |"
+        )
+    return "\n".join(lines)
+
+
 def render(rows: Sequence[dict[str, Any]], size: int, *, one_shot: bool = False) -> str:
     """The rows as a markdown table."""
     first = rows[0]["in_flight"]
@@ -113,12 +238,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
     parser.add_argument("--number", type=int, default=50, help="round trips per sample (default 50)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled order (default 0)")
-    parser.add_argument("--one-shot", action="store_true", help="one-shot segments (no pool) behind messages read")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--one-shot", action="store_true", help="one-shot segments (no pool) behind messages read")
+    mode.add_argument("--pipeline", action="store_true", help="to a receiver process, N messages unacknowledged")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.in_flight.split(",")]
-    if not counts or min(counts) < 0:
-        parser.error("--in-flight takes counts of 0 or more")
+    if not counts or min(counts) < (1 if args.pipeline else 0):
+        parser.error("--in-flight takes counts of 0 or more (1 or more with --pipeline)")
     size = parse_size(args.size)
+    if args.pipeline:
+        print(render_pipeline(measure_pipeline(counts, size, args.rounds, args.number, args.seed), size))
+        return 0
     rows = measure(counts, size, args.rounds, args.number, args.seed, one_shot=args.one_shot)
     print(render(rows, size, one_shot=args.one_shot))
     return 0
