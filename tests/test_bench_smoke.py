@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import io
+import os
 from collections.abc import Callable
 
 import pytest
 from conftest import REPO, shm_left_by_spawned
+from wire_helpers import segments_of
 
 from tools.bench.__main__ import render, run
 from tools.bench.modes import (
@@ -147,11 +150,6 @@ def test_the_idle_probe_times_work_after_each_pause() -> None:
 
 
 def test_the_in_flight_probe_times_sends_behind_unread_messages() -> None:
-    import gc
-    import os
-
-    from wire_helpers import segments_of
-
     from tools.bench.in_flight import measure, render
 
     before = set(segments_of(os.getpid()))
@@ -170,11 +168,6 @@ def test_the_in_flight_probe_times_sends_behind_unread_messages() -> None:
 
 
 def test_the_in_flight_pipeline_sends_to_a_receiver_process() -> None:
-    import gc
-    import os
-
-    from wire_helpers import segments_of
-
     from tools.bench.in_flight import measure_pipeline, render_pipeline
 
     before = set(segments_of(os.getpid()))
