@@ -7,14 +7,15 @@ entry stays where it arrived). ``"cpu"`` also brings tensors a transport deliver
 (CUDA IPC through the queue) to the host. numpy arrays always stay on the host.
 
 Each received buffer that holds a placed tensor is copied to the device once (views and aliases
-survive, as on the host): the host memory is page-locked for the copy when it can be (registered
-with the runtime; if registration fails the copy reads pageable memory), a new device buffer is
-allocated (on out-of-memory the allocator's cache is flushed once and the allocation retried),
-the copy runs on a side stream that the current stream then waits on, and the host range is
-unregistered once the copy has finished. Any failure releases everything of the message. A copy
-whose cleanup is uncertain (its synchronize or unregistration failed) keeps its host memory for
-good; the placement then turns unhealthy and refuses further device copies (``healthy``,
-``reason``), like ``CudaShmTransport``.
+survive, as on the host): the host memory is page-locked for the copy when it can be (a pool
+slot's whole mapping is registered with the runtime once and stays so while the receiver maps
+it; other memory is registered for the copy and unregistered once it has finished; if
+registration fails the copy reads pageable memory), a new device buffer is allocated (on
+out-of-memory the allocator's cache is flushed once and the allocation retried), and the copy
+runs on a side stream that the current stream then waits on. Any failure releases everything of
+the message. A copy whose cleanup is uncertain (its synchronize or unregistration failed) keeps
+its host memory for good; the placement then turns unhealthy and refuses further device copies
+(``healthy``, ``reason``), like ``CudaShmTransport``.
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ class Placement:
             host = torch.frombuffer(buffer, dtype=torch.uint8) if nbytes else torch.empty(0, dtype=torch.uint8)
         label = "a frame-0 tensor" if index < 0 else f"buffer {index}"
         what = f"{label} ({nbytes} bytes) to {device}"
-        address: int | None = host.data_ptr() if self.register_host and nbytes >= REGISTER_MIN_BYTES else None
-        if address is not None:
+        address: int | None = None
+        if self.register_host and nbytes >= REGISTER_MIN_BYTES and not _pinned(buffer, self.runtime):
+            address = host.data_ptr()
             try:
                 self.runtime.register(address, nbytes)
             except CudaCallError:
@@ -139,6 +141,13 @@ class Placement:
         keep_forever(memory)
         with self._lock:
             self._kept.append((reason, memory))
+
+
+def _pinned(buffer: Any, runtime: CudaRuntime) -> bool:
+    """Whether ``buffer`` lies in host memory its transport keeps page-locked (``pin_host`` on the
+    object that owns it: a pool slot's mapping, registered once for as long as it is mapped)."""
+    pin = getattr(getattr(buffer, "base", None), "pin_host", None)
+    return pin is not None and bool(pin(runtime))
 
 
 def _error(exc: CudaCallError, what: str) -> TransportError:

@@ -3,7 +3,8 @@
 Run by ``tools/gpu_check.sh`` on a machine with a GPU: registered-shm round trips of every
 common dtype across processes with device placement on receive, CUDA IPC through the queue
 transport with acknowledgements, stream ordering against a long producer kernel, registrations
-back to zero after 1,000 transfers, the staging fallback and the out-of-memory path of placement.
+back to zero after 1,000 transfers, a received slot registered once for many device copies, the
+staging fallback and the out-of-memory path of placement.
 """
 
 from __future__ import annotations
@@ -134,11 +135,37 @@ def test_without_cuda_shm_the_encoder_stages_through_pinned_memory() -> None:
 class _CountingRuntime(transports.TorchCudaRuntime):
     def __init__(self) -> None:
         super().__init__()
-        self.flushed = 0
+        self.flushed = self.registers = self.unregisters = 0
 
     def empty_cache(self) -> None:
         self.flushed += 1
         super().empty_cache()
+
+    def register(self, address: int, nbytes: int) -> None:
+        super().register(address, nbytes)
+        self.registers += 1
+
+    def unregister(self, address: int) -> None:
+        super().unregister(address)
+        self.unregisters += 1
+
+
+def test_a_received_pool_slot_is_registered_once_for_many_device_copies() -> None:
+    transport = transports.CudaShmTransport()
+    runtime = _CountingRuntime()
+    encoder = tw.Encoder(transport=transport)
+    decoder = tw.Decoder(REGISTRY, transports=[transport], device="cuda:0", runtime=runtime)
+    tensor = torch.zeros(4 * MiB // 4, dtype=torch.float32, device="cuda")
+    try:
+        for i in range(100):
+            tensor.fill_(i)
+            received = decoder.decode(encoder.encode(diffusion.Output(output=tensor))).output
+            assert received.device.type == "cuda" and torch.equal(received, tensor)
+        assert runtime.registers == 1 and runtime.unregisters == 0  # the receiver's mapping, pinned once
+    finally:
+        transport.close()
+    assert runtime.unregisters == 1  # unregistered before the mapping went
+    assert transport.registrations == 0 and transport.healthy
 
 
 def test_placement_out_of_memory_flushes_once_then_releases_the_message() -> None:

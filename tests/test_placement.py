@@ -3,6 +3,7 @@ retention policy's bounds; the real device copies run in tests/test_cuda_gpu.py.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,22 @@ def _on_device(fake: FakeCudaRuntime, tensor: torch.Tensor) -> bool:
     return tensor.untyped_storage().data_ptr() in fake.device_storages
 
 
-def _decoder(shm: transports.ShmTransport, fake: FakeCudaRuntime, device: Any = "cuda:0") -> tw.Decoder:
-    return tw.Decoder(REGISTRY, transports=[shm], device=device, runtime=fake)
+def _decoder(
+    shm: transports.ShmTransport, fake: FakeCudaRuntime, device: Any = "cuda:0", *, borrow: bool | None = None
+) -> tw.Decoder:
+    options = tw.DecodeOptions(borrow=borrow)
+    return tw.Decoder(REGISTRY, transports=[shm], options=options, device=device, runtime=fake)
+
+
+def _copying(shm: transports.ShmTransport, fake: FakeCudaRuntime) -> tw.Decoder:
+    """A decoder that receives pool slots as private copies: each copy is registered for its own device copy."""
+    return _decoder(shm, fake, borrow=False)
+
+
+def _mapping(shm: transports.ShmTransport) -> tuple[int, int]:
+    """(address, bytes) of the one segment the transport's reader maps."""
+    (segment,) = shm._reader._maps.values()
+    return segment.address, len(segment.mapping)
 
 
 def test_every_tensor_lands_on_the_device_and_views_keep_sharing(shm: Any) -> None:
@@ -47,7 +62,8 @@ def test_every_tensor_lands_on_the_device_and_views_keep_sharing(shm: Any) -> No
     assert _on_device(fake, whole) and _on_device(fake, view)  # one device buffer for both views
     assert whole.untyped_storage().data_ptr() == view.untyped_storage().data_ptr()
     assert isinstance(arr, np.ndarray)  # numpy arrays stay on the host
-    assert fake.calls["copy_to_device"] == 1 and fake.calls["register"] == 1 and fake.registered == {}
+    assert fake.calls["copy_to_device"] == 1 and fake.calls["register"] == 1
+    assert fake.registered == dict([_mapping(shm)])  # the slot's whole mapping, kept registered
     assert [s.state for s in shm.pool.slots()] == [FREE]  # type: ignore[union-attr]  # host slot let go
 
 
@@ -96,7 +112,7 @@ def test_out_of_memory_flushes_the_cache_once_and_retries(shm: Any) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("alloc", code=2)
     frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
-    tensor = _decoder(shm, fake).decode(frames).output
+    tensor = _copying(shm, fake).decode(frames).output
     assert fake.flushed == 1 and _on_device(fake, tensor) and fake.registered == {}
 
 
@@ -107,7 +123,7 @@ def test_out_of_memory_twice_releases_the_whole_message(shm: Any) -> None:
     with pytest.raises(
         tw.TransportError, match=r"placing buffer 0 \(4194304 bytes\) to cuda:0: cudaMalloc .*after flushing"
     ) as caught:
-        _decoder(shm, fake).decode(frames)
+        _copying(shm, fake).decode(frames)
     assert fake.flushed == 1 and fake.registered == {}
     assert [s.state for s in shm.pool.slots()] == [FREE]  # the message was released, while its error is kept
     assert "upload_one" in [entry.name for entry in caught.traceback]  # the failed frames' lines stay
@@ -117,7 +133,7 @@ def test_a_failed_registration_falls_back_to_a_pageable_copy(shm: Any) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("register", code=1)
     frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
-    tensor = _decoder(shm, fake).decode(frames).output
+    tensor = _copying(shm, fake).decode(frames).output
     assert _on_device(fake, tensor) and fake.calls["unregister"] == 0
 
 
@@ -125,7 +141,7 @@ def test_a_failed_copy_enqueue_drains_and_releases(shm: Any) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("copy_to_device", code=700)
     frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
-    decoder = _decoder(shm, fake)
+    decoder = _copying(shm, fake)
     with pytest.raises(tw.TransportError, match="cudaMemcpyAsync failed with CUDA error 700"):
         decoder.decode(frames)
     assert fake.calls["drain"] == 1 and fake.registered == {} and decoder.placement is not None
@@ -136,7 +152,7 @@ def test_an_uncertain_copy_keeps_its_host_memory_and_refuses_more(shm: Any) -> N
     fake = FakeCudaRuntime()
     fake.fail_next("synchronize", code=999)
     encoder = tw.Encoder(transport=shm)
-    decoder = _decoder(shm, fake)
+    decoder = _copying(shm, fake)
     with pytest.raises(tw.TransportError, match="cudaEventSynchronize failed with CUDA error 999"):
         decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(MiB))))
     assert decoder.placement is not None and not decoder.placement.healthy
@@ -149,7 +165,7 @@ def test_a_failed_drain_after_a_failed_enqueue_keeps_the_registration(shm: Any) 
     fake = FakeCudaRuntime()
     fake.fail_next("copy_to_device", code=700)
     fake.fail_next("drain", code=700)
-    decoder = _decoder(shm, fake)
+    decoder = _copying(shm, fake)
     with pytest.raises(tw.TransportError, match="cudaMemcpyAsync failed with CUDA error 700"):
         decoder.decode(tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB))))
     assert decoder.placement is not None and not decoder.placement.healthy
@@ -160,13 +176,99 @@ def test_a_failed_drain_after_a_failed_enqueue_keeps_the_registration(shm: Any) 
 def test_a_failed_unregistration_fails_the_decode_and_keeps_the_memory(shm: Any) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("unregister", code=1)
-    decoder = _decoder(shm, fake)
+    decoder = _copying(shm, fake)
     with pytest.raises(
         tw.TransportError,
         match=r"placing buffer 0 \(4194304 bytes\) to cuda:0: cudaHostUnregister failed with CUDA error 1 .*after",
     ):
         decoder.decode(tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB))))
     assert decoder.placement is not None and not decoder.placement.healthy
+
+
+# -- pool mappings registered once ----------------------------------------------------------------
+def test_a_pool_slot_is_registered_once_for_every_message_it_carries(shm: Any) -> None:
+    fake = FakeCudaRuntime()
+    encoder, decoder = tw.Encoder(transport=shm), _decoder(shm, fake)
+    for value in range(3):
+        tensor = decoder.decode(encoder.encode(diffusion.Output(output=torch.full((MiB,), float(value))))).output
+        assert _on_device(fake, tensor) and torch.equal(tensor, torch.full((MiB,), float(value)))
+    assert len(shm.pool.slots()) == 1 and fake.calls["copy_to_device"] == 3  # type: ignore[union-attr]
+    address, size = _mapping(shm)
+    assert fake.calls["register"] == 1 and fake.registered == {address: size} and fake.calls["unregister"] == 0
+    assert shm._reader.pinned_bytes == size
+    shm.close()  # the reader lets go of its mappings: each is unregistered before it is unmapped
+    assert fake.registered == {} and fake.calls["unregister"] == 1 and shm._reader.pinned_bytes == 0
+
+
+def test_a_mapping_its_sender_dropped_is_unregistered_when_pruned(shm: Any) -> None:
+    fake = FakeCudaRuntime()
+    _decoder(shm, fake).decode(tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB))))
+    assert len(fake.registered) == 1
+    assert shm.trim(0) > 0  # the sender drops its free slot
+    shm._reader.prune()  # as the janitor does every few seconds
+    assert fake.registered == {} and shm._reader.mapped == 0 and shm._reader.pinned_bytes == 0
+
+
+def test_mappings_over_the_budget_are_registered_per_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorwire.transports import _slots
+
+    monkeypatch.setattr(_slots, "_pin_limit", lambda: 5 * MiB)  # room for one 4 MiB slot's mapping, not two
+    fake = FakeCudaRuntime()
+    shm = transports.ShmTransport(tmp_path, idle_seconds=0)
+    try:
+        encoder, decoder = tw.Encoder(transport=shm), _decoder(shm, fake)
+        frames = encoder.encode(diffusion.Output(output=torch.ones(MiB)))
+        held = encoder.encode(diffusion.Output(output=torch.ones(MiB)))  # a second slot, both in flight
+        decoder.decode(frames)
+        tensor = decoder.decode(held).output
+        assert torch.equal(tensor, torch.ones(MiB)) and _on_device(fake, tensor)
+        assert shm._reader.mapped == 2 and shm._reader.pinned_bytes < 5 * MiB
+        # the first mapping pinned (one call); the second copy registered and unregistered its own bytes
+        assert fake.calls["register"] == 2 and fake.calls["unregister"] == 1 and len(fake.registered) == 1
+    finally:
+        shm.close()
+    assert fake.registered == {}
+
+
+def test_a_small_copy_from_a_large_mapping_leaves_it_unpinned(shm: Any) -> None:
+    """Registering a mapping makes all of it resident: a sender's large slot that a message uses a
+    little of is registered for that copy only."""
+    fake = FakeCudaRuntime()
+    big = shm.empty((16 * MiB,), torch.uint8)
+    big.fill_(7)
+    frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=big[: 2 * MiB]))  # handed over, no copy
+    tensor = _decoder(shm, fake).decode(frames).output
+    assert _on_device(fake, tensor) and torch.equal(tensor, big[: 2 * MiB])
+    assert _mapping(shm)[1] > 16 * MiB and shm._reader.pinned_bytes == 0
+    assert fake.calls["register"] == 1 and fake.calls["unregister"] == 1 and fake.registered == {}
+
+
+def test_a_mapping_that_cannot_be_registered_is_not_tried_again(shm: Any) -> None:
+    fake = FakeCudaRuntime()
+    fake.fail_next("register", code=1)  # the mapping's registration
+    encoder, decoder = tw.Encoder(transport=shm), _decoder(shm, fake)
+    for _ in range(2):
+        tensor = decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(MiB)))).output
+        assert _on_device(fake, tensor) and torch.equal(tensor, torch.ones(MiB))
+    # 1 failed mapping registration, then each copy registers (and unregisters) its own bytes
+    assert fake.calls["register"] == 3 and fake.calls["unregister"] == 2 and fake.registered == {}
+    assert shm._reader.pinned_bytes == 0
+
+
+def test_a_mapping_that_cannot_be_unregistered_is_never_unmapped(shm: Any) -> None:
+    import weakref
+
+    fake = FakeCudaRuntime()
+    _decoder(shm, fake).decode(tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB))))
+    (segment,) = shm._reader._maps.values()
+    mapping = weakref.ref(segment.mapping)
+    del segment
+    fake.fail_next("unregister", code=1)
+    shm.close()
+    gc.collect()
+    assert fake.calls["unregister"] == 1 and len(fake.registered) == 1  # still registered: the device may map it
+    kept = mapping()
+    assert kept is not None and not kept.closed  # kept mapped for good
 
 
 def test_device_arguments_are_checked_up_front() -> None:

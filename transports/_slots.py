@@ -8,7 +8,10 @@ freed when the last view dies) or a private copy (freed at once). Mapped segment
 number; those their creator dropped, or whose creator died, are forgotten within a few seconds
 (``transports._janitor``). A forgotten segment's fd and mapping go with the last reference to it
 (the reader's, a lease's, a claim in progress): nothing is closed under a claim or a view.
-Thread-safe; a forked child starts with nothing mapped.
+A device placement may page-lock a whole mapping once (``pin``, through a lease) instead of each
+slot's bytes for each copy; it stays registered until the mapping goes, and is unregistered just
+before (a mapping that cannot be unregistered is never unmapped). Thread-safe; a forked child
+starts with nothing mapped.
 """
 
 from __future__ import annotations
@@ -28,29 +31,91 @@ from tensorwire.transports._control import CONTROL_BYTES, DROPPED, ONE_SHOT, Pag
 from tensorwire.transports._pool import alive
 from tensorwire.transports._reaper import creator_pid
 from tensorwire.transports._segment import open_memfd, open_named
+from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, keep_forever
 
 __all__ = ["SlotReader"]
+
+_REFUSED = "refused"  # a mapping whose registration failed: not tried again
+
+
+class _Pins:
+    """The host bytes a reader's mappings keep registered with a device runtime, and the most they may."""
+
+    __slots__ = ("limit", "lock", "total")
+
+    def __init__(self, limit: int) -> None:
+        # reentrant: a mapping collected while this thread holds it (a cycle freed by the GC inside
+        # ``pin``) unpins under it
+        self.limit, self.total, self.lock = limit, 0, threading.RLock()
+
+
+def _pin_limit() -> int:
+    """A quarter of the host's memory: the most a reader keeps page-locked for device copies."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (OSError, ValueError):
+        return 0
 
 
 class _Mapped:
     """A segment the receiver mapped: its page, an array over all of it (while a lease holds that
     array the mapping cannot be closed), the address of its first byte."""
 
-    __slots__ = ("address", "anchor", "capacity", "creator", "mapping", "name", "page", "path")
+    __slots__ = ("address", "anchor", "capacity", "creator", "mapping", "name", "page", "path", "pinned", "pins")
 
-    def __init__(self, name: str, fd: int, mapping: mmap.mmap, path: Path | None) -> None:
-        self.name, self.mapping, self.path = name, mapping, path
+    def __init__(self, name: str, fd: int, mapping: mmap.mmap, path: Path | None, pins: _Pins) -> None:
+        self.name, self.mapping, self.path, self.pins = name, mapping, path, pins
         self.page = Page(fd, mapping, f"pool slot {name}")
         self.anchor = np.frombuffer(mapping, dtype=np.uint8)
         self.address: int = self.anchor.__array_interface__["data"][0]
         self.capacity = len(mapping) - CONTROL_BYTES
         self.creator = creator_pid(name)
+        self.pinned: tuple[CudaRuntime, int] | str | None = None  # (runtime, pid) once registered
 
     def forget(self) -> None:
         """Close the fd (the mapping lives on while a lease holds it)."""
         self.page.close_fd()
 
+    def pin(self, runtime: CudaRuntime, nbytes: int) -> bool:
+        """Whether the whole mapping is page-locked, for a device copy of ``nbytes`` of it: registered
+        with ``runtime`` here, once, if the reader's budget allows and the copy covers half of it at
+        least (registration faults in every page: a sender's sparse giant segment is never made
+        resident for a small message). A copy from a pinned mapping needs no registration."""
+        pins = self.pins
+        with pins.lock:
+            if self.pinned is None:
+                size = len(self.mapping)
+                if pins.total + size > pins.limit or 2 * nbytes < size:
+                    return False  # may fit later, or suit a larger copy
+                try:
+                    runtime.register(self.address, size)
+                except CudaCallError:  # the runtime cleared its error; copies read pageable memory
+                    self.pinned = _REFUSED
+                    return False
+                self.pinned = (runtime, os.getpid())
+                pins.total += size
+            pinned = self.pinned
+            return isinstance(pinned, tuple) and pinned[1] == os.getpid()  # (a forked child's is not)
+
+    def _unpin(self) -> None:
+        """Unregister a pinned mapping, before it is unmapped; one that stays registered stays mapped."""
+        pinned = self.pinned
+        if not isinstance(pinned, tuple):
+            return
+        self.pinned = None
+        runtime, pid = pinned
+        if pid != os.getpid():  # a forked child's copy: the registration is its parent's
+            return
+        try:
+            runtime.unregister(self.address)
+        except Exception:  # CudaCallError, or a runtime already torn down at exit
+            keep_forever(self.mapping)  # never unmapped under the device
+            return
+        with self.pins.lock:
+            self.pins.total -= len(self.mapping)
+
     def __del__(self) -> None:  # the reader and every lease let go: no claim can be using the fd
+        self._unpin()
         self.forget()
 
     def freed(self, generation: int) -> None:
@@ -65,12 +130,17 @@ class _Mapped:
 class _ReceiverLease:
     """Backs a borrowed view of a slot; frees the slot when the last view dies."""
 
-    __slots__ = ("__array_interface__", "_generation", "_segment")
+    __slots__ = ("__array_interface__", "_generation", "_nbytes", "_segment")
 
     def __init__(self, segment: _Mapped, nbytes: int, offset: int, generation: int) -> None:
-        self._segment, self._generation = segment, generation
+        self._segment, self._generation, self._nbytes = segment, generation, nbytes
         start = segment.address + CONTROL_BYTES + offset
         self.__array_interface__ = {"data": (start, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
+
+    def pin_host(self, runtime: CudaRuntime) -> bool:
+        """Whether these bytes are page-locked for a device copy by ``runtime`` (their whole mapping
+        registered, once, for as long as it is mapped)."""
+        return self._segment.pin(runtime, self._nbytes)
 
     def __del__(self) -> None:
         try:
@@ -88,9 +158,10 @@ def _max_segments() -> int:
 class SlotReader:
     """Opens, maps and claims the slots handles name."""
 
-    def __init__(self, directory: Path, max_segments: int | None = None) -> None:
+    def __init__(self, directory: Path, max_segments: int | None = None, max_pinned_bytes: int | None = None) -> None:
         self.directory = directory
         self.max_segments = max_segments if max_segments is not None else _max_segments()
+        self._pins = _Pins(max_pinned_bytes if max_pinned_bytes is not None else _pin_limit())
         self._lock = threading.Lock()
         self._reset()
         janitor.watch(self)
@@ -103,6 +174,11 @@ class SlotReader:
     def mapped(self) -> int:
         """Segments mapped now."""
         return len(self._maps)
+
+    @property
+    def pinned_bytes(self) -> int:
+        """Bytes of this reader's mappings registered with a device runtime now (``pin``)."""
+        return self._pins.total
 
     def _segment(self, name: str, number: int | None) -> _Mapped:
         key = (name, number)
@@ -131,7 +207,7 @@ class SlotReader:
         except (OSError, ValueError) as exc:
             os.close(fd)
             raise DecodeError(f"{what} {name} cannot be mapped: {exc}") from None
-        segment = _Mapped(name, fd, mapping, path)
+        segment = _Mapped(name, fd, mapping, path, self._pins)
         page = segment.page
         if not page.valid or page.capacity != segment.capacity or page.flags & ONE_SHOT:
             segment.forget()
