@@ -129,6 +129,39 @@ def test_the_buffer_is_bounded() -> None:
         tw.Decoder(REGISTRY, transports=[small]).decode(frames)
 
 
+def test_the_buffer_counts_follow_every_tensor_in_and_out() -> None:
+    """``buffered`` and ``buffered_bytes`` through each way a tensor enters or leaves the buffer:
+    stored, stored again under the same ids (a broken sender), read, released, discarded as stale."""
+    queue = _ctx().Queue()
+    rx = transports.QueueTransport(queue, timeout=0.5)
+
+    def put(sender: str, message: int, index: int, nbytes: int) -> None:
+        queue.put((sender, message, index, torch.zeros(nbytes, dtype=torch.uint8)))
+
+    put("a", 0, 0, 10)
+    put("a", 0, 0, 30)  # the same ids again: replaces the first
+    put("a", 0, 1, 5)
+    put("a", 1, 0, 7)
+    put("b", 0, 0, 100)
+    put("b", 0, 1, 1)
+    with pytest.raises(tw.TransportError, match="no tensor 0 of message 0 from sender c"):
+        rx.import_(transports.QueueHandle(sender="c", message=0, tensor=0), [], 1, borrow=None)  # drains all
+    assert (rx.buffered(), rx.buffered_bytes()) == (5, 143)
+    assert len(rx.import_(transports.QueueHandle(sender="b", message=0, tensor=0), [], 100, borrow=None)) == 100
+    assert (rx.buffered(), rx.buffered_bytes()) == (4, 43)
+    rx.release(transports.QueueHandle(sender="b", message=0, tensor=1))
+    rx.release(transports.QueueHandle(sender="b", message=0, tensor=1))  # gone already: no change
+    assert (rx.buffered(), rx.buffered_bytes()) == (3, 42)
+    assert len(rx.import_(transports.QueueHandle(sender="a", message=1, tensor=0), [], 7, borrow=None)) == 7
+    assert (rx.buffered(), rx.buffered_bytes()) == (0, 0)  # message 0 of "a" discarded as stale
+    put("a", 2, 0, 9)
+    with pytest.raises(tw.TransportError, match="no tensor 0 of message 0 from sender c"):
+        rx.import_(transports.QueueHandle(sender="c", message=0, tensor=0), [], 1, borrow=None)
+    assert (rx.buffered(), rx.buffered_bytes()) == (1, 9)
+    rx.close()
+    assert (rx.buffered(), rx.buffered_bytes()) == (0, 0)
+
+
 def test_the_arriving_tensor_is_checked_against_the_buffer_entry() -> None:
     from tests.wire_helpers import edit_descriptor, frame_of, head_of
 

@@ -146,6 +146,7 @@ class QueueTransport(Transport):
         self._streams_lock = threading.Lock()
         # receiving: the buffer, its lock, and whether a thread is draining the queue
         self._senders: dict[str, _Sender] = {}
+        self._held = self._held_bytes = 0  # tensors and bytes in ``_senders``, kept as they come and go
         self._peer_acks: dict[str, AckPage] = {}  # senders' pages
         self._ready = threading.Condition(threading.Lock())
         self._draining = False
@@ -253,7 +254,7 @@ class QueueTransport(Transport):
         with self._ready:
             sender = self._senders.get(handle.sender)
             if sender is not None:
-                sender.messages.get(handle.message, {}).pop(handle.tensor, None)
+                self._let_go(sender.messages.get(handle.message, {}).pop(handle.tensor, None))
 
     # -- receiving ----------------------------------------------------------------------------
     def verify(self, handles: Sequence[Handle], frames: Sequence[Buffer]) -> None:
@@ -307,6 +308,7 @@ class QueueTransport(Transport):
             return None
         tensor = sender.messages.get(handle.message, {}).pop(handle.tensor, None)
         if tensor is not None:
+            self._let_go(tensor)
             self._consumed(handle.sender, sender, handle.message)
         return tensor
 
@@ -360,13 +362,24 @@ class QueueTransport(Transport):
                 "ignoring a stale tensor from sender %s (message %d is older than the one consumed)", sender_id, message
             )
             return
-        if self._count() >= self.max_buffered or self._bytes() + tensor.numel() > self.max_buffered_bytes:
+        if self._held >= self.max_buffered or self._held_bytes + tensor.numel() > self.max_buffered_bytes:
             raise TransportError(
                 errno.ENOBUFS,
-                f"receive buffer full ({self._count()} tensors, {self._bytes()} bytes; "
+                f"receive buffer full ({self._held} tensors, {self._held_bytes} bytes; "
                 f"limits {self.max_buffered} and {self.max_buffered_bytes}) taking a tensor from {sender_id}",
             )
-        sender.messages.setdefault(message, {})[index] = tensor
+        tensors = sender.messages.setdefault(message, {})
+        self._let_go(tensors.get(index))  # a tensor sent twice: the second replaces the first
+        tensors[index] = tensor
+        self._held += 1
+        self._held_bytes += tensor.numel()
+
+    def _let_go(self, *tensors: torch.Tensor | None) -> None:
+        """Take ``tensors``, just removed from the buffer (None: nothing was), off its counts."""
+        for tensor in tensors:
+            if tensor is not None:
+                self._held -= 1
+                self._held_bytes -= tensor.numel()
 
     def _consumed(self, sender_id: str, sender: _Sender, message: int) -> None:
         """The sender's ``message`` is being read: everything older it still has here is stale."""
@@ -374,7 +387,11 @@ class QueueTransport(Transport):
             return
         sender.newest_consumed = message
         stale = [m for m in sender.messages if m < message]
-        count = sum(len(sender.messages.pop(m)) for m in stale)
+        count = 0
+        for old in stale:
+            dropped = sender.messages.pop(old)
+            count += len(dropped)
+            self._let_go(*dropped.values())
         if count:
             log.warning(
                 "discarding %d stale tensor(s) of %d older message(s) from sender %s", count, len(stale), sender_id
@@ -401,7 +418,10 @@ class QueueTransport(Transport):
             page = self._peer_acks.pop(sender_id, None)
             if page is not None:
                 page.close()
-            dropped = sum(len(t) for t in self._senders.pop(sender_id).messages.values())
+            messages = self._senders.pop(sender_id).messages.values()
+            dropped = sum(len(t) for t in messages)
+            for tensors in messages:
+                self._let_go(*tensors.values())
             log.warning(
                 "evicting sender %s, silent for over %ss (%d buffered tensor(s) dropped)", sender_id, self.ttl, dropped
             )
@@ -409,24 +429,19 @@ class QueueTransport(Transport):
     def buffered(self) -> int:
         """Tensors waiting in the receive buffer."""
         with self._ready:
-            return self._count()
+            return self._held
 
     def buffered_bytes(self) -> int:
         """Bytes of the tensors waiting in the receive buffer."""
         with self._ready:
-            return self._bytes()
-
-    def _count(self) -> int:
-        return sum(len(t) for s in self._senders.values() for t in s.messages.values())
-
-    def _bytes(self) -> int:
-        return sum(x.numel() for s in self._senders.values() for t in s.messages.values() for x in t.values())
+            return self._held_bytes
 
     def close(self) -> None:
         """Drop everything buffered, and (as a sender) every stream: the CUDA tensors kept for the
         receiver and the ack pages. Threads that send afterwards get new streams."""
         with self._ready:
             self._senders.clear()
+            self._held = self._held_bytes = 0
             for page in self._peer_acks.values():
                 page.close()
             self._peer_acks.clear()
