@@ -165,6 +165,10 @@ def test_the_in_flight_probe_times_sends_behind_unread_messages() -> None:
     gc.collect()
     assert [row["in_flight"] for row in rows] == [0, 3] and set(segments_of(os.getpid())) <= before
     assert "| messages sent and read (one-shot segments) |" in render(rows, 64 * 1024, one_shot=True)
+    rows = measure([0, 5], size=64 * 1024, rounds=2, number=3, seed=0, held=True)
+    gc.collect()
+    assert [row["in_flight"] for row in rows] == [0, 5] and set(segments_of(os.getpid())) <= before
+    assert "| tensors the receiver keeps (each send grows the pool) |" in render(rows, 64 * 1024, held=True)
 
 
 def test_the_in_flight_pipeline_sends_to_a_receiver_process() -> None:

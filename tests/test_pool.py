@@ -16,8 +16,10 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
+from tensorwire.transports import _pool
 from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, Page
 from tensorwire.transports._pool import PASSED, size_class
+from tensorwire.transports._retention import Retention
 from tensorwire.transports.shm import SHM_DIR
 
 OOB = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)
@@ -314,9 +316,9 @@ def _counting_looks(shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatc
 
     close = pool._reusable
 
-    def reusable(slot: Any, now_ns: int) -> bool | None:
+    def reusable(slot: Any, now_ns: int, alive: Any = _pool.alive) -> bool | None:
         looks.append(slot.name)
-        return close(slot, now_ns)
+        return close(slot, now_ns, alive)
 
     monkeypatch.setattr(Page, "is_free", property(is_free))
     monkeypatch.setattr(pool, "_reusable", reusable)
@@ -357,6 +359,7 @@ def test_slots_that_sends_keep_finding_busy_move_out_of_their_way(
     shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a receiver keeps ten tensors (their slots stay claimed) while messages keep coming one at a time
+    monkeypatch.setattr(_pool, "WALK_EVERY", 0.0)  # every send that finds none free looks closely
     encoder, decoder = _pair(shm)
     tensor = torch.ones(10_000)
     kept = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(10)]
@@ -462,7 +465,10 @@ def test_the_pools_byte_count_follows_its_slots(shm: transports.ShmTransport) ->
     assert pool.cached_bytes == counted() == 0
 
 
-def test_garbled_slots_are_never_taken_and_are_dropped_when_no_slot_is_free(shm: transports.ShmTransport) -> None:
+def test_garbled_slots_are_never_taken_and_are_dropped_when_no_slot_is_free(
+    shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_pool, "WALK_EVERY", 0.0)  # every send that finds none free looks closely
     encoder, decoder = _pair(shm)
     tensor = torch.ones(10_000)
     held = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(3)]
@@ -478,3 +484,61 @@ def test_garbled_slots_are_never_taken_and_are_dropped_when_no_slot_is_free(shm:
     assert slots[0] is third and len(slots) == 2 and _slot_names(again) == [slots[1].name]
     decoder.decode(frames)
     decoder.decode(again)
+
+
+def test_a_busy_class_is_walked_closely_at_most_every_walk_every(
+    shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A receiver keeps many tensors: a send that finds none free grows the pool without looking
+    closely at each held slot again, until ``WALK_EVERY`` has passed or the budget forbids growth;
+    a close walk checks each receiver's liveness once."""
+    monkeypatch.setattr(_pool, "WALK_EVERY", 3600.0)
+    pool = shm.pool
+    assert pool is not None
+    encoder, decoder = _pair(shm)
+    tensor = torch.ones(10_000)
+    kept = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(10)]  # one close walk
+    held = [slot.name for slot in pool.slots()]
+    glances, looks = _counting_looks(shm, monkeypatch)
+    kept.append(decoder.decode(encoder.encode(diffusion.Output(output=tensor))))
+    assert glances == held and looks == [] and len(pool.slots()) == 11  # grown, no close look
+    dead = pool.slots()[4]
+    import struct
+
+    struct.pack_into("<Q", dead.mapping, 24, 999_999_999)  # as if a receiver that died had claimed it
+    checked: list[int] = []
+    monkeypatch.setattr(_pool, "alive", lambda pid: checked.append(pid) or pid != 999_999_999)
+    monkeypatch.setattr(pool, "retention", Retention(max_bytes=pool.cached_bytes))  # no room to grow
+    glances.clear()
+    frames = encoder.encode(diffusion.Output(output=tensor))  # so the walk comes at once
+    assert _slot_names(frames) == [dead.name] and len(pool.slots()) == 11
+    assert looks == held[:5]  # up to the slot it can reclaim
+    assert checked == [os.getpid(), 999_999_999]  # four slots of this process's, one look at it
+    decoder.decode(frames)
+    del kept
+
+
+def test_a_parked_slot_freed_again_is_found_by_the_next_walk(
+    shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_pool, "WALK_EVERY", 0.0)
+    pool = shm.pool
+    assert pool is not None
+    encoder, decoder = _pair(shm)
+    tensor = torch.ones(10_000)
+    kept = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(5)]
+    held = pool.slots()
+    for _ in range(PASSED):  # one message at a time, past the five held slots: they are parked
+        decoder.decode(encoder.encode(diffusion.Output(output=tensor)))
+    moving = pool.slots()[0]
+    assert pool.slots() == [moving, *held] and all(slot.parked for slot in held) and not moving.parked
+    del kept[2]  # its receiver lets go: free, but parked
+    glances, looks = _counting_looks(shm, monkeypatch)
+    first = decoder.decode(encoder.encode(diffusion.Output(output=tensor)))  # keeps the slot in use
+    assert glances == [moving.name] and looks == []  # parked slots are not glanced at
+    frames = encoder.encode(diffusion.Output(output=tensor))  # none free before the parked: a close walk
+    assert _slot_names(frames) == [held[2].name] and len(pool.slots()) == 6
+    assert looks == [moving.name, held[0].name, held[1].name, held[2].name]
+    assert pool.slots() == [moving, held[2], held[0], held[1], held[3], held[4]] and not held[2].parked
+    decoder.decode(frames)
+    del first, kept

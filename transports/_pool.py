@@ -7,8 +7,12 @@ with ``empty``: no copy at all) and hands it over under a fresh capability; a re
 and frees it when its last view dies. A slot nobody claims within ``claim_timeout`` comes back
 (its capability void); a slot claimed by a receiver that died is reclaimed; a slot whose control
 page holds garbage is dropped. A send takes the first free slot of its class, so the slots in use
-stay few and warm; one that sends keep finding busy (held by a receiver, or lost in flight) moves
-to the back, out of their way. Growth is the only place that faults pages (pre-faulted); cached
+stay few and warm; one that sends keep finding busy (held by a receiver, or lost in flight) is
+parked at the back, out of their way: sends no longer look at it. When no slot in their way is
+free, a send looks closely at every slot of the class (can one be made free? is a parked one free
+again?) at most every ``WALK_EVERY`` seconds, and grows the pool between such walks (or walks at
+once if the budget forbids growth): a receiver that keeps a thousand tensors does not make every
+send walk a thousand slots. Growth is the only place that faults pages (pre-faulted); cached
 bytes are bounded by a retention policy (``transports._retention``) and idle slots are given back.
 No mapping is closed while a tensor of this process still points into it: ``close``, ``trim``
 and the idle trimmer unlink and forget such a slot, and its memory goes with the last view.
@@ -39,10 +43,11 @@ from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIG
 from tensorwire.transports._retention import Retention
 from tensorwire.transports._segment import create_memfd, create_named, valid_pid
 
-__all__ = ["MIN_CLASS", "PASSED", "Pool", "Slot", "alive", "size_class"]
+__all__ = ["MIN_CLASS", "PASSED", "WALK_EVERY", "Pool", "Slot", "alive", "size_class"]
 
 MIN_CLASS = 64 * 1024
-PASSED = 64  # a slot found busy by this many sends in a row moves to the back of its class
+PASSED = 64  # a slot found busy by this many sends in a row is parked at the back of its class
+WALK_EVERY = 0.05  # seconds between two close walks of a class that found nothing to reuse
 
 
 def size_class(nbytes: int) -> int:
@@ -83,6 +88,7 @@ class Slot:
     path: Path | None
     last_used: float = field(default_factory=time.monotonic)
     passed: int = 0  # sends in a row that found it busy on their way to a free slot
+    parked: bool = False  # at the back of its class, looked at only by close walks
 
     @property
     def state(self) -> int:
@@ -133,7 +139,9 @@ class Pool:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self._slots: dict[int, list[Slot]] = {}
+        self._slots: dict[int, list[Slot]] = {}  # by class: slots in use first, parked ones last
+        self._parked: dict[int, int] = {}  # by class: how many are parked
+        self._walked: dict[int, int] = {}  # by class: when a close walk last found nothing (ns)
         self._by_name: dict[str, Slot] = {}
         self._starts: list[int] = []  # the data areas' addresses, sorted (slots never overlap)
         self._by_start: dict[int, Slot] = {}
@@ -174,43 +182,80 @@ class Pool:
             if self._closed:
                 raise TransportError(errno.EBADF, "the shared-memory pool is closed")
             group = self._slots.get(capacity)
+            walked = False
             if group:
-                # the first free slot, each looked at once: the slots in use stay a compact warm set
-                # and the others idle out. One found busy by PASSED sends in a row (held by a
-                # receiver, or lost in flight) moves to the back, so that sends stop looking at it.
-                found: Slot | None = None
-                passed: list[Slot] = []
-                for slot in group:
-                    if slot.page.is_free:
-                        found = self._take(slot, state)
-                        break
-                    slot.passed += 1
-                    if slot.passed >= PASSED:
-                        passed.append(slot)
-                for slot in passed:
-                    slot.passed = 0
-                    group.remove(slot)
-                    group.append(slot)
+                found = self._first_free(group, capacity, state)
                 if found is not None:
                     return found
-                # none free: the first that can be made free (expired, or its receiver dead),
-                # dropping those whose page holds garbage
                 now = time.monotonic_ns()
-                garbage: list[Slot] = []
-                try:
-                    for slot in group:
-                        usable = self._reusable(slot, now)
-                        if usable:
-                            return self._take(slot, state)
-                        if usable is None:
-                            garbage.append(slot)
-                finally:
-                    for slot in garbage:
-                        self._drop(slot)
+                if now - self._walked.get(capacity, -(1 << 62)) >= WALK_EVERY * 1e9:
+                    found = self._walk(group, capacity, state, now)
+                    if found is not None:
+                        return found
+                    walked = True
             grown = self._grow(capacity)
+            if grown is None and group and not walked:  # the budget forbids growth: look now
+                found = self._walk(group, capacity, state, time.monotonic_ns())
+                if found is not None:
+                    return found
+                grown = self._grow(capacity)  # the walk may have dropped garbage
             if grown is not None:
                 grown.page.take(state)
             return grown
+
+    def _first_free(self, group: list[Slot], capacity: int, state: int) -> Slot | None:
+        """The first free slot before the parked ones, each looked at once: the slots in use stay
+        a compact warm set and the others idle out. One found busy by PASSED sends in a row (held
+        by a receiver, or lost in flight) is parked, so that sends stop looking at it."""
+        found: Slot | None = None
+        passed: list[Slot] = []
+        for slot in group:
+            if slot.parked:
+                break
+            if slot.page.is_free:
+                found = self._take(slot, state)
+                break
+            slot.passed += 1
+            if slot.passed >= PASSED:
+                passed.append(slot)
+        for slot in passed:
+            slot.passed = 0
+            slot.parked = True
+            group.remove(slot)
+            group.append(slot)
+        self._parked[capacity] = self._parked.get(capacity, 0) + len(passed)
+        return found
+
+    def _walk(self, group: list[Slot], capacity: int, state: int, now_ns: int) -> Slot | None:
+        """The first slot of the class that is free or can be made free (expired, or its receivers
+        dead: each receiver's liveness checked once), parked ones too; slots whose page holds
+        garbage are dropped. A parked slot taken moves back among those in use."""
+        living: dict[int, bool] = {}
+
+        def alive_once(pid: int) -> bool:
+            known = living.get(pid)
+            if known is None:
+                known = living[pid] = alive(pid)
+            return known
+
+        garbage: list[Slot] = []
+        try:
+            for slot in group:
+                usable = self._reusable(slot, now_ns, alive_once)
+                if usable:
+                    if slot.parked:
+                        slot.parked = False
+                        self._parked[capacity] -= 1
+                        group.remove(slot)
+                        group.insert(len(group) - self._parked[capacity], slot)
+                    return self._take(slot, state)
+                if usable is None:
+                    garbage.append(slot)
+        finally:
+            for slot in garbage:
+                self._drop(slot)
+        self._walked[capacity] = now_ns
+        return None
 
     def _take(self, slot: Slot, state: int) -> Slot:
         slot.page.take(state)
@@ -218,9 +263,9 @@ class Pool:
         slot.passed = 0
         return slot
 
-    def _reusable(self, slot: Slot, now_ns: int) -> bool | None:
-        """Whether ``slot`` is free, or can be made free (expired, or its receiver died); None for a
-        slot whose page holds no valid state (to be dropped)."""
+    def _reusable(self, slot: Slot, now_ns: int, alive: Callable[[int], bool] = alive) -> bool | None:
+        """Whether ``slot`` is free, or can be made free (expired, or its receiver died: ``alive``);
+        None for a slot whose page holds no valid state (to be dropped)."""
         page = slot.page
         current = page.state
         if current not in STATES or not page.valid:
@@ -323,7 +368,8 @@ class Pool:
             except BaseException:
                 _let_go(slot, unmap=True)
                 raise
-        self._slots.setdefault(capacity, []).append(slot)
+        group = self._slots.setdefault(capacity, [])
+        group.insert(len(group) - self._parked.get(capacity, 0), slot)  # before the parked ones
         self._by_name[name] = slot
         bisect.insort(self._starts, address)
         self._by_start[address] = slot
@@ -344,6 +390,8 @@ class Pool:
     def _remove(self, slot: Slot) -> None:
         """Take ``slot`` out of every index of the pool (under the lock)."""
         self._slots[slot.capacity].remove(slot)
+        if slot.parked:
+            self._parked[slot.capacity] -= 1
         self._by_name.pop(slot.name, None)
         del self._starts[bisect.bisect_left(self._starts, slot.address)]
         del self._by_start[slot.address]

@@ -2,11 +2,13 @@
 
     python -m tools.bench [--json] [--plot FILE] [--sizes 4K,1M,...] [--quick] [--interleave]
     python -m tools.bench.backing [--sizes 1M,...] [--rounds 20] [--json]
-    python -m tools.bench.in_flight [--in-flight 0,8,64,512] [--size 64K] [--rounds 15] [--pipeline]
+    python -m tools.bench.in_flight [--in-flight 0,8,64,512] [--size 64K] [--rounds 15]
+                                    [--one-shot | --held | --pipeline]
 
 Prints a table of medians (p10-p90), GB/s, the ratio to the floor (``np.copyto`` of the same
 bytes into warm memory, or one wake-up for zero-copy modes) and to the best peer at that size.
 Modes run one after another (``--interleave``: all alive together, one transfer each per round);
 ``tools.bench.backing`` compares the memfd-backed pool with the named-segment pool, interleaved;
-``tools.bench.in_flight`` times a send through the pool behind messages no receiver has claimed yet.
+``tools.bench.in_flight`` times a send through the pool behind messages no receiver has claimed yet
+(or tensors a receiver keeps).
 """

@@ -1,7 +1,7 @@
 """What one send through shared memory costs while earlier messages are still in flight.
 
     python -m tools.bench.in_flight [--in-flight 0,8,64,512] [--size 64K] [--rounds 15] [--number 50]
-                                    [--seed 0] [--one-shot | --pipeline]
+                                    [--seed 0] [--one-shot | --held | --pipeline]
 
 A sender ahead of its receivers has messages handed over that no receiver has claimed yet, each
 holding a pool slot. For each count N, one ``ShmTransport`` holds N such messages (never read; a
@@ -10,6 +10,9 @@ bytes, copied into a pool slot: the encode, then its decode in the same process,
 tensor dies and the slot is free for the next send. With ``--one-shot`` the transport has no
 pool (``pool=False``: a one-shot segment per buffer) and its N earlier messages were sent and
 read (a sender remembers each one-shot segment until its claim timeout: it does not see claims).
+With ``--held`` the receiver keeps the tensors of its N earlier messages (their slots stay
+claimed), and keeps the tensor of every timed send too, so each timed send finds no slot free and
+grows the pool (the slots grown are given back between samples).
 A sample is the thread CPU time (``time.thread_time_ns``) of ``number`` such round trips with the
 garbage collector off, per round trip; rounds are interleaved, every N once per round in a seeded
 shuffled order. A row gives the median over rounds, the min and max, and the ratio to the first
@@ -46,7 +49,14 @@ __all__ = ["main", "measure", "measure_pipeline", "render", "render_pipeline"]
 
 
 def measure(
-    in_flight: Sequence[int], size: int, rounds: int, number: int, seed: int, *, one_shot: bool = False
+    in_flight: Sequence[int],
+    size: int,
+    rounds: int,
+    number: int,
+    seed: int,
+    *,
+    one_shot: bool = False,
+    held: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per count of earlier messages: ``in_flight``, ``median_us``, ``min_us``, ``max_us``
     (per round trip) and ``ratio`` (to the first count's median)."""
@@ -57,6 +67,7 @@ def measure(
     options = tw.EncodeOptions(inline_threshold=0, embed_threshold=0)  # every tensor through the pool
     tensor = torch.ones(max(1, size // 4))
     setups: dict[int, tuple[Any, Any, Any, list[Any]]] = {}
+    kept: dict[int, list[Any]] = {n: [] for n in in_flight}  # with ``held``: tensors the receiver keeps
     samples: dict[int, list[float]] = {n: [] for n in in_flight}
     shuffle = random.Random(seed)
     collecting = gc.isenabled()
@@ -65,6 +76,9 @@ def measure(
             shm = transports.ShmTransport(pool=not one_shot, claim_timeout=3600.0)
             encoder, decoder = tw.Encoder(shm, options), tw.Decoder(REGISTRY, [shm])
             pending = [encoder.encode(diffusion.Output(output=tensor)) for _ in range(n)]
+            if held:
+                kept[n] = [decoder.decode(frames).output for frames in pending]
+                pending = []
             if one_shot:  # read: each one-shot segment is gone, and still remembered by its sender
                 for frames in pending:
                     decoder.decode(frames)
@@ -77,7 +91,16 @@ def measure(
             order = list(in_flight)
             shuffle.shuffle(order)
             for n in order:
-                _, encoder, decoder, _ = setups[n]
+                shm, encoder, decoder, _ = setups[n]
+                if held:
+                    more: list[Any] = []
+                    start = time.thread_time_ns()
+                    for _ in range(number):
+                        more.append(decoder.decode(encoder.encode(diffusion.Output(output=tensor))).output)
+                    samples[n].append((time.thread_time_ns() - start) / number / 1000)
+                    del more
+                    shm.trim(0)  # the slots just grown: the next sample grows them again
+                    continue
                 start = time.thread_time_ns()
                 for _ in range(number):
                     decoder.decode(encoder.encode(diffusion.Output(output=tensor)))
@@ -85,6 +108,7 @@ def measure(
     finally:
         if collecting:
             gc.enable()
+        kept.clear()
         for shm, _, decoder, pending in setups.values():
             for frames in pending:  # read at last: every slot free before the pool is closed
                 decoder.decode(frames)
@@ -215,10 +239,16 @@ def render_pipeline(rows: Sequence[dict[str, Any]], size: int) -> str:
     return "\n".join(lines)
 
 
-def render(rows: Sequence[dict[str, Any]], size: int, *, one_shot: bool = False) -> str:
+def render(rows: Sequence[dict[str, Any]], size: int, *, one_shot: bool = False, held: bool = False) -> str:
     """The rows as a markdown table."""
     first = rows[0]["in_flight"]
-    earlier = "messages sent and read (one-shot segments)" if one_shot else "messages in flight"
+    earlier = (
+        "messages sent and read (one-shot segments)"
+        if one_shot
+        else "tensors the receiver keeps (each send grows the pool)"
+        if held
+        else "messages in flight"
+    )
     lines = [
         f"| {earlier} | one {size_label(size)} send + receive | min - max | x {first} |",
         "|---:|---:|---:|---:|",
@@ -240,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled order (default 0)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--one-shot", action="store_true", help="one-shot segments (no pool) behind messages read")
+    mode.add_argument("--held", action="store_true", help="the receiver keeps N tensors, and each one sent")
     mode.add_argument("--pipeline", action="store_true", help="to a receiver process, N messages unacknowledged")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.in_flight.split(",")]
@@ -249,8 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.pipeline:
         print(render_pipeline(measure_pipeline(counts, size, args.rounds, args.number, args.seed), size))
         return 0
-    rows = measure(counts, size, args.rounds, args.number, args.seed, one_shot=args.one_shot)
-    print(render(rows, size, one_shot=args.one_shot))
+    rows = measure(counts, size, args.rounds, args.number, args.seed, one_shot=args.one_shot, held=args.held)
+    print(render(rows, size, one_shot=args.one_shot, held=args.held))
     return 0
 
 
