@@ -493,6 +493,7 @@ def test_a_busy_class_is_walked_closely_at_most_every_walk_every(
     closely at each held slot again, until ``WALK_EVERY`` has passed or the budget forbids growth;
     a close walk checks each receiver's liveness once."""
     monkeypatch.setattr(_pool, "WALK_EVERY", 3600.0)
+    monkeypatch.setattr(_pool, "WALK_ALWAYS", 4)  # (a class of at most 4 slots is walked every time)
     pool = shm.pool
     assert pool is not None
     encoder, decoder = _pair(shm)
@@ -542,3 +543,49 @@ def test_a_parked_slot_freed_again_is_found_by_the_next_walk(
     assert pool.slots() == [moving, held[2], held[0], held[1], held[3], held[4]] and not held[2].parked
     decoder.decode(frames)
     del first, kept
+
+
+def test_a_small_class_is_walked_closely_whenever_none_is_free(
+    shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_pool, "WALK_EVERY", 3600.0)
+    pool = shm.pool
+    assert pool is not None
+    encoder, decoder = _pair(shm)
+    tensor = torch.ones(10_000)
+    kept = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(3)]
+    held = [slot.name for slot in pool.slots()]
+    _, looks = _counting_looks(shm, monkeypatch)
+    for grown in range(1, 3):
+        kept.append(decoder.decode(encoder.encode(diffusion.Output(output=tensor))))
+        assert looks == held + [slot.name for slot in pool.slots()[3 : 2 + grown]]  # every time
+        looks.clear()
+    assert len(pool.slots()) == 5 <= _pool.WALK_ALWAYS
+    del kept
+
+
+def test_slots_in_flight_move_back_but_are_still_looked_at(
+    shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Messages no receiver has claimed (a deep pipeline, or lost) are not parked: the send that
+    finds one freed takes it without a close walk."""
+    monkeypatch.setattr(_pool, "WALK_EVERY", 3600.0)
+    pool = shm.pool
+    assert pool is not None
+    encoder, decoder = _pair(shm)
+    tensor = torch.ones(10_000)
+    pending = [encoder.encode(diffusion.Output(output=tensor)) for _ in range(3)]
+    in_flight = pool.slots()
+    for _ in range(PASSED):
+        decoder.decode(encoder.encode(diffusion.Output(output=tensor)))
+    moving = pool.slots()[0]
+    assert pool.slots() == [moving, *in_flight] and not any(slot.parked for slot in pool.slots())
+    first = decoder.decode(encoder.encode(diffusion.Output(output=tensor)))  # the moving slot stays in use
+    decoder.decode(pending[1])  # the second message read: its slot is free
+    glances, looks = _counting_looks(shm, monkeypatch)
+    frames = encoder.encode(diffusion.Output(output=tensor))
+    assert _slot_names(frames) == _slot_names(pending[1]) and looks == []
+    assert glances == [moving.name, in_flight[0].name, in_flight[1].name] and len(pool.slots()) == 4
+    for other in (frames, pending[0], pending[2]):
+        decoder.decode(other)
+    del first

@@ -7,13 +7,15 @@ with ``empty``: no copy at all) and hands it over under a fresh capability; a re
 and frees it when its last view dies. A slot nobody claims within ``claim_timeout`` comes back
 (its capability void); a slot claimed by a receiver that died is reclaimed; a slot whose control
 page holds garbage is dropped. A send takes the first free slot of its class, so the slots in use
-stay few and warm; one that sends keep finding busy (held by a receiver, or lost in flight) is
-parked at the back, out of their way: sends no longer look at it. When no slot in their way is
-free, a send looks closely at every slot of the class (can one be made free? is a parked one free
-again?) at most every ``WALK_EVERY`` seconds, and grows the pool between such walks (or walks at
-once if the budget forbids growth): a receiver that keeps a thousand tensors does not make every
-send walk a thousand slots. Growth is the only place that faults pages (pre-faulted); cached
-bytes are bounded by a retention policy (``transports._retention``) and idle slots are given back.
+stay few and warm; one that sends keep finding busy moves to the back, out of their way: if a
+receiver (or an unsent ``empty`` tensor) holds it, it is parked there and sends no longer look at
+it; if it is in flight (a deep pipeline, or lost), at the back of those they look at. When none
+they look at is free, a send looks closely at every slot of the class (can one be made free? is
+a parked one free again?), or, in a class of more than ``WALK_ALWAYS`` slots, at most every
+``WALK_EVERY`` seconds, growing the pool between such walks (it walks at once if the budget
+forbids growth): a receiver that keeps a thousand tensors does not make every send walk a
+thousand slots. Growth is the only place that faults pages (pre-faulted); cached bytes are
+bounded by a retention policy (``transports._retention``) and idle slots are given back.
 No mapping is closed while a tensor of this process still points into it: ``close``, ``trim``
 and the idle trimmer unlink and forget such a slot, and its memory goes with the last view.
 
@@ -43,11 +45,13 @@ from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIG
 from tensorwire.transports._retention import Retention
 from tensorwire.transports._segment import create_memfd, create_named, valid_pid
 
-__all__ = ["MIN_CLASS", "PASSED", "WALK_EVERY", "Pool", "Slot", "alive", "size_class"]
+__all__ = ["MIN_CLASS", "PASSED", "WALK_ALWAYS", "WALK_EVERY", "Pool", "Slot", "alive", "size_class"]
 
 MIN_CLASS = 64 * 1024
 PASSED = 64  # a slot found busy by this many sends in a row is parked at the back of its class
 WALK_EVERY = 0.05  # seconds between two close walks of a class that found nothing to reuse
+WALK_ALWAYS = 16  # a class of at most this many slots is walked closely whenever none is free
+_HELD = frozenset({CLAIMED, SENDER})  # states a slot may keep for long: parked once PASSED
 
 
 def size_class(nbytes: int) -> int:
@@ -188,7 +192,7 @@ class Pool:
                 if found is not None:
                     return found
                 now = time.monotonic_ns()
-                if now - self._walked.get(capacity, -(1 << 62)) >= WALK_EVERY * 1e9:
+                if len(group) <= WALK_ALWAYS or now - self._walked.get(capacity, -(1 << 62)) >= WALK_EVERY * 1e9:
                     found = self._walk(group, capacity, state, now)
                     if found is not None:
                         return found
@@ -218,12 +222,17 @@ class Pool:
             slot.passed += 1
             if slot.passed >= PASSED:
                 passed.append(slot)
+        parked = self._parked.get(capacity, 0)
         for slot in passed:
             slot.passed = 0
-            slot.parked = True
             group.remove(slot)
-            group.append(slot)
-        self._parked[capacity] = self._parked.get(capacity, 0) + len(passed)
+            if slot.page.state in _HELD:  # held by a receiver (or by this process, unsent): parked
+                slot.parked = True
+                group.append(slot)
+                parked += 1
+            else:  # in flight (a pipeline, or lost): at the back of those still looked at
+                group.insert(len(group) - parked, slot)
+        self._parked[capacity] = parked
         return found
 
     def _walk(self, group: list[Slot], capacity: int, state: int, now_ns: int) -> Slot | None:
