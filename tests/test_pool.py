@@ -486,6 +486,22 @@ def test_garbled_slots_are_never_taken_and_are_dropped_when_no_slot_is_free(
     decoder.decode(again)
 
 
+def _keeping(shm: transports.ShmTransport, count: int) -> tuple[Any, tw.Encoder, tw.Decoder, torch.Tensor, list[Any]]:
+    """The pool, an encoder and decoder over ``shm``, the tensor they send, and the messages of
+    ``count`` sends a receiver keeps (their slots stay claimed)."""
+    pool = shm.pool
+    assert pool is not None
+    encoder, decoder = _pair(shm)
+    tensor = torch.ones(10_000)
+    return (
+        pool,
+        encoder,
+        decoder,
+        tensor,
+        [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(count)],
+    )
+
+
 def test_a_busy_class_is_walked_closely_at_most_every_walk_every(
     shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -494,11 +510,7 @@ def test_a_busy_class_is_walked_closely_at_most_every_walk_every(
     a close walk checks each receiver's liveness once."""
     monkeypatch.setattr(_pool, "WALK_EVERY", 3600.0)
     monkeypatch.setattr(_pool, "WALK_ALWAYS", 4)  # (a class of at most 4 slots is walked every time)
-    pool = shm.pool
-    assert pool is not None
-    encoder, decoder = _pair(shm)
-    tensor = torch.ones(10_000)
-    kept = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(10)]  # one close walk
+    pool, encoder, decoder, tensor, kept = _keeping(shm, 10)  # one close walk on the way
     held = [slot.name for slot in pool.slots()]
     glances, looks = _counting_looks(shm, monkeypatch)
     kept.append(decoder.decode(encoder.encode(diffusion.Output(output=tensor))))
@@ -508,7 +520,12 @@ def test_a_busy_class_is_walked_closely_at_most_every_walk_every(
 
     struct.pack_into("<Q", dead.mapping, 24, 999_999_999)  # as if a receiver that died had claimed it
     checked: list[int] = []
-    monkeypatch.setattr(_pool, "alive", lambda pid: checked.append(pid) or pid != 999_999_999)
+
+    def alive(pid: int) -> bool:
+        checked.append(pid)
+        return pid != 999_999_999
+
+    monkeypatch.setattr(_pool, "alive", alive)
     monkeypatch.setattr(pool, "retention", Retention(max_bytes=pool.cached_bytes))  # no room to grow
     glances.clear()
     frames = encoder.encode(diffusion.Output(output=tensor))  # so the walk comes at once
@@ -523,11 +540,7 @@ def test_a_parked_slot_freed_again_is_found_by_the_next_walk(
     shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_pool, "WALK_EVERY", 0.0)
-    pool = shm.pool
-    assert pool is not None
-    encoder, decoder = _pair(shm)
-    tensor = torch.ones(10_000)
-    kept = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(5)]
+    pool, encoder, decoder, tensor, kept = _keeping(shm, 5)
     held = pool.slots()
     for _ in range(PASSED):  # one message at a time, past the five held slots: they are parked
         decoder.decode(encoder.encode(diffusion.Output(output=tensor)))
@@ -549,11 +562,7 @@ def test_a_small_class_is_walked_closely_whenever_none_is_free(
     shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_pool, "WALK_EVERY", 3600.0)
-    pool = shm.pool
-    assert pool is not None
-    encoder, decoder = _pair(shm)
-    tensor = torch.ones(10_000)
-    kept = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(3)]
+    pool, encoder, decoder, tensor, kept = _keeping(shm, 3)
     held = [slot.name for slot in pool.slots()]
     _, looks = _counting_looks(shm, monkeypatch)
     for grown in range(1, 3):
