@@ -209,8 +209,9 @@ class Pool:
 
     def _first_free(self, group: list[Slot], capacity: int, state: int) -> Slot | None:
         """The first free slot before the parked ones, each looked at once: the slots in use stay
-        a compact warm set and the others idle out. One found busy by PASSED sends in a row (held
-        by a receiver, or lost in flight) is parked, so that sends stop looking at it."""
+        a compact warm set and the others idle out. One found busy by PASSED sends in a row moves
+        out of their way: parked if a receiver (or an unsent ``empty`` tensor) holds it, so that
+        sends stop looking at it; if in flight, to the back of those they look at."""
         found: Slot | None = None
         passed: list[Slot] = []
         for slot in group:
