@@ -199,7 +199,7 @@ def test_idle_slots_are_given_back(shm: transports.ShmTransport) -> None:
     assert len(shm.pool.slots()) == 3  # type: ignore[union-attr]
     freed = shm.trim(0)
     assert freed == sum(size_class(n * 4) + CONTROL_BYTES for n in (10_000, 100_000, 1_000_000))
-    assert shm.pool.slots() == []  # type: ignore[union-attr]  (the fixture checks /dev/shm)
+    assert shm.pool.slots() == []  # type: ignore[union-attr]  # the fixture checks /dev/shm
 
 
 def test_ten_thousand_transfers_leave_nothing_behind() -> None:
