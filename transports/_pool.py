@@ -223,17 +223,18 @@ class Pool:
             slot.passed += 1
             if slot.passed >= PASSED:
                 passed.append(slot)
-        parked = self._parked.get(capacity, 0)
-        for slot in passed:
-            slot.passed = 0
-            group.remove(slot)
-            if slot.page.state in _HELD:  # held by a receiver (or by this process, unsent): parked
-                slot.parked = True
-                group.append(slot)
-                parked += 1
-            else:  # in flight (a pipeline, or lost): at the back of those still looked at
-                group.insert(len(group) - parked, slot)
-        self._parked[capacity] = parked
+        if passed:
+            parked = self._parked.get(capacity, 0)
+            for slot in passed:
+                slot.passed = 0
+                group.remove(slot)
+                if slot.page.state in _HELD:  # held by a receiver (or by this process, unsent): parked
+                    slot.parked = True
+                    group.append(slot)
+                    parked += 1
+                else:  # in flight (a pipeline, or lost): at the back of those still looked at
+                    group.insert(len(group) - parked, slot)
+            self._parked[capacity] = parked
         return found
 
     def _walk(self, group: list[Slot], capacity: int, state: int, now_ns: int) -> Slot | None:
