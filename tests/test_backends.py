@@ -15,12 +15,12 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 import pytest
-from conftest import BUILTIN_SCHEMAS, CLIP, write_schemas
 
 import tensorwire as tw
 import tensorwire.builtins
 from tensorwire.gen import generate
 from tensorwire.registry import Registry
+from tests.conftest import BUILTIN_SCHEMAS, CLIP, write_schemas
 
 
 def _norm(value: Any) -> Any:

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import shm_left_by_spawned
+
+from tests.conftest import shm_left_by_spawned
 
 pytest.importorskip("zmq")
 

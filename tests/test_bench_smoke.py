@@ -8,9 +8,9 @@ import os
 from collections.abc import Callable
 
 import pytest
-from conftest import REPO, shm_left_by_spawned
-from wire_helpers import segments_of
 
+from tests.conftest import REPO, shm_left_by_spawned
+from tests.wire_helpers import segments_of
 from tools.bench.__main__ import render, run
 from tools.bench.modes import (
     BareZeroCopy,

@@ -98,7 +98,7 @@ def test_receivers_that_never_get_it_are_withdrawn_by_the_sender() -> None:
 def test_a_dead_holder_is_taken_off_by_the_senders_reclaim() -> None:
     import multiprocessing as mp
 
-    from procs import hold_and_die
+    from tests.procs import hold_and_die
 
     with tw.transports.ShmTransport() as shm, tw.transports.ShmTransport() as reader:
         frames = [bytes(f) for f in tw.Encoder(shm.fan_out(2)).encode(_message())]

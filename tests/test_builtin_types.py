@@ -199,7 +199,7 @@ def test_union_payload_decodes_by_tag() -> None:
 
 
 def test_named_dims_must_agree(tmp_path: Any) -> None:
-    from conftest import minimal, write_schemas
+    from tests.conftest import minimal, write_schemas
 
     doc = minimal(
         "audio.Pair",

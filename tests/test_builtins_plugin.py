@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CLIP, REPO, write_schemas
 
 import tensorwire.builtins
 from tensorwire.rules import VALIDATOR_ENTRY_POINTS
+from tests.conftest import CLIP, REPO, write_schemas
 
 CODEC = REPO / "codec"
 

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BUILTIN_SCHEMAS, REPO, write_schemas
 
 import tensorwire as tw
 import tensorwire.builtins
 from tensorwire.cli import main
 from tensorwire.schema import meta_schema_text
+from tests.conftest import BUILTIN_SCHEMAS, REPO, write_schemas
 
 
 @pytest.fixture(autouse=True)
@@ -133,7 +133,7 @@ def test_schemas_lists_every_builtin_type(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_schemas_of_a_directory_and_meta(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from conftest import CLIP
+    from tests.conftest import CLIP
 
     write_schemas(tmp_path, {"audio/Clip.v1.json": CLIP})
     assert main(["schemas", str(tmp_path)]) == 0

@@ -11,13 +11,13 @@ from typing import Any
 
 import msgspec
 import pytest
-from compat_cases import BASE, CASES, _props, _thing, _variant
-from conftest import write_schemas
 
 import tensorwire as tw
 from tensorwire.cli import main
 from tensorwire.compat import RULES, compare, reader_accepts
 from tensorwire.schema import load_dir
+from tests.compat_cases import BASE, CASES, _props, _thing, _variant
+from tests.conftest import write_schemas
 
 
 def _dirs(tmp_path: Path, change: Callable[[dict[str, Any]], Any]) -> tuple[Any, Any]:
@@ -63,7 +63,7 @@ def test_every_fixture_pair_fires_its_rule(pair: Path) -> None:
 
 
 def test_there_is_a_fixture_pair_for_every_rule_and_they_are_current(tmp_path: Path) -> None:
-    import compat_cases
+    from tests import compat_cases
 
     assert {p.name for p in FIXTURES} == set(RULES)
     compat_cases.write(tmp_path / "compat")  # the committed fixtures are what the cases produce

@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import write_schemas
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorwire as tw
 from tensorwire.compat import compare
 from tensorwire.schema import load_dir
+from tests.conftest import write_schemas
 
 FIELDS = ["a", "b", "c"]
 

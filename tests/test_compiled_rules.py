@@ -10,11 +10,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_rule_paths import CHECKS, TREES
 
 from tensorwire import ValidationError
 from tensorwire._contract import _check, check_struct
 from tensorwire.rules import EachCheck, GroupRule, StructRules, TensorCheck, TreeCheck, register_validator
+from tests.test_rule_paths import CHECKS, TREES
 
 TENSOR_CHECKS = st.builds(
     TensorCheck,

@@ -9,11 +9,11 @@ import os
 from pathlib import Path
 
 import pytest
-from compat_cases import BASE
-from conftest import write_schemas
 
 from tensorwire.cli import main
 from tensorwire.config import CompatIgnore, ConfigError, find_config, load_config
+from tests.compat_cases import BASE
+from tests.conftest import write_schemas
 
 CONFIG = """
 schemas = "defs"

@@ -12,18 +12,18 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import REPO
-from wire_helpers import head_of, segments_of
 
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY
 from tensorwire.transports.shm import SHM_DIR, our_segments, reap
+from tests.conftest import REPO
+from tests.wire_helpers import head_of, segments_of
 
 
 def run_pair(count: int, borrow: bool) -> tuple[tuple[int, bool], int]:
     """Producer -> consumer in two spawned processes; returns the consumer's report and the producer pid."""
-    import procs
+    from tests import procs
 
     ctx = mp.get_context("spawn")
     data_out, data_in = ctx.Pipe()
@@ -58,8 +58,8 @@ def test_messages_between_spawned_processes_leave_no_segment(borrow: bool) -> No
 SCRIPT = textwrap.dedent(
     """
     import sys
-    sys.path.insert(0, {tests!r})
-    from test_cross_process import run_pair
+    sys.path.insert(0, {repo!r})
+    from tests.test_cross_process import run_pair
 
     if __name__ == "__main__":
         report, pid = run_pair(10, True)
@@ -70,7 +70,7 @@ SCRIPT = textwrap.dedent(
 
 def test_no_resource_tracker_output_and_no_leak(tmp_path: Path) -> None:
     script = tmp_path / "run.py"
-    script.write_text(SCRIPT.format(tests=str(REPO / "tests")))
+    script.write_text(SCRIPT.format(repo=str(REPO)))
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, check=False)
     assert result.returncode == 0, result.stderr
     assert "consumer report (10, True)" in result.stdout
@@ -80,7 +80,7 @@ def test_no_resource_tracker_output_and_no_leak(tmp_path: Path) -> None:
 
 
 def _exported_by_a_sender_that_exited(backing: str) -> tuple[int, list[Any]]:
-    import procs
+    from tests import procs
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 from msgspec.msgpack import Ext
-from wire_helpers import edit_descriptor, frame_of, head_of, segments_of, tensor_exts
 
 import tensorwire as tw
 from tensorwire import transports
@@ -22,6 +21,7 @@ from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.inspection import describe
 from tensorwire.transports.shm import SHM_DIR
+from tests.wire_helpers import edit_descriptor, frame_of, head_of, segments_of, tensor_exts
 
 SHM = transports.ShmTransport(pool=False)
 ENCODER = tw.Encoder(transport=SHM, options=tw.EncodeOptions(inline_threshold=64, embed_threshold=0))

@@ -11,12 +11,12 @@ import msgspec
 import numpy as np
 import pytest
 import torch
-from wire_helpers import segments_of
 
 import tensorwire as tw
 import tensorwire.transports._control
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion, media, rpc
+from tests.wire_helpers import segments_of
 
 SHM = transports.ShmTransport(pool=False)
 OUT_OF_BAND = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)  # every buffer through the transport

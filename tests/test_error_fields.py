@@ -17,10 +17,8 @@ from typing import Any
 import msgspec
 import pytest
 import torch
-from conftest import CLIP, minimal, write_schemas
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wire_helpers import frame_of, head_of
 
 import tensorwire as tw
 from tensorwire.builtins import REGISTRY, diffusion, media
@@ -29,6 +27,8 @@ from tensorwire.compat._diff import Finding
 from tensorwire.errors import Location, SchemaProblem
 from tensorwire.schema import load_dir
 from tensorwire.schema._source import read_source
+from tests.conftest import CLIP, minimal, write_schemas
+from tests.wire_helpers import frame_of, head_of
 
 ENCODER = tw.Encoder()
 DECODER = tw.Decoder(REGISTRY)

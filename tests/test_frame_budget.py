@@ -11,13 +11,13 @@ import msgspec
 import numpy as np
 import pytest
 import torch
-from wire_helpers import frame_of, head_of, segments_of, tensor_exts
 
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire._tensors import embed_room
 from tensorwire._wire import DATA_MAX, EMPTY_DATA, data_header
 from tensorwire.builtins import REGISTRY, diffusion, rpc
+from tests.wire_helpers import frame_of, head_of, segments_of, tensor_exts
 
 SHM = transports.ShmTransport(pool=False)
 BENCH_SCHEMAS = Path(__file__).resolve().parents[1] / "tools" / "bench" / "schemas"

@@ -19,12 +19,12 @@ import numpy as np
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wire_helpers import damage, head_of, segments_of
 
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire._wire import KINDS, unpack_descriptor
 from tensorwire.builtins import REGISTRY, diffusion, rpc
+from tests.wire_helpers import damage, head_of, segments_of
 
 POOL = transports.ShmTransport()
 _BEFORE: set[str] = set()

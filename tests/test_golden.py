@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
 
 import tensorwire as tw
 from tensorwire.builtins import REGISTRY
 from tensorwire.builtins.golden import cases
 from tensorwire.golden import MANIFEST, describe, manifest_lines, read_manifest, record
+from tests.conftest import REPO
 
 GOLDEN = REPO / "tests" / "golden"
 FIXTURES = sorted(GOLDEN.rglob("*.bin"))
@@ -161,9 +161,8 @@ def _tensor(dtype: str, shape: list[int], kind: str = "$tensor") -> dict[str, An
 def test_record_a_user_schema_directory_writes_minimal_fixtures_that_decode(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from conftest import write_schemas
-
     from tensorwire.cli import main
+    from tests.conftest import write_schemas
 
     monkeypatch.chdir(tmp_path)  # where no configuration applies
     write_schemas(tmp_path / "schemas", LAB)
@@ -231,9 +230,8 @@ def test_record_a_user_schema_directory_writes_minimal_fixtures_that_decode(
 
 
 def test_record_defaults_to_the_configured_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from conftest import write_schemas
-
     from tensorwire.cli import main
+    from tests.conftest import write_schemas
 
     monkeypatch.chdir(tmp_path)
     write_schemas(tmp_path / "contracts", {"lab/Square.v1.json": LAB["lab/Square.v1.json"]})
@@ -249,10 +247,9 @@ def test_record_defaults_to_the_configured_directories(tmp_path: Path, monkeypat
 def test_the_built_in_schemas_record_the_built_in_cases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The repository records its own fixtures as before: its configuration names schemas/, whose
     files are the built-in ones, so the hand-written cases apply (and everything is recorded)."""
-    from conftest import BUILTIN_SCHEMAS
-
     from tensorwire.builtins import SCHEMA_DIR
     from tensorwire.cli import main
+    from tests.conftest import BUILTIN_SCHEMAS
 
     root = tmp_path / "golden"
     shutil.copytree(GOLDEN, root)
@@ -293,9 +290,8 @@ def test_record_refuses_a_name_that_would_escape_the_fixture_directory(tmp_path:
 def test_record_refuses_a_link_or_a_file_for_the_fixture_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from conftest import write_schemas
-
     from tensorwire.cli import main
+    from tests.conftest import write_schemas
 
     monkeypatch.chdir(tmp_path)
     write_schemas(tmp_path / "schemas", {"lab/Square.v1.json": LAB["lab/Square.v1.json"]})
@@ -321,9 +317,8 @@ def test_record_refuses_a_link_or_a_file_for_the_fixture_directory(
 def test_a_type_no_value_can_be_synthesized_for_stops_before_anything_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from conftest import write_schemas
-
     from tensorwire.cli import main
+    from tests.conftest import write_schemas
 
     monkeypatch.chdir(tmp_path)
     gpu = _message("lab.Gpu", 1, {"t": {"x-tensor": {"devices": ["cuda"]}}})
@@ -336,10 +331,9 @@ def test_a_type_no_value_can_be_synthesized_for_stops_before_anything_is_written
 
 
 def test_minimal_values_keep_every_limit_a_schema_can_state(tmp_path: Path) -> None:
-    from conftest import write_schemas
-
     from tensorwire._synth import minimal_cases
     from tensorwire.schema import load_dir
+    from tests.conftest import write_schemas
 
     props = {
         "step": {"type": "integer", "minimum": 3, "multipleOf": 4},
@@ -369,10 +363,9 @@ def test_minimal_values_keep_every_limit_a_schema_can_state(tmp_path: Path) -> N
 
 
 def test_a_value_with_no_minimal_form_is_named(tmp_path: Path) -> None:
-    from conftest import write_schemas
-
     from tensorwire._synth import minimal_cases
     from tensorwire.schema import load_dir
+    from tests.conftest import write_schemas
 
     for prop, problem in (
         ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "minItems": 2}, "a set of at least 2"),

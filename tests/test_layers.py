@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from conftest import REPO
+from tests.conftest import REPO
 
 ROOTS = {"tensorwire": REPO / "codec", "tensorwire.transports": REPO / "transports"}
 

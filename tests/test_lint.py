@@ -12,11 +12,11 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import write_schemas
 
 from tensorwire.cli import main
 from tensorwire.lint import JSON_SCHEMA, RULES, Finding, lint, render, rules_table
 from tensorwire.schema import load_dir
+from tests.conftest import write_schemas
 
 THING = "schemas/t/Thing.v1.json"
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import BUILTIN_SCHEMAS
 
 from tensorwire.schema import meta_schema
 from tensorwire.schema._source import read_source
+from tests.conftest import BUILTIN_SCHEMAS
 
 BUILTIN_FILES = sorted(p for p in BUILTIN_SCHEMAS.rglob("*.json") if p.parent.name != "meta")
 

@@ -160,9 +160,8 @@ def test_no_module_of_the_package_takes_a_standard_library_name() -> None:
 
 
 def test_the_installed_built_in_schemas_are_the_repository_s() -> None:
-    from conftest import BUILTIN_SCHEMAS
-
     from tensorwire.builtins import SCHEMA_DIR as installed
+    from tests.conftest import BUILTIN_SCHEMAS
 
     ours = sorted(p.relative_to(BUILTIN_SCHEMAS) for p in BUILTIN_SCHEMAS.rglob("*.json"))
     theirs = sorted(p.relative_to(installed) for p in installed.rglob("*.json"))
@@ -173,7 +172,7 @@ def test_the_installed_built_in_schemas_are_the_repository_s() -> None:
 def test_every_built_in_namespace_folder_is_a_package_of_the_distribution() -> None:
     import tomllib
 
-    from conftest import REPO
+    from tests.conftest import REPO
 
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     folders = sorted(p.name for p in (REPO / "schemas").iterdir() if p.is_dir())
@@ -193,7 +192,7 @@ def test_the_dependency_floors_are_the_releases_make_floor_tests() -> None:
     import re
     import tomllib
 
-    from conftest import REPO
+    from tests.conftest import REPO
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     floors = dict(d.split(">=") for d in [*project["dependencies"], *project["optional-dependencies"]["zmq"]])

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from wire_helpers import edit_descriptor, frame_of, head_of, segments_of, tensor_exts
 
 import tensorwire as tw
 from tensorwire import transports
@@ -21,6 +20,7 @@ from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIG
 from tensorwire.transports._pool import PASSED, size_class
 from tensorwire.transports._retention import Retention
 from tensorwire.transports.shm import SHM_DIR
+from tests.wire_helpers import edit_descriptor, frame_of, head_of, segments_of, tensor_exts
 
 OOB = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)
 

@@ -12,13 +12,13 @@ import torch
 import torch.multiprocessing as torch_mp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wire_helpers import bits, frame_of, head_of, same, segments_of, tensor_exts
 
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire._wire import EXT_INLINE, unpack_descriptor
 from tensorwire.builtins import REGISTRY, diffusion, media, rpc
 from tensorwire.transports._control import FREE
+from tests.wire_helpers import bits, frame_of, head_of, same, segments_of, tensor_exts
 
 SHM = transports.ShmTransport(pool=False)
 SHM_NAMED = transports.ShmTransport(pool=False, backing="named")  # a receiver that maps one-shot segments
@@ -462,7 +462,7 @@ def test_encoders_are_safe_to_share_between_threads() -> None:
     assert all(torch.equal(o.output, m.output) for o, m in zip(outs, messages, strict=True))
 
 
-from conftest import BUILTIN_SCHEMAS as REPO_SCHEMAS  # noqa: E402
+from tests.conftest import BUILTIN_SCHEMAS as REPO_SCHEMAS  # noqa: E402
 
 
 def test_equal_messages_give_equal_bytes_whatever_the_hash_seed() -> None:

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CLIP, write_schemas
 
 import tensorwire.runtime as runtime
 from tensorwire.gen import check, generate
+from tests.conftest import CLIP, write_schemas
 
 GENERATED = Path(runtime.__file__).parent / "generated"
 

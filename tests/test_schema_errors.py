@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CLIP, minimal, write_schemas
 
 from tensorwire import SchemaError
 from tensorwire.schema import load_dir
+from tests.conftest import CLIP, minimal, write_schemas
 
 
 def _load(schema_dir: Path, files: dict[str, Any]) -> None:

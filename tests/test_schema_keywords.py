@@ -14,15 +14,15 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 import pytest
-from conftest import write_schemas
-from test_backends import _norm
-from wire_helpers import frame_of, head_of
 
 import tensorwire as tw
 from tensorwire import SchemaError
 from tensorwire.gen import generate
 from tensorwire.options import EncodeOptions
 from tensorwire.schema import load_dir
+from tests.conftest import write_schemas
+from tests.test_backends import _norm
+from tests.wire_helpers import frame_of, head_of
 
 ALL: dict[str, Any] = {
     "$id": "kw.All",

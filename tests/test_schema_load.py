@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import BUILTIN_SCHEMAS, CLIP, minimal, write_schemas
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorwire as tw
 from tensorwire.schema import load_dir
 from tensorwire.schema.ir import EnumT, MessageRefT, NullableT, StructT, TensorT, UnionT
+from tests.conftest import BUILTIN_SCHEMAS, CLIP, minimal, write_schemas
 
 BUILTIN_IDS = {
     "media.Video",

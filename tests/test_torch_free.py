@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from conftest import BUILTIN_SCHEMAS
+from tests.conftest import BUILTIN_SCHEMAS
 
 BLOCKED = textwrap.dedent(
     """

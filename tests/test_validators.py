@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CLIP, write_schemas
 
 import tensorwire as tw
 from tensorwire.rules import known_validators, validator
+from tests.conftest import CLIP, write_schemas
 
 
 def _name() -> str:

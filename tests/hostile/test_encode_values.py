@@ -76,7 +76,7 @@ def test_the_ints_at_the_ends_of_the_range_travel() -> None:
             r"numpy\.memmap",
             r"\$\.output\[1\]",
         ),
-        (lambda tmp: np.zeros(3).view(_Tagged), r"test_encode_values\._Tagged", r"\$\.output\[1\]"),
+        (lambda tmp: np.zeros(3).view(_Tagged), r"tests\.hostile\.test_encode_values\._Tagged", r"\$\.output\[1\]"),
         (lambda tmp: np.zeros(2).view(np.recarray), r"numpy\.recarray", r"\$\.output\[1\]"),
     ],
 )

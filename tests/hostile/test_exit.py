@@ -11,8 +11,9 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO
-from wire_helpers import segments_of
+
+from tests.conftest import REPO
+from tests.wire_helpers import segments_of
 
 SCRIPT = textwrap.dedent(
     """

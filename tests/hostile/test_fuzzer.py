@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 import pytest
-from wire_helpers import tensor_exts
 
 from tensorwire._wire import EXT_INLINE, MAGIC, WIRE_VERSION, unpack_descriptor
+from tests.wire_helpers import tensor_exts
 from tools.fuzz import cases, known, rawmp
 from tools.fuzz.case import dump, file_name, load
 

@@ -21,7 +21,6 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wire_helpers import damage, edit_descriptor, frame_of, head_of
 
 import tensorwire as tw
 from tensorwire._wire import pack_descriptor, pack_inline
@@ -29,6 +28,7 @@ from tensorwire.builtins import REGISTRY, diffusion, rpc
 from tensorwire.cli import main
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.inspection import describe
+from tests.wire_helpers import damage, edit_descriptor, frame_of, head_of
 
 INLINE = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))  # each tensor in a buffer of its own
 SECRET = bytes(range(0xA0, 0xB0))  # 16 bytes, like a capability

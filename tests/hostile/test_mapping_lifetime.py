@@ -18,15 +18,15 @@ import time
 
 import pytest
 import torch
-from conftest import REPO
-from wire_helpers import memfds_held
 
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports import _janitor as janitor
+from tests.conftest import REPO
 from tests.hostile import mapping_procs
 from tests.hostile.children import spawned
+from tests.wire_helpers import memfds_held
 
 LET_GO = {
     "close": "shm.close()",

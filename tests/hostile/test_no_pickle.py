@@ -13,12 +13,12 @@ from typing import Any
 import msgspec
 import pytest
 import torch
-from wire_helpers import frame_of, head_of, same
 
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY
 from tensorwire.builtins.golden import cases
+from tests.wire_helpers import frame_of, head_of, same
 
 
 def _refuse(*args: Any, **kwargs: Any) -> Any:

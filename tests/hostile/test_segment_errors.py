@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 import torch
-from wire_helpers import head_of, memfds_held
 
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports._control import IN_FLIGHT
+from tests.wire_helpers import head_of, memfds_held
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor out of band
 MESSAGE = diffusion.Output(output=torch.arange(4096, dtype=torch.float32))

@@ -1,0 +1,1 @@
+"""Tests of the decoder and the transports against hostile input and hostile processes."""
