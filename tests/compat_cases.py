@@ -64,7 +64,8 @@ def _thing(change: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]]
 
 
 def _props(doc: dict[str, Any]) -> dict[str, Any]:
-    return doc["properties"]  # type: ignore[no-any-return]
+    props: dict[str, Any] = doc["properties"]
+    return props
 
 
 CASES: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [

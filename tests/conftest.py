@@ -15,7 +15,7 @@ BUILTIN_SCHEMAS = REPO / "schemas"
 if str(REPO) not in sys.path:
     sys.path.append(str(REPO))  # repository tooling (tools/) is tested too, but not installed
 
-CLIP = {
+CLIP: dict[str, Any] = {  # a JSON document
     "$schema": "../meta/tensorwire.v1.json",
     "$id": "audio.Clip",
     "x-version": 1,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from tensorwire.transports.shm import Backing
 
 
 def producer(conn: Any, control: Any, count: int) -> None:
@@ -47,13 +50,13 @@ def consumer(conn: Any, report: Any, count: int, borrow: bool) -> None:
     report.send((count, ok))
 
 
-def export_and_exit(conn: Any, backing: str = "memfd") -> None:
+def export_and_exit(conn: Any, backing: Backing = "memfd") -> None:
     """Export one pool slot, hand its frames to the parent, and exit without anyone receiving it yet."""
     import tensorwire as tw
     from tensorwire import transports
     from tensorwire.builtins import diffusion
 
-    transport = transports.ShmTransport(backing=backing)  # type: ignore[arg-type]
+    transport = transports.ShmTransport(backing=backing)
     encoder = tw.Encoder(transport=transport, options=tw.EncodeOptions(inline_threshold=1, embed_threshold=0))
     frames = encoder.encode(diffusion.Output(output=torch.arange(1000, dtype=torch.float32)))
     conn.send([bytes(memoryview(f)) for f in frames])

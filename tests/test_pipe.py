@@ -5,9 +5,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
-from typing import Any
 
 import numpy as np
 import pytest
@@ -61,7 +60,7 @@ class Sender:
         frames = self.encoder.encode(diffusion.Output(output=tensor))
         self.send_raw(lambda: send(self.conn, frames))
 
-    def send_raw(self, action: Any) -> None:
+    def send_raw(self, action: Callable[[], None]) -> None:
         errors: list[BaseException] = []
 
         def run() -> None:

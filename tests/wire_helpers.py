@@ -99,6 +99,13 @@ def tensor_exts(value: Any) -> list[msgspec.msgpack.Ext]:
     return found
 
 
+def ext_data(ext: msgspec.msgpack.Ext) -> bytes:
+    """An extension's payload: bytes, as msgspec decodes it (its stubs say any buffer)."""
+    data = ext.data
+    assert isinstance(data, bytes)
+    return data
+
+
 def edit_descriptor(ext: msgspec.msgpack.Ext, **changes: Any) -> msgspec.msgpack.Ext:
     """A copy of a buffer tensor extension (code 1) with descriptor fields replaced: ``kind`` (0/1),
     ``dtype`` (code), ``shape``, ``strides`` (None: contiguous), ``buffer``, ``offset``, ``nbytes``,
@@ -107,8 +114,9 @@ def edit_descriptor(ext: msgspec.msgpack.Ext, **changes: Any) -> msgspec.msgpack
     from tensorwire.dtypes import DTYPE_NAMES
 
     assert ext.code == 1
-    desc = unpack_descriptor(1, ext.data)
-    fields = {
+    payload = ext_data(ext)
+    desc = unpack_descriptor(1, payload)
+    fields: dict[str, Any] = {
         "kind": KINDS.index(desc.kind),
         "dtype": DTYPE_NAMES.index(desc.dtype),
         "shape": desc.shape,
@@ -116,7 +124,7 @@ def edit_descriptor(ext: msgspec.msgpack.Ext, **changes: Any) -> msgspec.msgpack
         "buffer": desc.buffer,
         "offset": desc.offset,
         "nbytes": desc.nbytes,
-        "shared": bool(ext.data[3] & SHARED),
+        "shared": bool(payload[3] & SHARED),
     }
     flags = changes.pop("flags", None)
     fields.update(changes)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing as mp
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 WAIT = 120.0  # seconds: a bound for a child that died or hangs, never a speed requirement
@@ -13,7 +15,7 @@ WAIT = 120.0  # seconds: a bound for a child that died or hangs, never a speed r
 class Child:
     """The test's end: ``send``, ``recv`` (an ``AssertionError`` when the child does not answer)."""
 
-    def __init__(self, process: Any, conn: Any) -> None:
+    def __init__(self, process: BaseProcess, conn: Connection) -> None:
         self.process, self._conn = process, conn
 
     @property
@@ -32,7 +34,7 @@ class Child:
     def join(self) -> int | None:
         """Wait for the child to exit; its exit code."""
         self.process.join(WAIT)
-        return self.process.exitcode  # type: ignore[no-any-return]
+        return self.process.exitcode
 
 
 @contextmanager

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tensorwire.transports.shm import Backing
 
 
-def claim_all(start: Any, frames_list: list[list[bytes]], backing: str, report: Any) -> None:
+def claim_all(start: Any, frames_list: list[list[bytes]], backing: Backing, report: Any) -> None:
     """Wait for ``start``, then try to decode every message; report which ones this process got."""
     import tensorwire as tw
     from tensorwire import transports
@@ -13,7 +16,7 @@ def claim_all(start: Any, frames_list: list[list[bytes]], backing: str, report: 
 
     decoder = tw.Decoder(
         REGISTRY,
-        transports=[transports.ShmTransport(backing=backing)],  # type: ignore[arg-type]
+        transports=[transports.ShmTransport(backing=backing)],
         options=tw.DecodeOptions(borrow=False),
     )
     won: list[int] = []

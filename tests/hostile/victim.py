@@ -11,6 +11,7 @@ real frames so the test can show the intended receiver still gets them.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import secrets
 import stat
@@ -43,9 +44,9 @@ def make_decoys(directory: Path) -> dict[str, str]:
     # a file that looks like a one-shot segment's control page, for a capability nobody knows
     from tensorwire.transports._control import init_file
 
-    like = bytearray(DECOY_SIZE)
-    init_file(like, 4096, time.monotonic_ns() + 3600 * 10**9)  # type: ignore[arg-type]
-    (directory / names["control_like"]).write_bytes(bytes(like))
+    with mmap.mmap(-1, DECOY_SIZE) as like:  # anonymous: zero-filled, as a new segment's
+        init_file(like, 4096, time.monotonic_ns() + 3600 * 10**9)
+        (directory / names["control_like"]).write_bytes(bytes(like))
     for name in names.values():
         os.utime(directory / name, ns=(1_000_000_000, 2_000_000_000), follow_symlinks=False)
     return names
@@ -87,7 +88,7 @@ def _in_flight(directory: Path) -> tuple[list[Any], dict[str, Any], list[list[by
         ("named", {"backing": "named"}),
         ("one_shot", {"pool": False}),
     ):
-        transport = transports.ShmTransport(directory, claim_timeout=3600.0, **options)  # type: ignore[arg-type]
+        transport = transports.ShmTransport(directory, claim_timeout=3600.0, **options)
         frames = tw.Encoder(transport=transport, options=oob).encode(diffusion.Output(output=PAYLOAD + len(kept)))
         handle = dict(msgspec.msgpack.decode(frames[0])[3][0][1])  # frame 0: [tag, fingerprint, data, buffers, body]
         handle.pop("capability")
