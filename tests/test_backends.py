@@ -206,6 +206,11 @@ LEAVES_AND_CONTAINERS = {
 }
 
 
+def _struct_class(t: mi.Type) -> type[msgspec.Struct]:
+    assert isinstance(t, mi.StructType)
+    return t.cls
+
+
 def test_only_structs_of_leaves_skip_the_garbage_collector(tmp_path: Path) -> None:
     """A struct whose fields hold only scalars, enum members or None cannot be in a reference cycle:
     both back-ends make it ``gc=False``; one with a list or a nested struct stays tracked."""
@@ -214,12 +219,12 @@ def test_only_structs_of_leaves_skip_the_garbage_collector(tmp_path: Path) -> No
         for holder in (module.Holder, runtime):
             info = mi.type_info(holder)
             assert isinstance(info, mi.StructType)
-            kinds = {f.name: f.type.cls.__struct_config__.gc for f in info.fields}
+            kinds = {f.name: _struct_class(f.type).__struct_config__.gc for f in info.fields}
             assert kinds == {"flat": False, "listed": True, "nested": True}, holder
             assert holder.__struct_config__.gc is True
-            flat = msgspec.convert({"n": 1, "s": "x", "mode": "a"}, info.fields[0].type.cls)
+            flat = msgspec.convert({"n": 1, "s": "x", "mode": "a"}, _struct_class(info.fields[0].type))
             assert not gc.is_tracked(flat)
-            listed = msgspec.convert({"names": ["a"]}, info.fields[1].type.cls)
+            listed = msgspec.convert({"names": ["a"]}, _struct_class(info.fields[1].type))
             assert gc.is_tracked(listed)
         assert _norm(mi.type_info(module.Holder)) == _norm(mi.type_info(runtime))
     assert tw.builtins.REGISTRY.type("rpc.Request").__struct_config__.gc is True  # args and kwargs are trees

@@ -54,7 +54,7 @@ def test_every_builtin_type_can_be_constructed() -> None:
         rpc.Result(method="generate", ok=True, payload=p, rank_statuses=statuses)
         for p in (output, runner, batch, tagged, value, None)
     ]
-    built = [video, frames, item, output, legacy, runner, batch, tagged, request, value, *results]
+    built: list[Any] = [video, frames, item, output, legacy, runner, batch, tagged, request, value, *results]
     assert {type(m).__tw_type__.type_id for m in built} == {i.type_id for i in REGISTRY.infos()}
     assert video.color_model is media.VideoColorModel.RGB and video.preserve_input_dtype is False
     assert legacy.finished is True and legacy.total_chunks == 1 and legacy.peak_memory_mb == 0.0

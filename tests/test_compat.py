@@ -238,8 +238,9 @@ def test_rules_agree_with_decoding(
 
 
 def _coerce(cls: type, name: str, value: Any) -> Any:
-    hint = msgspec.inspect.type_info(cls).fields
-    field = next(f for f in hint if f.name == name)
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    field = next(f for f in info.fields if f.name == name)
     if isinstance(field.type, msgspec.inspect.EnumType):
         return field.type.cls(value)
     return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mmap
+import os
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ def test_copy_into_is_exact(monkeypatch: pytest.MonkeyPatch, helpers: int, nbyte
     source = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
     target = mmap.mmap(-1, nbytes + 8)
     with memoryview(target) as area:
-        bulk.copy_into(area[4 : 4 + nbytes], memoryview(source))
+        bulk.copy_into(area[4 : 4 + nbytes], source.data)
         assert bytes(area[:4]) == b"\0" * 4 and bytes(area[4 + nbytes :]) == b"\0" * 4  # nothing outside
         assert np.array_equal(np.frombuffer(area[4 : 4 + nbytes], dtype=np.uint8), source)
     target.close()  # no view of the mapping is left behind
@@ -38,7 +39,7 @@ def test_copy_into_refuses_a_read_only_target(monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.mark.parametrize(("cpus", "helpers"), [(1, 0), (2, 1), (4, 3), (64, 3)])
 def test_helper_count_leaves_one_cpu_to_the_caller(monkeypatch: pytest.MonkeyPatch, cpus: int, helpers: int) -> None:
-    monkeypatch.setattr(bulk.os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
     assert bulk.helper_count() == helpers  # the CPUs this process may use, less the caller's, at most 3
 
 

@@ -16,7 +16,7 @@ import torch
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY
-from tensorwire.transports.shm import SHM_DIR, our_segments, reap
+from tensorwire.transports.shm import SHM_DIR, Backing, our_segments, reap
 from tests.conftest import REPO
 from tests.wire_helpers import head_of, segments_of
 
@@ -79,7 +79,7 @@ def test_no_resource_tracker_output_and_no_leak(tmp_path: Path) -> None:
     assert segments_of(producer_pid) == []
 
 
-def _exported_by_a_sender_that_exited(backing: str) -> tuple[int, list[Any]]:
+def _exported_by_a_sender_that_exited(backing: Backing) -> tuple[int, list[Any]]:
     from tests import procs
 
     ctx = mp.get_context("spawn")

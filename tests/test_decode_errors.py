@@ -21,7 +21,7 @@ from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.inspection import describe
 from tensorwire.transports.shm import SHM_DIR
-from tests.wire_helpers import edit_descriptor, frame_of, head_of, segments_of, tensor_exts
+from tests.wire_helpers import edit_descriptor, ext_data, frame_of, head_of, segments_of, tensor_exts
 
 SHM = transports.ShmTransport(pool=False)
 ENCODER = tw.Encoder(transport=SHM, options=tw.EncodeOptions(inline_threshold=64, embed_threshold=0))
@@ -97,7 +97,7 @@ def _desc(index: int = 0, **changes: Any) -> Callable[[list[Any]], None]:
 
 def _payload(index: int, make: Callable[[bytes], bytes], code: int | None = None) -> Callable[[list[Any]], None]:
     """A frame 0 change: the extension payload of tensor ``index`` becomes ``make(payload)``."""
-    return _tensor(index, lambda ext: Ext(ext.code if code is None else code, make(ext.data)))
+    return _tensor(index, lambda ext: Ext(ext.code if code is None else code, make(ext_data(ext))))
 
 
 def _inline(
@@ -114,7 +114,7 @@ def _inline(
 
     def make(ext: Ext) -> Ext:
         assert ext.code == 3
-        desc = unpack_descriptor(3, ext.data)
+        desc = unpack_descriptor(3, ext_data(ext))
         code = DTYPE_NAMES.index(desc.dtype) if dtype is None else dtype
         return Ext(
             3,
@@ -338,7 +338,7 @@ def test_an_inline_tensor_shorter_than_its_shape_is_a_decode_error_naming_nbytes
     for value, path in ((torch.arange(12, dtype=torch.int16), "$.output"), (np.arange(3.0), "$.output")):
         frames = EMBED.encode(diffusion.Output(output=value))
         (ext,) = tensor_exts(head_of(frames[0])[4])
-        desc = unpack_descriptor(3, ext.data)
+        desc = unpack_descriptor(3, ext_data(ext))
         for cut in (1, desc.nbytes // 2, desc.nbytes):
             forged = _with(frames, _inline(cut=cut))
             with pytest.raises(tw.DecodeError) as info:
@@ -462,13 +462,15 @@ def _same(got: Any, sent: Any) -> bool:
 
 
 def test_5000_small_tensors_in_one_message_decode_from_one_frame() -> None:
-    tensors = [torch.full((3,), float(i)) for i in range(4000)] + [np.full(2, i, np.int16) for i in range(1000)]
+    floats = [torch.full((3,), float(i)) for i in range(4000)]
+    ints = [np.full(2, i, np.int16) for i in range(1000)]
+    tensors = [*floats, *ints]
     frames = EMBED.encode(diffusion.Output(output=tensors))
     assert len(frames) == 1 and head_of(frames[0])[3] == []
     out = DECODER.decode(frames).output
     assert len(out) == 5000
-    assert all(torch.equal(got, sent) for got, sent in zip(out[:4000], tensors[:4000], strict=True))
-    assert all(np.array_equal(got, sent) for got, sent in zip(out[4000:], tensors[4000:], strict=True))
+    assert all(torch.equal(got, sent) for got, sent in zip(out[:4000], floats, strict=True))
+    assert all(np.array_equal(got, sent) for got, sent in zip(out[4000:], ints, strict=True))
     few = tw.Decoder(REGISTRY, options=tw.DecodeOptions(limits=tw.Limits(max_tensors=4999)))
     with pytest.raises(tw.DecodeError, match=r"more than 4999 tensors in one message \(limit max_tensors\)"):
         few.decode(frames)
@@ -687,12 +689,18 @@ def _inside(value: Any, frame: bytes | bytearray) -> bool:
     if isinstance(value, np.ndarray):
         return bool(np.shares_memory(value, raw))
     storage = value.untyped_storage()
-    start, address = raw.ctypes.data, storage.data_ptr()
+    start: int = raw.ctypes.data
+    address: int = storage.data_ptr()
     return address < start + raw.nbytes and start < address + storage.nbytes()
 
 
 def test_a_tensor_of_a_decoded_message_is_writable_and_does_not_alias_frame_0() -> None:
-    sent = [torch.arange(6, dtype=torch.float32).reshape(2, 3), torch.ones(3, 1, 2).transpose(0, 1), np.arange(5)]
+    transposed = torch.ones(3, 1, 2).transpose(0, 1)
+    sent: list[torch.Tensor | np.ndarray] = [
+        torch.arange(6, dtype=torch.float32).reshape(2, 3),
+        transposed,
+        np.arange(5),
+    ]
     frames = EMBED.encode(diffusion.Output(output=sent))
     assert len(frames) == 1 and [e.code for e in tensor_exts(head_of(frames[0])[4])] == [3, 3, 3]
     for decoder in (DECODER, tw.Decoder(REGISTRY, options=tw.DecodeOptions(copy_readonly=False))):
@@ -706,7 +714,7 @@ def test_a_tensor_of_a_decoded_message_is_writable_and_does_not_alias_frame_0() 
                 got[0] = 7
                 assert (got[0] == 7).all() and (want[0] != 7).all()
             assert bytes(frame) == original  # frame 0 is untouched by writes to its tensors
-            assert out[1].stride() == sent[1].stride()
+            assert out[1].stride() == transposed.stride()
 
 
 def test_strict_fingerprint() -> None:
@@ -745,6 +753,7 @@ def test_a_string_that_is_not_utf_8_is_a_decode_error_wherever_it_is() -> None:
     from tensorwire.builtins import rpc
 
     (head,) = EMBED.encode(rpc.Request(method="zzz"))
+    assert isinstance(head, bytes)
     forged = {
         "rpc.Request v1: ": head.replace(b"\xa3zzz", b"\xa3\xed\xa0\x80"),  # a field of the body
         "invalid header: ": head.replace(b"tensorwire:", b"tensor\xed\xa0\x80\x80:"),  # the tag

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 from types import SimpleNamespace
 from typing import Any
@@ -240,7 +241,7 @@ def test_an_interrupt_while_the_header_is_built_hands_every_slot_back(monkeypatc
 
 def test_a_full_dev_shm_is_a_transport_error_before_any_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     copied = []
-    real_mmap = transports.shm.mmap.mmap
+    real_mmap = mmap.mmap
 
     def no_space(fd: int, offset: int, length: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -249,8 +250,8 @@ def test_a_full_dev_shm_is_a_transport_error_before_any_copy(monkeypatch: pytest
         copied.append(args)
         return real_mmap(*args, **kwargs)
 
-    monkeypatch.setattr(transports.shm.os, "posix_fallocate", no_space)
-    monkeypatch.setattr(transports.shm.mmap, "mmap", watch_mmap)
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    monkeypatch.setattr(mmap, "mmap", watch_mmap)
     with pytest.raises(tw.TransportError, match=r"cannot reserve 8192 bytes in /dev/shm") as info:
         ENCODER.encode(diffusion.Output(output=torch.zeros(1024)))
     assert info.value.errno == errno.ENOSPC

@@ -103,7 +103,7 @@ def test_a_body_over_the_header_limit_is_an_encode_error(tensor_free: bool) -> N
     assert decoder.decode(encoder.encode(fits)) == fits  # within it
 
 
-def test_a_body_over_the_header_limit_exports_nothing() -> None:
+def test_a_body_over_the_header_limit_exports_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     encoder, _ = _limited(1024, inline_threshold=1)  # the tensor through shared memory
     exported: list[Any] = []
     original = SHM.export
@@ -112,12 +112,9 @@ def test_a_body_over_the_header_limit_exports_nothing() -> None:
         exported.append(args)
         return original(*args, **kwargs)
 
-    SHM.export = counting  # type: ignore[method-assign]
-    try:
-        with pytest.raises(tw.EncodeError, match=r"^diffusion.Output: frame 0 of \d+ bytes is over the limit of 1024"):
-            encoder.encode(diffusion.Output(output={"note": "x" * 2000, "t": torch.zeros(100_000)}))
-    finally:
-        del SHM.export
+    monkeypatch.setattr(SHM, "export", counting)
+    with pytest.raises(tw.EncodeError, match=r"^diffusion.Output: frame 0 of \d+ bytes is over the limit of 1024"):
+        encoder.encode(diffusion.Output(output={"note": "x" * 2000, "t": torch.zeros(100_000)}))
     assert exported == []
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -24,7 +25,8 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire._wire import KINDS, unpack_descriptor
 from tensorwire.builtins import REGISTRY, diffusion, rpc
-from tests.wire_helpers import damage, head_of, segments_of
+from tensorwire.transports.base import Buffer
+from tests.wire_helpers import damage, ext_data, head_of, segments_of
 
 POOL = transports.ShmTransport()
 _BEFORE: set[str] = set()
@@ -69,7 +71,7 @@ _EDITS = st.lists(
 )
 
 
-def _decode(kind: str, frames: list[Any]) -> None:
+def _decode(kind: str, frames: Sequence[Buffer]) -> None:
     try:
         message = DECODERS[kind].decode(frames)
     except tw.CodecError as exc:
@@ -102,6 +104,7 @@ def test_damaged_inline_messages_decode_or_raise_a_codec_error(
 ) -> None:
     kind, message = MESSAGES[which]
     frames = _ENCODERS[kind].encode(message)
+    damaged: Sequence[Buffer]
     if blob:
         try:
             damaged = tw.split(bytearray(damage(tw.join(frames), edits, cut)))
@@ -168,7 +171,7 @@ def _forge(ext: msgspec.msgpack.Ext, field: str, value: Any) -> msgspec.msgpack.
     field's width (u8 codes, u32 buffer, u64 offset, nbytes and dims, i64 strides). A forged buffer
     or offset turns an inline tensor into one in buffer 0; a forged nbytes of an inline tensor
     resizes its bytes."""
-    desc = unpack_descriptor(ext.code, ext.data)
+    desc = unpack_descriptor(ext.code, ext_data(ext))
     fields: dict[str, Any] = {
         "kind": KINDS.index(desc.kind),
         "dtype": tw.DTYPE_NAMES.index(desc.dtype),
@@ -178,7 +181,7 @@ def _forge(ext: msgspec.msgpack.Ext, field: str, value: Any) -> msgspec.msgpack.
         "offset": desc.offset if ext.code == 1 else 0,
         "nbytes": desc.nbytes,
     }
-    data = bytes(ext.data[desc.offset :]) if ext.code == 3 else b""
+    data = ext_data(ext)[desc.offset :] if ext.code == 3 else b""
     code = ext.code
     if field in ("kind", "dtype"):
         fields[field] = _as_int(value, KINDS if field == "kind" else tw.DTYPE_NAMES)

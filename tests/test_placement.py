@@ -52,7 +52,7 @@ def _mapping(shm: transports.ShmTransport) -> tuple[int, int]:
     return segment.address, len(segment.mapping)
 
 
-def test_every_tensor_lands_on_the_device_and_views_keep_sharing(shm: Any) -> None:
+def test_every_tensor_lands_on_the_device_and_views_keep_sharing(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     base = torch.randn(2 * MiB // 4)
     array = np.arange(10)
@@ -64,10 +64,10 @@ def test_every_tensor_lands_on_the_device_and_views_keep_sharing(shm: Any) -> No
     assert isinstance(arr, np.ndarray)  # numpy arrays stay on the host
     assert fake.calls["copy_to_device"] == 1 and fake.calls["register"] == 1
     assert fake.registered == dict([_mapping(shm)])  # the slot's whole mapping, kept registered
-    assert [s.state for s in shm.pool.slots()] == [FREE]  # type: ignore[union-attr]  # host slot let go
+    assert shm.pool is not None and [s.state for s in shm.pool.slots()] == [FREE]  # host slot let go
 
 
-def test_small_buffers_are_copied_without_registration(shm: Any) -> None:
+def test_small_buffers_are_copied_without_registration(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     frames = tw.Encoder(transport=shm, options=tw.EncodeOptions(embed_threshold=0)).encode(
         diffusion.Output(output=torch.arange(100))
@@ -77,7 +77,7 @@ def test_small_buffers_are_copied_without_registration(shm: Any) -> None:
     assert fake.calls["register"] == 0 and fake.calls["copy_to_device"] == 1
 
 
-def test_per_path_placement_moves_only_the_named_tensors(shm: Any) -> None:
+def test_per_path_placement_moves_only_the_named_tensors(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     message = diffusion.Output(
         output={"latents": torch.ones(8), "mask": torch.zeros(8)}, trajectory_latents=torch.ones(3)
@@ -90,7 +90,7 @@ def test_per_path_placement_moves_only_the_named_tensors(shm: Any) -> None:
     assert not _on_device(fake, everything_else.output["mask"]) and _on_device(fake, everything_else.trajectory_latents)
 
 
-def test_one_tensor_sent_twice_is_placed_per_path_or_shared_once(shm: Any) -> None:
+def test_one_tensor_sent_twice_is_placed_per_path_or_shared_once(shm: transports.ShmTransport) -> None:
     """The same tensor at two paths: with a per-path mapping each occurrence goes where its path
     says; placed whole (or not at all) both occurrences are one object."""
     fake = FakeCudaRuntime()
@@ -108,7 +108,7 @@ def test_one_tensor_sent_twice_is_placed_per_path_or_shared_once(shm: Any) -> No
     assert plain["a"] is plain["b"]
 
 
-def test_out_of_memory_flushes_the_cache_once_and_retries(shm: Any) -> None:
+def test_out_of_memory_flushes_the_cache_once_and_retries(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("alloc", code=2)
     frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
@@ -116,7 +116,7 @@ def test_out_of_memory_flushes_the_cache_once_and_retries(shm: Any) -> None:
     assert fake.flushed == 1 and _on_device(fake, tensor) and fake.registered == {}
 
 
-def test_out_of_memory_twice_releases_the_whole_message(shm: Any) -> None:
+def test_out_of_memory_twice_releases_the_whole_message(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("alloc", code=2, times=2)
     frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
@@ -125,11 +125,12 @@ def test_out_of_memory_twice_releases_the_whole_message(shm: Any) -> None:
     ) as caught:
         _copying(shm, fake).decode(frames)
     assert fake.flushed == 1 and fake.registered == {}
+    assert shm.pool is not None
     assert [s.state for s in shm.pool.slots()] == [FREE]  # the message was released, while its error is kept
     assert "upload_one" in [entry.name for entry in caught.traceback]  # the failed frames' lines stay
 
 
-def test_a_failed_registration_falls_back_to_a_pageable_copy(shm: Any) -> None:
+def test_a_failed_registration_falls_back_to_a_pageable_copy(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("register", code=1)
     frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
@@ -137,7 +138,7 @@ def test_a_failed_registration_falls_back_to_a_pageable_copy(shm: Any) -> None:
     assert _on_device(fake, tensor) and fake.calls["unregister"] == 0
 
 
-def test_a_failed_copy_enqueue_drains_and_releases(shm: Any) -> None:
+def test_a_failed_copy_enqueue_drains_and_releases(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("copy_to_device", code=700)
     frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB)))
@@ -148,7 +149,7 @@ def test_a_failed_copy_enqueue_drains_and_releases(shm: Any) -> None:
     assert decoder.placement.healthy
 
 
-def test_an_uncertain_copy_keeps_its_host_memory_and_refuses_more(shm: Any) -> None:
+def test_an_uncertain_copy_keeps_its_host_memory_and_refuses_more(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("synchronize", code=999)
     encoder = tw.Encoder(transport=shm)
@@ -161,7 +162,7 @@ def test_an_uncertain_copy_keeps_its_host_memory_and_refuses_more(shm: Any) -> N
         decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(MiB))))
 
 
-def test_a_failed_drain_after_a_failed_enqueue_keeps_the_registration(shm: Any) -> None:
+def test_a_failed_drain_after_a_failed_enqueue_keeps_the_registration(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("copy_to_device", code=700)
     fake.fail_next("drain", code=700)
@@ -173,7 +174,7 @@ def test_a_failed_drain_after_a_failed_enqueue_keeps_the_registration(shm: Any) 
     assert len(fake.registered) == 1 and fake.calls["unregister"] == 0
 
 
-def test_a_failed_unregistration_fails_the_decode_and_keeps_the_memory(shm: Any) -> None:
+def test_a_failed_unregistration_fails_the_decode_and_keeps_the_memory(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("unregister", code=1)
     decoder = _copying(shm, fake)
@@ -186,13 +187,13 @@ def test_a_failed_unregistration_fails_the_decode_and_keeps_the_memory(shm: Any)
 
 
 # -- pool mappings registered once ----------------------------------------------------------------
-def test_a_pool_slot_is_registered_once_for_every_message_it_carries(shm: Any) -> None:
+def test_a_pool_slot_is_registered_once_for_every_message_it_carries(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     encoder, decoder = tw.Encoder(transport=shm), _decoder(shm, fake)
     for value in range(3):
         tensor = decoder.decode(encoder.encode(diffusion.Output(output=torch.full((MiB,), float(value))))).output
         assert _on_device(fake, tensor) and torch.equal(tensor, torch.full((MiB,), float(value)))
-    assert len(shm.pool.slots()) == 1 and fake.calls["copy_to_device"] == 3  # type: ignore[union-attr]
+    assert shm.pool is not None and len(shm.pool.slots()) == 1 and fake.calls["copy_to_device"] == 3
     address, size = _mapping(shm)
     assert fake.calls["register"] == 1 and fake.registered == {address: size} and fake.calls["unregister"] == 0
     assert shm._reader.pinned_bytes == size
@@ -200,7 +201,7 @@ def test_a_pool_slot_is_registered_once_for_every_message_it_carries(shm: Any) -
     assert fake.registered == {} and fake.calls["unregister"] == 1 and shm._reader.pinned_bytes == 0
 
 
-def test_a_mapping_its_sender_dropped_is_unregistered_when_pruned(shm: Any) -> None:
+def test_a_mapping_its_sender_dropped_is_unregistered_when_pruned(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     _decoder(shm, fake).decode(tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(MiB))))
     assert len(fake.registered) == 1
@@ -230,7 +231,7 @@ def test_mappings_over_the_budget_are_registered_per_copy(tmp_path: Path, monkey
     assert fake.registered == {}
 
 
-def test_a_small_copy_from_a_large_mapping_leaves_it_unpinned(shm: Any) -> None:
+def test_a_small_copy_from_a_large_mapping_leaves_it_unpinned(shm: transports.ShmTransport) -> None:
     """Registering a mapping makes all of it resident: a sender's large slot that a message uses a
     little of is registered for that copy only."""
     fake = FakeCudaRuntime()
@@ -243,7 +244,7 @@ def test_a_small_copy_from_a_large_mapping_leaves_it_unpinned(shm: Any) -> None:
     assert fake.calls["register"] == 1 and fake.calls["unregister"] == 1 and fake.registered == {}
 
 
-def test_a_mapping_that_cannot_be_registered_is_not_tried_again(shm: Any) -> None:
+def test_a_mapping_that_cannot_be_registered_is_not_tried_again(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("register", code=1)  # the mapping's registration
     encoder, decoder = tw.Encoder(transport=shm), _decoder(shm, fake)
@@ -255,7 +256,7 @@ def test_a_mapping_that_cannot_be_registered_is_not_tried_again(shm: Any) -> Non
     assert shm._reader.pinned_bytes == 0
 
 
-def test_a_mapping_that_cannot_be_unregistered_is_never_unmapped(shm: Any) -> None:
+def test_a_mapping_that_cannot_be_unregistered_is_never_unmapped(shm: transports.ShmTransport) -> None:
     import weakref
 
     fake = FakeCudaRuntime()
@@ -286,7 +287,7 @@ def test_a_cuda_device_without_cuda_is_refused() -> None:
         tw.Decoder(REGISTRY, device="cuda:0")
 
 
-def test_cpu_placement_is_the_plain_decode(shm: Any) -> None:
+def test_cpu_placement_is_the_plain_decode(shm: transports.ShmTransport) -> None:
     frames = tw.Encoder(transport=shm).encode(diffusion.Output(output=torch.ones(10)))
     tensor = tw.Decoder(REGISTRY, transports=[shm], device="cpu").decode(frames).output
     assert tensor.device.type == "cpu" and torch.equal(tensor, torch.ones(10))

@@ -17,9 +17,9 @@ from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.transports import _pool
 from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, Page
-from tensorwire.transports._pool import PASSED, size_class
+from tensorwire.transports._pool import PASSED, Pool, Slot, size_class
 from tensorwire.transports._retention import Retention
-from tensorwire.transports.shm import SHM_DIR
+from tensorwire.transports.shm import SHM_DIR, Backing
 from tests.wire_helpers import edit_descriptor, frame_of, head_of, segments_of, tensor_exts
 
 OOB = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)
@@ -41,9 +41,13 @@ def _pair(shm: transports.ShmTransport, **options: Any) -> tuple[tw.Encoder, tw.
     )
 
 
-def _states(shm: transports.ShmTransport) -> list[int]:
+def _slots(shm: transports.ShmTransport) -> list[Slot]:
     assert shm.pool is not None
-    return [slot.state for slot in shm.pool.slots()]
+    return shm.pool.slots()
+
+
+def _states(shm: transports.ShmTransport) -> list[int]:
+    return [slot.state for slot in _slots(shm)]
 
 
 def test_size_classes_waste_at_most_a_quarter() -> None:
@@ -62,18 +66,18 @@ def test_steady_state_reuses_one_slot_and_hands_it_back(shm: transports.ShmTrans
         assert _states(shm) == [CLAIMED]  # borrowed by default while the view lives
         del out
         assert _states(shm) == [FREE]
-    assert len(shm.pool.slots()) == 1  # type: ignore[union-attr]
+    assert len(_slots(shm)) == 1
 
 
 def test_a_slot_is_never_reused_while_a_receiver_holds_a_view(shm: transports.ShmTransport) -> None:
     encoder, decoder = _pair(shm)
     first = decoder.decode(encoder.encode(diffusion.Output(output=torch.zeros(50_000))))
     second = decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(50_000))))
-    assert len(shm.pool.slots()) == 2  # type: ignore[union-attr]
+    assert len(_slots(shm)) == 2
     assert float(first.output.sum()) == 0.0 and float(second.output.sum()) == 50_000.0
     del first
     third = decoder.decode(encoder.encode(diffusion.Output(output=torch.full((50_000,), 2.0))))
-    assert len(shm.pool.slots()) == 2 and float(second.output.sum()) == 50_000.0  # type: ignore[union-attr]
+    assert len(_slots(shm)) == 2 and float(second.output.sum()) == 50_000.0
     del second, third
 
 
@@ -89,7 +93,7 @@ def test_empty_sends_without_copying(shm: transports.ShmTransport) -> None:
     tensor.copy_(torch.randn(256, 256).to(torch.bfloat16))
     assert _states(shm) == [SENDER]
     frames = encoder.encode(diffusion.Output(output=tensor))
-    assert _states(shm) == [IN_FLIGHT] and len(shm.pool.slots()) == 1  # type: ignore[union-attr]  # no second slot
+    assert _states(shm) == [IN_FLIGHT] and len(_slots(shm)) == 1  # no second slot
     tensor[0, 0] = 7.0  # breaking the ownership rule shows the memory is shared, not copied
     out = decoder.decode(frames).output
     assert out.dtype == torch.bfloat16 and float(out[0, 0]) == 7.0
@@ -167,12 +171,12 @@ def test_a_segment_shorter_than_its_control_page_is_rejected(shm: transports.Shm
 def test_a_slot_claimed_by_a_dead_receiver_is_reclaimed(shm: transports.ShmTransport) -> None:
     encoder, decoder = _pair(shm)
     out = decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(30_000))))
-    slot = shm.pool.slots()[0]  # type: ignore[union-attr]
+    slot = _slots(shm)[0]
     import struct
 
     struct.pack_into("<Q", slot.mapping, 24, 999_999_999)  # as if a receiver that died had claimed it
     again = decoder.decode(encoder.encode(diffusion.Output(output=torch.zeros(30_000))))
-    assert len(shm.pool.slots()) == 1 and float(again.output.sum()) == 0.0  # type: ignore[union-attr]
+    assert len(_slots(shm)) == 1 and float(again.output.sum()) == 0.0
     del out, again
 
 
@@ -196,10 +200,10 @@ def test_idle_slots_are_given_back(shm: transports.ShmTransport) -> None:
     for size in (10_000, 100_000, 1_000_000):
         decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(size))))
     gc.collect()
-    assert len(shm.pool.slots()) == 3  # type: ignore[union-attr]
+    assert len(_slots(shm)) == 3
     freed = shm.trim(0)
     assert freed == sum(size_class(n * 4) + CONTROL_BYTES for n in (10_000, 100_000, 1_000_000))
-    assert shm.pool.slots() == []  # type: ignore[union-attr]  # the fixture checks /dev/shm
+    assert _slots(shm) == []  # the fixture checks /dev/shm
 
 
 def test_ten_thousand_transfers_leave_nothing_behind() -> None:
@@ -221,7 +225,7 @@ def test_ten_thousand_transfers_leave_nothing_behind() -> None:
         assert out.chunk_index == i
     assert float(out.output[-1]) == 19_999.0
     del out
-    assert len(shm.pool.slots()) == 2  # type: ignore[union-attr]  # the previous message is held while the next is sent
+    assert len(_slots(shm)) == 2  # the previous message is held while the next is sent
     shm.close()
     gc.collect()
     assert fds() == base_fds
@@ -230,7 +234,7 @@ def test_ten_thousand_transfers_leave_nothing_behind() -> None:
 
 
 @pytest.mark.parametrize("backing", ["memfd", "named"])
-def test_a_pool_dropped_without_close_lets_go_of_its_free_slots_and_stops_trimming(backing: Any) -> None:
+def test_a_pool_dropped_without_close_lets_go_of_its_free_slots_and_stops_trimming(backing: Backing) -> None:
     import threading
     import weakref
 
@@ -238,8 +242,9 @@ def test_a_pool_dropped_without_close_lets_go_of_its_free_slots_and_stops_trimmi
     encoder, decoder = _pair(shm)
     decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(10_000))))
     gc.collect()
-    pool_ref = weakref.ref(shm.pool)  # type: ignore[arg-type]
-    names = [slot.name for slot in shm.pool.slots()]  # type: ignore[union-attr]
+    assert shm.pool is not None
+    pool_ref = weakref.ref(shm.pool)
+    names = [slot.name for slot in shm.pool.slots()]
     assert names and set(names) <= set(segments_of(os.getpid()))
     assert any(t.name == "tensorwire-pool-trim" for t in threading.enumerate())
     del shm, encoder, decoder
@@ -278,11 +283,11 @@ def test_the_address_of_a_view_is_the_one_numpy_gives() -> None:
     from tensorwire.transports.shm import _address
 
     block = np.arange(64, dtype=np.uint8)
-    views = (memoryview(block), memoryview(block)[5:], memoryview(block).toreadonly()[7:], memoryview(block)[64:])
+    views = (block.data, block.data[5:], block.data.toreadonly()[7:], block.data[64:])
     for view in views:  # (the last is empty: ctypes refuses it, numpy gives its address)
         assert _address(view) == np.frombuffer(view, dtype=np.uint8).ctypes.data
     with pytest.raises(BufferError, match="not C-contiguous"):  # numpy's refusal, for a writable view too
-        _address(memoryview(block[::2]))
+        _address(block[::2].data)
 
 
 def test_a_descriptor_failure_hands_the_slots_back(shm: transports.ShmTransport) -> None:
@@ -308,7 +313,8 @@ def _counting_looks(shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatc
     assert pool is not None
     glances: list[str] = []
     looks: list[str] = []
-    quick = Page.is_free.fget
+    is_free_property: property = vars(Page)["is_free"]
+    quick = is_free_property.fget
     assert quick is not None
 
     def is_free(page: Page) -> bool:  # (called under the pool's lock: its slots read without it)
@@ -334,10 +340,10 @@ def test_a_send_takes_the_first_free_slot_with_a_glance_at_each_before_it(
     pending = [encoder.encode(diffusion.Output(output=tensor)) for _ in range(5)]
     freed = pending.pop(2)
     decoder.decode(freed)  # the middle slot is free again; the others are still in flight
-    names = [slot.name for slot in shm.pool.slots()]  # type: ignore[union-attr]
+    names = [slot.name for slot in _slots(shm)]
     glances, looks = _counting_looks(shm, monkeypatch)
     frames = encoder.encode(diffusion.Output(output=tensor))
-    assert _slot_names(frames) == [names[2]] and len(shm.pool.slots()) == 5  # type: ignore[union-attr]
+    assert _slot_names(frames) == [names[2]] and len(_slots(shm)) == 5
     assert glances == names[:3] and looks == []  # no lock, no liveness check while a slot is free
     for pending_frames in [*pending, frames]:
         decoder.decode(pending_frames)
@@ -347,7 +353,7 @@ def test_one_message_at_a_time_stays_on_the_first_slot(shm: transports.ShmTransp
     encoder, decoder = _pair(shm)
     tensor = torch.ones(10_000)
     held = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(3)]
-    first = shm.pool.slots()[0].name  # type: ignore[union-attr]
+    first = _slots(shm)[0].name
     del held  # three free slots: the other two idle out
     for _ in range(6):
         frames = encoder.encode(diffusion.Output(output=tensor))
@@ -364,7 +370,7 @@ def test_slots_that_sends_keep_finding_busy_move_out_of_their_way(
     encoder, decoder = _pair(shm)
     tensor = torch.ones(10_000)
     kept = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(10)]
-    held = [slot.name for slot in shm.pool.slots()]  # type: ignore[union-attr]
+    held = [slot.name for slot in _slots(shm)]
     glances, looks = _counting_looks(shm, monkeypatch)
     frames = encoder.encode(diffusion.Output(output=tensor))  # none free: each looked at closely, then growth
     assert glances == held and looks == held
@@ -375,14 +381,14 @@ def test_slots_that_sends_keep_finding_busy_move_out_of_their_way(
         frames = encoder.encode(diffusion.Output(output=tensor))
         assert _slot_names(frames) == [moving] and glances[-1] == moving and len(glances) <= 11
         decoder.decode(frames)
-    assert [slot.name for slot in shm.pool.slots()] == [moving, *held]  # type: ignore[union-attr]  # held: at the back
+    assert [slot.name for slot in _slots(shm)] == [moving, *held]  # held: at the back
     glances.clear()
     looks.clear()
     frames = encoder.encode(diffusion.Output(output=tensor))
     assert glances == [moving] and looks == []  # one glance per send from now on
     decoder.decode(frames)
     del kept
-    assert _states(shm) == [FREE] * 11 and len(shm.pool.slots()) == 11  # type: ignore[union-attr]
+    assert _states(shm) == [FREE] * 11 and len(_slots(shm)) == 11
 
 
 def test_a_pipeline_of_messages_in_flight_reuses_each_slot_as_it_is_freed(
@@ -399,7 +405,7 @@ def test_a_pipeline_of_messages_in_flight_reuses_each_slot_as_it_is_freed(
         frames = encoder.encode(diffusion.Output(output=tensor, chunk_index=i))
         assert _slot_names(frames) == _slot_names(oldest)
         pending.append(frames)
-    assert looks == [] and len(shm.pool.slots()) == 32  # type: ignore[union-attr]  # none grown
+    assert looks == [] and len(_slots(shm)) == 32  # none grown
     for frames in pending:
         decoder.decode(frames)
 
@@ -410,9 +416,9 @@ def test_a_view_inside_a_pool_tensor_is_handed_over_without_a_copy(shm: transpor
     second = shm.empty((100_000,), torch.float32)
     first.copy_(torch.arange(100_000, dtype=torch.float32))
     second.fill_(2.0)
-    slots = shm.pool.slots()  # type: ignore[union-attr]
+    slots = _slots(shm)
     frames = encoder.encode(diffusion.Output(output=first[50_000:60_000]))  # found by an address inside the slot
-    assert _slot_names(frames) == [slots[0].name] and len(shm.pool.slots()) == 2  # type: ignore[union-attr]
+    assert _slot_names(frames) == [slots[0].name] and len(_slots(shm)) == 2
     assert _states(shm) == [IN_FLIGHT, SENDER]
     first[50_000] = -1.0  # shared, not copied
     out = decoder.decode(frames).output
@@ -474,20 +480,20 @@ def test_garbled_slots_are_never_taken_and_are_dropped_when_no_slot_is_free(
     tensor = torch.ones(10_000)
     held = [decoder.decode(encoder.encode(diffusion.Output(output=tensor))) for _ in range(3)]
     del held
-    first, second, third = shm.pool.slots()  # type: ignore[union-attr]
+    first, second, third = _slots(shm)
     first.page.words[0] = 0  # free, but not our magic
     second.page.words[1] = 99  # not a state
     frames = encoder.encode(diffusion.Output(output=tensor))
     assert _slot_names(frames) == [third.name]  # past both, without dropping them yet
-    assert shm.pool.slots() == [first, second, third]  # type: ignore[union-attr]
+    assert _slots(shm) == [first, second, third]
     again = encoder.encode(diffusion.Output(output=tensor))  # none free: garbage dropped, the pool grows
-    slots = shm.pool.slots()  # type: ignore[union-attr]
+    slots = _slots(shm)
     assert slots[0] is third and len(slots) == 2 and _slot_names(again) == [slots[1].name]
     decoder.decode(frames)
     decoder.decode(again)
 
 
-def _keeping(shm: transports.ShmTransport, count: int) -> tuple[Any, tw.Encoder, tw.Decoder, torch.Tensor, list[Any]]:
+def _keeping(shm: transports.ShmTransport, count: int) -> tuple[Pool, tw.Encoder, tw.Decoder, torch.Tensor, list[Any]]:
     """The pool, an encoder and decoder over ``shm``, the tensor they send, and the messages of
     ``count`` sends a receiver keeps (their slots stay claimed)."""
     pool = shm.pool

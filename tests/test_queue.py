@@ -14,6 +14,7 @@ import torch.multiprocessing as tmp
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
+from tensorwire.transports.base import Buffer, Handle
 
 OOB = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)
 
@@ -180,14 +181,14 @@ def test_snapshot_copies_and_default_aliases() -> None:
     encoder, decoder, _ = _pair(queue)
     tensor = torch.arange(6.0)
     frames = encoder.encode(diffusion.Output(output=tensor))
-    assert tensor.is_shared()  # moved into shared memory in place
+    assert tensor.is_shared()  # type: ignore[no-untyped-call]  # moved into shared memory in place
     tensor[0] = 99.0
     assert float(decoder.decode(frames).output[0]) == 99.0  # later writes are visible: aliasing
     snap = tw.Encoder(transport=transports.QueueTransport(queue, snapshot=True), options=OOB)
     other = torch.arange(6.0)
     frames = snap.encode(diffusion.Output(output=other))
     other[0] = 99.0
-    assert not other.is_shared() and float(decoder.decode(frames).output[0]) == 0.0
+    assert not other.is_shared() and float(decoder.decode(frames).output[0]) == 0.0  # type: ignore[no-untyped-call]
 
 
 def test_a_producer_killed_mid_stream_does_not_stop_the_others() -> None:
@@ -199,7 +200,7 @@ def test_a_producer_killed_mid_stream_does_not_stop_the_others() -> None:
     assert dying.exitcode == 3
     healthy = ctx.Process(target=producer, args=(1, data, frames_q, done, 2))
     healthy.start()
-    got = []
+    got: list[list[Buffer]] = []
     while len(got) < 2:
         _, m, frames = frames_q.get(timeout=60)
         if m is not None:
@@ -288,10 +289,12 @@ def test_cuda_tensors_are_kept_until_the_receiver_acknowledges_them() -> None:
     tx = transports.QueueTransport(queue, runtime=FakeCudaRuntime(), max_in_flight=2, timeout=0.3)
     rx = transports.QueueTransport(queue)
     first, second = torch.arange(1000, dtype=torch.float32), torch.full((10,), 7, dtype=torch.int64)
-    handles = []
+    handles: list[Handle] = []
     for values in (first, second):
         tx.begin_message()
-        handles.append(tx.export_device(_device_like(values), 0, values.numel() * values.element_size(), []))
+        handle = tx.export_device(_device_like(values), 0, values.numel() * values.element_size(), [])
+        assert handle is not None
+        handles.append(handle)
     assert tx.in_flight == 2 and all(isinstance(h, transports.QueueHandle) for h in handles)
     tx.begin_message()
     with pytest.raises(
@@ -310,7 +313,8 @@ def test_cuda_tensors_are_kept_until_the_receiver_acknowledges_them() -> None:
 
 
 def test_a_cuda_tensor_that_cannot_be_shared_fails_the_export(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tensorwire.transports import torch_queue as queue_module
+    from multiprocessing.reduction import ForkingPickler
+
     from tests.cuda_fakes import FakeCudaRuntime
 
     def refuse(obj: Any, protocol: Any = None) -> bytes:
@@ -318,7 +322,7 @@ def test_a_cuda_tensor_that_cannot_be_shared_fails_the_export(monkeypatch: pytes
 
     queue = _ctx().Queue()
     tx = transports.QueueTransport(queue, runtime=FakeCudaRuntime(), timeout=0.2)
-    monkeypatch.setattr(queue_module.ForkingPickler, "dumps", refuse)
+    monkeypatch.setattr(ForkingPickler, "dumps", refuse)
     tx.begin_message()
     with pytest.raises(tw.TransportError, match="cannot share a 40-byte buffer on cpu: CUDA IPC is not supported"):
         tx.export_device(_device_like(torch.ones(10)), 0, 40, [])
@@ -335,6 +339,7 @@ def test_snapshot_sends_a_device_copy() -> None:
     values = torch.zeros(4)
     tx.begin_message()
     handle = tx.export_device(_device_like(values), 0, 16, [])
+    assert handle is not None
     values.fill_(5.0)  # after export: not seen by the receiver
     assert bytes(rx.import_(handle, [], 16, borrow=False)) == torch.zeros(4).numpy().tobytes()
     tx.close()

@@ -18,7 +18,7 @@ from tensorwire import transports
 from tensorwire._wire import EXT_INLINE, unpack_descriptor
 from tensorwire.builtins import REGISTRY, diffusion, media, rpc
 from tensorwire.transports._control import FREE
-from tests.wire_helpers import bits, frame_of, head_of, same, segments_of, tensor_exts
+from tests.wire_helpers import bits, ext_data, frame_of, head_of, same, segments_of, tensor_exts
 
 SHM = transports.ShmTransport(pool=False)
 SHM_NAMED = transports.ShmTransport(pool=False, backing="named")  # a receiver that maps one-shot segments
@@ -118,11 +118,13 @@ def arrays(draw: st.DrawFn) -> np.ndarray:
     layout = draw(st.sampled_from(["contiguous", "reversed", "fortran", "step"]))
     view = base[tuple(slice(0, d) for d in shape)]
     if layout == "reversed" and shape:
-        return view[::-1]
+        reversed_view: np.ndarray = view[::-1]
+        return reversed_view
     if layout == "fortran":
         return np.asfortranarray(view)
     if layout == "step" and shape:
-        return base[tuple(slice(0, d) for d in shape)][..., ::-1][..., ::1]
+        stepped: np.ndarray = base[tuple(slice(0, d) for d in shape)][..., ::-1][..., ::1]
+        return stepped
     return np.ascontiguousarray(view)
 
 
@@ -209,7 +211,7 @@ def test_a_small_view_of_a_huge_storage_sends_only_its_bytes_and_goes_inline() -
     frames = encoder.encode(diffusion.Output(output=view))
     assert len(frames) == 1 and len(frames[0]) < 64 * 4 + 256  # inside frame 0, with only its own bytes
     (ext,) = tensor_exts(head_of(frames[0])[4])
-    assert ext.code == EXT_INLINE and unpack_descriptor(ext.code, ext.data).nbytes == 64 * 4
+    assert ext.code == EXT_INLINE and unpack_descriptor(ext.code, ext_data(ext)).nbytes == 64 * 4
     assert torch.equal(MODES["shm-copy"][1].decode(frames).output, view)
     frames = tw.Encoder(transport=SHM, options=FRAMES).encode(diffusion.Output(output=view))
     assert len(frames) == 2 and len(frames[1]) == 64 * 4  # in a buffer: an inline frame of its bytes
@@ -218,26 +220,28 @@ def test_a_small_view_of_a_huge_storage_sends_only_its_bytes_and_goes_inline() -
 
 @pytest.mark.parametrize("count", [1, 40])  # frame 0 under and over the size counted at once
 def test_tensors_inside_frame_0_share_its_data_and_the_decode_keeps_no_view_of_it(count: int) -> None:
-    tensors = [torch.arange(4, dtype=torch.float32) + i for i in range(count)] + [np.arange(3, dtype=np.int16)]
+    floats = [torch.arange(4, dtype=torch.float32) + i for i in range(count)]
+    ints = np.arange(3, dtype=np.int16)
+    tensors = [*floats, ints]
     frames = tw.Encoder().encode(diffusion.Output(output=tensors))
     head = head_of(frames[0])
-    descs = [unpack_descriptor(e.code, e.data) for e in tensor_exts(head[4])]
+    descs = [unpack_descriptor(e.code, ext_data(e)) for e in tensor_exts(head[4])]
     assert len(frames) == 1 and [d.offset for d in descs] == [16 * i for i in range(count + 1)]
     assert len(head[2]) == 16 * count + 6  # frame 0's data: every tensor's bytes, back to back
     blob = bytearray(tw.join(frames))
     out = tw.Decoder(REGISTRY).decode(tw.split(blob)).output
-    assert all(torch.equal(a, b) for a, b in zip(out[:-1], tensors[:-1], strict=True))
-    assert np.array_equal(out[-1], tensors[-1])
+    assert all(torch.equal(a, b) for a, b in zip(out[:-1], floats, strict=True))
+    assert np.array_equal(out[-1], ints)
     blob[:] = bytes(len(blob))  # the decoded tensors are private copies ...
     blob.extend(b"more")  # ... and no view of the blob is left behind to pin it
-    assert torch.equal(out[0], tensors[0])
+    assert torch.equal(out[0], floats[0])
 
 
 def test_a_small_tensor_s_bytes_are_copied_into_frame_0_by_the_encode() -> None:
     tensor = torch.arange(16, dtype=torch.float32)
     frames = tw.Encoder().encode(diffusion.Output(output=[tensor]))
     tensor.fill_(-1.0)  # after the encode: frame 0 holds its own copy
-    (desc,) = [unpack_descriptor(e.code, e.data) for e in tensor_exts(head_of(frames[0])[4])]
+    (desc,) = [unpack_descriptor(e.code, ext_data(e)) for e in tensor_exts(head_of(frames[0])[4])]
     assert len(frames) == 1 and type(frames[0]) is bytes and desc.buffer == -1
     assert tw.Decoder(REGISTRY).decode(frames).output[0].tolist() == list(range(16))
 
@@ -447,9 +451,9 @@ def test_join_and_split_of_one_frame() -> None:
 def test_encoder_and_decoder_are_immutable() -> None:
     encoder, decoder = MODES["inline"]
     with pytest.raises(AttributeError, match="immutable"):
-        encoder.options = tw.EncodeOptions()  # type: ignore[misc]
+        encoder.options = tw.EncodeOptions()
     with pytest.raises(AttributeError, match="immutable"):
-        decoder.registry = REGISTRY  # type: ignore[misc]
+        decoder.registry = REGISTRY
 
 
 def test_encoders_are_safe_to_share_between_threads() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import tensorwire.runtime as runtime
+from tensorwire import __version__
 from tensorwire.gen import check, generate
 from tests.conftest import CLIP, write_schemas
 
@@ -33,7 +34,7 @@ def test_code_for_a_newer_runtime_says_what_to_install() -> None:
         runtime.require(runtime.API + 1, "9.1.0")
     assert str(caught.value) == (
         f"this code was generated for tensorwire runtime API {runtime.API + 1} (tensorwire 9.1.0 and later); "
-        f"this is tensorwire {runtime.__version__} (runtime API {runtime.API}): install tensorwire>=9.1.0, or "
+        f"this is tensorwire {__version__} (runtime API {runtime.API}): install tensorwire>=9.1.0, or "
         "re-run `tensorwire gen` with the installed version"
     )
 

@@ -372,7 +372,8 @@ def test_empty_or_missing_directory(tmp_path: Path) -> None:
 
 def test_errors_never_leak_jsonschema_or_python_exceptions(schema_dir: Path) -> None:
     """Garbage of every JSON type at the root is a SchemaError, not a crash."""
-    for i, garbage in enumerate(([], 1, "x", None, {"$id": 3})):
+    documents: tuple[object, ...] = ([], 1, "x", None, {"$id": 3})
+    for i, garbage in enumerate(documents):
         root = schema_dir / str(i)
         with pytest.raises(SchemaError):
             _load(root, {"audio/Clip.v1.json": json.dumps(garbage)})

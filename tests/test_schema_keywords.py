@@ -20,6 +20,7 @@ from tensorwire import SchemaError
 from tensorwire.gen import generate
 from tensorwire.options import EncodeOptions
 from tensorwire.schema import load_dir
+from tensorwire.schema.ir import Node, ScalarT
 from tests.conftest import write_schemas
 from tests.test_backends import _norm
 from tests.wire_helpers import frame_of, head_of
@@ -182,6 +183,11 @@ def test_limits_count_in_the_fingerprint_and_docs_do_not(tmp_path: Path) -> None
         assert fingerprint(change) != base
 
 
+def _scalar(node: Node) -> ScalarT:
+    assert isinstance(node, ScalarT)
+    return node
+
+
 def test_an_integer_s_bounds_are_merged_into_the_tightest_inclusive_range(tmp_path: Path) -> None:
     doc = {
         "$id": "kw.Range",
@@ -196,7 +202,7 @@ def test_an_integer_s_bounds_are_merged_into_the_tightest_inclusive_range(tmp_pa
         "required": ["a", "b", "c", "d"],
     }
     struct = load_dir(write_schemas(tmp_path, {"kw/Range.v1.json": doc})).messages[0].struct
-    a, b, c, d = (f.type for f in struct.fields)
+    a, b, c, d = (_scalar(f.type) for f in struct.fields)
     assert (a.minimum, a.maximum, a.exclusive_minimum, a.exclusive_maximum) == (-128, 99, False, False)
     assert (b.minimum, b.maximum) == (0, 2**64 - 1)
     assert (c.minimum, c.maximum) == (6, 10) and isinstance(c.minimum, int)

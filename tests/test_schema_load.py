@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,7 +16,7 @@ from hypothesis import strategies as st
 
 import tensorwire as tw
 from tensorwire.schema import load_dir
-from tensorwire.schema.ir import EnumT, MessageRefT, NullableT, StructT, TensorT, UnionT
+from tensorwire.schema.ir import ArrayT, EnumT, MessageRefT, NullableT, StructT, TensorT, UnionT
 from tests.conftest import BUILTIN_SCHEMAS, CLIP, minimal, write_schemas
 
 BUILTIN_IDS = {
@@ -57,14 +59,15 @@ def test_builtin_ir_is_faithful_to_the_video_contract() -> None:
     assert set(tensor.dtypes or ()) == {"float16", "bfloat16", "float32", "uint8"}
     enums = {name: fields[name].type for name in ("layout", "encoding", "value_range", "color_model")}
     assert all(isinstance(e, EnumT) for e in enums.values())
-    assert [e.values for e in enums.values()] == [  # type: ignore[union-attr]
+    assert [e.values for e in enums.values() if isinstance(e, EnumT)] == [
         ("bcthw", "bthwc"),
         ("normalized_float", "uint8_frames"),
         ("negative_one_to_one", "zero_to_one", "zero_to_255"),
         ("rgb",),
     ]
     pending = fields["pending_float_consumers"].type
-    assert pending.unique and pending.items.values == ("frame_interpolation", "video_guardrails")  # type: ignore[union-attr]
+    assert isinstance(pending, ArrayT) and isinstance(pending.items, EnumT)
+    assert pending.unique and pending.items.values == ("frame_interpolation", "video_guardrails")
     assert video.validators == ("media.video_contract",)
 
 
@@ -132,12 +135,13 @@ def test_fingerprint_ignores_docs_and_property_order_but_not_shape(tmp_path: Pat
     reordered = copy.deepcopy(CLIP)
     reordered["properties"] = dict(reversed(list(CLIP["properties"].items())))
     assert _fingerprint(write_schemas(tmp_path / "c", {"audio/Clip.v1.json": reordered})) == base
-    for change in (
+    changes: tuple[Callable[[dict[str, Any]], None], ...] = (
         lambda d: d["properties"]["sample_rate"].update(minimum=2),
         lambda d: d["properties"]["codec"].update(default="opus"),
         lambda d: d["$defs"]["AudioCodec"]["enum"].append("flac"),
         lambda d: d["properties"]["samples"]["x-tensor"].update(dtypes=["float32"]),
-    ):
+    )
+    for change in changes:
         changed = copy.deepcopy(CLIP)
         change(changed)
         root = write_schemas(tmp_path / f"d{id(change)}", {"audio/Clip.v1.json": changed})
@@ -227,7 +231,7 @@ def test_a_registry_reaches_nested_types_by_their_schema_names(schema_dir: Path)
 
 
 _field_names = st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), min_size=1, max_size=6, unique=True)
-_field_types = st.sampled_from(
+_field_types: st.SearchStrategy[dict[str, Any]] = st.sampled_from(
     [{"type": "integer"}, {"type": "string"}, {"type": "boolean"}, {"type": "number", "minimum": 0}, {"x-tree": {}}]
 )
 

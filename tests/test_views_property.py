@@ -7,6 +7,7 @@ message the encoder writes is one its decoder takes.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
+from tensorwire.transports.base import Buffer
 
 SHM = transports.ShmTransport()
 ENCODERS = {
@@ -43,7 +45,7 @@ def _numpy_block(data: Any, shape: list[int]) -> np.ndarray:
     if offset is None:
         return block
     raw = bytearray(block.nbytes + 16)  # the same values at a byte offset into other memory
-    placed = np.frombuffer(raw, np.uint8)[offset : offset + block.nbytes].view(dtype).reshape(shape)
+    placed: np.ndarray = np.frombuffer(raw, np.uint8)[offset : offset + block.nbytes].view(dtype).reshape(shape)
     placed[...] = block
     return placed
 
@@ -81,9 +83,11 @@ def _view(data: Any, value: Any) -> Any:
             one = value[(slice(None),) * axis + (slice(0, 1),)]
             value = np.broadcast_to(one, shape) if is_numpy else one.expand(*shape)
         elif op == "overlap" and (value.size if is_numpy else value.numel()) > 1:
-            flat = np.ascontiguousarray(value).reshape(-1) if is_numpy else value.contiguous().reshape(-1)
+            flat: np.ndarray | torch.Tensor = (
+                np.ascontiguousarray(value).reshape(-1) if is_numpy else value.contiguous().reshape(-1)
+            )
             rows = data.draw(st.integers(1, len(flat) - 1))
-            if is_numpy:  # rows of two elements, each starting one element after the last
+            if isinstance(flat, np.ndarray):  # rows of two elements, each starting one element after the last
                 value = np.lib.stride_tricks.as_strided(flat, shape=(rows, 2), strides=(flat.itemsize,) * 2)
             else:
                 value = flat.as_strided((rows, 2), (1, 1))
@@ -118,7 +122,7 @@ def test_random_views_arrive_as_their_values(data: Any, mode: str, blob: bool) -
     before = [
         np.array(v, copy=True) if isinstance(v, np.ndarray) else v.resolve_conj().resolve_neg().clone() for v in sent
     ]
-    frames = ENCODERS[mode].encode(diffusion.Output(output=sent))
+    frames: Sequence[Buffer] = ENCODERS[mode].encode(diffusion.Output(output=sent))
     if blob:
         frames = tw.split(bytearray(tw.join(frames)))
     got = DECODER.decode(frames).output

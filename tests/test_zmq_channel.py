@@ -82,13 +82,14 @@ class _Seen:
         return self.decoder.decode(frames)
 
 
-def test_received_tensors_are_writable_and_not_copied_from_the_frame(ctx: Any) -> None:
+def test_received_tensors_are_writable_and_not_copied_from_the_frame(ctx: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
 
     a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
     big = torch.randn(256, 1024)  # 1 MiB: a frame of its own
     with Channel(a, REGISTRY) as sender, Channel(b, REGISTRY) as receiver:
-        seen = receiver._decoder = _Seen(receiver._decoder)  # type: ignore[assignment]
+        seen = _Seen(receiver._decoder)
+        monkeypatch.setattr(receiver, "_decoder", seen)
         sender.send(_request(x=big), timeout=5)
         x = receiver.recv(timeout=5).kwargs["x"]
     frame = seen.frames[1]

@@ -37,6 +37,7 @@ from tensorwire.builtins import REGISTRY, rpc  # noqa: E402
 from tensorwire.inspection import describe  # noqa: E402
 from tensorwire.transports._control import FREE  # noqa: E402
 from tensorwire.transports._reaper import held_memfds, our_segments  # noqa: E402
+from tensorwire.transports.shm import Backing  # noqa: E402
 from tensorwire.zmq import HELLO, Channel, Sent, host_token  # noqa: E402
 
 KiB = 1024
@@ -177,11 +178,11 @@ def _raw(socket: Any, timeout: float = WAIT) -> list[Any]:
 
 
 # -- 1. ipc between processes: 16 MiB through shared memory --------------------------------------
-def shm_sender(conn: Connection, endpoint: str, seed: int, backing: str) -> None:
+def shm_sender(conn: Connection, endpoint: str, seed: int, backing: Backing) -> None:
     """Send one 16 MiB tensor over ``endpoint`` with ShmTransport; report the pool as it goes."""
     context = zmq.Context()
     try:
-        with tw.transports.ShmTransport(backing=backing) as shm:  # type: ignore[arg-type]
+        with tw.transports.ShmTransport(backing=backing) as shm:
             socket = context.socket(zmq.PUSH)
             socket.connect(endpoint)
             with Channel(socket, REGISTRY, transport=shm) as channel:
@@ -197,7 +198,7 @@ def shm_sender(conn: Connection, endpoint: str, seed: int, backing: str) -> None
 
 @pytest.mark.parametrize("backing", ["memfd", "named"])
 @pytest.mark.parametrize("reader", ["channel", "raw"])
-def test_16_mib_over_ipc_goes_through_shared_memory_bit_exact(sock_dir: Path, backing: str, reader: str) -> None:
+def test_16_mib_over_ipc_goes_through_shared_memory_bit_exact(sock_dir: Path, backing: Backing, reader: str) -> None:
     endpoint = f"ipc://{sock_dir}/s"
     expected = digest(tensors_for(11, 16 * MiB)["big"])
     earlier = frozenset(own_segments(os.getpid()))  # the test process's own, from other tests
@@ -206,7 +207,7 @@ def test_16_mib_over_ipc_goes_through_shared_memory_bit_exact(sock_dir: Path, ba
         pull = context.socket(zmq.PULL)
         pull.bind(endpoint)
         with child(shm_sender, endpoint, 11, backing) as (process, conn):
-            with tw.transports.ShmTransport(backing=backing) as shm:  # type: ignore[arg-type]
+            with tw.transports.ShmTransport(backing=backing) as shm:
                 if reader == "raw":
                     parts = _raw(pull)
                     assert parts[0].bytes == HELLO + host_token()  # same host, same token
@@ -650,7 +651,7 @@ def test_ten_thousand_small_messages_keep_the_receivers_memory_flat(sock_dir: Pa
 
 
 # -- 6. a receiver that does not read: backpressure, and nothing of an unsent message kept -------
-def idle_receiver(conn: Connection, endpoint: str, backing: str) -> None:
+def idle_receiver(conn: Connection, endpoint: str, backing: Backing) -> None:
     """Connect a PULL with a small high-water mark and read nothing until told; then receive that
     many messages and report what they held."""
     context = zmq.Context()
@@ -662,7 +663,7 @@ def idle_receiver(conn: Connection, endpoint: str, backing: str) -> None:
         conn.send("connected")
         assert conn.poll(60)
         count = conn.recv()
-        with tw.transports.ShmTransport(backing=backing) as shm:  # type: ignore[arg-type]
+        with tw.transports.ShmTransport(backing=backing) as shm:
             channel = Channel(socket, REGISTRY, transport=shm)
             seen = []
             for _ in range(count):
@@ -686,7 +687,7 @@ def idle_receiver(conn: Connection, endpoint: str, backing: str) -> None:
     ["memfd-pool", "named-pool", "one-shot"],
 )
 def test_a_full_queue_times_out_and_the_unsent_message_keeps_no_segment(sock_dir: Path, kind: str) -> None:
-    backing = "named" if kind == "named-pool" else "memfd"
+    backing: Backing = "named" if kind == "named-pool" else "memfd"
     endpoint = f"ipc://{sock_dir}/s"
     options = tw.EncodeOptions(inline_threshold=1024, embed_threshold=0)  # an 8 KiB tensor goes to shared memory
     me = os.getpid()
@@ -699,7 +700,7 @@ def test_a_full_queue_times_out_and_the_unsent_message_keeps_no_segment(sock_dir
         push.bind(endpoint)
         with child(idle_receiver, endpoint, backing) as (process, conn):
             assert expect(conn) == "connected"
-            shm = tw.transports.ShmTransport(backing=backing, pool=kind != "one-shot")  # type: ignore[arg-type]
+            shm = tw.transports.ShmTransport(backing=backing, pool=kind != "one-shot")
             try:
                 sender = Channel(push, REGISTRY, transport=shm, encode_options=options)
                 queued, limit = 0, 20_000

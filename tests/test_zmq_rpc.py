@@ -32,6 +32,13 @@ def _handler(request: rpc.Request) -> rpc.Result:
     return rpc.Result(method=request.method, ok=True, payload=rpc.Value(value=request.kwargs.get("x")))
 
 
+def _value(result: rpc.Result) -> Any:
+    """The value a result carries: an ``rpc.Value``'s, as ``_handler`` answers."""
+    payload = result.payload
+    assert isinstance(payload, rpc.Value)
+    return payload.value
+
+
 class _Running:
     def __init__(self, server: Server, thread: threading.Thread, endpoint: str) -> None:
         self.server, self.thread, self.endpoint = server, thread, endpoint
@@ -73,7 +80,7 @@ def test_a_call_returns_its_result_with_tensors(ctx: Any, running: _Running) -> 
     request = rpc.Request(method="echo", kwargs={"x": x})
     with _client(ctx, running.endpoint) as client:
         result = client.call(request, timeout=5)
-    assert result.ok and result.method == "echo" and torch.equal(result.payload.value, x)
+    assert result.ok and result.method == "echo" and torch.equal(_value(result), x)
     assert isinstance(result.rpc_id, str) and re.fullmatch(r"[0-9a-f]{16}-1", result.rpc_id)
     assert request.rpc_id is None  # the caller's request is not changed
     assert running.server.handled == 1
@@ -89,7 +96,7 @@ def test_a_handler_error_comes_back_as_an_error_result(ctx: Any, running: _Runni
             None,
         )
         again = client.call(rpc.Request(method="echo", kwargs={"x": 1}), timeout=5)  # still serving
-        assert again.ok and again.payload.value == 1
+        assert again.ok and _value(again) == 1
     assert running.server.failed == 1 and running.server.handled == 2
 
 
@@ -130,7 +137,7 @@ def test_a_request_that_breaks_its_schema_is_refused_before_sending_and_the_clie
         assert caught.value.path == "$.method" and caught.value.type_id == "rpc.Request"
         assert bad.rpc_id is None and not client._pending and not client._reading
         result = client.call(rpc.Request(method="echo", kwargs={"x": "next"}), timeout=5)
-        assert result.payload.value == "next"
+        assert _value(result) == "next"
     assert running.server.handled == 1  # the refused request never reached it
 
 
@@ -142,7 +149,7 @@ def test_a_call_with_no_time_left_after_sending_times_out_and_frees_the_reader_r
             client.call(rpc.Request(method="echo", kwargs={"x": "first"}), timeout=0)
         assert not client._reading and not client._pending
         result = client.call(rpc.Request(method="echo", kwargs={"x": "second"}), timeout=5)
-        assert result.payload.value == "second"  # the first call's reply came late and was dropped
+        assert _value(result) == "second"  # the first call's reply came late and was dropped
         assert client.late == 1
 
 
@@ -153,7 +160,7 @@ def test_a_late_reply_is_dropped_by_its_id_so_the_next_call_gets_its_own(ctx: An
             client.call(rpc.Request(method="slow", kwargs={"seconds": 0.4}), timeout=0.1)
         assert time.monotonic() - start < 0.4
         result = client.call(rpc.Request(method="echo", kwargs={"x": "mine"}), timeout=5)
-        assert result.payload.value == "mine"
+        assert _value(result) == "mine"
         assert client.late == 1
 
 
@@ -167,7 +174,7 @@ def test_calls_from_many_threads_each_get_their_own_reply(ctx: Any, running: _Ru
                 for j in range(10):
                     value = torch.full((4,), float(i * 100 + j))
                     result = client.call(rpc.Request(method="echo", kwargs={"x": value}), timeout=10)
-                    assert torch.equal(result.payload.value, value)
+                    assert torch.equal(_value(result), value)
                 got[i] = True
             except BaseException as exc:  # reported below
                 errors.append(exc)
@@ -258,7 +265,7 @@ def test_curve_lets_in_an_authorised_client_and_refuses_another(ctx: Any, tmp_pa
             return Client(dealer)
 
         with client(client_public, client_secret) as allowed:
-            assert allowed.call(rpc.Request(method="echo", kwargs={"x": 5}), timeout=5).payload.value == 5
+            assert _value(allowed.call(rpc.Request(method="echo", kwargs={"x": 5}), timeout=5)) == 5
         with client(stranger_public, stranger_secret) as refused:
             with pytest.raises(TimeoutError):
                 refused.call(rpc.Request(method="echo"), timeout=0.5)
@@ -284,7 +291,7 @@ def test_the_rpc_demo_sends_engine_results_through_shared_memory() -> None:
 
 
 def test_a_reply_that_cannot_be_sent_is_logged_and_the_server_serves_on(
-    ctx: Any, caplog: pytest.LogCaptureFixture
+    ctx: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import logging
 
@@ -296,7 +303,6 @@ def test_a_reply_that_cannot_be_sent_is_logged_and_the_server_serves_on(
     server = Server(router)
     dealer = ctx.socket(zmq.DEALER)
     dealer.connect(f"tcp://127.0.0.1:{port}")
-    real = server.channel.send
     attempts: list[str] = []
 
     def failing(message: Any, **kwargs: Any) -> Any:  # the result, then the error result: neither goes
@@ -307,11 +313,11 @@ def test_a_reply_that_cannot_be_sent_is_logged_and_the_server_serves_on(
 
     with Channel(dealer, REGISTRY) as client, caplog.at_level(logging.WARNING, logger="tensorwire.zmq"):
         client.send(rpc.Request(method="echo", kwargs={"x": 1}, rpc_id="a"), timeout=5)
-        server.channel.send = failing  # type: ignore[method-assign]
+        monkeypatch.setattr(server.channel, "send", failing)
         assert server.serve_one(_handler, timeout=5) is True
         assert attempts == ["Result/ok", "Result/error"]
         assert "the reply to 'echo' for peer" in caplog.text and "was not sent: no peer ready" in caplog.text
-        server.channel.send = real  # type: ignore[method-assign]
+        monkeypatch.undo()  # the real send again
         client.send(rpc.Request(method="echo", kwargs={"x": 2}, rpc_id="b"), timeout=5)
         assert server.serve_one(_handler, timeout=5) is True
         reply = client.recv(timeout=5)

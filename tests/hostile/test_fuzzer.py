@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from tensorwire._wire import EXT_INLINE, MAGIC, WIRE_VERSION, unpack_descriptor
-from tests.wire_helpers import tensor_exts
+from tests.wire_helpers import ext_data, tensor_exts
 from tools.fuzz import cases, known, rawmp
 from tools.fuzz.case import dump, file_name, load
 
@@ -94,7 +94,7 @@ def test_cases_are_frames_of_this_wire_format() -> None:
         ends = []
         for ext in exts:
             if ext.code == EXT_INLINE:
-                desc = unpack_descriptor(EXT_INLINE, ext.data)
+                desc = unpack_descriptor(EXT_INLINE, ext_data(ext))
                 assert desc.offset + desc.nbytes <= len(head[2]), (desc, len(head[2]))
                 ends.append(desc.offset + desc.nbytes)
                 inline += 1
@@ -107,7 +107,14 @@ def test_the_data_family_reaches_every_kind_of_data_damage() -> None:
     dropped (wire format 2)."""
     drawn = (cases.generate(12, i) for i in range(3000))
     labels = " | ".join(c.label for c in drawn if c.family == "data")
-    kinds = ("data cut by", "data grown by", "bytes before the data", "data as ", "data claiming", "bin32 header")
+    kinds: tuple[str, ...] = (
+        "data cut by",
+        "data grown by",
+        "bytes before the data",
+        "data as ",
+        "data claiming",
+        "bin32 header",
+    )
     kinds += ("ext(3) reading one range", "ext(3) range moved", "frame 0 of wire format 2", "after the data")
     assert [k for k in kinds if k not in labels] == []
 

@@ -28,7 +28,7 @@ from tensorwire.builtins import REGISTRY, diffusion, rpc
 from tensorwire.cli import main
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.inspection import describe
-from tests.wire_helpers import damage, edit_descriptor, frame_of, head_of
+from tests.wire_helpers import damage, edit_descriptor, ext_data, frame_of, head_of
 
 INLINE = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))  # each tensor in a buffer of its own
 SECRET = bytes(range(0xA0, 0xB0))  # 16 bytes, like a capability
@@ -235,9 +235,9 @@ def test_descriptor_fields_at_the_ends_of_their_ranges_are_shown_as_they_are() -
         (b"", r"tensor descriptor of 0 bytes is shorter than its 4-byte head"),
         (b"\x02\x00\x00\x00", r"tensor kind 2 is neither 0 \(tensor\) nor 1 \(ndarray\)"),
         (b"\x00\xff\x00\x00", r"dtype code 255 is not in the wire dtype table"),
-        (BAD.data, r"tensor descriptor of 4 bytes, expected 32 for rank 1 and flags 0"),
-        (REF.data + b"\x00", r"tensor descriptor of 41 bytes, expected 40"),
-        (REF.data[:3] + b"\x04" + REF.data[4:], r"expected \d+ for rank 2 and flags 4"),  # an unknown flag
+        (ext_data(BAD), r"tensor descriptor of 4 bytes, expected 32 for rank 1 and flags 0"),
+        (ext_data(REF) + b"\x00", r"tensor descriptor of 41 bytes, expected 40"),
+        (ext_data(REF)[:3] + b"\x04" + ext_data(REF)[4:], r"expected \d+ for rank 2 and flags 4"),  # an unknown flag
     ],
 )
 def test_a_malformed_descriptor_is_shown_by_its_error(payload: bytes, error: str) -> None:
@@ -272,7 +272,7 @@ def test_a_decode_error_names_the_body_path_the_locator_finds(
     header = head_of(frames[0])
     ext = header[4]["kwargs"]["a b"]
     if change is None:  # a code past the table: the payload itself is malformed
-        header[4]["kwargs"]["a b"] = msgspec.msgpack.Ext(1, ext.data[:1] + b"\xff" + ext.data[2:])
+        header[4]["kwargs"]["a b"] = msgspec.msgpack.Ext(1, ext_data(ext)[:1] + b"\xff" + ext_data(ext)[2:])
     else:
         header[4]["kwargs"]["a b"] = edit_descriptor(ext, **change)
     assert describe(frame_of(header))["tensors"][0]["path"] == '$.kwargs["a b"]'

@@ -301,12 +301,13 @@ def test_many_shallow_containers_are_not_nesting(items: int, item: Any, kind: st
     """More bytes that could open a level than the limit, in frames of under 512, 512-2,048 and over
     2,048 bytes with a small tensor's data: the count only says when to look closer, and the look
     finds the frame shallow; one level past the limit behind them is still refused."""
-    shallow = [torch.arange(6.0), *([item] for _ in range(items))]
+    tensor = torch.arange(6.0)
+    shallow = [tensor, *([item] for _ in range(items))]
     frames = INLINE.encode(diffusion.Output(output=shallow))
     size = len(frames[0])
     assert len(frames) == 1 and (size < 512, size <= 2048) == (item == 1, items == 80)
     out = DECODER.decode(_as(kind, frames)).output
-    assert torch.equal(out[0], shallow[0]) and out[1:] == shallow[1:]
+    assert torch.equal(out[0], tensor) and out[1:] == shallow[1:]
     body = msgspec.msgpack.encode(head_of(frames[0])[4])
     unknown = bytes([body[0] + 1]) + body[1:] + b"\xa7unknown"  # frame 0 and the body are two levels
     with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
@@ -318,6 +319,7 @@ def test_a_data_item_claiming_more_bytes_than_frame_0_holds_is_a_decode_error(cl
     """Frame 0's data claims more bytes than it has (8 bytes, a bin8): the claim swallows the rest of
     the frame or runs past it; decoding and describing it are decode errors."""
     frame = INLINE.encode(diffusion.Output(output=torch.zeros(2)))[0]
+    assert isinstance(frame, bytes)
     span = data_span(frame)
     assert span is not None and frame[span[0] - 2 : span[0]] == b"\xc4\x08"
     forged = frame[: span[0] - 2] + b"\xc6" + claimed.to_bytes(4, "big") + frame[span[0] :]
