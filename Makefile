@@ -26,9 +26,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check codec transports tests tools
 	$(BIN)/ruff format --check codec transports tests tools
 
-# mypy reads the package through its installed tree of links (module names tensorwire.*).
+# mypy reads the package through its installed tree of links (module names tensorwire.*); the tests
+# are a package (tests/__init__.py), their modules tests.*.
 typecheck: $(STAMP)
-	$(BIN)/mypy "$$($(PY) -c 'import os, tensorwire; print(os.path.dirname(tensorwire.__file__))')" tools
+	$(BIN)/mypy "$$($(PY) -c 'import os, tensorwire; print(os.path.dirname(tensorwire.__file__))')" tools tests
 
 # The built-in types: schemas/ -> tensorwire.builtins, as [tool.tensorwire] in pyproject.toml says.
 gen: $(STAMP)
