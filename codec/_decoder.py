@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache, partial
 from traceback import clear_frames
 from types import FrameType, TracebackType
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Final, Literal, Union
 
 import msgspec
 
@@ -70,9 +70,10 @@ class Decoder:
         device: DeviceSpec | Placement | None = None,
         runtime: CudaRuntime | None = None,
     ) -> None:
-        self.registry = registry
-        self.placement = device if isinstance(device, Placement) or device is None else Placement(device, runtime)
-        self.options = options if options is not None else DecodeOptions()
+        self.registry: Final[Registry] = registry
+        placement = device if isinstance(device, Placement) or device is None else Placement(device, runtime)
+        self.placement: Final[Placement | None] = placement
+        self.options: Final[DecodeOptions] = options if options is not None else DecodeOptions()
         known: dict[str, Transport] = {}  # handle tag -> the transport that reads it
         for transport in [InlineTransport(), *transports]:
             for handle_type in transport.handle_types:
@@ -83,7 +84,7 @@ class Decoder:
         self._counted = min(_COUNTED, self._max_header)  # bytes of frame 0 counted at once, with no other check
         self._frame = _frame_type(registry, self.options.strict_fingerprint)
         self._free: list[Reading] = []  # idle frame 0 decoders, each used by one call at a time
-        self.table = _table_decoder(handle_types)
+        self.table: Final = _table_decoder(handle_types)
         self._depth = self.options.limits.max_depth + HEADER_LEVELS
         self._sealed = True
 

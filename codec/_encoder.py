@@ -16,7 +16,7 @@ Tensors on a CUDA device stay there until export: a transport with ``export_devi
 from __future__ import annotations
 
 import errno
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -53,8 +53,8 @@ class Encoder:
     __slots__ = ("_embed_room", "_quick_below", "_sealed", "_takes_storage", "options", "transport")
 
     def __init__(self, transport: Transport | None = None, options: EncodeOptions | None = None) -> None:
-        self.transport: Transport = transport if transport is not None else _INLINE
-        self.options = options if options is not None else EncodeOptions()
+        self.transport: Final[Transport] = transport if transport is not None else _INLINE
+        self.options: Final[EncodeOptions] = options if options is not None else EncodeOptions()
         self._quick_below = quick_below(self.options.embed_threshold, self.options.limits)
         self._embed_room = embed_room(self.options.limits)
         # whether the transport's class takes host storages (``export_storage``): only then is a

@@ -451,9 +451,9 @@ def test_join_and_split_of_one_frame() -> None:
 def test_encoder_and_decoder_are_immutable() -> None:
     encoder, decoder = MODES["inline"]
     with pytest.raises(AttributeError, match="immutable"):
-        encoder.options = tw.EncodeOptions()
+        encoder.options = tw.EncodeOptions()  # type: ignore[misc]  # mypy refuses it too (Final)
     with pytest.raises(AttributeError, match="immutable"):
-        decoder.registry = REGISTRY
+        decoder.registry = REGISTRY  # type: ignore[misc]
 
 
 def test_encoders_are_safe_to_share_between_threads() -> None:

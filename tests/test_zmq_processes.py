@@ -396,14 +396,14 @@ def _isolated(netns: str, command: str) -> list[str]:
 
 def _start_isolated(netns: str, call: str) -> subprocess.Popen[str]:
     """A Python process running ``call`` (a call of a function of this module) isolated in ``netns``."""
-    code = f"from test_zmq_processes import *; {call}"
+    code = f"from tests.test_zmq_processes import *; {call}"
     return subprocess.Popen(
         _isolated(netns, f"exec {shlex.quote(sys.executable)} -c {shlex.quote(code)}"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(HERE)},
-        cwd=HERE,
+        env={**os.environ, "PYTHONPATH": str(HERE.parent)},  # the suite imports itself as tests.<module>
+        cwd=HERE.parent,
     )
 
 
