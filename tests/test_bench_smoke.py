@@ -13,6 +13,7 @@ from tests.conftest import REPO, shm_left_by_spawned
 from tests.wire_helpers import segments_of
 from tools.bench.__main__ import render, run
 from tools.bench.modes import (
+    BareOneCopy,
     BareZeroCopy,
     PickleInband,
     TinyMessage,
@@ -40,6 +41,7 @@ def test_bench_runs_and_compares_against_peers_and_floors(left_in_shm: Callable[
         PickleInband.name,
         TinyMessage.name,
         BareZeroCopy.name,
+        BareOneCopy.name,  # its receiver checks the values like a tensorwire mode's
     ]
     results = run([4096, 2**20], 0.1, names, log=io.StringIO())  # a receiver that got wrong data raises
     assert not left_in_shm()  # the named pool's slots and the floors' segments are gone too

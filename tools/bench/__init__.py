@@ -7,6 +7,9 @@
 
 Prints a table of medians (p10-p90), GB/s, the ratio to the floor (``np.copyto`` of the same
 bytes into warm memory, or one wake-up for zero-copy modes) and to the best peer at that size.
+The floor modes are what no transfer of their kind goes below, run like the others: one wake-up,
+a bare zero-copy handoff and a bare one-copy handoff (one ``np.copyto`` into a premapped segment,
+in a process that waited for its message, where the ``np.copyto`` row copies back to back).
 Modes run one after another (``--interleave``: all alive together, one transfer each per round);
 ``tools.bench.backing`` compares the memfd-backed pool with the named-segment pool, interleaved;
 ``tools.bench.in_flight`` times a send through the pool behind messages no receiver has claimed yet

@@ -142,7 +142,7 @@ class _Pair:
         if problem is not None:  # an ImportError here rather than a child that dies
             raise ImportError(problem)
         self.name = name
-        self._floor_only = name.startswith("floor")
+        self._unchecked = not mode.carries
         ctx = mp.get_context("spawn")
         self._send, send_remote = ctx.Pipe()
         self._recv, recv_remote = ctx.Pipe()
@@ -181,7 +181,7 @@ class _Pair:
 
     def transfer(self, nbytes: int) -> float:
         """Seconds from "sender starts encoding" to "receiver holds the tensor", for one tensor."""
-        self._recv.send(0 if self._floor_only else nbytes)
+        self._recv.send(0 if self._unchecked else nbytes)
         self._send.send(nbytes)
         try:
             start = self._send.recv()

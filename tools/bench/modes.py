@@ -42,6 +42,7 @@ class Mode:
     channel = "pipe"  # what the harness must create: "pipe", "queue" or "zmq"
     allocates = False  # the producer writes into memory the mode hands out (zero-copy modes)
     requires: ClassVar[tuple[str, ...]] = ()  # optional modules the mode imports (the bench extra)
+    carries = True  # the tensor received holds the values sent (the harness checks three of them)
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
@@ -342,6 +343,7 @@ class TinyMessage(Mode):
     """The floor: one wake-up, a 1-byte message over a Pipe (ignores the tensor)."""
 
     name = "floor: one wake-up (1-byte Pipe message)"
+    carries = False
 
     def send(self, tensor: torch.Tensor) -> None:
         self.conn.send_bytes(b"x")
@@ -365,15 +367,20 @@ class BareZeroCopy(Mode):
         self.mapping: mmap.mmap | None = None
 
     def prepare(self, template: torch.Tensor) -> torch.Tensor:
+        tensor = self._segment(template)
+        _fill(tensor, template)
+        return tensor
+
+    def _segment(self, template: torch.Tensor) -> torch.Tensor:
+        """A float32 tensor over the segment, as many elements as ``template``: the segment is made
+        (and mapped by the receiver, before the timed send) when the one there is too small."""
         nbytes = template.numel() * 4
         if self.mapping is None or len(self.mapping) < nbytes:
             self.close()
             self.path = f"/dev/shm/twbench-{os.getpid()}-{nbytes}"
             self.mapping = _map(self.path, nbytes, create=True)
-            self.conn.send_bytes(self.path.encode())  # the receiver maps it before the timed send
-        tensor = torch.frombuffer(self.mapping, dtype=torch.float32, count=template.numel())
-        _fill(tensor, template)
-        return tensor
+            self.conn.send_bytes(self.path.encode())
+        return torch.frombuffer(self.mapping, dtype=torch.float32, count=template.numel())
 
     def send(self, tensor: torch.Tensor) -> None:
         self.conn.send_bytes(tensor.numel().to_bytes(8, "little"))
@@ -391,6 +398,34 @@ class BareZeroCopy(Mode):
         if self.path is not None:
             os.unlink(self.path)
             self.path = None
+
+
+class BareOneCopy(BareZeroCopy):
+    """The floor of any one-copy handoff in Python, in the transfers' own conditions: the sender
+    copies the tensor it holds into a segment both sides mapped beforehand (one ``np.copyto``, on
+    one thread), then sends an element count; the receiver wraps the mapping. Unlike the warm
+    back-to-back ``np.copyto`` row, its copy runs where the transfers' copies run: in a process
+    that waited for its message, after the producer's own writes."""
+
+    name = "floor: bare one copy (np.copyto into a premapped segment)"
+    allocates = False
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn)
+        self._into: torch.Tensor | None = None  # the segment's tensor, for the next send
+
+    def prepare(self, template: torch.Tensor) -> torch.Tensor:
+        self._into = self._segment(template)
+        return template
+
+    def send(self, tensor: torch.Tensor) -> None:
+        assert self._into is not None
+        np.copyto(self._into.numpy(), tensor.numpy())
+        super().send(tensor)
+
+    def close(self) -> None:
+        self._into = None
+        super().close()
 
 
 def _map(path: str, nbytes: int, create: bool) -> mmap.mmap:
@@ -417,5 +452,5 @@ TENSORWIRE = [
 # the pool modes by kind: (memfd-backed, named-segment) twins, run interleaved by tools.bench.backing
 POOL_TWINS = {"one copy": (TwPool, TwPoolNamed), "pool-allocated": (TwPoolZeroCopy, TwPoolZeroCopyNamed)}
 PEERS = [PickleInband, PickleOobShm, TorchQueue, MsgspecInline, Zmq, ReferenceStyle]
-FLOORS = [TinyMessage, BareZeroCopy]
+FLOORS = [TinyMessage, BareZeroCopy, BareOneCopy]
 MODES = {mode.name: mode for mode in [*TENSORWIRE, *PEERS, *FLOORS]}
