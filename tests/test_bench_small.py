@@ -21,6 +21,7 @@ from tools.bench.small import (
     RAW,
     TENSORWIRE,
     TENSORWIRE_PIPE,
+    UNCHECKED,
     measure,
     measure_calls,
     measure_pipe,
@@ -165,10 +166,10 @@ def test_measure_rows() -> None:
     check_rows(
         rows,
         {
-            "envelope (10 fields)": {TENSORWIRE, RAW, FLOOR, CHECKS},
+            "envelope (10 fields)": {TENSORWIRE, UNCHECKED, RAW, FLOOR, CHECKS},
             "one 16x16 float32 tensor (bench.One)": {TENSORWIRE, HOOKS, RAW, FLOOR},
             "eight 64x64 float32 tensors (bench.Step)": {TENSORWIRE, HOOKS},
-            "list of 50 small structs (bench.Batch)": {TENSORWIRE, RAW, FLOOR, CHECKS},
+            "list of 50 small structs (bench.Batch)": {TENSORWIRE, UNCHECKED, RAW, FLOOR, CHECKS},
             "rpc.Request, a 16x16 tensor in kwargs": {TENSORWIRE, HOOKS},
         },
     )

@@ -10,12 +10,13 @@ seeded ``random.Random``. A row gives the median over rounds, the min and max, a
 the case's reference:
 
 - envelope (``bench.Envelope``, ten scalar fields) and list of 50 small structs (``bench.Batch``):
-  against a hand-written msgspec Struct of the same fields (raw msgspec), with two floors: that of
-  tensorwire's design, its C steps back to back (body encode, schema-check decode, frame 0 joined,
-  the nesting count, frame 0's typed decode), and that of the checks alone, what any wire format
-  keeping them costs (body encode, the encoder's schema-check decode, the nesting count over the
-  body, the receiver's typed decode of the body: no frame 0 around it), no Python between the
-  steps of either;
+  against a hand-written msgspec Struct of the same fields (raw msgspec), with the same round trip
+  without the encoder's schema check (``EncodeOptions(validate=False)``; the decoder checks as
+  ever) and two floors: that of tensorwire's design, its C steps back to back (body encode,
+  schema-check decode, frame 0 joined, the nesting count, frame 0's typed decode), and that of the
+  checks alone, what any wire format keeping them costs (body encode, the encoder's schema-check
+  decode, the nesting count over the body, the receiver's typed decode of the body: no frame 0
+  around it), no Python between the steps of either;
 - one 16x16 float32 tensor (``bench.One``), eight 64x64 float32 tensors (``bench.Step``) and an
   ``rpc.Request`` with a 16x16 tensor in its kwargs: against the hooks style
   (``tools.bench.hooks_style``) carrying the same fields. The raw msgspec row of ``bench.One``
@@ -46,6 +47,7 @@ time with ``tw.load_schemas``; ``rpc.Request`` is ``tensorwire.builtins.rpc.Requ
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import math
@@ -80,6 +82,7 @@ __all__ = [
     "SCHEMAS",
     "TENSORWIRE",
     "TENSORWIRE_PIPE",
+    "UNCHECKED",
     "bench_registry",
     "main",
     "measure",
@@ -97,6 +100,7 @@ TENSORWIRE = "tensorwire"
 TENSORWIRE_PIPE = "tensorwire, pipe.Receiver"
 HOOKS = "hooks style"
 RAW = "raw msgspec"
+UNCHECKED = "tensorwire, validate=False"
 FLOOR = "floor: tensorwire's C steps"
 CHECKS = "floor: the checks alone"
 
@@ -399,16 +403,22 @@ def _count_table(size: int) -> bytes:
 
 def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any) -> _Case:
     """A case of a tensorwire message against a raw msgspec Struct of the same fields, with the
-    floors of tensorwire's design and of its checks alone for it."""
+    same round trip without the encoder's schema check and the floors of tensorwire's design and
+    of its checks alone for it."""
+    import tensorwire as tw
+
+    unchecked = tw.Encoder(encoder.transport, options=dataclasses.replace(encoder.options, validate=False))
     raw_encoder, raw_decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(type(raw))
     floor, checks = _floor(message), _checks(message)
     assert decoder.decode(encoder.encode(message)) == message == floor() == checks()
+    assert decoder.decode(unchecked.encode(message)) == message
     assert raw_decoder.decode(raw_encoder.encode(raw)) == raw
     return _Case(
         label,
         RAW,
         {
             TENSORWIRE: lambda: decoder.decode(encoder.encode(message)),
+            UNCHECKED: lambda: decoder.decode(unchecked.encode(message)),
             RAW: lambda: raw_decoder.decode(raw_encoder.encode(raw)),
             FLOOR: floor,
             CHECKS: checks,
