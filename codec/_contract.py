@@ -1,8 +1,11 @@
 """Run-time contract of generated types: tensor specs, trees, cross-field constraints, named rules.
 
 Both back-ends (generated source and run-time types) attach the same ``StructRules`` to a class as
-``__tw_rules__``; ``check_struct`` runs them from the class's ``__post_init__``, that is, whenever a
-message is built and whenever one is decoded. Rules the schema subset cannot say are *named
+``__tw_rules__`` and run them from the class's ``__post_init__``, that is, whenever a message is
+built and whenever one is decoded: generated source through ``check_struct``, which compiles each
+class's rules on first use; a run-time type's ``__post_init__`` is its rules compiled
+(``struct_check``) when the type is made, a call less per struct (generated source cannot do that:
+type checkers require ``__post_init__`` to be a method). Rules the schema subset cannot say are *named
 validators*: Python functions registered with ``tensorwire.rules.register_validator`` and named in a schema's
 ``x-validators`` list.
 """
@@ -30,7 +33,7 @@ from tensorwire.rules import (
     validator,
 )
 
-__all__ = ["JSON_LEAVES", "LEAF_TYPES", "LEAVES_ONLY", "SCALAR_TYPES", "TREE_LEAVES", "check_struct"]
+__all__ = ["JSON_LEAVES", "LEAF_TYPES", "LEAVES_ONLY", "SCALAR_TYPES", "TREE_LEAVES", "check_struct", "struct_check"]
 
 
 def check_struct(obj: Any) -> None:
@@ -48,6 +51,12 @@ def check_struct(obj: Any) -> None:
             return
         known = _COMPILED[id(rules)] = (rules, _compile(rules))
     known[1](obj)
+
+
+def struct_check(rules: StructRules) -> Callable[[Any], None]:
+    """``check_struct`` for a class whose ``__tw_rules__`` are ``rules``, compiled now: the class's
+    ``__post_init__`` itself (a call less per struct built than ``check_struct``)."""
+    return _compile(rules)
 
 
 Compiled: TypeAlias = Callable[[Any], None]

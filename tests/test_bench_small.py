@@ -180,7 +180,7 @@ def test_measure_rows() -> None:
     check_rows(calls, {calls[0]["case"]: {TENSORWIRE, HOOKS}})
     assert all(row["unit"] == "calls" and row["median"] == int(row["median"]) for row in calls)
     counted = {row["implementation"]: row["median"] for row in calls}
-    assert counted[TENSORWIRE] <= 13  # a count, the same on every machine (the bound: 15)
+    assert counted[TENSORWIRE] <= 11  # a count, the same on every machine (the bound: 15)
     assert counted[HOOKS] < counted[TENSORWIRE]
     text = render(rows + calls)
     assert text.startswith("| case |") and "1 (reference)" in text and " calls |" in text

@@ -187,3 +187,39 @@ def test_past_the_cache_bound_rules_are_still_checked_without_compiling(monkeypa
         with pytest.raises(ValidationError, match="at most one of a, b may be set; got a, b"):
             check_struct(_holder(rules, x=torch.zeros(2), a=1, b=2))
     assert len(full) == 4096
+
+
+def test_a_loaded_type_runs_its_compiled_rules_as_its_post_init(tmp_path: Any) -> None:
+    import json
+
+    import tensorwire as tw
+    from tools.bench.calls import count_calls
+
+    def tensors(a: list[Any], b: list[Any]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "a": {"x-tensor": {"dtypes": ["float32"], "shape": a}},
+                "b": {"x-tensor": {"dtypes": ["float32"], "shape": b}},
+            },
+            "required": ["a", "b"],
+        }
+
+    (tmp_path / "t").mkdir()
+    for name, body in {"Pair": tensors([None], [2]), "Named": tensors(["n"], ["n"])}.items():
+        schema = {"$schema": "../meta.json", "$id": f"t.{name}", "x-version": 1, "title": name, **body}
+        (tmp_path / "t" / f"{name}.v1.json").write_text(json.dumps(schema))
+    registry = tw.load_schemas(tmp_path)
+    pair, named = registry.type("t.Pair"), registry.type("t.Named")
+    a, b = torch.zeros(3), torch.zeros(2)
+    pair(a=a, b=b)  # (nothing is left to compile on first use)
+    assert count_calls(lambda: pair(a=a, b=b)) == 1  # the compiled check alone, no dispatch
+    with pytest.raises(ValidationError, match=r"^t\.Pair\.b: dim 0 must be 2, got shape \(3,\)$") as info:
+        pair(a=torch.zeros(3), b=torch.zeros(3))
+    assert (info.value.type_id, info.value.path) == ("t.Pair", "$.b")
+    named(a=torch.zeros(3), b=torch.zeros(3))  # named dims: the general walk, as the class's __post_init__
+    with pytest.raises(ValidationError, match=r"^t\.Named\.b: dim 'n' is 2, but 3 in t\.Named\.a ") as info:
+        named(a=torch.zeros(3), b=torch.zeros(2))
+    assert (info.value.type_id, info.value.path) == ("t.Named", "$.b")
+    head = tw.Encoder().encode(pair(a=torch.zeros(3), b=torch.zeros(2)))
+    assert tw.Decoder(registry).decode(head).a.shape == (3,)

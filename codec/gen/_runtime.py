@@ -10,7 +10,7 @@ import msgspec
 import numpy as np
 import torch
 
-from tensorwire._contract import check_struct
+from tensorwire._contract import struct_check
 from tensorwire.gen._docs import class_doc
 from tensorwire.gen._model import default_value, member_name, meta_of, rules_for, type_info, untracked
 from tensorwire.registry import Registry
@@ -89,7 +89,7 @@ class _Types:
         rules = rules_for(struct)
         if rules is not None:
             namespace["__tw_rules__"] = rules
-            namespace["__post_init__"] = check_struct  # a plain function: a method of the class
+            namespace["__post_init__"] = struct_check(rules)  # the rules compiled: msgspec calls it as it is
         info = type_info(self.schemas, struct)
         if info is not None:
             namespace["__tw_type__"] = info
