@@ -55,8 +55,16 @@ def check_struct(obj: Any) -> None:
 
 def struct_check(rules: StructRules) -> Callable[[Any], None]:
     """``check_struct`` for a class whose ``__tw_rules__`` are ``rules``, compiled now: the class's
-    ``__post_init__`` itself (a call less per struct built than ``check_struct``)."""
-    return _compile(rules)
+    ``__post_init__`` itself (a call less per struct built than ``check_struct``). Always a
+    function, so that ``message.__post_init__()`` checks a message again as a method would."""
+    compiled = _compile(rules)
+    if type(compiled) is not partial:
+        return compiled
+
+    def check(obj: Any) -> None:  # named dims: the general walk
+        _interpreted(rules, obj)
+
+    return check
 
 
 Compiled: TypeAlias = Callable[[Any], None]

@@ -221,5 +221,10 @@ def test_a_loaded_type_runs_its_compiled_rules_as_its_post_init(tmp_path: Any) -
     with pytest.raises(ValidationError, match=r"^t\.Named\.b: dim 'n' is 2, but 3 in t\.Named\.a ") as info:
         named(a=torch.zeros(3), b=torch.zeros(2))
     assert (info.value.type_id, info.value.path) == ("t.Named", "$.b")
+    for cls in (pair, named):  # called again as a method, after a change no rule saw
+        message = cls(a=torch.zeros(3), b=torch.zeros(2 if cls is pair else 3))
+        message.b = torch.zeros(4)
+        with pytest.raises(ValidationError, match=r"\.b: "):
+            message.__post_init__()
     head = tw.Encoder().encode(pair(a=torch.zeros(3), b=torch.zeros(2)))
     assert tw.Decoder(registry).decode(head).a.shape == (3,)
