@@ -174,3 +174,18 @@ def test_saved_failures_replay_the_same_way(tmp_path: Path, sabotaged: tuple[int
     assert status == 1 and report["crashes"] > 0 and report["non_codec"] > 0 and report["harmed"] > 0, output
     status, report, output = _fuzz(tmp_path, "--replay", *map(str, chosen))  # the real decoder: all clean
     assert status == 0 and _zero(report) == {}, output
+
+
+def test_the_fuzzer_reads_with_the_generated_types_and_with_run_time_ones(tmp_path: Path) -> None:
+    from tools.fuzz import decoders
+
+    built, receivers = decoders.build(tmp_path)
+    try:
+        modules = [d.registry.type("diffusion.Output").__module__ for d in built]
+    finally:
+        for receiver in receivers:
+            receiver.close()
+    assert set(modules) == {"tensorwire.builtins.diffusion", "tensorwire.loaded.diffusion"}
+    assert [i for i, c in enumerate(decoders.CONFIGS) if c.loaded] == [
+        i for i in decoders.SAFE if "loaded" in modules[i]
+    ]

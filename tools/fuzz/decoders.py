@@ -1,4 +1,5 @@
-"""The decoder configurations a case may name (receiver backing and decode options)."""
+"""The decoder configurations a case may name (receiver backing, decode options, and whether the
+built-in types are the generated ones or those ``tw.load_schemas`` makes from the same schemas)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import tensorwire as tw
-from tensorwire import transports
+from tensorwire import builtins, transports
 from tensorwire.builtins import REGISTRY
 
 __all__ = ["CONFIGS", "NAMED", "SAFE", "Reading", "build"]
@@ -20,6 +21,7 @@ class Reading:
     backing: str
     options: tw.DecodeOptions
     device: Any = None
+    loaded: bool = False  # the built-in types as ``tw.load_schemas`` makes them, not the generated ones
 
 
 _TIGHT = tw.Limits(
@@ -37,6 +39,7 @@ CONFIGS: tuple[Reading, ...] = (
     Reading("named", tw.DecodeOptions(strict_fingerprint=True)),
     Reading("memfd", tw.DecodeOptions(borrow=True), device="cpu"),
     Reading("named", tw.DecodeOptions(limits=_TIGHT)),
+    Reading("memfd", tw.DecodeOptions(), loaded=True),
 )
 NAMED = tuple(i for i, c in enumerate(CONFIGS) if c.backing == "named")  # these also map named slots
 SAFE = tuple(i for i, c in enumerate(CONFIGS) if c.options.limits is not _TIGHT)  # every valid seed decodes
@@ -48,7 +51,11 @@ def build(directory: Path) -> tuple[list[tw.Decoder], list[transports.ShmTranspo
         backing: transports.ShmTransport(directory, pool=False, backing=backing, claim_timeout=3600.0)
         for backing in ("memfd", "named")
     }
+    loaded = tw.load_schemas(Path(builtins.__file__).parent / "schemas")  # run-time types of the same schemas
     decoders = [
-        tw.Decoder(REGISTRY, transports=[receivers[c.backing]], options=c.options, device=c.device) for c in CONFIGS
+        tw.Decoder(
+            loaded if c.loaded else REGISTRY, transports=[receivers[c.backing]], options=c.options, device=c.device
+        )
+        for c in CONFIGS
     ]
     return decoders, list(receivers.values())
