@@ -420,7 +420,7 @@ class BareOneCopy(BareZeroCopy):
 
     def send(self, tensor: torch.Tensor) -> None:
         assert self._into is not None
-        np.copyto(self._into.numpy(), tensor.numpy())
+        _fill(self._into, tensor)  # the one copy, timed here
         super().send(tensor)
 
     def close(self) -> None:
