@@ -9,7 +9,7 @@ says to re-run ``tensorwire gen``, instead of failing later on a missing name.
 from __future__ import annotations
 
 from tensorwire._api import API, OLDEST_API, SINCE
-from tensorwire._contract import check_struct
+from tensorwire._contract import check_struct, struct_check
 from tensorwire._version import __version__
 from tensorwire.registry import Registry
 from tensorwire.rules import EachCheck, GroupRule, StructRules, TensorCheck, TreeCheck, TupleCheck, TypeInfo
@@ -28,6 +28,7 @@ __all__ = [
     "TypeInfo",
     "check_struct",
     "require",
+    "struct_check",
 ]
 
 

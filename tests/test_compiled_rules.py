@@ -228,3 +228,22 @@ def test_a_loaded_type_runs_its_compiled_rules_as_its_post_init(tmp_path: Any) -
             message.__post_init__()
     head = tw.Encoder().encode(pair(a=torch.zeros(3), b=torch.zeros(2)))
     assert tw.Decoder(registry).decode(head).a.shape == (3,)
+
+
+def test_a_generated_type_runs_its_compiled_rules_as_its_post_init() -> None:
+    from tensorwire.builtins.rpc import Request, Value
+    from tools.bench.calls import count_calls
+
+    tensor = torch.zeros(2)
+    Request(method="m", kwargs={"x": tensor})  # (nothing is left to compile on first use)
+    assert count_calls(lambda: Request(method="m", kwargs={"x": tensor})) == 1  # the compiled check alone
+    assert vars(Request)["__post_init__"] is not vars(Value)["__post_init__"]  # each class its own rules
+    breach = r"^rpc\.Request\.kwargs\['x'\]: object is not allowed in a tree$"
+    with pytest.raises(ValidationError, match=breach) as info:
+        Request(method="m", kwargs={"x": object()})
+    assert (info.value.type_id, info.value.path) == ("rpc.Request", "$.kwargs.x")
+    message = Value(value=[1, tensor])
+    message.value = {"k": object()}  # a change no rule saw: checked again as a method
+    with pytest.raises(ValidationError, match=r"^rpc\.Value\.value\['k'\]: object is not allowed in a tree$") as info:
+        message.__post_init__()
+    assert (info.value.type_id, info.value.path) == ("rpc.Value", "$.value.k")

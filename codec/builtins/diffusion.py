@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import msgspec
 import numpy as np
@@ -19,8 +19,8 @@ from tensorwire.runtime import (
     TensorCheck,
     TreeCheck,
     TypeInfo,
-    check_struct,
     require,
+    struct_check,
 )
 
 from . import media as _ns_media
@@ -116,8 +116,12 @@ class Output(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="kind",
     kv_recv_ms: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     request_started: bool = False
 
-    def __post_init__(self) -> None:
-        check_struct(self)
+    if TYPE_CHECKING:
+
+        def __post_init__(self) -> None: ...
+
+    else:
+        __post_init__ = struct_check(__tw_rules__)
 
 
 class RunnerBatch(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="kind", tag="diffusion.RunnerBatch"):

@@ -6,12 +6,12 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgspec
 import torch
 
-from tensorwire.runtime import EachCheck, StructRules, TensorCheck, TreeCheck, TypeInfo, check_struct, require
+from tensorwire.runtime import EachCheck, StructRules, TensorCheck, TreeCheck, TypeInfo, require, struct_check
 
 require(1, "0.2.0")  # the tensorwire.runtime surface this code was written for
 
@@ -87,8 +87,12 @@ class Media(msgspec.Struct, kw_only=True, omit_defaults=True):
     prepared_for_transport: bool = False
     metadata: dict[str, Any] = {}
 
-    def __post_init__(self) -> None:
-        check_struct(self)
+    if TYPE_CHECKING:
+
+        def __post_init__(self) -> None: ...
+
+    else:
+        __post_init__ = struct_check(__tw_rules__)
 
 
 class Video(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -133,5 +137,9 @@ class Video(msgspec.Struct, kw_only=True, omit_defaults=True):
     preserve_input_dtype: bool = False
     pending_float_consumers: frozenset[FloatVideoConsumer] = frozenset()
 
-    def __post_init__(self) -> None:
-        check_struct(self)
+    if TYPE_CHECKING:
+
+        def __post_init__(self) -> None: ...
+
+    else:
+        __post_init__ = struct_check(__tw_rules__)

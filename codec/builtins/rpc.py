@@ -6,11 +6,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import msgspec
 
-from tensorwire.runtime import EachCheck, StructRules, TreeCheck, TypeInfo, check_struct, require
+from tensorwire.runtime import EachCheck, StructRules, TreeCheck, TypeInfo, require, struct_check
 
 from . import diffusion as _ns_diffusion
 
@@ -31,8 +31,12 @@ class RankStatus(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
     error_type: str | None = None
     traceback: str | None = None
 
-    def __post_init__(self) -> None:
-        check_struct(self)
+    if TYPE_CHECKING:
+
+        def __post_init__(self) -> None: ...
+
+    else:
+        __post_init__ = struct_check(__tw_rules__)
 
 
 class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -66,8 +70,12 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     wave_id: str | None = None
     wave_request_ids: list[str] | None = None
 
-    def __post_init__(self) -> None:
-        check_struct(self)
+    if TYPE_CHECKING:
+
+        def __post_init__(self) -> None: ...
+
+    else:
+        __post_init__ = struct_check(__tw_rules__)
 
 
 class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -103,8 +111,12 @@ class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
     rpc_id: str | None = None
     wave_id: str | None = None
 
-    def __post_init__(self) -> None:
-        check_struct(self)
+    if TYPE_CHECKING:
+
+        def __post_init__(self) -> None: ...
+
+    else:
+        __post_init__ = struct_check(__tw_rules__)
 
 
 class Value(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="kind", tag="rpc.Value"):
@@ -122,5 +134,9 @@ class Value(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="kind", 
 
     value: Any = None
 
-    def __post_init__(self) -> None:
-        check_struct(self)
+    if TYPE_CHECKING:
+
+        def __post_init__(self) -> None: ...
+
+    else:
+        __post_init__ = struct_check(__tw_rules__)

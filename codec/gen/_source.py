@@ -215,9 +215,18 @@ class _Module:
         if info is not None or rules is not None:
             lines.append("")
         lines += [self.render_field(f) for f in struct.fields]
-        if rules is not None:
-            self.contract.add("check_struct")
-            lines += ["", "    def __post_init__(self) -> None:", "        check_struct(self)"]
+        if rules is not None:  # the rules compiled once, as the class is made: msgspec calls them per struct
+            self.imports.add("TYPE_CHECKING")
+            self.contract.add("struct_check")
+            lines += [
+                "",
+                "    if TYPE_CHECKING:",
+                "",
+                "        def __post_init__(self) -> None: ...",
+                "",
+                "    else:",
+                "        __post_init__ = struct_check(__tw_rules__)",
+            ]
         return "\n".join(lines)
 
     def _collect_contract(self, value: Any) -> None:
@@ -267,7 +276,7 @@ class _Module:
 
     def _imports(self, has_enums: bool) -> str:
         std = ["import enum"] if has_enums else []
-        typing_names = sorted(self.imports & {"Annotated", "Any", "ClassVar", "Literal"})
+        typing_names = sorted(self.imports & {"TYPE_CHECKING", "Annotated", "Any", "ClassVar", "Literal"}, key=_isort)
         if typing_names:
             std.append(f"from typing import {', '.join(typing_names)}")
         third = ["import msgspec"]
@@ -287,6 +296,11 @@ class _Module:
             blocks.append("\n".join(f"from . import {ns} as _ns_{ns}" for ns in sorted(self.foreign)))
         blocks.append(_REQUIRE)
         return "\n\n".join(b for b in blocks if b)
+
+
+def _isort(name: str) -> tuple[bool, str]:
+    """The order isort gives imported names: constants first."""
+    return not name.isupper(), name
 
 
 def _all(names: list[str]) -> str:
