@@ -247,3 +247,28 @@ def test_a_generated_type_runs_its_compiled_rules_as_its_post_init() -> None:
     with pytest.raises(ValidationError, match=r"^rpc\.Value\.value\['k'\]: object is not allowed in a tree$") as info:
         message.__post_init__()
     assert (info.value.type_id, info.value.path) == ("rpc.Value", "$.value.k")
+
+
+def test_fields_named_as_what_the_class_body_reads_leave_the_rules_in_force(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A field's default binds its name in the class body: fields named ``TYPE_CHECKING`` (true) and
+    ``struct_check`` must not turn the generated ``__post_init__`` into its stub or call the default."""
+    import importlib
+
+    from tensorwire.cli import main
+    from tests.conftest import minimal, write_schemas
+
+    fields: dict[str, Any] = {
+        "TYPE_CHECKING": {"type": "boolean", "default": True},
+        "struct_check": {"type": "integer", "default": 3},
+        "t": {"x-tensor": {"dtypes": ["float32"], "shape": [2]}},
+    }
+    monkeypatch.chdir(tmp_path)  # where no configuration applies
+    schemas = write_schemas(tmp_path / "schemas", {"clash/T.v1.json": minimal("clash.T", **fields)})
+    assert main(["gen", str(schemas), "-o", str(tmp_path / "clashing_names")]) == 0
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cls = importlib.import_module("clashing_names.clash").T
+    assert cls(t=torch.zeros(2)).struct_check == 3
+    with pytest.raises(ValidationError, match=r"^clash\.T\.t: dim 0 must be 2, got shape \(3,\)$"):
+        cls(t=torch.zeros(3))

@@ -394,3 +394,18 @@ def test_a_file_nested_too_deep_is_refused_before_anything_recursive_reads_it(sc
 def test_brackets_inside_strings_do_not_count_as_nesting(schema_dir: Path) -> None:
     doc = minimal("audio.Clip", x={"type": "string", "description": "[" * 500 + '{"\\"[' * 50})
     _load(schema_dir, {"audio/Clip.v1.json": doc})
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("class", "field name 'class' is a Python keyword, which a generated class cannot declare"),
+        ("__tw_rules__", "field name '__tw_rules__' starts with '__': Python renames such a name in a class body"),
+        ("__secret", "field name '__secret' starts with '__': Python renames such a name in a class body"),
+    ],
+)
+def test_a_field_name_no_class_can_declare_as_it_is(schema_dir: Path, name: str, message: str) -> None:
+    doc = _clip(lambda d: d["properties"].update({name: {"type": "integer", "default": 3}}))
+    with pytest.raises(SchemaError, match=re.escape(f"/properties/{name}: {message}")) as info:
+        _load(schema_dir, {"audio/Clip.v1.json": doc})
+    assert (info.value.pointer, info.value.file) == (f"/properties/{name}", str(schema_dir / "audio/Clip.v1.json"))

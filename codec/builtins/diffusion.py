@@ -92,6 +92,13 @@ class Output(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="kind",
         groups=(GroupRule(rule="at_most_one_of", fields=("media", "output")),),
     )
 
+    if TYPE_CHECKING:
+
+        def __post_init__(self) -> None: ...
+
+    else:
+        __post_init__ = struct_check(__tw_rules__)
+
     output: Any = None
     media: _ns_media.Media | None = None
     trajectory_timesteps: Any = None
@@ -115,13 +122,6 @@ class Output(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="kind",
     peak_memory_mb: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     kv_recv_ms: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     request_started: bool = False
-
-    if TYPE_CHECKING:
-
-        def __post_init__(self) -> None: ...
-
-    else:
-        __post_init__ = struct_check(__tw_rules__)
 
 
 class RunnerBatch(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="kind", tag="diffusion.RunnerBatch"):

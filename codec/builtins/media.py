@@ -83,16 +83,16 @@ class Media(msgspec.Struct, kw_only=True, omit_defaults=True):
         validators=("media.media_contract",),
     )
 
-    video: Video
-    prepared_for_transport: bool = False
-    metadata: dict[str, Any] = {}
-
     if TYPE_CHECKING:
 
         def __post_init__(self) -> None: ...
 
     else:
         __post_init__ = struct_check(__tw_rules__)
+
+    video: Video
+    prepared_for_transport: bool = False
+    metadata: dict[str, Any] = {}
 
 
 class Video(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -129,6 +129,13 @@ class Video(msgspec.Struct, kw_only=True, omit_defaults=True):
         validators=("media.video_contract",),
     )
 
+    if TYPE_CHECKING:
+
+        def __post_init__(self) -> None: ...
+
+    else:
+        __post_init__ = struct_check(__tw_rules__)
+
     tensor: torch.Tensor
     layout: VideoTensorLayout
     encoding: VideoTensorEncoding
@@ -136,10 +143,3 @@ class Video(msgspec.Struct, kw_only=True, omit_defaults=True):
     color_model: VideoColorModel = VideoColorModel.RGB
     preserve_input_dtype: bool = False
     pending_float_consumers: frozenset[FloatVideoConsumer] = frozenset()
-
-    if TYPE_CHECKING:
-
-        def __post_init__(self) -> None: ...
-
-    else:
-        __post_init__ = struct_check(__tw_rules__)

@@ -24,19 +24,19 @@ class RankStatus(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
 
     __tw_rules__: ClassVar[StructRules] = StructRules(type_name="rpc.RankStatus", validators=("rpc.ok_xor_error",))
 
-    rank: Annotated[int, msgspec.Meta(ge=0)]
-    ok: bool
-    bool_result: bool | None = None
-    error: str | None = None
-    error_type: str | None = None
-    traceback: str | None = None
-
     if TYPE_CHECKING:
 
         def __post_init__(self) -> None: ...
 
     else:
         __post_init__ = struct_check(__tw_rules__)
+
+    rank: Annotated[int, msgspec.Meta(ge=0)]
+    ok: bool
+    bool_result: bool | None = None
+    error: str | None = None
+    error_type: str | None = None
+    traceback: str | None = None
 
 
 class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -60,6 +60,13 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
         fields=(("args", TreeCheck()), ("kwargs", EachCheck(container="map", inner=TreeCheck()))),
     )
 
+    if TYPE_CHECKING:
+
+        def __post_init__(self) -> None: ...
+
+    else:
+        __post_init__ = struct_check(__tw_rules__)
+
     method: Annotated[str, msgspec.Meta(max_length=256)]
     args: Any = []
     kwargs: dict[str, Any] = {}
@@ -69,13 +76,6 @@ class Request(msgspec.Struct, kw_only=True, omit_defaults=True):
     collect_rank_status: bool = False
     wave_id: str | None = None
     wave_request_ids: list[str] | None = None
-
-    if TYPE_CHECKING:
-
-        def __post_init__(self) -> None: ...
-
-    else:
-        __post_init__ = struct_check(__tw_rules__)
 
 
 class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -94,6 +94,13 @@ class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
     )
     __tw_rules__: ClassVar[StructRules] = StructRules(type_name="rpc.Result", validators=("rpc.ok_xor_error",))
 
+    if TYPE_CHECKING:
+
+        def __post_init__(self) -> None: ...
+
+    else:
+        __post_init__ = struct_check(__tw_rules__)
+
     method: Annotated[str, msgspec.Meta(max_length=256)]
     ok: bool
     payload: (
@@ -111,13 +118,6 @@ class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
     rpc_id: str | None = None
     wave_id: str | None = None
 
-    if TYPE_CHECKING:
-
-        def __post_init__(self) -> None: ...
-
-    else:
-        __post_init__ = struct_check(__tw_rules__)
-
 
 class Value(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="kind", tag="rpc.Value"):
     """A plain RPC return value (bool, numbers, strings, tensors, or a tree of them).
@@ -132,11 +132,11 @@ class Value(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="kind", 
     )
     __tw_rules__: ClassVar[StructRules] = StructRules(type_name="rpc.Value", fields=(("value", TreeCheck()),))
 
-    value: Any = None
-
     if TYPE_CHECKING:
 
         def __post_init__(self) -> None: ...
 
     else:
         __post_init__ = struct_check(__tw_rules__)
+
+    value: Any = None

@@ -212,10 +212,9 @@ class _Module:
                 self._collect_contract(value)
                 lead = f"    {attr}: ClassVar[{kind}] = "
                 lines.append(lead + render_value(value, 4, len(lead)))
-        if info is not None or rules is not None:
-            lines.append("")
-        lines += [self.render_field(f) for f in struct.fields]
         if rules is not None:  # the rules compiled once, as the class is made: msgspec calls them per struct
+            # (ahead of the fields: a field's default binds its name in the class body, and a field
+            # named TYPE_CHECKING or struct_check must not change what this reads)
             self.imports.add("TYPE_CHECKING")
             self.contract.add("struct_check")
             lines += [
@@ -227,6 +226,9 @@ class _Module:
                 "    else:",
                 "        __post_init__ = struct_check(__tw_rules__)",
             ]
+        if info is not None or rules is not None:
+            lines.append("")
+        lines += [self.render_field(f) for f in struct.fields]
         return "\n".join(lines)
 
     def _collect_contract(self, value: Any) -> None:

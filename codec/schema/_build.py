@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import keyword
 import posixpath
 import re
 from dataclasses import dataclass
@@ -383,6 +384,9 @@ class Builder:
         fields: list[Field] = []
         for field_name, prop in props.items():
             fptr = join_pointer(ptr, "properties", field_name)
+            problem = _field_name_problem(field_name)
+            if problem is not None:
+                raise src.error(fptr, problem, key=True)
             if tag_field is None and isinstance(prop.get("const"), str) and prop.get("type", "string") == "string":
                 self._only(entry, prop, fptr, _DOC | {"const", "type"}, "const")
                 tag_field, tag = field_name, prop["const"]  # the first string const: the struct's tag
@@ -800,3 +804,15 @@ def _counts(src: SourceFile, schema: dict[str, Any], ptr: str, noun: str) -> tup
 
 def _bound(bound: tuple[int | float, bool]) -> str:
     return f"{bound[0]} ({'exclusive' if bound[1] else 'inclusive'})"
+
+
+def _field_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a field of a message class, or None."""
+    if keyword.iskeyword(name):
+        return f"field name {name!r} is a Python keyword, which a generated class cannot declare"
+    if name.startswith("__"):
+        return (
+            f"field name {name!r} starts with '__': Python renames such a name in a class body (and "
+            "tensorwire's own class attributes are dunders); rename the field"
+        )
+    return None
