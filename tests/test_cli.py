@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ import tensorwire as tw
 import tensorwire.builtins
 from tensorwire.cli import main
 from tensorwire.schema import meta_schema_text
-from tests.conftest import BUILTIN_SCHEMAS, REPO, write_schemas
+from tests.conftest import BUILTIN_SCHEMAS, REPO, minimal, write_schemas
 
 
 @pytest.fixture(autouse=True)
@@ -212,3 +213,67 @@ def test_console_script_runs() -> None:
     result = subprocess.run([str(script), "schemas"], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert "media.Video" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("fields", "hidden", "whose"),
+    [
+        (
+            {
+                "frozenset": {"type": "integer", "default": 3},
+                "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "default": []},
+            },
+            "frozenset",
+            "the type or default of field 'tags'",
+        ),
+        (
+            {"msgspec": {"type": "integer", "default": 3}, "n": {"type": "integer", "minimum": 0}},
+            "msgspec",
+            "the type or default of field 'n'",
+        ),
+        (
+            {"bytes": {"type": "integer"}, "data": {"type": "string", "contentEncoding": "base64"}},
+            "bytes",
+            "the type or default of field 'data'",
+        ),
+        (
+            {"Colour": {"type": "string", "default": "x"}, "colour": {"$ref": "#/$defs/Colour", "default": "red"}},
+            "Colour",
+            "the type or default of field 'colour'",
+        ),
+        ({"str": {"type": "string"}}, "str", "its own type or default"),
+    ],
+)
+def test_gen_refuses_a_field_that_hides_a_name_the_class_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fields: dict[str, Any], hidden: str, whose: str
+) -> None:
+    """msgspec evaluates a generated class's field types with the class's own names in scope, where
+    each field's name is bound: a field named like one of them would break the class at import."""
+    doc = minimal("shade.T", **fields)
+    doc["$defs"] = {"Colour": {"type": "string", "enum": ["red", "blue"], "x-enum-name": "Colour"}}
+    schemas = write_schemas(tmp_path / "schemas", {"shade/T.v1.json": doc})
+    assert main(["gen", str(schemas), "-o", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        f"tensorwire: T: field {hidden!r} hides the name {hidden!r} that {whose} reads in the generated class; "
+        f"rename field {hidden!r}\n"
+    )
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_gen_takes_a_field_named_as_a_string_the_class_holds(tmp_path: Path) -> None:
+    """Only names the class reads count: one inside a pattern or a tag is text."""
+    fields: dict[str, Any] = {
+        "frozenset": {"type": "integer", "default": 3},
+        "code": {"type": "string", "pattern": "^frozenset|str$"},
+        "kind": {"const": "frozenset"},
+    }
+    schemas = write_schemas(tmp_path / "schemas", {"shade/T.v1.json": minimal("shade.T", **fields)})
+    assert main(["gen", str(schemas), "-o", str(tmp_path / "shaded")]) == 0
+    out = subprocess.run(
+        [sys.executable, "-c", "from shaded.shade import T; print(T(code='str').frozenset)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout == "3\n"

@@ -5,6 +5,7 @@ Output is deterministic (no timestamps, sorted names) and ruff-clean.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 from typing import Any
@@ -103,6 +104,7 @@ class _Module:
         self.imports: set[str] = set()
         self.foreign: set[str] = set()
         self.contract: set[str] = set()
+        self.readers: dict[str, str] = {}  # name -> the first field of the class being rendered that reads it
 
     # -- names ------------------------------------------------------------------------------
     def _qualify(self, namespace: str, name: str) -> str:
@@ -228,7 +230,16 @@ class _Module:
             ]
         if info is not None or rules is not None:
             lines.append("")
+        self.readers = {}
         lines += [self.render_field(f) for f in struct.fields]
+        for f in struct.fields:  # a field's name is bound in the class body, where msgspec reads the types too
+            reader = self.readers.get(f.name)
+            if reader is not None:
+                whose = "its own type or default" if reader == f.name else f"the type or default of field {reader!r}"
+                raise ValueError(
+                    f"{name}: field {f.name!r} hides the name {f.name!r} that {whose} reads in the generated "
+                    f"class; rename field {f.name!r}"
+                )
         return "\n".join(lines)
 
     def _collect_contract(self, value: Any) -> None:
@@ -241,7 +252,10 @@ class _Module:
                 self._collect_contract(v)
 
     def render_field(self, f: Field) -> str:
+        """The declaration of field ``f``; notes in ``readers`` the names its type and default read."""
         annotation = self.annotation(f.type)
+        for read in _names(annotation):
+            self.readers.setdefault(read, f.name)
         line = f"    {f.name}: {annotation}"
         if len(line) > WIDTH and " | " in annotation:  # the layout ruff format gives a long union
             line = f"    {f.name}: (\n        " + "\n        | ".join(annotation.split(" | ")) + "\n    )"
@@ -251,6 +265,8 @@ class _Module:
         python_value = default_value(f.type, f.default, lambda _enum, v: v)
         if isinstance(python_value, list | dict) and python_value:
             value = f"msgspec.field(default_factory=lambda: {value})"
+        for read in _names(value):
+            self.readers.setdefault(read, f.name)
         return f"{line} = {value}"
 
     def render(self) -> str:
@@ -298,6 +314,20 @@ class _Module:
             blocks.append("\n".join(f"from . import {ns} as _ns_{ns}" for ns in sorted(self.foreign)))
         blocks.append(_REQUIRE)
         return "\n\n".join(b for b in blocks if b)
+
+
+def _names(expression: str) -> set[str]:
+    """The names Python expression ``expression`` reads as it is evaluated (not those in a lambda's
+    body, read from the module when it is called)."""
+    names: set[str] = set()
+    pending: list[ast.AST] = [ast.parse(expression, mode="eval")]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif not isinstance(node, ast.Lambda):
+            pending.extend(ast.iter_child_nodes(node))
+    return names
 
 
 def _isort(name: str) -> tuple[bool, str]:
