@@ -90,7 +90,7 @@ def check_for(node: Node) -> Check | None:
 
 
 def rules_for(struct: StructT) -> StructRules | None:
-    """The rules ``check_struct`` runs for ``struct``; None when there is nothing to check."""
+    """The rules the class of ``struct`` runs as its ``__post_init__``; None when there is nothing to check."""
     fields = tuple((f.name, check) for f in struct.fields if (check := check_for(f.type)) is not None)
     groups = tuple(GroupRule(c.rule, c.fields) for c in struct.constraints)
     if not (fields or groups or struct.validators):
