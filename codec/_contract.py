@@ -75,22 +75,34 @@ _COMPILED: dict[int, tuple[StructRules, Compiled]] = {}  # by id: hashing the ru
 def _compile(rules: StructRules) -> Compiled:
     """``check_struct`` for ``rules`` as one function: per field, the quick predicate written out
     inline where it is a tree rule (or a container or nullable of one), else a call of the bound
-    predicate; a breach calls ``_breached``, which finds it with its path (``tensorwire._compile``
-    says what the source may hold)."""
-    rest = bool(rules.groups or rules.validators)
+    predicate; a breach calls ``_breached``, which finds it with its path. Each group rule counts
+    its set fields inline (a breach calls ``_rest`` for its words); named validators run last
+    (``tensorwire._compile`` says what the source may hold)."""
     quick = _quick(rules) if rules.fields else ()
     if quick is None:  # a named dim: the general walk compares them across fields
         return partial(_interpreted, rules)
-    if not quick and not rest:
+    if not quick and not rules.groups and not rules.validators:
         return _nothing
-    bound: dict[str, Any] = {"rules": rules, "breached": _breached, "rest": _rest, "tree_ok": _tree_ok}
+    bound: dict[str, Any] = {
+        "rules": rules,
+        "breached": _breached,
+        "rest": _rest,
+        "validate": _validate,
+        "tree_ok": _tree_ok,
+    }
     lines = ["def check(obj):"]
     for i, ((name, predicate), (_, check)) in enumerate(zip(quick, rules.fields, strict=True)):
         lines.append(f"    v = {read_field('obj', name, f'N{i}', bound)}")
         lines.append(f"    if not ({_inline(check, predicate, i, bound)}):")
         lines.append("        return breached(rules, obj)")
-    if rest:
-        lines.append("    rest(rules, obj)")
+    for g, group in enumerate(rules.groups):  # how many of its fields are set, counted inline
+        present = " + ".join(
+            f"({read_field('obj', name, f'G{g}_{j}', bound)} is not None)" for j, name in enumerate(group.fields)
+        )
+        lines.append(f"    if {present} {'> 1' if group.rule == 'at_most_one_of' else '!= 1'}:")
+        lines.append("        return rest(rules, obj)")  # raises the first group's breach, with its words
+    if rules.validators:
+        lines.append("    validate(rules, obj)")
     lines.append("    return None")
     return build(lines, bound, "check")
 
@@ -104,6 +116,9 @@ def _inline(check: Check, predicate: Quick, i: int, bound: dict[str, Any]) -> st
         if tensor is not None:
             return tensor if type(check) is TensorCheck else f"v is None or ({tensor})"
     if type(inner) is not TreeCheck:
+        if type(check) is EachCheck and check.container == "nullable":  # None passes without a call
+            bound[f"Q{i}"] = _quick_check(inner)
+            return f"v is None or Q{i}(v)"
         bound[f"Q{i}"] = predicate
         return f"Q{i}(v)"
     bound[f"L{i}"], bound[f"C{i}"] = _leaves(inner), inner
@@ -173,6 +188,11 @@ def _rest(rules: StructRules, obj: Any) -> None:
             raise ValidationError(
                 f"exactly one of {', '.join(group.fields)} must be set; got {got}", type_id=rules.type_name
             )
+    _validate(rules, obj)
+
+
+def _validate(rules: StructRules, obj: Any) -> None:
+    """The named validators of ``rules``, each looked up when it runs (one registered later counts)."""
     for name in rules.validators:
         found = validator(name)
         if found is None:

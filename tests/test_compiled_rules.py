@@ -167,6 +167,51 @@ def test_group_rules_and_validators_run_after_the_fields() -> None:
         check_struct(_holder(unknown))
 
 
+@pytest.mark.parametrize(
+    ("values", "breach"),
+    [
+        ({"a": 1, "class": None, "x-y": 1, "c": None}, None),
+        ({"a": None, "class": None, "x-y": 1, "c": None}, None),  # at most one: none is fine
+        ({"a": 1, "class": 2, "x-y": 1, "c": None}, "at most one of a, class may be set; got a, class"),
+        ({"a": 1, "class": None, "x-y": None, "c": None}, "exactly one of x-y, c must be set; got none"),
+        ({"a": 0, "class": None, "x-y": 0, "c": 0}, "exactly one of x-y, c must be set; got x-y, c"),
+        ({"a": 1, "class": 2, "x-y": 1, "c": 1}, "at most one of a, class may be set; got a, class"),  # the first
+    ],
+)
+def test_group_rules_are_counted_inline_in_declared_order(values: dict[str, Any], breach: str | None) -> None:
+    """Falsy values count as set (only None is unset); fields named with a keyword or a dash are read
+    with getattr; the first group broken is the one reported."""
+    rules = StructRules(
+        type_name="T",
+        groups=(
+            GroupRule(rule="at_most_one_of", fields=("a", "class")),
+            GroupRule(rule="exactly_one_of", fields=("x-y", "c")),
+        ),
+    )
+    holder = _holder(rules, **values)
+    if breach is None:
+        check_struct(holder)
+        return
+    with pytest.raises(ValidationError, match=f"^T: {breach}$") as caught:
+        check_struct(holder)
+    assert (caught.value.type_id, caught.value.path) == ("T", None)
+
+
+def test_a_generated_type_with_a_group_rule_checks_it_in_its_one_call() -> None:
+    from tensorwire.builtins.diffusion import Output
+    from tools.bench.calls import count_calls
+
+    tensor = torch.zeros(2)
+    Output(output=tensor)
+    assert count_calls(lambda: Output(output=tensor)) == 1  # fields and group rule, no call of the rest
+    message = Output(output=tensor)
+    message.media = object()  # type: ignore[assignment]  # only None-ness counts for a group rule
+    breach = r"^diffusion\.Output: at most one of media, output may be set; got media, output$"
+    with pytest.raises(ValidationError, match=breach) as caught:
+        message.__post_init__()
+    assert caught.value.type_id == "diffusion.Output"
+
+
 def test_rules_with_nothing_to_check_accept_anything() -> None:
     check_struct(_holder(StructRules(type_name="T")))
 
