@@ -209,9 +209,10 @@ class Checker:
 def preparer(cls: type) -> Callable[[Any, int], Any] | None:
     """``prepare`` for messages of ``cls``; None if they hold no tree or set (nothing to rewrite).
 
-    When every field it may rewrite is a tree, a map of trees or a list of trees, the function
-    first checks, at C speed per field, whether each holds a leaf, a flat list or a flat map of
-    leaves: then there is nothing to rewrite and the message is returned as it is.
+    When every field it may rewrite is a tree, a map of trees, a list of trees or an optional
+    struct, the function first checks, at C speed per field, whether each holds a leaf, a flat list
+    or a flat map of leaves, or None: then there is nothing to rewrite and the message is returned
+    as it is.
     """
     plan = _plan(cls)
     if not plan:
@@ -229,13 +230,14 @@ _NOTHING_TO_REWRITE = {
     " or (type(v) is dict and LEAVES_ONLY(map(type, v.values())))",
     "map": "v is None or (type(v) is dict and LEAVES_ONLY(map(type, v.values())))",
     "list": "v is None or (type(v) is list and LEAVES_ONLY(map(type, v)))",
+    "optional": "v is None",
 }
 
 
 def _quick_preparer(fields: tuple[tuple[str, str | None], ...]) -> Callable[[Any, int], Any]:
     """``prepare`` that first checks, in one straight-line function (``tensorwire._compile``),
     whether each field holds None, a leaf, a flat list or a flat map of leaves (as its kind
-    allows): then the message is returned as it is."""
+    allows; an optional struct: None only): then the message is returned as it is."""
     bound: dict[str, Any] = {"LEAF_TYPES": LEAF_TYPES, "LEAVES_ONLY": LEAVES_ONLY, "rewrite": _struct}
     lines = ["def quick(message, max_depth):", "    if max_depth < 2:", "        return rewrite(message, 0, max_depth)"]
     # past the check above, a flat container (two levels down) cannot be in the way of the limit
@@ -249,7 +251,10 @@ def _quick_preparer(fields: tuple[tuple[str, str | None], ...]) -> Callable[[Any
 
 
 def _flat_kind(t: Any) -> str | None:
-    """``"tree"``, ``"map"`` (of trees) or ``"list"`` (of trees) for a field type of that shape."""
+    """``"tree"``, ``"map"`` (of trees), ``"list"`` (of trees) or ``"optional"`` (structs or None) for
+    a field type of that shape."""
+    if isinstance(t, mi.UnionType) and all(isinstance(u, mi.StructType | mi.NoneType) for u in t.types):
+        return "optional" if any(isinstance(u, mi.NoneType) for u in t.types) else None
     if isinstance(t, mi.AnyType):
         return "tree"
     if isinstance(t, mi.DictType) and isinstance(t.value_type, mi.AnyType):

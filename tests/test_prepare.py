@@ -101,3 +101,33 @@ def test_the_quick_form_reads_every_field_by_its_own_name(
     assert (got is message) == (want is message)
     fields = ("class", "fi", "\ufb01", "map")
     assert [_plain(getattr(got, f)) for f in fields] == [_plain(getattr(want, f)) for f in fields]
+
+
+_INNER = msgspec.defstruct("Inner", [("tree", Any, None), ("tags", frozenset[str], frozenset())], tag=True)
+_OTHER = msgspec.defstruct("Other", [("tree", Any, None)], tag=True)
+_OUTER = msgspec.defstruct("Outer", [("tree", Any, None), ("inner", _INNER | None, None)])
+_EITHER = msgspec.defstruct("Either", [("inner", _INNER | _OTHER | None, None)])
+_INNERS = st.builds(_INNER, _TREES, st.frozensets(st.text(max_size=2), max_size=3))
+
+
+@given(tree=_TREES, inner=st.one_of(st.none(), _INNERS, st.builds(_OTHER, _TREES)))
+def test_an_optional_struct_is_rewritten_exactly_as_prepare_does_unless_it_is_none(tree: Any, inner: Any) -> None:
+    """An optional struct field (of one struct type, or a tagged union of them) lets the quick form
+    return the message as it is only when it is None: a struct in it may hold a tuple in a tree or
+    a set, which ``prepare`` rewrites (a set into a sorted list)."""
+    messages = [_EITHER(inner)]
+    if not isinstance(inner, _OTHER):
+        messages.append(_OUTER(tree, inner))
+    for message in messages:
+        quick = preparer(type(message))
+        assert quick is not None and quick is not prepare
+        got, want = _outcome(quick, message, 64), _outcome(prepare, message, 64)
+        assert (got is message) == (want is message)
+        assert type(got.inner) is type(want.inner)
+        if want.inner is not None:
+            assert _plain(got.inner.tree) == _plain(want.inner.tree)
+            tags = getattr(inner, "tags", None)
+            if tags:
+                assert got.inner.tags == want.inner.tags == sorted(tags)
+        if isinstance(message, _OUTER):
+            assert _plain(got.tree) == _plain(want.tree)
