@@ -18,6 +18,7 @@ buffer and the limits before it builds anything on it.
 from __future__ import annotations
 
 import ctypes
+import math
 import sys
 from typing import Any
 
@@ -500,12 +501,11 @@ def verify_descriptor(
     rank = len(shape)
     if rank > limits.max_rank:
         return ".shape", f"rank {rank} is over the limit of {limits.max_rank}"
-    problem = shape_problem(list(shape), itemsize, limits.max_tensor_bytes)
-    if problem is not None:
-        return problem
-    numel = 1
-    for dim in shape:
-        numel *= dim
+    numel = math.prod(shape)  # of at most ``max_rank`` dims: a bounded product
+    if not 0 < numel * itemsize <= limits.max_tensor_bytes:  # else no dim can be over the limit either
+        problem = shape_problem(list(shape), itemsize, limits.max_tensor_bytes)
+        if problem is not None:
+            return problem
     if desc.nbytes != numel * itemsize:
         return ".nbytes", f"{desc.nbytes} != prod(shape) * itemsize = {numel * itemsize}"
     if desc.buffer < 0:  # inside frame 0: its bytes are in frame 0's data
