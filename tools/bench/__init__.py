@@ -4,6 +4,8 @@
     python -m tools.bench.backing [--sizes 1M,...] [--rounds 20] [--json]
     python -m tools.bench.in_flight [--in-flight 0,8,64,512] [--size 64K] [--rounds 15]
                                     [--one-shot | --held | --pipeline]
+    python -m tools.bench.small [--rounds 15] ...     (small messages, in process and over a Pipe)
+    python -m tools.bench.instructions [--number 2000] [--cases ...]   (the same, counted by valgrind)
 
 Prints a table of medians (p10-p90), GB/s, the ratio to the floor (``np.copyto`` of the same
 bytes into warm memory, or one wake-up for zero-copy modes) and to the best peer at that size.

@@ -83,12 +83,18 @@ __all__ = [
     "TENSORWIRE",
     "TENSORWIRE_PIPE",
     "UNCHECKED",
+    "Case",
+    "batch_case",
     "bench_registry",
+    "envelope_case",
     "main",
     "measure",
     "measure_calls",
     "measure_pipe",
+    "one_case",
     "render",
+    "rpc_case",
+    "step_case",
 ]
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
@@ -189,7 +195,10 @@ class HooksRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 @dataclass(frozen=True)
-class _Case:
+class Case:
+    """One in-process case: its implementations, each a callable doing one encode+decode round trip,
+    and the one its ratios are to."""
+
     name: str
     reference: str
     implementations: dict[str, Callable[[], Any]]  # each one encode+decode round trip
@@ -207,7 +216,8 @@ def _tensorwire() -> tuple[Any, Any]:
     return tw.Encoder(), tw.Decoder(bench_registry())
 
 
-def _envelope_case() -> _Case:
+def envelope_case() -> Case:
+    """bench.Envelope (ten scalar fields) against raw msgspec, with its floors."""
     encoder, decoder = _tensorwire()
     fields: dict[str, Any] = {
         "request_id": "req-000123",
@@ -226,7 +236,8 @@ def _envelope_case() -> _Case:
     return _against_raw("envelope (10 fields)", encoder, decoder, message, raw)
 
 
-def _one_case(tensor: torch.Tensor, label: str) -> _Case:
+def one_case(tensor: torch.Tensor, label: str) -> Case:
+    """bench.One carrying ``tensor`` against the hooks style, raw msgspec (its bytes) and its floor."""
     encoder, decoder = _tensorwire()
     hooks = HooksCodec()
     message = bench_registry().type("bench.One")(request_id="req-1", tensor=tensor)
@@ -243,7 +254,7 @@ def _one_case(tensor: torch.Tensor, label: str) -> _Case:
     assert _same_tensors([hooks.decode(hooks.encode(hooks_message), HooksOne).tensor], [tensor])
     assert _same_tensors([raw()], [tensor])
     assert _same_tensors([floor().tensor], [tensor]) and floor().request_id == message.request_id
-    return _Case(
+    return Case(
         label,
         HOOKS,
         {
@@ -255,7 +266,8 @@ def _one_case(tensor: torch.Tensor, label: str) -> _Case:
     )
 
 
-def _step_case() -> _Case:
+def step_case() -> Case:
+    """bench.Step (eight 64x64 float32 tensors) against the hooks style."""
     encoder, decoder = _tensorwire()
     hooks = HooksCodec()
     tensors = [torch.randn(64, 64) for _ in range(8)]
@@ -263,7 +275,7 @@ def _step_case() -> _Case:
     hooks_message = HooksStep(request_id="req-1", step=7, tensors=tensors)
     assert _same_tensors(decoder.decode(encoder.encode(message)).tensors, tensors)
     assert _same_tensors(hooks.decode(hooks.encode(hooks_message), HooksStep).tensors, tensors)
-    return _Case(
+    return Case(
         "eight 64x64 float32 tensors (bench.Step)",
         HOOKS,
         {
@@ -273,7 +285,8 @@ def _step_case() -> _Case:
     )
 
 
-def _batch_case() -> _Case:
+def batch_case() -> Case:
+    """bench.Batch (a list of 50 small structs) against raw msgspec, with its floors."""
     encoder, decoder = _tensorwire()
     registry = bench_registry()
     item, batch = registry.type("bench.Item"), registry.type("bench.Batch")
@@ -401,7 +414,7 @@ def _count_table(size: int) -> bytes:
     return OPENERS if size <= 512 else OTHERS
 
 
-def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any) -> _Case:
+def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any) -> Case:
     """A case of a tensorwire message against a raw msgspec Struct of the same fields, with the
     same round trip without the encoder's schema check and the floors of tensorwire's design and
     of its checks alone for it."""
@@ -413,7 +426,7 @@ def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any)
     assert decoder.decode(encoder.encode(message)) == message == floor() == checks()
     assert decoder.decode(unchecked.encode(message)) == message
     assert raw_decoder.decode(raw_encoder.encode(raw)) == raw
-    return _Case(
+    return Case(
         label,
         RAW,
         {
@@ -426,7 +439,8 @@ def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any)
     )
 
 
-def _rpc_case() -> _Case:
+def rpc_case() -> Case:
+    """rpc.Request with a 16x16 tensor in its kwargs against the hooks style."""
     import tensorwire as tw
     from tensorwire.builtins import REGISTRY, rpc
 
@@ -437,7 +451,7 @@ def _rpc_case() -> _Case:
     hooks_message = HooksRequest(method="load_adapter", kwargs={"x": tensor})
     assert _same_tensors([decoder.decode(encoder.encode(message)).kwargs["x"]], [tensor])
     assert _same_tensors([hooks.decode(hooks.encode(hooks_message), HooksRequest).kwargs["x"]], [tensor])
-    return _Case(
+    return Case(
         "rpc.Request, a 16x16 tensor in kwargs",
         HOOKS,
         {
@@ -447,13 +461,13 @@ def _rpc_case() -> _Case:
     )
 
 
-def _cases() -> list[_Case]:
+def _cases() -> list[Case]:
     return [
-        _envelope_case(),
-        _one_case(torch.randn(16, 16), "one 16x16 float32 tensor (bench.One)"),
-        _step_case(),
-        _batch_case(),
-        _rpc_case(),
+        envelope_case(),
+        one_case(torch.randn(16, 16), "one 16x16 float32 tensor (bench.One)"),
+        step_case(),
+        batch_case(),
+        rpc_case(),
     ]
 
 
@@ -517,7 +531,7 @@ def measure_calls() -> list[dict[str, Any]]:
 
     Rows as ``measure``'s, ``unit`` ``"calls"`` (median, min and max are the one count).
     """
-    case = _one_case(torch.randn(16, 16), "Python calls, one 16x16 tensor round trip (bench.One)")
+    case = one_case(torch.randn(16, 16), "Python calls, one 16x16 tensor round trip (bench.One)")
     counts: dict[str, list[float]] = {}
     for name in (TENSORWIRE, HOOKS):
         fn = case.implementations[name]
