@@ -96,9 +96,8 @@ def _compile(rules: StructRules) -> Compiled:
         lines.append(f"    if not ({_inline(check, predicate, i, bound)}):")
         lines.append("        return breached(rules, obj)")
     for g, group in enumerate(rules.groups):  # how many of its fields are set, counted inline
-        present = " + ".join(
-            f"({read_field('obj', name, f'G{g}_{j}', bound)} is not None)" for j, name in enumerate(group.fields)
-        )
+        terms = [f"({read_field('obj', name, f'G{g}_{j}', bound)} is not None)" for j, name in enumerate(group.fields)]
+        present = " + ".join(terms) or "0"  # "0": a group of no fields (``StructRules`` built by hand)
         lines.append(f"    if {present} {'> 1' if group.rule == 'at_most_one_of' else '!= 1'}:")
         lines.append("        return rest(rules, obj)")  # raises the first group's breach, with its words
     if rules.validators:

@@ -197,6 +197,16 @@ def test_group_rules_are_counted_inline_in_declared_order(values: dict[str, Any]
     assert (caught.value.type_id, caught.value.path) == ("T", None)
 
 
+def test_a_group_rule_of_no_fields_is_checked_as_the_general_walk_checks_it() -> None:
+    for rule, breach in (("at_most_one_of", None), ("exactly_one_of", "exactly one of  must be set; got none")):
+        holder = _holder(StructRules(type_name="T", groups=(GroupRule(rule=rule, fields=()),)))
+        if breach is None:
+            check_struct(holder)
+            continue
+        with pytest.raises(ValidationError, match=f"^T: {breach}$"):
+            check_struct(holder)
+
+
 def test_a_generated_type_with_a_group_rule_checks_it_in_its_one_call() -> None:
     from tensorwire.builtins.diffusion import Output
     from tools.bench.calls import count_calls
