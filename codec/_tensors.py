@@ -501,7 +501,7 @@ def verify_descriptor(
     rank = len(shape)
     if rank > limits.max_rank:
         return ".shape", f"rank {rank} is over the limit of {limits.max_rank}"
-    numel = math.prod(shape)  # of at most ``max_rank`` dims: a bounded product
+    numel = math.prod(shape)  # of at most 255 dims (the wire holds a rank in a byte): a bounded product
     if not 0 < numel * itemsize <= limits.max_tensor_bytes:  # else no dim can be over the limit either
         problem = shape_problem(list(shape), itemsize, limits.max_tensor_bytes)
         if problem is not None:

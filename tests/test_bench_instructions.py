@@ -3,26 +3,27 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tools.bench import instructions
+from tools.bench import instructions, small
 from tools.bench.instructions import EMPTY, main, parts, render, run_marked
-from tools.bench.small import FLOOR, RAW, TENSORWIRE
+from tools.bench.small import FLOOR, RAW, TENSORWIRE, Case
 
 
 def test_each_implementation_runs_its_round_trips_between_two_markers(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    real = instructions._case_builders
+    real = small.case_builders
 
-    def builders() -> dict[str, object]:
-        found = real()
-        envelope = found["envelope"]()
+    def builders() -> dict[str, Callable[[], Case]]:
+        envelope = real()["envelope"]()
         counted = {impl: _logged(impl, fn, calls) for impl, fn in envelope.implementations.items()}
-        return {"envelope": lambda: type(envelope)(envelope.name, envelope.reference, counted)}
+        return {"envelope": lambda: Case(envelope.name, envelope.reference, counted)}
 
-    monkeypatch.setattr(instructions, "_case_builders", builders)
+    monkeypatch.setattr(small, "case_builders", builders)
     labels = run_marked(["envelope"], 3, marker=lambda: calls.append("marker"))
     assert labels[0] == [EMPTY, EMPTY, EMPTY]
     names = [impl for _, impl, _ in labels[1:]]
@@ -36,10 +37,10 @@ def test_each_implementation_runs_its_round_trips_between_two_markers(monkeypatc
     assert counted == [*expected, "marker"]
 
 
-def _logged(name: str, fn: object, calls: list[str]) -> object:
-    def call() -> object:
+def _logged(name: str, fn: Callable[[], Any], calls: list[str]) -> Callable[[], Any]:
+    def call() -> Any:
         calls.append(name)
-        return fn()  # type: ignore[operator]
+        return fn()
 
     return call
 

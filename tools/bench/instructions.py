@@ -34,26 +34,12 @@ from typing import Any
 __all__ = ["CASES", "EMPTY", "instructions", "main", "parts", "render", "run_marked"]
 
 CASES = ("envelope", "one", "step", "batch", "rpc")
-"""The cases of ``tools.bench.small`` counted here, by short name."""
+"""The cases of ``tools.bench.small`` (``case_builders``) counted here, by short name."""
 
 EMPTY = "(empty round trip)"
 """The implementation whose count is taken off every other: the loop and one call of ``lambda: None``."""
 
 _ROOT = Path(__file__).resolve().parents[2]  # the checkout: the child imports tools.bench from there
-
-
-def _case_builders() -> dict[str, Callable[[], Any]]:
-    import torch
-
-    from tools.bench import small
-
-    return {
-        "envelope": small.envelope_case,
-        "one": lambda: small.one_case(torch.randn(16, 16), "one 16x16 float32 tensor (bench.One)"),
-        "step": small.step_case,
-        "batch": small.batch_case,
-        "rpc": small.rpc_case,
-    }
 
 
 def run_marked(cases: list[str], number: int, marker: Callable[[], object] = os.getppid) -> list[list[str]]:
@@ -62,8 +48,10 @@ def run_marked(cases: list[str], number: int, marker: Callable[[], object] = os.
     reference]`` per counted part, in order."""
     import torch
 
+    from tools.bench import small
+
     torch.manual_seed(0)
-    builders = _case_builders()
+    builders = small.case_builders()
     plan: list[tuple[list[str], Callable[[], Any]]] = [([EMPTY, EMPTY, EMPTY], lambda: None)]
     for name in cases:
         case = builders[name]()

@@ -86,6 +86,7 @@ __all__ = [
     "Case",
     "batch_case",
     "bench_registry",
+    "case_builders",
     "envelope_case",
     "main",
     "measure",
@@ -461,14 +462,19 @@ def rpc_case() -> Case:
     )
 
 
+def case_builders() -> dict[str, Callable[[], Case]]:
+    """The in-process cases by short name, in the order they run, each built when called."""
+    return {
+        "envelope": envelope_case,
+        "one": lambda: one_case(torch.randn(16, 16), "one 16x16 float32 tensor (bench.One)"),
+        "step": step_case,
+        "batch": batch_case,
+        "rpc": rpc_case,
+    }
+
+
 def _cases() -> list[Case]:
-    return [
-        envelope_case(),
-        one_case(torch.randn(16, 16), "one 16x16 float32 tensor (bench.One)"),
-        step_case(),
-        batch_case(),
-        rpc_case(),
-    ]
+    return [build() for build in case_builders().values()]
 
 
 def _block_us(fn: Callable[[], Any], number: int) -> float:
