@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,24 @@ def test_without_valgrind_it_says_so(monkeypatch: pytest.MonkeyPatch, capsys: py
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert main(["--cases", "envelope", "--number", "5"]) == 2
     assert capsys.readouterr().err == "python -m tools.bench.instructions: valgrind is not on the PATH\n"
+
+
+def test_a_child_that_left_no_dumps_is_an_error_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/valgrind")
+    labels = [[EMPTY, EMPTY, EMPTY], ["c", "a", "a"]]
+
+    def ran(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        assert command[:3] == ["/usr/bin/valgrind", "--tool=callgrind", "--dump-before=os_getppid"]
+        assert kwargs["env"]["PYTHONHASHSEED"] == "0"
+        return subprocess.CompletedProcess(command, 0, stdout=json.dumps(labels) + "\n", stderr="")
+
+    monkeypatch.setattr(subprocess, "run", ran)
+    assert main(["--cases", "envelope", "--number", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m tools.bench.instructions: callgrind did not dump at every marker (os_getppid): ")
+    assert "callgrind.out.2" in err
 
 
 @pytest.mark.parametrize(

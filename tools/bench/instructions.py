@@ -114,8 +114,14 @@ def instructions(cases: list[str], number: int) -> list[dict[str, Any]]:
         done = subprocess.run(command, cwd=_ROOT, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"the counted child failed ({done.returncode}): {done.stderr[-2000:]}")
-        labels = json.loads(done.stdout.strip().splitlines()[-1])
-        counts = parts(out, len(labels))
+        printed = done.stdout.strip().splitlines()
+        if not printed:
+            raise RuntimeError("the counted child printed no labels")
+        labels = json.loads(printed[-1])
+        try:
+            counts = parts(out, len(labels))
+        except (OSError, ValueError) as exc:  # e.g. a Python whose os.getppid is another C function
+            raise RuntimeError(f"callgrind did not dump at every marker (os_getppid): {exc}") from None
     empty = counts[0] / number
     per_call = {(case, impl): total / number - empty for (case, impl, _), total in zip(labels, counts, strict=True)}
     return [
