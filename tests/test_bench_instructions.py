@@ -85,6 +85,38 @@ def test_a_child_that_left_no_dumps_is_an_error_not_a_traceback(
 
 
 @pytest.mark.parametrize(
+    ("code", "stdout", "stderr", "problem"),
+    [
+        (
+            1,
+            "",
+            "Traceback ...\nImportError: no torch\n",
+            "the counted child failed (1): Traceback ...\nImportError: no torch",
+        ),
+        (0, "\n", "", "the counted child printed no labels"),
+    ],
+)
+def test_a_failed_or_silent_child_is_an_error_not_a_traceback(
+    code: int,
+    stdout: str,
+    stderr: str,
+    problem: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/valgrind")
+    monkeypatch.setattr(
+        subprocess, "run", lambda command, **kwargs: subprocess.CompletedProcess(command, code, stdout, stderr)
+    )
+    assert main(["--cases", "envelope", "--number", "5"]) == 2
+    assert capsys.readouterr().err == f"python -m tools.bench.instructions: {problem}\n"
+
+
+def test_its_cases_are_the_small_benchmarks_cases() -> None:
+    assert instructions.CASES == tuple(small.case_builders())  # one list, kept in step
+
+
+@pytest.mark.parametrize(
     ("argv", "problem"),
     [
         (["--cases", "envelope,nope"], "unknown cases ['nope']"),

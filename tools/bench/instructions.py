@@ -113,7 +113,7 @@ def instructions(cases: list[str], number: int) -> list[dict[str, Any]]:
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         done = subprocess.run(command, cwd=_ROOT, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise RuntimeError(f"the counted child failed ({done.returncode}): {done.stderr[-2000:]}")
+            raise RuntimeError(f"the counted child failed ({done.returncode}): {done.stderr[-2000:].strip()}")
         printed = done.stdout.strip().splitlines()
         if not printed:
             raise RuntimeError("the counted child printed no labels")
