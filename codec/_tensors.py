@@ -17,7 +17,6 @@ buffer and the limits before it builds anything on it.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import sys
 from typing import Any
@@ -26,6 +25,7 @@ import msgspec
 import numpy as np
 import torch
 
+from tensorwire import _memory as memory
 from tensorwire._wire import DATA_MAX, EXT_INLINE, EXT_TENSOR, INLINE_DIMS, Descriptor, pack_descriptor, pack_inline
 from tensorwire.dtypes import DTYPE_NAMES, DTYPES
 from tensorwire.errors import EncodeError
@@ -45,12 +45,12 @@ __all__ = [
 ]
 
 _ALIGN = 16  # the largest itemsize in the table (complex128)
-# ``nbytes`` -> ``ctypes.c_char * nbytes``: ``_CHARS[n].from_address(a)`` is a view of a small
-# tensor's bytes that the join of frame 0 copies straight from its memory (one copy, made while the
-# encode call holds the tensor). A type costs ~3 KB and ~10 us to make: those of the first
-# ``_CHARS_KEPT`` sizes are kept, and a tensor of another size is copied out through numpy.
-_CHARS: dict[int, Any] = {}
-_CHARS_KEPT = 256
+# The types of the views of small tensors' bytes that the join of frame 0 copies straight from their
+# memory (one copy, made while the encode call holds the tensor), and, kept apart so that neither
+# crowds the other out, of the byte views of host tensors sent as buffers; a size past those kept
+# goes through numpy.
+_CHARS = memory.Chars()
+_VIEWS = memory.Chars()
 _CODES = {name: code for code, name in enumerate(DTYPE_NAMES)}
 _TORCH = {getattr(torch, d.torch_name): (_CODES[d.name], d.itemsize) for d in DTYPES.values()}
 _NUMPY = {np.dtype(d.numpy_name): (_CODES[d.name], d.itemsize) for d in DTYPES.values() if d.numpy_name}
@@ -136,7 +136,7 @@ class _Group:
             view = memoryview(bytearray())
         else:
             assert self.storage is not None
-            view = memoryview(np.asarray(_HostBlock(self.storage, lo, end - start)))  # type: ignore[arg-type]
+            view = _host_view(self.storage, lo, end - start)
         return BufferPlan(view, end - start, self.storage, start)
 
 
@@ -242,7 +242,7 @@ class Outgoing:
                 # until then, also that of a tensor made here (``resolve_conj``)
                 offset = self.data_bytes
                 self.data_bytes = offset + nbytes
-                chars = (_CHARS.get(nbytes) or _chars(nbytes)) if type(t) is torch.Tensor else None
+                chars = (_CHARS.types.get(nbytes) or _CHARS.type(nbytes)) if type(t) is torch.Tensor else None
                 self.data.append(bytes(_host_bytes(t, nbytes)) if chars is None else chars.from_address(start))
                 return Ext(EXT_INLINE, INLINE_DIMS[rank].pack(0, code, rank, 0, offset, nbytes, *shape))
         strides = t.stride()
@@ -400,15 +400,6 @@ class Outgoing:
                 raise EncodeError(f"{problem[0][1:]}: {problem[1]}")
 
 
-def _chars(nbytes: int) -> Any:
-    """``ctypes.c_char * nbytes``, made and kept in ``_CHARS`` while it holds fewer than
-    ``_CHARS_KEPT`` sizes; None once it is full."""
-    if len(_CHARS) >= _CHARS_KEPT:
-        return None
-    chars = _CHARS[nbytes] = ctypes.c_char * nbytes
-    return chars
-
-
 def _own_strides(shape: Any, strides: Any) -> tuple[int, ...] | None:
     """``strides`` of a contiguous view if they differ from the canonical ones (in dims of size 1)."""
     canonical = _c(tuple(shape))
@@ -419,7 +410,15 @@ def _host_bytes(t: torch.Tensor, nbytes: int) -> memoryview:
     """The bytes of a C-contiguous host tensor, without a copy."""
     if not nbytes:
         return memoryview(b"")
-    return memoryview(np.asarray(_HostBlock(t.untyped_storage(), t.data_ptr(), nbytes)))  # type: ignore[arg-type]
+    return _host_view(t.untyped_storage(), t.data_ptr(), nbytes)
+
+
+def _host_view(storage: torch.UntypedStorage, address: int, nbytes: int) -> memoryview:
+    """A byte view of the ``nbytes`` bytes at ``address`` in host ``storage``, keeping it alive."""
+    buffer = _VIEWS.view(address, nbytes, storage)
+    if buffer is None:  # no ctypes type kept for this size
+        buffer = np.asarray(_HostBlock(storage, address, nbytes))
+    return memoryview(buffer).cast("B")
 
 
 def _numpy_group(root: Any, lo: int, hi: int) -> _Group:

@@ -13,9 +13,11 @@ import torch
 
 import tensorwire as tw
 from tensorwire import transports
+from tensorwire._memory import Chars
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.transports import _pool
+from tensorwire.transports import _slots as slot_reader
 from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, Page
 from tensorwire.transports._pool import PASSED, Pool, Slot, size_class
 from tensorwire.transports._retention import Retention
@@ -79,6 +81,36 @@ def test_a_slot_is_never_reused_while_a_receiver_holds_a_view(shm: transports.Sh
     third = decoder.decode(encoder.encode(diffusion.Output(output=torch.full((50_000,), 2.0))))
     assert len(_slots(shm)) == 2 and float(second.output.sum()) == 50_000.0
     del second, third
+
+
+@pytest.mark.parametrize("kept", [256, 0], ids=["ctypes view", "numpy view"])
+def test_a_borrowed_slot_is_a_view_owned_by_its_lease(
+    shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch, kept: int
+) -> None:
+    views = Chars(kept)
+    monkeypatch.setattr(slot_reader, "_VIEWS", views)
+    encoder, decoder = _pair(shm)
+    tensor = torch.arange(60_000, dtype=torch.float32)
+    frames = encoder.encode(diffusion.Output(output=tensor))
+    nbytes, handle = decoder.table.decode(frames[0]).buffers[0]
+    buffer: Any = shm.import_(handle, frames, nbytes, borrow=True)
+    assert sorted(views.types) == ([nbytes] if kept else [])  # the way it was viewed
+    assert callable(buffer.base.pin_host)  # what placement asks for a page-locked copy to a device
+    assert bytes(buffer) == tensor.numpy().tobytes() and not memoryview(buffer).readonly
+    assert _states(shm) == [CLAIMED]
+    del buffer
+    gc.collect()
+    assert _states(shm) == [FREE]
+    for value in (tensor, tensor.numpy()):  # a tensor, an array: each a view of the buffer
+        out = decoder.decode(encoder.encode(diffusion.Output(output=value))).output
+        assert type(out) is type(value)
+        part = out[10:20]
+        del out
+        gc.collect()
+        assert _states(shm) == [CLAIMED] and part.tolist() == list(range(10, 20))  # a view of it holds it
+        del part
+        gc.collect()
+        assert _states(shm) == [FREE]
 
 
 def test_copy_receive_hands_the_slot_back_at_once(shm: transports.ShmTransport) -> None:

@@ -265,13 +265,13 @@ def test_conjugate_and_negative_views_travel_as_their_values(view: str) -> None:
 
 def test_the_quick_copy_keeps_the_types_of_a_bounded_number_of_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     from tensorwire import _tensors
+    from tensorwire._memory import Chars
 
-    monkeypatch.setattr(_tensors, "_CHARS", {})
-    monkeypatch.setattr(_tensors, "_CHARS_KEPT", 3)
+    monkeypatch.setattr(_tensors, "_CHARS", Chars(kept=3))
     tensors = [torch.arange(n, dtype=torch.float32) for n in range(2, 8)]
     out = tw.Decoder(REGISTRY).decode(tw.Encoder().encode(diffusion.Output(output=tensors))).output
     assert all(torch.equal(a, b) for a, b in zip(out, tensors, strict=True))
-    assert sorted(_tensors._CHARS) == [8, 12, 16]  # the first three sizes, in bytes (the others: through numpy)
+    assert sorted(_tensors._CHARS.types) == [8, 12, 16]  # the first three sizes, in bytes (the others: through numpy)
 
 
 def test_a_zero_byte_buffer_never_creates_a_segment() -> None:

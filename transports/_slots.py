@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorwire import _memory as memory
 from tensorwire.errors import CodecError, DecodeError
 from tensorwire.transports import _janitor as janitor
 from tensorwire.transports._control import CONTROL_BYTES, DROPPED, ONE_SHOT, Page
@@ -35,6 +36,9 @@ from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, keep_
 
 __all__ = ["SlotReader"]
 
+# The types of borrowed slot views, by size. A peer chooses the sizes: one that sends many sizes
+# fills it, and later sizes are viewed through numpy (slower, never wrong).
+_VIEWS = memory.Chars()
 _REFUSED = "refused"  # a mapping whose registration failed: not tried again
 
 
@@ -130,12 +134,16 @@ class _Mapped:
 class _ReceiverLease:
     """Backs a borrowed view of a slot; frees the slot when the last view dies."""
 
-    __slots__ = ("__array_interface__", "_generation", "_nbytes", "_segment")
+    __slots__ = ("_generation", "_nbytes", "_segment", "address")
 
     def __init__(self, segment: _Mapped, nbytes: int, offset: int, generation: int) -> None:
         self._segment, self._generation, self._nbytes = segment, generation, nbytes
-        start = segment.address + CONTROL_BYTES + offset
-        self.__array_interface__ = {"data": (start, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
+        self.address = segment.address + CONTROL_BYTES + offset
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        """The slot's bytes to numpy (where no ctypes type of their size is kept)."""
+        return {"data": (self.address, False), "shape": (self._nbytes,), "typestr": "|u1", "version": 3}
 
     def pin_host(self, runtime: CudaRuntime) -> bool:
         """Whether these bytes are page-locked for a device copy by ``runtime`` (their whole mapping
@@ -235,7 +243,9 @@ class SlotReader:
             )
         segment.page.claim(generation, capability, f"pool slot {name}")
         if borrow:
-            return np.asarray(_ReceiverLease(segment, nbytes, offset, generation))
+            lease = _ReceiverLease(segment, nbytes, offset, generation)
+            buffer = _VIEWS.view(lease.address, nbytes, lease)
+            return np.asarray(lease) if buffer is None else buffer
         start = CONTROL_BYTES + offset
         data = bytearray(segment.anchor[start : start + nbytes])
         segment.freed(generation)
