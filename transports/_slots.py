@@ -235,7 +235,8 @@ class SlotReader:
         *,
         borrow: bool,
     ) -> Any:
-        """Claim the slot and return its bytes: a lease-backed array (``borrow``) or a private copy."""
+        """Claim the slot and return its bytes: a writable view whose ``base`` is its lease (``borrow``),
+        or a private copy."""
         segment = self._segment(name, number)
         if offset + nbytes > segment.capacity:
             raise DecodeError(
