@@ -47,8 +47,8 @@ __all__ = [
 _ALIGN = 16  # the largest itemsize in the table (complex128)
 # The types of the views of small tensors' bytes that the join of frame 0 copies straight from their
 # memory (one copy, made while the encode call holds the tensor), and, kept apart so that neither
-# crowds the other out, of the byte views of host tensors sent as buffers; a size past those kept
-# goes through numpy.
+# crowds the other out, of every other byte view of a host tensor (``_host_view``: a buffer to send,
+# mostly); a size past those kept goes through numpy.
 _CHARS = memory.Chars()
 _VIEWS = memory.Chars()
 _CODES = {name: code for code, name in enumerate(DTYPE_NAMES)}
