@@ -134,12 +134,24 @@ def test_empty_sends_without_copying(shm: transports.ShmTransport) -> None:
     assert _states(shm) == [FREE]
 
 
-def test_a_pool_tensor_dropped_unsent_returns_its_slot(shm: transports.ShmTransport) -> None:
+@pytest.mark.parametrize("kept", [256, 0], ids=["ctypes view", "numpy view"])
+def test_a_pool_tensor_dropped_unsent_returns_its_slot(
+    shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch, kept: int
+) -> None:
+    views = Chars(kept)
+    monkeypatch.setattr(_pool, "_VIEWS", views)
     tensor = shm.empty_like(torch.zeros(3, 1000))
     array = shm.empty_numpy((10, 10), np.int64)
     assert tensor.shape == (3, 1000) and array.shape == (10, 10) and array.dtype == np.int64
+    assert sorted(views.types) == ([800, 12_000] if kept else [])  # the way each was viewed
     assert sorted(_states(shm)) == [SENDER, SENDER]
-    del tensor, array
+    part = array[2:4]
+    del array
+    gc.collect()
+    part[:] = 7  # still its slot's memory, and the slot still the sender's
+    assert sorted(_states(shm)) == [SENDER, SENDER] and int(part.sum()) == 7 * 20
+    del tensor, part
+    gc.collect()
     assert _states(shm) == [FREE, FREE]
 
 

@@ -37,9 +37,11 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from tensorwire import _memory as memory
 from tensorwire.errors import TransportError
 from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, STATES, Page
 from tensorwire.transports._retention import Retention
@@ -51,6 +53,8 @@ MIN_CLASS = 64 * 1024
 PASSED = 64  # a slot found busy by this many sends in a row is parked at the back of its class
 WALK_EVERY = 0.05  # seconds between two close walks of a class that found nothing to reuse
 WALK_ALWAYS = 16  # a class of at most this many slots is walked closely whenever none is free
+# The types of the views of slots allocated with ``Pool.empty_array``, by size.
+_VIEWS = memory.Chars()
 _HELD = frozenset({CLAIMED, SENDER})  # states a slot may keep for long: parked once PASSED
 
 
@@ -107,10 +111,16 @@ class _SenderLease:
     """Backs a tensor from ``Pool.empty_array``: holds a view of the mapping (so it is never closed
     under the tensor) and frees the slot if the tensor dies without being sent."""
 
+    __slots__ = ("_generation", "_mapped", "_nbytes", "_pool", "_slot")
+
     def __init__(self, pool: Pool, slot: Slot, nbytes: int) -> None:
-        self._pool, self._slot, self._generation = pool, slot, slot.generation
-        self._array = np.frombuffer(slot.mapping, dtype=np.uint8, count=nbytes, offset=CONTROL_BYTES)
-        self.__array_interface__ = self._array.__array_interface__
+        self._pool, self._slot, self._generation, self._nbytes = pool, slot, slot.generation, nbytes
+        self._mapped = memoryview(slot.mapping)  # an export: the mapping cannot be closed while it lives
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        """The slot's bytes to numpy (where no ctypes type of their size is kept)."""
+        return {"data": (self._slot.address, False), "shape": (self._nbytes,), "typestr": "|u1", "version": 3}
 
     def __del__(self) -> None:
         self._pool.unused(self._slot, self._generation)
@@ -349,12 +359,15 @@ class Pool:
             generation, capability = self.hand_over(slot, readers)
             return slot, generation, capability
 
-    def empty_array(self, nbytes: int) -> np.ndarray | None:
-        """A uint8 array of ``nbytes`` living in a slot the sender holds; None if the pool cannot grow."""
+    def empty_array(self, nbytes: int) -> Any:
+        """A writable buffer of ``nbytes`` living in a slot the sender holds, whose ``base`` frees the
+        slot when the last view of it dies unsent; None if the pool cannot grow."""
         slot = self.acquire(nbytes, SENDER)
         if slot is None:
             return None
-        return np.asarray(_SenderLease(self, slot, nbytes))
+        lease = _SenderLease(self, slot, nbytes)
+        buffer = _VIEWS.view(slot.address, nbytes, lease)
+        return np.asarray(lease) if buffer is None else buffer
 
     # -- growth and retention -------------------------------------------------------------------
     def _budget(self) -> int:

@@ -213,12 +213,11 @@ class ShmTransport(Transport):
         that sees whatever the slot holds next. Its memory stays mapped while the tensor lives,
         even after ``close()`` or ``trim()``.
         """
-        itemsize = torch.empty(0, dtype=dtype).element_size()
-        nbytes = math.prod(shape) * itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         raw = self._pool_array(nbytes)
         if nbytes == 0:
             return torch.empty(tuple(shape), dtype=dtype)
-        return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).view(tuple(shape))
+        return torch.frombuffer(raw, dtype=dtype).view(tuple(shape))
 
     def empty_like(self, tensor: torch.Tensor) -> torch.Tensor:
         """``empty`` with the shape and dtype of ``tensor``."""
@@ -229,10 +228,10 @@ class ShmTransport(Transport):
         dt = np.dtype(dtype)
         nbytes = math.prod(shape) * dt.itemsize
         raw = self._pool_array(nbytes)
-        array: np.ndarray = raw[:nbytes].view(dt).reshape(tuple(shape))
+        array: np.ndarray = np.frombuffer(raw, dtype=dt, count=nbytes // dt.itemsize).reshape(tuple(shape))
         return array
 
-    def _pool_array(self, nbytes: int) -> np.ndarray:
+    def _pool_array(self, nbytes: int) -> Any:
         if self.pool is None:
             raise TransportError(errno.EINVAL, "empty() needs the pool (ShmTransport(pool=True))")
         raw = self.pool.empty_array(max(nbytes, 1))
