@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -299,6 +301,40 @@ def test_a_pool_dropped_without_close_lets_go_of_its_free_slots_and_stops_trimmi
     assert not any((SHM_DIR / n).exists() for n in names)
     if backing == "memfd":
         assert not set(names) & set(segments_of(os.getpid()))  # no fd, no mapping: the memory is gone
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda shm: shm.empty((-1, 3), torch.float32), "empty: shape[0] is -1; expected an int >= 0"),
+        (lambda shm: shm.empty((2, 3.0), torch.float32), "empty: shape[1] is 3.0; expected an int >= 0"),
+        (lambda shm: shm.empty((2, True), torch.float32), "empty: shape[1] is True; expected an int >= 0"),
+        (lambda shm: shm.empty(5, torch.float32), "empty: shape is 5; expected a sequence of ints"),
+        (lambda shm: shm.empty((2,), np.float32), "empty: dtype is <class 'numpy.float32'>; expected a torch.dtype"),
+        (lambda shm: shm.empty_numpy((4, -2), np.int32), "empty_numpy: shape[1] is -2; expected an int >= 0"),
+        (
+            lambda shm: shm.empty_numpy((4,), object),
+            "empty_numpy: dtype object holds Python object references; it cannot live in shared memory",
+        ),
+        (
+            lambda shm: shm.empty_numpy((4,), "S0"),
+            "empty_numpy: dtype |S0 has no size; it cannot live in shared memory",
+        ),
+    ],
+)
+def test_an_allocation_of_a_bad_shape_or_dtype_is_refused_before_it_takes_a_slot(
+    shm: transports.ShmTransport, call: Any, message: str
+) -> None:
+    with pytest.raises(tw.TransportError, match=f"^\\[Errno {errno.EINVAL}\\] {re.escape(message)}$") as info:
+        call(shm)
+    assert info.value.errno == errno.EINVAL
+    assert _slots(shm) == []
+
+
+def test_an_allocation_takes_any_int_like_dims(shm: transports.ShmTransport) -> None:
+    dims: Any = (np.int64(3), torch.tensor(2))  # what operator.index takes
+    assert shm.empty(dims, torch.bfloat16).shape == (3, 2) and shm.empty(torch.Size([0, 4]), torch.int8).shape == (0, 4)
+    assert shm.empty_numpy(torch.Size([2, 3]), [("a", "<i4"), ("b", "<f8")]).shape == (2, 3)
 
 
 def test_empty_numpy_sends_without_copying(shm: transports.ShmTransport) -> None:

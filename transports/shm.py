@@ -28,6 +28,7 @@ import ctypes
 import errno
 import math
 import mmap
+import operator
 import os
 import threading
 import time
@@ -144,6 +145,24 @@ class _OneShots:
         return sum(_void_one_shot(self.directory / name, lambda fd, what: expire_file(fd, what)) for name in due)
 
 
+def _dims(what: str, shape: Sequence[int]) -> tuple[int, ...]:
+    """``shape`` as a tuple of ints, each at least 0 (``TransportError`` EINVAL naming the first that is not)."""
+    try:
+        items = list(shape)
+    except TypeError:
+        raise TransportError(errno.EINVAL, f"{what}: shape is {shape!r}; expected a sequence of ints") from None
+    dims = []
+    for axis, dim in enumerate(items):
+        try:
+            size = operator.index(dim) if not isinstance(dim, bool) else -1
+        except TypeError:
+            size = -1
+        if size < 0:
+            raise TransportError(errno.EINVAL, f"{what}: shape[{axis}] is {dim!r}; expected an int >= 0")
+        dims.append(size)
+    return tuple(dims)
+
+
 def _address(data: memoryview) -> int:
     """The address of the first byte of a flat byte view (through ctypes when it is writable: a
     fifth of numpy's cost)."""
@@ -213,11 +232,14 @@ class ShmTransport(Transport):
         that sees whatever the slot holds next. Its memory stays mapped while the tensor lives,
         even after ``close()`` or ``trim()``.
         """
-        nbytes = math.prod(shape) * dtype.itemsize
+        if not isinstance(dtype, torch.dtype):
+            raise TransportError(errno.EINVAL, f"empty: dtype is {dtype!r}; expected a torch.dtype")
+        dims = _dims("empty", shape)
+        nbytes = math.prod(dims) * dtype.itemsize
         raw = self._pool_array(nbytes)
         if nbytes == 0:
-            return torch.empty(tuple(shape), dtype=dtype)
-        return torch.frombuffer(raw, dtype=dtype).view(tuple(shape))
+            return torch.empty(dims, dtype=dtype)
+        return torch.frombuffer(raw, dtype=dtype).view(dims)
 
     def empty_like(self, tensor: torch.Tensor) -> torch.Tensor:
         """``empty`` with the shape and dtype of ``tensor``."""
@@ -226,9 +248,13 @@ class ShmTransport(Transport):
     def empty_numpy(self, shape: Sequence[int], dtype: Any) -> np.ndarray:
         """``empty`` for a numpy array."""
         dt = np.dtype(dtype)
-        nbytes = math.prod(shape) * dt.itemsize
+        if dt.hasobject or not dt.itemsize:
+            what = "holds Python object references" if dt.hasobject else "has no size"
+            raise TransportError(errno.EINVAL, f"empty_numpy: dtype {dt} {what}; it cannot live in shared memory")
+        dims = _dims("empty_numpy", shape)
+        nbytes = math.prod(dims) * dt.itemsize
         raw = self._pool_array(nbytes)
-        array: np.ndarray = np.frombuffer(raw, dtype=dt, count=nbytes // dt.itemsize).reshape(tuple(shape))
+        array: np.ndarray = np.frombuffer(raw, dtype=dt, count=nbytes // dt.itemsize).reshape(dims)
         return array
 
     def _pool_array(self, nbytes: int) -> Any:
