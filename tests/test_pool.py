@@ -54,6 +54,17 @@ def _states(shm: transports.ShmTransport) -> list[int]:
     return [slot.state for slot in _slots(shm)]
 
 
+# a module's byte views made through ctypes (types of 256 sizes kept), or all through numpy (none kept)
+BOTH_VIEWS = pytest.mark.parametrize("kept", [256, 0], ids=["ctypes view", "numpy view"])
+
+
+def _views(monkeypatch: pytest.MonkeyPatch, module: Any, kept: int) -> Chars:
+    """A fresh ``Chars`` keeping ``kept`` sizes, as ``module``'s ``_VIEWS`` for the test."""
+    views = Chars(kept)
+    monkeypatch.setattr(module, "_VIEWS", views)
+    return views
+
+
 def test_size_classes_waste_at_most_a_quarter() -> None:
     assert size_class(1) == 64 * 1024
     for n in (65_537, 1_000_000, 3 * 2**20 + 5, 2**28, 2**30, 2**30 + 1):
@@ -85,12 +96,11 @@ def test_a_slot_is_never_reused_while_a_receiver_holds_a_view(shm: transports.Sh
     del second, third
 
 
-@pytest.mark.parametrize("kept", [256, 0], ids=["ctypes view", "numpy view"])
+@BOTH_VIEWS
 def test_a_borrowed_slot_is_a_view_owned_by_its_lease(
     shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch, kept: int
 ) -> None:
-    views = Chars(kept)
-    monkeypatch.setattr(slot_reader, "_VIEWS", views)
+    views = _views(monkeypatch, slot_reader, kept)
     encoder, decoder = _pair(shm)
     tensor = torch.arange(60_000, dtype=torch.float32)
     frames = encoder.encode(diffusion.Output(output=tensor))
@@ -136,12 +146,11 @@ def test_empty_sends_without_copying(shm: transports.ShmTransport) -> None:
     assert _states(shm) == [FREE]
 
 
-@pytest.mark.parametrize("kept", [256, 0], ids=["ctypes view", "numpy view"])
+@BOTH_VIEWS
 def test_a_pool_tensor_dropped_unsent_returns_its_slot(
     shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatch, kept: int
 ) -> None:
-    views = Chars(kept)
-    monkeypatch.setattr(_pool, "_VIEWS", views)
+    views = _views(monkeypatch, _pool, kept)
     tensor = shm.empty_like(torch.zeros(3, 1000))
     array = shm.empty_numpy((10, 10), np.int64)
     assert tensor.shape == (3, 1000) and array.shape == (10, 10) and array.dtype == np.int64
