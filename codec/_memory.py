@@ -12,7 +12,12 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-__all__ = ["Chars"]
+__all__ = ["Chars", "byte_interface"]
+
+
+def byte_interface(address: int, nbytes: int) -> dict[str, Any]:
+    """The ``__array_interface__`` of the ``nbytes`` writable bytes at ``address`` (the numpy way)."""
+    return {"data": (address, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
 
 
 class Chars:

@@ -95,7 +95,7 @@ class _HostBlock:
 
     def __init__(self, storage: torch.UntypedStorage, address: int, size: int) -> None:
         self.storage = storage
-        self.__array_interface__ = {"data": (address, False), "shape": (size,), "typestr": "|u1", "version": 3}
+        self.__array_interface__ = memory.byte_interface(address, size)
 
 
 class _Group:

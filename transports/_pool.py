@@ -120,7 +120,7 @@ class _SenderLease:
     @property
     def __array_interface__(self) -> dict[str, Any]:
         """The slot's bytes to numpy (where no ctypes type of their size is kept)."""
-        return {"data": (self._slot.address, False), "shape": (self._nbytes,), "typestr": "|u1", "version": 3}
+        return memory.byte_interface(self._slot.address, self._nbytes)
 
     def __del__(self) -> None:
         self._pool.unused(self._slot, self._generation)

@@ -143,7 +143,7 @@ class _ReceiverLease:
     @property
     def __array_interface__(self) -> dict[str, Any]:
         """The slot's bytes to numpy (where no ctypes type of their size is kept)."""
-        return {"data": (self.address, False), "shape": (self._nbytes,), "typestr": "|u1", "version": 3}
+        return memory.byte_interface(self.address, self._nbytes)
 
     def pin_host(self, runtime: CudaRuntime) -> bool:
         """Whether these bytes are page-locked for a device copy by ``runtime`` (their whole mapping
