@@ -340,6 +340,17 @@ def test_an_allocation_of_a_bad_shape_or_dtype_is_refused_before_it_takes_a_slot
     assert _slots(shm) == []
 
 
+def test_a_zero_byte_allocation_takes_no_slot_and_travels_inline(shm: transports.ShmTransport) -> None:
+    tensor, array = shm.empty((0, 3), torch.float32), shm.empty_numpy((2, 0), np.int64)
+    assert tensor.shape == (0, 3) and tensor.dtype == torch.float32
+    assert array.shape == (2, 0) and array.dtype == np.dtype(np.int64)
+    assert _slots(shm) == []  # (a slot was taken, and held by the empty array while it lived)
+    out = _pair(shm)[1].decode(_pair(shm)[0].encode(diffusion.Output(output=[tensor, array]))).output
+    assert out[0].shape == (0, 3) and out[1].shape == (2, 0) and _slots(shm) == []
+    with transports.ShmTransport(pool=False) as unpooled, pytest.raises(tw.TransportError, match=r"needs the pool"):
+        unpooled.empty_numpy((0,), np.int8)  # still a call that needs the pool
+
+
 def test_an_allocation_takes_any_int_like_dims(shm: transports.ShmTransport) -> None:
     dims: Any = (np.int64(3), torch.tensor(2))  # what operator.index takes
     assert shm.empty(dims, torch.bfloat16).shape == (3, 2) and shm.empty(torch.Size([0, 4]), torch.int8).shape == (0, 4)

@@ -237,7 +237,7 @@ class ShmTransport(Transport):
         dims = _dims("empty", shape)
         nbytes = math.prod(dims) * dtype.itemsize
         raw = self._pool_array(nbytes)
-        if nbytes == 0:
+        if raw is None:
             return torch.empty(dims, dtype=dtype)
         return torch.frombuffer(raw, dtype=dtype).view(dims)
 
@@ -254,13 +254,18 @@ class ShmTransport(Transport):
         dims = _dims("empty_numpy", shape)
         nbytes = math.prod(dims) * dt.itemsize
         raw = self._pool_array(nbytes)
+        if raw is None:
+            return np.empty(dims, dtype=dt)
         array: np.ndarray = np.frombuffer(raw, dtype=dt, count=nbytes // dt.itemsize).reshape(dims)
         return array
 
     def _pool_array(self, nbytes: int) -> Any:
+        """``nbytes`` in a slot of the pool; None for 0 bytes (nothing to hold: no slot is taken)."""
         if self.pool is None:
             raise TransportError(errno.EINVAL, "empty() needs the pool (ShmTransport(pool=True))")
-        raw = self.pool.empty_array(max(nbytes, 1))
+        if nbytes == 0:
+            return None
+        raw = self.pool.empty_array(nbytes)
         if raw is None:
             raise TransportError(errno.ENOMEM, f"the pool's memory budget has no room for {nbytes} bytes")
         return raw
