@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from tensorwire._compile import build, read_field
-from tensorwire._contract import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
+from tensorwire._contract import LEAF_TYPES, LEAVES_ONLY, SCALAR_TYPES, TREE_LEAVES
 from tensorwire._locate import locate
 from tensorwire._tensors import Outgoing
 from tensorwire._wire import EXT_TUPLE, unpack_descriptor
@@ -36,6 +36,7 @@ __all__ = [
     "prepare",
     "stand_in",
     "tree_tuple",
+    "unsupported_error",
 ]
 
 
@@ -53,7 +54,8 @@ KEEP = 8  # idle hooked codecs kept per pool: more than the calls a process runs
 
 
 class _Rejected(Exception):
-    """A tensor the encoder refused, carried out of msgspec so that its path can be found."""
+    """A value the encoder refused (a tensor, a value with no wire form, one nested too deep),
+    carried out of msgspec or ``prepare`` so that its path can be found (``_located``)."""
 
     def __init__(self, error: EncodeError, value: Any) -> None:
         super().__init__(str(error))
@@ -94,7 +96,35 @@ class _Writing:
                 raise _Rejected(EncodeError(problem), value) from None
         if isinstance(value, TupleMarker):
             return msgspec.msgpack.Ext(EXT_TUPLE, msgspec.msgpack.encode(value.items, enc_hook=self.hook))
-        raise NotImplementedError
+        return _no_wire_form(value)
+
+
+def _no_wire_form(value: Any) -> Any:
+    """An encoder hook's refusal of a value msgpack has no form for (msgspec's words), with the value."""
+    raise _Rejected(EncodeError(f"Encoding objects of type {type(value).__name__} is unsupported"), value)
+
+
+def _located(origin: Any, rejected: _Rejected, max_depth: int) -> EncodeError:
+    """The ``EncodeError`` of ``rejected`` with the path of its value in ``origin`` (the caller's
+    message), found by identity; the error's own path if the value is not found, or is a scalar
+    (one object may stand in many places: a small int, an interned string)."""
+    value = rejected.value
+    error = rejected.error
+    found = None if type(value) in SCALAR_TYPES else locate(origin, lambda v: v is value, max_depth)
+    return EncodeError(error.message, path=error.path if found is None else found[0])
+
+
+def unsupported_error(message: Any, max_depth: int, error: TypeError) -> EncodeError:
+    """The error for msgspec's ``TypeError`` while encoding ``message`` without a hook: a value with
+    no wire form, named with its path (found by encoding again, only on this error path); else
+    msgspec's own words."""
+    try:
+        msgspec.msgpack.encode(message, enc_hook=_no_wire_form)
+    except _Rejected as exc:
+        return _located(message, exc, max_depth)
+    except Exception:  # another problem: msgspec's words stand
+        pass
+    return EncodeError(str(error))
 
 
 _WRITERS: list[_Writing] = []
@@ -135,10 +165,7 @@ def encode_body(message: Any, outgoing: Outgoing, max_depth: int, origin: Any = 
     try:
         return writing.encode(message)
     except _Rejected as exc:
-        rejected = exc.value
-        origin = message if origin is None else origin
-        found = locate(origin, lambda v: v is rejected, max_depth)
-        raise EncodeError(exc.error.message, path=exc.error.path if found is None else found[0]) from None
+        raise _located(message if origin is None else origin, exc, max_depth) from None
     except OverflowError as exc:
         raise int_error(message if origin is None else origin, max_depth, exc) from None
     finally:
@@ -238,14 +265,14 @@ def _quick_preparer(fields: tuple[tuple[str, str | None], ...]) -> Callable[[Any
     """``prepare`` that first checks, in one straight-line function (``tensorwire._compile``),
     whether each field holds None, a leaf, a flat list or a flat map of leaves (as its kind
     allows; an optional struct: None only): then the message is returned as it is."""
-    bound: dict[str, Any] = {"LEAF_TYPES": LEAF_TYPES, "LEAVES_ONLY": LEAVES_ONLY, "rewrite": _struct}
-    lines = ["def quick(message, max_depth):", "    if max_depth < 2:", "        return rewrite(message, 0, max_depth)"]
+    bound: dict[str, Any] = {"LEAF_TYPES": LEAF_TYPES, "LEAVES_ONLY": LEAVES_ONLY, "prepare": prepare}
+    lines = ["def quick(message, max_depth):", "    if max_depth < 2:", "        return prepare(message, max_depth)"]
     # past the check above, a flat container (two levels down) cannot be in the way of the limit
     for i, (name, kind) in enumerate(fields):
         assert kind is not None
         lines.append(f"    v = {read_field('message', name, f'N{i}', bound)}")
         lines.append(f"    if not ({_NOTHING_TO_REWRITE[kind]}):")
-        lines.append("        return rewrite(message, 0, max_depth)")
+        lines.append("        return prepare(message, max_depth)")
     lines.append("    return message")
     return build(lines, bound, "quick")
 
@@ -265,8 +292,17 @@ def _flat_kind(t: Any) -> str | None:
 
 
 def prepare(message: Any, max_depth: int) -> Any:
-    """``message`` with tree tuples wrapped and sets sorted, copying only the structs and containers on the way."""
-    return _struct(message, 0, max_depth)
+    """``message`` with tree tuples wrapped and sets sorted, copying only the structs and containers
+    on the way. A value a tree may not hold, or one nested deeper than ``max_depth``, is an
+    ``EncodeError`` with its path."""
+    try:
+        return _struct(message, 0, max_depth)
+    except _Rejected as exc:
+        raise _located(message, exc, max_depth) from None
+
+
+def _too_deep(value: Any, max_depth: int) -> _Rejected:
+    return _Rejected(EncodeError(f"nesting deeper than the limit of {max_depth}"), value)
 
 
 Rewrite = Callable[[Any, int, int], Any]  # (value, depth, max_depth) -> value, or a rewritten copy
@@ -309,7 +345,7 @@ def _struct(obj: Any, depth: int, max_depth: int) -> Any:
         if old is None:
             continue
         if depth > max_depth:
-            raise EncodeError(f"nesting deeper than the limit of {max_depth}")
+            raise _too_deep(old, max_depth)
         new = rewrite(old, depth, max_depth)
         if new is not old:
             if changes is None:
@@ -358,7 +394,7 @@ def _checked(rewrite: Rewrite) -> Rewrite:
         if value is None:
             return None
         if depth > max_depth:
-            raise EncodeError(f"nesting deeper than the limit of {max_depth}")
+            raise _too_deep(value, max_depth)
         return rewrite(value, depth, max_depth)
 
     return item
@@ -431,7 +467,7 @@ def _tree(value: Any, depth: int, max_depth: int) -> Any:
     if type(value) in LEAF_TYPES:
         return value
     if depth > max_depth:
-        raise EncodeError(f"nesting deeper than the limit of {max_depth}")
+        raise _too_deep(value, max_depth)
     if isinstance(value, tuple):
         return TupleMarker([_tree(v, depth + 1, max_depth) for v in value])
     if isinstance(value, list):
@@ -445,5 +481,5 @@ def _tree(value: Any, depth: int, max_depth: int) -> Any:
         items = {k: _tree(v, depth + 1, max_depth) for k, v in value.items()}
         return items if any(items[k] is not value[k] for k in value) else value
     if not isinstance(value, TREE_LEAVES):
-        raise EncodeError(f"{type(value).__name__} is not allowed in a tree")
+        raise _Rejected(EncodeError(f"{type(value).__name__} is not allowed in a tree"), value)
     return value

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorwire as tw
-from tensorwire.builtins import REGISTRY, diffusion, media
+from tensorwire.builtins import REGISTRY, diffusion, media, rpc
 from tensorwire.compat import compare, render
 from tensorwire.compat._diff import Finding
 from tensorwire.errors import Location, SchemaProblem
@@ -350,6 +351,98 @@ def test_a_tensor_that_cannot_travel_has_its_path() -> None:
     output.output = [torch.ones(3), {"k": torch.zeros(2).to_sparse()}]
     exc = _encode_error(output)
     assert exc.path == "$.output[1].k" and exc.message.startswith("only strided tensors travel")
+
+
+def _request(**changes: Any) -> Any:
+    """An rpc.Request changed after construction (only the encoder sees the changes)."""
+    request = rpc.Request(method="m")
+    for name, value in changes.items():
+        setattr(request, name, value)
+    return request
+
+
+@pytest.mark.parametrize(
+    ("changes", "message", "path"),
+    [
+        ({"method": object()}, "Encoding objects of type object is unsupported", "$.method"),
+        ({"rpc_id": np.float32(1.0)}, "Encoding objects of type float32 is unsupported", "$.rpc_id"),
+        (
+            {"wave_request_ids": ["a", object()]},
+            "Encoding objects of type object is unsupported",
+            "$.wave_request_ids[1]",
+        ),
+        ({"kwargs": {"a": np.float32(1.0)}}, "float32 is not allowed in a tree", "$.kwargs.a"),
+        ({"kwargs": {"a": [1, {"b c": {3}}]}}, "set is not allowed in a tree", '$.kwargs.a[1]["b c"]'),
+        ({"args": (1, [2, object()])}, "object is not allowed in a tree", "$.args[1][1]"),
+    ],
+    ids=["a field", "an optional field", "a list item", "a tree", "deep in a tree", "in a tree tuple"],
+)
+def test_a_value_with_no_wire_form_has_its_path(changes: dict[str, Any], message: str, path: str) -> None:
+    """Found before anything is written (a tree) or as the body is written (any other field);
+    either way the caller's message is left as it was."""
+    request = _request(**changes)
+    before = copy.copy(request)
+    exc = _encode_error(request)
+    assert (exc.message, exc.path, exc.type_id, exc.version) == (message, path, "rpc.Request", 1)
+    assert str(exc) == f"rpc.Request: {message} - at `{path}`"
+    assert all(getattr(request, name) is getattr(before, name) for name in changes)
+
+
+def test_a_value_a_tree_may_not_hold_is_named_inside_nested_structs() -> None:
+    runner = diffusion.RunnerOutput(request_id="a", result=diffusion.Output())
+    batch = diffusion.RunnerBatch(runner_outputs=[diffusion.RunnerOutput(request_id="b"), runner])
+    assert runner.result is not None
+    runner.result.output = [1, (2, object())]
+    exc = _encode_error(batch)
+    assert (exc.message, exc.path, exc.type_id) == (
+        "object is not allowed in a tree",
+        "$.runner_outputs[1].result.output[1][1]",
+        "diffusion.RunnerBatch",
+    )
+
+
+def test_nesting_past_the_limit_is_named_where_it_goes_too_deep() -> None:
+    deep: Any = 1
+    for _ in range(70):
+        deep = (deep,)
+    exc = _encode_error(_request(kwargs={"a": deep}))
+    assert (exc.message, exc.path) == ("nesting deeper than the limit of 64", "$.kwargs.a" + "[0]" * 63)
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    exc = _encode_error(_request(args=[1, cycle]))
+    assert (exc.message, exc.path, exc.type_id) == ("nesting deeper than the limit of 64", "$.args[1]", "rpc.Request")
+
+
+def test_a_scalar_nested_too_deep_is_never_named_by_another_place_that_holds_it() -> None:
+    """Found by identity, a container's place is told; a scalar's is not (the same small int is
+    also in ``args``, earlier in the message): no path rather than a wrong one."""
+    shallow = tw.Encoder(options=tw.EncodeOptions(limits=tw.Limits(max_depth=1)))
+    with pytest.raises(tw.EncodeError) as info:
+        shallow.encode(rpc.Request(method="m", args=[1], kwargs={"a": 1}))
+    assert (info.value.message, info.value.path) == ("nesting deeper than the limit of 1", None)
+    with pytest.raises(tw.EncodeError) as info:
+        shallow.encode(rpc.Request(method="m", args=[1], kwargs={"a": [1]}))
+    assert (info.value.message, info.value.path) == ("nesting deeper than the limit of 1", "$.kwargs.a")
+
+
+def test_a_value_with_no_wire_form_in_a_message_without_tensors(tmp_path: Path) -> None:
+    doc = minimal("t.Plain", name={"type": "string"}, names={"type": "array", "items": {"type": "string"}})
+    plain = tw.load_schemas(write_schemas(tmp_path / "schemas", {"t/Plain.v1.json": doc})).type("t.Plain")
+    message = plain(name="a", names=["b", "c"])
+    message.names = ["b", {1j}]
+    exc = _encode_error(message)
+    assert (exc.message, exc.path, exc.type_id) == (
+        "Encoding objects of type complex is unsupported",
+        "$.names[1][0]",
+        "t.Plain",
+    )
+    message.name = object()
+    exc = _encode_error(message)
+    assert (exc.message, exc.path, exc.type_id) == (
+        "Encoding objects of type object is unsupported",
+        "$.name",
+        "t.Plain",
+    )
 
 
 def test_a_rule_breach_while_encoding_has_the_type_but_no_path() -> None:
