@@ -35,6 +35,7 @@ __all__ = [
     "preparer",
     "prepare",
     "stand_in",
+    "text_error",
     "tree_tuple",
     "unsupported_error",
 ]
@@ -168,6 +169,8 @@ def encode_body(message: Any, outgoing: Outgoing, max_depth: int, origin: Any = 
         raise _located(message if origin is None else origin, exc, max_depth) from None
     except OverflowError as exc:
         raise int_error(message if origin is None else origin, max_depth, exc) from None
+    except UnicodeEncodeError as exc:
+        raise text_error(message if origin is None else origin, max_depth, exc) from None
     finally:
         writing.outgoing = None
         if len(_WRITERS) < KEEP:
@@ -188,6 +191,31 @@ def int_error(message: Any, max_depth: int, error: OverflowError) -> EncodeError
         return EncodeError(str(error))
     path, value = found
     return EncodeError(f"integer {value} does not fit the wire (msgpack holds -2**63 .. 2**64-1)", path=path)
+
+
+def _not_utf8(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def text_error(message: Any, max_depth: int, error: UnicodeEncodeError) -> EncodeError:
+    """The error for a string msgpack cannot hold (not UTF-8: a lone surrogate), naming the first
+    one in ``message`` (a map key at its entry) and its path."""
+    found = locate(message, _not_utf8, max_depth)
+    if found is None:  # not found within the depth limit: Python's own words
+        return EncodeError(str(error))
+    path, value = found
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        error = exc
+    bad = error.object[error.start : error.start + 1]
+    return EncodeError(f"string is not valid UTF-8: {error.reason} (character {error.start}, {bad!a})", path=path)
 
 
 class Checking:

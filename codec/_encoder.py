@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import msgspec
 
-from tensorwire._body import KEEP, encode_body, int_error, stand_in, unsupported_error
+from tensorwire._body import KEEP, encode_body, int_error, stand_in, text_error, unsupported_error
 from tensorwire._locate import entry_path, msgspec_error
 from tensorwire._plan import TypePlan, type_plan
 from tensorwire._tensors import BufferPlan, Outgoing, embed_room, quick_below
@@ -79,6 +79,8 @@ class Encoder:
                     plan.check.plain(body)
             except OverflowError as exc:  # an int msgpack cannot hold: named with its path
                 raise _failure(plan, cls, int_error(message, options.limits.max_depth, exc), body) from None
+            except UnicodeEncodeError as exc:  # a string that is not UTF-8: named with its path
+                raise _failure(plan, cls, text_error(message, options.limits.max_depth, exc), body) from None
             except TypeError as exc:  # a value msgpack has no form for: named with its path
                 raise _failure(plan, cls, unsupported_error(message, options.limits.max_depth, exc), body) from None
             except _FAILURES as exc:

@@ -445,6 +445,34 @@ def test_a_value_with_no_wire_form_in_a_message_without_tensors(tmp_path: Path) 
     )
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "bad", "path"),
+    [
+        ({"a": ["ok", "x\udc80y"]}, "'\\udc80'", "$.kwargs.a[1]"),
+        ({"k\ud800": 1}, "'\\ud800'", '$.kwargs["k\\ud800"]'),
+    ],
+    ids=["a value", "a map key"],
+)
+def test_a_string_that_is_not_utf8_has_its_path(kwargs: dict[str, Any], bad: str, path: str) -> None:
+    exc = _encode_error(rpc.Request(method="m", kwargs=kwargs))
+    assert (exc.message, exc.path, exc.type_id) == (
+        f"string is not valid UTF-8: surrogates not allowed (character 1, {bad})",
+        path,
+        "rpc.Request",
+    )
+
+
+def test_a_string_that_is_not_utf8_in_a_message_without_tensors(tmp_path: Path) -> None:
+    doc = minimal("t.Plain", name={"type": "string"})
+    plain = tw.load_schemas(write_schemas(tmp_path / "schemas", {"t/Plain.v1.json": doc})).type("t.Plain")
+    exc = _encode_error(plain(name="\ud800"))
+    assert (exc.message, exc.path, exc.type_id) == (
+        "string is not valid UTF-8: surrogates not allowed (character 0, '\\ud800')",
+        "$.name",
+        "t.Plain",
+    )
+
+
 def test_a_rule_breach_while_encoding_has_the_type_but_no_path() -> None:
     video = _video()
     video.tensor = torch.zeros(1, 3, 2, 4, 4, dtype=torch.int32)
