@@ -157,6 +157,11 @@ class Decoder:
         try:
             size = len(head) if type(head) is bytes else memoryview(head).nbytes
         except TypeError as exc:
+            if isinstance(head, int):  # the items of one buffer: given where its list of frames was due
+                raise DecodeError(
+                    "invalid header: frame 0 is an int, not a buffer (decode takes a sequence of frames, "
+                    "as Encoder.encode returns them or tw.split(blob) gives them, not one buffer)"
+                ) from None
             raise DecodeError(f"invalid header: {exc}") from None
         if size > self._max_header:
             raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")

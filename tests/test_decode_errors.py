@@ -438,15 +438,29 @@ def test_the_header_limit_holds_at_every_size_of_frame_0(output: Any) -> None:
             under.decode([frame])
 
 
+@pytest.mark.parametrize("given", ["bytes", "bytearray", "an int"])
+def test_one_buffer_given_for_the_list_of_frames_is_told_so(given: str) -> None:
+    """``decode(frame)`` instead of ``decode([frame])``: frame 0 would be the buffer's first byte."""
+    (head,) = EMBED.encode(diffusion.Output(output=["x"]))
+    frames: Any = {"bytes": head, "bytearray": bytearray(head), "an int": [head[0]]}[given]
+    with pytest.raises(tw.DecodeError) as info:
+        DECODER.decode(frames)
+    assert info.value.message == (
+        "invalid header: frame 0 is an int, not a buffer (decode takes a sequence of frames, "
+        "as Encoder.encode returns them or tw.split(blob) gives them, not one buffer)"
+    )
+    assert (info.value.path, info.value.type_id) == (None, None)
+
+
 @pytest.mark.parametrize("size", [300, 1000, 5000], ids=["small", "mid", "large"])
 def test_a_frame_0_that_is_not_one_run_of_bytes_is_an_invalid_header(size: int) -> None:
     """Not a buffer, or a view with gaps: a decode error before anything reads it. A C-contiguous
     buffer of another shape decodes as its bytes."""
     (head,) = EMBED.encode(diffusion.Output(output=["x" * size]))
     with pytest.raises(
-        tw.DecodeError, match=r"^invalid header: memoryview: a bytes-like object is required, not 'int'$"
+        tw.DecodeError, match=r"^invalid header: memoryview: a bytes-like object is required, not 'str'$"
     ):
-        DECODER.decode([12345])
+        DECODER.decode(["x" * size])
     gapped = memoryview(bytearray(2 * len(head)))[::2]
     gapped[:] = head  # the frame's bytes, every other byte of the array
     with pytest.raises(tw.DecodeError, match=r"^invalid header: memoryview: casts are restricted to C-contiguous"):
