@@ -373,11 +373,12 @@ def _ignored(finding: Finding, ignores: tuple[CompatIgnore, ...]) -> Finding:
 def _inspect(args: argparse.Namespace) -> int:
     import json
 
+    from tensorwire._files import read_regular
     from tensorwire._wire import split
     from tensorwire.inspection import describe
 
     try:
-        blob = args.file.read_bytes()
+        blob = read_regular(args.file)
     except OSError as exc:
         print(f"tensorwire: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return 2

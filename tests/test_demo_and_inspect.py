@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +94,17 @@ def test_inspect_rejects_what_is_not_a_blob(tmp_path: Path, capsys: pytest.Captu
     assert "not a tensorwire blob" in capsys.readouterr().err
     assert main(["inspect", str(tmp_path / "missing")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["a FIFO", "a link to /dev/zero", "a directory"])
+def test_inspect_reads_only_a_regular_file(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A FIFO would block the read and /dev/zero never end it: refused before a byte is read."""
+    path = tmp_path / "blob.tw"
+    if kind == "a FIFO":
+        os.mkfifo(path)
+    elif kind == "a directory":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/zero")
+    assert main(["inspect", str(path)]) == 2
+    assert capsys.readouterr().err == f"tensorwire: cannot read {path}: not a regular file\n"

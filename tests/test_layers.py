@@ -93,6 +93,8 @@ def test_the_bottom_layers_import_nothing_above_them() -> None:
     assert len(schema_tools) >= 15
     # what the schema compiler, code generator, compat checker and linter stand on (all torch-free)
     below = {"tensorwire", "tensorwire._api", "tensorwire.dtypes", "tensorwire.errors", "tensorwire.rules"}
+    below |= {"tensorwire._files"}  # how a schema file is read
+    assert graph["tensorwire._files"] <= {"tensorwire"}
     below |= {"tensorwire.registry", "tensorwire._contract"}  # for the run-time classes of gen._runtime
     for module in schema_tools:
         assert {m for m in graph[module] if not m.startswith(tools)} <= below, module

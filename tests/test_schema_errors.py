@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from tensorwire import SchemaError
 from tensorwire.schema import load_dir
+from tensorwire.schema._source import MAX_FILE_BYTES
 from tests.conftest import CLIP, minimal, write_schemas
 
 
@@ -368,6 +370,44 @@ def test_empty_or_missing_directory(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(SchemaError, match=r"no schema files found"):
         load_dir(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("kind", ["a FIFO", "a link to /dev/zero", "a directory", "too large"])
+def test_only_a_regular_schema_file_of_a_bounded_size_is_read(kind: str, schema_dir: Path) -> None:
+    """What a schema directory holds is input too: a FIFO would block the read, /dev/zero never
+    end it; refused (as an oversized file is) before a byte is read."""
+    path = schema_dir / "audio" / "Clip.v1.json"
+    path.parent.mkdir(parents=True)
+    if kind == "a FIFO":
+        os.mkfifo(path)
+    elif kind == "a directory":
+        path.mkdir()
+    elif kind == "too large":
+        with path.open("wb") as file:
+            file.truncate(MAX_FILE_BYTES + 1)  # sparse: nothing is written
+    else:
+        path.symlink_to("/dev/zero")
+    with pytest.raises(SchemaError) as info:
+        load_dir(schema_dir)
+    why = (
+        f"{MAX_FILE_BYTES + 1} bytes is over the limit of {MAX_FILE_BYTES}"
+        if kind == "too large"
+        else "not a regular file"
+    )
+    assert (info.value.message, info.value.file) == (f"cannot read schema file: {why}", str(path))
+
+
+def test_a_schema_file_with_crlf_or_cr_newlines_names_the_same_place(schema_dir: Path) -> None:
+    text = json.dumps(minimal("audio.Clip", value={"type": "integer", "minimum": 5, "maximum": 1}), indent=2)
+    places = []
+    for newline in ("\n", "\r\n", "\r"):
+        path = schema_dir / newline.encode().hex() / "audio" / "Clip.v1.json"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(text.replace("\n", newline).encode())
+        with pytest.raises(SchemaError) as info:
+            load_dir(path.parent.parent)
+        places.append((info.value.line, info.value.col, info.value.pointer, info.value.message))
+    assert places[0] == places[1] == places[2] and (places[0][0] or 0) > 1
 
 
 def test_errors_never_leak_jsonschema_or_python_exceptions(schema_dir: Path) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tensorwire._files import read_regular
 from tensorwire.errors import Location, SchemaError, SchemaProblem
 
 __all__ = ["SourceFile", "escape_pointer", "join_pointer", "read_source"]
@@ -74,9 +75,11 @@ class SourceFile:
 
 def read_source(path: Path, display: str) -> SourceFile:
     """Parse ``path`` (shown as ``display`` in errors) into a ``SourceFile``."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    try:  # (newlines as a text-mode read gives them: "\r\n" and "\r" are "\n")
+        text = read_regular(path, MAX_FILE_BYTES).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except OSError as exc:
+        raise SchemaError(f"cannot read schema file: {exc.strerror}", file=display) from None
+    except UnicodeDecodeError as exc:
         raise SchemaError(f"cannot read schema file: {exc}", file=display) from None
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -103,6 +106,7 @@ def read_source(path: Path, display: str) -> SourceFile:
     return source
 
 
+MAX_FILE_BYTES = 16 * 1024 * 1024  # the largest schema file read: real ones are a few KiB
 MAX_NESTING = 100  # levels of arrays and objects in one schema file: real schemas use a dozen
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 
