@@ -337,6 +337,11 @@ def test_cli_against_a_git_revision(
     assert (
         "revision 'origin/main' is not in this clone; fetch it first: git fetch origin main" in capsys.readouterr().err
     )
+    for flags in (["--against=--output=x"], ["--against=-h", "--transitive"]):  # never handed to git as an option
+        assert main(["compat", *flags]) == 2
+        rev = flags[0].removeprefix("--against=")
+        assert f"revision '{rev}' starts with '-': git would read it as an option" in capsys.readouterr().err
+    assert not (repo / "x").exists()
     (repo / "schemas" / "t" / "C.v1.json").write_text(json.dumps(_variant("t.C", "c")))
     assert main(["compat", "--against", "HEAD", "--mode", "backward"]) == 0
     assert "TYPE_ADDED" in capsys.readouterr().out

@@ -28,8 +28,15 @@ def _fetch_hint(rev: str) -> str:
     return f"git fetch origin {rev}"
 
 
+def _not_an_option(rev: str) -> None:
+    """Refuse a revision git would read as one of its options (``--output=...``)."""
+    if rev.startswith("-"):
+        raise CompatError(f"revision {rev!r} starts with '-': git would read it as an option")
+
+
 def checkout_schemas(schema_dir: Path, rev: str, into: Path) -> Path | None:
     """Write ``schema_dir`` as of ``rev`` under ``into``; None if it did not exist at ``rev``."""
+    _not_an_option(rev)
     if not schema_dir.is_dir():
         raise CompatError(f"schema directory {schema_dir} does not exist (give DIR, or run in the repository)")
     schema_dir = schema_dir.resolve()
@@ -58,6 +65,7 @@ def checkout_schemas(schema_dir: Path, rev: str, into: Path) -> Path | None:
 
 def history(schema_dir: Path, rev: str, limit: int = 100) -> list[str]:
     """Commits reachable from ``rev`` (first parents, newest first) that changed ``schema_dir``."""
+    _not_an_option(rev)
     if not schema_dir.is_dir():
         raise CompatError(f"schema directory {schema_dir} does not exist (give DIR, or run in the repository)")
     schema_dir = schema_dir.resolve()
