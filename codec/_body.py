@@ -204,18 +204,15 @@ def _not_utf8(value: Any) -> bool:
 
 
 def text_error(message: Any, max_depth: int, error: UnicodeEncodeError) -> EncodeError:
-    """The error for a string msgpack cannot hold (not UTF-8: a lone surrogate), naming the first
-    one in ``message`` (a map key at its entry) and its path."""
+    """The error for a string msgpack cannot hold (not UTF-8: a lone surrogate), in the encoder's
+    words, with the path of the first such string in ``message`` (a map key at its entry) if it is
+    within the depth limit."""
     found = locate(message, _not_utf8, max_depth)
-    if found is None:  # not found within the depth limit: Python's own words
-        return EncodeError(str(error))
-    path, value = found
-    try:
-        value.encode()
-    except UnicodeEncodeError as exc:
-        error = exc
     bad = error.object[error.start : error.start + 1]
-    return EncodeError(f"string is not valid UTF-8: {error.reason} (character {error.start}, {bad!a})", path=path)
+    return EncodeError(
+        f"string is not valid UTF-8: {error.reason} (character {error.start}, {bad!a})",
+        path=None if found is None else found[0],
+    )
 
 
 class Checking:

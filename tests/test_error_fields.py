@@ -425,6 +425,54 @@ def test_a_scalar_nested_too_deep_is_never_named_by_another_place_that_holds_it(
     assert (info.value.message, info.value.path) == ("nesting deeper than the limit of 1", "$.kwargs.a")
 
 
+def _nested_plain(tmp_path: Path) -> tuple[Any, Any]:
+    """``t.Plain`` (a list of ``t.Item`` structs with a string) and ``t.Item``: no tensors, no trees."""
+    item = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    doc = minimal("t.Plain", items={"type": "array", "items": {"$ref": "#/$defs/Item"}})
+    doc["$defs"] = {"Item": item}
+    registry = tw.load_schemas(write_schemas(tmp_path / "schemas", {"t/Plain.v1.json": doc}))
+    return registry.type("t.Plain"), registry.nested_types()["t.Item"]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (object(), "Encoding objects of type object is unsupported"),
+        ("x\ud800", "string is not valid UTF-8: surrogates not allowed (character 1, '\\ud800')"),
+    ],
+    ids=["no wire form", "not UTF-8"],
+)
+def test_a_value_past_where_paths_are_looked_for_keeps_its_words_without_a_path(
+    bad: Any, message: str, tmp_path: Path
+) -> None:
+    """Paths are looked for no deeper than the depth limit: below it, the same words and no path."""
+    plain, item = _nested_plain(tmp_path)
+    value = plain(items=[item(name="a")])
+    value.items[0].name = bad
+    exc = _encode_error(value)
+    assert (exc.message, exc.path, exc.type_id) == (message, "$.items[0].name", "t.Plain")
+    shallow = tw.Encoder(options=tw.EncodeOptions(limits=tw.Limits(max_depth=1)))
+    with pytest.raises(tw.EncodeError) as info:
+        shallow.encode(value)
+    assert (info.value.message, info.value.path, info.value.type_id) == (message, None, "t.Plain")
+
+
+def test_a_failed_search_for_a_value_with_no_wire_form_keeps_msgspecs_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The value is looked for by encoding once more; if that fails otherwise, msgspec's own words stand."""
+    plain, item = _nested_plain(tmp_path)
+    value = plain(items=[item(name="a")])
+    value.items[0].name = object()
+
+    def broken(*args: Any, **kwargs: Any) -> bytes:
+        raise ValueError("injected")
+
+    monkeypatch.setattr(msgspec.msgpack, "encode", broken)  # (the encoder's own encode is its Encoder's)
+    exc = _encode_error(value)
+    assert (exc.message, exc.path, exc.type_id) == ("Encoding objects of type object is unsupported", None, "t.Plain")
+
+
 def test_a_value_with_no_wire_form_in_a_message_without_tensors(tmp_path: Path) -> None:
     doc = minimal("t.Plain", name={"type": "string"}, names={"type": "array", "items": {"type": "string"}})
     plain = tw.load_schemas(write_schemas(tmp_path / "schemas", {"t/Plain.v1.json": doc})).type("t.Plain")
