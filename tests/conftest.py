@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +55,21 @@ def write_schemas(root: Path, files: dict[str, Any]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(doc if isinstance(doc, str) else json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return root
+
+
+NOT_REGULAR = ("a FIFO", "a link to /dev/zero", "a directory")
+"""What a file reader must refuse unread: a FIFO blocks a read, /dev/zero never ends one."""
+
+
+def make_not_regular(path: Path, kind: str) -> None:
+    """Put one of ``NOT_REGULAR`` at ``path``."""
+    if kind == "a FIFO":
+        os.mkfifo(path)
+    elif kind == "a directory":
+        path.mkdir()
+    else:
+        assert kind == "a link to /dev/zero", kind
+        path.symlink_to("/dev/zero")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import diffusion
 from tensorwire.cli import main
+from tests.conftest import NOT_REGULAR, make_not_regular
 
 
 def test_demo_sends_a_diffusion_batch_bit_exactly_and_leaves_nothing() -> None:
@@ -96,15 +96,10 @@ def test_inspect_rejects_what_is_not_a_blob(tmp_path: Path, capsys: pytest.Captu
     assert "cannot read" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("kind", ["a FIFO", "a link to /dev/zero", "a directory"])
+@pytest.mark.parametrize("kind", NOT_REGULAR)
 def test_inspect_reads_only_a_regular_file(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A FIFO would block the read and /dev/zero never end it: refused before a byte is read."""
     path = tmp_path / "blob.tw"
-    if kind == "a FIFO":
-        os.mkfifo(path)
-    elif kind == "a directory":
-        path.mkdir()
-    else:
-        path.symlink_to("/dev/zero")
+    make_not_regular(path, kind)
     assert main(["inspect", str(path)]) == 2
     assert capsys.readouterr().err == f"tensorwire: cannot read {path}: not a regular file\n"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tensorwire._files import read_regular
+from tests.conftest import NOT_REGULAR, make_not_regular
 
 
 def test_a_regular_file_is_read_whole_also_through_a_link(tmp_path: Path) -> None:
@@ -24,15 +25,10 @@ def test_a_regular_file_is_read_whole_also_through_a_link(tmp_path: Path) -> Non
     assert read_regular(empty) == bytearray()
 
 
-@pytest.mark.parametrize("kind", ["a FIFO", "a directory", "/dev/zero"])
+@pytest.mark.parametrize("kind", NOT_REGULAR)
 def test_what_is_not_a_regular_file_is_refused_unread(kind: str, tmp_path: Path) -> None:
     path = tmp_path / "f"
-    if kind == "a FIFO":
-        os.mkfifo(path)  # opened without blocking for a writer, then refused
-    elif kind == "a directory":
-        path.mkdir()
-    else:
-        path = Path("/dev/zero")
+    make_not_regular(path, kind)  # a FIFO opens without blocking for a writer, then is refused
     with pytest.raises(OSError) as info:
         read_regular(path)
     assert (info.value.errno, info.value.strerror, info.value.filename) == (
