@@ -325,6 +325,54 @@ def test_a_reply_that_cannot_be_sent_is_logged_and_the_server_serves_on(
     server.close()
 
 
+def test_a_request_whose_shared_memory_cannot_be_opened_is_dropped_and_the_server_serves_on(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One peer's message naming a memfd no process holds (its sender died, or it forged the handle)
+    used to raise out of ``serve`` and stop the server for every client."""
+    import logging
+
+    import tensorwire as tw
+    from tensorwire.zmq import HELLO, host_token
+    from tests.wire_helpers import frame_of, head_of
+
+    shm, sender = tw.transports.ShmTransport(), tw.transports.ShmTransport()
+    run = _serve(ctx, transport=shm)
+    frames = tw.Encoder(sender, tw.EncodeOptions(inline_threshold=0, embed_threshold=0)).encode(
+        rpc.Request(method="echo", kwargs={"x": torch.ones(4096)})
+    )
+    head = head_of(frames[0])
+    assert head[3][0][1]["fd"] is not None  # a memfd slot of this process
+    head[3][0][1]["fd"] = 2**31 - 1  # an fd number no process holds
+    raw = ctx.socket(zmq.DEALER)
+    raw.connect(run.endpoint)
+    client = _client(ctx, run.endpoint)
+    try:
+        with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"):
+            raw.send_multipart([HELLO + host_token(), frame_of(head)])
+            deadline = time.monotonic() + 5
+            while run.server.unreadable == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert run.server.unreadable == 1 and run.server.handled == 0
+            assert run.thread.is_alive()
+            assert re.search(
+                r"dropped a message from peer [0-9a-f]+: cannot open pool segment tw-\S+ through "
+                r"/proc/\d+/fd/2147483647: No such file or directory",
+                caplog.text,
+            )
+            assert _value(client.call(rpc.Request(method="echo", kwargs={"x": 3}), timeout=5)) == 3
+            assert run.server.handled == 1
+    finally:
+        client.close()
+        raw.close(0)
+        run.server.close()
+        run.thread.join(5)
+        tw.Decoder(tw.builtins.REGISTRY, [sender]).decode(frames)  # the real message's slot back
+        sender.close()
+        shm.close()
+    assert not run.thread.is_alive()
+
+
 def test_demo_rpc_without_pyzmq_says_which_extra_to_install(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import zmq
 
-from tensorwire import CodecError, DecodeOptions, EncodeOptions, Registry
+from tensorwire import CodecError, DecodeOptions, EncodeOptions, Registry, TransportError
 from tensorwire.builtins import REGISTRY, rpc
 from tensorwire.transports.base import Transport
 from tensorwire.zmq._channel import Channel, Notes, kind_of
@@ -233,6 +233,9 @@ class Server:
         """Requests whose handler raised (each answered with an error result)."""
         self.ignored = 0
         """Messages that decoded but were not an ``rpc.Request`` (dropped with a log line)."""
+        self.unreadable = 0
+        """Messages whose shared memory this process could not open (dropped with a log line: their
+        sender died, or named memory it never had)."""
         self._stop = threading.Event()
         self._serving = threading.Lock()  # held by the thread that uses the socket
         self._notes = Notes(_LOG)
@@ -244,11 +247,17 @@ class Server:
                 self.serve_one(handler, timeout=poll)
 
     def serve_one(self, handler: Handler, *, timeout: float | None = None) -> bool:
-        """Answer one request; False if none came within ``timeout`` seconds."""
+        """Answer one request; False if none came within ``timeout`` seconds. A message whose shared
+        memory cannot be opened is dropped and counted in ``unreadable``: one peer's message never
+        stops the server."""
         try:
             peer, request = self.channel.recv_from(timeout=timeout)
         except TimeoutError:
             return False
+        except TransportError as exc:  # names the peer; its request has no id to answer
+            self.unreadable += 1
+            self._notes.note(f"dropped {exc.strerror or exc}")
+            return True
         assert peer is not None
         if not isinstance(request, rpc.Request):
             self.ignored += 1
