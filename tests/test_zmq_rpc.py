@@ -164,6 +164,37 @@ def test_a_late_reply_is_dropped_by_its_id_so_the_next_call_gets_its_own(ctx: An
         assert client.late == 1
 
 
+def test_a_flood_of_stray_replies_is_counted_whole_but_logged_at_ten_lines_a_second(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from tensorwire.builtins import REGISTRY
+    from tensorwire.zmq import Channel
+
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+
+    def flooding_server() -> None:  # answers one call with 200 replies no call waits for, then its own
+        with Channel(router, REGISTRY) as channel:
+            peer, request = channel.recv_from(timeout=5)
+            for i in range(200):
+                channel.send(rpc.Result(method="x", ok=True, rpc_id=f"stray-{i}"), peer=peer, timeout=5)
+            channel.send(rpc.Result(method=request.method, ok=True, rpc_id=request.rpc_id), peer=peer, timeout=5)
+
+    thread = threading.Thread(target=flooding_server, daemon=True)
+    thread.start()
+    with _client(ctx, f"tcp://127.0.0.1:{port}") as client, caplog.at_level(logging.INFO, logger="tensorwire.zmq"):
+        start = time.monotonic()
+        assert client.call(rpc.Request(method="echo"), timeout=5).ok
+        seconds = int(time.monotonic()) - int(start) + 1
+        assert client.late == 200
+    thread.join(5)
+    lines = [r.getMessage() for r in caplog.records if "dropped a reply" in r.getMessage()]
+    assert 10 <= len(lines) <= 10 * seconds
+    assert lines[0] == "dropped a reply no call waits for (rpc_id 'stray-0', Result)"
+
+
 def test_calls_from_many_threads_each_get_their_own_reply(ctx: Any, running: _Running) -> None:
     got: dict[int, Any] = {}
     errors: list[BaseException] = []
@@ -371,6 +402,54 @@ def test_a_request_whose_shared_memory_cannot_be_opened_is_dropped_and_the_serve
         sender.close()
         shm.close()
     assert not run.thread.is_alive()
+
+
+def test_a_client_that_left_before_its_reply_does_not_stop_a_mandatory_router_server(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With ROUTER_MANDATORY, ZeroMQ refuses a reply to a peer it no longer knows (EHOSTUNREACH):
+    that error used to raise out of ``serve``."""
+    import errno
+    import logging
+
+    from tensorwire.builtins import REGISTRY
+    from tensorwire.zmq import Channel
+
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    server = Server(router)
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.ROUTING_ID, b"gone")
+    with Channel(dealer, REGISTRY) as leaving:
+        leaving.socket.connect(f"tcp://127.0.0.1:{port}")
+        leaving.send(rpc.Request(method="echo", kwargs={"x": 1}, rpc_id="a"), timeout=5)
+        assert router.poll(5000)  # the request has arrived: its client may go
+
+    def after_its_client_left(request: rpc.Request) -> rpc.Result:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # until ZeroMQ no longer routes to the peer
+            try:
+                router.send(b"gone", zmq.SNDMORE | zmq.NOBLOCK)
+            except zmq.ZMQError as exc:
+                assert exc.errno == errno.EHOSTUNREACH
+                break
+            router.send(b"")  # the end of the probe, to a socket that has closed
+            time.sleep(0.01)
+        return _handler(request)
+
+    with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"):
+        assert server.serve_one(after_its_client_left, timeout=5) is True
+    assert server.handled == 1 and server.failed == 0
+    assert f"the reply to 'echo' for peer {b'gone'.hex()} was not sent: Host unreachable" in caplog.text
+    client = _client(ctx, f"tcp://127.0.0.1:{port}")
+    thread = threading.Thread(target=server.serve_one, args=(_handler,), kwargs={"timeout": 5}, daemon=True)
+    thread.start()
+    assert _value(client.call(rpc.Request(method="echo", kwargs={"x": 2}), timeout=5)) == 2
+    thread.join(5)
+    assert server.handled == 2
+    client.close()
+    server.close()
 
 
 def test_demo_rpc_without_pyzmq_says_which_extra_to_install(

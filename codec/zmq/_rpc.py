@@ -93,7 +93,8 @@ class Client:
         self._prefix = os.urandom(8).hex()  # this client's ids: its random prefix and a count
         self._ids = itertools.count(1)
         self.late = 0
-        """Replies dropped because no call was waiting for their id."""
+        """Replies dropped because no call was waiting for their id (logged at INFO, ten lines a second at most)."""
+        self._late_notes = Notes(_LOG, logging.INFO)
 
     def call(self, request: rpc.Request, *, timeout: float) -> rpc.Result:
         """Send ``request`` and return its ``rpc.Result``; ``TimeoutError`` if none within ``timeout``
@@ -187,7 +188,7 @@ class Client:
             self._pending[rpc_id] = reply
             return False
         self.late += 1
-        _LOG.info("dropped a reply no call waits for (rpc_id %r, %s)", rpc_id, type(reply).__name__)
+        self._late_notes.note(f"dropped a reply no call waits for (rpc_id {rpc_id!r}, {type(reply).__name__})")
         return False
 
     def close(self) -> None:
@@ -270,7 +271,8 @@ class Server:
                 self.channel.send(result, peer=peer, timeout=self.reply_timeout)
             except CodecError as exc:  # the result breaks its schema or cannot be exported: say why
                 self.channel.send(self._error(request, exc), peer=peer, timeout=self.reply_timeout)
-        except (CodecError, TimeoutError) as exc:  # the server goes on serving the others
+        except (CodecError, TimeoutError, zmq.ZMQError) as exc:  # the server goes on serving the others
+            # (ZeroMQ's error: with ROUTER_MANDATORY, a peer that left before its reply is unreachable)
             self._notes.note(f"the reply to {request.method!r} for peer {peer.hex()} was not sent: {exc}")
         return True
 
