@@ -353,13 +353,23 @@ def _golden_cases(schema_dir: Path) -> Cases:
 
 def _same_schema_files(a: Path, b: Path) -> bool:
     """Whether directories ``a`` and ``b`` hold the same schema files, byte for byte (an installed
-    copy of the built-in schemas is the built-in schemas)."""
+    copy of the built-in schemas is the built-in schemas). Each is read as the schema loader reads
+    it (``read_regular``): a directory holding anything else is not the built-in schemas, and the
+    loader then says what is wrong with it."""
+    from tensorwire._files import read_regular
+    from tensorwire.schema._source import MAX_FILE_BYTES
 
-    def files(root: Path) -> dict[str, bytes]:
-        return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*.json")} if root.is_dir() else {}
+    def files(root: Path) -> dict[str, bytearray] | None:
+        found: dict[str, bytearray] = {}
+        for path in root.rglob("*.json") if root.is_dir() else ():
+            try:
+                found[path.relative_to(root).as_posix()] = read_regular(path, MAX_FILE_BYTES)
+            except OSError:
+                return None
+        return found
 
-    mine, theirs = files(a), files(b)
-    return bool(mine) and mine == theirs
+    mine = files(a)
+    return bool(mine) and mine == files(b)
 
 
 def _ignored(finding: Finding, ignores: tuple[CompatIgnore, ...]) -> Finding:

@@ -21,7 +21,8 @@ Command-line flags override the file (``lint --disable`` adds to ``disable``). A
 value of the wrong type or an ignore without a reason is a ``ConfigError`` naming the file and the
 key (an unknown rule ID too, when the command that uses the rules reads it), and so is a file another user
 owns: the search goes up through directories others may write to (``/tmp``), and a planted file
-would choose where ``gen`` writes.
+would choose where ``gen`` writes. Only a regular file of at most ``MAX_FILE_BYTES`` is read (a
+FIFO or a device is refused unread).
 """
 
 from __future__ import annotations
@@ -32,11 +33,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tensorwire._files import read_regular
 from tensorwire.errors import CodecError
 
-__all__ = ["CONFIG_FILE", "CompatIgnore", "Config", "ConfigError", "LintIgnore", "find_config", "load_config"]
+__all__ = [
+    "CONFIG_FILE",
+    "MAX_FILE_BYTES",
+    "CompatIgnore",
+    "Config",
+    "ConfigError",
+    "LintIgnore",
+    "find_config",
+    "load_config",
+]
 
 CONFIG_FILE = "tensorwire.toml"
+MAX_FILE_BYTES = 4 * 1024 * 1024  # the largest configuration file read (a pyproject.toml included)
 _MODES = ("backward", "forward", "full", "none")
 _FAIL_ON = ("error", "warning")
 
@@ -99,10 +111,12 @@ def find_config(start: Path | None = None) -> Config | None:
 
 def load_config(path: Path) -> Config | None:
     """The configuration in ``path`` (None for a ``pyproject.toml`` without ``[tool.tensorwire]``)."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    try:  # a regular file of a bounded size only; newlines translated as a text-mode read does
+        text = read_regular(path, MAX_FILE_BYTES).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+        data = tomllib.loads(text)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it: {exc}") from None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError(f"{path}: cannot read it: {why}") from None
     table: Any = data
     where = ""
     if path.name == "pyproject.toml":

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tensorwire.cli import main
-from tensorwire.config import CompatIgnore, ConfigError, find_config, load_config
+from tensorwire.config import MAX_FILE_BYTES, CompatIgnore, ConfigError, find_config, load_config
 from tests.compat_cases import BASE
-from tests.conftest import write_schemas
+from tests.conftest import NOT_REGULAR, make_not_regular, write_schemas
 
 CONFIG = """
 schemas = "defs"
@@ -71,6 +71,35 @@ def test_a_bad_file_names_itself_and_the_key(tmp_path: Path, text: str, error: s
     with pytest.raises(ConfigError) as info:
         find_config(tmp_path)
     assert str(info.value).startswith(f"{tmp_path / 'tensorwire.toml'}: ") and error in str(info.value)
+
+
+@pytest.mark.parametrize("kind", [*NOT_REGULAR, "too large"])
+def test_only_a_regular_configuration_file_of_a_bounded_size_is_read(kind: str, tmp_path: Path) -> None:
+    """``load_config`` takes any path: a FIFO would block the read, /dev/zero never end it."""
+    path = tmp_path / "tensorwire.toml"
+    if kind == "too large":
+        with path.open("wb") as file:
+            file.truncate(MAX_FILE_BYTES + 1)  # sparse: nothing is written
+    else:
+        make_not_regular(path, kind)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    why = (
+        f"{MAX_FILE_BYTES + 1} bytes is over the limit of {MAX_FILE_BYTES}"
+        if kind == "too large"
+        else "not a regular file"
+    )
+    assert str(info.value) == f"{path}: cannot read it: {why}"
+
+
+def test_a_configuration_with_crlf_or_cr_newlines_reads_as_with_lf(tmp_path: Path) -> None:
+    for newline in ("\r\n", "\r"):
+        path = tmp_path / newline.encode().hex() / "tensorwire.toml"
+        path.parent.mkdir()
+        path.write_bytes(newline.join(['schemas = "contracts"', "[compat]", 'mode = "backward"', ""]).encode())
+        config = load_config(path)
+        assert config is not None
+        assert (config.schemas, config.mode) == (path.parent / "contracts", "backward")
 
 
 def test_gen_and_schemas_follow_the_file_and_flags_override_it(

@@ -14,7 +14,7 @@ import tensorwire as tw
 from tensorwire.builtins import REGISTRY
 from tensorwire.builtins.golden import cases
 from tensorwire.golden import MANIFEST, describe, manifest_lines, read_manifest, record
-from tests.conftest import REPO
+from tests.conftest import NOT_REGULAR, REPO, make_not_regular
 
 GOLDEN = REPO / "tests" / "golden"
 FIXTURES = sorted(GOLDEN.rglob("*.bin"))
@@ -227,6 +227,26 @@ def test_record_a_user_schema_directory_writes_minimal_fixtures_that_decode(
     assert main(["golden", "record", "schemas", "--dir", "out/golden"]) == 2
     err = capsys.readouterr().err
     assert err == "tensorwire: released fixtures were edited or removed: lab.Square/v1/minimal.json; restore them\n"
+
+
+@pytest.mark.parametrize("kind", NOT_REGULAR)
+def test_record_reads_a_schema_directory_as_the_loader_does(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before the loader ran, ``golden record`` compared the directory with the built-in schemas by
+    reading every ``*.json`` whole: a FIFO blocked it forever, a link to /dev/zero read until memory
+    ran out. Now such a file is what the loader says it is, and nothing is written."""
+    from tensorwire.cli import main
+    from tests.conftest import write_schemas
+
+    monkeypatch.chdir(tmp_path)
+    write_schemas(tmp_path / "schemas", LAB)
+    odd = tmp_path / "schemas" / "lab" / "Odd.v1.json"
+    make_not_regular(odd, kind)
+    assert main(["golden", "record", "schemas", "--dir", "out/golden"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "tensorwire: schemas/lab/Odd.v1.json: cannot read schema file: not a regular file\n"
+    assert captured.out == "" and not (tmp_path / "out").exists()
 
 
 def test_record_defaults_to_the_configured_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
