@@ -15,7 +15,7 @@ import tensorwire as tw
 import tensorwire.builtins
 from tensorwire.cli import main
 from tensorwire.schema import meta_schema_text
-from tests.conftest import BUILTIN_SCHEMAS, REPO, minimal, write_schemas
+from tests.conftest import BUILTIN_SCHEMAS, NOT_REGULAR, REPO, make_not_regular, minimal, write_schemas
 
 
 @pytest.fixture(autouse=True)
@@ -111,6 +111,62 @@ def test_gen_removes_and_reports_stale_namespace_modules(tmp_path: Path, capsys:
     assert f"--- {out / 'extra.py'} (stale)" in capsys.readouterr().out
     assert main(["gen", str(schemas), "-o", str(out)]) == 0
     assert not (out / "extra.py").exists() and (out / "handwritten.py").exists()
+
+
+def test_gen_writes_nothing_through_a_link(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkout can hold links where gen writes: it refuses them before it writes any file."""
+    schemas, out = _copy_project(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not gen's\n")
+    (out / "rpc.py").unlink()
+    (out / "rpc.py").symlink_to(victim)
+    (schemas / "meta" / "tensorwire.v1.json").write_text("{}")  # a file gen would rewrite
+    capsys.readouterr()
+    for command in (["gen"], ["gen", "--check"]):
+        assert main([*command, str(schemas), "-o", str(out)]) == 2
+        assert capsys.readouterr().err == (
+            f"tensorwire: {out / 'rpc.py'} is a symbolic link: gen reads and writes plain files only\n"
+        )
+    assert victim.read_text() == "not gen's\n"
+    assert (schemas / "meta" / "tensorwire.v1.json").read_text() == "{}"
+    linked = tmp_path / "linked"
+    linked.symlink_to(out)  # the package's directory itself
+    assert main(["gen", str(schemas), "-o", str(linked)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"tensorwire: {linked} is a symbolic link: gen reads and writes plain files only\n"
+
+
+@pytest.mark.parametrize("kind", NOT_REGULAR)
+def test_gen_check_refuses_a_generated_module_that_is_not_a_regular_file(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A FIFO blocked ``gen --check`` forever, a link to /dev/zero read until memory ran out."""
+    schemas, out = _copy_project(tmp_path)
+    (out / "rpc.py").unlink()
+    make_not_regular(out / "rpc.py", kind)
+    capsys.readouterr()
+    assert main(["gen", "--check", str(schemas), "-o", str(out)]) == 2
+    why = "is a symbolic link: gen reads and writes plain files only" if "link" in kind else None
+    expected = f"{out / 'rpc.py'} {why}" if why else f"cannot read {out / 'rpc.py'}: not a regular file"
+    assert capsys.readouterr().err == f"tensorwire: {expected}\n"
+
+
+def test_gen_leaves_modules_that_are_not_regular_files_alone(tmp_path: Path) -> None:
+    """Only a regular file gen wrote can be stale: a link or a FIFO among the modules is not read."""
+    schemas, out = _copy_project(tmp_path)
+    for kind, name in zip(NOT_REGULAR, ("fifo.py", "zero.py", "folder.py"), strict=True):
+        make_not_regular(out / name, kind)
+    (out / "also.py").symlink_to(out / "rpc.py")  # a link to a generated module: not stale either
+    assert main(["gen", "--check", str(schemas), "-o", str(out)]) == 0
+    assert main(["gen", str(schemas), "-o", str(out)]) == 0
+    assert {"fifo.py", "zero.py", "folder.py", "also.py"} <= {p.name for p in out.iterdir()}
+
+
+def test_gen_check_reads_crlf_modules_as_a_text_mode_read_did(tmp_path: Path) -> None:
+    schemas, out = _copy_project(tmp_path)
+    module = out / "rpc.py"
+    module.write_bytes(module.read_bytes().replace(b"\n", b"\r\n"))  # as a checkout with autocrlf leaves it
+    assert main(["gen", "--check", str(schemas), "-o", str(out)]) == 0
 
 
 def test_gen_keeps_the_meta_schema_copy_in_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,11 @@
 ``generate(schema_dir, out_dir)`` writes the package; ``check(schema_dir, out_dir)`` regenerates in
 memory and returns a unified diff of every drifted file (empty when the tree is up to date).
 ``registry`` names the module that holds ``REGISTRY`` (the package's ``__init__`` by default).
+
+A file ``gen`` owns is read and written only as a plain file: a symbolic link there (or at its
+directory) or anything but a regular file is a ``ValueError``, before anything is written, so
+a checkout cannot make ``gen`` write outside the package, or ``gen --check`` block on a FIFO or
+read a device; a module in the package that is not a regular file is never taken for a stale one.
 """
 
 from __future__ import annotations
@@ -11,11 +16,12 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tensorwire._files import read_regular
 from tensorwire.gen._source import HEADER_PREFIX, render_package
 from tensorwire.schema import META_DIR, load_dir
 from tensorwire.schema._meta import META_SCHEMA_NAME, meta_schema_text
 
-__all__ = ["build_registry", "check", "expected_files", "generate", "render_package"]
+__all__ = ["MAX_FILE_BYTES", "build_registry", "check", "expected_files", "generate", "render_package"]
 
 if TYPE_CHECKING:
     from tensorwire.registry import Registry
@@ -38,26 +44,51 @@ def expected_files(schema_dir: Path, out_dir: Path, registry: str = "__init__") 
     return files
 
 
-def _stale(out_dir: Path, expected: dict[Path, str]) -> list[Path]:
-    """Generated modules in ``out_dir`` that no schema produces any more."""
-    if not out_dir.is_dir():
-        return []
-    return [
-        path
-        for path in sorted(out_dir.glob("*.py"))
-        if path not in expected and path.read_text(encoding="utf-8").startswith(HEADER_PREFIX)
-    ]
+MAX_FILE_BYTES = 16 * 1024 * 1024
+"""The largest file ``gen`` reads (a generated module is a few hundred KiB at most)."""
+
+
+def _on_disk(path: Path) -> str | None:
+    """The text of a file ``gen`` owns (newlines translated as a text-mode read does), None if there
+    is none; ``ValueError`` if it, or its directory, is a link, or it is not a regular UTF-8 file."""
+    for place in (path.parent, path):
+        if place.is_symlink():
+            raise ValueError(f"{place} is a symbolic link: gen reads and writes plain files only")
+    if not path.exists():
+        return None
+    try:
+        return read_regular(path, MAX_FILE_BYTES).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"cannot read {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _stale(out_dir: Path, expected: dict[Path, str]) -> dict[Path, str]:
+    """Generated modules in ``out_dir`` that no schema produces any more, with their text (links
+    and other kinds of file are never gen's: left alone)."""
+    if not out_dir.is_dir() or out_dir.is_symlink():
+        return {}
+    stale: dict[Path, str] = {}
+    for path in sorted(out_dir.glob("*.py")):
+        if path in expected or path.is_symlink():
+            continue
+        try:
+            text = read_regular(path, MAX_FILE_BYTES).decode("utf-8")
+        except (OSError, UnicodeDecodeError):  # not a module gen wrote
+            continue
+        if text.startswith(HEADER_PREFIX):
+            stale[path] = text
+    return stale
 
 
 def generate(schema_dir: Path, out_dir: Path, registry: str = "__init__") -> list[Path]:
     """Write the generated package; return the files that changed (stale modules are removed)."""
     expected = expected_files(schema_dir, out_dir, registry)
-    changed: list[Path] = []
-    for path, text in expected.items():
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            changed.append(path)
+    changed = [path for path, text in expected.items() if _on_disk(path) != text]  # every one read before any write
+    for path in changed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(expected[path], encoding="utf-8")
     for path in _stale(out_dir, expected):
         path.unlink()
         changed.append(path)
@@ -69,17 +100,17 @@ def check(schema_dir: Path, out_dir: Path, registry: str = "__init__") -> str:
     expected = expected_files(schema_dir, out_dir, registry)
     chunks: list[str] = []
     for path, text in expected.items():
-        actual = path.read_text(encoding="utf-8") if path.exists() else ""
+        actual = _on_disk(path)
         if actual != text:
             chunks.extend(
                 difflib.unified_diff(
-                    actual.splitlines(keepends=True),
+                    (actual or "").splitlines(keepends=True),
                     text.splitlines(keepends=True),
-                    fromfile=f"{path} (on disk)" if path.exists() else "/dev/null",
+                    fromfile="/dev/null" if actual is None else f"{path} (on disk)",
                     tofile=f"{path} (generated)",
                 )
             )
-    for path in _stale(out_dir, expected):
-        old = path.read_text(encoding="utf-8").splitlines(keepends=True)
-        chunks.extend(difflib.unified_diff(old, [], fromfile=f"{path} (stale)", tofile="/dev/null"))
+    for path, old in _stale(out_dir, expected).items():
+        lines = old.splitlines(keepends=True)
+        chunks.extend(difflib.unified_diff(lines, [], fromfile=f"{path} (stale)", tofile="/dev/null"))
     return "".join(chunks)
