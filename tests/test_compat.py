@@ -347,6 +347,29 @@ def test_cli_against_a_git_revision(
     assert "TYPE_ADDED" in capsys.readouterr().out
 
 
+def test_cli_against_a_revision_reads_files_whose_names_git_would_quote(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """git lists a name with a non-ASCII letter, a tab or a newline quoted; such a file at the
+    revision was left out, as if the revision did not hold it. The revision is now read as the
+    working tree is, and a bad name there is the loader's error, as it would be here."""
+    repo = tmp_path / "repo"
+    write_schemas(repo / "schemas", copy.deepcopy(BASE))
+    _git(repo, "init", "-q")
+    for odd in ("Thïng.v1.json", "Tab\tbed.v1.json", "New\nline.v1.json"):
+        (repo / "schemas" / "t" / odd).write_text("{}")
+        _git(repo, "add", ".")
+        _git(repo, "commit", "-qm", "an odd file name")
+        (repo / "schemas" / "t" / odd).unlink()  # the working tree is valid
+        monkeypatch.chdir(repo)
+        assert main(["compat", "--against", "HEAD"]) == 2
+        assert capsys.readouterr().err == (
+            f"tensorwire: HEAD:schemas/t/{odd}: file name must be <Name>.v<N>.json, e.g. Video.v1.json\n"
+        )
+        _git(repo, "rm", "-q", "--cached", f"schemas/t/{odd}")
+        _git(repo, "commit", "-qm", "gone")
+
+
 def test_cli_against_a_revision_runs_from_any_directory_of_the_repository(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

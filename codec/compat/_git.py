@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -11,14 +12,18 @@ from tensorwire.errors import CompatError
 __all__ = ["checkout_schemas", "history", "temporary_dir"]
 
 
-def _git(cwd: Path, *args: str) -> str:
+def _git_bytes(cwd: Path, *args: str) -> bytes:
     try:
-        result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+        result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)
     except OSError as exc:  # no such directory, or no git
         raise CompatError(f"cannot run git in {cwd}: {exc.strerror}") from None
     if result.returncode != 0:
-        raise CompatError(result.stderr.strip() or f"git {' '.join(args)} failed")
+        raise CompatError(result.stderr.decode(errors="replace").strip() or f"git {' '.join(args)} failed")
     return result.stdout
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return os.fsdecode(_git_bytes(cwd, *args))
 
 
 def _fetch_hint(rev: str) -> str:
@@ -49,7 +54,8 @@ def checkout_schemas(schema_dir: Path, rev: str, into: Path) -> Path | None:
     except CompatError:
         raise CompatError(f"revision {rev!r} is not in this clone; fetch it first: {_fetch_hint(rev)}") from None
     rel = schema_dir.relative_to(top).as_posix()
-    names = [n for n in _git(top, "ls-tree", "-r", "--name-only", rev, "--", rel).splitlines() if n.endswith(".json")]
+    listing = _git_bytes(top, "ls-tree", "-r", "-z", "--name-only", rev, "--", rel)  # names as they are, unquoted
+    names = [os.fsdecode(n) for n in listing.split(b"\0") if n.endswith(b".json")]
     if not names:
         return None
     for name in names:
