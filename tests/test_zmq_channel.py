@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -359,6 +362,42 @@ def test_recv_times_out_with_the_time_it_waited(ctx: Any) -> None:
             receiver.recv(timeout=0.2)
         assert time.monotonic() - start >= 0.19
     a.close(0)
+
+
+@pytest.mark.parametrize("no_limit", [None, math.inf, 1e300])
+def test_a_timeout_of_infinity_or_past_one_poll_waits_as_none_does(ctx: Any, no_limit: float | None) -> None:
+    """ZeroMQ's poll takes a C int of milliseconds: an infinite timeout raised OverflowError there."""
+    a, b = _tcp_pair(ctx, zmq.PAIR, zmq.PAIR)
+    with Channel(a, REGISTRY) as sender, Channel(b, REGISTRY) as receiver:
+        later = threading.Timer(0.2, lambda: sender.send(_request(x=1), timeout=no_limit))
+        later.start()
+        assert receiver.recv(timeout=no_limit).kwargs == {"x": 1}
+        later.join()
+        assert sender.send(_request(x=2), timeout=no_limit).wait(no_limit)
+        assert receiver.recv(timeout=no_limit).kwargs == {"x": 2}
+    from tensorwire.zmq._channel import _POLL_MS, _poll_ms
+
+    assert _poll_ms(time.monotonic() + 1e300) == _POLL_MS == 2**31 - 1
+    assert _poll_ms(time.monotonic() + 0.0004) == 1  # rounded up: no spin through the last millisecond
+    assert _poll_ms(time.monotonic() - 5) == 0 and _poll_ms(time.monotonic() - 5, 1) == 1
+
+
+def test_a_timeout_of_nan_is_refused_before_anything_is_sent(ctx: Any) -> None:
+    a, b = _tcp_pair(ctx, zmq.PAIR, zmq.PAIR)
+    nan = float("nan")
+    message = "timeout must be a number of seconds (or None: no limit), got nan"
+    with Channel(a, REGISTRY) as sender, Channel(b, REGISTRY) as receiver:
+        for call in (
+            lambda: receiver.recv(timeout=nan),
+            lambda: sender.send(_request(x=1), timeout=nan),
+            lambda: sender.handshake(timeout=nan),
+            lambda: sender.send(_request(x=torch.zeros(MiB)), timeout=5, wait=False).wait(nan),
+        ):
+            with pytest.raises(ValueError, match=re.escape(message)):
+                call()
+        assert receiver.recv(timeout=5).kwargs["x"].shape == (MiB,)  # only the last message was sent
+        with pytest.raises(TimeoutError):
+            receiver.recv(timeout=0.1)
 
 
 def test_a_closed_channel_refuses_and_closes_once(ctx: Any) -> None:

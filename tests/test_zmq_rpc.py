@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 import time
@@ -193,6 +194,16 @@ def test_a_flood_of_stray_replies_is_counted_whole_but_logged_at_ten_lines_a_sec
     lines = [r.getMessage() for r in caplog.records if "dropped a reply" in r.getMessage()]
     assert 10 <= len(lines) <= 10 * seconds
     assert lines[0] == "dropped a reply no call waits for (rpc_id 'stray-0', Result)"
+
+
+def test_a_call_takes_an_infinite_timeout_and_refuses_nan(ctx: Any, running: _Running) -> None:
+    with _client(ctx, running.endpoint) as client:
+        result = client.call(rpc.Request(method="slow", kwargs={"seconds": 0.1, "x": 5}), timeout=math.inf)
+        assert _value(result) == 5
+        with pytest.raises(ValueError, match=r"timeout must be a number of seconds \(or None: no limit\), got nan"):
+            client.call(rpc.Request(method="echo"), timeout=float("nan"))
+        assert running.server.handled == 1  # the refused call sent nothing
+        assert _value(client.call(rpc.Request(method="echo", kwargs={"x": 6}), timeout=5)) == 6
 
 
 def test_calls_from_many_threads_each_get_their_own_reply(ctx: Any, running: _Running) -> None:

@@ -31,6 +31,7 @@ A channel is not thread-safe (nor is a ZeroMQ socket); ``tensorwire.zmq.Client``
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
@@ -46,7 +47,7 @@ from tensorwire.transports.inline import InlineHandle
 from tensorwire.transports.shm import MAX_READERS, FanOut, ShmTransport
 from tensorwire.zmq._locality import TOKEN_BYTES, endpoint_is_local, host_token
 
-__all__ = ["COPY_BELOW", "HELLO", "Channel", "Notes", "Sent", "StillHeldError", "kind_of"]
+__all__ = ["COPY_BELOW", "HELLO", "Channel", "Notes", "Sent", "StillHeldError", "deadline_after", "kind_of"]
 
 HELLO = b"TWC1"
 """The first four bytes of a channel message's first frame (the sender's host token follows)."""
@@ -66,6 +67,23 @@ _NOTHING = object()
 _BACKLOG = 1000  # messages a handshake keeps for recv when the socket's receive high-water mark is 0
 # ZeroMQ's flags as plain ints: combining pyzmq's enum members costs more than the send itself
 _MORE, _NOW, _POLLIN, _POLLOUT = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.POLLIN), int(zmq.POLLOUT)
+_POLL_MS = 2**31 - 1  # the longest one ZeroMQ poll waits (its timeout is a C int of milliseconds)
+
+
+def deadline_after(timeout: float | None) -> float | None:
+    """The ``time.monotonic()`` at which ``timeout`` seconds from now are up; None (no deadline) for
+    None or infinity. ``ValueError`` for NaN, which is no number of seconds."""
+    if timeout is None or timeout == math.inf:
+        return None
+    if timeout != timeout:
+        raise ValueError(f"timeout must be a number of seconds (or None: no limit), got {timeout!r}")
+    return time.monotonic() + timeout
+
+
+def _poll_ms(deadline: float, least: int = 0) -> int:
+    """Milliseconds left until ``deadline``, at least ``least``, at most one ZeroMQ poll's worth."""
+    left = (deadline - time.monotonic()) * 1000
+    return max(least, math.ceil(min(left, _POLL_MS)))
 
 
 class StillHeldError(TimeoutError):
@@ -97,7 +115,7 @@ class Sent:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until ``done`` (at most ``timeout`` seconds; None: as long as it takes); whether it is."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_after(timeout)
         for tracker in self._trackers:
             if tracker.done:
                 continue
@@ -189,7 +207,7 @@ class Channel:
             if peer is None:
                 raise ValueError("a ROUTER channel sends to one peer: send(message, peer=routing_id)")
             raise ValueError("peer= is for ROUTER sockets; this socket routes messages itself")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_after(timeout)
         encoder = self._shared if self._shared is not None and self._is_local(peer) else self._inline
         frames = encoder.encode(message)
         try:
@@ -217,7 +235,7 @@ class Channel:
         peers = list(peers)
         if not peers or len(set(peers)) != len(peers):
             raise ValueError(f"broadcast() needs distinct routing ids, got {len(peers)} with repeats or none")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_after(timeout)
         shm = self.transport
         fan: FanOut | None = None
         if isinstance(shm, ShmTransport) and shm.pool is not None and all(self._is_local(p) for p in peers):
@@ -325,7 +343,7 @@ class Channel:
         self._check_open()
         if self._backlog:
             return self._backlog.popleft()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_after(timeout)
         while True:
             got = self._next(deadline)
             if got is _NOTHING:
@@ -347,7 +365,7 @@ class Channel:
             raise ValueError("a ROUTER channel asks one peer: handshake(peer=routing_id)")
         key = peer if self._router else None
         self._peers.pop(key, None)
-        deadline = time.monotonic() + timeout
+        deadline = deadline_after(timeout)
         self._control(peer, _ASK, deadline, timeout)
         hwm = int(self.socket.getsockopt(zmq.RCVHWM))
         limit = hwm if hwm > 0 else _BACKLOG  # 0: ZeroMQ keeps as many as come
@@ -380,9 +398,9 @@ class Channel:
         socket = self.socket
         flags = 0
         if deadline is not None:
-            left = max(0, int((deadline - time.monotonic()) * 1000))
-            if not zmq.zmq_poll([(socket, _POLLIN)], left):
-                return _NOTHING
+            while not zmq.zmq_poll([(socket, _POLLIN)], _poll_ms(deadline)):
+                if time.monotonic() >= deadline:
+                    return _NOTHING
             flags = _NOW
         parts = _recv_parts(socket, flags)
         peer = parts[0].bytes if self._router and parts else None
@@ -494,9 +512,9 @@ def _send_first(socket: zmq.Socket[Any], data: bytes, deadline: float | None, *,
             socket.send(data, flags | _NOW)
             return True
         except zmq.Again:
-            left = deadline - time.monotonic()
-            if left <= 0 or not zmq.zmq_poll([(socket, _POLLOUT)], max(1, int(left * 1000))):
+            if time.monotonic() >= deadline:
                 return False
+            zmq.zmq_poll([(socket, _POLLOUT)], _poll_ms(deadline, 1))
 
 
 def _recv_parts(socket: zmq.Socket[Any], flags: int) -> list[zmq.Frame]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import threading
 import time
@@ -25,7 +26,7 @@ import zmq
 from tensorwire import CodecError, DecodeOptions, EncodeOptions, Registry, TransportError
 from tensorwire.builtins import REGISTRY, rpc
 from tensorwire.transports.base import Transport
-from tensorwire.zmq._channel import Channel, Notes, kind_of
+from tensorwire.zmq._channel import Channel, Notes, deadline_after, kind_of
 
 __all__ = ["Client", "Handler", "Server"]
 
@@ -35,6 +36,7 @@ Handler = Callable[[rpc.Request], rpc.Result]
 _LOG = logging.getLogger("tensorwire.zmq")
 _WAITING = object()  # the slot of a call whose reply has not come
 _SLICE = 0.01  # seconds a reading call holds the socket before it lets a sending call in
+_LONGEST_WAIT = 3600.0  # seconds one wait for a reply lasts at most (then it looks again; no limit is infinity)
 
 
 def _channel(
@@ -98,12 +100,13 @@ class Client:
 
     def call(self, request: rpc.Request, *, timeout: float) -> rpc.Result:
         """Send ``request`` and return its ``rpc.Result``; ``TimeoutError`` if none within ``timeout``
-        seconds, ``ConnectionAbortedError`` if the client is closed meanwhile."""
+        seconds (``math.inf``: no limit), ``ConnectionAbortedError`` if the client is closed meanwhile."""
         if not isinstance(request, rpc.Request):
             raise TypeError(f"call() takes an rpc.Request, got {type(request).__name__}")
+        found = deadline_after(timeout)  # ValueError for NaN
+        deadline = math.inf if found is None else found
         rpc_id = f"{self._prefix}-{next(self._ids)}"
         outgoing = _with_id(request, rpc_id)
-        deadline = time.monotonic() + timeout
         lock, pending = self._lock, self._pending
         with lock:
             if self._closed:
@@ -148,7 +151,7 @@ class Client:
                     if not self._reading:
                         self._reading = True
                         break
-                    state.wait(left)
+                    state.wait(min(left, _LONGEST_WAIT))
             reply = None
             try:
                 with self._socket_lock:
