@@ -28,6 +28,26 @@ def fake() -> FakeCudaRuntime:
     return FakeCudaRuntime()
 
 
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"registered_host_fraction": 2.0}, "registered_host_fraction must be in [0, 1], got 2.0"),
+        ({"registered_shm_fraction": -0.5}, "registered_shm_fraction must be in [0, 1], got -0.5"),
+        ({"min_free_fraction": float("nan")}, "min_free_fraction must be in [0, 1], got nan"),
+        ({"max_registered_bytes": -1}, "max_registered_bytes must be None or >= 0, got -1"),
+        ({"claim_timeout": float("inf")}, "claim_timeout must be > 0 and at most 2**32 seconds, got inf"),
+    ],
+)
+def test_options_out_of_range_are_refused_by_their_own_names(
+    tmp_path: Path, fake: FakeCudaRuntime, options: dict[str, Any], error: str
+) -> None:
+    """The registered pool's fractions were refused under the retention policy's names
+    (``host_fraction must be in [0, 1]``), which are not the transport's."""
+    with pytest.raises(ValueError) as info:
+        transports.CudaShmTransport(tmp_path, runtime=fake, **options)
+    assert str(info.value) == error
+
+
 @pytest.fixture
 def cuda_shm(tmp_path: Path, fake: FakeCudaRuntime) -> Iterator[transports.CudaShmTransport]:
     transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -63,6 +64,36 @@ def _views(monkeypatch: pytest.MonkeyPatch, module: Any, kept: int) -> Chars:
     views = Chars(kept)
     monkeypatch.setattr(module, "_VIEWS", views)
     return views
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"claim_timeout": 0}, "claim_timeout must be > 0 and at most 2**32 seconds, got 0"),
+        ({"claim_timeout": math.inf}, "claim_timeout must be > 0 and at most 2**32 seconds, got inf"),
+        ({"claim_timeout": math.nan}, "claim_timeout must be > 0 and at most 2**32 seconds, got nan"),
+        ({"claim_timeout": 2.0**33}, "claim_timeout must be > 0 and at most 2**32 seconds, got 8589934592.0"),
+        ({"idle_seconds": math.nan}, "idle_seconds must be a number of seconds, got nan"),
+        ({"cache_fraction": 1.5}, "cache_fraction must be in [0, 1], got 1.5"),
+        ({"cache_fraction": math.nan}, "cache_fraction must be in [0, 1], got nan"),
+        ({"max_cached_bytes": -1}, "max_cached_bytes must be None or >= 0, got -1"),
+        ({"backing": "tmpfs"}, "backing must be 'memfd' or 'named', got 'tmpfs'"),
+    ],
+)
+def test_options_out_of_range_are_refused_by_name_when_the_transport_is_made(
+    options: dict[str, Any], error: str
+) -> None:
+    """A claim timeout of infinity or NaN was taken, and the first send failed on it
+    (``OverflowError``, not a codec error); a bad fraction was named as the retention policy's."""
+    with pytest.raises(ValueError) as info:
+        transports.ShmTransport(**options)
+    assert str(info.value) == error
+
+
+def test_a_long_claim_timeout_still_sends() -> None:
+    with transports.ShmTransport(claim_timeout=2.0**32, idle_seconds=math.inf) as shm:
+        frames = tw.Encoder(shm, tw.EncodeOptions(inline_threshold=0)).encode(diffusion.Output(output=torch.ones(4096)))
+        assert torch.equal(tw.Decoder(REGISTRY, [shm]).decode(frames).output, torch.ones(4096))
 
 
 def test_size_classes_waste_at_most_a_quarter() -> None:

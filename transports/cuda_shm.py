@@ -45,7 +45,7 @@ from tensorwire.transports._reaper import next_name
 from tensorwire.transports._retention import Retention
 from tensorwire.transports.base import Buffer, Handle
 from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, TorchCudaRuntime, keep_forever
-from tensorwire.transports.shm import SHM_DIR, Backing, ShmHandle, ShmTransport, SlotHandle
+from tensorwire.transports.shm import SHM_DIR, Backing, ShmHandle, ShmTransport, SlotHandle, check_options
 
 __all__ = ["CudaShmTransport", "Quarantined"]
 
@@ -89,6 +89,12 @@ class CudaShmTransport(ShmTransport):
         min_free_fraction: float = 0.05,
         max_registered_bytes: int | None = None,
     ) -> None:
+        check_options(
+            registered_shm_fraction=registered_shm_fraction,
+            registered_host_fraction=registered_host_fraction,
+            min_free_fraction=min_free_fraction,
+            max_registered_bytes=max_registered_bytes,
+        )
         super().__init__(
             directory,
             pool=pool,

@@ -61,6 +61,7 @@ from tensorwire.transports._slots import SlotReader
 from tensorwire.transports.base import Buffer, Handle, Transport
 
 __all__ = [
+    "MAX_CLAIM_TIMEOUT",
     "MAX_READERS",
     "SHM_DIR",
     "Backing",
@@ -69,6 +70,7 @@ __all__ = [
     "ShmHandle",
     "ShmTransport",
     "SlotHandle",
+    "check_options",
     "our_segments",
     "reap",
 ]
@@ -204,8 +206,11 @@ class ShmTransport(Transport):
     ) -> None:
         if backing not in ("memfd", "named"):
             raise ValueError(f"backing must be 'memfd' or 'named', got {backing!r}")
-        if claim_timeout <= 0:
-            raise ValueError(f"claim_timeout must be > 0 seconds, got {claim_timeout}")
+        check_options(cache_fraction=cache_fraction, max_cached_bytes=max_cached_bytes)
+        if not 0 < claim_timeout <= MAX_CLAIM_TIMEOUT:  # (NaN is neither)
+            raise ValueError(f"claim_timeout must be > 0 and at most 2**32 seconds, got {claim_timeout}")
+        if idle_seconds != idle_seconds:
+            raise ValueError(f"idle_seconds must be a number of seconds, got {idle_seconds}")
         self.directory = Path(directory)
         self.backing: Backing = backing
         self.claim_timeout = claim_timeout
@@ -399,6 +404,20 @@ class ShmTransport(Transport):
             self.pool.close()
         self._reader.close()
         self._one_shots.sweep()
+
+
+MAX_CLAIM_TIMEOUT = 2.0**32
+"""The longest ``claim_timeout`` (136 years): a claim deadline is a u64 of nanoseconds on the page."""
+
+
+def check_options(**options: float | None) -> None:
+    """``ValueError`` naming the first option that is out of range: a ``*_fraction`` must be in
+    [0, 1], a ``max_*_bytes`` None or >= 0 (the names are the caller's)."""
+    for name, value in options.items():
+        if name.endswith("_fraction") and not (value is not None and 0 <= value <= 1):
+            raise ValueError(f"{name} must be in [0, 1], got {value}")
+        if name.endswith("_bytes") and value is not None and not value >= 0:
+            raise ValueError(f"{name} must be None or >= 0, got {value}")
 
 
 def _retention(memfd: bool, fraction: float, max_bytes: int | None) -> Retention:
