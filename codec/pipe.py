@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 from collections.abc import Sequence
 from multiprocessing import BufferTooShort
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
+from tensorwire._timeouts import deadline_after, next_wait
 from tensorwire._wire import Buffer, blob_parts, join, split
 from tensorwire.errors import DecodeError
 
@@ -173,15 +175,18 @@ class Receiver:
     def recv(self, timeout: float | None = None) -> list[memoryview]:
         """The frames of the next message, as writable views of the buffer, for a ``Decoder``.
 
-        ``timeout``: seconds to wait for a message to start arriving (None: wait forever);
-        ``TimeoutError`` when none does. ``EOFError`` when the other end is closed and nothing is
-        left to read; ``OSError`` when it closes in the middle of a message. ``DecodeError`` for a
-        message over ``max_bytes``, one whose header announces a negative size, or one that is
-        not a blob.
+        ``timeout``: seconds to wait for a message to start arriving (None or ``math.inf``: wait
+        forever; NaN is a ``ValueError``); ``TimeoutError`` when none does. ``EOFError`` when the
+        other end is closed and nothing is left to read; ``OSError`` when it closes in the middle
+        of a message. ``DecodeError`` for a message over ``max_bytes``, one whose header announces
+        a negative size, or one that is not a blob.
         """
         conn = self._conn
-        if timeout is not None and not conn.poll(timeout):
-            raise TimeoutError(f"no message arrived within {timeout} s")
+        if timeout is not None:
+            deadline = deadline_after(timeout)  # (None for infinity: no limit)
+            while not conn.poll(next_wait(deadline)):
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"no message arrived within {timeout} s")
         if self._direct is not None:
             return split(self._read_message(self._direct))
         buffer = self._buffer

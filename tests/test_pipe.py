@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import threading
 import time
@@ -210,6 +211,26 @@ def test_nothing_arriving_is_a_timeout(pipe: tuple[Connection, Connection]) -> N
     with pytest.raises(TimeoutError):
         receiver.recv(timeout=0.05)
     assert time.monotonic() - start >= 0.04
+
+
+@pytest.mark.parametrize("no_limit", [math.inf, 1e300])
+def test_an_infinite_timeout_waits_as_none_does(pipe: tuple[Connection, Connection], no_limit: float) -> None:
+    """``Connection.poll`` raises OverflowError on infinity (and on a timeout it cannot hold)."""
+    reader, writer = pipe
+    receiver = Receiver(reader)
+    later = threading.Timer(0.2, lambda: send(writer, tw.Encoder().encode(diffusion.Output(output=torch.ones(3)))))
+    later.start()
+    assert torch.equal(tw.Decoder(REGISTRY).decode(receiver.recv(timeout=no_limit)).output, torch.ones(3))
+    later.join()
+
+
+def test_a_timeout_of_nan_is_refused(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    send(writer, tw.Encoder().encode(diffusion.Output(output=torch.ones(3))))
+    receiver = Receiver(reader)
+    with pytest.raises(ValueError, match=r"timeout must be a number of seconds \(or None: no limit\), got nan"):
+        receiver.recv(timeout=math.nan)
+    assert torch.equal(tw.Decoder(REGISTRY).decode(receiver.recv(timeout=WAIT)).output, torch.ones(3))  # still there
 
 
 @pytest.mark.parametrize("timeout", [None, WAIT], ids=["blocking", "timeout"])

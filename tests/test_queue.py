@@ -52,6 +52,29 @@ def producer(
     done_queue.get()  # stay alive until the consumer has taken our tensors (their fds come from us)
 
 
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"timeout": 0}, "timeout must be a number of seconds > 0 and finite, got 0"),
+        ({"timeout": float("inf")}, "timeout must be a number of seconds > 0 and finite, got inf"),
+        ({"timeout": float("nan")}, "timeout must be a number of seconds > 0 and finite, got nan"),
+        ({"ttl": -1.0}, "ttl must be a number of seconds > 0, got -1.0"),
+        ({"ttl": float("nan")}, "ttl must be a number of seconds > 0, got nan"),
+        ({"max_buffered": 0}, "max_buffered must be at least 1, got 0"),
+        ({"max_buffered_bytes": -1}, "max_buffered_bytes must be at least 1, got -1"),
+        ({"max_in_flight": 0}, "max_in_flight must be at least 1, got 0"),
+    ],
+)
+def test_options_out_of_range_are_refused_by_name_when_the_transport_is_made(
+    options: dict[str, Any], error: str
+) -> None:
+    """They were taken as given: an infinite or NaN timeout failed the first send inside the
+    queue's own code, a max_in_flight of 0 made every CUDA send wait its timeout and fail."""
+    with pytest.raises(ValueError) as info:
+        transports.QueueTransport(_ctx().Queue(), **options)
+    assert str(info.value) == error
+
+
 def test_four_producers_three_messages_two_tensors_out_of_order() -> None:
     ctx = _ctx()
     data, frames_q, done = ctx.Queue(), ctx.Queue(), ctx.Queue()

@@ -68,6 +68,7 @@ from typing import Any, ClassVar
 import torch
 import torch.multiprocessing  # registers torch's tensor reductions (CUDA IPC included) with ForkingPickler
 
+from tensorwire._timeouts import check_seconds
 from tensorwire.errors import DecodeError, TransportError
 from tensorwire.transports._ack import AckPage, InFlight
 from tensorwire.transports._reaper import NAME, SHM_DIR, next_name
@@ -129,6 +130,15 @@ class QueueTransport(Transport):
         runtime: CudaRuntime | None = None,
         directory: str | os.PathLike[str] = SHM_DIR,
     ) -> None:
+        check_seconds("timeout", timeout)
+        check_seconds("ttl", ttl, infinite=True)
+        for name, count in (
+            ("max_buffered", max_buffered),
+            ("max_buffered_bytes", max_buffered_bytes),
+            ("max_in_flight", max_in_flight),
+        ):
+            if not count >= 1:
+                raise ValueError(f"{name} must be at least 1, got {count!r}")
         self.queue = queue
         self.snapshot = snapshot
         self.timeout = timeout

@@ -42,12 +42,13 @@ import zmq
 from tensorwire import DecodeError, DecodeOptions, EncodeOptions, Registry, TransportError
 from tensorwire._decoder import Decoder
 from tensorwire._encoder import Encoder
+from tensorwire._timeouts import deadline_after, next_wait
 from tensorwire.transports.base import Transport
 from tensorwire.transports.inline import InlineHandle
 from tensorwire.transports.shm import MAX_READERS, FanOut, ShmTransport
 from tensorwire.zmq._locality import TOKEN_BYTES, endpoint_is_local, host_token
 
-__all__ = ["COPY_BELOW", "HELLO", "Channel", "Notes", "Sent", "StillHeldError", "deadline_after", "kind_of"]
+__all__ = ["COPY_BELOW", "HELLO", "Channel", "Notes", "Sent", "StillHeldError", "kind_of"]
 
 HELLO = b"TWC1"
 """The first four bytes of a channel message's first frame (the sender's host token follows)."""
@@ -67,23 +68,12 @@ _NOTHING = object()
 _BACKLOG = 1000  # messages a handshake keeps for recv when the socket's receive high-water mark is 0
 # ZeroMQ's flags as plain ints: combining pyzmq's enum members costs more than the send itself
 _MORE, _NOW, _POLLIN, _POLLOUT = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.POLLIN), int(zmq.POLLOUT)
-_POLL_MS = 2**31 - 1  # the longest one ZeroMQ poll waits (its timeout is a C int of milliseconds)
-
-
-def deadline_after(timeout: float | None) -> float | None:
-    """The ``time.monotonic()`` at which ``timeout`` seconds from now are up; None (no deadline) for
-    None or infinity. ``ValueError`` for NaN, which is no number of seconds."""
-    if timeout is None or timeout == math.inf:
-        return None
-    if timeout != timeout:
-        raise ValueError(f"timeout must be a number of seconds (or None: no limit), got {timeout!r}")
-    return time.monotonic() + timeout
 
 
 def _poll_ms(deadline: float, least: int = 0) -> int:
-    """Milliseconds left until ``deadline``, at least ``least``, at most one ZeroMQ poll's worth."""
-    left = (deadline - time.monotonic()) * 1000
-    return max(least, math.ceil(min(left, _POLL_MS)))
+    """Milliseconds the next ZeroMQ poll on the way to ``deadline`` may last, at least ``least``
+    (rounded up: no spin through the last millisecond)."""
+    return max(least, math.ceil(next_wait(deadline) * 1000))
 
 
 class StillHeldError(TimeoutError):
@@ -117,18 +107,13 @@ class Sent:
         """Wait until ``done`` (at most ``timeout`` seconds; None: as long as it takes); whether it is."""
         deadline = deadline_after(timeout)
         for tracker in self._trackers:
-            if tracker.done:
-                continue
-            if deadline is None:
-                tracker.wait()
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            try:
-                tracker.wait(left)
-            except zmq.NotDone:
-                return False
+            while not tracker.done:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+                try:
+                    tracker.wait(next_wait(deadline))
+                except zmq.NotDone:
+                    pass  # that wait is over: look at the deadline again
         return True
 
 

@@ -24,9 +24,10 @@ from typing import Any, TypeVar
 import zmq
 
 from tensorwire import CodecError, DecodeOptions, EncodeOptions, Registry, TransportError
+from tensorwire._timeouts import LONGEST_WAIT, deadline_after
 from tensorwire.builtins import REGISTRY, rpc
 from tensorwire.transports.base import Transport
-from tensorwire.zmq._channel import Channel, Notes, deadline_after, kind_of
+from tensorwire.zmq._channel import Channel, Notes, kind_of
 
 __all__ = ["Client", "Handler", "Server"]
 
@@ -36,7 +37,6 @@ Handler = Callable[[rpc.Request], rpc.Result]
 _LOG = logging.getLogger("tensorwire.zmq")
 _WAITING = object()  # the slot of a call whose reply has not come
 _SLICE = 0.01  # seconds a reading call holds the socket before it lets a sending call in
-_LONGEST_WAIT = 3600.0  # seconds one wait for a reply lasts at most (then it looks again; no limit is infinity)
 
 
 def _channel(
@@ -151,7 +151,7 @@ class Client:
                     if not self._reading:
                         self._reading = True
                         break
-                    state.wait(min(left, _LONGEST_WAIT))
+                    state.wait(min(left, LONGEST_WAIT))
             reply = None
             try:
                 with self._socket_lock:

@@ -1,0 +1,43 @@
+"""Timeouts in seconds, as every call and option of the package takes them.
+
+A call's ``timeout``: None or infinity waits without limit, any other number is how long (at most
+zero: do not wait), NaN is no number of seconds (``ValueError``). An option holding a duration
+must be a number of seconds above zero (``check_seconds``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+__all__ = ["LONGEST_WAIT", "check_seconds", "deadline_after", "next_wait"]
+
+LONGEST_WAIT = 86400.0
+"""The longest one blocking wait lasts (then it looks again): OS and library waits overflow on
+infinity or on very long timeouts."""
+
+
+def deadline_after(timeout: float | None) -> float | None:
+    """The ``time.monotonic()`` at which ``timeout`` seconds from now are up; None (no deadline) for
+    None or infinity. ``ValueError`` for NaN, which is no number of seconds."""
+    if timeout is None or timeout == math.inf:
+        return None
+    if timeout != timeout:
+        raise ValueError(f"timeout must be a number of seconds (or None: no limit), got {timeout!r}")
+    return time.monotonic() + timeout
+
+
+def next_wait(deadline: float | None) -> float:
+    """Seconds the next blocking wait may last on the way to ``deadline`` (None: none): what is
+    left of it, at least 0, at most ``LONGEST_WAIT``."""
+    if deadline is None:
+        return LONGEST_WAIT
+    return max(0.0, min(deadline - time.monotonic(), LONGEST_WAIT))
+
+
+def check_seconds(name: str, value: float, *, infinite: bool = False) -> None:
+    """``ValueError`` naming option ``name`` unless ``value`` is a number of seconds above zero
+    (finite unless ``infinite``)."""
+    if not (0 < value < math.inf or (infinite and value == math.inf)):
+        limit = "" if infinite else " and finite"
+        raise ValueError(f"{name} must be a number of seconds > 0{limit}, got {value!r}")
