@@ -27,7 +27,7 @@ import msgspec
 from tensorwire._body import KEEP, stand_in
 from tensorwire._incoming import HEADER_LEVELS, Reading
 from tensorwire._locate import entry_path, header_path, msgspec_error
-from tensorwire._scan import OPENERS, OTHERS, walk
+from tensorwire._scan import OPENERS, OTHERS, too_deep_for_the_stack, walk
 from tensorwire._wire import MAGIC, WIRE_VERSION, data_span, parse_tag, tag
 from tensorwire.errors import DecodeError
 from tensorwire.options import DecodeOptions
@@ -141,6 +141,8 @@ class Decoder:
                 raise self._error(head, exc) from None
             if isinstance(exc, DecodeError):
                 raise self._locate(head, exc) from None
+            if isinstance(exc, RecursionError):  # a max_depth past what the stack holds
+                raise self._locate(head, too_deep_for_the_stack(self.options.limits.max_depth)) from None
             raise  # a transport's own error (with its errno), or not ours
         finally:
             reading.state = reading.data = None  # nothing of this call's frames stays referenced
@@ -256,7 +258,7 @@ class Decoder:
         """``(type_id, version)`` of a frame 0 whose tag reads well, else None."""
         try:
             parsed = parse_tag(_PEEK.decode(head).tag)
-        except msgspec.MsgspecError:
+        except (msgspec.MsgspecError, RecursionError):  # (msgspec skips the rest of the frame recursively)
             return None
         return None if parsed is None else (parsed[1], parsed[2])
 
@@ -264,10 +266,10 @@ class Decoder:
         """Why frame 0's tag or fingerprint is refused; None if they are not the problem."""
         try:
             peek = _PEEK.decode(head)
-        except msgspec.MsgspecError:
+        except (msgspec.MsgspecError, RecursionError):
             try:
                 old = msgspec.msgpack.decode(head)
-            except msgspec.MsgspecError:
+            except (msgspec.MsgspecError, RecursionError):
                 return None
             if isinstance(old, dict) and old.get("magic") == MAGIC:
                 return DecodeError(

@@ -14,11 +14,12 @@ bytes and nesting past the limit raise ``DecodeError``.
 from __future__ import annotations
 
 import struct
+import sys
 
 from tensorwire._wire import EXT_TUPLE, Buffer
 from tensorwire.errors import DecodeError
 
-__all__ = ["OPENERS", "OTHERS", "check_depth", "walk"]
+__all__ = ["OPENERS", "OTHERS", "check_depth", "too_deep_for_the_stack", "walk"]
 
 # Bytes that can open a nesting level: fixmap, fixarray, array16/32, map16/32, ext headers.
 OPENERS = bytes([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF, 0xC7, 0xC8, 0xC9, *range(0xD4, 0xD9)])
@@ -155,3 +156,12 @@ def _overrun(bounded: bool) -> DecodeError:
     if bounded:
         return DecodeError("a value runs past the end of its tree tuple's payload")
     return DecodeError("header frame is truncated")
+
+
+def too_deep_for_the_stack(max_depth: int) -> DecodeError:
+    """The error for a frame whose nesting was within ``max_depth`` but past what this thread's
+    stack holds (msgspec decodes nested values recursively: a ``RecursionError``)."""
+    return DecodeError(
+        f"nesting deeper than this process can decode (its recursion limit is {sys.getrecursionlimit()}); "
+        f"a max_depth of {max_depth} is more than it holds"
+    )

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from tensorwire._locate import key_segment
-from tensorwire._scan import check_depth
+from tensorwire._scan import check_depth, too_deep_for_the_stack
 from tensorwire._wire import (
     EXT_INLINE,
     EXT_TENSOR,
@@ -93,6 +93,8 @@ def _decode(header_frame: Buffer, max_depth: int) -> list[Any]:
         header = msgspec.msgpack.decode(view, ext_hook=_ext_hook)
     except msgspec.MsgspecError as exc:
         raise DecodeError(f"invalid header: {exc}") from None
+    except RecursionError:  # a max_depth past what the stack holds
+        raise too_deep_for_the_stack(max_depth) from None
     if isinstance(header, dict) and header.get("magic") == "tensorwire":
         raise DecodeError(
             f"wire format version {_plain(header.get('wire'))!r} is not supported (this reader: {WIRE_VERSION})"

@@ -42,6 +42,8 @@ class Limits:
     message, rank 8, 16 GiB per tensor, nesting depth 64. Small tensors travel inside the header
     frame, up to half of ``max_header_bytes`` of their bytes (the encoder sends the ones after that
     in buffers), so its size bounds their bytes and count together; ``max_tensors`` bounds the count.
+    A ``max_depth`` near Python's recursion limit or past it is more than a decode can walk: a frame
+    nested that deep is a ``DecodeError`` saying so.
     """
 
     max_header_bytes: int = 64 * MiB
