@@ -11,7 +11,7 @@ import errno
 import os
 import stat
 
-__all__ = ["read_regular"]
+__all__ = ["read_regular", "read_text"]
 
 _CHUNK = 1 << 24  # bytes asked of one read
 
@@ -41,3 +41,9 @@ def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> byte
         return data
     finally:
         os.close(fd)
+
+
+def read_text(path: str | os.PathLike[str], limit: int | None = None) -> str:
+    """``read_regular`` as UTF-8 text, newlines as a text-mode read gives them (``"\\r\\n"`` and
+    ``"\\r"`` are ``"\\n"``); ``UnicodeDecodeError`` if it is not UTF-8."""
+    return read_regular(path, limit).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")

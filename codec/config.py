@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tensorwire._files import read_regular
+from tensorwire._files import read_text
 from tensorwire.errors import CodecError
 
 __all__ = [
@@ -111,9 +111,8 @@ def find_config(start: Path | None = None) -> Config | None:
 
 def load_config(path: Path) -> Config | None:
     """The configuration in ``path`` (None for a ``pyproject.toml`` without ``[tool.tensorwire]``)."""
-    try:  # a regular file of a bounded size only; newlines translated as a text-mode read does
-        text = read_regular(path, MAX_FILE_BYTES).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
-        data = tomllib.loads(text)
+    try:
+        data = tomllib.loads(read_text(path, MAX_FILE_BYTES))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ConfigError(f"{path}: cannot read it: {why}") from None

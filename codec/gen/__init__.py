@@ -16,7 +16,7 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tensorwire._files import read_regular
+from tensorwire._files import read_regular, read_text
 from tensorwire.gen._source import HEADER_PREFIX, render_package
 from tensorwire.schema import META_DIR, load_dir
 from tensorwire.schema._meta import META_SCHEMA_NAME, meta_schema_text
@@ -49,15 +49,15 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
 def _on_disk(path: Path) -> str | None:
-    """The text of a file ``gen`` owns (newlines translated as a text-mode read does), None if there
-    is none; ``ValueError`` if it, or its directory, is a link, or it is not a regular UTF-8 file."""
+    """The text of a file ``gen`` owns (``read_text``), None if there is none; ``ValueError`` if
+    it, or its directory, is a link, or it is not a regular UTF-8 file."""
     for place in (path.parent, path):
         if place.is_symlink():
             raise ValueError(f"{place} is a symbolic link: gen reads and writes plain files only")
     if not path.exists():
         return None
     try:
-        return read_regular(path, MAX_FILE_BYTES).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+        return read_text(path, MAX_FILE_BYTES)
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tensorwire._files import read_regular
+from tensorwire._files import read_text
 from tensorwire.errors import Location, SchemaError, SchemaProblem
 
 __all__ = ["SourceFile", "escape_pointer", "join_pointer", "read_source"]
@@ -75,8 +75,8 @@ class SourceFile:
 
 def read_source(path: Path, display: str) -> SourceFile:
     """Parse ``path`` (shown as ``display`` in errors) into a ``SourceFile``."""
-    try:  # (newlines as a text-mode read gives them: "\r\n" and "\r" are "\n")
-        text = read_regular(path, MAX_FILE_BYTES).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    try:
+        text = read_text(path, MAX_FILE_BYTES)
     except OSError as exc:
         raise SchemaError(f"cannot read schema file: {exc.strerror}", file=display) from None
     except UnicodeDecodeError as exc:
