@@ -206,6 +206,53 @@ def test_a_call_takes_an_infinite_timeout_and_refuses_nan(ctx: Any, running: _Ru
         assert _value(client.call(rpc.Request(method="echo", kwargs={"x": 6}), timeout=5)) == 6
 
 
+def test_a_reply_whose_shared_memory_cannot_be_opened_is_dropped_and_the_call_gets_its_own(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Such a reply raised TransportError out of whichever call was reading the socket, though it
+    may have answered another call (or one that had timed out): its id is in what cannot be read."""
+    import logging
+
+    import tensorwire as tw
+    from tensorwire.builtins import REGISTRY
+    from tensorwire.zmq import HELLO, Channel, host_token
+    from tests.wire_helpers import frame_of, head_of
+
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    sender = tw.transports.ShmTransport()
+    unreadable: list[Any] = []
+
+    def server() -> None:  # answers with a reply naming a memfd no process holds, then the real one
+        with Channel(router, REGISTRY) as channel:
+            peer, request = channel.recv_from(timeout=5)
+            value = rpc.Value(value=torch.ones(4096))
+            forged = rpc.Result(method="x", ok=True, payload=value, rpc_id=request.rpc_id)
+            frames = tw.Encoder(sender, tw.EncodeOptions(inline_threshold=0, embed_threshold=0)).encode(forged)
+            unreadable.append(frames)
+            head = head_of(frames[0])
+            head[3][0][1]["fd"] = 2**31 - 1
+            router.send_multipart([peer, HELLO + host_token(), frame_of(head)])
+            channel.send(rpc.Result(method=request.method, ok=True, rpc_id=request.rpc_id), peer=peer, timeout=5)
+
+    thread = threading.Thread(target=server, daemon=True)
+    thread.start()
+    with (
+        tw.transports.ShmTransport() as shm,
+        Client(ctx.socket(zmq.DEALER), transport=shm) as client,
+        caplog.at_level(logging.WARNING, logger="tensorwire.zmq"),
+    ):
+        client.channel.socket.connect(f"tcp://127.0.0.1:{port}")
+        result = client.call(rpc.Request(method="echo"), timeout=5)
+        assert (result.ok, result.method) == (True, "echo")
+        assert client.unreadable == 1 and client.late == 0
+        dropped = r"dropped a message from the peer: cannot open pool segment tw-\S+ through /proc/\d+/fd/2147483647"
+        assert re.search(dropped, caplog.text)
+    thread.join(5)
+    tw.Decoder(REGISTRY, [sender]).decode(unreadable[0])  # the real slot back
+    sender.close()
+
+
 def test_calls_from_many_threads_each_get_their_own_reply(ctx: Any, running: _Running) -> None:
     got: dict[int, Any] = {}
     errors: list[BaseException] = []

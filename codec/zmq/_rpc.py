@@ -97,6 +97,10 @@ class Client:
         self.late = 0
         """Replies dropped because no call was waiting for their id (logged at INFO, ten lines a second at most)."""
         self._late_notes = Notes(_LOG, logging.INFO)
+        self.unreadable = 0
+        """Replies whose shared memory this process could not open (dropped with a warning: no call
+        can be told which one it was, so the call it answered times out)."""
+        self._notes = Notes(_LOG)
 
     def call(self, request: rpc.Request, *, timeout: float) -> rpc.Result:
         """Send ``request`` and return its ``rpc.Result``; ``TimeoutError`` if none within ``timeout``
@@ -170,6 +174,10 @@ class Client:
         try:
             return self.channel.recv(timeout=timeout)
         except TimeoutError:
+            return None
+        except TransportError as exc:  # (its id is in the part that could not be read)
+            self.unreadable += 1
+            self._notes.note(f"dropped {exc.strerror or exc}")
             return None
 
     def _handed(self, reply: Any, rpc_id: str) -> bool:
