@@ -72,6 +72,21 @@ def make_not_regular(path: Path, kind: str) -> None:
         path.symlink_to("/dev/zero")
 
 
+NOT_READ = (*NOT_REGULAR, "too large")
+"""What a bounded reader of regular files refuses unread: ``NOT_REGULAR``, and a file over its limit."""
+
+
+def make_not_read(path: Path, kind: str, limit: int) -> str:
+    """Put one of ``NOT_READ`` at ``path`` (a file over ``limit`` bytes is sparse: nothing is
+    written); why it is refused, as ``tensorwire._files.read_regular`` words it."""
+    if kind != "too large":
+        make_not_regular(path, kind)
+        return "not a regular file"
+    with path.open("wb") as file:
+        file.truncate(limit + 1)
+    return f"{limit + 1} bytes is over the limit of {limit}"
+
+
 @pytest.fixture
 def schema_dir(tmp_path: Path) -> Path:
     return tmp_path / "schemas"

@@ -13,7 +13,7 @@ import pytest
 from tensorwire.cli import main
 from tensorwire.config import MAX_FILE_BYTES, CompatIgnore, ConfigError, find_config, load_config
 from tests.compat_cases import BASE
-from tests.conftest import NOT_REGULAR, make_not_regular, write_schemas
+from tests.conftest import NOT_READ, make_not_read, write_schemas
 
 CONFIG = """
 schemas = "defs"
@@ -73,22 +73,13 @@ def test_a_bad_file_names_itself_and_the_key(tmp_path: Path, text: str, error: s
     assert str(info.value).startswith(f"{tmp_path / 'tensorwire.toml'}: ") and error in str(info.value)
 
 
-@pytest.mark.parametrize("kind", [*NOT_REGULAR, "too large"])
+@pytest.mark.parametrize("kind", NOT_READ)
 def test_only_a_regular_configuration_file_of_a_bounded_size_is_read(kind: str, tmp_path: Path) -> None:
     """``load_config`` takes any path: a FIFO would block the read, /dev/zero never end it."""
     path = tmp_path / "tensorwire.toml"
-    if kind == "too large":
-        with path.open("wb") as file:
-            file.truncate(MAX_FILE_BYTES + 1)  # sparse: nothing is written
-    else:
-        make_not_regular(path, kind)
+    why = make_not_read(path, kind, MAX_FILE_BYTES)
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    why = (
-        f"{MAX_FILE_BYTES + 1} bytes is over the limit of {MAX_FILE_BYTES}"
-        if kind == "too large"
-        else "not a regular file"
-    )
     assert str(info.value) == f"{path}: cannot read it: {why}"
 
 

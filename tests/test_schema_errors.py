@@ -13,7 +13,7 @@ import pytest
 from tensorwire import SchemaError
 from tensorwire.schema import load_dir
 from tensorwire.schema._source import MAX_FILE_BYTES
-from tests.conftest import CLIP, NOT_REGULAR, make_not_regular, minimal, write_schemas
+from tests.conftest import CLIP, NOT_READ, make_not_read, minimal, write_schemas
 
 
 def _load(schema_dir: Path, files: dict[str, Any]) -> None:
@@ -371,24 +371,15 @@ def test_empty_or_missing_directory(tmp_path: Path) -> None:
         load_dir(tmp_path / "empty")
 
 
-@pytest.mark.parametrize("kind", [*NOT_REGULAR, "too large"])
+@pytest.mark.parametrize("kind", NOT_READ)
 def test_only_a_regular_schema_file_of_a_bounded_size_is_read(kind: str, schema_dir: Path) -> None:
     """What a schema directory holds is input too: a FIFO would block the read, /dev/zero never
     end it; refused (as an oversized file is) before a byte is read."""
     path = schema_dir / "audio" / "Clip.v1.json"
     path.parent.mkdir(parents=True)
-    if kind == "too large":
-        with path.open("wb") as file:
-            file.truncate(MAX_FILE_BYTES + 1)  # sparse: nothing is written
-    else:
-        make_not_regular(path, kind)
+    why = make_not_read(path, kind, MAX_FILE_BYTES)
     with pytest.raises(SchemaError) as info:
         load_dir(schema_dir)
-    why = (
-        f"{MAX_FILE_BYTES + 1} bytes is over the limit of {MAX_FILE_BYTES}"
-        if kind == "too large"
-        else "not a regular file"
-    )
     assert (info.value.message, info.value.file) == (f"cannot read schema file: {why}", str(path))
 
 
