@@ -313,6 +313,16 @@ def test_the_server_ignores_what_is_not_a_request(ctx: Any, running: _Running) -
         assert running.server.ignored == 1 and running.server.handled == 0
 
 
+@pytest.mark.parametrize("bad", [-1.0, float("nan")])
+def test_a_reply_timeout_out_of_range_is_refused_when_the_server_is_made(ctx: Any, bad: float) -> None:
+    """A NaN reply_timeout was taken, and the first reply raised ValueError out of ``serve``."""
+    router = ctx.socket(zmq.ROUTER)
+    with pytest.raises(ValueError) as info:
+        Server(router, reply_timeout=bad)
+    assert str(info.value) == f"reply_timeout must be a number of seconds >= 0, got {bad!r}"
+    router.close(0)
+
+
 def test_sockets_of_the_wrong_kind_and_non_requests_are_refused(ctx: Any) -> None:
     with pytest.raises(ValueError, match="a Client needs a DEALER socket, got PUSH"):
         Client(ctx.socket(zmq.PUSH))

@@ -236,6 +236,8 @@ class Server:
         tracebacks: bool = False,
         reply_timeout: float = 10.0,
     ) -> None:
+        if not reply_timeout >= 0:  # (NaN raised at the first reply)
+            raise ValueError(f"reply_timeout must be a number of seconds >= 0, got {reply_timeout!r}")
         self.channel = _channel("Server", "ROUTER", socket, registry, transport, options, encode_options, same_host)
         self.tracebacks = tracebacks
         self.reply_timeout = reply_timeout
