@@ -157,9 +157,22 @@ def test_gen_leaves_modules_that_are_not_regular_files_alone(tmp_path: Path) -> 
     for kind, name in zip(NOT_REGULAR, ("fifo.py", "zero.py", "folder.py"), strict=True):
         make_not_regular(out / name, kind)
     (out / "also.py").symlink_to(out / "rpc.py")  # a link to a generated module: not stale either
+    (out / "latin.py").write_bytes(b"# caf\xe9\n")  # not UTF-8: not a module gen wrote
     assert main(["gen", "--check", str(schemas), "-o", str(out)]) == 0
     assert main(["gen", str(schemas), "-o", str(out)]) == 0
-    assert {"fifo.py", "zero.py", "folder.py", "also.py"} <= {p.name for p in out.iterdir()}
+    assert {"fifo.py", "zero.py", "folder.py", "also.py", "latin.py"} <= {p.name for p in out.iterdir()}
+
+
+def test_gen_check_names_a_generated_module_that_is_not_utf8(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    schemas, out = _copy_project(tmp_path)
+    module = out / "rpc.py"
+    module.write_bytes(module.read_bytes() + b"# caf\xe9\n")
+    capsys.readouterr()
+    assert main(["gen", "--check", str(schemas), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"tensorwire: cannot read {module}: not UTF-8 text (invalid continuation byte at byte ")
 
 
 def test_gen_check_reads_crlf_modules_as_a_text_mode_read_did(tmp_path: Path) -> None:
