@@ -83,6 +83,16 @@ def test_only_a_regular_configuration_file_of_a_bounded_size_is_read(kind: str, 
     assert str(info.value) == f"{path}: cannot read it: {why}"
 
 
+def test_a_configuration_that_is_not_utf8_names_itself_and_why(tmp_path: Path) -> None:
+    path = tmp_path / "tensorwire.toml"
+    path.write_bytes(b'schemas = "caf\xe9"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (
+        f"{path}: cannot read it: 'utf-8' codec can't decode byte 0xe9 in position 14: invalid continuation byte"
+    )
+
+
 def test_a_configuration_with_crlf_or_cr_newlines_reads_as_with_lf(tmp_path: Path) -> None:
     for newline in ("\r\n", "\r"):
         path = tmp_path / newline.encode().hex() / "tensorwire.toml"

@@ -16,7 +16,7 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tensorwire._files import read_regular, read_text
+from tensorwire._files import read_text
 from tensorwire.gen._source import HEADER_PREFIX, render_package
 from tensorwire.schema import META_DIR, load_dir
 from tensorwire.schema._meta import META_SCHEMA_NAME, meta_schema_text
@@ -54,10 +54,10 @@ def _on_disk(path: Path) -> str | None:
     for place in (path.parent, path):
         if place.is_symlink():
             raise ValueError(f"{place} is a symbolic link: gen reads and writes plain files only")
-    if not path.exists():
-        return None
     try:
         return read_text(path, MAX_FILE_BYTES)
+    except FileNotFoundError:
+        return None
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
@@ -74,7 +74,7 @@ def _stale(out_dir: Path, expected: dict[Path, str]) -> dict[Path, str]:
         if path in expected or path.is_symlink():
             continue
         try:
-            text = read_regular(path, MAX_FILE_BYTES).decode("utf-8")
+            text = read_text(path, MAX_FILE_BYTES)
         except (OSError, UnicodeDecodeError):  # not a module gen wrote
             continue
         if text.startswith(HEADER_PREFIX):
