@@ -11,6 +11,11 @@ first. Tensors placed on a device (``device=``, see ``tensorwire.placement``) ar
 anything fails, the decode lets go of what it imported and gives back the rest, each transport
 acting only on handles that prove their capability: a forged handle changes nothing. The error it
 raises holds none of it (the failed frames' locals are cleared; their lines stay in the traceback).
+
+A message of a type that holds no tensor, tree or untyped value, as encoders write it (frame 0 up
+to its body exactly that type's own: no data, no buffers), is read more shortly: its body's level
+openers counted, then the body decoded alone as its class. Anything else, and any failure there,
+takes the full decode, which gives the same message or names what is wrong.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ import msgspec
 from tensorwire._body import KEEP, stand_in
 from tensorwire._incoming import HEADER_LEVELS, Reading
 from tensorwire._locate import entry_path, header_path, msgspec_error
+from tensorwire._plan import type_plan
 from tensorwire._scan import OPENERS, OTHERS, too_deep_for_the_stack, walk
-from tensorwire._wire import MAGIC, WIRE_VERSION, data_span, parse_tag, tag
+from tensorwire._wire import EMPTY_DATA, MAGIC, WIRE_VERSION, data_span, parse_tag, tag
 from tensorwire.errors import DecodeError
 from tensorwire.options import DecodeOptions
 from tensorwire.placement import DeviceSpec, Placement
@@ -54,6 +60,8 @@ class Decoder:
         "_frame",
         "_free",
         "_max_header",
+        "_plain",
+        "_plain_budget",
         "_sealed",
         "options",
         "placement",
@@ -86,6 +94,8 @@ class Decoder:
         self._free: list[Reading] = []  # idle frame 0 decoders, each used by one call at a time
         self.table: Final = _table_decoder(handle_types)
         self._depth = self.options.limits.max_depth + HEADER_LEVELS
+        self._plain, openers = _plain_bodies(registry)  # frame 0 up to the body -> the body's typed decode
+        self._plain_budget = self._depth - openers  # the level openers such a body may hold
         self._sealed = True
 
     def decode(self, frames: Sequence[Buffer]) -> Any:
@@ -97,18 +107,36 @@ class Decoder:
         data = None
         if flat is None:  # large: walked first, counted only if it holds many values
             data = self._check_depth(head, False)
-        elif len(flat) <= self._counted:  # small: counting all of it at once is cheapest
-            if len(flat) - len(flat.translate(None, OPENERS)) > self._depth:
-                data = self._check_depth(head, True)
-        else:  # counted whole if its data is small, else only what follows its data (its bytes cannot nest)
+        else:
             size = len(flat)
             if size > self._max_header:
                 raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
-            first = flat[1]  # where the data's bin header is if the tag and fingerprint are as encoders write them
-            at = first - 0x5C if 0xA0 <= first <= 0xBF else flat[2] + 69 if first == 0xD9 else 0
-            if flat[at] == 0xC4 and flat[at + 1] < 64:  # little data (or a frame that fools this guess:
-                # counting all of it bounds it as well)
-                if len(flat.translate(None, OTHERS)) > self._depth:  # (over 512 bytes: kept, not deleted)
+            first = flat[1] if size > 72 else 0  # where the data's bin header is if the tag and the
+            at = first - 0x5C if 0xA0 <= first <= 0xBF else flat[2] + 69 if first == 0xD9 else 0  # fingerprint are
+            # as encoders write them (else the count bounds it)
+            if size <= self._counted or (flat[at] == 0xC4 and flat[at + 1] < 64):  # counted whole: small, or
+                # little data (or a frame that fools the guess above: counting all of it bounds it as well)
+                if at and flat.startswith(_NOTHING_ELSE, at) and len(frames) == 1:
+                    # No data, no buffers: if frame 0 up to here is that of a type that holds no
+                    # tensor, tree or untyped value, its body is counted and decoded alone. A failure
+                    # takes the full decode below, which names what is wrong (a named validator runs
+                    # again there).
+                    plain = self._plain.get(flat[: at + 3])
+                    if plain is not None:
+                        body = flat[at + 3 :]  # (its level openers counted the quicker way for its size)
+                        n = len(body)
+                        if (
+                            n - len(body.translate(None, OPENERS))
+                            if n <= _COUNTED
+                            else len(body.translate(None, OTHERS))
+                        ) <= self._plain_budget:
+                            try:
+                                return plain(body)
+                            except Exception:
+                                pass
+                if (
+                    size - len(flat.translate(None, OPENERS)) if size <= _COUNTED else len(flat.translate(None, OTHERS))
+                ) > self._depth:
                     data = self._check_depth(head, True)
             else:
                 span = data_span(flat)
@@ -400,6 +428,25 @@ def _frame_type(registry: Registry, strict: bool) -> Any:
             )
         )
     return Union[tuple(frames)] if len(frames) > 1 else frames[0]  # noqa: UP007
+
+
+_NOTHING_ELSE = EMPTY_DATA + b"\x90"  # frame 0 of a message with no data and no buffers, up to its body
+
+
+@lru_cache(maxsize=64)
+def _plain_bodies(registry: Registry) -> tuple[dict[bytes, Callable[[bytes], Any]], int]:
+    """The body decoders of the types of ``registry`` whose values hold no tensor, tree or untyped
+    value, by frame 0 up to the body (``TypePlan.bare``) where the fingerprint is 64 characters
+    (a SHA-256 in hex: what ``Decoder.decode`` assumes when it finds where the body starts), and
+    the most level openers one of those holds."""
+    plain: dict[bytes, Callable[[bytes], Any]] = {}
+    for cls in registry:
+        plan = type_plan(cls)
+        first = plan.prefix[1]
+        tag_end = first - 0x9E if 0xA0 <= first <= 0xBF else plan.prefix[2] + 3
+        if not plan.tensors and len(plan.bare) == tag_end + 69:
+            plain[plan.bare] = plan.check.plain
+    return plain, max((len(bare.translate(None, OTHERS)) for bare in plain), default=0)
 
 
 def _frame_decoder(frame: Any, hook: Callable[[int, memoryview], Any]) -> msgspec.msgpack.Decoder[Any]:

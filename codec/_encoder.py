@@ -5,7 +5,9 @@ write the body once, each tensor as its descriptor (a small one with its bytes, 
 check the body against the message's schema by decoding it with the caller's own tensors in
 place of their descriptors (types, enum members, ranges, lengths, tensor specs, constraints,
 named rules: msgspec checks in C what it can); only then export the buffers. If anything fails,
-every buffer exported by this call is released. The caller's message is never mutated.
+every buffer exported by this call is released. The caller's message is never mutated. A message
+of a type with no tensor and nothing to rewrite is one encode and the schema check (a failure
+there is named by the full path).
 
 Tensors on a CUDA device stay there until export: a transport with ``export_device`` (e.g.
 ``CudaShmTransport``) copies them straight into shared memory; otherwise the encoder stages them
@@ -50,7 +52,16 @@ _FAILURES = (
 class Encoder:
     """Encodes generated (or run-time) message types; immutable and safe to share between threads."""
 
-    __slots__ = ("_embed_room", "_quick_below", "_sealed", "_takes_storage", "options", "transport")
+    __slots__ = (
+        "_embed_room",
+        "_max_header",
+        "_quick_below",
+        "_sealed",
+        "_takes_storage",
+        "_validate",
+        "options",
+        "transport",
+    )
 
     def __init__(self, transport: Transport | None = None, options: EncodeOptions | None = None) -> None:
         self.transport: Final[Transport] = transport if transport is not None else _INLINE
@@ -60,6 +71,8 @@ class Encoder:
         # whether the transport's class takes host storages (``export_storage``): only then is a
         # buffer's storage tensor made, which costs more than the rest of handing it a byte view
         self._takes_storage = type(self.transport).export_storage is not Transport.export_storage
+        self._max_header = self.options.limits.max_header_bytes
+        self._validate = self.options.validate
         self._sealed = True
 
     def encode(self, message: Any) -> list[Buffer]:
@@ -68,6 +81,17 @@ class Encoder:
         plan: TypePlan | None = _PLANS.get(cls)
         if plan is None:
             plan = _plan(cls)
+        check = plan.plain
+        if check is not None and self._validate:  # nothing to rewrite, no tensor: one encode, one C check
+            try:
+                body = _PLAIN.encode(message)
+                check(body)
+            except Exception:  # the path below names what is wrong (a failing named validator runs again)
+                pass
+            else:
+                head = plan.bare + body
+                if len(head) <= self._max_header:
+                    return [head]
         options = self.options
         body = b""
         if not plan.tensors:  # nothing but typed scalars, strings and structs: one encode, one C check

@@ -19,7 +19,9 @@ __all__ = ["TypePlan", "type_plan"]
 class TypePlan:
     """``prefix``: frame 0 up to its data (``bare``: with no data and an empty buffer table); ``tensors``: whether
     a value may hold a tensor (or a tree, which may); ``prepare``: ``tensorwire._body.prepare`` for
-    the class, None if it holds no tree or set to rewrite; ``check``: the decoder of the encoder's schema check."""
+    the class, None if it holds no tree or set to rewrite; ``check``: the decoder of the encoder's schema check;
+    ``plain``: ``check.plain`` where a value holds no tensor and nothing to rewrite (its message is
+    one encode and this check), else None."""
 
     type_id: str
     version: int
@@ -28,20 +30,23 @@ class TypePlan:
     tensors: bool
     prepare: Callable[[Any, int], Any] | None
     check: Checker
+    plain: Callable[[bytes], Any] | None
 
 
 def type_plan(cls: Any) -> TypePlan:
     info = cls.__tw_type__
     info_type = mi.type_info(cls)
     head = prefix(info.type_id, info.version, info.fingerprint)
+    tensors, prepare, check = _holds_custom(info_type, set()), preparer(cls), Checker(cls)
     return TypePlan(
         info.type_id,
         info.version,
         head,
         head + EMPTY_DATA + b"\x90",
-        _holds_custom(info_type, set()),
-        preparer(cls),
-        Checker(cls),
+        tensors,
+        prepare,
+        check,
+        None if tensors or prepare is not None else check.plain,
     )
 
 

@@ -1,0 +1,260 @@
+"""Messages of types that hold no tensor, tree or untyped value take a shorter path: one encode and
+the schema check on the way out; on the way in, frame 0 up to the body compared with the type's own,
+the body's level openers counted and the body decoded alone. Whatever arrives, and whatever the
+caller passes, the outcome is the full path's: the same message, or the same error."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tensorwire as tw
+from tests.conftest import write_schemas
+
+RULE = "plain_path.not_thirteen"
+
+TICKET: dict[str, Any] = {
+    "$id": "plain.Ticket",
+    "x-version": 1,
+    "title": "Ticket",
+    "description": "Scalars, strings, a list, a map, an enum, a nested struct and a named validator.",
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "maxLength": 16},
+        "count": {"type": "integer", "minimum": 0, "maximum": 1000},
+        "ratio": {"type": "number"},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 4, "default": []},
+        "attrs": {"type": "object", "additionalProperties": {"type": "integer"}, "default": {}},
+        "kind": {"type": "string", "enum": ["a", "b"], "x-enum-name": "TicketKind", "default": "a"},
+        "note": {"type": ["string", "null"], "default": None},
+        "inner": {"$ref": "Inner.v1.json"},
+    },
+    "required": ["id", "count", "ratio", "inner"],
+    "x-validators": [RULE],
+}
+INNER: dict[str, Any] = {
+    "$id": "plain.Inner",
+    "x-version": 1,
+    "title": "Inner",
+    "description": "A nested struct with a list of lists.",
+    "type": "object",
+    "properties": {
+        "level": {"type": "integer"},
+        "rows": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+    },
+    "required": ["level", "rows"],
+}
+
+
+@tw.register_validator(RULE)
+def _not_thirteen(ticket: Any) -> None:
+    if ticket.count == 13:
+        raise tw.rules.violation("plain.Ticket", "THIRTEEN", "count is 13")
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> tw.Registry:
+    root = write_schemas(
+        tmp_path_factory.mktemp("plain"), {"plain/Ticket.v1.json": TICKET, "plain/Inner.v1.json": INNER}
+    )
+    return tw.load_schemas(root)
+
+
+def _ticket(registry: tw.Registry, **fields: Any) -> Any:
+    inner = registry.type("plain.Inner")(level=1, rows=[[1, 2], [3]])
+    values: dict[str, Any] = {"id": "t-1", "count": 3, "ratio": 0.5, "inner": inner, "tags": ["x"], "attrs": {"k": 1}}
+    values.update(fields)
+    return registry.type("plain.Ticket")(**values)
+
+
+def _head(registry: tw.Registry, **fields: Any) -> bytes:
+    """Frame 0 of a ticket, as the encoder writes it."""
+    head = tw.Encoder().encode(_ticket(registry, **fields))[0]
+    assert type(head) is bytes
+    return head
+
+
+def _full_decoder(decoder: tw.Decoder) -> tw.Decoder:
+    """``decoder`` with the shorter path switched off: every frame takes the full decode."""
+    full = tw.Decoder(decoder.registry, options=decoder.options)
+    object.__setattr__(full, "_plain", {})
+    return full
+
+
+def _full_encoder(encoder: tw.Encoder) -> tw.Encoder:
+    """``encoder`` with the shorter path switched off (the full path still checks the schema)."""
+    full = tw.Encoder(options=encoder.options)
+    object.__setattr__(full, "_validate", False)
+    assert full.options.validate
+    return full
+
+
+def _outcome(call: Callable[[], Any]) -> Any:
+    """What ``call()`` gives: its value's type and msgpack bytes (equal where NaNs are, and for
+    frames: their bytes), or its error's type and fields."""
+    try:
+        value = call()
+        return ("value", type(value), msgspec.msgpack.encode(value))
+    except (tw.EncodeError, tw.DecodeError) as exc:
+        return ("error", type(exc), exc.message, exc.path, exc.type_id, exc.version)
+
+
+def test_a_plain_message_decodes_without_the_full_decoder(registry: tw.Registry) -> None:
+    encoder, decoder = tw.Encoder(), tw.Decoder(registry)
+    message = _ticket(registry)
+    frames = encoder.encode(message)
+    assert decoder.decode(frames) == message
+    assert decoder.decode([bytearray(frames[0])]) == message  # frame 0 not bytes: copied, then the same
+    full = _full_decoder(decoder)
+    assert full.decode(frames) == message
+    assert not decoder._free and full._free  # the full decode's frame 0 decoders (pooled): never made
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_frames_that_are_not_as_encoders_write_them_get_the_full_paths_answer(
+    registry: tw.Registry, strict: bool
+) -> None:
+    decoder = tw.Decoder(registry, options=tw.DecodeOptions(strict_fingerprint=strict))
+    full = _full_decoder(decoder)
+    head = _head(registry)
+    bare_end = head.index(b"\xc4\x00\x90") + 3
+    body = msgspec.msgpack.decode(head[bare_end:])
+    other_fingerprint = head.replace(head[bare_end - 67 : bare_end - 3], b"0" * 64)
+    cases = {
+        "as written": [head],
+        "another fingerprint": [other_fingerprint],
+        "a second frame": [head, b"abc"],
+        "data in frame 0": [head[: bare_end - 3] + b"\xc4\x01z\x90" + head[bare_end:]],
+        "a buffer table": [head[: bare_end - 1] + b"\x91\x92\x01\x81\xa9transport\xa6inline" + head[bare_end:]],
+        "a wrong field type": [head[:bare_end] + msgspec.msgpack.encode({**body, "count": "3"})],
+        "out of range": [head[:bare_end] + msgspec.msgpack.encode({**body, "count": 1001})],
+        "a rule broken": [head[:bare_end] + msgspec.msgpack.encode({**body, "count": 13})],
+        "not an enum member": [head[:bare_end] + msgspec.msgpack.encode({**body, "kind": "c"})],
+        "a required field missing": [
+            head[:bare_end] + msgspec.msgpack.encode({k: v for k, v in body.items() if k != "id"})
+        ],
+        "an unknown field": [head[:bare_end] + msgspec.msgpack.encode({**body, "new": [1, {"a": 2}]})],
+        "bytes after the body": [head + b"\xc0"],
+        "cut short": [head[:-3]],
+        "cut in frame 0's start": [head[: bare_end - 2]],
+        "an empty frame 0": [b""],
+    }
+    outcomes = {name: _outcome(partial(decoder.decode, frames)) for name, frames in cases.items()}
+    for name, frames in cases.items():
+        assert outcomes[name] == _outcome(partial(full.decode, frames)), name
+    assert outcomes["as written"][0] == "value"
+    assert outcomes["an unknown field"][0] == "value"  # skipped, as an older reader does
+    assert outcomes["out of range"][2:4] == ("Expected `int` <= 1000", "$.count")
+    assert outcomes["a rule broken"][2:4] == ("plain.Ticket: rule THIRTEEN: count is 13", "$")
+    assert outcomes["another fingerprint"][0] == ("error" if strict else "value")
+
+
+@pytest.mark.parametrize("depth", range(60, 70))
+def test_an_unknown_field_nesting_past_the_limit_is_refused(registry: tw.Registry, depth: int) -> None:
+    """frame 0 (1) and the body (2) are levels, then the unknown field's arrays (``depth`` of them)."""
+    decoder = tw.Decoder(registry)
+    head = _head(registry)
+    bare_end = head.index(b"\xc4\x00\x90") + 3
+    nested: Any = 0
+    for _ in range(depth):
+        nested = [nested]
+    body = {**msgspec.msgpack.decode(head[bare_end:]), "zz": nested}
+    frames = [head[:bare_end] + msgspec.msgpack.encode(body)]
+    got = _outcome(lambda: decoder.decode(frames))
+    assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))
+    if 2 + depth <= 64 + 2:
+        assert got[0] == "value"
+    else:
+        assert got[0] == "error" and "nest" in got[2], got
+
+
+_TEXT = st.text(max_size=20) | st.just("\udc80")  # a lone surrogate is not UTF-8
+_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": _TEXT | st.integers(),
+        "count": st.integers(min_value=-5, max_value=2**70) | st.just(13) | st.floats() | st.booleans(),
+        "ratio": st.floats() | st.text(max_size=3),
+        "tags": st.lists(_TEXT, max_size=6) | st.integers(),
+        "attrs": st.dictionaries(_TEXT, st.integers() | st.text(max_size=3), max_size=3),
+        "kind": st.sampled_from(["a", "b", "c"]),
+        "note": st.none() | _TEXT | st.integers(),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=_FIELDS)
+def test_encoding_any_field_values_gives_the_full_paths_frames_or_error(
+    registry: tw.Registry, fields: dict[str, Any]
+) -> None:
+    message = _ticket(registry)
+    for name, value in fields.items():  # set after building: the class's own check is not what is tested
+        setattr(message, name, value)
+    encoder = tw.Encoder()
+    got = _outcome(lambda: encoder.encode(message))
+    assert got == _outcome(lambda: _full_encoder(encoder).encode(message))
+    if got[0] == "value":
+        decoder = tw.Decoder(registry)  # what was sent decodes, the same way both paths
+        frames = encoder.encode(message)
+        back = _outcome(lambda: decoder.decode(frames))
+        assert back[0] == "value" and back == _outcome(lambda: _full_decoder(decoder).decode(frames))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_decoding_damaged_frames_gives_the_full_paths_message_or_error(
+    registry: tw.Registry, data: st.DataObject
+) -> None:
+    head = bytearray(_head(registry, note="n", count=data.draw(st.integers(0, 12))))
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(head) - 1))
+        edit = data.draw(st.sampled_from(["set", "insert", "delete", "cut"]))
+        byte = data.draw(st.integers(0, 255))
+        if edit == "set":
+            head[at] = byte
+        elif edit == "insert":
+            head.insert(at, byte)
+        elif edit == "delete":
+            del head[at]
+        else:
+            del head[at:]
+        if not head:
+            break
+    frames = [bytes(head)]
+    decoder = tw.Decoder(registry)
+    got = _outcome(lambda: decoder.decode(frames))
+    assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))
+
+
+def test_a_nan_ratio_travels(registry: tw.Registry) -> None:
+    message = _ticket(registry, ratio=math.nan)
+    out = tw.Decoder(registry).decode(tw.Encoder().encode(message))
+    assert math.isnan(out.ratio) and out.id == message.id
+
+
+def test_frame_0_over_the_limit_is_refused_by_both_paths(registry: tw.Registry, tmp_path: Path) -> None:
+    message = _ticket(registry, id="x" * 16, tags=["y" * 200] * 4)
+    size = len(tw.Encoder().encode(message)[0])
+    options = tw.EncodeOptions(limits=tw.Limits(max_header_bytes=size - 1))
+    encoder = tw.Encoder(options=options)
+    got = _outcome(lambda: encoder.encode(message))
+    assert got == _outcome(lambda: _full_encoder(encoder).encode(message))
+    assert got[0:3] == (
+        "error",
+        tw.EncodeError,
+        f"frame 0 of {size} bytes is over the limit of {size - 1} (limit max_header_bytes)",
+    )
+    limited = tw.Decoder(registry, options=tw.DecodeOptions(limits=tw.Limits(max_header_bytes=size - 1)))
+    frames = tw.Encoder().encode(message)
+    got = _outcome(lambda: limited.decode(frames))
+    assert got == _outcome(lambda: _full_decoder(limited).decode(frames))
+    assert got[0:3] == ("error", tw.DecodeError, f"header frame of {size} bytes is over the limit of {size - 1}")
