@@ -54,6 +54,17 @@ INNER: dict[str, Any] = {
 }
 
 
+LABELS: dict[str, Any] = {
+    "$id": "plain.Labels",
+    "x-version": 1,
+    "title": "Labels",
+    "description": "A set of strings: written sorted (rewritten on encode), read back as a set.",
+    "type": "object",
+    "properties": {"labels": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}},
+    "required": ["labels"],
+}
+
+
 @tw.register_validator(RULE)
 def _not_thirteen(ticket: Any) -> None:
     if ticket.count == 13:
@@ -63,7 +74,8 @@ def _not_thirteen(ticket: Any) -> None:
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> tw.Registry:
     root = write_schemas(
-        tmp_path_factory.mktemp("plain"), {"plain/Ticket.v1.json": TICKET, "plain/Inner.v1.json": INNER}
+        tmp_path_factory.mktemp("plain"),
+        {"plain/Ticket.v1.json": TICKET, "plain/Inner.v1.json": INNER, "plain/Labels.v1.json": LABELS},
     )
     return tw.load_schemas(root)
 
@@ -116,6 +128,19 @@ def test_a_plain_message_decodes_without_the_full_decoder(registry: tw.Registry)
     full = _full_decoder(decoder)
     assert full.decode(frames) == message
     assert not decoder._free and full._free  # the full decode's frame 0 decoders (pooled): never made
+
+
+def test_a_set_is_rewritten_on_encode_and_read_on_the_plain_path(registry: tw.Registry) -> None:
+    from tensorwire._plan import type_plan
+
+    labels = registry.type("plain.Labels")
+    assert type_plan(labels).plain is None  # a set is written sorted: the encoder's full path
+    message = labels(labels={"b", "c", "a"})
+    frames = tw.Encoder().encode(message)
+    assert bytes(frames[0]).endswith(msgspec.msgpack.encode({"labels": ["a", "b", "c"]}))
+    decoder = tw.Decoder(registry)
+    assert _outcome(lambda: decoder.decode(frames)) == _outcome(lambda: _full_decoder(decoder).decode(frames))
+    assert decoder.decode(frames) == message and not decoder._free  # read on the plain path
 
 
 @pytest.mark.parametrize("strict", [False, True])
