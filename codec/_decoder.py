@@ -14,8 +14,10 @@ raises holds none of it (the failed frames' locals are cleared; their lines stay
 
 A message of a type that holds no tensor, tree or untyped value, as encoders write it (frame 0 up
 to its body exactly that type's own: no data, no buffers), is read more shortly: its body's level
-openers counted, then the body decoded alone as its class. Anything else, and any failure there,
-takes the full decode, which gives the same message or names what is wrong.
+openers counted, then the body decoded alone as its class. A closed type (every struct in it
+rejects unknown fields, no union of structs, not recursive) bounds the levels msgspec reads
+whatever the bytes: its body is not counted when that bound is within the limit. Anything else,
+and any failure there, takes the full decode, which gives the same message or names what is wrong.
 """
 
 from __future__ import annotations
@@ -94,7 +96,10 @@ class Decoder:
         self._free: list[Reading] = []  # idle frame 0 decoders, each used by one call at a time
         self.table: Final = _table_decoder(handle_types)
         self._depth = self.options.limits.max_depth + HEADER_LEVELS
-        self._plain, openers = _plain_bodies(registry)  # frame 0 up to the body -> the body's typed decode
+        bodies, openers = _plain_bodies(registry)
+        self._plain = {  # frame 0 up to the body -> the body's typed decode, and whether its type bounds its depth
+            bare: (read, depth is not None and 1 + depth <= self._depth) for bare, (read, depth) in bodies.items()
+        }
         self._plain_budget = self._depth - openers  # the level openers such a body may hold
         self._sealed = True
 
@@ -106,6 +111,10 @@ class Decoder:
         flat = head if type(head) is bytes and len(head) <= _SMALL else self._flat(head)  # bytes to count in
         data = None
         if flat is None:  # large: walked first, counted only if it holds many values
+            if type(head) is bytes and len(frames) == 1:  # unless its type bounds it (see below)
+                message = self._bounded(head)
+                if message is not _UNREAD:
+                    return message
             data = self._check_depth(head, False)
         else:
             size = len(flat)
@@ -118,18 +127,24 @@ class Decoder:
                 # little data (or a frame that fools the guess above: counting all of it bounds it as well)
                 if at and flat.startswith(_NOTHING_ELSE, at) and len(frames) == 1:
                     # No data, no buffers: if frame 0 up to here is that of a type that holds no
-                    # tensor, tree or untyped value, its body is counted and decoded alone. A failure
-                    # takes the full decode below, which names what is wrong (a named validator runs
-                    # again there).
-                    plain = self._plain.get(flat[: at + 3])
-                    if plain is not None:
-                        body = flat[at + 3 :]  # (its level openers counted the quicker way for its size)
+                    # tensor, tree or untyped value, its body is decoded alone, its level openers
+                    # counted first unless the type bounds its depth (closed: msgspec skips nothing).
+                    # A failure takes the full decode below, which names what is wrong (a named
+                    # validator runs again there).
+                    found = self._plain.get(flat[: at + 3])
+                    if found is not None:
+                        plain, bounded = found
+                        body = flat[at + 3 :]  # (counted the quicker way for its size)
                         n = len(body)
                         if (
-                            n - len(body.translate(None, OPENERS))
-                            if n <= _COUNTED
-                            else len(body.translate(None, OTHERS))
-                        ) <= self._plain_budget:
+                            bounded
+                            or (
+                                n - len(body.translate(None, OPENERS))
+                                if n <= _COUNTED
+                                else len(body.translate(None, OTHERS))
+                            )
+                            <= self._plain_budget
+                        ):
                             try:
                                 return plain(body)
                             except Exception:
@@ -179,6 +194,20 @@ class Decoder:
             if len(free) < KEEP:
                 free.append(reading)
         return frame.body
+
+    def _bounded(self, head: bytes) -> Any:
+        """The message of a large frame 0 as the shorter path reads it where its type bounds its
+        depth: no data, no buffers, frame 0 up to the body that type's own, the body decoded alone
+        uncounted; else, or if that decode fails, ``_UNREAD`` (the full decode names what is wrong)."""
+        first = head[1]  # where the data's bin header is, as in ``decode``
+        at = first - 0x5C if 0xA0 <= first <= 0xBF else head[2] + 69 if first == 0xD9 else 0
+        found = self._plain.get(head[: at + 3]) if at and head.startswith(_NOTHING_ELSE, at) else None
+        if found is not None and found[1]:
+            try:
+                return found[0](head[at + 3 :])
+            except Exception:
+                pass
+        return _UNREAD
 
     def _flat(self, head: Any) -> bytes | None:
         """Frame 0 as ``bytes`` to count its level openers in: a copy of a frame of at most
@@ -431,21 +460,23 @@ def _frame_type(registry: Registry, strict: bool) -> Any:
 
 
 _NOTHING_ELSE = EMPTY_DATA + b"\x90"  # frame 0 of a message with no data and no buffers, up to its body
+_UNREAD = object()  # what ``Decoder._bounded`` gives for a frame the full decode reads
 
 
 @lru_cache(maxsize=64)
-def _plain_bodies(registry: Registry) -> tuple[dict[bytes, Callable[[bytes], Any]], int]:
+def _plain_bodies(registry: Registry) -> tuple[dict[bytes, tuple[Callable[[bytes], Any], int | None]], int]:
     """The body decoders of the types of ``registry`` whose values hold no tensor, tree or untyped
-    value, by frame 0 up to the body (``TypePlan.bare``) where the fingerprint is 64 characters
-    (a SHA-256 in hex: what ``Decoder.decode`` assumes when it finds where the body starts), and
-    the most level openers one of those holds."""
-    plain: dict[bytes, Callable[[bytes], Any]] = {}
+    value, with the most levels their bodies are read from where the type bounds it
+    (``TypePlan.depth``), by frame 0 up to the body (``TypePlan.bare``) where the fingerprint is 64
+    characters (a SHA-256 in hex: what ``Decoder.decode`` assumes when it finds where the body
+    starts); and the most level openers one of those holds."""
+    plain: dict[bytes, tuple[Callable[[bytes], Any], int | None]] = {}
     for cls in registry:
         plan = type_plan(cls)
         first = plan.prefix[1]
         tag_end = first - 0x9E if 0xA0 <= first <= 0xBF else plan.prefix[2] + 3
         if not plan.tensors and len(plan.bare) == tag_end + 69:
-            plain[plan.bare] = plan.check.plain
+            plain[plan.bare] = (plan.check.plain, plan.depth)
     return plain, max((len(bare.translate(None, OTHERS)) for bare in plain), default=0)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec.inspect as mi
 
 from tensorwire._body import Checker, preparer
-from tensorwire._type_tree import children
+from tensorwire._type_tree import children, closed_depth
 from tensorwire._wire import EMPTY_DATA, prefix
 
 __all__ = ["TypePlan", "type_plan"]
@@ -21,7 +21,9 @@ class TypePlan:
     a value may hold a tensor (or a tree, which may); ``prepare``: ``tensorwire._body.prepare`` for
     the class, None if it holds no tree or set to rewrite; ``check``: the decoder of the encoder's schema check;
     ``plain``: ``check.plain`` where a value holds no tensor and nothing to rewrite (its message is
-    one encode and this check), else None."""
+    one encode and this check), else None; ``depth``: where a value holds no tensor, the most levels
+    its body is read from if the type leaves msgspec nothing to skip
+    (``tensorwire._type_tree.closed_depth``), else None."""
 
     type_id: str
     version: int
@@ -31,6 +33,7 @@ class TypePlan:
     prepare: Callable[[Any, int], Any] | None
     check: Checker
     plain: Callable[[bytes], Any] | None
+    depth: int | None
 
 
 def type_plan(cls: Any) -> TypePlan:
@@ -47,6 +50,7 @@ def type_plan(cls: Any) -> TypePlan:
         prepare,
         check,
         None if tensors or prepare is not None else check.plain,
+        None if tensors else closed_depth(info_type),
     )
 
 

@@ -1,4 +1,5 @@
-"""The types one level inside a ``msgspec.inspect`` type: what walks over declared types recurse into."""
+"""Walks over declared types (``msgspec.inspect`` types): the types one level inside one, and how
+deep a value of one can nest when msgspec can skip nothing in it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import msgspec.inspect as mi
 
-__all__ = ["children"]
+__all__ = ["children", "closed_depth"]
 
 
 def children(t: Any) -> list[Any]:
@@ -22,3 +23,43 @@ def children(t: Any) -> list[Any]:
     if isinstance(t, mi.DictType):
         return [t.key_type, t.value_type]
     return []
+
+
+# Leaves msgspec reads from one msgpack value that holds no other (nothing to skip, no level).
+_LEAVES = (
+    mi.NoneType,
+    mi.BoolType,
+    mi.IntType,
+    mi.FloatType,
+    mi.StrType,
+    mi.BytesType,
+    mi.ByteArrayType,
+    mi.EnumType,
+    mi.LiteralType,
+)
+
+
+def closed_depth(t: Any, inside: frozenset[type] = frozenset()) -> int | None:
+    """The most levels (arrays and maps, a struct's own included) a value of ``t`` is read from,
+    where msgspec can skip nothing in it: every struct closed (``forbid_unknown_fields``: an
+    unknown field is an error before its value is read), no union of two structs or more (msgspec
+    skips other fields to find the tag), no recursive type, only leaves of ``_LEAVES``. Then msgspec
+    reads nothing nested deeper, whatever the bytes. None where it may (a value nests without bound)."""
+    if isinstance(t, _LEAVES):
+        return 0
+    if isinstance(t, mi.Metadata):
+        return closed_depth(t.type, inside)
+    if isinstance(t, mi.StructType):
+        if not t.forbid_unknown_fields or t.cls in inside:
+            return None
+        inside = inside | {t.cls}
+    elif isinstance(t, mi.UnionType):
+        if sum(isinstance(member, mi.StructType) for member in t.types) > 1:
+            return None
+    elif not isinstance(t, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType | mi.TupleType | mi.DictType):
+        return None
+    depths = [closed_depth(c, inside) for c in children(t)]
+    if None in depths:
+        return None
+    deepest = max((d for d in depths if d is not None), default=0)
+    return deepest if isinstance(t, mi.UnionType) else 1 + deepest

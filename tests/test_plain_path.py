@@ -1,7 +1,8 @@
 """Messages of types that hold no tensor, tree or untyped value take a shorter path: one encode and
 the schema check on the way out; on the way in, frame 0 up to the body compared with the type's own,
-the body's level openers counted and the body decoded alone. Whatever arrives, and whatever the
-caller passes, the outcome is the full path's: the same message, or the same error."""
+the body's level openers counted (unless the type is closed and bounds its depth) and the body
+decoded alone. Whatever arrives, and whatever the caller passes, the outcome is the full path's:
+the same message, or the same error. Every test runs on the types open and closed."""
 
 from __future__ import annotations
 
@@ -71,13 +72,22 @@ def _not_thirteen(ticket: Any) -> None:
         raise tw.rules.violation("plain.Ticket", "THIRTEEN", "count is 13")
 
 
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> tw.Registry:
-    root = write_schemas(
-        tmp_path_factory.mktemp("plain"),
-        {"plain/Ticket.v1.json": TICKET, "plain/Inner.v1.json": INNER, "plain/Labels.v1.json": LABELS},
-    )
-    return tw.load_schemas(root)
+def _load(root: Path, closed: bool) -> tw.Registry:
+    """The plain types, open (unknown fields skipped) or closed (``additionalProperties: false``)."""
+    docs = {"plain/Ticket.v1.json": TICKET, "plain/Inner.v1.json": INNER, "plain/Labels.v1.json": LABELS}
+    if closed:
+        docs = {name: {**doc, "additionalProperties": False} for name, doc in docs.items()}
+    return tw.load_schemas(write_schemas(root, docs))
+
+
+@pytest.fixture(scope="module", params=["open", "closed"])
+def registry(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tw.Registry:
+    """The plain types, open and closed: a closed type's body is not counted (its type bounds its depth)."""
+    return _load(tmp_path_factory.mktemp(request.param), request.param == "closed")
+
+
+def _closed(registry: tw.Registry) -> bool:
+    return bool(registry.type("plain.Ticket").__struct_config__.forbid_unknown_fields)
 
 
 def _ticket(registry: tw.Registry, **fields: Any) -> Any:
@@ -176,7 +186,10 @@ def test_frames_that_are_not_as_encoders_write_them_get_the_full_paths_answer(
     for name, frames in cases.items():
         assert outcomes[name] == _outcome(partial(full.decode, frames)), name
     assert outcomes["as written"][0] == "value"
-    assert outcomes["an unknown field"][0] == "value"  # skipped, as an older reader does
+    if _closed(registry):
+        assert outcomes["an unknown field"][2:4] == ("Object contains unknown field `new`", "$")
+    else:
+        assert outcomes["an unknown field"][0] == "value"  # skipped, as an older reader does
     assert outcomes["out of range"][2:4] == ("Expected `int` <= 1000", "$.count")
     assert outcomes["a rule broken"][2:4] == ("plain.Ticket: rule THIRTEEN: count is 13", "$")
     assert outcomes["another fingerprint"][0] == ("error" if strict else "value")
@@ -195,10 +208,12 @@ def test_an_unknown_field_nesting_past_the_limit_is_refused(registry: tw.Registr
     frames = [head[:bare_end] + msgspec.msgpack.encode(body)]
     got = _outcome(lambda: decoder.decode(frames))
     assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))
-    if 2 + depth <= 64 + 2:
-        assert got[0] == "value"
-    else:
+    if 2 + depth > 64 + 2:
         assert got[0] == "error" and "nest" in got[2], got
+    elif _closed(registry):  # the nesting within the limit: the closed type's own verdict
+        assert got[2:4] == ("Object contains unknown field `zz`", "$"), got
+    else:
+        assert got[0] == "value"
 
 
 _TEXT = st.text(max_size=20) | st.just("\udc80")  # a lone surrogate is not UTF-8
@@ -239,7 +254,8 @@ def test_encoding_any_field_values_gives_the_full_paths_frames_or_error(
 def test_decoding_damaged_frames_gives_the_full_paths_message_or_error(
     registry: tw.Registry, data: st.DataObject
 ) -> None:
-    head = bytearray(_head(registry, note="n", count=data.draw(st.integers(0, 12))))
+    note = data.draw(st.sampled_from(["n", "n" * 2100]))  # frame 0 under 2 KiB (counted) or over (walked)
+    head = bytearray(_head(registry, note=note, count=data.draw(st.integers(0, 12))))
     for _ in range(data.draw(st.integers(1, 3))):
         at = data.draw(st.integers(0, len(head) - 1))
         edit = data.draw(st.sampled_from(["set", "insert", "delete", "cut"]))
@@ -283,3 +299,52 @@ def test_frame_0_over_the_limit_is_refused_by_both_paths(registry: tw.Registry, 
     got = _outcome(lambda: limited.decode(frames))
     assert got == _outcome(lambda: _full_decoder(limited).decode(frames))
     assert got[0:3] == ("error", tw.DecodeError, f"header frame of {size} bytes is over the limit of {size - 1}")
+
+
+def test_a_closed_type_bounds_the_levels_of_its_body(registry: tw.Registry) -> None:
+    """Ticket: its map, Inner's map, its rows and each row (its tags and attrs: two levels);
+    Labels: its map and the set. An open type bounds nothing (an unknown field may nest)."""
+    from tensorwire._plan import type_plan
+
+    depths = {name: type_plan(registry.type(name)).depth for name in ("plain.Ticket", "plain.Inner", "plain.Labels")}
+    if _closed(registry):
+        assert depths == {"plain.Ticket": 4, "plain.Inner": 3, "plain.Labels": 2}
+    else:
+        assert depths == {"plain.Ticket": None, "plain.Inner": None, "plain.Labels": None}
+
+
+@pytest.mark.parametrize("length", [100, 1100])
+def test_a_closed_types_body_is_decoded_uncounted(registry: tw.Registry, length: int) -> None:
+    """A note of U+0090 holds as many bytes 0x90, each of which could open an array: counted, the
+    body is over what it may hold and takes the full decode (which walks it and finds it flat); a
+    closed type's body is not counted and is decoded alone, in a frame 0 of under 2 KiB (whose
+    openers the decoder counts) and over it (which it walks). The same message either way."""
+    message = _ticket(registry, note="\x90" * length)
+    frames = tw.Encoder().encode(message)
+    assert bytes(frames[0]).count(0x90) > length and (len(frames[0]) > 2048) == (length > 1000)
+    decoder = tw.Decoder(registry)
+    assert decoder.decode(frames) == message == _full_decoder(decoder).decode(frames)
+    assert bool(decoder._free) is not _closed(registry)  # the full decode's pooled frame 0 decoder
+    assert decoder.decode([bytearray(frames[0])]) == message  # not bytes: copied when small, else walked
+    assert bool(decoder._free) is (not _closed(registry) or length > 1000)
+
+
+@pytest.mark.parametrize("max_depth", [2, 3])
+def test_a_limit_below_a_closed_types_depth_counts_its_body(registry: tw.Registry, max_depth: int) -> None:
+    """A Ticket's frame 0 may nest 1 + 4 levels: within a limit of 3 (plus frame 0 and the body: 5),
+    not within 2, where its body is counted as an open type's is. Both give the full path's answer."""
+    from tensorwire._plan import type_plan
+
+    limits = tw.Limits(max_depth=max_depth)
+    decoder = tw.Decoder(registry, options=tw.DecodeOptions(limits=limits))
+    _, bounded = decoder._plain[type_plan(registry.type("plain.Ticket")).bare]
+    assert bounded is (_closed(registry) and max_depth == 3)
+    inner = registry.type("plain.Inner")
+    flat = tw.Encoder(options=tw.EncodeOptions(limits=limits)).encode(_ticket(registry, inner=inner(level=1, rows=[])))
+    deep = tw.Encoder().encode(_ticket(registry))  # a row: frame 0, the body, inner, rows, the row
+    for frames, expected in ((flat, "value"), (deep, "value" if max_depth == 3 else "error")):
+        got = _outcome(lambda: decoder.decode(frames))  # noqa: B023
+        assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))  # noqa: B023
+        assert got[0] == expected, got
+    if max_depth == 2:
+        assert _outcome(lambda: decoder.decode(deep))[2] == "nesting deeper than the limit of 4"

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -160,6 +161,60 @@ def bounded_frames(where: str, value: bytes) -> list[Any]:
 BOUNDED_PLACES = ("unknown field", "buffer table", "data", "sixth item")
 
 
+# Closed types with no tensor: the decoder reads a closed.Plain body without counting it (msgspec
+# rejects an unknown field before its value, and every other field is typed), and counts a
+# closed.Either one (msgspec skips the fields before a union's tag to find it).
+def _closed_type(type_id: str, properties: dict[str, Any]) -> dict[str, Any]:
+    doc = {"$id": type_id, "x-version": 1, "description": "A closed type.", "type": "object"}
+    return {**doc, "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+CLOSED_SCHEMAS = {
+    "closed/Point.v1.json": _closed_type("closed.Point", {"x": {"type": "number"}}),
+    "closed/Plain.v1.json": _closed_type(
+        "closed.Plain",
+        {
+            "name": {"type": "string"},
+            "rows": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+            "point": {"$ref": "Point.v1.json"},
+        },
+    ),
+    "closed/Circle.v1.json": _closed_type("closed.Circle", {"kind": {"const": "circle"}, "r": {"type": "number"}}),
+    "closed/Square.v1.json": _closed_type("closed.Square", {"kind": {"const": "square"}, "side": {"type": "number"}}),
+    "closed/Either.v1.json": _closed_type(
+        "closed.Either",
+        {
+            "shape": {
+                "oneOf": [{"$ref": "Circle.v1.json"}, {"$ref": "Square.v1.json"}],
+                "discriminator": {"propertyName": "kind"},
+            }
+        },
+    ),
+}
+CLOSED_PLACES = ("unknown field", "a typed field", "a union's field before its tag")
+
+
+def closed_registry(root: Path) -> tw.Registry:
+    from tests.conftest import write_schemas
+
+    return tw.load_schemas(write_schemas(root, CLOSED_SCHEMAS))
+
+
+def closed_frames(registry: tw.Registry, where: str, value: bytes) -> list[Any]:
+    """A closed.Plain or closed.Either frame 0 with the raw msgpack ``value`` in its body ``where``."""
+    point = registry.type("closed.Point")(x=1.0)
+    if where == "a union's field before its tag":
+        head = bytes(INLINE.encode(registry.type("closed.Either")(shape=registry.type("closed.Circle")(r=1.0)))[0])
+        body = b"\x81\xa5shape\x82\xa1r" + value + b"\xa4kind\xa6circle"
+    else:
+        head = bytes(INLINE.encode(registry.type("closed.Plain")(name="n", rows=[], point=point))[0])
+        entries = b"\xa4name\xa1n\xa5point" + msgspec.msgpack.encode(point)
+        extra = b"\xa7unknown" if where == "unknown field" else b"\xa4rows"
+        body = (b"\x84\xa4rows\x90" if where == "unknown field" else b"\x83") + entries + extra + value
+    bare = head[: head.index(b"\xc4\x00\x90") + 3]
+    return [bare + body]
+
+
 # -- the child process -----------------------------------------------------------------------------
 
 
@@ -207,14 +262,34 @@ def _child_checks() -> dict[str, str]:
     return results
 
 
+CLOSED_LEVELS = 1_900  # as deep as a frame 0 read by the decoder's shorter path (up to 2 KiB) holds
+CLOSED_STACK = 64 * 1024  # a stack msgspec's recursion through CLOSED_LEVELS overflows
+
+
+def _closed_checks(closed: tw.Decoder) -> dict[str, str]:
+    results = {}
+    for size, levels in (("small", CLOSED_LEVELS), ("large", DEEP)):  # counted or walked, if read in full
+        deep = nest(levels, b"\x01", [_array])
+        for where in CLOSED_PLACES:
+            frames = closed_frames(closed.registry, where, deep)
+            assert (len(frames[0]) <= 2048) == (size == "small")
+            results[f"closed type, {size} frame, {where}"] = outcome(partial(closed.decode, frames))
+    return results
+
+
 def child_main() -> None:
-    """Run every check on a 256 KiB thread with the recursion limit at 10**6; print the results."""
+    """Run every check on a 256 KiB thread with the recursion limit at 10**6, and those of closed
+    types on a ``CLOSED_STACK`` thread; print the results."""
     sys.setrecursionlimit(10**6)
-    threading.stack_size(256 * 1024)
+    with tempfile.TemporaryDirectory() as root:
+        closed = tw.Decoder(closed_registry(Path(root)))
     results: dict[str, str] = {}
-    worker = threading.Thread(target=lambda: results.update(_child_checks()))
-    worker.start()
-    worker.join()
+    # the smaller stack first: a thread may be given a larger stack a finished one left behind
+    for stack, checks in ((CLOSED_STACK, partial(_closed_checks, closed)), (256 * 1024, _child_checks)):
+        threading.stack_size(stack)
+        worker = threading.Thread(target=lambda checks=checks: results.update(checks()))
+        worker.start()
+        worker.join()
     print(json.dumps(results))
 
 
@@ -263,6 +338,40 @@ def test_a_bounded_type_frame_at_the_limit_gets_msgspec_s_verdict(where: str) ->
         assert "nesting deeper" not in result and not result.startswith("LEAK"), result
     with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
         BOUNDED.decode(bounded_frames(where, nest(levels + 1, b"\x01", [_array])))
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("where", CLOSED_PLACES)
+def test_a_closed_type_reads_nothing_deeper_than_itself_on_a_small_stack(
+    child_results: dict[str, str], where: str, size: str
+) -> None:
+    """1,900 levels in a closed type's body (a frame 0 of under 2 KiB, whose openers the decoder
+    counts), and 100,000 (one it walks): refused, and nothing crashed the child, whose stack would
+    not hold msgspec recursing into them (the Plain body was read uncounted, unwalked, as its type
+    bounds it; the Either body was bounded first: read as the Plain one is, it crashes the child)."""
+    assert child_results[f"closed type, {size} frame, {where}"] == NESTING
+
+
+@pytest.mark.parametrize("where", CLOSED_PLACES)
+def test_a_closed_type_at_the_limit_gets_the_full_paths_verdict(tmp_path: Path, where: str) -> None:
+    """Which bodies are read uncounted, and within the limit (frame 0 and the body are two levels)
+    the answer the full decode gives: the closed type's own error."""
+    from tensorwire._plan import type_plan
+
+    decoder = tw.Decoder(closed_registry(tmp_path))
+    union = where == "a union's field before its tag"
+    kind = decoder.registry.type("closed.Either" if union else "closed.Plain")
+    assert decoder._plain[type_plan(kind).bare][1] is not union  # read uncounted: bounded by its type
+    full = tw.Decoder(decoder.registry)
+    object.__setattr__(full, "_plain", {})
+    fits = closed_frames(decoder.registry, where, nest(64 if where == "unknown field" else 63, b"\x01", [_array]))
+    expected = {
+        "unknown field": "closed.Plain v1: Object contains unknown field `unknown` - at `$`",
+        "a typed field": "closed.Plain v1: Expected `int`, got `array` - at `$.rows[0][0]`",
+        "a union's field before its tag": "closed.Either v1: Expected `float`, got `array` - at `$.shape.r`",
+    }
+    assert outcome(partial(decoder.decode, fits)) == outcome(partial(full.decode, fits))
+    assert outcome(partial(decoder.decode, fits)) == expected[where]
 
 
 def _with_data(frames: list[Any], data: bytes, body: bytes | None = None) -> list[Any]:
