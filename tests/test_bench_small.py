@@ -16,6 +16,8 @@ from tools.bench.calls import count_calls
 from tools.bench.hooks_style import Buffer, HooksCodec, join_frames, split_frames
 from tools.bench.small import (
     CHECKS,
+    CLOSED,
+    CLOSED_CHECKS,
     FLOOR,
     HOOKS,
     RAW,
@@ -166,10 +168,18 @@ def test_measure_rows() -> None:
     check_rows(
         rows,
         {
-            "envelope (10 fields)": {TENSORWIRE, UNCHECKED, RAW, FLOOR, CHECKS},
+            "envelope (10 fields)": {TENSORWIRE, UNCHECKED, RAW, FLOOR, CHECKS, CLOSED, CLOSED_CHECKS},
             "one 16x16 float32 tensor (bench.One)": {TENSORWIRE, HOOKS, RAW, FLOOR},
             "eight 64x64 float32 tensors (bench.Step)": {TENSORWIRE, HOOKS},
-            "list of 50 small structs (bench.Batch)": {TENSORWIRE, UNCHECKED, RAW, FLOOR, CHECKS},
+            "list of 50 small structs (bench.Batch)": {
+                TENSORWIRE,
+                UNCHECKED,
+                RAW,
+                FLOOR,
+                CHECKS,
+                CLOSED,
+                CLOSED_CHECKS,
+            },
             "rpc.Request, a 16x16 tensor in kwargs": {TENSORWIRE, HOOKS},
         },
     )
@@ -213,7 +223,9 @@ def test_the_floors_check_the_schema() -> None:
     envelope = bench_registry().type("bench.Envelope")
     fields: dict[str, Any] = {"request_id": "r", "model": "m", "prompt": "p", "max_tokens": 1, "temperature": 0.5}
     good, bad = envelope(priority=0, top_p=0.5, **fields), envelope(priority=0, top_p=1.5, **fields)
-    for floor in (_floor, _checks):
-        assert floor(good)() == good
+    closed = bench_registry().type("bench.ClosedEnvelope")
+    closed_good, closed_bad = closed(priority=0, top_p=0.5, **fields), closed(priority=0, top_p=1.5, **fields)
+    for floor, message, broken in ((_floor, good, bad), (_checks, good, bad), (_checks, closed_good, closed_bad)):
+        assert floor(message)() == message
         with pytest.raises(msgspec.ValidationError, match=r"Expected `float` <= 1.0 - at `\$.top_p`"):
-            floor(bad)()
+            floor(broken)()

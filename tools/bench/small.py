@@ -16,7 +16,9 @@ the case's reference:
   schema-check decode, frame 0 joined, the nesting count, frame 0's typed decode), and that of the
   checks alone, what any wire format keeping them costs (body encode, the encoder's schema-check
   decode, the nesting count over the body, the receiver's typed decode of the body: no frame 0
-  around it), no Python between the steps of either;
+  around it), no Python between the steps of either; and the same round trip and checks-alone
+  floor for a closed copy of the type (``bench.ClosedEnvelope``, ``bench.ClosedBatch``:
+  ``additionalProperties: false``, so msgspec skips nothing and the decoder counts nothing);
 - one 16x16 float32 tensor (``bench.One``), eight 64x64 float32 tensors (``bench.Step``) and an
   ``rpc.Request`` with a 16x16 tensor in its kwargs: against the hooks style
   (``tools.bench.hooks_style``) carrying the same fields. The raw msgspec row of ``bench.One``
@@ -76,6 +78,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKS",
+    "CLOSED",
+    "CLOSED_CHECKS",
     "FLOOR",
     "HOOKS",
     "RAW",
@@ -108,6 +112,8 @@ TENSORWIRE_PIPE = "tensorwire, pipe.Receiver"
 HOOKS = "hooks style"
 RAW = "raw msgspec"
 UNCHECKED = "tensorwire, validate=False"
+CLOSED = "tensorwire, closed schema"
+CLOSED_CHECKS = "floor: the checks alone, closed schema"
 FLOOR = "floor: tensorwire's C steps"
 CHECKS = "floor: the checks alone"
 
@@ -232,9 +238,10 @@ def envelope_case() -> Case:
         "finished": False,
         "trace_id": "trace-9f2c",
     }
-    message = bench_registry().type("bench.Envelope")(**fields)
+    registry = bench_registry()
+    message, closed = (registry.type(name)(**fields) for name in ("bench.Envelope", "bench.ClosedEnvelope"))
     raw = RawEnvelope(**fields)
-    return _against_raw("envelope (10 fields)", encoder, decoder, message, raw)
+    return _against_raw("envelope (10 fields)", encoder, decoder, message, raw, closed)
 
 
 def one_case(tensor: torch.Tensor, label: str) -> Case:
@@ -295,8 +302,10 @@ def batch_case() -> Case:
         {"index": i, "name": f"item-{i}", "score": i * 0.5, "done": i % 2 == 0} for i in range(50)
     ]
     message = batch(items=[item(**f) for f in fields])
+    closed_item = registry.type("bench.ClosedItem")
+    closed = registry.type("bench.ClosedBatch")(items=[closed_item(**f) for f in fields])
     raw = RawBatch(items=[RawItem(**f) for f in fields])
-    return _against_raw("list of 50 small structs (bench.Batch)", encoder, decoder, message, raw)
+    return _against_raw("list of 50 small structs (bench.Batch)", encoder, decoder, message, raw, closed)
 
 
 def _floor(message: Any) -> Callable[[], Any]:
@@ -390,12 +399,14 @@ def _tensor_floor(message: Any) -> Callable[[], Any]:
 def _checks(message: Any) -> Callable[[], Any]:
     """What keeping every check costs a round trip of ``message`` (no tensors) in any wire format,
     with no Python between the steps: the body's encode, the encoder's schema check (a typed decode
-    of the body), the count that bounds the body's nesting and the receiver's typed decode of the
-    body (no frame 0 around it: no type tag, fingerprint or buffer table)."""
+    of the body), the count that bounds the body's nesting (none for a closed type, which bounds it)
+    and the receiver's typed decode of the body (no frame 0 around it: no type tag, fingerprint or
+    buffer table)."""
     from tensorwire._plan import type_plan
 
     body_encoder = msgspec.msgpack.Encoder()
-    typed = type_plan(type(message)).check.plain  # a typed decode of the body: the check and the receiver's
+    plan = type_plan(type(message))
+    typed = plan.check.plain  # a typed decode of the body: the check and the receiver's
     table = _count_table(len(body_encoder.encode(message)))
 
     def checks() -> Any:
@@ -404,7 +415,12 @@ def _checks(message: Any) -> Callable[[], Any]:
         body.translate(None, table)
         return typed(body)
 
-    return checks
+    def closed_checks() -> Any:
+        body = body_encoder.encode(message)
+        typed(body)
+        return typed(body)
+
+    return checks if plan.depth is None else closed_checks
 
 
 def _count_table(size: int) -> bytes:
@@ -415,16 +431,18 @@ def _count_table(size: int) -> bytes:
     return OPENERS if size <= 512 else OTHERS
 
 
-def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any) -> Case:
+def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any, closed: Any) -> Case:
     """A case of a tensorwire message against a raw msgspec Struct of the same fields, with the
-    same round trip without the encoder's schema check and the floors of tensorwire's design and
-    of its checks alone for it."""
+    same round trip without the encoder's schema check, the floors of tensorwire's design and of
+    its checks alone for it, and the round trip and checks alone of ``closed``, the same message
+    of a closed copy of its type."""
     import tensorwire as tw
 
     unchecked = tw.Encoder(encoder.transport, options=dataclasses.replace(encoder.options, validate=False))
     raw_encoder, raw_decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(type(raw))
-    floor, checks = _floor(message), _checks(message)
+    floor, checks, closed_checks = _floor(message), _checks(message), _checks(closed)
     assert decoder.decode(encoder.encode(message)) == message == floor() == checks()
+    assert decoder.decode(encoder.encode(closed)) == closed == closed_checks()
     assert decoder.decode(unchecked.encode(message)) == message
     assert raw_decoder.decode(raw_encoder.encode(raw)) == raw
     return Case(
@@ -436,6 +454,8 @@ def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any)
             RAW: lambda: raw_decoder.decode(raw_encoder.encode(raw)),
             FLOOR: floor,
             CHECKS: checks,
+            CLOSED: lambda: decoder.decode(encoder.encode(closed)),
+            CLOSED_CHECKS: closed_checks,
         },
     )
 
