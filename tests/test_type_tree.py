@@ -74,13 +74,16 @@ def _nested(levels: int) -> bytes:
 
 def test_msgspec_refuses_a_closed_structs_unknown_field_before_reading_it() -> None:
     """The premise of a closed type's bound: an unknown field is an error before its value is read
-    (5,000 levels would be a RecursionError if it were skipped), where a union of structs skips
-    the fields before its tag."""
+    (5,000 levels would be a RecursionError if it were skipped), also in a struct that is one
+    member of a union, where a union of two structs skips the fields before its tag."""
     value = _nested(5_000)
     with pytest.raises(msgspec.ValidationError, match=r"^Object contains unknown field `y`$"):
         msgspec.msgpack.decode(b"\x82\xa1x\x01\xa1y" + value, type=Leaf)
     with pytest.raises(msgspec.ValidationError, match=r"^Expected `int`, got `array` - at `\$\.x`$"):
         msgspec.msgpack.decode(b"\x81\xa1x" + value, type=Leaf)
+    for one_struct in (Leaf | None, Circle | None):  # a union with one struct reads it as itself
+        with pytest.raises(msgspec.ValidationError, match=r"^Object contains unknown field `y` - at `\$\.f`$"):
+            msgspec.msgpack.decode(b"\x81\xa1f\x82\xa1y" + value + b"\xa1x\x01", type=_closed("One", one_struct))
     with pytest.raises(RecursionError):
         msgspec.msgpack.decode(b"\x82\xa1r" + value + b"\xa4type\xa6circle", type=Circle | Square)
     with pytest.raises(RecursionError):
