@@ -122,7 +122,7 @@ class Decoder:
                 raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
             first = flat[1] if size > 72 else 0  # where the data's bin header is if the tag and the
             at = first - 0x5C if 0xA0 <= first <= 0xBF else flat[2] + 69 if first == 0xD9 else 0  # fingerprint are
-            # as encoders write them (else the count bounds it)
+            # as encoders write them, else the count bounds it (``_body_at``, inline: a call costs more)
             if size <= self._counted or (flat[at] == 0xC4 and flat[at + 1] < 64):  # counted whole: small, or
                 # little data (or a frame that fools the guess above: counting all of it bounds it as well)
                 if at and flat.startswith(_NOTHING_ELSE, at) and len(frames) == 1:
@@ -199,12 +199,11 @@ class Decoder:
         """The message of a large frame 0 as the shorter path reads it where its type bounds its
         depth: no data, no buffers, frame 0 up to the body that type's own, the body decoded alone
         uncounted; else, or if that decode fails, ``_UNREAD`` (the full decode names what is wrong)."""
-        first = head[1]  # where the data's bin header is, as in ``decode``
-        at = first - 0x5C if 0xA0 <= first <= 0xBF else head[2] + 69 if first == 0xD9 else 0
-        found = self._plain.get(head[: at + 3]) if at and head.startswith(_NOTHING_ELSE, at) else None
+        at = _body_at(head)
+        found = self._plain.get(head[:at]) if at else None
         if found is not None and found[1]:
             try:
-                return found[0](head[at + 3 :])
+                return found[0](head[at:])
             except Exception:
                 pass
         return _UNREAD
@@ -463,19 +462,25 @@ _NOTHING_ELSE = EMPTY_DATA + b"\x90"  # frame 0 of a message with no data and no
 _UNREAD = object()  # what ``Decoder._bounded`` gives for a frame the full decode reads
 
 
+def _body_at(frame: bytes) -> int:
+    """Where the body of frame 0 ``frame`` (over 72 bytes) starts if it opens as encoders write a
+    message with no data and no buffers, its fingerprint 64 characters (a SHA-256 in hex); else 0."""
+    first = frame[1]  # the tag's str header: then the data's bin header is at ``at``
+    at = first - 0x5C if 0xA0 <= first <= 0xBF else frame[2] + 69 if first == 0xD9 else 0
+    return at + 3 if at and frame.startswith(_NOTHING_ELSE, at) else 0
+
+
 @lru_cache(maxsize=64)
 def _plain_bodies(registry: Registry) -> tuple[dict[bytes, tuple[Callable[[bytes], Any], int | None]], int]:
     """The body decoders of the types of ``registry`` whose values hold no tensor, tree or untyped
     value, with the most levels their bodies are read from where the type bounds it
-    (``TypePlan.depth``), by frame 0 up to the body (``TypePlan.bare``) where the fingerprint is 64
-    characters (a SHA-256 in hex: what ``Decoder.decode`` assumes when it finds where the body
-    starts); and the most level openers one of those holds."""
+    (``TypePlan.depth``), by frame 0 up to the body (``TypePlan.bare``) where the decoder finds
+    where the body starts (``_body_at``: the fingerprint is 64 characters); and the most level
+    openers one of those holds."""
     plain: dict[bytes, tuple[Callable[[bytes], Any], int | None]] = {}
     for cls in registry:
         plan = type_plan(cls)
-        first = plan.prefix[1]
-        tag_end = first - 0x9E if 0xA0 <= first <= 0xBF else plan.prefix[2] + 3
-        if not plan.tensors and len(plan.bare) == tag_end + 69:
+        if not plan.tensors and _body_at(plan.bare) == len(plan.bare):
             plain[plan.bare] = (plan.check.plain, plan.depth)
     return plain, max((len(bare.translate(None, OTHERS)) for bare in plain), default=0)
 

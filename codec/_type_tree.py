@@ -58,8 +58,10 @@ def closed_depth(t: Any, inside: frozenset[type] = frozenset()) -> int | None:
             return None
     elif not isinstance(t, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType | mi.TupleType | mi.DictType):
         return None
-    depths = [closed_depth(c, inside) for c in children(t)]
-    if None in depths:
-        return None
-    deepest = max((d for d in depths if d is not None), default=0)
+    deepest = 0
+    for child in children(t):
+        depth = closed_depth(child, inside)
+        if depth is None:
+            return None
+        deepest = max(deepest, depth)
     return deepest if isinstance(t, mi.UnionType) else 1 + deepest
