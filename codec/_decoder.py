@@ -125,12 +125,12 @@ class Decoder:
             # as encoders write them, else the count bounds it (``_body_at``, inline: a call costs more)
             if size <= self._counted or (flat[at] == 0xC4 and flat[at + 1] < 64):  # counted whole: small, or
                 # little data (or a frame that fools the guess above: counting all of it bounds it as well)
-                if at and flat.startswith(_NOTHING_ELSE, at) and len(frames) == 1:
-                    # No data, no buffers: if frame 0 up to here is that of a type that holds no
-                    # tensor, tree or untyped value, its body is decoded alone, its level openers
-                    # counted first unless the type bounds its depth (closed: msgspec skips nothing).
-                    # A failure takes the full decode below, which names what is wrong (a named
-                    # validator runs again there).
+                if at and at + 3 < size and flat[at + 1] == 0 and len(frames) == 1:
+                    # No data: if frame 0 up to here (its empty data and buffer table included) is
+                    # that of a type that holds no tensor, tree or untyped value, its body is
+                    # decoded alone, its level openers counted first unless the type bounds its
+                    # depth (closed: msgspec skips nothing). A failure takes the full decode below,
+                    # which names what is wrong (a named validator runs again there).
                     found = self._plain.get(flat[: at + 3])
                     if found is not None:
                         plain, bounded = found

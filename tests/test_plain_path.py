@@ -181,6 +181,8 @@ def test_frames_that_are_not_as_encoders_write_them_get_the_full_paths_answer(
         "cut short": [head[:-3]],
         "cut in frame 0's start": [head[: bare_end - 2]],
         "an empty frame 0": [b""],
+        "a tag's length past the frame's end": [head[:1] + b"\xbf" + head[2:80]],  # the body would be at 99
+        "a long tag's length past the frame's end": [head[:1] + b"\xd9\xff" + head[3:100]],  # at 324
     }
     outcomes = {name: _outcome(partial(decoder.decode, frames)) for name, frames in cases.items()}
     for name, frames in cases.items():
