@@ -159,8 +159,9 @@ class Decoder:
                     data = self._check_depth(head, False)
                 else:
                     start, end = span
-                    rest = flat[end:]
-                    if 1 + len(rest) - len(rest.translate(None, OPENERS)) > self._depth:
+                    rest = flat[end:]  # its openers counted only if it has enough bytes to nest too deep
+                    n = len(rest)
+                    if n >= self._depth and 1 + n - len(rest.translate(None, OPENERS)) > self._depth:
                         data = self._check_depth(head, False)
                     elif start < end:
                         data = memoryview(head).cast("B")[start:end]
