@@ -421,6 +421,21 @@ def test_frame_0_data_full_of_level_openers_is_never_counted_as_nesting(size: in
 
 
 @pytest.mark.parametrize("kind", ["bytes", "views"])
+def test_the_fewest_bytes_that_nest_too_deep_behind_data_are_counted(kind: str) -> None:
+    """Behind data of more than 64 bytes, in a frame of 512 to 2,048 bytes, only what follows the data
+    is counted, and only if it has as many bytes as levels allowed: the shortest body past the limit
+    (66 arrays, one byte each, after the empty buffer table) is refused, one array less is read."""
+    frames = INLINE.encode(diffusion.Output(output=torch.arange(150.0)))
+    data = head_of(frames[0])[2]
+    past = _with_data(frames, data, b"\x91" * 65 + b"\x90")  # the body's level and 65 more: 67 with frame 0's
+    assert 512 < len(past[0]) <= 2048 and len(past) == 1 and len(data) == 600
+    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
+        DECODER.decode(_as(kind, past))
+    at_limit = outcome(lambda: DECODER.decode(_as(kind, _with_data(frames, data, b"\x91" * 64 + b"\x90"))))
+    assert at_limit == "diffusion.Output v1: Expected `object`, got `array` - at `$`", at_limit
+
+
+@pytest.mark.parametrize("kind", ["bytes", "views"])
 @pytest.mark.parametrize(("items", "item"), [(80, 1), (80, "abcdefghij"), (200, "abcdefghij")])
 def test_many_shallow_containers_are_not_nesting(items: int, item: Any, kind: str) -> None:
     """More bytes that could open a level than the limit, in frames of under 512, 512-2,048 and over
