@@ -54,7 +54,7 @@ def closed_depth(t: Any, inside: frozenset[type] = frozenset()) -> int | None:
             return None
         inside = inside | {t.cls}
     elif isinstance(t, mi.UnionType):
-        if sum(isinstance(member, mi.StructType) for member in t.types) > 1:
+        if sum(isinstance(_unwrapped(member), mi.StructType) for member in t.types) > 1:
             return None
     elif not isinstance(t, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType | mi.TupleType | mi.DictType):
         return None
@@ -65,3 +65,10 @@ def closed_depth(t: Any, inside: frozenset[type] = frozenset()) -> int | None:
             return None
         deepest = max(deepest, depth)
     return deepest if isinstance(t, mi.UnionType) else 1 + deepest
+
+
+def _unwrapped(t: Any) -> Any:
+    """``t`` without its ``Annotated`` metadata: a union member ``Annotated[Struct, ...]`` is a struct."""
+    while isinstance(t, mi.Metadata):
+        t = t.type
+    return t

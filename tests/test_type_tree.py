@@ -53,6 +53,7 @@ def _closed(name: str, field: Any) -> Any:
         (Open, None),  # its unknown fields are skipped, however deep
         (list[Open], None),
         (Circle | Square, None),  # the fields before the tag are skipped to find it
+        (Annotated[Circle, msgspec.Meta(title="c")] | Square, None),  # as well when one is annotated
         (Node, None),  # recursive: as deep as the bytes
         (Any, None),
         (msgspec.Raw, None),
@@ -84,7 +85,8 @@ def test_msgspec_refuses_a_closed_structs_unknown_field_before_reading_it() -> N
     for one_struct in (Leaf | None, Circle | None):  # a union with one struct reads it as itself
         with pytest.raises(msgspec.ValidationError, match=r"^Object contains unknown field `y` - at `\$\.f`$"):
             msgspec.msgpack.decode(b"\x81\xa1f\x82\xa1y" + value + b"\xa1x\x01", type=_closed("One", one_struct))
-    with pytest.raises(RecursionError):
-        msgspec.msgpack.decode(b"\x82\xa1r" + value + b"\xa4type\xa6circle", type=Circle | Square)
+    for two_structs in (Circle | Square, Annotated[Circle, msgspec.Meta(title="c")] | Square):
+        with pytest.raises(RecursionError):
+            msgspec.msgpack.decode(b"\x82\xa1r" + value + b"\xa4type\xa6circle", type=two_structs)
     with pytest.raises(RecursionError):
         msgspec.msgpack.decode(b"\x82\xa1x\x01\xa1y" + value, type=Open)
