@@ -277,11 +277,12 @@ def preparer(cls: type) -> Callable[[Any, int], Any] | None:
 
 
 # What a field of each kind may hold for ``prepare`` to have nothing to rewrite in it (``v``: its value).
+# An empty list or map is let through before ``LEAVES_ONLY``, which first makes a set of what it is given.
 _NOTHING_TO_REWRITE = {
-    "tree": "v is None or type(v) in LEAF_TYPES or (type(v) is list and LEAVES_ONLY(map(type, v)))"
-    " or (type(v) is dict and LEAVES_ONLY(map(type, v.values())))",
-    "map": "v is None or (type(v) is dict and LEAVES_ONLY(map(type, v.values())))",
-    "list": "v is None or (type(v) is list and LEAVES_ONLY(map(type, v)))",
+    "tree": "v is None or type(v) in LEAF_TYPES or (type(v) is list and (not v or LEAVES_ONLY(map(type, v))))"
+    " or (type(v) is dict and (not v or LEAVES_ONLY(map(type, v.values()))))",
+    "map": "v is None or (type(v) is dict and (not v or LEAVES_ONLY(map(type, v.values()))))",
+    "list": "v is None or (type(v) is list and (not v or LEAVES_ONLY(map(type, v))))",
     "optional": "v is None",
 }
 

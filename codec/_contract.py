@@ -121,7 +121,8 @@ def _inline(check: Check, predicate: Quick, i: int, bound: dict[str, Any]) -> st
         bound[f"Q{i}"] = predicate
         return f"Q{i}(v)"
     bound[f"L{i}"], bound[f"C{i}"] = _leaves(inner), inner
-    flat = f" or (type(v) is list and L{i}.issuperset(map(type, v)))" if inner.max_depth > 0 else ""  # at C speed
+    # a flat list at C speed (an empty one at once: ``issuperset`` makes a set of what it is given)
+    flat = f" or (type(v) is list and (not v or L{i}.issuperset(map(type, v))))" if inner.max_depth > 0 else ""
     tree = f"type(v) in L{i}{flat} or tree_ok(C{i}, v, 0, L{i})"
     if type(check) is TreeCheck:
         return tree
@@ -129,8 +130,8 @@ def _inline(check: Check, predicate: Quick, i: int, bound: dict[str, Any]) -> st
     if check.container == "nullable":
         return f"v is None or {tree}"
     bound[f"I{i}"] = _quick_check(inner)
-    values = "v.values()" if check.container == "map" else "v"
-    return f"L{i}.issuperset(map(type, {values})) or all(map(I{i}, {values}))"
+    values, kind = ("v.values()", "dict") if check.container == "map" else ("v", "list")
+    return f"(type(v) is {kind} and not v) or L{i}.issuperset(map(type, {values})) or all(map(I{i}, {values}))"
 
 
 def _inline_tensor(check: TensorCheck, i: int, bound: dict[str, Any]) -> str | None:

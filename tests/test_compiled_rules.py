@@ -125,6 +125,35 @@ def test_a_nullable_tensor_field_with_every_tensor_rule(value: Any, reason: str 
     assert (caught.value.type_id, caught.value.path) == ("T", "$.x")
 
 
+_JSON_TREE = TreeCheck(max_depth=2, json_only=True)
+
+
+@pytest.mark.parametrize(
+    ("check", "value", "path"),
+    [
+        (_JSON_TREE, [], None),
+        (_JSON_TREE, (), "$.x"),  # not a list: an empty tuple is still no JSON tree
+        (_JSON_TREE, [()], "$.x[0]"),
+        (EachCheck(container="map", inner=_JSON_TREE), {}, None),
+        (EachCheck(container="map", inner=_JSON_TREE), {"a": ()}, "$.x.a"),
+        (EachCheck(container="array", inner=_JSON_TREE), [], None),
+        (EachCheck(container="array", inner=_JSON_TREE), ((),), "$.x[0]"),
+        (EachCheck(container="array", inner=_JSON_TREE), [()], "$.x[0]"),
+    ],
+)
+def test_an_empty_list_or_map_passes_at_once_and_nothing_else_does(check: Any, value: Any, path: str | None) -> None:
+    """The compiled check lets an empty list (or map, where the rule is one per value) through
+    without looking further; an empty tuple, or a container holding one, is still looked at."""
+    obj = _holder(StructRules(type_name="T", fields=(("x", check),)), x=value)
+    if path is None:
+        check_struct(obj)
+        return
+    with pytest.raises(ValidationError, match="tuple") as caught:
+        check_struct(obj)
+    assert (caught.value.type_id, caught.value.path) == ("T", path)
+    assert str(caught.value) == _walk_breach(check, value, "T.x")
+
+
 def test_named_dims_are_compared_across_fields() -> None:
     check = TensorCheck(kind="tensor", shape=("n",))
     rules = StructRules(type_name="T", fields=(("a", check), ("b", check)))

@@ -68,6 +68,8 @@ def test_the_quick_form_rewrites_exactly_as_prepare_does(args: Any, kwargs: dict
         ([[1]], {}, True),  # not flat: walked, and nothing to rewrite
         ((1, 2), {}, False),  # a tuple becomes a tuple marker
         ([], {"x": (1,)}, False),
+        ((), {}, False),  # empty, but a tuple: still a tuple marker
+        ([], {"x": ()}, False),
     ],
 )
 def test_flat_trees_come_back_as_they_are(args: Any, kwargs: dict[str, Any], unchanged: bool) -> None:
