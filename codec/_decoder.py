@@ -16,8 +16,10 @@ A message of a type that holds no tensor, tree or untyped value, as encoders wri
 to its body exactly that type's own: no data, no buffers), is read more shortly: its body's level
 openers counted, then the body decoded alone as its class. A closed type (every struct in it
 rejects unknown fields, no union of structs, not recursive) bounds the levels msgspec reads
-whatever the bytes: its body is not counted when that bound is within the limit. Anything else,
-and any failure there, takes the full decode, which gives the same message or names what is wrong.
+whatever the bytes: its body is not counted when that bound is within the limit. So does a type
+whose only open struct is itself, read as its closed twin (``tensorwire._twin``): an encoder of the
+same fingerprint writes no field its reader does not know. Anything else, and any failure there
+(an unknown field), takes the full decode, which gives the same message or names what is wrong.
 """
 
 from __future__ import annotations
@@ -27,15 +29,18 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache, partial
 from traceback import clear_frames
 from types import FrameType, TracebackType
-from typing import Annotated, Any, Final, Literal, Union
+from typing import Annotated, Any, Final, Literal, TypeAlias, Union
 
 import msgspec
+import msgspec.inspect as mi
 
 from tensorwire._body import KEEP, stand_in
 from tensorwire._incoming import HEADER_LEVELS, Reading
 from tensorwire._locate import entry_path, header_path, msgspec_error
 from tensorwire._plan import type_plan
 from tensorwire._scan import OPENERS, OTHERS, too_deep_for_the_stack, walk
+from tensorwire._twin import BECOME, closed_twin
+from tensorwire._type_tree import closed_depth
 from tensorwire._wire import EMPTY_DATA, MAGIC, WIRE_VERSION, data_span, parse_tag, tag
 from tensorwire.errors import DecodeError
 from tensorwire.options import DecodeOptions
@@ -97,8 +102,10 @@ class Decoder:
         self.table: Final = _table_decoder(handle_types)
         self._depth = self.options.limits.max_depth + HEADER_LEVELS
         bodies, openers = _plain_bodies(registry)
-        self._plain = {  # frame 0 up to the body -> the body's typed decode, and whether its type bounds its depth
-            bare: (read, depth is not None and 1 + depth <= self._depth) for bare, (read, depth) in bodies.items()
+        self._plain = {  # frame 0 up to the body -> the body's typed decode, whether its type bounds its
+            # depth, and the class a closed twin's instance is made one of (None: decoded as the class)
+            bare: (read, depth is not None and 1 + depth <= self._depth, cls)
+            for bare, (read, depth, cls) in bodies.items()
         }
         self._plain_budget = self._depth - openers  # the level openers such a body may hold
         self._sealed = True
@@ -133,7 +140,7 @@ class Decoder:
                     # which names what is wrong (a named validator runs again there).
                     found = self._plain.get(flat[: at + 3])
                     if found is not None:
-                        plain, bounded = found
+                        plain, bounded, cls = found
                         body = flat[at + 3 :]  # (counted the quicker way for its size)
                         n = len(body)
                         if (
@@ -146,7 +153,10 @@ class Decoder:
                             <= self._plain_budget
                         ):
                             try:
-                                return plain(body)
+                                message = plain(body)
+                                if cls is not None:  # decoded as the class's closed twin: now its own
+                                    BECOME(message, cls)
+                                return message
                             except Exception:
                                 pass
                 if (
@@ -204,7 +214,10 @@ class Decoder:
         found = self._plain.get(head[:at]) if at else None
         if found is not None and found[1]:
             try:
-                return found[0](head[at:])
+                message = found[0](head[at:])
+                if found[2] is not None:
+                    BECOME(message, found[2])
+                return message
             except Exception:
                 pass
         return _UNREAD
@@ -471,18 +484,33 @@ def _body_at(frame: bytes) -> int:
     return at + 3 if at and frame.startswith(_NOTHING_ELSE, at) else 0
 
 
+_PlainBody: TypeAlias = tuple[Callable[[bytes], Any], int | None, type | None]
+"""A plain type's body decode, the most levels it reads (None: unbounded) and the class its closed
+twin's instances are made ones of (None: it decodes the class itself)."""
+
+
 @lru_cache(maxsize=64)
-def _plain_bodies(registry: Registry) -> tuple[dict[bytes, tuple[Callable[[bytes], Any], int | None]], int]:
+def _plain_bodies(registry: Registry) -> tuple[dict[bytes, _PlainBody], int]:
     """The body decoders of the types of ``registry`` whose values hold no tensor, tree or untyped
     value, with the most levels their bodies are read from where the type bounds it
     (``TypePlan.depth``), by frame 0 up to the body (``TypePlan.bare``) where the decoder finds
     where the body starts (``_body_at``: the fingerprint is 64 characters); and the most level
-    openers one of those holds."""
-    plain: dict[bytes, tuple[Callable[[bytes], Any], int | None]] = {}
+    openers one of those holds.
+
+    A type that does not bound its depth but whose closed twin does (``tensorwire._twin``: no
+    struct inside it lets unknown fields through) has its body decoded as the twin, with the class
+    to make the twin's instance one of: frame 0 up to the body names the type's fingerprint, so an
+    encoder of the same fields wrote it, which writes no field the twin does not know."""
+    plain: dict[bytes, _PlainBody] = {}
     for cls in registry:
         plan = type_plan(cls)
         if not plan.tensors and _body_at(plan.bare) == len(plan.bare):
-            plain[plan.bare] = (plan.check.plain, plan.depth)
+            twin = closed_twin(cls) if plan.depth is None else None
+            depth = None if twin is None else closed_depth(mi.type_info(twin))
+            if twin is not None and depth is not None:
+                plain[plan.bare] = (msgspec.msgpack.Decoder(twin).decode, depth, cls)
+            else:
+                plain[plan.bare] = (plan.check.plain, plan.depth, None)
     return plain, max((len(bare.translate(None, OTHERS)) for bare in plain), default=0)
 
 

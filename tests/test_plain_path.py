@@ -21,6 +21,7 @@ import tensorwire as tw
 from tests.conftest import write_schemas
 
 RULE = "plain_path.not_thirteen"
+FLAT_RULE = "plain_path.flat_not_thirteen"
 
 TICKET: dict[str, Any] = {
     "$id": "plain.Ticket",
@@ -66,15 +67,43 @@ LABELS: dict[str, Any] = {
 }
 
 
+FLAT: dict[str, Any] = {
+    "$id": "plain.Flat",
+    "x-version": 1,
+    "title": "Flat",
+    "description": "Scalars, strings and a list, with a named validator: no struct inside it.",
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "maxLength": 16},
+        "count": {"type": "integer", "minimum": 0, "maximum": 1000},
+        "note": {"type": ["string", "null"], "default": None},
+        "tags": {"type": "array", "items": {"type": "string"}, "default": []},
+    },
+    "required": ["id", "count"],
+    "x-validators": [FLAT_RULE],
+}
+
+
 @tw.register_validator(RULE)
 def _not_thirteen(ticket: Any) -> None:
     if ticket.count == 13:
         raise tw.rules.violation("plain.Ticket", "THIRTEEN", "count is 13")
 
 
+@tw.register_validator(FLAT_RULE)
+def _flat_not_thirteen(flat: Any) -> None:
+    if flat.count == 13:
+        raise tw.rules.violation("plain.Flat", "THIRTEEN", "count is 13")
+
+
 def _load(root: Path, closed: bool) -> tw.Registry:
     """The plain types, open (unknown fields skipped) or closed (``additionalProperties: false``)."""
-    docs = {"plain/Ticket.v1.json": TICKET, "plain/Inner.v1.json": INNER, "plain/Labels.v1.json": LABELS}
+    docs = {
+        "plain/Ticket.v1.json": TICKET,
+        "plain/Inner.v1.json": INNER,
+        "plain/Labels.v1.json": LABELS,
+        "plain/Flat.v1.json": FLAT,
+    }
     if closed:
         docs = {name: {**doc, "additionalProperties": False} for name, doc in docs.items()}
     return tw.load_schemas(write_schemas(root, docs))
@@ -339,7 +368,8 @@ def test_a_limit_below_a_closed_types_depth_counts_its_body(registry: tw.Registr
 
     limits = tw.Limits(max_depth=max_depth)
     decoder = tw.Decoder(registry, options=tw.DecodeOptions(limits=limits))
-    _, bounded = decoder._plain[type_plan(registry.type("plain.Ticket")).bare]
+    _, bounded, twin_of = decoder._plain[type_plan(registry.type("plain.Ticket")).bare]
+    assert twin_of is None  # open: Inner inside it lets unknown fields through; closed: its own class
     assert bounded is (_closed(registry) and max_depth == 3)
     inner = registry.type("plain.Inner")
     flat = tw.Encoder(options=tw.EncodeOptions(limits=limits)).encode(_ticket(registry, inner=inner(level=1, rows=[])))
@@ -350,3 +380,129 @@ def test_a_limit_below_a_closed_types_depth_counts_its_body(registry: tw.Registr
         assert got[0] == expected, got
     if max_depth == 2:
         assert _outcome(lambda: decoder.decode(deep))[2] == "nesting deeper than the limit of 4"
+
+
+def _flat(registry: tw.Registry, **fields: Any) -> Any:
+    values: dict[str, Any] = {"id": "f-1", "count": 3, "tags": ["x", "y"]}
+    values.update(fields)
+    return registry.type("plain.Flat")(**values)
+
+
+def _flat_head(registry: tw.Registry, **fields: Any) -> bytes:
+    """Frame 0 of a Flat, as the encoder writes it."""
+    head = tw.Encoder().encode(_flat(registry, **fields))[0]
+    assert type(head) is bytes
+    return head
+
+
+@pytest.mark.parametrize("name", ["plain.Flat", "plain.Inner", "plain.Labels", "plain.Ticket"])
+def test_an_open_type_with_no_open_struct_inside_is_read_as_its_closed_twin(registry: tw.Registry, name: str) -> None:
+    """Flat, Inner and Labels hold no struct: open, each is read as its closed twin, which bounds
+    its depth as the closed type does; Ticket holds Inner, which lets unknown fields through."""
+    from tensorwire._plan import type_plan
+
+    cls = registry.type(name)
+    read, bounded, twin_of = tw.Decoder(registry)._plain[type_plan(cls).bare]
+    twinned = name != "plain.Ticket" and not _closed(registry)
+    assert twin_of is (cls if twinned else None)
+    assert bounded is (twinned or _closed(registry))
+    decodes_as = read.__self__.type  # type: ignore[attr-defined]  # (a msgspec Decoder's decode)
+    assert (decodes_as is cls) is not twinned
+    assert issubclass(decodes_as, cls) and decodes_as.__struct_config__.forbid_unknown_fields is (
+        twinned or _closed(registry)
+    )
+
+
+@pytest.mark.parametrize("length", [100, 1100])
+def test_a_twin_read_body_is_decoded_uncounted_into_the_class_itself(registry: tw.Registry, length: int) -> None:
+    """As the closed types' bodies are (see above): a note of U+0090 would count as too many
+    openers; read as the twin, the body is decoded alone, and the message is of the class itself."""
+    import gc
+
+    message = _flat(registry, note="\x90" * length)
+    frames = tw.Encoder().encode(message)
+    decoder = tw.Decoder(registry)
+    got = decoder.decode(frames)
+    assert type(got) is type(message) and got == message == _full_decoder(decoder).decode(frames)
+    assert not decoder._free  # never the full decode
+    assert gc.is_tracked(got) == gc.is_tracked(_full_decoder(decoder).decode(frames))
+    assert got.__struct_config__.forbid_unknown_fields is _closed(registry)
+
+
+@pytest.mark.parametrize("depth", [1, 63, 64, 65, 66])
+def test_an_unknown_field_in_a_twin_read_body_gets_the_full_paths_answer(registry: tw.Registry, depth: int) -> None:
+    """Only a sender of other fields writes one: the twin refuses it, and the full decode reads the
+    frame as the class (skipping the field, or counting it too deep), or refuses it, closed."""
+    decoder = tw.Decoder(registry)
+    head = _flat_head(registry)
+    bare_end = head.index(b"\xc4\x00\x90") + 3
+    body = head[bare_end:]
+    assert body[0] == 0x83  # a map of three entries (id, count, tags): a fourth before its end
+    frames = [head[:bare_end] + b"\x84" + body[1:] + b"\xa2zz" + b"\x91" * depth + b"\x00"]
+    got = _outcome(lambda: decoder.decode(frames))
+    assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))
+    if 2 + depth > 64 + 2:
+        assert got[0:3] == ("error", tw.DecodeError, f"nesting deeper than the limit of {64 + 2}"), got
+    elif _closed(registry):
+        assert got[2:4] == ("Object contains unknown field `zz`", "$"), got
+    else:
+        assert got == _outcome(lambda: _flat(registry)), got  # the field skipped
+        assert type(decoder.decode(frames)) is registry.type("plain.Flat")
+
+
+def test_frames_of_a_twin_read_type_not_as_encoders_write_them_get_the_full_paths_answer(
+    registry: tw.Registry,
+) -> None:
+    decoder = tw.Decoder(registry)
+    full = _full_decoder(decoder)
+    head = _flat_head(registry)
+    bare_end = head.index(b"\xc4\x00\x90") + 3
+    body = msgspec.msgpack.decode(head[bare_end:])
+    cases = {
+        "as written": [head],
+        "a wrong field type": [head[:bare_end] + msgspec.msgpack.encode({**body, "count": "3"})],
+        "out of range": [head[:bare_end] + msgspec.msgpack.encode({**body, "count": 1001})],
+        "a rule broken": [head[:bare_end] + msgspec.msgpack.encode({**body, "count": 13})],
+        "too long": [head[:bare_end] + msgspec.msgpack.encode({**body, "id": "x" * 17})],
+        "a required field missing": [head[:bare_end] + msgspec.msgpack.encode({"count": 1})],
+        "an unknown field": [head[:bare_end] + msgspec.msgpack.encode({**body, "new": [1, {"a": 2}]})],
+        "an unknown field before a wrong type": [
+            head[:bare_end] + msgspec.msgpack.encode({"new": [1], **body, "count": "3"})
+        ],
+        "a list where the map is": [head[:bare_end] + msgspec.msgpack.encode(list(body.values()))],
+        "bytes after the body": [head + b"\xc0"],
+        "cut short": [head[:-3]],
+    }
+    outcomes = {name: _outcome(partial(decoder.decode, frames)) for name, frames in cases.items()}
+    for name, frames in cases.items():
+        assert outcomes[name] == _outcome(partial(full.decode, frames)), name
+    assert outcomes["as written"][0:2] == ("value", registry.type("plain.Flat"))
+    assert outcomes["a rule broken"][2:4] == ("plain.Flat: rule THIRTEEN: count is 13", "$")
+    assert outcomes["out of range"][2:4] == ("Expected `int` <= 1000", "$.count")
+    assert outcomes["an unknown field before a wrong type"][2:4] == (  # the twin's refusal is not the answer
+        ("Object contains unknown field `new`", "$") if _closed(registry) else ("Expected `int`, got `str`", "$.count")
+    )
+    assert outcomes["an unknown field"][0] == ("error" if _closed(registry) else "value")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_decoding_damaged_frames_of_a_twin_read_type_gives_the_full_paths_message_or_error(
+    registry: tw.Registry, data: st.DataObject
+) -> None:
+    note = data.draw(st.sampled_from([None, "n", "n" * 2100]))  # frame 0 counted, or over 2 KiB (walked)
+    head = bytearray(_flat_head(registry, note=note, count=data.draw(st.integers(0, 12))))
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(head) - 1))
+        edit = data.draw(st.sampled_from(["set", "insert", "delete"]))
+        byte = data.draw(st.integers(0, 255))
+        if edit == "set":
+            head[at] = byte
+        elif edit == "insert":
+            head.insert(at, byte)
+        else:
+            del head[at]
+    frames = [bytes(head)]
+    decoder = tw.Decoder(registry)
+    got = _outcome(lambda: decoder.decode(frames))
+    assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))

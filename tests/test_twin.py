@@ -1,0 +1,174 @@
+"""A message class's closed twin (``tensorwire._twin``): the class, forbidding unknown fields,
+whose decoded instances become the class's own; None wherever that could not hold."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from typing import Annotated, Any
+
+import msgspec
+import pytest
+
+from tensorwire._twin import BECOME, closed_twin
+from tensorwire._type_tree import closed_depth
+
+
+class Plain(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    name: Annotated[str, msgspec.Meta(max_length=8)]
+    count: int = 0
+    tags: list[str] = []
+
+
+class Tracked(msgspec.Struct, weakref=True, dict=True):
+    rows: list[list[int]]
+
+
+class Tagged(msgspec.Struct, tag=True, rename="camel"):
+    some_field: int
+
+
+class Explicit(msgspec.Struct, tag_field="type", tag="ns.Explicit", array_like=True):
+    a: int
+    b: str = "x"
+
+
+class Frozen(msgspec.Struct, frozen=True):
+    a: int
+
+
+class OwnSetattr(msgspec.Struct):
+    a: int
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{name} is read-only")
+
+
+def _via_twin(cls: Any, value: Any) -> Any:
+    """``value`` encoded, decoded as the twin of its class and made one of ``cls``."""
+    twin = closed_twin(cls)
+    assert twin is not None
+    decoded: Any = msgspec.msgpack.decode(msgspec.msgpack.encode(value), type=twin)
+    assert type(decoded) is twin
+    BECOME(decoded, cls)
+    return decoded
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        Plain(name="a", count=3, tags=["x"]),
+        Tracked(rows=[[1, 2], []]),
+        Tagged(some_field=4),
+        Explicit(a=1, b="y"),
+        Frozen(a=1),
+        OwnSetattr(a=2),
+    ],
+)
+def test_a_twins_instance_becomes_one_of_the_class_itself(value: Any) -> None:
+    cls = type(value)
+    twin = closed_twin(cls)
+    assert twin is not None and issubclass(twin, cls) and twin.__name__ == cls.__name__
+    assert twin.__struct_config__.forbid_unknown_fields and not cls.__struct_config__.forbid_unknown_fields  # type: ignore[attr-defined]
+    assert twin.__struct_config__.tag == cls.__struct_config__.tag  # type: ignore[attr-defined]
+    assert twin.__struct_encode_fields__ == cls.__struct_encode_fields__  # type: ignore[attr-defined]
+    decoded = _via_twin(cls, value)
+    assert type(decoded) is cls and decoded == value and repr(decoded) == repr(value)
+    as_itself = msgspec.msgpack.decode(msgspec.msgpack.encode(value), type=cls)
+    assert gc.is_tracked(decoded) == gc.is_tracked(as_itself)  # a struct of scalars stays untracked
+    assert msgspec.msgpack.encode(decoded) == msgspec.msgpack.encode(value)
+
+
+def test_the_twin_refuses_an_unknown_field_before_reading_its_value() -> None:
+    twin = closed_twin(Plain)
+    assert twin is not None
+    levels = 100_000  # msgspec would recurse through them to skip them (the class itself does)
+    body = (
+        b"\x82" + msgspec.msgpack.encode("name") + msgspec.msgpack.encode("a") + b"\xa2zz" + b"\x91" * levels + b"\x00"
+    )
+    with pytest.raises(RecursionError):
+        msgspec.msgpack.decode(body, type=Plain)
+    with pytest.raises(msgspec.ValidationError, match="Object contains unknown field `zz`"):
+        msgspec.msgpack.decode(body, type=twin)
+    assert closed_depth(msgspec.inspect.type_info(twin)) == 2  # its map and the list of tags
+    assert closed_depth(msgspec.inspect.type_info(Plain)) is None
+
+
+def test_a_weak_reference_and_an_attribute_dict_still_work_on_the_class_it_became() -> None:
+    decoded = _via_twin(Tracked, Tracked(rows=[[1]]))
+    ref = weakref.ref(decoded)
+    decoded.extra = 5
+    assert decoded.extra == 5
+    assert ref() is decoded
+
+
+class Closed(msgspec.Struct, forbid_unknown_fields=True):
+    a: int
+
+
+SUBCLASSED: list[type] = []
+
+
+class Watched(msgspec.Struct):
+    a: int
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        SUBCLASSED.append(cls)
+        super().__init_subclass__(**kwargs)
+
+
+class OwnMeta(type(msgspec.Struct)):  # type: ignore[misc]
+    pass
+
+
+class Metaclassed(msgspec.Struct, metaclass=OwnMeta):
+    a: int
+
+
+@pytest.mark.parametrize(
+    ("cls", "why"),
+    [
+        (Closed, "it forbids unknown fields already"),
+        (Watched, "making the twin would run its __init_subclass__"),
+        (Metaclassed, "making the twin would run its metaclass"),
+    ],
+)
+def test_no_twin_where_it_could_not_stand_in_for_the_class(cls: type, why: str) -> None:
+    before = list(SUBCLASSED)
+    assert closed_twin(cls) is None, why
+    assert SUBCLASSED == before  # nothing of the class's own ran
+
+
+def test_a_frozen_twin_instance_becomes_the_class_and_stays_frozen() -> None:
+    """Set as an attribute, a frozen struct's class is refused (``BECOME`` goes past that); its
+    fields stay read-only and it hashes as the class's own."""
+    twin = closed_twin(Frozen)
+    assert twin is not None
+    decoded: Any = msgspec.msgpack.decode(msgspec.msgpack.encode(Frozen(a=1)), type=twin)
+    with pytest.raises(AttributeError, match="immutable type"):
+        decoded.__class__ = Frozen
+    BECOME(decoded, Frozen)
+    assert type(decoded) is Frozen and hash(decoded) == hash(Frozen(a=1))
+    with pytest.raises(AttributeError, match="immutable type"):
+        decoded.a = 2  # type: ignore[misc]
+
+
+class Wider(msgspec.Struct, gc=False):
+    a: int
+    b: int
+    c: int
+    d: int
+
+
+def test_a_class_of_another_layout_is_refused() -> None:
+    decoded = _via_twin(Plain, Plain(name="a"))
+    with pytest.raises(TypeError, match="__class__ assignment: 'Tracked' deallocator differs from 'Plain'"):
+        BECOME(decoded, Tracked)
+    with pytest.raises(TypeError, match="__class__ assignment: 'Wider' object layout differs from 'Plain'"):
+        BECOME(decoded, Wider)
+    assert type(decoded) is Plain
+
+
+def test_the_class_own_setattr_is_not_run() -> None:
+    decoded = _via_twin(OwnSetattr, OwnSetattr(a=1))
+    assert type(decoded) is OwnSetattr and decoded.a == 1
