@@ -193,11 +193,28 @@ CLOSED_SCHEMAS = {
 }
 CLOSED_PLACES = ("unknown field", "a typed field", "a union's field before its tag")
 
+# An open type with no struct inside it: the decoder reads an open.Flat body as its closed twin,
+# uncounted; an unknown field makes the twin refuse it, and the full decode bounds the frame.
+OPEN_SCHEMAS = {
+    "open/Flat.v1.json": {
+        "$id": "open.Flat",
+        "x-version": 1,
+        "description": "An open type holding no struct.",
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "rows": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+        },
+        "required": ["name", "rows"],
+    }
+}
+OPEN_PLACES = ("unknown field", "a typed field")
+
 
 def closed_registry(root: Path) -> tw.Registry:
     from tests.conftest import write_schemas
 
-    return tw.load_schemas(write_schemas(root, CLOSED_SCHEMAS))
+    return tw.load_schemas(write_schemas(root, {**CLOSED_SCHEMAS, **OPEN_SCHEMAS}))
 
 
 def closed_frames(registry: tw.Registry, where: str, value: bytes) -> list[Any]:
@@ -211,6 +228,17 @@ def closed_frames(registry: tw.Registry, where: str, value: bytes) -> list[Any]:
         entries = b"\xa4name\xa1n\xa5point" + msgspec.msgpack.encode(point)
         extra = b"\xa7unknown" if where == "unknown field" else b"\xa4rows"
         body = (b"\x84\xa4rows\x90" if where == "unknown field" else b"\x83") + entries + extra + value
+    bare = head[: head.index(b"\xc4\x00\x90") + 3]
+    return [bare + body]
+
+
+def open_frames(registry: tw.Registry, where: str, value: bytes) -> list[Any]:
+    """An open.Flat frame 0 with the raw msgpack ``value`` in its body ``where``."""
+    head = bytes(INLINE.encode(registry.type("open.Flat")(name="n", rows=[]))[0])
+    if where == "unknown field":
+        body = b"\x83\xa4name\xa1n\xa4rows\x90\xa7unknown" + value
+    else:
+        body = b"\x82\xa4name\xa1n\xa4rows" + value
     bare = head[: head.index(b"\xc4\x00\x90") + 3]
     return [bare + body]
 
@@ -274,6 +302,9 @@ def _closed_checks(closed: tw.Decoder) -> dict[str, str]:
             frames = closed_frames(closed.registry, where, deep)
             assert (len(frames[0]) <= 2048) == (size == "small")
             results[f"closed type, {size} frame, {where}"] = outcome(partial(closed.decode, frames))
+        for where in OPEN_PLACES:
+            frames = open_frames(closed.registry, where, deep)
+            results[f"open type read as its twin, {size} frame, {where}"] = outcome(partial(closed.decode, frames))
     return results
 
 
@@ -372,6 +403,39 @@ def test_a_closed_type_at_the_limit_gets_the_full_paths_verdict(tmp_path: Path, 
     }
     assert outcome(partial(decoder.decode, fits)) == outcome(partial(full.decode, fits))
     assert outcome(partial(decoder.decode, fits)) == expected[where]
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("where", OPEN_PLACES)
+def test_an_open_type_read_as_its_closed_twin_reads_nothing_deeper_than_itself_on_a_small_stack(
+    child_results: dict[str, str], where: str, size: str
+) -> None:
+    """As the closed type's: the twin refuses the unknown field before its value (then the full
+    decode bounds the frame) and reads a typed field no deeper than its type."""
+    assert child_results[f"open type read as its twin, {size} frame, {where}"] == NESTING
+
+
+@pytest.mark.parametrize("where", OPEN_PLACES)
+def test_an_open_type_read_as_its_twin_at_the_limit_gets_the_full_paths_verdict(tmp_path: Path, where: str) -> None:
+    from tensorwire._plan import type_plan
+
+    decoder = tw.Decoder(closed_registry(tmp_path))
+    flat = decoder.registry.type("open.Flat")
+    _, bounded, twin_of = decoder._plain[type_plan(flat).bare]
+    assert bounded and twin_of is flat  # read uncounted, as its closed twin
+    full = tw.Decoder(decoder.registry)
+    object.__setattr__(full, "_plain", {})
+    levels = 64 if where == "unknown field" else 63  # frame 0 and the body are two levels
+    fits = open_frames(decoder.registry, where, nest(levels, b"\x01", [_array]))
+    expected = {
+        "unknown field": "ok",  # skipped by the full decode, as the open type does
+        "a typed field": "open.Flat v1: Expected `int`, got `array` - at `$.rows[0][0]`",
+    }
+    assert outcome(partial(decoder.decode, fits)) == outcome(partial(full.decode, fits)) == expected[where]
+    deeper = open_frames(decoder.registry, where, nest(levels + 1, b"\x01", [_array]))
+    assert outcome(partial(decoder.decode, deeper)) == outcome(partial(full.decode, deeper))
+    if where == "unknown field":
+        assert outcome(partial(decoder.decode, deeper)) == NESTING
 
 
 def _with_data(frames: list[Any], data: bytes, body: bytes | None = None) -> list[Any]:
