@@ -3,7 +3,9 @@ whose decoded instances become the class's own; None wherever that could not hol
 
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
 import weakref
 from typing import Annotated, Any
 
@@ -77,6 +79,8 @@ def test_a_twins_instance_becomes_one_of_the_class_itself(value: Any) -> None:
     as_itself = msgspec.msgpack.decode(msgspec.msgpack.encode(value), type=cls)
     assert gc.is_tracked(decoded) == gc.is_tracked(as_itself)  # a struct of scalars stays untracked
     assert msgspec.msgpack.encode(decoded) == msgspec.msgpack.encode(value)
+    assert copy.copy(decoded) == value and type(copy.copy(decoded)) is cls
+    assert type(pickle.loads(pickle.dumps(decoded))) is cls  # a copy of a local object, never of a frame
 
 
 def test_the_twin_refuses_an_unknown_field_before_reading_its_value() -> None:
