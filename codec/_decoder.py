@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache, partial
 from traceback import clear_frames
 from types import FrameType, TracebackType
-from typing import Annotated, Any, Final, Literal, TypeAlias, Union
+from typing import Annotated, Any, Final, Literal, NamedTuple, Union
 
 import msgspec
 import msgspec.inspect as mi
@@ -39,8 +39,8 @@ from tensorwire._incoming import HEADER_LEVELS, Reading
 from tensorwire._locate import entry_path, header_path, msgspec_error
 from tensorwire._plan import type_plan
 from tensorwire._scan import OPENERS, OTHERS, too_deep_for_the_stack, walk
-from tensorwire._twin import BECOME, closed_twin
-from tensorwire._type_tree import closed_depth
+from tensorwire._twin import BECOME, closed_mirror, closed_twin
+from tensorwire._type_tree import children, closed_depth
 from tensorwire._wire import EMPTY_DATA, MAGIC, WIRE_VERSION, data_span, parse_tag, tag
 from tensorwire.errors import DecodeError
 from tensorwire.options import DecodeOptions
@@ -102,10 +102,16 @@ class Decoder:
         self.table: Final = _table_decoder(handle_types)
         self._depth = self.options.limits.max_depth + HEADER_LEVELS
         bodies, openers = _plain_bodies(registry)
-        self._plain = {  # frame 0 up to the body -> the body's typed decode, whether its type bounds its
-            # depth, and the class a closed twin's instance is made one of (None: decoded as the class)
-            bare: (read, depth is not None and 1 + depth <= self._depth, cls)
-            for bare, (read, depth, cls) in bodies.items()
+        self._plain = {  # frame 0 up to the body -> the body's typed decode, whether it is read within
+            # the limit uncounted, the class a closed twin's instance is made one of, and the guard
+            # decode where the count finds too many openers (see ``_PlainBody``), if within the limit
+            bare: (
+                body.read,
+                body.depth is not None and 1 + body.depth <= self._depth,
+                body.become,
+                body.guard if 1 + body.guard_depth <= self._depth else None,
+            )
+            for bare, body in bodies.items()
         }
         self._plain_budget = self._depth - openers  # the level openers such a body may hold
         self._sealed = True
@@ -135,15 +141,16 @@ class Decoder:
                 if at and at + 3 < size and flat[at + 1] == 0 and len(frames) == 1:
                     # No data: if frame 0 up to here (its empty data and buffer table included) is
                     # that of a type that holds no tensor, tree or untyped value, its body is
-                    # decoded alone, its level openers counted first unless the type bounds its
-                    # depth (closed: msgspec skips nothing). A failure takes the full decode below,
+                    # decoded alone, its level openers counted first unless the type (or its
+                    # closed twin) bounds its depth; too many, its closed twins decode it first
+                    # where they bound it (``_PlainBody``). A failure takes the full decode below,
                     # which names what is wrong (a named validator runs again there).
                     found = self._plain.get(flat[: at + 3])
                     if found is not None:
-                        plain, bounded, cls = found
+                        plain, bounded, cls, guard = found
                         body = flat[at + 3 :]  # (counted the quicker way for its size)
                         n = len(body)
-                        if (
+                        fits = (
                             bounded
                             or (
                                 n - len(body.translate(None, OPENERS))
@@ -151,8 +158,12 @@ class Decoder:
                                 else len(body.translate(None, OTHERS))
                             )
                             <= self._plain_budget
-                        ):
+                        )
+                        if fits or guard is not None:
                             try:
+                                if not fits:
+                                    assert guard is not None
+                                    guard(body)
                                 message = plain(body)
                                 if cls is not None:  # decoded as the class's closed twin: now its own
                                     BECOME(message, cls)
@@ -207,16 +218,22 @@ class Decoder:
         return frame.body
 
     def _bounded(self, head: bytes) -> Any:
-        """The message of a large frame 0 as the shorter path reads it where its type bounds its
-        depth: no data, no buffers, frame 0 up to the body that type's own, the body decoded alone
-        uncounted; else, or if that decode fails, ``_UNREAD`` (the full decode names what is wrong)."""
+        """The message of a large frame 0 as the shorter path reads it where its type, or its closed
+        twins, bound its depth: no data, no buffers, frame 0 up to the body that type's own, the
+        body decoded alone uncounted (by the twins first where the type does not bound it); else, or
+        if a decode fails, ``_UNREAD`` (the full decode names what is wrong)."""
         at = _body_at(head)
         found = self._plain.get(head[:at]) if at else None
-        if found is not None and found[1]:
+        if found is not None and (found[1] or found[3] is not None):
+            plain, bounded, cls, guard = found
+            body = head[at:]
             try:
-                message = found[0](head[at:])
-                if found[2] is not None:
-                    BECOME(message, found[2])
+                if not bounded:  # (its closed twins bound it: they read it first)
+                    assert guard is not None
+                    guard(body)
+                message = plain(body)
+                if cls is not None:
+                    BECOME(message, cls)
                 return message
             except Exception:
                 pass
@@ -484,34 +501,61 @@ def _body_at(frame: bytes) -> int:
     return at + 3 if at and frame.startswith(_NOTHING_ELSE, at) else 0
 
 
-_PlainBody: TypeAlias = tuple[Callable[[bytes], Any], int | None, type | None]
-"""A plain type's body decode, the most levels it reads (None: unbounded) and the class its closed
-twin's instances are made ones of (None: it decodes the class itself)."""
+class _PlainBody(NamedTuple):
+    """How the body of a plain type (``_plain_bodies``) is read: ``read`` decodes it; ``depth``:
+    the most levels that decode reads (None: unbounded, the body is counted first); ``become``:
+    the class a closed twin's instance ``read`` gives is made one of (None: ``read`` decodes the
+    class itself); ``guard``: where the count finds too many level openers, a decode by the type's
+    closed twins (``tensorwire._twin.closed_tree``) that reads at most ``guard_depth`` levels and
+    refuses what the class would skip, run before ``read`` (None: none)."""
+
+    read: Callable[[bytes], Any]
+    depth: int | None
+    become: type | None = None
+    guard: Callable[[bytes], Any] | None = None
+    guard_depth: int = 0
 
 
 @lru_cache(maxsize=64)
 def _plain_bodies(registry: Registry) -> tuple[dict[bytes, _PlainBody], int]:
     """The body decoders of the types of ``registry`` whose values hold no tensor, tree or untyped
-    value, with the most levels their bodies are read from where the type bounds it
-    (``TypePlan.depth``), by frame 0 up to the body (``TypePlan.bare``) where the decoder finds
+    value (``_PlainBody``), by frame 0 up to the body (``TypePlan.bare``) where the decoder finds
     where the body starts (``_body_at``: the fingerprint is 64 characters); and the most level
     openers one of those holds.
 
-    A type that does not bound its depth but whose closed twin does (``tensorwire._twin``: no
-    struct inside it lets unknown fields through) has its body decoded as the twin, with the class
-    to make the twin's instance one of: frame 0 up to the body names the type's fingerprint, so an
-    encoder of the same fields wrote it, which writes no field the twin does not know."""
+    A type that does not bound its depth (``TypePlan.depth``) but whose closed twins do
+    (``tensorwire._twin.closed_tree``: no struct inside itself, no union of two structs) is read
+    through them: frame 0 up to the body names the type's fingerprint, so an encoder of the same
+    fields wrote it, which writes no field the twins do not know. A type that holds no struct is
+    decoded as its twin, uncounted, and the instance made one of the class itself; a type that
+    holds structs is counted as before, and where the count finds too many level openers (a long
+    list of structs) the twins decode the body first, in place of walking it."""
     plain: dict[bytes, _PlainBody] = {}
     for cls in registry:
         plan = type_plan(cls)
-        if not plan.tensors and _body_at(plan.bare) == len(plan.bare):
-            twin = closed_twin(cls) if plan.depth is None else None
-            depth = None if twin is None else closed_depth(mi.type_info(twin))
-            if twin is not None and depth is not None:
-                plain[plan.bare] = (msgspec.msgpack.Decoder(twin).decode, depth, cls)
-            else:
-                plain[plan.bare] = (plan.check.plain, plan.depth, None)
+        if plan.tensors or _body_at(plan.bare) != len(plan.bare):
+            continue
+        mirror = closed_mirror(cls) if plan.depth is None else None
+        depth = None if mirror is None else closed_depth(mi.type_info(mirror))
+        twin = closed_twin(cls) if depth is not None and not _holds_struct(cls) else None
+        if depth is None:
+            plain[plan.bare] = _PlainBody(plan.check.plain, plan.depth)
+        elif twin is not None:  # no struct inside it: its twin's instance becomes the class's
+            plain[plan.bare] = _PlainBody(msgspec.msgpack.Decoder(twin).decode, depth, cls)
+        else:
+            plain[plan.bare] = _PlainBody(plan.check.plain, None, None, msgspec.msgpack.Decoder(mirror).decode, depth)
     return plain, max((len(bare.translate(None, OTHERS)) for bare in plain), default=0)
+
+
+def _holds_struct(cls: Any) -> bool:
+    """Whether a field of struct class ``cls`` may hold a struct."""
+    pending = [f.type for f in mi.type_info(cls).fields]  # type: ignore[attr-defined]
+    while pending:
+        t = pending.pop()
+        if isinstance(t, mi.StructType):
+            return True
+        pending += [t.type] if isinstance(t, mi.Metadata) else children(t)
+    return False
 
 
 def _frame_decoder(frame: Any, hook: Callable[[int, memoryview], Any]) -> msgspec.msgpack.Decoder[Any]:

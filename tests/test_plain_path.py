@@ -84,6 +84,17 @@ FLAT: dict[str, Any] = {
 }
 
 
+MANY: dict[str, Any] = {
+    "$id": "plain.Many",
+    "x-version": 1,
+    "title": "Many",
+    "description": "A list of structs: as many level openers as items, and more.",
+    "type": "object",
+    "properties": {"items": {"type": "array", "items": {"$ref": "Inner.v1.json"}}},
+    "required": ["items"],
+}
+
+
 @tw.register_validator(RULE)
 def _not_thirteen(ticket: Any) -> None:
     if ticket.count == 13:
@@ -103,6 +114,7 @@ def _load(root: Path, closed: bool) -> tw.Registry:
         "plain/Inner.v1.json": INNER,
         "plain/Labels.v1.json": LABELS,
         "plain/Flat.v1.json": FLAT,
+        "plain/Many.v1.json": MANY,
     }
     if closed:
         docs = {name: {**doc, "additionalProperties": False} for name, doc in docs.items()}
@@ -347,17 +359,18 @@ def test_a_closed_type_bounds_the_levels_of_its_body(registry: tw.Registry) -> N
 @pytest.mark.parametrize("length", [100, 1100])
 def test_a_closed_types_body_is_decoded_uncounted(registry: tw.Registry, length: int) -> None:
     """A note of U+0090 holds as many bytes 0x90, each of which could open an array: counted, the
-    body is over what it may hold and takes the full decode (which walks it and finds it flat); a
-    closed type's body is not counted and is decoded alone, in a frame 0 of under 2 KiB (whose
-    openers the decoder counts) and over it (which it walks). The same message either way."""
+    body is over what it may hold. A closed type's body is not counted and is decoded alone, in a
+    frame 0 of under 2 KiB (whose openers the decoder counts) and over it (which it walks); the
+    open type's is decoded by its closed mirror first, then alone, in place of the full decode's
+    walk. The same message either way."""
     message = _ticket(registry, note="\x90" * length)
     frames = tw.Encoder().encode(message)
     assert bytes(frames[0]).count(0x90) > length and (len(frames[0]) > 2048) == (length > 1000)
     decoder = tw.Decoder(registry)
     assert decoder.decode(frames) == message == _full_decoder(decoder).decode(frames)
-    assert bool(decoder._free) is not _closed(registry)  # the full decode's pooled frame 0 decoder
+    assert not decoder._free  # never the full decode, whose frame 0 decoders are pooled
     assert decoder.decode([bytearray(frames[0])]) == message  # not bytes: copied when small, else walked
-    assert bool(decoder._free) is (not _closed(registry) or length > 1000)
+    assert bool(decoder._free) is (length > 1000)
 
 
 @pytest.mark.parametrize("max_depth", [2, 3])
@@ -368,8 +381,9 @@ def test_a_limit_below_a_closed_types_depth_counts_its_body(registry: tw.Registr
 
     limits = tw.Limits(max_depth=max_depth)
     decoder = tw.Decoder(registry, options=tw.DecodeOptions(limits=limits))
-    _, bounded, twin_of = decoder._plain[type_plan(registry.type("plain.Ticket")).bare]
+    _, bounded, twin_of, guard = decoder._plain[type_plan(registry.type("plain.Ticket")).bare]
     assert twin_of is None  # open: Inner inside it lets unknown fields through; closed: its own class
+    assert (guard is not None) is (not _closed(registry) and max_depth == 3)  # its twins' depth: Ticket's
     assert bounded is (_closed(registry) and max_depth == 3)
     inner = registry.type("plain.Inner")
     flat = tw.Encoder(options=tw.EncodeOptions(limits=limits)).encode(_ticket(registry, inner=inner(level=1, rows=[])))
@@ -402,10 +416,11 @@ def test_an_open_type_with_no_open_struct_inside_is_read_as_its_closed_twin(regi
     from tensorwire._plan import type_plan
 
     cls = registry.type(name)
-    read, bounded, twin_of = tw.Decoder(registry)._plain[type_plan(cls).bare]
+    read, bounded, twin_of, guard = tw.Decoder(registry)._plain[type_plan(cls).bare]
     twinned = name != "plain.Ticket" and not _closed(registry)
     assert twin_of is (cls if twinned else None)
     assert bounded is (twinned or _closed(registry))
+    assert (guard is not None) is (name == "plain.Ticket" and not _closed(registry))  # counted, else guarded
     decodes_as = read.__self__.type  # type: ignore[attr-defined]  # (a msgspec Decoder's decode)
     assert (decodes_as is cls) is not twinned
     assert issubclass(decodes_as, cls) and decodes_as.__struct_config__.forbid_unknown_fields is (
@@ -492,6 +507,71 @@ def test_decoding_damaged_frames_of_a_twin_read_type_gives_the_full_paths_messag
 ) -> None:
     note = data.draw(st.sampled_from([None, "n", "n" * 2100]))  # frame 0 counted, or over 2 KiB (walked)
     head = bytearray(_flat_head(registry, note=note, count=data.draw(st.integers(0, 12))))
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(head) - 1))
+        edit = data.draw(st.sampled_from(["set", "insert", "delete"]))
+        byte = data.draw(st.integers(0, 255))
+        if edit == "set":
+            head[at] = byte
+        elif edit == "insert":
+            head.insert(at, byte)
+        else:
+            del head[at]
+    frames = [bytes(head)]
+    decoder = tw.Decoder(registry)
+    got = _outcome(lambda: decoder.decode(frames))
+    assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))
+
+
+def _many(registry: tw.Registry, count: int) -> Any:
+    inner = registry.type("plain.Inner")
+    return registry.type("plain.Many")(items=[inner(level=i, rows=[[i]]) for i in range(count)])
+
+
+@pytest.mark.parametrize("count", [10, 100, 1000])
+def test_a_long_list_of_structs_is_read_by_the_mirror_not_walked(registry: tw.Registry, count: int) -> None:
+    """More structs than levels allowed are more level openers than the count lets through: an open
+    type's body is decoded by its closed mirror (which bounds its depth) and then as its class,
+    instead of the full decode walking every value in Python; a closed type's is not counted."""
+    message = _many(registry, count)
+    frames = tw.Encoder().encode(message)
+    assert (bytes(frames[0]).count(0x82) > 66) is (count > 10)  # each Inner a map of two entries
+    decoder = tw.Decoder(registry)
+    got = decoder.decode(frames)
+    assert type(got) is type(message) and got == message == _full_decoder(decoder).decode(frames)
+    assert all(type(item) is registry.type("plain.Inner") for item in got.items)
+    assert not decoder._free  # never the full decode
+
+
+@pytest.mark.parametrize("depth", [1, 60, 61, 62, 63, 100_000])
+@pytest.mark.parametrize("at", [0, 99])
+def test_an_unknown_field_in_a_long_list_gets_the_full_paths_answer(registry: tw.Registry, depth: int, at: int) -> None:
+    """An unknown field nested ``depth`` deep in item ``at`` of a list of 100 structs (frame 0, the
+    body, the list and the item are four levels): the mirror refuses it before reading its value,
+    and the full decode skips it (open), refuses it (closed) or finds it too deep."""
+    head = tw.Encoder().encode(_many(registry, 100))[0]
+    assert type(head) is bytes
+    item = msgspec.msgpack.encode(_many(registry, 100).items[at])
+    assert item[0] == 0x82 and head.count(item) == 1
+    changed = b"\x83" + item[1:] + b"\xa2zz" + b"\x91" * depth + b"\x00"
+    frames = [head.replace(item, changed)]
+    decoder = tw.Decoder(registry)
+    got = _outcome(lambda: decoder.decode(frames))
+    assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))
+    if 4 + depth > 64 + 2:
+        assert got[0:3] == ("error", tw.DecodeError, f"nesting deeper than the limit of {64 + 2}"), got
+    elif _closed(registry):
+        assert got[2:4] == ("Object contains unknown field `zz`", f"$.items[{at}]"), got
+    else:
+        assert got == _outcome(lambda: _many(registry, 100)), got
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_decoding_damaged_long_lists_gives_the_full_paths_message_or_error(
+    registry: tw.Registry, data: st.DataObject
+) -> None:
+    head = bytearray(tw.Encoder().encode(_many(registry, data.draw(st.sampled_from([70, 300]))))[0])
     for _ in range(data.draw(st.integers(1, 3))):
         at = data.draw(st.integers(0, len(head) - 1))
         edit = data.draw(st.sampled_from(["set", "insert", "delete"]))

@@ -176,3 +176,72 @@ def test_a_class_of_another_layout_is_refused() -> None:
 def test_the_class_own_setattr_is_not_run() -> None:
     decoded = _via_twin(OwnSetattr, OwnSetattr(a=1))
     assert type(decoded) is OwnSetattr and decoded.a == 1
+
+
+class Leaf(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
+    leaf_value: Annotated[int, msgspec.Meta(ge=0)]
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        RULES_RAN.append(self)
+
+
+class Shape(msgspec.Struct, tag_field="kind", tag="shape.Square", array_like=True):
+    side: float
+
+
+class Holder(msgspec.Struct, kw_only=True, omit_defaults=True):
+    items: list[Leaf] = []
+    by_name: dict[str, Leaf] = {}
+    maybe: Leaf | None = None
+    pair: tuple[Leaf, int] | None = None
+    shape: Annotated[Shape, msgspec.Meta(title="a shape")] | None = None
+    first: int
+
+
+class Loop(msgspec.Struct):
+    next: Loop | None = None
+
+
+RULES_RAN: list[Any] = []
+
+
+def test_a_mirror_reads_what_the_class_writes_and_refuses_unknown_fields_at_every_level() -> None:
+    from tensorwire._twin import closed_mirror
+
+    mirror = closed_mirror(Holder)
+    assert mirror is not None and not issubclass(mirror, Holder)
+    assert mirror.__struct_fields__ == Holder.__struct_fields__  # type: ignore[attr-defined]
+    info = msgspec.inspect.type_info(mirror)
+    assert closed_depth(info) == 3 and closed_depth(msgspec.inspect.type_info(Holder)) is None
+    value = Holder(
+        items=[Leaf(leaf_value=1)],
+        by_name={"a": Leaf(leaf_value=2, note="n")},
+        pair=(Leaf(leaf_value=3), 4),
+        shape=Shape(side=1.5),
+        first=0,
+    )
+    body = msgspec.msgpack.encode(value)
+    RULES_RAN.clear()
+    read = msgspec.msgpack.decode(body, type=mirror)
+    assert msgspec.msgpack.encode(read) == body and not RULES_RAN  # the same fields; no rules run
+    assert msgspec.msgpack.decode(body, type=Holder) == value and len(RULES_RAN) == 3
+    with pytest.raises(msgspec.ValidationError, match=r"Expected `int` >= 0 - at `\$.items\[0\].leafValue`"):
+        msgspec.msgpack.decode(body.replace(b"\xa9leafValue\x01", b"\xa9leafValue\xff"), type=mirror)
+    deep = b"\xa2zz" + b"\x91" * 100_000 + b"\x00"  # msgspec would recurse through it to skip it
+    for where, bad in {
+        "$.items[0]": body.replace(b"\x81\xa9leafValue\x01", b"\x82\xa9leafValue\x01" + deep),
+        "$": b"\x86" + body[1:] + deep,
+    }.items():
+        with pytest.raises(RecursionError):
+            msgspec.msgpack.decode(bad, type=Holder)
+        with pytest.raises(msgspec.ValidationError) as caught:
+            msgspec.msgpack.decode(bad, type=mirror)
+        assert str(caught.value) == "Object contains unknown field `zz`" + ("" if where == "$" else f" - at `{where}`")
+
+
+def test_no_mirror_for_a_struct_inside_itself() -> None:
+    from tensorwire._twin import closed_mirror
+
+    assert closed_mirror(Loop) is None
+    assert closed_mirror(Holder) is not None

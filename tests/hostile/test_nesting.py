@@ -209,6 +209,17 @@ OPEN_SCHEMAS = {
     }
 }
 OPEN_PLACES = ("unknown field", "a typed field")
+# An open type holding a list of open structs: a body with more of them than levels allowed is
+# decoded by the type's closed mirror first; an unknown field in an item makes the mirror refuse it.
+OPEN_SCHEMAS["open/Many.v1.json"] = {
+    "$id": "open.Many",
+    "x-version": 1,
+    "description": "An open type holding a list of open structs.",
+    "type": "object",
+    "properties": {"items": {"type": "array", "items": {"$ref": "Flat.v1.json"}}},
+    "required": ["items"],
+}
+MANY_ITEMS = 80  # more level openers than the limit: the count alone would refuse the body
 
 
 def closed_registry(root: Path) -> tw.Registry:
@@ -230,6 +241,16 @@ def closed_frames(registry: tw.Registry, where: str, value: bytes) -> list[Any]:
         body = (b"\x84\xa4rows\x90" if where == "unknown field" else b"\x83") + entries + extra + value
     bare = head[: head.index(b"\xc4\x00\x90") + 3]
     return [bare + body]
+
+
+def many_frames(registry: tw.Registry, value: bytes) -> list[Any]:
+    """An open.Many frame 0 of ``MANY_ITEMS`` items, the last with the raw msgpack ``value`` in an
+    unknown field."""
+    flat = registry.type("open.Flat")
+    head = bytes(INLINE.encode(registry.type("open.Many")(items=[flat(name="n", rows=[])] * MANY_ITEMS))[0])
+    item = b"\x82\xa4name\xa1n\xa4rows\x90"
+    assert head.endswith(item)
+    return [head[: -len(item)] + b"\x83\xa4name\xa1n\xa4rows\x90\xa7unknown" + value]
 
 
 def open_frames(registry: tw.Registry, where: str, value: bytes) -> list[Any]:
@@ -305,6 +326,8 @@ def _closed_checks(closed: tw.Decoder) -> dict[str, str]:
         for where in OPEN_PLACES:
             frames = open_frames(closed.registry, where, deep)
             results[f"open type read as its twin, {size} frame, {where}"] = outcome(partial(closed.decode, frames))
+        frames = many_frames(closed.registry, deep)
+        results[f"open type guarded by its mirror, {size} frame"] = outcome(partial(closed.decode, frames))
     return results
 
 
@@ -415,13 +438,33 @@ def test_an_open_type_read_as_its_closed_twin_reads_nothing_deeper_than_itself_o
     assert child_results[f"open type read as its twin, {size} frame, {where}"] == NESTING
 
 
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_a_long_list_of_open_structs_is_bounded_on_a_small_stack(child_results: dict[str, str], size: str) -> None:
+    """The mirror refuses the unknown field in the last item before reading its value (then the
+    full decode bounds the frame): nothing crashed the child."""
+    assert child_results[f"open type guarded by its mirror, {size} frame"] == NESTING
+
+
+def test_a_long_list_of_open_structs_at_the_limit_gets_the_full_paths_verdict(tmp_path: Path) -> None:
+    from tensorwire._plan import type_plan
+
+    decoder = tw.Decoder(closed_registry(tmp_path))
+    _, bounded, twin_of, guard = decoder._plain[type_plan(decoder.registry.type("open.Many")).bare]
+    assert not bounded and twin_of is None and guard is not None  # counted; too many openers: guarded
+    full = tw.Decoder(decoder.registry)
+    object.__setattr__(full, "_plain", {})
+    for levels, expected in ((62, "ok"), (63, NESTING)):  # frame 0, the body, the list, the item: 4
+        frames = many_frames(decoder.registry, nest(levels, b"\x01", [_array]))
+        assert outcome(partial(decoder.decode, frames)) == outcome(partial(full.decode, frames)) == expected
+
+
 @pytest.mark.parametrize("where", OPEN_PLACES)
 def test_an_open_type_read_as_its_twin_at_the_limit_gets_the_full_paths_verdict(tmp_path: Path, where: str) -> None:
     from tensorwire._plan import type_plan
 
     decoder = tw.Decoder(closed_registry(tmp_path))
     flat = decoder.registry.type("open.Flat")
-    _, bounded, twin_of = decoder._plain[type_plan(flat).bare]
+    _, bounded, twin_of, _ = decoder._plain[type_plan(flat).bare]
     assert bounded and twin_of is flat  # read uncounted, as its closed twin
     full = tw.Decoder(decoder.registry)
     object.__setattr__(full, "_plain", {})
