@@ -18,8 +18,10 @@ openers counted, then the body decoded alone as its class. A closed type (every 
 rejects unknown fields, no union of structs, not recursive) bounds the levels msgspec reads
 whatever the bytes: its body is not counted when that bound is within the limit. So does a type
 whose only open struct is itself, read as its closed twin (``tensorwire._twin``): an encoder of the
-same fingerprint writes no field its reader does not know. Anything else, and any failure there
-(an unknown field), takes the full decode, which gives the same message or names what is wrong.
+same fingerprint writes no field its reader does not know. A body with more level openers than
+the count lets through (a long list of structs) is decoded by its type's closed mirror first,
+where that bounds it, rather than walked. Anything else, and any failure there (an unknown
+field), takes the full decode, which gives the same message or names what is wrong.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from tensorwire._incoming import HEADER_LEVELS, Reading
 from tensorwire._locate import entry_path, header_path, msgspec_error
 from tensorwire._plan import type_plan
 from tensorwire._scan import OPENERS, OTHERS, too_deep_for_the_stack, walk
-from tensorwire._twin import BECOME, closed_mirror, closed_twin
-from tensorwire._type_tree import children, closed_depth
+from tensorwire._twin import BECOME, closed_mirror, closed_twin, structs_inside
+from tensorwire._type_tree import closed_depth
 from tensorwire._wire import EMPTY_DATA, MAGIC, WIRE_VERSION, data_span, parse_tag, tag
 from tensorwire.errors import DecodeError
 from tensorwire.options import DecodeOptions
@@ -142,8 +144,8 @@ class Decoder:
                     # No data: if frame 0 up to here (its empty data and buffer table included) is
                     # that of a type that holds no tensor, tree or untyped value, its body is
                     # decoded alone, its level openers counted first unless the type (or its
-                    # closed twin) bounds its depth; too many, its closed twins decode it first
-                    # where they bound it (``_PlainBody``). A failure takes the full decode below,
+                    # closed twin) bounds its depth; too many, its closed mirror decodes it first
+                    # where that bounds it (``_PlainBody``). A failure takes the full decode below,
                     # which names what is wrong (a named validator runs again there).
                     found = self._plain.get(flat[: at + 3])
                     if found is not None:
@@ -218,17 +220,17 @@ class Decoder:
         return frame.body
 
     def _bounded(self, head: bytes) -> Any:
-        """The message of a large frame 0 as the shorter path reads it where its type, or its closed
-        twins, bound its depth: no data, no buffers, frame 0 up to the body that type's own, the
-        body decoded alone uncounted (by the twins first where the type does not bound it); else, or
-        if a decode fails, ``_UNREAD`` (the full decode names what is wrong)."""
+        """The message of a large frame 0 as the shorter path reads it where its type, its closed twin
+        or its closed mirror bound its depth: no data, no buffers, frame 0 up to the body that type's
+        own, the body decoded alone uncounted (by the mirror first where neither of the others bounds
+        it); else, or if a decode fails, ``_UNREAD`` (the full decode names what is wrong)."""
         at = _body_at(head)
         found = self._plain.get(head[:at]) if at else None
         if found is not None and (found[1] or found[3] is not None):
             plain, bounded, cls, guard = found
             body = head[at:]
             try:
-                if not bounded:  # (its closed twins bound it: they read it first)
+                if not bounded:  # (its closed mirror bounds it: it reads it first)
                     assert guard is not None
                     guard(body)
                 message = plain(body)
@@ -506,8 +508,8 @@ class _PlainBody(NamedTuple):
     the most levels that decode reads (None: unbounded, the body is counted first); ``become``:
     the class a closed twin's instance ``read`` gives is made one of (None: ``read`` decodes the
     class itself); ``guard``: where the count finds too many level openers, a decode by the type's
-    closed twins (``tensorwire._twin.closed_tree``) that reads at most ``guard_depth`` levels and
-    refuses what the class would skip, run before ``read`` (None: none)."""
+    closed mirror (``tensorwire._twin.closed_mirror``) that reads at most ``guard_depth`` levels
+    and refuses what the class would skip, run before ``read`` (None: none)."""
 
     read: Callable[[bytes], Any]
     depth: int | None
@@ -523,13 +525,13 @@ def _plain_bodies(registry: Registry) -> tuple[dict[bytes, _PlainBody], int]:
     where the body starts (``_body_at``: the fingerprint is 64 characters); and the most level
     openers one of those holds.
 
-    A type that does not bound its depth (``TypePlan.depth``) but whose closed twins do
-    (``tensorwire._twin.closed_tree``: no struct inside itself, no union of two structs) is read
-    through them: frame 0 up to the body names the type's fingerprint, so an encoder of the same
-    fields wrote it, which writes no field the twins do not know. A type that holds no struct is
-    decoded as its twin, uncounted, and the instance made one of the class itself; a type that
-    holds structs is counted as before, and where the count finds too many level openers (a long
-    list of structs) the twins decode the body first, in place of walking it."""
+    A type that does not bound its depth (``TypePlan.depth``) but whose closed mirror does
+    (``tensorwire._twin``: no struct inside itself, no union of two structs) is read through it:
+    frame 0 up to the body names the type's fingerprint, so an encoder of the same fields wrote it,
+    which writes no field the mirror does not know. A type that holds no struct is decoded as its
+    closed twin, uncounted, and the instance made one of the class itself; a type that holds
+    structs is counted as before, and where the count finds too many level openers (a long list of
+    structs) the mirror decodes the body first, in place of walking it."""
     plain: dict[bytes, _PlainBody] = {}
     for cls in registry:
         plan = type_plan(cls)
@@ -537,7 +539,7 @@ def _plain_bodies(registry: Registry) -> tuple[dict[bytes, _PlainBody], int]:
             continue
         mirror = closed_mirror(cls) if plan.depth is None else None
         depth = None if mirror is None else closed_depth(mi.type_info(mirror))
-        twin = closed_twin(cls) if depth is not None and not _holds_struct(cls) else None
+        twin = closed_twin(cls) if depth is not None and not structs_inside(cls) else None
         if depth is None:
             plain[plan.bare] = _PlainBody(plan.check.plain, plan.depth)
         elif twin is not None:  # no struct inside it: its twin's instance becomes the class's
@@ -545,17 +547,6 @@ def _plain_bodies(registry: Registry) -> tuple[dict[bytes, _PlainBody], int]:
         else:
             plain[plan.bare] = _PlainBody(plan.check.plain, None, None, msgspec.msgpack.Decoder(mirror).decode, depth)
     return plain, max((len(bare.translate(None, OTHERS)) for bare in plain), default=0)
-
-
-def _holds_struct(cls: Any) -> bool:
-    """Whether a field of struct class ``cls`` may hold a struct."""
-    pending = [f.type for f in mi.type_info(cls).fields]  # type: ignore[attr-defined]
-    while pending:
-        t = pending.pop()
-        if isinstance(t, mi.StructType):
-            return True
-        pending += [t.type] if isinstance(t, mi.Metadata) else children(t)
-    return False
 
 
 def _frame_decoder(frame: Any, hook: Callable[[int, memoryview], Any]) -> msgspec.msgpack.Decoder[Any]:

@@ -24,7 +24,7 @@ import msgspec.inspect as mi
 
 from tensorwire._type_tree import children
 
-__all__ = ["BECOME", "closed_mirror", "closed_twin"]
+__all__ = ["BECOME", "closed_mirror", "closed_twin", "structs_inside"]
 
 BECOME: Final = object.__dict__["__class__"].__set__
 """``BECOME(obj, cls)``: make ``obj`` an instance of ``cls`` (of its layout: else ``TypeError``),
@@ -118,6 +118,11 @@ def _mirror(cls: Any, mirrors: dict[type, type], inside: frozenset[type]) -> typ
         raise TypeError(f"{cls.__name__}'s mirror reads other fields")
     mirrors[cls] = mirror
     return mirror
+
+
+def structs_inside(cls: Any) -> set[type]:
+    """The struct classes the fields of struct class ``cls`` may hold (not looking inside them)."""
+    return {nested for field in mi.type_info(cls).fields for nested in _structs(field.type)}  # type: ignore[attr-defined]
 
 
 def _structs(t: Any) -> set[type]:

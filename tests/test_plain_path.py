@@ -383,7 +383,7 @@ def test_a_limit_below_a_closed_types_depth_counts_its_body(registry: tw.Registr
     decoder = tw.Decoder(registry, options=tw.DecodeOptions(limits=limits))
     _, bounded, twin_of, guard = decoder._plain[type_plan(registry.type("plain.Ticket")).bare]
     assert twin_of is None  # open: Inner inside it lets unknown fields through; closed: its own class
-    assert (guard is not None) is (not _closed(registry) and max_depth == 3)  # its twins' depth: Ticket's
+    assert (guard is not None) is (not _closed(registry) and max_depth == 3)  # its mirror's depth: Ticket's
     assert bounded is (_closed(registry) and max_depth == 3)
     inner = registry.type("plain.Inner")
     flat = tw.Encoder(options=tw.EncodeOptions(limits=limits)).encode(_ticket(registry, inner=inner(level=1, rows=[])))
