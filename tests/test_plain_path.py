@@ -138,11 +138,16 @@ def _ticket(registry: tw.Registry, **fields: Any) -> Any:
     return registry.type("plain.Ticket")(**values)
 
 
-def _head(registry: tw.Registry, **fields: Any) -> bytes:
-    """Frame 0 of a ticket, as the encoder writes it."""
-    head = tw.Encoder().encode(_ticket(registry, **fields))[0]
+def _frame_0(message: Any) -> bytes:
+    """Frame 0 of ``message``, as the encoder writes it."""
+    head = tw.Encoder().encode(message)[0]
     assert type(head) is bytes
     return head
+
+
+def _head(registry: tw.Registry, **fields: Any) -> bytes:
+    """Frame 0 of a ticket."""
+    return _frame_0(_ticket(registry, **fields))
 
 
 def _full_decoder(decoder: tw.Decoder) -> tw.Decoder:
@@ -259,6 +264,26 @@ def test_an_unknown_field_nesting_past_the_limit_is_refused(registry: tw.Registr
         assert got[0] == "value"
 
 
+def _damaged(data: st.DataObject, head: bytes) -> bytes:
+    """``head`` with one to three bytes set, inserted or deleted, or cut short, as ``data`` draws."""
+    damaged = bytearray(head)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(damaged) - 1))
+        edit = data.draw(st.sampled_from(["set", "insert", "delete", "cut"]))
+        byte = data.draw(st.integers(0, 255))
+        if edit == "set":
+            damaged[at] = byte
+        elif edit == "insert":
+            damaged.insert(at, byte)
+        elif edit == "delete":
+            del damaged[at]
+        else:
+            del damaged[at:]
+        if not damaged:
+            break
+    return bytes(damaged)
+
+
 _TEXT = st.text(max_size=20) | st.just("\udc80")  # a lone surrogate is not UTF-8
 _FIELDS = st.fixed_dictionaries(
     {},
@@ -298,22 +323,7 @@ def test_decoding_damaged_frames_gives_the_full_paths_message_or_error(
     registry: tw.Registry, data: st.DataObject
 ) -> None:
     note = data.draw(st.sampled_from(["n", "n" * 2100]))  # frame 0 under 2 KiB (counted) or over (walked)
-    head = bytearray(_head(registry, note=note, count=data.draw(st.integers(0, 12))))
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(head) - 1))
-        edit = data.draw(st.sampled_from(["set", "insert", "delete", "cut"]))
-        byte = data.draw(st.integers(0, 255))
-        if edit == "set":
-            head[at] = byte
-        elif edit == "insert":
-            head.insert(at, byte)
-        elif edit == "delete":
-            del head[at]
-        else:
-            del head[at:]
-        if not head:
-            break
-    frames = [bytes(head)]
+    frames = [_damaged(data, _head(registry, note=note, count=data.draw(st.integers(0, 12))))]
     decoder = tw.Decoder(registry)
     got = _outcome(lambda: decoder.decode(frames))
     assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))
@@ -403,10 +413,8 @@ def _flat(registry: tw.Registry, **fields: Any) -> Any:
 
 
 def _flat_head(registry: tw.Registry, **fields: Any) -> bytes:
-    """Frame 0 of a Flat, as the encoder writes it."""
-    head = tw.Encoder().encode(_flat(registry, **fields))[0]
-    assert type(head) is bytes
-    return head
+    """Frame 0 of a Flat."""
+    return _frame_0(_flat(registry, **fields))
 
 
 @pytest.mark.parametrize("name", ["plain.Flat", "plain.Inner", "plain.Labels", "plain.Ticket"])
@@ -506,18 +514,7 @@ def test_decoding_damaged_frames_of_a_twin_read_type_gives_the_full_paths_messag
     registry: tw.Registry, data: st.DataObject
 ) -> None:
     note = data.draw(st.sampled_from([None, "n", "n" * 2100]))  # frame 0 counted, or over 2 KiB (walked)
-    head = bytearray(_flat_head(registry, note=note, count=data.draw(st.integers(0, 12))))
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(head) - 1))
-        edit = data.draw(st.sampled_from(["set", "insert", "delete"]))
-        byte = data.draw(st.integers(0, 255))
-        if edit == "set":
-            head[at] = byte
-        elif edit == "insert":
-            head.insert(at, byte)
-        else:
-            del head[at]
-    frames = [bytes(head)]
+    frames = [_damaged(data, _flat_head(registry, note=note, count=data.draw(st.integers(0, 12))))]
     decoder = tw.Decoder(registry)
     got = _outcome(lambda: decoder.decode(frames))
     assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))
@@ -549,8 +546,7 @@ def test_an_unknown_field_in_a_long_list_gets_the_full_paths_answer(registry: tw
     """An unknown field nested ``depth`` deep in item ``at`` of a list of 100 structs (frame 0, the
     body, the list and the item are four levels): the mirror refuses it before reading its value,
     and the full decode skips it (open), refuses it (closed) or finds it too deep."""
-    head = tw.Encoder().encode(_many(registry, 100))[0]
-    assert type(head) is bytes
+    head = _frame_0(_many(registry, 100))
     item = msgspec.msgpack.encode(_many(registry, 100).items[at])
     assert item[0] == 0x82 and head.count(item) == 1
     changed = b"\x83" + item[1:] + b"\xa2zz" + b"\x91" * depth + b"\x00"
@@ -571,18 +567,7 @@ def test_an_unknown_field_in_a_long_list_gets_the_full_paths_answer(registry: tw
 def test_decoding_damaged_long_lists_gives_the_full_paths_message_or_error(
     registry: tw.Registry, data: st.DataObject
 ) -> None:
-    head = bytearray(tw.Encoder().encode(_many(registry, data.draw(st.sampled_from([70, 300]))))[0])
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(head) - 1))
-        edit = data.draw(st.sampled_from(["set", "insert", "delete"]))
-        byte = data.draw(st.integers(0, 255))
-        if edit == "set":
-            head[at] = byte
-        elif edit == "insert":
-            head.insert(at, byte)
-        else:
-            del head[at]
-    frames = [bytes(head)]
+    frames = [_damaged(data, _frame_0(_many(registry, data.draw(st.sampled_from([70, 300])))))]
     decoder = tw.Decoder(registry)
     got = _outcome(lambda: decoder.decode(frames))
     assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))
