@@ -180,6 +180,7 @@ def test_measure_rows() -> None:
                 CLOSED,
                 CLOSED_CHECKS,
             },
+            "list of 200 small structs (bench.Batch)": {TENSORWIRE, UNCHECKED, RAW, CLOSED},
             "rpc.Request, a 16x16 tensor in kwargs": {TENSORWIRE, HOOKS},
         },
     )

@@ -21,6 +21,10 @@ the case's reference:
   ``additionalProperties: false``, so msgspec skips nothing and the decoder counts nothing). The
   decoder reads ``bench.Envelope`` as its closed twin (it holds no struct), uncounted: neither of
   its floors counts;
+- a list of 200 small structs (``bench.Batch``), more structs than levels allowed: the decoder's
+  count of level openers refuses the body, which the type's closed mirror then bounds before the
+  class decodes it; against raw msgspec, with the round trip without the encoder's check and the
+  closed copy's (no floors);
 - one 16x16 float32 tensor (``bench.One``), eight 64x64 float32 tensors (``bench.Step``) and an
   ``rpc.Request`` with a 16x16 tensor in its kwargs: against the hooks style
   (``tools.bench.hooks_style``) carrying the same fields. The raw msgspec row of ``bench.One``
@@ -295,19 +299,46 @@ def step_case() -> Case:
     )
 
 
-def batch_case() -> Case:
-    """bench.Batch (a list of 50 small structs) against raw msgspec, with its floors."""
-    encoder, decoder = _tensorwire()
+def _batches(count: int) -> tuple[Any, Any, RawBatch]:
+    """A bench.Batch, bench.ClosedBatch and raw msgspec batch of the same ``count`` items."""
     registry = bench_registry()
     item, batch = registry.type("bench.Item"), registry.type("bench.Batch")
     fields: list[dict[str, Any]] = [
-        {"index": i, "name": f"item-{i}", "score": i * 0.5, "done": i % 2 == 0} for i in range(50)
+        {"index": i, "name": f"item-{i}", "score": i * 0.5, "done": i % 2 == 0} for i in range(count)
     ]
-    message = batch(items=[item(**f) for f in fields])
     closed_item = registry.type("bench.ClosedItem")
     closed = registry.type("bench.ClosedBatch")(items=[closed_item(**f) for f in fields])
-    raw = RawBatch(items=[RawItem(**f) for f in fields])
+    return batch(items=[item(**f) for f in fields]), closed, RawBatch(items=[RawItem(**f) for f in fields])
+
+
+def batch_case() -> Case:
+    """bench.Batch (a list of 50 small structs) against raw msgspec, with its floors."""
+    encoder, decoder = _tensorwire()
+    message, closed, raw = _batches(50)
     return _against_raw("list of 50 small structs (bench.Batch)", encoder, decoder, message, raw, closed)
+
+
+def long_batch_case() -> Case:
+    """bench.Batch of 200 small structs, more than levels allowed (the decoder's count of level
+    openers refuses the body, which its type's closed mirror then bounds), against raw msgspec;
+    with the round trip without the encoder's check and that of the closed type (no count)."""
+    import tensorwire as tw
+
+    encoder, decoder = _tensorwire()
+    unchecked = tw.Encoder(encoder.transport, options=dataclasses.replace(encoder.options, validate=False))
+    message, closed, raw = _batches(200)
+    raw_encoder, raw_decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(RawBatch)
+    assert decoder.decode(encoder.encode(message)) == message and decoder.decode(encoder.encode(closed)) == closed
+    return Case(
+        "list of 200 small structs (bench.Batch)",
+        RAW,
+        {
+            TENSORWIRE: lambda: decoder.decode(encoder.encode(message)),
+            UNCHECKED: lambda: decoder.decode(unchecked.encode(message)),
+            RAW: lambda: raw_decoder.decode(raw_encoder.encode(raw)),
+            CLOSED: lambda: decoder.decode(encoder.encode(closed)),
+        },
+    )
 
 
 def _floor(message: Any) -> Callable[[], Any]:
@@ -507,6 +538,7 @@ def case_builders() -> dict[str, Callable[[], Case]]:
         "one": lambda: one_case(torch.randn(16, 16), "one 16x16 float32 tensor (bench.One)"),
         "step": step_case,
         "batch": batch_case,
+        "long": long_batch_case,
         "rpc": rpc_case,
     }
 
