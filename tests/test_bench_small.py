@@ -24,6 +24,7 @@ from tools.bench.small import (
     TENSORWIRE,
     TENSORWIRE_PIPE,
     UNCHECKED,
+    WALKED,
     measure,
     measure_calls,
     measure_pipe,
@@ -180,7 +181,7 @@ def test_measure_rows() -> None:
                 CLOSED,
                 CLOSED_CHECKS,
             },
-            "list of 200 small structs (bench.Batch)": {TENSORWIRE, UNCHECKED, RAW, CLOSED},
+            "list of 200 small structs (bench.Batch)": {TENSORWIRE, UNCHECKED, RAW, CLOSED, WALKED},
             "rpc.Request, a 16x16 tensor in kwargs": {TENSORWIRE, HOOKS},
         },
     )

@@ -23,8 +23,9 @@ the case's reference:
   its floors counts;
 - a list of 200 small structs (``bench.Batch``), more structs than levels allowed: the decoder's
   count of level openers refuses the body, which the type's closed mirror then bounds before the
-  class decodes it; against raw msgspec, with the round trip without the encoder's check and the
-  closed copy's (no floors);
+  class decodes it; against raw msgspec, with the round trip without the encoder's check, the
+  closed copy's, and the round trip a decoder without the mirror makes (its full decode walks
+  frame 0 value by value in Python); no floors;
 - one 16x16 float32 tensor (``bench.One``), eight 64x64 float32 tensors (``bench.Step``) and an
   ``rpc.Request`` with a 16x16 tensor in its kwargs: against the hooks style
   (``tools.bench.hooks_style``) carrying the same fields. The raw msgspec row of ``bench.One``
@@ -91,6 +92,7 @@ __all__ = [
     "RAW",
     "SCHEMAS",
     "TENSORWIRE",
+    "WALKED",
     "TENSORWIRE_PIPE",
     "UNCHECKED",
     "Case",
@@ -122,6 +124,7 @@ CLOSED = "tensorwire, closed schema"
 CLOSED_CHECKS = "floor: the checks alone, closed schema"
 FLOOR = "floor: tensorwire's C steps"
 CHECKS = "floor: the checks alone"
+WALKED = "tensorwire, walked (no mirror)"
 
 
 @cache
@@ -326,9 +329,13 @@ def long_batch_case() -> Case:
 
     encoder, decoder = _tensorwire()
     unchecked = tw.Encoder(encoder.transport, options=dataclasses.replace(encoder.options, validate=False))
+    walked = tw.Decoder(decoder.registry)  # what the decode costs without the mirror: its full decode
+    object.__setattr__(walked, "_plain", {bare: (*read[:3], None) for bare, read in walked._plain.items()})
     message, closed, raw = _batches(200)
     raw_encoder, raw_decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(RawBatch)
-    assert decoder.decode(encoder.encode(message)) == message and decoder.decode(encoder.encode(closed)) == closed
+    assert decoder.decode(encoder.encode(message)) == message == walked.decode(encoder.encode(message))
+    assert decoder.decode(encoder.encode(closed)) == closed
+    assert not decoder._free and walked._free  # the mirror read it, not the full decode; the other, walked
     return Case(
         "list of 200 small structs (bench.Batch)",
         RAW,
@@ -337,6 +344,7 @@ def long_batch_case() -> Case:
             UNCHECKED: lambda: decoder.decode(unchecked.encode(message)),
             RAW: lambda: raw_decoder.decode(raw_encoder.encode(raw)),
             CLOSED: lambda: decoder.decode(encoder.encode(closed)),
+            WALKED: lambda: walked.decode(encoder.encode(message)),
         },
     )
 
