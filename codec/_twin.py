@@ -69,12 +69,13 @@ def closed_twin(cls: Any) -> type | None:
 
 
 def closed_mirror(cls: Any) -> type | None:
-    """The closed mirror of ``cls`` (see above), or None where its annotations do not resolve or
-    a struct is inside itself (no depth bounds it). Mirrors only decode: they run no rules and
-    their instances are dropped at once (no garbage collector tracking)."""
+    """The closed mirror of ``cls`` (see above), or None where a struct is inside itself (no
+    depth bounds it) or one cannot be made (its annotations do not resolve, say: the decoder then
+    counts, as without a mirror). Mirrors only decode: they run no rules and their instances are
+    dropped at once (no garbage collector tracking)."""
     try:
         return _mirror(cls, {}, frozenset())
-    except (NameError, TypeError, _Unbounded):
+    except Exception:
         return None
 
 

@@ -240,8 +240,11 @@ def test_a_mirror_reads_what_the_class_writes_and_refuses_unknown_fields_at_ever
         assert str(caught.value) == "Object contains unknown field `zz`" + ("" if where == "$" else f" - at `{where}`")
 
 
-def test_no_mirror_for_a_struct_inside_itself() -> None:
+def test_no_mirror_for_a_struct_inside_itself_or_one_whose_annotations_do_not_resolve() -> None:
     from tensorwire._twin import closed_mirror
 
-    assert closed_mirror(Loop) is None
+    unresolved: Any = msgspec.defstruct("Unresolved", [("x", "Missing")])  # a name nothing defines
+    with pytest.raises(NameError):
+        msgspec.inspect.type_info(unresolved)
+    assert closed_mirror(Loop) is None and closed_mirror(unresolved) is None
     assert closed_mirror(Holder) is not None
