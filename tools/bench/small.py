@@ -92,9 +92,9 @@ __all__ = [
     "RAW",
     "SCHEMAS",
     "TENSORWIRE",
-    "WALKED",
     "TENSORWIRE_PIPE",
     "UNCHECKED",
+    "WALKED",
     "Case",
     "batch_case",
     "bench_registry",
@@ -324,13 +324,14 @@ def batch_case() -> Case:
 def long_batch_case() -> Case:
     """bench.Batch of 200 small structs, more than levels allowed (the decoder's count of level
     openers refuses the body, which its type's closed mirror then bounds), against raw msgspec;
-    with the round trip without the encoder's check and that of the closed type (no count)."""
+    with the round trip without the encoder's check, that of the closed type (no count) and that
+    of a decoder without the mirror (its full decode walks frame 0)."""
     import tensorwire as tw
 
     encoder, decoder = _tensorwire()
     unchecked = tw.Encoder(encoder.transport, options=dataclasses.replace(encoder.options, validate=False))
     walked = tw.Decoder(decoder.registry)  # what the decode costs without the mirror: its full decode
-    object.__setattr__(walked, "_plain", {bare: (*read[:3], None) for bare, read in walked._plain.items()})
+    object.__setattr__(walked, "_plain", {bare: (*entry[:3], None) for bare, entry in walked._plain.items()})
     message, closed, raw = _batches(200)
     raw_encoder, raw_decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(RawBatch)
     assert decoder.decode(encoder.encode(message)) == message == walked.decode(encoder.encode(message))
@@ -477,7 +478,7 @@ def _uncounted(message: Any) -> bool:
     from tensorwire._plan import type_plan
 
     found = _plain_bodies(bench_registry())[0].get(type_plan(type(message)).bare)
-    return found is not None and found[1] is not None
+    return found is not None and found.depth is not None
 
 
 def _count_table(size: int) -> bytes:
