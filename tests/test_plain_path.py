@@ -571,3 +571,23 @@ def test_decoding_damaged_long_lists_gives_the_full_paths_message_or_error(
     decoder = tw.Decoder(registry)
     got = _outcome(lambda: decoder.decode(frames))
     assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))
+
+
+def test_a_failed_swap_to_the_class_takes_the_full_decode(registry: tw.Registry) -> None:
+    """If making the twin's instance one of the class fails (a class of another layout, here put in
+    by hand), the decode still gives the class's message, from the full decode."""
+    from tensorwire._plan import type_plan
+
+    decoder = tw.Decoder(registry)
+    bare = type_plan(registry.type("plain.Flat")).bare
+    read, bounded, become, guard = decoder._plain[bare]
+    if _closed(registry):
+        assert become is None  # closed: decoded as the class itself, nothing to swap
+        return
+    object.__setattr__(
+        decoder, "_plain", {**decoder._plain, bare: (read, bounded, registry.type("plain.Inner"), guard)}
+    )
+    message = _flat(registry)
+    got = decoder.decode(tw.Encoder().encode(message))
+    assert type(got) is type(message) and got == message
+    assert decoder._free  # the full decode's pooled frame 0 decoder: it read the frame

@@ -248,3 +248,30 @@ def test_no_mirror_for_a_struct_inside_itself_or_one_whose_annotations_do_not_re
         msgspec.inspect.type_info(unresolved)
     assert closed_mirror(Loop) is None and closed_mirror(unresolved) is None
     assert closed_mirror(Holder) is not None
+
+
+def test_no_twin_where_its_config_would_differ_from_the_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The twin is kept only if all it changes is ``forbid_unknown_fields``; a config key that
+    differs (here that flag itself, named among those compared) leaves no twin."""
+    from tensorwire import _twin
+
+    assert closed_twin(Plain) is not None
+    monkeypatch.setattr(_twin, "_CONFIG", (*_twin._CONFIG, "forbid_unknown_fields"))
+    assert closed_twin(Plain) is None
+
+
+def test_no_mirror_where_its_fields_would_be_read_by_other_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mirror that would read other encode names than the class (here: made without the class's
+    renames) is refused, and none is made."""
+    from tensorwire._twin import closed_mirror
+
+    defstruct = msgspec.defstruct
+
+    def without_renames(*args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("rename")
+        return defstruct(*args, **kwargs)
+
+    assert closed_mirror(Leaf) is not None
+    monkeypatch.setattr(msgspec, "defstruct", without_renames)
+    assert closed_mirror(Leaf) is None
+    assert closed_mirror(Holder) is None  # Leaf inside it has no mirror: neither has Holder
