@@ -399,14 +399,19 @@ class Decoder:
         limits = self.options.limits
         if len(handles) > limits.max_buffers:
             raise DecodeError(f"{len(handles)} buffers is over the limit of {limits.max_buffers}", path="$.buffers")
-        by_transport: dict[Transport, list[Handle]] = {}
         inline = 0
-        for handle in handles:
-            kind = type(handle)
-            inline += kind is InlineHandle
-            by_transport.setdefault(self._by_type[kind], []).append(handle)
-        for transport, group in by_transport.items():
-            transport.verify(group, frames)
+        if len(handles) == 1:  # the common message: one buffer, one transport
+            kind = type(handles[0])
+            inline = int(kind is InlineHandle)
+            self._by_type[kind].verify(handles, frames)
+        else:
+            by_transport: dict[Transport, list[Handle]] = {}
+            for handle in handles:
+                kind = type(handle)
+                inline += kind is InlineHandle
+                by_transport.setdefault(self._by_type[kind], []).append(handle)
+            for transport, group in by_transport.items():
+                transport.verify(group, frames)
         if inline != len(frames) - 1:
             raise DecodeError(f"the message has {len(frames)} frames but its header names {inline} inline buffers")
 

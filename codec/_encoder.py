@@ -201,7 +201,11 @@ class Encoder:
                 if transport is own and not begun:  # once, before the first export to it
                     own.begin_message()
                     begun = True
-                handle = self._export(transport, buffer, frames)
+                view = buffer.view
+                if view is not None and not (self._takes_storage and transport is own):  # (``_export``'s first
+                    handle = transport.export(view, frames)  # case, inline: the common host buffer)
+                else:
+                    handle = self._export(transport, buffer, frames)
                 exported.append((transport, handle))
                 entries.append([nbytes, handle])
         except BaseException as exc:

@@ -86,6 +86,7 @@ INLINE = struct.Struct("<BBBBQQ")  # HEAD, offset in frame 0's data, nbytes
 Buffer = bytes | bytearray | memoryview
 DIMS = [struct.Struct(f"<{rank}Q") for rank in range(16)]  # the shapes of the common ranks
 INLINE_DIMS = [struct.Struct(f"<BBBBQQ{rank}Q") for rank in range(16)]  # INLINE and a shape of a common rank
+PLACED_DIMS = [struct.Struct(f"<BBBBIQQ{rank}Q") for rank in range(16)]  # PLACED and a shape of a common rank
 
 
 def _dims(rank: int) -> struct.Struct:
@@ -206,6 +207,9 @@ class Descriptor(NamedTuple):
     nbytes: int
 
 
+_DESCRIPTOR = tuple.__new__  # ``_DESCRIPTOR(Descriptor, values)``: a Descriptor made without its Python ``__new__``
+
+
 def pack_descriptor(
     kind: int,
     dtype: int,
@@ -240,6 +244,15 @@ def unpack_descriptor(code: int, data: Buffer) -> Descriptor:
     """The descriptor in an ``ext(1)`` or ``ext(3)`` payload; ``DecodeError`` if it is malformed
     (its sizes are checked against buffers and limits by ``tensorwire._tensors``)."""
     size = len(data)
+    if code == EXT_TENSOR and size >= PLACED.size:  # the common one, contiguous: one unpack, no more checks
+        rank = data[2]
+        if rank < len(PLACED_DIMS) and size == PLACED.size + 8 * rank:
+            values = PLACED_DIMS[rank].unpack_from(data)
+            kind, dtype, flags = values[0], values[1], values[3]
+            if kind < 2 and dtype < len(DTYPE_NAMES) and not flags & ~SHARED:  # (as the checks below)
+                return _DESCRIPTOR(
+                    Descriptor, (KINDS[kind], DTYPE_NAMES[dtype], values[7:], None, values[4], values[5], values[6])
+                )
     if size < HEAD.size:
         raise DecodeError(f"tensor descriptor of {size} bytes is shorter than its {HEAD.size}-byte head")
     kind, dtype, rank, flags = HEAD.unpack_from(data)

@@ -503,6 +503,21 @@ def test_frames_must_match_the_header() -> None:
         DECODER.decode([*frames, b"extra"])
 
 
+def test_a_message_of_one_buffer_must_match_its_header_too() -> None:
+    frames = INLINE.encode(diffusion.Output(output=torch.ones(3)))  # one inline buffer
+    assert len(frames) == 2
+    with pytest.raises(tw.DecodeError, match=r"the message has 3 frames but its header names 1 inline buffers"):
+        DECODER.decode([*frames, b"extra"])
+    with pytest.raises(tw.DecodeError, match=r"inline buffer names frame 1; the message has 1 frames"):
+        DECODER.decode(frames[:1])
+    shared = tw.Encoder(transport=SHM, options=tw.EncodeOptions(inline_threshold=0, embed_threshold=0))
+    frames = shared.encode(diffusion.Output(output=torch.ones(3)))  # one shared-memory segment
+    assert len(frames) == 1
+    with pytest.raises(tw.DecodeError, match=r"the message has 2 frames but its header names 0 inline buffers"):
+        DECODER.decode([*frames, b"extra"])
+    assert torch.equal(DECODER.decode(frames).output, torch.ones(3))  # the refusal claimed nothing
+
+
 def test_a_tensor_descriptor_in_a_message_without_buffers_is_rejected() -> None:
     frames = EMBED.encode(diffusion.Output(output=[1, 2]))
     descriptor = Ext(1, tw._wire.pack_descriptor(0, FLOAT32, (2,), None, 0, 0, 8))

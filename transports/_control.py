@@ -79,9 +79,14 @@ _UNLOCK = struct.pack("hh4xqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
 _LOCK_WAIT = 0.25  # seconds a transition waits for a page locked by another process
 
 
+_HASH = hashlib.blake2b(digest_size=CAPABILITY_BYTES, person=b"tensorwire.cap")  # never updated: copied
+
+
 def digest(capability: bytes) -> bytes:
     """What a page stores for ``capability``: its 16-byte keyed BLAKE2b digest."""
-    return hashlib.blake2b(capability, digest_size=CAPABILITY_BYTES, person=b"tensorwire.cap").digest()
+    h = _HASH.copy()  # (a copy of the keyed state costs less than parsing the keywords anew)
+    h.update(capability)
+    return h.digest()
 
 
 def _lock(fd: int, what: str) -> None:
@@ -192,10 +197,13 @@ class Page:
             raise ValueError(f"a hand-over is for 1 to {MAX_READERS} receivers, not {readers}")
         capability = os.urandom(CAPABILITY_BYTES)  # what secrets.token_bytes draws, two calls fewer
         words = self.words
-        self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = digest(capability)
+        h = _HASH.copy()  # ``digest``, inline
+        h.update(capability)
+        self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = h.digest()
         words[_W_READERS], words[_W_CLAIMS], words[_W_HOLDERS] = readers, 0, 0
-        for i in range(readers if readers > 1 else 0):
-            words[_W_PIDS + i] = 0
+        if readers > 1:
+            for i in range(readers):
+                words[_W_PIDS + i] = 0
         words[_W_DEADLINE] = time.monotonic_ns() + int(timeout * 1e9)
         words[_W_STATE] = IN_FLIGHT
         return capability
@@ -302,25 +310,68 @@ class Page:
                 self.fd = -1
 
     # -- the receiver's transitions -----------------------------------------------------------------
-    def claim(self, generation: int, capability: bytes, what: str) -> None:
-        """Claim the hand-over the handle names (proving its capability) or raise ``DecodeError``."""
-        self._enter()
+    def claim(self, generation: int, capability: bytes, what: str | None = None) -> None:
+        """Claim the hand-over the handle names (proving its capability) or raise ``DecodeError``
+        naming ``what`` (default: the page's name).
+
+        The common case runs in this one frame (``_enter``, ``_check`` and ``_leave`` inline: a
+        receiver's per-message cost is mostly Python calls); a refusal is worded by ``_refusal``."""
+        mutex = self._mutex
+        mutex.acquire()
         try:
-            self._check(generation, capability, what)
+            fd = self.fd
+            if fd < 0:
+                raise TransportError(errno.EBADF, f"{self.name} was let go")
+            try:
+                fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _LOCK)  # a page nobody else holds: one call
+            except OSError:
+                _lock(fd, self.name)  # held by another process: wait for it a while (or the error)
+        except BaseException:
+            mutex.release()
+            raise
+        try:
+            head = _HEAD.unpack_from(self._raw)  # the words and the digest in one read (the page is held)
+            stored = head[8]
+            h = _HASH.copy()
+            h.update(capability)
+            if (
+                head[_W_STATE] != IN_FLIGHT
+                or head[_W_GENERATION] != generation
+                or stored == _NO_DIGEST
+                or not hmac.compare_digest(stored, h.digest())
+                or time.monotonic_ns() > head[_W_DEADLINE]
+            ):
+                reason = _refusal(
+                    what or self.name,
+                    head[_W_STATE],
+                    head[_W_GENERATION],
+                    head[_W_EXPIRED],
+                    stored,
+                    head[_W_DEADLINE],
+                    generation,
+                    capability,
+                )
+                raise DecodeError(reason or f"{what or self.name} generation {generation} cannot be claimed")
             words = self.words
-            if self._readers() == 1:
+            readers = words[_W_READERS]
+            if not 1 < readers <= MAX_READERS:  # (``_readers``, inline)
                 self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
                 words[_W_RECEIVER] = os.getpid()
                 words[_W_STATE] = CLAIMED
                 return
             holders = int(words[_W_HOLDERS])
-            if holders >= self._readers():
-                raise DecodeError(f"{what} generation {generation} is no longer in flight (every receiver claimed it)")
+            if holders >= readers:
+                raise DecodeError(
+                    f"{what or self.name} generation {generation} is no longer in flight (every receiver claimed it)"
+                )
             words[_W_PIDS + holders] = os.getpid()
             words[_W_HOLDERS] = holders + 1
             self._count_claim()
         finally:
-            self._leave()
+            try:  # (``_leave``, inline)
+                fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _UNLOCK)
+            finally:
+                mutex.release()
 
     def discard(self, generation: int, capability: bytes) -> bool:
         """Give back a hand-over this receiver will not read, if the handle proves its capability."""
@@ -340,7 +391,8 @@ class Page:
         words = self.words
         if words[_W_GENERATION] != generation:
             return False
-        if self._readers() == 1:
+        readers = words[_W_READERS]
+        if not 1 < readers <= MAX_READERS:  # (``_readers``, inline)
             if words[_W_STATE] != CLAIMED or words[_W_RECEIVER] != os.getpid():
                 return False
             words[_W_STATE] = FREE

@@ -300,9 +300,10 @@ class Pool:
     def hand_over(self, slot: Slot, readers: int = 1) -> tuple[int, bytes]:
         """Put ``slot`` in flight for ``readers`` receivers; return its generation and the capability
         a receiver must prove."""
-        capability = slot.page.hand_over(self.claim_timeout, readers)
+        page = slot.page
+        capability = page.hand_over(self.claim_timeout, readers)
         slot.last_used = time.monotonic()
-        return slot.generation, capability
+        return page.generation, capability
 
     def release(self, name: str, generation: int, capability: bytes) -> bool:
         """Undo the hand-over of one of our slots (a failed encode); False if the slot is not ours.
@@ -348,16 +349,19 @@ class Pool:
     def hand_over_allocated(self, address: int, nbytes: int, readers: int = 1) -> tuple[Slot, int, bytes] | None:
         """Hand over the slot ``empty_array`` allocated that holds ``[address, address + nbytes)``, if
         the sender still holds it: (slot, generation, capability); None otherwise (send a copy)."""
-        self._own()
+        if self._pid != os.getpid():  # (``_own``, inline: this runs for every buffer sent)
+            self._reset()
         with self._lock:  # one hand-over per allocation, even when threads encode the tensor at once
             at = bisect.bisect_right(self._starts, address) - 1  # the slot starting at or below it
             if at < 0:
                 return None
             slot = self._by_start[self._starts[at]]
-            if address + nbytes > slot.address + slot.capacity or slot.state != SENDER:
+            page = slot.page
+            if address + nbytes > slot.address + slot.capacity or page.state != SENDER:
                 return None
-            generation, capability = self.hand_over(slot, readers)
-            return slot, generation, capability
+            capability = page.hand_over(self.claim_timeout, readers)  # (``hand_over``, inline)
+            slot.last_used = time.monotonic()
+            return slot, page.generation, capability
 
     def empty_array(self, nbytes: int) -> Any:
         """A writable buffer of ``nbytes`` living in a slot the sender holds, whose ``base`` frees the

@@ -242,7 +242,7 @@ class SlotReader:
             raise DecodeError(
                 f"pool slot {name}: bytes [{offset}, {offset + nbytes}) outside its {segment.capacity}-byte area"
             )
-        segment.page.claim(generation, capability, f"pool slot {name}")
+        segment.page.claim(generation, capability)  # (errors name the page: "pool slot <name>")
         if borrow:
             lease = _ReceiverLease(segment, nbytes, offset, generation)
             buffer = _VIEWS.view(lease.address, nbytes, lease)

@@ -1,0 +1,145 @@
+"""A receiver's claim of a control page: what a claim changes, what a refused one leaves as it was,
+and that the page's locks are free again after either (the claim runs its steps in one frame)."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tensorwire.errors import DecodeError, TransportError
+from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, IN_FLIGHT, SENDER, Page, digest
+from tensorwire.transports._segment import create_memfd
+
+_LOCK = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+_UNLOCK = struct.pack("hh4xqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
+
+
+@pytest.fixture
+def page() -> Iterator[Page]:
+    fd, mapping = create_memfd("tw-claims", CONTROL_BYTES + 4096)
+    made = Page(fd, mapping, "pool slot tw-claims")
+    made.init(4096)
+    yield made
+    made.release()
+    made.close_fd()
+    mapping.close()
+
+
+def _control(page: Page) -> bytes:
+    return bytes(page.words.cast("B")[:CONTROL_BYTES])
+
+
+def _locks_are_free(page: Page) -> bool:
+    """Whether another open file description can lock the page now, and this process's threads can."""
+    other = os.open(f"/proc/self/fd/{page.fd}", os.O_RDWR)
+    try:
+        fcntl.fcntl(other, fcntl.F_OFD_SETLK, _LOCK)
+        fcntl.fcntl(other, fcntl.F_OFD_SETLK, _UNLOCK)
+    except OSError:
+        return False
+    finally:
+        os.close(other)
+    free = page._mutex.acquire(blocking=False)
+    if free:
+        page._mutex.release()
+    return free
+
+
+def test_a_claim_takes_the_page_and_voids_its_capability(page: Page) -> None:
+    generation = page.take(SENDER)
+    capability = page.hand_over(60.0)
+    assert page.state == IN_FLIGHT and page.words.cast("B")[64:80].tobytes() == digest(capability)
+    page.claim(generation, capability)
+    assert (page.state, page.receiver, page.generation) == (CLAIMED, os.getpid(), generation)
+    assert page.words.cast("B")[64:80].tobytes() == bytes(16)
+    assert _locks_are_free(page)
+    with pytest.raises(
+        DecodeError, match=r"^pool slot tw-claims generation 1 is no longer in flight \(stale or replayed"
+    ):
+        page.claim(generation, capability)  # a handle is good for one claim
+    assert _locks_are_free(page)
+
+
+@pytest.mark.parametrize("what", [None, "slot x"])
+def test_a_refused_claim_leaves_the_page_as_it_was_and_says_why(page: Page, what: str | None) -> None:
+    name = what or "pool slot tw-claims"
+    generation = page.take(SENDER)
+    capability = page.hand_over(60.0)
+    before = _control(page)
+    refusals = [
+        (generation, os.urandom(16), f"{name}: the handle's capability does not match (a forged or stale handle)"),
+        (generation, b"", f"{name}: the handle's capability does not match (a forged or stale handle)"),
+        (generation + 1, capability, f"{name} generation {generation + 1} is no longer in flight (stale or replayed"),
+        (generation + 7, capability, f"{name} generation {generation + 7} is no longer in flight (stale or replayed"),
+    ]
+    for wanted, proof, words in refusals:
+        with pytest.raises(DecodeError) as info:
+            page.claim(wanted, proof, what)
+        assert info.value.message.startswith(words)
+        assert _control(page) == before
+        assert _locks_are_free(page)
+    page.claim(generation, capability, what)  # the right handle still claims it
+    assert page.state == CLAIMED
+
+
+def test_a_claim_past_the_deadline_is_refused_as_expired_and_changes_nothing(page: Page) -> None:
+    generation = page.take(SENDER)
+    capability = page.hand_over(1e-6)
+    time.sleep(0.01)
+    before = _control(page)
+    with pytest.raises(DecodeError, match=r"^pool slot tw-claims generation 1 expired: it was not claimed within"):
+        page.claim(generation, capability)
+    assert _control(page) == before and _locks_are_free(page)
+
+
+def test_a_claim_of_a_page_let_go_is_a_transport_error_and_holds_no_lock(page: Page) -> None:
+    generation = page.take(SENDER)
+    capability = page.hand_over(60.0)
+    fd = os.dup(page.fd)  # (the fixture closes the page's own fd again: a no-op once it is -1)
+    try:
+        page.close_fd()
+        with pytest.raises(TransportError, match=r"^\[Errno 9\] pool slot tw-claims was let go") as info:
+            page.claim(generation, capability)
+        assert info.value.errno == errno.EBADF
+        assert page._mutex.acquire(blocking=False)
+        page._mutex.release()
+    finally:
+        os.close(fd)
+
+
+def test_a_page_another_process_holds_is_waited_for_then_refused_unchanged(page: Page) -> None:
+    generation = page.take(SENDER)
+    capability = page.hand_over(60.0)
+    before = _control(page)
+    other = os.open(f"/proc/self/fd/{page.fd}", os.O_RDWR)  # another open file description: another holder
+    try:
+        fcntl.fcntl(other, fcntl.F_OFD_SETLK, _LOCK)
+        start = time.monotonic()
+        with pytest.raises(TransportError, match=r"has been locked by another process for over 0.25s") as info:
+            page.claim(generation, capability)
+        assert info.value.errno == errno.EAGAIN and time.monotonic() - start >= 0.25
+        assert _control(page) == before
+        fcntl.fcntl(other, fcntl.F_OFD_SETLK, _UNLOCK)
+        page.claim(generation, capability)  # once it is let go, the claim goes through
+        assert page.state == CLAIMED
+    finally:
+        os.close(other)
+
+
+def test_each_receiver_of_a_broadcast_claims_once(page: Page) -> None:
+    generation = page.take(SENDER)
+    capability = page.hand_over(60.0, readers=2)
+    page.claim(generation, capability)
+    assert page.state == IN_FLIGHT  # one receiver still to come
+    page.claim(generation, capability)
+    assert page.state == CLAIMED and _locks_are_free(page)
+    with pytest.raises(DecodeError, match=r"generation 1 is no longer in flight"):
+        page.claim(generation, capability)
+    assert page.free(generation) is False  # one holder let go: the other still holds it
+    assert page.free(generation) is True
