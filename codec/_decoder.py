@@ -140,8 +140,8 @@ class Decoder:
             # as encoders write them, else the count bounds it (``_body_at``, inline: a call costs more)
             if size <= self._counted or (flat[at] == 0xC4 and flat[at + 1] < 64):  # counted whole: small, or
                 # little data (or a frame that fools the guess above: counting all of it bounds it as well)
-                if at and at + 3 < size and flat[at + 1] == 0 and flat[at + 2] == 0x90 and len(frames) == 1:
-                    # No data, no buffers: if frame 0 up to here (its empty data and table included) is
+                if at and at + 3 < size and flat[at + 1] == 0 and len(frames) == 1:
+                    # No data: if frame 0 up to here (its empty data and buffer table included) is
                     # that of a type that holds no tensor, tree or untyped value, its body is
                     # decoded alone, its level openers counted first unless the type (or its
                     # closed twin) bounds its depth; too many, its closed mirror decodes it first
