@@ -202,9 +202,9 @@ class Encoder:
                     own.begin_message()
                     begun = True
                 view = buffer.view
-                if view is not None and not (self._takes_storage and transport is own):  # (``_export``'s first
-                    handle = transport.export(view, frames)  # case, inline: the common host buffer)
-                else:
+                if view is not None and not (self._takes_storage and transport is own):  # a host buffer: its bytes
+                    handle = transport.export(view, frames)
+                else:  # device memory, or a storage offered to a transport that takes one
                     handle = self._export(transport, buffer, frames)
                 exported.append((transport, handle))
                 entries.append([nbytes, handle])
@@ -217,12 +217,11 @@ class Encoder:
             raise
 
     def _export(self, transport: Transport, buffer: BufferPlan, frames: list[Buffer]) -> Handle:
-        """Hand one buffer to ``transport``: a device buffer to its ``export_device`` if it takes
-        it, else staged to the host first; a torch storage to ``export_storage`` if it takes it
-        (offered only where the transport's class defines one); else a byte view to ``export``."""
+        """Hand one buffer that is not a plain host view to ``transport`` (``_export_all`` hands
+        those to ``export`` itself): a device buffer to its ``export_device`` if it takes it, else
+        staged to the host first; a torch storage to ``export_storage`` if it takes it (offered
+        only where the transport's class defines one); else a byte view to ``export``."""
         view, start = buffer.view, buffer.start
-        if view is not None and not (self._takes_storage and transport is self.transport):
-            return transport.export(view, frames)
         storage = buffer.storage
         if view is None:
             assert storage is not None

@@ -351,6 +351,7 @@ class Page:
                     generation,
                     capability,
                 )
+                # (refused even should the two checks ever disagree: ``_refusal`` only words it)
                 raise DecodeError(reason or f"{what or self.name} generation {generation} cannot be claimed")
             words = self.words
             readers = words[_W_READERS]
