@@ -15,6 +15,7 @@ import torch
 from tools.bench.calls import count_calls
 from tools.bench.hooks_style import Buffer, HooksCodec, join_frames, split_frames
 from tools.bench.small import (
+    BARE,
     CHECKS,
     CLOSED,
     CLOSED_CHECKS,
@@ -183,10 +184,12 @@ def test_measure_rows() -> None:
             },
             "list of 200 small structs (bench.Batch)": {TENSORWIRE, UNCHECKED, RAW, CLOSED, WALKED},
             "rpc.Request, a 16x16 tensor in kwargs": {TENSORWIRE, HOOKS},
+            "a pool-allocated 1 MiB tensor (bench.One, shared memory)": {TENSORWIRE, BARE},
         },
     )
     references = {row["case"]: row["reference"] for row in rows}
     assert references["envelope (10 fields)"] == references["list of 50 small structs (bench.Batch)"] == RAW
+    assert references["a pool-allocated 1 MiB tensor (bench.One, shared memory)"] == BARE
     assert references["rpc.Request, a 16x16 tensor in kwargs"] == HOOKS
     calls = measure_calls()
     check_rows(calls, {calls[0]["case"]: {TENSORWIRE, HOOKS}})

@@ -26,6 +26,11 @@ the case's reference:
   class decodes it; against raw msgspec, with the round trip without the encoder's check, the
   closed copy's, and the round trip a decoder without the mirror makes (its full decode walks
   frame 0 value by value in Python); no floors;
+- a 1 MiB float32 tensor allocated in a pool slot (``bench.One``, ``ShmTransport.empty``) and handed
+  over as it is: the allocation, encode and decode of one message (the receiver's tensor dropped at
+  once, its slot back in the pool), against the least a zero-copy hand-over does in Python, an
+  element count packed and unpacked and ``torch.frombuffer`` over memory mapped beforehand (no
+  checks, no slot lifetime: ``tools.bench``'s ``floor: bare zero-copy`` in one process);
 - one 16x16 float32 tensor (``bench.One``), eight 64x64 float32 tensors (``bench.Step``) and an
   ``rpc.Request`` with a 16x16 tensor in its kwargs: against the hooks style
   (``tools.bench.hooks_style``) carrying the same fields. The raw msgspec row of ``bench.One``
@@ -84,6 +89,7 @@ if TYPE_CHECKING:
     from tensorwire import Registry
 
 __all__ = [
+    "BARE",
     "CHECKS",
     "CLOSED",
     "CLOSED_CHECKS",
@@ -105,6 +111,7 @@ __all__ = [
     "measure_calls",
     "measure_pipe",
     "one_case",
+    "pooled_case",
     "render",
     "rpc_case",
     "step_case",
@@ -125,6 +132,7 @@ CLOSED_CHECKS = "floor: the checks alone, closed schema"
 FLOOR = "floor: tensorwire's C steps"
 CHECKS = "floor: the checks alone"
 WALKED = "tensorwire, walked (no mirror)"
+BARE = "floor: bare zero-copy (a count, torch.frombuffer)"
 
 
 @cache
@@ -281,6 +289,37 @@ def one_case(tensor: torch.Tensor, label: str) -> Case:
             FLOOR: floor,
         },
     )
+
+
+def pooled_case() -> Case:
+    """bench.One carrying a 1 MiB float32 tensor allocated in a pool slot and handed over as it is
+    (each round trip allocates: a slot tensor is handed over once), against a bare zero-copy hand-over."""
+    import struct
+
+    import tensorwire as tw
+    from tensorwire import transports
+
+    sender, receiver = transports.ShmTransport(), transports.ShmTransport()
+    encoder, decoder = tw.Encoder(sender), tw.Decoder(bench_registry(), transports=[receiver])
+    one = bench_registry().type("bench.One")
+    numel = 1 << 18
+    area = bytearray(4 * numel)  # the floor's memory, mapped before any message
+    count = struct.Struct("<Q")
+
+    def pooled() -> Any:
+        return decoder.decode(encoder.encode(one(request_id="req-1", tensor=sender.empty((numel,), torch.float32))))
+
+    def bare() -> torch.Tensor:
+        (n,) = count.unpack(count.pack(numel))
+        return torch.frombuffer(area, dtype=torch.float32, count=n)
+
+    for _ in range(3):
+        got = pooled()
+        assert got.request_id == "req-1" and got.tensor.shape == (numel,) and got.tensor.dtype == torch.float32
+        del got
+    assert sender.pool is not None and len(sender.pool.slots()) == 1  # one slot, handed over and back each time
+    assert bare().shape == (numel,)
+    return Case("a pool-allocated 1 MiB tensor (bench.One, shared memory)", BARE, {TENSORWIRE: pooled, BARE: bare})
 
 
 def step_case() -> Case:
@@ -549,6 +588,7 @@ def case_builders() -> dict[str, Callable[[], Case]]:
         "batch": batch_case,
         "long": long_batch_case,
         "rpc": rpc_case,
+        "pooled": pooled_case,
     }
 
 
