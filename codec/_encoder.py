@@ -55,6 +55,7 @@ class Encoder:
     __slots__ = (
         "_embed_room",
         "_max_header",
+        "_nothing_to_begin",
         "_quick_below",
         "_sealed",
         "_takes_storage",
@@ -71,6 +72,8 @@ class Encoder:
         # whether the transport's class takes host storages (``export_storage``): only then is a
         # buffer's storage tensor made, which costs more than the rest of handing it a byte view
         self._takes_storage = type(self.transport).export_storage is not Transport.export_storage
+        # whether it numbers messages (``begin_message``): a call less per message where it does not
+        self._nothing_to_begin = type(self.transport).begin_message is Transport.begin_message
         self._max_header = self.options.limits.max_header_bytes
         self._validate = self.options.validate
         self._sealed = True
@@ -193,7 +196,7 @@ class Encoder:
                 f"{total} bytes is over the limit of {limits.max_message_bytes}", type_id=type_id, version=plan.version
             )
         own, below = self.transport, self.options.inline_threshold
-        begun = False
+        begun = self._nothing_to_begin  # (a transport that numbers no messages has nothing to begin)
         try:
             for buffer in buffers:
                 nbytes = buffer.nbytes

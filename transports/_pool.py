@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import functools
 import mmap
 import os
 import threading
@@ -58,6 +59,7 @@ _VIEWS = memory.Chars()
 _HELD = frozenset({CLAIMED, SENDER})  # states a slot may keep for long: parked once PASSED
 
 
+@functools.lru_cache(maxsize=1024)  # (a send asks for the same few sizes again and again)
 def size_class(nbytes: int) -> int:
     """The smallest class holding ``nbytes``: 4, 5, 6 or 7 times a power of two, page aligned."""
     if nbytes <= MIN_CLASS:
@@ -114,7 +116,7 @@ class _SenderLease:
     __slots__ = ("_generation", "_mapped", "_nbytes", "_pool", "_slot")
 
     def __init__(self, pool: Pool, slot: Slot, nbytes: int) -> None:
-        self._pool, self._slot, self._generation, self._nbytes = pool, slot, slot.generation, nbytes
+        self._pool, self._slot, self._generation, self._nbytes = pool, slot, slot.page.generation, nbytes
         self._mapped = memoryview(slot.mapping)  # an export: the mapping cannot be closed while it lives
 
     @property
@@ -329,7 +331,8 @@ class Pool:
     def unused(self, slot: Slot, generation: int) -> None:
         """A tensor allocated in ``slot`` died: free the slot if it was never sent."""
         try:
-            if self._pid == os.getpid() and slot.state == SENDER and slot.generation == generation:
+            page = slot.page
+            if self._pid == os.getpid() and page.state == SENDER and page.generation == generation:
                 self.give_back(slot)
         except ValueError:  # the pool let go of its page views: the slot is gone
             pass

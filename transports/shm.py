@@ -244,7 +244,8 @@ class ShmTransport(Transport):
         raw = self._pool_array(nbytes)
         if raw is None:
             return torch.empty(dims, dtype=dtype)
-        return torch.frombuffer(raw, dtype=dtype).view(dims)
+        flat = torch.frombuffer(raw, dtype=dtype)
+        return flat if len(dims) == 1 else flat.view(dims)
 
     def empty_like(self, tensor: torch.Tensor) -> torch.Tensor:
         """``empty`` with the shape and dtype of ``tensor``."""
