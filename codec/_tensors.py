@@ -246,7 +246,8 @@ class Outgoing:
                 self.data.append(bytes(_host_bytes(t, nbytes)) if chars is None else chars.from_address(start))
                 return Ext(EXT_INLINE, INLINE_DIMS[rank].pack(0, code, rank, 0, offset, nbytes, *shape))
         strides = t.stride()
-        self._check(shape, nbytes, itemsize, strides)
+        if not nbytes or rank > self.limits.max_rank or nbytes > self.limits.max_tensor_bytes:
+            self._check(shape, nbytes, itemsize, strides)  # (only then is there anything to refuse)
         if not nbytes:
             return Ext(EXT_INLINE, pack_inline(0, code, shape, 0, 0, _own_strides(shape, t.stride())))
         cpu = t.is_cpu

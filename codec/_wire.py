@@ -223,6 +223,8 @@ def pack_descriptor(
     """The ``ext(1)`` payload of a tensor in buffer ``buffer`` (``kind`` and ``dtype`` as codes)."""
     rank = len(shape)
     flags = (0 if strides is None else STRIDED) | (SHARED if shared else 0)
+    if strides is None and rank < len(PLACED_DIMS):  # the common one: one pack
+        return PLACED_DIMS[rank].pack(kind, dtype, rank, flags, buffer, offset, nbytes, *shape)
     head = PLACED.pack(kind, dtype, rank, flags, buffer, offset, nbytes)
     if strides is None:
         return head + _dims(rank).pack(*shape)
