@@ -303,7 +303,7 @@ def pooled_case() -> Case:
     encoder, decoder = tw.Encoder(sender), tw.Decoder(bench_registry(), transports=[receiver])
     one = bench_registry().type("bench.One")
     numel = 1 << 18
-    area = bytearray(4 * numel)  # the floor's memory, mapped before any message
+    area = bytearray(4 * numel)  # the floor's memory, made before any message
     count = struct.Struct("<Q")
 
     def pooled() -> Any:
