@@ -197,9 +197,7 @@ class Page:
             raise ValueError(f"a hand-over is for 1 to {MAX_READERS} receivers, not {readers}")
         capability = os.urandom(CAPABILITY_BYTES)  # what secrets.token_bytes draws, two calls fewer
         words = self.words
-        h = _HASH.copy()  # ``digest``, inline
-        h.update(capability)
-        self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = h.digest()
+        self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = digest(capability)
         words[_W_READERS], words[_W_CLAIMS], words[_W_HOLDERS] = readers, 0, 0
         if readers > 1:
             for i in range(readers):
@@ -314,8 +312,9 @@ class Page:
         """Claim the hand-over the handle names (proving its capability) or raise ``DecodeError``
         naming ``what`` (default: the page's name).
 
-        The common case runs in this one frame (``_enter``, ``_check`` and ``_leave`` inline: a
-        receiver's per-message cost is mostly Python calls); a refusal is worded by ``_refusal``."""
+        The common case runs in this one frame (``_enter``, ``_leave`` and the proof inline: a
+        receiver's per-message cost is mostly Python calls); anything else is judged and worded by
+        ``_refusal``, as ``_check`` does."""
         mutex = self._mutex
         mutex.acquire()
         try:
@@ -332,13 +331,11 @@ class Page:
         try:
             head = _HEAD.unpack_from(self._raw)  # the words and the digest in one read (the page is held)
             stored = head[8]
-            h = _HASH.copy()
-            h.update(capability)
-            if (
+            if (  # the common case proven here; anything else is judged (and worded) by ``_refusal``
                 head[_W_STATE] != IN_FLIGHT
                 or head[_W_GENERATION] != generation
                 or stored == _NO_DIGEST
-                or not hmac.compare_digest(stored, h.digest())
+                or not hmac.compare_digest(stored, digest(capability))
                 or time.monotonic_ns() > head[_W_DEADLINE]
             ):
                 reason = _refusal(
@@ -351,8 +348,8 @@ class Page:
                     generation,
                     capability,
                 )
-                # (refused even should the two checks ever disagree: ``_refusal`` only words it)
-                raise DecodeError(reason or f"{what or self.name} generation {generation} cannot be claimed")
+                if reason is not None:
+                    raise DecodeError(reason)
             words = self.words
             readers = words[_W_READERS]
             if not 1 < readers <= MAX_READERS:  # (``_readers``, inline)
