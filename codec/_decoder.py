@@ -106,12 +106,13 @@ class Decoder:
         bodies, openers = _plain_bodies(registry)
         self._plain = {  # frame 0 up to the body -> the body's typed decode, whether it is read within
             # the limit uncounted, the class a closed twin's instance is made one of, and the guard
-            # decode where the count finds too many openers (see ``_PlainBody``), if within the limit
+            # decode where the count finds too many openers (see ``_PlainBody``) if within the limit,
+            # else one that refuses every body (``_unguarded``: the full decode reads it)
             bare: (
                 body.read,
                 body.depth is not None and 1 + body.depth <= self._depth,
                 body.become,
-                body.guard if 1 + body.guard_depth <= self._depth else None,
+                body.guard if body.guard is not None and 1 + body.guard_depth <= self._depth else _unguarded,
             )
             for bare, body in bodies.items()
         }
@@ -141,37 +142,32 @@ class Decoder:
             if size <= self._counted or (flat[at] == 0xC4 and flat[at + 1] < 64):  # counted whole: small, or
                 # little data (or a frame that fools the guess above: counting all of it bounds it as well)
                 if at and at + 3 < size and flat[at + 1] == 0 and len(frames) == 1:
-                    # No data: if frame 0 up to here (its empty data and buffer table included) is
-                    # that of a type that holds no tensor, tree or untyped value, its body is
-                    # decoded alone, its level openers counted first unless the type (or its
-                    # closed twin) bounds its depth; too many, its closed mirror decodes it first
-                    # where that bounds it (``_PlainBody``). A failure takes the full decode below,
-                    # which names what is wrong (a named validator runs again there).
+                    # No data, no buffers: if frame 0 up to here (its empty data and buffer table
+                    # included) is that of a type that holds no tensor, tree or untyped value, its body
+                    # is decoded alone, its level openers counted first (the quicker way for its size)
+                    # unless the type (or its closed twin) bounds its depth; too many, its closed
+                    # mirror decodes it first where that bounds it (``_PlainBody``), else it is not
+                    # read here. A failure takes the full decode below, which names what is wrong (a
+                    # named validator runs again there).
                     found = self._plain.get(flat[: at + 3])
                     if found is not None:
-                        plain, bounded, cls, guard = found
-                        body = flat[at + 3 :]  # (counted the quicker way for its size)
-                        n = len(body)
-                        fits = (
-                            bounded
-                            or (
-                                n - len(body.translate(None, OPENERS))
-                                if n <= _COUNTED
-                                else len(body.translate(None, OTHERS))
-                            )
-                            <= self._plain_budget
-                        )
-                        if fits or guard is not None:
-                            try:
-                                if not fits:
-                                    assert guard is not None
+                        read, bounded, cls, guard = found
+                        body = flat[at + 3 :]
+                        try:
+                            if not bounded:
+                                n = len(body)
+                                if (
+                                    n - len(body.translate(None, OPENERS))
+                                    if n <= _COUNTED
+                                    else len(body.translate(None, OTHERS))
+                                ) > self._plain_budget:
                                     guard(body)
-                                message = plain(body)
-                                if cls is not None:  # decoded as the class's closed twin: now its own
-                                    BECOME(message, cls)
-                                return message
-                            except Exception:
-                                pass
+                            message = read(body)
+                            if cls is not None:  # decoded as the class's closed twin: now its own
+                                BECOME(message, cls)
+                            return message
+                        except Exception:
+                            pass
                 if (
                     size - len(flat.translate(None, OPENERS)) if size <= _COUNTED else len(flat.translate(None, OTHERS))
                 ) > self._depth:
@@ -226,14 +222,13 @@ class Decoder:
         it); else, or if a decode fails, ``_UNREAD`` (the full decode names what is wrong)."""
         at = _body_at(head)
         found = self._plain.get(head[:at]) if at else None
-        if found is not None and (found[1] or found[3] is not None):
-            plain, bounded, cls, guard = found
+        if found is not None:
+            read, bounded, cls, guard = found
             body = head[at:]
             try:
-                if not bounded:  # (its closed mirror bounds it: it reads it first)
-                    assert guard is not None
+                if not bounded:  # its closed mirror reads it first, where one bounds it
                     guard(body)
-                message = plain(body)
+                message = read(body)
                 if cls is not None:
                     BECOME(message, cls)
                 return message
@@ -552,6 +547,16 @@ def _plain_bodies(registry: Registry) -> tuple[dict[bytes, _PlainBody], int]:
         else:
             plain[plan.bare] = _PlainBody(plan.check.plain, None, None, msgspec.msgpack.Decoder(mirror).decode, depth)
     return plain, max((len(bare.translate(None, OTHERS)) for bare in plain), default=0)
+
+
+class _Unguarded(Exception):
+    """A plain body with more level openers than the count lets through, and no guard."""
+
+
+def _unguarded(body: bytes) -> None:
+    """The guard of a plain body no closed mirror bounds within the limit: too many level openers
+    there, it is read by the full decode."""
+    raise _Unguarded
 
 
 def _frame_decoder(frame: Any, hook: Callable[[int, memoryview], Any]) -> msgspec.msgpack.Decoder[Any]:
