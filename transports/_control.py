@@ -308,9 +308,9 @@ class Page:
                 self.fd = -1
 
     # -- the receiver's transitions -----------------------------------------------------------------
-    def claim(self, generation: int, capability: bytes, what: str | None = None) -> None:
+    def claim(self, generation: int, capability: bytes) -> None:
         """Claim the hand-over the handle names (proving its capability) or raise ``DecodeError``
-        naming ``what`` (default: the page's name).
+        naming the page.
 
         The common case runs in this one frame (``_enter``, ``_leave`` and the proof inline: a
         receiver's per-message cost is mostly Python calls); anything else is judged and worded by
@@ -339,7 +339,7 @@ class Page:
                 or time.monotonic_ns() > head[_W_DEADLINE]
             ):
                 reason = _refusal(
-                    what or self.name,
+                    self.name,
                     head[_W_STATE],
                     head[_W_GENERATION],
                     head[_W_EXPIRED],
@@ -360,7 +360,7 @@ class Page:
             holders = int(words[_W_HOLDERS])
             if holders >= readers:
                 raise DecodeError(
-                    f"{what or self.name} generation {generation} is no longer in flight (every receiver claimed it)"
+                    f"{self.name} generation {generation} is no longer in flight (every receiver claimed it)"
                 )
             words[_W_PIDS + holders] = os.getpid()
             words[_W_HOLDERS] = holders + 1
