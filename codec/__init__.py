@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tensorwire._version import __version__
@@ -80,7 +81,10 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """The public names: ``__all__`` and the public submodules imported so far (``tw.errors``, ...),
+    not the names the package uses itself (``os``, ``Any``)."""
+    submodules = (n for n, v in globals().items() if isinstance(v, ModuleType) and v.__name__ == f"{__name__}.{n}")
+    return sorted({*__all__, *(n for n in submodules if not n.startswith("_"))})
 
 
 def load_schemas(directory: str | os.PathLike[str]) -> Registry:

@@ -70,6 +70,15 @@ def test_the_top_level_surface_is_what_all_says() -> None:
     assert tw.transports.ShmTransport is importlib.import_module("tensorwire.transports.shm").ShmTransport
 
 
+def test_dir_lists_the_public_surface_and_public_submodules_only() -> None:
+    listed = set(dir(tw))
+    assert TOP_LEVEL <= listed
+    assert {"errors", "options", "registry"} <= listed  # submodules the package imports itself
+    assert not listed & {"os", "importlib", "Any", "TYPE_CHECKING", "annotations", "ModuleType", "_version", "_wire"}
+    for name in listed - TOP_LEVEL:
+        assert importlib.import_module(f"tensorwire.{name}") is getattr(tw, name), name
+
+
 def test_the_transports_surface_is_what_all_says() -> None:
     assert set(tw.transports.__all__) == TRANSPORTS
     for name in tw.transports.__all__:
