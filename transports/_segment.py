@@ -43,7 +43,7 @@ __all__ = [
 POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 PID_MAX = 2**22  # the kernel's PID_MAX_LIMIT: no pid is larger
-_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
+_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
 
 
 def valid_pid(pid: int) -> bool:
@@ -137,13 +137,23 @@ def open_memfd(pid: int, number: int, name: str, what: str, *, min_size: int) ->
         ) from None
     if target != expected:
         raise DecodeError(f"{what} {name}: {link} is not that memfd")
+    # The sender can point its fd at another file between the check above and the open: the link
+    # is first taken as a path only (O_PATH opens nothing: no terminal becomes this process's, no
+    # device or FUSE open runs), checked, and only that memfd is then opened for reading and writing.
     try:
-        fd = os.open(link, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0))
+        pinned = os.open(link, os.O_PATH | os.O_CLOEXEC)
     except OSError as exc:
         raise TransportError(exc.errno, f"cannot open {what} {name} through {link}: {exc.strerror}") from None
     try:
-        if os.readlink(f"/proc/self/fd/{fd}") != expected:
+        if os.readlink(f"/proc/self/fd/{pinned}") != expected:
             raise DecodeError(f"{what} {name}: {link} changed while it was opened")
+        _check_file(os.fstat(pinned), what, name, None, min_size)
+        fd = os.open(f"/proc/self/fd/{pinned}", _OPEN & ~os.O_NOFOLLOW)
+    except OSError as exc:
+        raise TransportError(exc.errno, f"cannot open {what} {name} through {link}: {exc.strerror}") from None
+    finally:
+        os.close(pinned)
+    try:
         _check_file(os.fstat(fd), what, name, None, min_size)
         seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
         if seals & SEALS != SEALS:
