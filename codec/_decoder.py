@@ -123,7 +123,12 @@ class Decoder:
         """The message carried by ``frames`` (as returned by ``Encoder.encode`` or ``tw.split``)."""
         if not frames:
             raise DecodeError("no frames: a message has at least its header frame")
-        head = frames[0]
+        try:
+            head = frames[0]
+        except (TypeError, KeyError):
+            raise DecodeError(
+                f"frames must be a sequence of buffers (as Encoder.encode returns them), got {type(frames).__name__}"
+            ) from None
         flat = head if type(head) is bytes and len(head) <= _SMALL else self._flat(head)  # bytes to count in
         data = None
         if flat is None:  # large: walked first, counted only if it holds many values
@@ -242,7 +247,7 @@ class Decoder:
         size against the limit first."""
         try:
             size = len(head) if type(head) is bytes else memoryview(head).nbytes
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:  # not a buffer, or a released one
             if isinstance(head, int):  # the items of one buffer: given where its list of frames was due
                 raise DecodeError(
                     "invalid header: frame 0 is an int, not a buffer (decode takes a sequence of frames, "
@@ -411,10 +416,14 @@ class Decoder:
             raise DecodeError(f"the message has {len(frames)} frames but its header names {inline} inline buffers")
 
     def release(self, handles: list[Handle]) -> None:
-        """Give back buffers this decode will not read (each transport acts only on proven handles)."""
+        """Give back buffers this decode will not read (each transport acts only on proven handles),
+        each transport's in one call."""
+        by_transport: dict[Transport, list[Handle]] = {}
         for handle in handles:
+            by_transport.setdefault(self._by_type[type(handle)], []).append(handle)
+        for transport, group in by_transport.items():
             try:
-                self._by_type[type(handle)].release(handle)
+                transport.release_all(group)
             except Exception:
                 pass
 

@@ -35,7 +35,8 @@ import secrets
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tensorwire.errors import DecodeError, TransportError
@@ -58,6 +59,7 @@ __all__ = [
     "discard_file",
     "expire_file",
     "init_file",
+    "one_wait",
 ]
 
 CONTROL_BYTES = 4096
@@ -89,6 +91,21 @@ def digest(capability: bytes) -> bytes:
     return h.digest()
 
 
+_WAITS = threading.local()  # ``until``: when every wait of this thread inside ``one_wait`` ends
+
+
+@contextmanager
+def one_wait() -> Iterator[None]:
+    """Inside: this thread's waits for control pages locked by other processes last, all together,
+    no longer than one wait does (``_LOCK_WAIT``): a batch of give-backs whose pages a peer keeps
+    locked holds its caller up once, not once per page. Every page is still tried once."""
+    _WAITS.until = time.monotonic() + _LOCK_WAIT
+    try:
+        yield
+    finally:
+        _WAITS.until = None
+
+
 def _lock(fd: int, what: str) -> None:
     deadline: float | None = None  # set on the first refusal: a free page is locked with one call
     pause = 0.0
@@ -101,7 +118,8 @@ def _lock(fd: int, what: str) -> None:
                 raise TransportError(exc.errno, f"cannot lock the control page of {what}: {exc.strerror}") from None
         now = time.monotonic()
         if deadline is None:
-            deadline = now + _LOCK_WAIT
+            until = getattr(_WAITS, "until", None)
+            deadline = now + _LOCK_WAIT if until is None else min(now + _LOCK_WAIT, until)
         elif now >= deadline:
             raise TransportError(
                 errno.EAGAIN, f"the control page of {what} has been locked by another process for over {_LOCK_WAIT}s"

@@ -59,6 +59,15 @@ class Transport(ABC):
     def release(self, handle: Handle) -> None:
         """Undo an export, or discard a buffer that will not be imported; never raises for a gone buffer."""
 
+    def release_all(self, handles: Sequence[Handle]) -> None:
+        """``release`` each of ``handles`` (the buffers of one message that will not be read); one
+        that fails does not keep the others."""
+        for handle in handles:
+            try:
+                self.release(handle)
+            except Exception:
+                pass
+
     @abstractmethod
     def close(self) -> None:
         """Release everything this transport holds."""

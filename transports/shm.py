@@ -51,6 +51,7 @@ from tensorwire.transports._control import (
     discard_file,
     expire_file,
     init_file,
+    one_wait,
 )
 from tensorwire.transports._parallel_copy import copy_into
 from tensorwire.transports._pool import Pool
@@ -349,6 +350,14 @@ class ShmTransport(Transport):
                 capability = handle.capability
                 _void_one_shot(path, lambda fd, what: discard_file(fd, capability, what))
 
+    def release_all(self, handles: Sequence[Handle]) -> None:
+        """``release`` each of ``handles``, their waits for control pages another process keeps
+        locked lasting no longer together than one does (a peer that keeps its pages locked holds a
+        failed decode up once, not once per buffer it named; a page not given back goes at its
+        claim deadline)."""
+        with one_wait():
+            super().release_all(handles)
+
     def trim(self, idle_seconds: float | None = None) -> int:
         """Give back pool slots idle for ``idle_seconds`` (and what is past its claim timeout);
         return the bytes freed."""
@@ -439,6 +448,8 @@ def _receive_one_shot(path: Path, capability: bytes, nbytes: int, *, borrow: boo
                 mapping = mmap.mmap(fd, CONTROL_BYTES + nbytes, flags=mmap.MAP_SHARED)
             except OSError as exc:
                 raise TransportError(exc.errno, f"cannot map {what}: {exc.strerror}") from None
+            except ValueError as exc:  # cut short since it was opened (mmap checks the file's size)
+                raise DecodeError(f"{what} cannot be mapped: {exc}") from None
             return np.frombuffer(mapping, dtype=np.uint8, offset=CONTROL_BYTES)  # lives while a view does
         data = np.empty(nbytes, dtype=np.uint8)
         read_into(fd, memoryview(data), CONTROL_BYTES, what)  # type: ignore[arg-type]
@@ -529,6 +540,9 @@ class FanOut(Transport):
 
     def release(self, handle: Handle) -> None:
         self.shm.release(handle)
+
+    def release_all(self, handles: Sequence[Handle]) -> None:
+        self.shm.release_all(handles)
 
     def close(self) -> None:
         """Nothing: the pool is the ``ShmTransport``'s."""
