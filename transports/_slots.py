@@ -211,7 +211,10 @@ class SlotReader:
         else:
             fd = open_named(self.directory / name, what, min_size=CONTROL_BYTES)
         try:
-            mapping = mmap.mmap(fd, os.fstat(fd).st_size, flags=mmap.MAP_SHARED)
+            size = os.fstat(fd).st_size  # again: a named file can be cut short since it was checked
+            if size < CONTROL_BYTES:
+                raise ValueError(f"it holds {size} bytes, less than its {CONTROL_BYTES}-byte header")
+            mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
         except (OSError, ValueError) as exc:
             os.close(fd)
             raise DecodeError(f"{what} {name} cannot be mapped: {exc}") from None
