@@ -318,7 +318,10 @@ _SINGLE = struct.Struct(f"<4sIQ{ALIGN - _COUNT.size - _LENGTH.size}x")  # a one-
 
 def split(blob: Buffer) -> list[memoryview]:
     """The frames of a blob made by ``join``, as zero-copy memoryviews (writable if the blob is)."""
-    view = memoryview(blob).cast("B")
+    try:
+        view = memoryview(blob).cast("B")
+    except (TypeError, ValueError) as exc:  # not a buffer, not C-contiguous, released
+        raise DecodeError(f"blob is not a contiguous buffer: {exc}") from None
     if view.nbytes < _COUNT.size:
         raise DecodeError(f"blob of {view.nbytes} bytes is shorter than its {_COUNT.size}-byte preamble")
     magic, count = _COUNT.unpack_from(view, 0)

@@ -469,6 +469,78 @@ def test_a_frame_0_that_is_not_one_run_of_bytes_is_an_invalid_header(size: int) 
     assert DECODER.decode([two_d]).output == ["x" * size]
 
 
+def _released(data: bytes) -> memoryview:
+    view = memoryview(bytearray(data))
+    view.release()
+    return view
+
+
+def _gapped(data: bytes) -> memoryview:
+    view = memoryview(bytearray(2 * len(data)))[::2]
+    view[:] = data  # the bytes, every other byte of the array
+    return view
+
+
+def test_a_released_frame_0_is_an_invalid_header() -> None:
+    (head,) = EMBED.encode(diffusion.Output(output=["x"]))
+    with pytest.raises(tw.DecodeError, match=r"^invalid header: operation forbidden on released memoryview object$"):
+        DECODER.decode([_released(bytes(head))])
+
+
+@pytest.mark.parametrize("given", ["a set", "an iterator", "a generator"])
+def test_frames_that_are_not_a_sequence_are_told_so(given: str) -> None:
+    (head,) = EMBED.encode(diffusion.Output(output=["x"]))
+    frames: Any = {"a set": {head}, "an iterator": iter([head]), "a generator": (f for f in [head])}[given]
+    kind = type(frames).__name__
+    with pytest.raises(tw.DecodeError) as info:
+        DECODER.decode(frames)
+    assert info.value.message == (f"frames must be a sequence of buffers (as Encoder.encode returns them), got {kind}")
+
+
+@pytest.mark.parametrize("given", ["gapped", "Fortran order", "released", "a tensor"])
+@pytest.mark.parametrize("named", [True, False], ids=["named by a tensor", "named by no tensor"])
+def test_a_buffer_frame_that_is_not_one_run_of_bytes_is_a_decode_error(given: str, named: bool) -> None:
+    """Frame 1 given as something other than one run of bytes: the decode refuses it, naming the
+    frame, whether a tensor reads it or only the buffer table names it."""
+    frames = INLINE.encode(diffusion.Output(output=[torch.arange(4096, dtype=torch.float32)]))
+    data = bytes(frames[1])
+    if not named:  # the table still names frame 1; the body holds no tensor
+        head = msgspec.msgpack.decode(frames[0])
+        head[4]["output"] = ["x"]
+        frames = [msgspec.msgpack.encode(head), frames[1]]
+    fortran = np.asfortranarray(np.frombuffer(data, np.uint8).reshape(8, -1)).data
+    frame: Any = {
+        "gapped": _gapped(data),
+        "Fortran order": fortran,
+        "released": _released(data),
+        "a tensor": torch.frombuffer(bytearray(data), dtype=torch.uint8),
+    }[given]
+    problem = {
+        "gapped": "memoryview: casts are restricted to C-contiguous views",
+        "Fortran order": "memoryview: casts are restricted to C-contiguous views",
+        "released": "operation forbidden on released memoryview object",
+        "a tensor": "memoryview: a bytes-like object is required, not 'Tensor'",
+    }[given]
+    with pytest.raises(tw.DecodeError) as info:
+        DECODER.decode([frames[0], frame])
+    assert info.value.message == f"frame 1 is not a contiguous buffer: {problem}"
+    assert (info.value.type_id, info.value.version) == ("diffusion.Output", 1)
+    sent = [torch.arange(4096, dtype=torch.float32)] if named else ["x"]
+    assert _same(DECODER.decode([frames[0], data]).output, sent)  # the same bytes as one run decode
+
+
+@pytest.mark.parametrize("given", ["gapped", "released"])
+def test_a_blob_that_is_not_one_run_of_bytes_is_a_decode_error(given: str) -> None:
+    blob = tw.join(EMBED.encode(_message()))
+    problem = {
+        "gapped": "memoryview: casts are restricted to C-contiguous views",
+        "released": "operation forbidden on released memoryview object",
+    }[given]
+    with pytest.raises(tw.DecodeError, match=rf"^blob is not a contiguous buffer: {problem}$"):
+        tw.split(_gapped(blob) if given == "gapped" else _released(blob))
+    assert DECODER.decode(tw.split(blob)).stage_durations == {"a": 1.0}
+
+
 def _same(got: Any, sent: Any) -> bool:
     return len(got) == len(sent) and all(
         torch.equal(g, s) if isinstance(s, torch.Tensor) else g == s for g, s in zip(got, sent, strict=True)

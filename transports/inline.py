@@ -39,7 +39,10 @@ class InlineTransport(Transport):
 
     def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
         assert isinstance(handle, InlineHandle)
-        frame = memoryview(frames[handle.frame]).cast("B")
+        try:
+            frame = memoryview(frames[handle.frame]).cast("B")
+        except (TypeError, ValueError) as exc:  # not a buffer, not C-contiguous, released
+            raise DecodeError(f"frame {handle.frame} is not a contiguous buffer: {exc}") from None
         if frame.nbytes != nbytes:
             raise DecodeError(f"frame {handle.frame} holds {frame.nbytes} bytes, its buffer entry says {nbytes}")
         return frame

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import gc
 import os
 import struct
+import time
 from typing import Any
 
 import pytest
@@ -19,7 +21,10 @@ import torch
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
-from tensorwire.transports._control import IN_FLIGHT
+from tensorwire.transports import _slots
+from tensorwire.transports import shm as shm_module
+from tensorwire.transports._control import IN_FLIGHT, claim_file
+from tensorwire.transports._segment import open_named
 from tests.wire_helpers import head_of, memfds_held
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor out of band
@@ -79,6 +84,62 @@ def test_a_one_shot_cut_short_while_it_is_read_is_a_decode_error(monkeypatch: py
     shm.close()
 
 
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("size", [16, 100, 4095])
+def test_a_named_slot_cut_short_between_its_check_and_its_mapping_is_a_decode_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, size: int
+) -> None:
+    """A same-uid peer truncates its named slot after the receiver checked its size: the receiver
+    maps nothing, says why, and keeps no fd of it."""
+    sender = transports.ShmTransport(tmp_path, backing="named")
+    frames = tw.Encoder(transport=sender, options=OOB).encode(MESSAGE)
+    name = head_of(frames[0])[3][0][1]["name"]
+    real = open_named
+
+    def cut_short(path: Any, what: str, **kwargs: Any) -> int:
+        fd = real(path, what, **kwargs)  # its checks pass; the peer's truncate lands now
+        os.truncate(path, size)
+        return fd
+
+    monkeypatch.setattr(_slots, "open_named", cut_short)
+    receiver = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(tmp_path, backing="named")])
+    before = _open_fds()
+    with pytest.raises(tw.DecodeError) as info:
+        receiver.decode(frames)
+    assert info.value.message == (
+        f"pool segment {name} cannot be mapped: it holds {size} bytes, less than its 4096-byte header"
+    )
+    gc.collect()
+    assert _open_fds() <= before
+    sender.close()
+
+
+def test_a_borrowed_one_shot_cut_short_after_its_claim_is_a_decode_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    shm, frames, name = _one_shot()
+    real = claim_file
+
+    def cut_short(fd: int, capability: bytes, what: str) -> None:
+        real(fd, capability, what)  # claimed; the peer's truncate lands now
+        os.ftruncate(fd, 4096 + 100)
+
+    monkeypatch.setattr(shm_module, "claim_file", cut_short)
+    receiver = tw.Decoder(
+        REGISTRY,  # a receiver that maps one-shots
+        transports=[transports.ShmTransport(pool=False, backing="named")],
+        options=tw.DecodeOptions(borrow=True),
+    )
+    before = _open_fds()
+    with pytest.raises(tw.DecodeError) as info:
+        receiver.decode(frames)
+    assert info.value.message == f"shared memory segment {name} cannot be mapped: mmap length is greater than file size"
+    assert not (shm.directory / name).exists()  # claimed, so unlinked: read once, never twice
+    assert _open_fds() <= before
+    shm.close()
+
+
 def test_a_page_locked_elsewhere_is_an_error_after_a_bounded_wait_never_a_hang() -> None:
     shm = transports.ShmTransport()
     frames = tw.Encoder(transport=shm, options=OOB).encode(MESSAGE)
@@ -95,6 +156,43 @@ def test_a_page_locked_elsewhere_is_an_error_after_a_bounded_wait_never_a_hang()
     finally:
         os.close(other)  # the kernel drops the lock with its last fd
     assert torch.equal(receiver.decode(frames).output, MESSAGE.output)
+    shm.close()
+
+
+def test_pages_a_peer_keeps_locked_hold_a_failed_decode_up_once_not_once_per_buffer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every one-shot segment of a message locked by its peer: the claim of the first waits its
+    while and fails; the give-backs of the other 15 then wait that long again in all, not each."""
+    shm = transports.ShmTransport(pool=False)
+    sent = [torch.full((1024,), float(i)) for i in range(16)]
+    frames = tw.Encoder(transport=shm, options=OOB).encode(diffusion.Output(output=sent))
+    names = [entry[1]["name"] for entry in head_of(frames[0])[3]]
+    lock = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+    held = [os.open(shm.directory / name, os.O_RDWR) for name in names]  # the peer's own descriptions
+    for fd in held:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, lock)
+    slept: list[float] = []
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)  # (_control calls time.sleep)
+    receiver = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False)])
+    try:
+        with pytest.raises(tw.TransportError, match=r"has been locked by another process for over 0.25s") as info:
+            receiver.decode(frames)
+        assert info.value.errno == errno.EAGAIN
+        assert sum(slept) <= 2 * 0.25 + 0.01  # the claim's wait, then the give-backs' one wait (16 x 0.25 s before)
+        assert all((shm.directory / name).exists() for name in names)  # nothing given back or read
+    finally:
+        for fd in held:
+            os.close(fd)  # the kernel drops the locks with their last fds
+    monkeypatch.undo()
+    got = receiver.decode(frames).output
+    assert all(torch.equal(g, s) for g, s in zip(got, sent, strict=True))
     shm.close()
 
 
