@@ -43,7 +43,12 @@ class Limits:
     frame, up to half of ``max_header_bytes`` of their bytes (the encoder sends the ones after that
     in buffers), so its size bounds their bytes and count together; ``max_tensors`` bounds the count.
     A ``max_depth`` near Python's recursion limit or past it is more than a decode can walk: a frame
-    nested that deep is a ``DecodeError`` saying so.
+    nested that deep is a ``DecodeError`` saying so. Below that, a decode recurses in C up to
+    ``max_depth`` levels, each taking thread stack (up to ~1.6 KiB for a tree's tuples, ~0.3 KiB
+    for arrays): the default fits a 256 KiB thread stack with room to spare, and a larger
+    ``max_depth`` needs a stack to match. A frame nested deeper than a thread's stack holds crashes
+    the process (SIGSEGV) before the recursion limit is reached: on a 256 KiB stack, ~160 levels of
+    tuples, ~850 of arrays.
     """
 
     max_header_bytes: int = 64 * MiB
