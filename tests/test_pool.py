@@ -7,6 +7,7 @@ import gc
 import math
 import os
 import re
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.transports import _pool
 from tensorwire.transports import _slots as slot_reader
-from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, Page
+from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, RECEIVER_BYTE, SENDER, Page
 from tensorwire.transports._pool import PASSED, Pool, Slot, size_class
 from tensorwire.transports._retention import Retention
 from tensorwire.transports.shm import SHM_DIR, Backing
@@ -254,13 +255,20 @@ def test_a_segment_shorter_than_its_control_page_is_rejected(shm: transports.Shm
         (SHM_DIR / short).unlink()
 
 
+def _as_if_its_receiver_died(shm: transports.ShmTransport, slot: Any) -> None:
+    """Make ``slot``'s claim look like that of a receiver that died: a pid no process has, and (a
+    named slot) no receiver's lock on its file, which goes with a dead process's descriptors."""
+    struct.pack_into("<Q", slot.mapping, 24, 999_999_999)
+    for (name, _), mapped in shm._reader._maps.items():
+        if name == slot.name:
+            mapped.page.mark(RECEIVER_BYTE, False)
+
+
 def test_a_slot_claimed_by_a_dead_receiver_is_reclaimed(shm: transports.ShmTransport) -> None:
     encoder, decoder = _pair(shm)
     out = decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(30_000))))
     slot = _slots(shm)[0]
-    import struct
-
-    struct.pack_into("<Q", slot.mapping, 24, 999_999_999)  # as if a receiver that died had claimed it
+    _as_if_its_receiver_died(shm, slot)
     again = decoder.decode(encoder.encode(diffusion.Output(output=torch.zeros(30_000))))
     assert len(_slots(shm)) == 1 and float(again.output.sum()) == 0.0
     del out, again
@@ -656,9 +664,7 @@ def test_a_busy_class_is_walked_closely_at_most_every_walk_every(
     kept.append(decoder.decode(encoder.encode(diffusion.Output(output=tensor))))
     assert glances == held and looks == [] and len(pool.slots()) == 11  # grown, no close look
     dead = pool.slots()[4]
-    import struct
-
-    struct.pack_into("<Q", dead.mapping, 24, 999_999_999)  # as if a receiver that died had claimed it
+    _as_if_its_receiver_died(shm, dead)
     checked: list[int] = []
 
     def alive(pid: int) -> bool:

@@ -45,12 +45,14 @@ __all__ = [
     "CAPABILITY_BYTES",
     "CLAIMED",
     "CONTROL_BYTES",
+    "CREATOR_BYTE",
     "DROPPED",
     "FREE",
     "IN_FLIGHT",
     "MAGIC",
     "MAX_READERS",
     "ONE_SHOT",
+    "RECEIVER_BYTE",
     "SENDER",
     "STATES",
     "Page",
@@ -79,6 +81,10 @@ _NO_DIGEST = bytes(CAPABILITY_BYTES)
 _LOCK = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
 _UNLOCK = struct.pack("hh4xqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
 _LOCK_WAIT = 0.25  # seconds a transition waits for a page locked by another process
+RECEIVER_BYTE, CREATOR_BYTE = 1, 2
+"""Bytes of a named segment's file that a receiver holding a claim on it, and its creator while it
+has it open, keep shared-locked (``Page.mark``): who is alive, told across pid namespaces, where a
+pid written by a process of another namespace names another process there, or none."""
 
 
 _HASH = hashlib.blake2b(digest_size=CAPABILITY_BYTES, person=b"tensorwire.cap")  # never updated: copied
@@ -271,14 +277,18 @@ class Page:
         if state != CLAIMED:
             return False
         if self._readers() == 1:
-            return not alive(self.receiver) and self._to_free(lambda: bool(self.words[_W_STATE] == CLAIMED))
+            if alive(self.receiver) or self.marked_elsewhere(RECEIVER_BYTE):  # (of another pid namespace)
+                return False
+            return self._to_free(lambda: bool(self.words[_W_STATE] == CLAIMED))
 
         def none_alive() -> bool:
             if self.words[_W_STATE] != CLAIMED:
                 return False
-            for pid in self._holders():
-                if not alive(pid):
-                    self._drop_holder(pid)
+            dead = [pid for pid in self._holders() if not alive(pid)]
+            if dead and self._marked(RECEIVER_BYTE):  # a receiver holds it, in another pid
+                return False  # namespace maybe: none is taken for dead while one does
+            for pid in dead:
+                self._drop_holder(pid)
             return self.words[_W_HOLDERS] == 0
 
         return self._to_free(none_alive)
@@ -317,6 +327,36 @@ class Page:
             _unlock(self.fd)
         finally:
             self._mutex.release()
+
+    def mark(self, byte: int, held: bool) -> None:
+        """Take (``held``) or drop this description's shared lock on ``byte`` of the page's file
+        (``RECEIVER_BYTE``, ``CREATOR_BYTE``); an fd let go of, or a lock refused, leaves the pid
+        written in the page as the only word on who is alive, as for a peer that does not mark."""
+        kind = fcntl.F_RDLCK if held else fcntl.F_UNLCK
+        with self._mutex:
+            if self.fd >= 0:
+                try:
+                    fcntl.fcntl(self.fd, fcntl.F_OFD_SETLK, struct.pack("hh4xqqi4x", kind, os.SEEK_SET, byte, 1, 0))
+                except OSError:
+                    pass
+
+    def marked_elsewhere(self, byte: int) -> bool:
+        """Whether another open description of the page's file (another process, or another reader
+        of this one) holds ``byte`` marked (see ``mark``)."""
+        with self._mutex:
+            return self._marked(byte)
+
+    def _marked(self, byte: int) -> bool:
+        """``marked_elsewhere``, the page's mutex held by the caller."""
+        if self.fd < 0:
+            return False
+        probe = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, byte, 1, 0)
+        try:
+            found = fcntl.fcntl(self.fd, fcntl.F_OFD_GETLK, probe)
+        except OSError:
+            return False
+        kind: int = struct.unpack("hh4xqqi4x", found)[0]
+        return kind != fcntl.F_UNLCK
 
     def close_fd(self) -> None:
         """Close the fd the lock is taken on, once no transition is using it."""
@@ -426,7 +466,8 @@ class Page:
         if self.words[_W_STATE] != CLAIMED:
             return False
         holders = [self.receiver] if self._readers() == 1 else self._holders()
-        return any(pid != os.getpid() and alive(pid) for pid in holders)
+        others = [pid for pid in holders if pid != os.getpid()]
+        return any(alive(pid) for pid in others) or (bool(others) and self.marked_elsewhere(RECEIVER_BYTE))
 
     # -- a broadcast's bookkeeping (the page held) -------------------------------------------------------
     def _count_claim(self) -> None:

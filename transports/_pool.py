@@ -44,7 +44,16 @@ import numpy as np
 
 from tensorwire import _memory as memory
 from tensorwire.errors import TransportError
-from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, STATES, Page
+from tensorwire.transports._control import (
+    CLAIMED,
+    CONTROL_BYTES,
+    CREATOR_BYTE,
+    FREE,
+    IN_FLIGHT,
+    SENDER,
+    STATES,
+    Page,
+)
 from tensorwire.transports._retention import Retention
 from tensorwire.transports._segment import create_memfd, create_named, valid_pid
 
@@ -391,6 +400,8 @@ class Pool:
         fd, mapping = create_memfd(name, size) if path is None else create_named(path, size)
         page = Page(fd, mapping, f"pool slot {name}")
         page.init(capacity)
+        if path is not None:  # its file's readers tell this process alive by the mark, not its pid
+            page.mark(CREATOR_BYTE, True)
         address = np.frombuffer(mapping, dtype=np.uint8, count=1, offset=CONTROL_BYTES).ctypes.data
         slot = Slot(name, fd, mapping, page, capacity, address, path)
         if self._prepare is not None:

@@ -28,7 +28,7 @@ import numpy as np
 from tensorwire import _memory as memory
 from tensorwire.errors import CodecError, DecodeError
 from tensorwire.transports import _janitor as janitor
-from tensorwire.transports._control import CONTROL_BYTES, DROPPED, ONE_SHOT, Page
+from tensorwire.transports._control import CONTROL_BYTES, CREATOR_BYTE, DROPPED, ONE_SHOT, RECEIVER_BYTE, Page
 from tensorwire.transports._pool import alive
 from tensorwire.transports._reaper import creator_pid
 from tensorwire.transports._segment import open_memfd, open_named
@@ -122,9 +122,18 @@ class _Mapped:
         self._unpin()
         self.forget()
 
+    def creator_alive(self) -> bool:
+        """Whether the process that made this segment lives: its pid, or (a named one, made in
+        another pid namespace maybe) its mark on the file."""
+        return alive(self.creator) or (self.path is not None and self.page.marked_elsewhere(CREATOR_BYTE))
+
     def freed(self, generation: int) -> None:
         """The claim of ``generation`` is over: free the slot; a named segment whose creator died goes."""
-        if self.page.free(generation) and self.path is not None and not alive(self.creator):
+        free = self.page.free(generation)
+        if self.path is None:
+            return
+        self.page.mark(RECEIVER_BYTE, False)  # (after the page is free: never a claim without it)
+        if free and not self.creator_alive():
             try:
                 os.unlink(self.path)
             except OSError:  # gone already, or not ours to remove
@@ -245,7 +254,14 @@ class SlotReader:
             raise DecodeError(
                 f"pool slot {name}: bytes [{offset}, {offset + nbytes}) outside its {segment.capacity}-byte area"
             )
-        segment.page.claim(generation, capability)  # (errors name the page: "pool slot <name>")
+        if segment.path is not None:  # held, told to the sender by the mark (across pid namespaces too)
+            segment.page.mark(RECEIVER_BYTE, True)
+        try:
+            segment.page.claim(generation, capability)  # (errors name the page: "pool slot <name>")
+        except BaseException:
+            if segment.path is not None:
+                segment.page.mark(RECEIVER_BYTE, False)
+            raise
         if borrow:
             lease = _ReceiverLease(segment, nbytes, offset, generation)
             buffer = _VIEWS.view(lease.address, nbytes, lease)
@@ -268,7 +284,7 @@ class SlotReader:
         the janitor runs this every few seconds."""
         with self._lock:
             for key, segment in list(self._maps.items()):
-                if segment.page.flags & DROPPED or not alive(segment.creator):
+                if segment.page.flags & DROPPED or not segment.creator_alive():
                     del self._maps[key]
 
     def close(self) -> None:
