@@ -254,7 +254,11 @@ class SlotReader:
             raise DecodeError(
                 f"pool slot {name}: bytes [{offset}, {offset + nbytes}) outside its {segment.capacity}-byte area"
             )
-        if segment.path is not None:  # held, told to the sender by the mark (across pid namespaces too)
+        # Held, told to the sender by the mark (across pid namespaces too). It is taken before the
+        # claim, so a sender that reads the page claimed finds it: taken after, a sender could free
+        # the slot between the two. Before a handle proves itself that costs the page's sender at
+        # most a reclaim put off while the claim is refused: the lock is advisory, the file untouched.
+        if segment.path is not None:
             segment.page.mark(RECEIVER_BYTE, True)
         try:
             segment.page.claim(generation, capability)  # (errors name the page: "pool slot <name>")
