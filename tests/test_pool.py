@@ -264,6 +264,25 @@ def _as_if_its_receiver_died(shm: transports.ShmTransport, slot: Any) -> None:
             mapped.page.mark(RECEIVER_BYTE, False)
 
 
+def test_a_named_slot_is_marked_only_while_a_proven_claim_holds_it(shm: transports.ShmTransport) -> None:
+    """A receiver tells the sender it holds a named slot by a lock on its file (what a pid cannot
+    tell across pid namespaces): taken by a claim once its capability proves, never by a refused
+    one, and dropped when the last view dies. A memfd slot's receiver takes none."""
+    encoder, decoder = _pair(shm)
+    frames = encoder.encode(diffusion.Output(output=torch.ones(30_000)))
+    page = _slots(shm)[0].page  # the sender's: it sees the receiver's lock
+    forged = head_of(frames[0])
+    forged[3][0][1]["capability"] = bytes(16)
+    with pytest.raises(tw.DecodeError, match=r"capability does not match"):
+        decoder.decode([frame_of(forged), *frames[1:]])
+    assert not page.marked_elsewhere(RECEIVER_BYTE)
+    out = decoder.decode(frames)
+    assert page.marked_elsewhere(RECEIVER_BYTE) == (shm.backing == "named")
+    del out
+    gc.collect()
+    assert not page.marked_elsewhere(RECEIVER_BYTE)
+
+
 def test_a_slot_claimed_by_a_dead_receiver_is_reclaimed(shm: transports.ShmTransport) -> None:
     encoder, decoder = _pair(shm)
     out = decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(30_000))))

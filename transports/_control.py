@@ -78,13 +78,15 @@ MAX_READERS = 64
 """The most receivers one hand-over can be broadcast to (their pids fill part of the control page)."""
 _HEAD = struct.Struct("<8Q16s")  # the words and the digest, as one read
 _NO_DIGEST = bytes(CAPABILITY_BYTES)
-_LOCK = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
-_UNLOCK = struct.pack("hh4xqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
+_FLOCK = struct.Struct("hh4xqqi4x")  # struct flock: type, whence, start, length, pid
+_LOCK = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+_UNLOCK = _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
 _LOCK_WAIT = 0.25  # seconds a transition waits for a page locked by another process
 RECEIVER_BYTE, CREATOR_BYTE = 1, 2
-"""Bytes of a named segment's file that a receiver holding a claim on it, and its creator while it
-has it open, keep shared-locked (``Page.mark``): who is alive, told across pid namespaces, where a
-pid written by a process of another namespace names another process there, or none."""
+"""Bytes of a named segment's file that a receiver holding a claim on it (``Page.marks_claims``),
+and its creator while it has it open (``Page.mark``), keep shared-locked: who is alive, told across
+pid namespaces, where a pid written by a process of another namespace names another process there,
+or none."""
 
 
 _HASH = hashlib.blake2b(digest_size=CAPABILITY_BYTES, person=b"tensorwire.cap")  # never updated: copied
@@ -156,10 +158,11 @@ def _refusal(
 class Page:
     """The control page of a mapped segment: ``fd`` (for the lock) and the mapping's first page."""
 
-    __slots__ = ("_mutex", "_raw", "fd", "name", "words")
+    __slots__ = ("_mutex", "_raw", "fd", "marks_claims", "name", "words")
 
     def __init__(self, fd: int, mapping: mmap.mmap, name: str) -> None:
         self.fd, self.name = fd, name
+        self.marks_claims = False  # a receiver's page of a named segment: each claim also marks it
         self._raw = memoryview(mapping)[:CONTROL_BYTES]
         self.words = self._raw.cast("Q")  # native u64 stores: one aligned write each, never torn
         self._mutex = threading.Lock()
@@ -277,9 +280,9 @@ class Page:
         if state != CLAIMED:
             return False
         if self._readers() == 1:
-            if alive(self.receiver) or self.marked_elsewhere(RECEIVER_BYTE):  # (of another pid namespace)
-                return False
-            return self._to_free(lambda: bool(self.words[_W_STATE] == CLAIMED))
+            if alive(self.receiver):  # else maybe of another pid namespace: its mark, read with the
+                return False  # page held (a receiver marks a page it claims before it lets go of it)
+            return self._to_free(lambda: self.words[_W_STATE] == CLAIMED and not self._marked(RECEIVER_BYTE))
 
         def none_alive() -> bool:
             if self.words[_W_STATE] != CLAIMED:
@@ -332,13 +335,17 @@ class Page:
         """Take (``held``) or drop this description's shared lock on ``byte`` of the page's file
         (``RECEIVER_BYTE``, ``CREATOR_BYTE``); an fd let go of, or a lock refused, leaves the pid
         written in the page as the only word on who is alive, as for a peer that does not mark."""
-        kind = fcntl.F_RDLCK if held else fcntl.F_UNLCK
         with self._mutex:
-            if self.fd >= 0:
-                try:
-                    fcntl.fcntl(self.fd, fcntl.F_OFD_SETLK, struct.pack("hh4xqqi4x", kind, os.SEEK_SET, byte, 1, 0))
-                except OSError:
-                    pass
+            self._mark(byte, held)
+
+    def _mark(self, byte: int, held: bool) -> None:
+        """``mark``, the page's mutex held by the caller."""
+        if self.fd >= 0:
+            kind = fcntl.F_RDLCK if held else fcntl.F_UNLCK
+            try:
+                fcntl.fcntl(self.fd, fcntl.F_OFD_SETLK, _FLOCK.pack(kind, os.SEEK_SET, byte, 1, 0))
+            except OSError:
+                pass
 
     def marked_elsewhere(self, byte: int) -> bool:
         """Whether another open description of the page's file (another process, or another reader
@@ -350,12 +357,11 @@ class Page:
         """``marked_elsewhere``, the page's mutex held by the caller."""
         if self.fd < 0:
             return False
-        probe = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, byte, 1, 0)
         try:
-            found = fcntl.fcntl(self.fd, fcntl.F_OFD_GETLK, probe)
+            found = fcntl.fcntl(self.fd, fcntl.F_OFD_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, byte, 1, 0))
         except OSError:
             return False
-        kind: int = struct.unpack("hh4xqqi4x", found)[0]
+        kind: int = _FLOCK.unpack(found)[0]
         return kind != fcntl.F_UNLCK
 
     def close_fd(self) -> None:
@@ -408,6 +414,8 @@ class Page:
                 )
                 if reason is not None:
                     raise DecodeError(reason)
+            if self.marks_claims:  # proven: held from now on, told to the sender by the mark (taken
+                self._mark(RECEIVER_BYTE, True)  # with the page held, so the sender never misses it)
             words = self.words
             readers = words[_W_READERS]
             if not 1 < readers <= MAX_READERS:  # (``_readers``, inline)

@@ -229,6 +229,7 @@ class SlotReader:
             raise DecodeError(f"{what} {name} cannot be mapped: {exc}") from None
         segment = _Mapped(name, fd, mapping, path, self._pins)
         page = segment.page
+        page.marks_claims = path is not None  # across pid namespaces too, the sender sees it held
         if not page.valid or page.capacity != segment.capacity or page.flags & ONE_SHOT:
             segment.forget()
             del segment
@@ -254,18 +255,7 @@ class SlotReader:
             raise DecodeError(
                 f"pool slot {name}: bytes [{offset}, {offset + nbytes}) outside its {segment.capacity}-byte area"
             )
-        # Held, told to the sender by the mark (across pid namespaces too). It is taken before the
-        # claim, so a sender that reads the page claimed finds it: taken after, a sender could free
-        # the slot between the two. Before a handle proves itself that costs the page's sender at
-        # most a reclaim put off while the claim is refused: the lock is advisory, the file untouched.
-        if segment.path is not None:
-            segment.page.mark(RECEIVER_BYTE, True)
-        try:
-            segment.page.claim(generation, capability)  # (errors name the page: "pool slot <name>")
-        except BaseException:
-            if segment.path is not None:
-                segment.page.mark(RECEIVER_BYTE, False)
-            raise
+        segment.page.claim(generation, capability)  # (errors name the page: "pool slot <name>")
         if borrow:
             lease = _ReceiverLease(segment, nbytes, offset, generation)
             buffer = _VIEWS.view(lease.address, nbytes, lease)
