@@ -399,18 +399,13 @@ class Decoder:
         limits = self.options.limits
         if len(handles) > limits.max_buffers:
             raise DecodeError(f"{len(handles)} buffers is over the limit of {limits.max_buffers}", path="$.buffers")
-        inline = 0
         if len(handles) == 1:  # the common message: one buffer, one transport
             kind = type(handles[0])
             inline = int(kind is InlineHandle)
             self._by_type[kind].verify(handles, frames)
         else:
-            by_transport: dict[Transport, list[Handle]] = {}
-            for handle in handles:
-                kind = type(handle)
-                inline += kind is InlineHandle
-                by_transport.setdefault(self._by_type[kind], []).append(handle)
-            for transport, group in by_transport.items():
+            inline = sum(type(handle) is InlineHandle for handle in handles)
+            for transport, group in self._by_transport(handles).items():
                 transport.verify(group, frames)
         if inline != len(frames) - 1:
             raise DecodeError(f"the message has {len(frames)} frames but its header names {inline} inline buffers")
@@ -418,14 +413,18 @@ class Decoder:
     def release(self, handles: list[Handle]) -> None:
         """Give back buffers this decode will not read (each transport acts only on proven handles),
         each transport's in one call."""
-        by_transport: dict[Transport, list[Handle]] = {}
-        for handle in handles:
-            by_transport.setdefault(self._by_type[type(handle)], []).append(handle)
-        for transport, group in by_transport.items():
+        for transport, group in self._by_transport(handles).items():
             try:
                 transport.release_all(group)
             except Exception:
                 pass
+
+    def _by_transport(self, handles: list[Handle]) -> dict[Transport, list[Handle]]:
+        """``handles`` by the transport that reads each, in their order."""
+        grouped: dict[Transport, list[Handle]] = {}
+        for handle in handles:
+            grouped.setdefault(self._by_type[type(handle)], []).append(handle)
+        return grouped
 
     def __setattr__(self, name: str, value: Any) -> None:
         if hasattr(self, "_sealed"):
