@@ -42,6 +42,9 @@ class Limits:
     message, rank 8, 16 GiB per tensor, nesting depth 64. Small tensors travel inside the header
     frame, up to half of ``max_header_bytes`` of their bytes (the encoder sends the ones after that
     in buffers), so its size bounds their bytes and count together; ``max_tensors`` bounds the count.
+    Frame 0 can decode into Python objects of ~75 times its size (one-byte empty lists or maps in a
+    tree or untyped field): a receiver of untrusted peers lowers ``max_header_bytes`` to what its
+    messages need.
     A ``max_depth`` near Python's recursion limit or past it is more than a decode can walk: a frame
     nested that deep is a ``DecodeError`` saying so. Below that, a decode recurses in C up to
     ``max_depth`` levels, each taking thread stack (up to ~1.6 KiB for a tree's tuples, ~0.3 KiB

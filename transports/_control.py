@@ -61,6 +61,7 @@ __all__ = [
     "discard_file",
     "expire_file",
     "init_file",
+    "marked",
     "one_wait",
 ]
 
@@ -138,6 +139,17 @@ def _lock(fd: int, what: str) -> None:
 
 def _unlock(fd: int) -> None:
     fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _UNLOCK)
+
+
+def marked(fd: int, byte: int) -> bool:
+    """Whether an open description of ``fd``'s file other than ``fd``'s own holds a lock on ``byte``
+    (a peer's mark, see ``Page.mark``); False where that cannot be read."""
+    try:
+        found = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, byte, 1, 0))
+    except OSError:
+        return False
+    kind: int = _FLOCK.unpack(found)[0]
+    return kind != fcntl.F_UNLCK
 
 
 def _refusal(
@@ -355,14 +367,7 @@ class Page:
 
     def _marked(self, byte: int) -> bool:
         """``marked_elsewhere``, the page's mutex held by the caller."""
-        if self.fd < 0:
-            return False
-        try:
-            found = fcntl.fcntl(self.fd, fcntl.F_OFD_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, byte, 1, 0))
-        except OSError:
-            return False
-        kind: int = _FLOCK.unpack(found)[0]
-        return kind != fcntl.F_UNLCK
+        return self.fd >= 0 and marked(self.fd, byte)
 
     def close_fd(self) -> None:
         """Close the fd the lock is taken on, once no transition is using it."""

@@ -5,6 +5,12 @@ neighbour can guess the names of its segments). Anything else, a pid no process 
 that is not a regular file of this process's uid (FIFOs, symlinks, directories, other users'
 files) is skipped, never fatal. memfd-backed segments have no name here: they disappear with
 their last fd and mapping, so nothing of them is ever left to reap.
+
+A pool slot's creator keeps a shared lock on one byte of its file (``_control.CREATOR_BYTE``) while
+it holds the slot: a named file whose creator's pid names no process here is opened (never
+following a link, never blocking) to read that lock before it counts as its creator's leftover,
+so a creator in another pid namespace is not taken for dead. A one-shot segment carries no lock:
+its creator is judged by its pid alone.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tensorwire.transports._control import CREATOR_BYTE, marked
 from tensorwire.transports._pool import alive
 from tensorwire.transports._segment import valid_pid
 
@@ -121,8 +128,9 @@ class Segment:
 
 
 def list_segments(directory: str | os.PathLike[str] = SHM_DIR, *, memfds: bool = True) -> list[Segment]:
-    """This uid's segments: the regular files of ``directory`` named like ours (never opened, never
-    followed), and with ``memfds`` the memfds this uid's processes hold; sorted by name."""
+    """This uid's segments: the regular files of ``directory`` named like ours (never followed;
+    opened only to read the creator's mark where its pid names no process), and with ``memfds``
+    the memfds this uid's processes hold; sorted by name."""
     now = time.time()
     me = os.geteuid()
     found: list[Segment] = []
@@ -134,7 +142,8 @@ def list_segments(directory: str | os.PathLike[str] = SHM_DIR, *, memfds: bool =
             continue  # gone meanwhile
         if stat.S_ISREG(info.st_mode) and info.st_uid == me:
             pid = creator_pid(name)
-            found.append(Segment(name, pid, alive(pid), info.st_size, max(0.0, now - info.st_mtime), "named"))
+            live = alive(pid) or _marked(root / name, info)
+            found.append(Segment(name, pid, live, info.st_size, max(0.0, now - info.st_mtime), "named"))
     if memfds:
         found += _memfds(now, me)
     return sorted(found, key=lambda s: (s.name, s.backing))
@@ -168,7 +177,8 @@ def _memfds(now: float, me: int) -> list[Segment]:
 
 
 def _reapable(directory: Path, name: str) -> bool:
-    """Whether ``name`` is a regular file of ours whose creator (a valid pid) is gone."""
+    """Whether ``name`` is a regular file of ours whose creator (a valid pid) is gone: its pid names
+    no process, and no process holds its mark on the file."""
     pid = creator_pid(name)
     if not valid_pid(pid) or alive(pid):
         return False
@@ -176,7 +186,26 @@ def _reapable(directory: Path, name: str) -> bool:
         info = os.lstat(directory / name)
     except OSError:
         return False
-    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not _marked(directory / name, info)
+
+
+def _marked(path: Path, info: os.stat_result) -> bool:
+    """Whether some process holds the creator's mark (``CREATOR_BYTE``) on the regular file at
+    ``path`` that ``info`` describes. Opened read-only, never following a link, blocking or taking
+    a terminal; a file that is no longer the one ``info`` describes, or that cannot be opened, is
+    unmarked."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        now = os.fstat(fd)
+        same = (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino) and stat.S_ISREG(now.st_mode)
+        return same and marked(fd, CREATOR_BYTE)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def reap(directory: str | os.PathLike[str] = SHM_DIR, *, dry_run: bool = False) -> list[str]:

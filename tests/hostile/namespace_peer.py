@@ -1,7 +1,8 @@
 """A peer in another pid namespace (``tests/hostile/test_pid_namespaces.py``): a sender or a
 receiver with ``backing="named"`` in ``directory``, driven by lines on stdin, answering on stdout.
 
-    python namespace_peer.py sender DIRECTORY    # "send" -> "frames <base64>..."; "slots" -> its pool's slots
+    python namespace_peer.py sender DIRECTORY    # "send" -> "frames <base64>..."; "slots" -> its pool's slots;
+                                                 # "exit" -> gone at once, nothing closed (as if killed)
     python namespace_peer.py receiver DIRECTORY  # "frames <base64>..." -> "held [first elements]" (keeps each)
 """
 
@@ -43,6 +44,8 @@ def main() -> None:
         elif role == "sender" and command == "slots":
             assert shm.pool is not None
             print("slots", len(shm.pool.slots()), flush=True)
+        elif role == "sender" and command == "exit":
+            os._exit(0)
         elif role == "receiver" and command == "frames":
             kept.append(decoder.decode(read_frames(line)).output)
             print("held", [float(t[0]) for t in kept], flush=True)

@@ -21,6 +21,7 @@ import torch
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
+from tensorwire.transports._reaper import creator_pid
 from tests.hostile.namespace_peer import OOB, frames_line, read_frames
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,8 +65,17 @@ class Peer:
         self.process.stdin.flush()
         return self._line()
 
+    def exit(self) -> None:
+        """End the peer at once, closing nothing (as if it were killed)."""
+        assert self.process.stdin is not None
+        self.process.stdin.write("exit\n")
+        self.process.stdin.flush()
+        self.process.wait(30)
+
     def close(self) -> None:
         assert self.process.stdin is not None
+        if self.process.poll() is not None:
+            return
         self.process.stdin.write("quit\n")
         self.process.stdin.flush()
         self.process.wait(30)
@@ -112,4 +122,31 @@ def test_a_sender_never_reuses_a_slot_a_receiver_of_another_pid_namespace_holds(
         assert sender.pool is not None and len(sender.pool.slots()) == 2  # a second slot, the first held
     finally:
         receiver.close()
+        sender.close()
+
+
+def test_reap_spares_a_live_creators_slot_of_another_pid_namespace(directory: Path) -> None:
+    """The slot's creator has a pid no process here has, but it holds the slot: ``reap`` leaves its
+    file and ``list_segments`` says its creator lives, and the next message on the slot decodes;
+    once the creator is gone without closing anything, both take the file for its leftover."""
+    sender = Peer("sender", directory)
+    try:
+        decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(directory, backing="named")])
+        assert torch.equal(decoder.decode(read_frames(sender.ask("send"))).output, torch.arange(1024.0))
+        names = sorted(os.listdir(directory))
+        assert len(names) == 1 and creator_pid(names[0]) == sender.pid
+        assert not os.path.exists(f"/proc/{sender.pid}")
+        assert transports.reap(directory) == []
+        assert sorted(os.listdir(directory)) == names
+        assert [(s.name, s.creator, s.alive) for s in transports.list_segments(directory, memfds=False)] == [
+            (names[0], sender.pid, True)
+        ]
+        assert torch.equal(decoder.decode(read_frames(sender.ask("send"))).output, torch.arange(1024.0))
+        sender.exit()
+        assert [(s.name, s.alive) for s in transports.list_segments(directory, memfds=False)] == [(names[0], False)]
+        assert transports.reap(directory, dry_run=True) == names
+        assert sorted(os.listdir(directory)) == names
+        assert transports.reap(directory) == names
+        assert os.listdir(directory) == []
+    finally:
         sender.close()

@@ -1,16 +1,19 @@
 """The reaper against planted names: it removes only this uid's regular files of dead creators.
 
 Unparseable and out-of-range names, pids that do not fit pid_t, FIFOs, symlinks, directories and
-other users' files are skipped, never fatal; live creators' segments stay; ``--dry-run`` removes
-nothing. Each test plants in a private directory, except the command-line test, which must use
-/dev/shm and plants only names of its own.
+other users' files are skipped, never fatal; live creators' segments stay, those whose pid names no
+process but whose creator holds its mark on the file too; ``--dry-run`` removes nothing. Each test
+plants in a private directory, except the command-line test, which must use /dev/shm and plants
+only names of its own.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import shutil
+import struct
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -20,6 +23,8 @@ import pytest
 
 from tensorwire import transports
 from tensorwire.cli import main
+from tensorwire.transports._control import CREATOR_BYTE, RECEIVER_BYTE
+from tensorwire.transports._reaper import _marked
 from tensorwire.transports.shm import SHM_DIR
 
 
@@ -103,3 +108,56 @@ def test_the_command_line_reaper_survives_planted_names(capsys: pytest.CaptureFi
     finally:
         for path in [*planted, fifo, dead]:
             path.unlink(missing_ok=True)
+
+
+def _mark(path: Path, byte: int) -> int:
+    """An fd of a description that holds a shared lock on ``byte`` of ``path`` (as a creator in
+    another pid namespace holds ``CREATOR_BYTE`` of its pool slot's file)."""
+    fd = os.open(path, os.O_RDWR)
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hh4xqqi4x", fcntl.F_RDLCK, os.SEEK_SET, byte, 1, 0))
+    return fd
+
+
+def test_a_file_whose_creator_holds_its_mark_is_not_reaped(directory: Path) -> None:
+    """A dead-looking pid with the creator's lock held on the file (a creator in another pid
+    namespace): spared, and listed as alive; a lock on another byte is no mark."""
+    marked, other = directory / _name(_dead_pid()), directory / _name(_dead_pid())
+    marked.write_bytes(b"x" * 64)
+    other.write_bytes(b"x" * 64)
+    held = [_mark(marked, CREATOR_BYTE), _mark(other, RECEIVER_BYTE)]
+    try:
+        alive = {s.name: s.alive for s in transports.list_segments(directory, memfds=False)}
+        assert alive == {marked.name: True, other.name: False}
+        assert transports.reap(directory) == [other.name]
+        assert marked.exists() and not other.exists()
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert transports.reap(directory) == [marked.name]
+
+
+def test_the_mark_is_read_only_from_the_file_that_was_listed(directory: Path) -> None:
+    """A marked file reached through a symlink, a FIFO (which must not block the open) and a file
+    put in place of the one ``lstat`` saw all read as unmarked: nothing is followed or trusted."""
+    target = directory / _name(_dead_pid())
+    target.write_bytes(b"x" * 64)
+    fd = _mark(target, CREATOR_BYTE)
+    try:
+        link = directory / _name(_dead_pid())
+        link.symlink_to(target)
+        assert not _marked(link, os.stat(target))
+        fifo = directory / _name(_dead_pid())
+        os.mkfifo(fifo)
+        assert not _marked(fifo, os.lstat(fifo))
+        stale = os.lstat(target)
+        replacement = directory / "replacement"
+        replacement.write_bytes(b"y" * 64)
+        os.rename(replacement, target)  # the marked file's name now names another file
+        other = _mark(target, CREATOR_BYTE)
+        try:
+            assert not _marked(target, stale)
+            assert _marked(target, os.lstat(target))
+        finally:
+            os.close(other)
+    finally:
+        os.close(fd)
