@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 import threading
 from collections import deque
@@ -67,10 +68,15 @@ class AckPage:
             _WORD.pack_into(self._mapping, _POSITION, position)
 
     def close(self) -> None:
-        """Unmap; the sender's close also removes the page."""
-        if self._owner:
-            self.path.unlink(missing_ok=True)
-        self._mapping.close()
+        """Unmap; the sender's close also removes the page (a name that no longer is a regular file
+        of ours, or is gone, is left alone)."""
+        try:
+            if self._owner and stat.S_ISREG(os.lstat(self.path).st_mode):
+                os.unlink(self.path)
+        except OSError:
+            pass
+        finally:
+            self._mapping.close()
 
 
 class InFlight:

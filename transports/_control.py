@@ -104,15 +104,18 @@ _WAITS = threading.local()  # ``until``: when every wait of this thread inside `
 
 
 @contextmanager
-def one_wait() -> Iterator[None]:
+def one_wait(seconds: float = _LOCK_WAIT) -> Iterator[None]:
     """Inside: this thread's waits for control pages locked by other processes last, all together,
-    no longer than one wait does (``_LOCK_WAIT``): a batch of give-backs whose pages a peer keeps
-    locked holds its caller up once, not once per page. Every page is still tried once."""
-    _WAITS.until = time.monotonic() + _LOCK_WAIT
+    no longer than ``seconds`` (one wait, ``_LOCK_WAIT``, by default; 0: a page locked elsewhere is
+    refused at once): a batch of give-backs whose pages a peer keeps locked holds its caller up
+    once, not once per page. Every page is still tried once. Nested, the earlier end holds."""
+    outer = getattr(_WAITS, "until", None)
+    until = time.monotonic() + seconds
+    _WAITS.until = until if outer is None else min(outer, until)
     try:
         yield
     finally:
-        _WAITS.until = None
+        _WAITS.until = outer
 
 
 def _lock(fd: int, what: str) -> None:
@@ -442,15 +445,17 @@ class Page:
             finally:
                 mutex.release()
 
-    def discard(self, generation: int, capability: bytes) -> bool:
-        """Give back a hand-over this receiver will not read, if the handle proves its capability."""
+    def discard(self, generation: int, capability: bytes, readers: int = 1) -> bool:
+        """Give back a hand-over this receiver (or ``readers`` of a broadcast's receivers, in one
+        transition) will not read, if the handle proves its capability."""
         if self._readers() == 1:
             return self._to_free(lambda: self._proves(generation, capability))
 
-        def last() -> bool:  # of a broadcast: one receiver fewer to wait for
-            if not self._proves(generation, capability):
-                return False
-            self._count_claim()
+        def last() -> bool:  # of a broadcast: ``readers`` receivers fewer to wait for
+            for _ in range(min(readers, self._readers())):
+                if not self._proves(generation, capability):
+                    break
+                self._count_claim()
             return self.words[_W_STATE] == CLAIMED and self.words[_W_HOLDERS] == 0
 
         return self._to_free(last)
@@ -543,10 +548,16 @@ class Page:
 # -- one-shot segments: the same page, read and written with pread/pwrite (never mapped unchecked) ---
 
 
-def init_file(mapping: mmap.mmap, capacity: int, deadline_ns: int) -> bytes:
-    """Lay out the page of a new one-shot segment, in flight until ``deadline_ns``; return its capability."""
+def init_file(fd: int, capacity: int, deadline_ns: int, what: str) -> bytes:
+    """Write the page of a new one-shot segment, in flight until ``deadline_ns``; return its capability."""
     capability = secrets.token_bytes(CAPABILITY_BYTES)
-    _HEAD.pack_into(mapping, 0, _MAGIC_WORD, IN_FLIGHT, 1, 0, capacity, deadline_ns, 0, ONE_SHOT, digest(capability))
+    head = _HEAD.pack(_MAGIC_WORD, IN_FLIGHT, 1, 0, capacity, deadline_ns, 0, ONE_SHOT, digest(capability))
+    try:
+        written = os.pwrite(fd, head, 0)
+    except OSError as exc:
+        raise TransportError(exc.errno, f"cannot write the control page of {what}: {exc.strerror}") from None
+    if written != len(head):
+        raise TransportError(errno.EIO, f"cannot write the control page of {what}: {written} of {len(head)} bytes")
     return capability
 
 

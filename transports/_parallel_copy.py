@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PARALLEL_MIN", "copy_into", "helper_count"]
+__all__ = ["PARALLEL_MIN", "copy_into", "helper_count", "write_at"]
 
 PARALLEL_MIN = 8 * 1024 * 1024
 _CHUNK_ALIGN = 4096
@@ -51,6 +51,34 @@ def _helpers(count: int) -> ThreadPoolExecutor:
                 _executor[2].shutdown(wait=False)
             _executor = (os.getpid(), count, ThreadPoolExecutor(count, thread_name_prefix="tensorwire-copy"))
         return _executor[2]
+
+
+def write_at(fd: int, offset: int, src: Any) -> None:
+    """Write the bytes of ``src`` to ``fd`` from ``offset`` on with ``pwrite`` (no mapping: a file
+    cut short meanwhile grows back instead of raising a signal), in parallel when large; OSError as
+    ``pwrite`` raises it."""
+    source = memoryview(src).cast("B")
+    count = helper_count() if source.nbytes >= PARALLEL_MIN else 0
+    if count == 0:
+        _write_all(fd, offset, source)
+        return
+    helpers = _helpers(count)
+    step = -(-source.nbytes // (count + 1) // _CHUNK_ALIGN) * _CHUNK_ALIGN
+    bounds = [(lo, min(lo + step, source.nbytes)) for lo in range(0, source.nbytes, step)]
+    pending = [helpers.submit(_write_all, fd, offset + lo, source[lo:hi]) for lo, hi in bounds[1:]]
+    try:
+        lo, hi = bounds[0]
+        _write_all(fd, offset + lo, source[lo:hi])
+    finally:
+        for future in pending:
+            future.result()  # every chunk is written (or failed) before the file is handed on
+
+
+def _write_all(fd: int, offset: int, view: memoryview) -> None:
+    """``pwrite`` all of ``view`` at ``offset`` (one call writes at most ~2 GiB)."""
+    done = 0
+    while done < view.nbytes:
+        done += os.pwrite(fd, view[done:], offset + done)
 
 
 def copy_into(dst: Any, src: Any) -> None:

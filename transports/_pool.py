@@ -32,6 +32,7 @@ import errno
 import functools
 import mmap
 import os
+import resource
 import threading
 import time
 import weakref
@@ -53,11 +54,22 @@ from tensorwire.transports._control import (
     SENDER,
     STATES,
     Page,
+    one_wait,
 )
 from tensorwire.transports._retention import Retention
 from tensorwire.transports._segment import create_memfd, create_named, valid_pid
 
-__all__ = ["MIN_CLASS", "PASSED", "WALK_ALWAYS", "WALK_EVERY", "Pool", "Slot", "alive", "size_class"]
+__all__ = [
+    "MIN_CLASS",
+    "PASSED",
+    "WALK_ALWAYS",
+    "WALK_EVERY",
+    "Pool",
+    "Slot",
+    "alive",
+    "default_max_slots",
+    "size_class",
+]
 
 MIN_CLASS = 64 * 1024
 PASSED = 64  # a slot found busy by this many sends in a row is parked at the back of its class
@@ -108,6 +120,9 @@ class Slot:
     last_used: float = field(default_factory=time.monotonic)
     passed: int = 0  # sends in a row that found it busy on their way to a free slot
     parked: bool = False  # at the back of its class, looked at only by close walks
+    sending: int = 0  # the generation this process holds it under (being written, or an ``empty``
+    # tensor unsent), 0 if none: never taken, evicted or dropped while held, whatever a receiver
+    # writes in its page meanwhile
 
     @property
     def state(self) -> int:
@@ -125,7 +140,7 @@ class _SenderLease:
     __slots__ = ("_generation", "_mapped", "_nbytes", "_pool", "_slot")
 
     def __init__(self, pool: Pool, slot: Slot, nbytes: int) -> None:
-        self._pool, self._slot, self._generation, self._nbytes = pool, slot, slot.page.generation, nbytes
+        self._pool, self._slot, self._generation, self._nbytes = pool, slot, slot.sending, nbytes
         self._mapped = memoryview(slot.mapping)  # an export: the mapping cannot be closed while it lives
 
     @property
@@ -137,8 +152,16 @@ class _SenderLease:
         self._pool.unused(self._slot, self._generation)
 
 
+def default_max_slots() -> int:
+    """How many slots a pool keeps at most (each holds two fds: its own and its mapping's): a
+    sixteenth of the fd limit, at least 16, so receivers that keep every slot they are sent, or
+    never claim, cannot use up the sender's fds; past it, buffers get one-shot segments."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, soft // 16) if soft > 0 else 65536
+
+
 class Pool:
-    """The sender's slots, by size class."""
+    """The sender's slots, by size class; at most ``max_slots`` of them (default: ``default_max_slots()``)."""
 
     def __init__(
         self,
@@ -151,8 +174,10 @@ class Pool:
         claim_timeout: float = 60.0,
         prepare: Callable[[Slot], None] | None = None,
         retire: Callable[[Slot], bool] | None = None,
+        max_slots: int | None = None,
     ) -> None:
         self.directory = directory
+        self.max_slots = max_slots if max_slots is not None else default_max_slots()
         self.memfd = memfd
         self._make_name = make_name
         self.retention = retention if retention is not None else Retention()
@@ -225,7 +250,7 @@ class Pool:
                     return found
                 grown = self._grow(capacity)  # the walk may have dropped garbage
             if grown is not None:
-                grown.page.take(state)
+                self._take(grown, state)
             return grown
 
     def _first_free(self, group: list[Slot], capacity: int, state: int) -> Slot | None:
@@ -238,7 +263,7 @@ class Pool:
         for slot in group:
             if slot.parked:
                 break
-            if slot.page.is_free:
+            if slot.page.is_free and not slot.sending:
                 found = self._take(slot, state)
                 break
             slot.passed += 1
@@ -272,17 +297,20 @@ class Pool:
 
         garbage: list[Slot] = []
         try:
-            for slot in group:
-                usable = self._reusable(slot, now_ns, alive_once)
-                if usable:
-                    if slot.parked:
-                        slot.parked = False
-                        self._parked[capacity] -= 1
-                        group.remove(slot)
-                        group.insert(len(group) - self._parked[capacity], slot)
-                    return self._take(slot, state)
-                if usable is None:
-                    garbage.append(slot)
+            with one_wait(0):  # a page another process keeps locked is not free now: never waited for
+                for slot in group:
+                    if slot.sending:
+                        continue
+                    usable = self._reusable(slot, now_ns, alive_once)
+                    if usable:
+                        if slot.parked:
+                            slot.parked = False
+                            self._parked[capacity] -= 1
+                            group.remove(slot)
+                            group.insert(len(group) - self._parked[capacity], slot)
+                        return self._take(slot, state)
+                    if usable is None:
+                        garbage.append(slot)
         finally:
             for slot in garbage:
                 self._drop(slot)
@@ -290,7 +318,8 @@ class Pool:
         return None
 
     def _take(self, slot: Slot, state: int) -> Slot:
-        slot.page.take(state)
+        generation = slot.page.take(state)
+        slot.sending = generation if state == SENDER else 0
         slot.last_used = time.monotonic()
         slot.passed = 0
         return slot
@@ -313,6 +342,7 @@ class Pool:
         a receiver must prove."""
         page = slot.page
         capability = page.hand_over(self.claim_timeout, readers)
+        slot.sending = 0
         slot.last_used = time.monotonic()
         return page.generation, capability
 
@@ -334,14 +364,12 @@ class Pool:
         message never reached them); the slot is free once those who got it have let go."""
         slot = self._by_name.get(name) if self.owns(name) else None
         if slot is not None:
-            for _ in range(readers):
-                slot.page.discard(generation, capability)
+            slot.page.discard(generation, capability, readers)
 
     def unused(self, slot: Slot, generation: int) -> None:
         """A tensor allocated in ``slot`` died: free the slot if it was never sent."""
         try:
-            page = slot.page
-            if self._pid == os.getpid() and page.state == SENDER and page.generation == generation:
+            if self._pid == os.getpid() and slot.sending == generation:
                 self.give_back(slot)
         except ValueError:  # the pool let go of its page views: the slot is gone
             pass
@@ -356,6 +384,7 @@ class Pool:
 
     def give_back(self, slot: Slot) -> None:
         slot.page.give_back()
+        slot.sending = 0
         slot.last_used = time.monotonic()
 
     def hand_over_allocated(self, address: int, nbytes: int, readers: int = 1) -> tuple[Slot, int, bytes] | None:
@@ -369,9 +398,10 @@ class Pool:
                 return None
             slot = self._by_start[self._starts[at]]
             page = slot.page
-            if address + nbytes > slot.address + slot.capacity or page.state != SENDER:
+            if address + nbytes > slot.address + slot.capacity or not slot.sending:
                 return None
             capability = page.hand_over(self.claim_timeout, readers)  # (``hand_over``, inline)
+            slot.sending = 0
             slot.last_used = time.monotonic()
             return slot, page.generation, capability
 
@@ -391,9 +421,9 @@ class Pool:
 
     def _grow(self, capacity: int) -> Slot | None:
         size = CONTROL_BYTES + capacity
-        if self.cached_bytes + size > self._budget():
+        if self.cached_bytes + size > self._budget() or len(self._by_name) >= self.max_slots:
             self._evict(size)
-            if self.cached_bytes + size > self._budget():
+            if self.cached_bytes + size > self._budget() or len(self._by_name) >= self.max_slots:
                 return None
         name = self._make_name()
         path = None if self.memfd else self.directory / name
@@ -420,12 +450,14 @@ class Pool:
         return slot
 
     def _evict(self, wanted: int) -> None:
-        """Drop free slots, least recently used first, until ``wanted`` more bytes fit the budget."""
+        """Drop free slots, least recently used first, until ``wanted`` more bytes fit the budget in
+        one slot more."""
         free = sorted(
-            (s for slots in self._slots.values() for s in slots if s.state == FREE), key=lambda s: s.last_used
+            (s for slots in self._slots.values() for s in slots if s.state == FREE and not s.sending),
+            key=lambda s: s.last_used,
         )
         for slot in free:
-            if self.cached_bytes + wanted <= self._budget():
+            if self.cached_bytes + wanted <= self._budget() and len(self._by_name) < self.max_slots:
                 return
             self._drop(slot)
 
@@ -456,7 +488,7 @@ class Pool:
         with self._lock:
             for slots in list(self._slots.values()):
                 for slot in list(slots):
-                    if slot.state == FREE and now - slot.last_used >= limit:
+                    if slot.state == FREE and not slot.sending and now - slot.last_used >= limit:
                         freed += slot.capacity + CONTROL_BYTES
                         self._drop(slot)
         return freed
@@ -466,7 +498,7 @@ class Pool:
         self._own()
         now = time.monotonic_ns()
         count = 0
-        with self._lock:
+        with self._lock, one_wait(0):  # a page another process keeps locked: the next time
             for slots in self._slots.values():
                 for slot in slots:
                     if slot.page.due(now) and slot.page.expire(now):
@@ -500,14 +532,27 @@ def _let_go(slot: Slot, *, unmap: bool, unlink: bool = True) -> None:
         slot.page.release()
     except ValueError:  # already let go
         return
-    if slot.path is not None and unlink:
-        slot.path.unlink(missing_ok=True)
-    slot.page.close_fd()
+    try:
+        if slot.path is not None and unlink:
+            _unlink_own(slot.path, slot.fd)
+    finally:
+        slot.page.close_fd()
     if unmap:
         try:
             slot.mapping.close()
         except BufferError:
             pass  # a tensor of this process still points into it
+
+
+def _unlink_own(path: Path, fd: int) -> None:
+    """Remove ``path`` if it still names the file ``fd`` is open on: a name a neighbour gave to
+    another file (or a directory) meanwhile, or that is gone, is left alone."""
+    try:
+        mine, there = os.fstat(fd), os.lstat(path)
+        if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def _trim_loop(pool_ref: weakref.ref[Pool], wake: threading.Event, period: float, idle: bool) -> None:
@@ -517,10 +562,13 @@ def _trim_loop(pool_ref: weakref.ref[Pool], wake: threading.Event, period: float
         pool = pool_ref()
         if pool is None:
             return
-        if idle:
-            pool.trim()
-        else:
-            pool.expire()
+        try:
+            if idle:
+                pool.trim()
+            else:
+                pool.expire()
+        except Exception:  # (a pool closed meanwhile, say): tried again next period, or the loop ends
+            pass
         del pool
 
 

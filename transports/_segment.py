@@ -19,6 +19,7 @@ Creation reserves the space with ``posix_fallocate``: a full file system is a ``
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
@@ -31,6 +32,7 @@ __all__ = [
     "PID_MAX",
     "POPULATE",
     "SEALS",
+    "create_file",
     "create_memfd",
     "create_named",
     "memfd_link",
@@ -54,16 +56,30 @@ def valid_pid(pid: int) -> bool:
 def create_named(path: Path, size: int) -> tuple[int, mmap.mmap]:
     """A new file of ``size`` bytes at ``path`` (mode 0600, reserved, mapped pre-faulted): (fd, mapping).
     Nothing is left behind on failure."""
+    fd = create_file(path, size)
+    try:
+        return fd, _map(fd, size, f"{path.parent} for {path.name}")
+    except BaseException:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+
+
+def create_file(path: Path, size: int) -> int:
+    """A new file of ``size`` bytes at ``path`` (mode 0600, reserved, not mapped: written with
+    ``pwrite``, so a neighbour that truncates it cannot raise a signal in its creator): its fd.
+    Nothing is left behind on failure."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise TransportError(exc.errno, f"cannot create shared memory segment {path.name}: {exc.strerror}") from None
     try:
-        return fd, _reserve_and_map(fd, size, f"{path.parent} for {path.name}")
+        _reserve(fd, size, f"{path.parent} for {path.name}")
     except BaseException:
         os.close(fd)
         path.unlink(missing_ok=True)
         raise
+    return fd
 
 
 def create_memfd(name: str, size: int) -> tuple[int, mmap.mmap]:
@@ -73,7 +89,9 @@ def create_memfd(name: str, size: int) -> tuple[int, mmap.mmap]:
     except OSError as exc:
         raise TransportError(exc.errno, f"cannot create memfd {name}: {exc.strerror}") from None
     try:
-        mapping = _reserve_and_map(fd, size, f"memory for memfd {name}")
+        where = f"memory for memfd {name}"
+        _reserve(fd, size, where)
+        mapping = _map(fd, size, where)
         try:
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
         except OSError as exc:
@@ -85,12 +103,22 @@ def create_memfd(name: str, size: int) -> tuple[int, mmap.mmap]:
         raise
 
 
-def _reserve_and_map(fd: int, size: int, where: str) -> mmap.mmap:
+def _reserve(fd: int, size: int, where: str) -> None:
     try:
         os.posix_fallocate(fd, 0, size)
-        return mmap.mmap(fd, size, flags=POPULATE)
     except OSError as exc:
         raise TransportError(exc.errno, f"cannot reserve {size} bytes in {where}: {exc.strerror}") from None
+
+
+def _map(fd: int, size: int, where: str) -> mmap.mmap:
+    """``size`` bytes of ``fd`` mapped pre-faulted (a file a neighbour cut short meanwhile is a
+    ``TransportError``: mmap refuses a length past its end)."""
+    try:
+        return mmap.mmap(fd, size, flags=POPULATE)
+    except OSError as exc:
+        raise TransportError(exc.errno, f"cannot map {size} bytes in {where}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise TransportError(errno.EIO, f"cannot map {size} bytes in {where}: {exc}") from None
 
 
 def open_named(path: Path, what: str, *, exact: int | None = None, min_size: int = 0) -> int:

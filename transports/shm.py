@@ -18,8 +18,9 @@ counter). A one-shot segment is a control page then exactly the buffer; the rece
 regular file of its own uid, of the exact size), claims it, unlinks it, and reads a private copy
 with ``pread`` (never a SIGBUS). Only a receiver that asked for named segments (``backing="named"``)
 maps one (``borrow``) or a named pool slot: a memfd receiver maps nothing another process can
-resize. Unclaimed one-shots are unlinked by their sender after the claim timeout; ``tensorwire
-shm reap`` removes those of dead creators.
+resize. Unclaimed one-shots are unlinked by their sender within a few seconds of the claim
+timeout (the janitor sweeps them, after the transport's close too, while the process lives);
+``tensorwire shm reap`` removes those of dead creators.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import numpy as np
 import torch
 
 from tensorwire.errors import CodecError, DecodeError, TransportError
+from tensorwire.transports import _janitor as janitor
 from tensorwire.transports._control import (
     CAPABILITY_BYTES,
     CONTROL_BYTES,
@@ -53,11 +55,11 @@ from tensorwire.transports._control import (
     init_file,
     one_wait,
 )
-from tensorwire.transports._parallel_copy import copy_into
+from tensorwire.transports._parallel_copy import copy_into, write_at
 from tensorwire.transports._pool import Pool
 from tensorwire.transports._reaper import NAME, SHM_DIR, next_name, our_segments, reap
 from tensorwire.transports._retention import Retention
-from tensorwire.transports._segment import create_named, open_named, read_into, valid_pid
+from tensorwire.transports._segment import create_file, open_named, read_into, valid_pid
 from tensorwire.transports._slots import SlotReader
 from tensorwire.transports.base import Buffer, Handle, Transport
 
@@ -107,13 +109,34 @@ class SlotHandle(Handle, tag="shm-slot", frozen=True, omit_defaults=True):
         )
 
 
+_LEFT: set[_OneShots] = set()  # those of closed transports with segments still pending
+
+
 class _OneShots:
-    """One-shot segments this transport made that may still be unclaimed: name -> (digest, deadline)."""
+    """One-shot segments this transport made that may still be unclaimed: name -> (digest, deadline).
+    The janitor sweeps them every few seconds (``prune``), after the transport's close too, until
+    none is left pending."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[bytes, int]] = {}
+        self._pid = os.getpid()
+        janitor.watch(self)
+
+    def prune(self) -> None:
+        """Sweep (the janitor's call); a forked child never sweeps its parent's segments."""
+        if self._pid != os.getpid():
+            return
+        self.sweep()
+        if not self._pending:
+            _LEFT.discard(self)
+
+    def close(self) -> None:
+        """The transport closed: sweep now, and keep sweeping while segments are pending."""
+        self.sweep()
+        if self._pending and self._pid == os.getpid():
+            _LEFT.add(self)
 
     def add(self, name: str, capability: bytes, deadline_ns: int) -> None:
         """Remember ``name``, made under ``capability``, unclaimed until ``deadline_ns``."""
@@ -134,18 +157,30 @@ class _OneShots:
 
         Deadlines come in the order they were added (one claim timeout per transport), so the walk
         stops at the first that is not due: a sweep costs what it sweeps, not what is pending (every
-        segment sent within the timeout, claimed or not: a receiver's claim is not seen here).
+        segment sent within the timeout, claimed or not: a receiver's claim is not seen here). A
+        segment whose page another process holds locked is never waited for: it stays pending.
         """
         now = time.monotonic_ns()
-        due: list[str] = []
+        due: list[tuple[str, tuple[bytes, int]]] = []
         with self._lock:
-            for name, (_, deadline) in self._pending.items():
-                if deadline >= now:
+            for name, known in self._pending.items():
+                if known[1] >= now:
                     break
-                due.append(name)
-            for name in due:
+                due.append((name, known))
+            for name, _ in due:
                 del self._pending[name]
-        return sum(_void_one_shot(self.directory / name, lambda fd, what: expire_file(fd, what)) for name in due)
+        swept = 0
+        locked: list[tuple[str, tuple[bytes, int]]] = []
+        with one_wait(0):
+            for name, known in due:
+                try:
+                    swept += _void_one_shot(self.directory / name, expire_file, refused=True)
+                except TransportError:  # its page held by another process: the next sweep
+                    locked.append((name, known))
+        if locked:
+            with self._lock:
+                self._pending.update(locked)
+        return swept
 
 
 def _dims(what: str, shape: Sequence[int]) -> tuple[int, ...]:
@@ -307,8 +342,14 @@ class ShmTransport(Transport):
             if found is None:
                 return None
             slot, offset = found, 0
-            with memoryview(slot.mapping) as area:
-                copy_into(area[CONTROL_BYTES : CONTROL_BYTES + nbytes], data)
+            try:
+                with memoryview(slot.mapping) as area:
+                    copy_into(area[CONTROL_BYTES : CONTROL_BYTES + nbytes], data)
+            except ValueError:  # its mapping closed under this thread: the pool was closed meanwhile
+                raise TransportError(errno.EBADF, "the shared-memory pool was closed during a copy") from None
+            except BaseException:
+                pool.give_back(slot)
+                raise
             generation, capability = pool.hand_over(slot, readers)
         number = slot.fd if pool.memfd else None
         return SlotHandle(name=slot.name, offset=offset, generation=generation, capability=capability, fd=number)
@@ -317,17 +358,18 @@ class ShmTransport(Transport):
         self._one_shots.sweep()
         name = next_name()
         path = self.directory / name
-        fd, mapping = create_named(path, CONTROL_BYTES + data.nbytes)
+        fd = create_file(path, CONTROL_BYTES + data.nbytes)  # never mapped: written with pwrite
         deadline = time.monotonic_ns() + int(self.claim_timeout * 1e9)
         try:
-            with memoryview(mapping) as area:
-                copy_into(area[CONTROL_BYTES:], data)
-            capability = init_file(mapping, data.nbytes, deadline)
+            try:
+                write_at(fd, CONTROL_BYTES, data)
+            except OSError as exc:
+                raise TransportError(exc.errno, f"cannot write segment {name}: {exc.strerror}") from None
+            capability = init_file(fd, data.nbytes, deadline, f"segment {name}")
         except BaseException:
             path.unlink(missing_ok=True)
             raise
         finally:
-            mapping.close()
             os.close(fd)
         self._one_shots.add(name, capability, deadline)
         return ShmHandle(name=name, capability=capability)
@@ -409,11 +451,11 @@ class ShmTransport(Transport):
 
     def close(self) -> None:
         """Let go of the pool's slots and of mapped ones; one-shot segments belong to their messages
-        (those past their claim timeout are unlinked)."""
+        (those past their claim timeout are unlinked, now or by the janitor once they are)."""
         if self.pool is not None:
             self.pool.close()
         self._reader.close()
-        self._one_shots.sweep()
+        self._one_shots.close()
 
 
 MAX_CLAIM_TIMEOUT = 2.0**32
@@ -458,9 +500,10 @@ def _receive_one_shot(path: Path, capability: bytes, nbytes: int, *, borrow: boo
         os.close(fd)
 
 
-def _void_one_shot(path: Path, transition: Callable[[int, str], bool]) -> bool:
+def _void_one_shot(path: Path, transition: Callable[[int, str], bool], *, refused: bool = False) -> bool:
     """Unlink a one-shot segment if ``transition`` (expiry by its sender, or a discard that proves the
-    capability) takes its page out of flight; a segment gone or not ours is left alone."""
+    capability) takes its page out of flight; a segment gone or not ours is left alone. With
+    ``refused``, a page another process holds locked raises its ``TransportError`` (EAGAIN)."""
     try:
         fd = open_named(path, "shared memory segment", min_size=CONTROL_BYTES)
     except CodecError:
@@ -470,6 +513,10 @@ def _void_one_shot(path: Path, transition: Callable[[int, str], bool]) -> bool:
             return False
         _unlink(path)
         return True
+    except TransportError as exc:
+        if refused and exc.errno == errno.EAGAIN:
+            raise
+        return False
     except CodecError:
         return False
     finally:

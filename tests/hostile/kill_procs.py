@@ -118,8 +118,8 @@ class Worker:
         return [slot.state for slot in self.transport.pool.slots()]
 
     def freeze_export(self, nbytes: int, seed: int, fork_helper: bool) -> NoReturn:
-        """Encode ``message(nbytes, seed)`` and freeze halfway through copying it into shared memory
-        (after forking a helper that holds everything the sender holds, with ``fork_helper``)."""
+        """Encode ``message(nbytes, seed)`` and freeze halfway through copying (or writing) it into
+        shared memory (after forking a helper that holds everything the sender holds, with ``fork_helper``)."""
         shm = patchable("tensorwire.transports.shm")
         real = shm.copy_into
 
@@ -130,7 +130,17 @@ class Worker:
             helper = _fork_holder(self.conn) if fork_helper else None
             self._freeze({"copied": half, "helper": helper})
 
+        real_write = shm.write_at
+
+        def write_half_then_freeze(fd: int, offset: int, src: Any) -> None:  # a one-shot: written, not mapped
+            source = memoryview(src).cast("B")
+            half = source.nbytes // 2
+            real_write(fd, offset, source[:half])
+            helper = _fork_holder(self.conn) if fork_helper else None
+            self._freeze({"copied": half, "helper": helper})
+
         shm.copy_into = half_then_freeze
+        shm.write_at = write_half_then_freeze
         self.encoder.encode(message(nbytes, seed))
         raise AssertionError("the export finished: the copy hook never ran")
 

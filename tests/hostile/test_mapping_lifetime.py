@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -113,6 +115,20 @@ def test_a_neighbour_cannot_shrink_memory_a_receiver_has_mapped() -> None:
             assert child.join() == 0
     finally:
         shm.close()
+
+
+def test_a_neighbour_that_cuts_a_one_shot_short_cannot_crash_its_sender() -> None:
+    """A one-shot segment is a named file any same-uid process can truncate: its sender writes it
+    with pwrite, never through a mapping, so a file cut short right after its space was reserved
+    grows back as it is written (no SIGBUS, no ValueError from mmap) and its message decodes."""
+    directory = tempfile.mkdtemp(dir="/dev/shm", prefix="tw-test-cut-")
+    try:
+        with spawned(mapping_procs.send_one_shots_cut_short, directory) as child:
+            assert child.recv() == [True, True, True]
+            assert child.join() == 0
+        assert os.listdir(directory) == []  # each claimed and unlinked by its receiver
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_an_idle_receiver_lets_go_of_a_dead_senders_memory() -> None:

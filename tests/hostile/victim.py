@@ -11,7 +11,6 @@ real frames so the test can show the intended receiver still gets them.
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
 import secrets
 import stat
@@ -44,9 +43,13 @@ def make_decoys(directory: Path) -> dict[str, str]:
     # a file that looks like a one-shot segment's control page, for a capability nobody knows
     from tensorwire.transports._control import init_file
 
-    with mmap.mmap(-1, DECOY_SIZE) as like:  # anonymous: zero-filled, as a new segment's
-        init_file(like, 4096, time.monotonic_ns() + 3600 * 10**9)
-        (directory / names["control_like"]).write_bytes(bytes(like))
+    like = directory / names["control_like"]
+    like.write_bytes(bytes(DECOY_SIZE))  # zero-filled, as a new segment's
+    fd = os.open(like, os.O_RDWR)
+    try:
+        init_file(fd, 4096, time.monotonic_ns() + 3600 * 10**9, like.name)
+    finally:
+        os.close(fd)
     for name in names.values():
         os.utime(directory / name, ns=(1_000_000_000, 2_000_000_000), follow_symlinks=False)
     return names

@@ -1,0 +1,203 @@
+"""The sender against receivers and neighbours that lock its pages, write garbage in them or plant
+files at its names: its housekeeping never waits for a page another process holds, a slot it is
+writing is never taken from it, and a name it no longer owns is never removed or fatal.
+
+A receiver's lock is another open file description's OFD lock on byte 0 of the page's file,
+taken through ``/proc/self/fd`` as a receiver in another process takes it; ``time.sleep`` is
+counted instead of timing the wall clock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import struct
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+import tensorwire as tw
+from tensorwire import transports
+from tensorwire.builtins import REGISTRY, diffusion
+from tensorwire.transports._control import _W_STATE, FREE, IN_FLIGHT, SENDER
+from tests.hostile import sender_procs
+from tests.hostile.children import spawned
+from tests.wire_helpers import head_of
+
+OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through shared memory
+_LOCK = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+
+
+def _lock_page(fd: int) -> int:
+    """Another description of the page's file, holding its page lock (as a receiver would)."""
+    other = os.open(f"/proc/self/fd/{fd}", os.O_RDWR)
+    fcntl.fcntl(other, fcntl.F_OFD_SETLK, _LOCK)
+    return other
+
+
+@pytest.fixture
+def slept(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """Every sleep asked for (``_control`` waits for a locked page with ``time.sleep``)."""
+    asked: list[float] = []
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        asked.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    yield asked
+
+
+def test_in_flight_slots_a_receiver_keeps_locked_never_hold_up_expiry_or_sends(slept: list[float]) -> None:
+    """Eight unclaimed slots past their claim timeout, each page locked by a receiver: the pool's
+    expiry (its trimmer's call) and the walk of a send for a free slot skip them at once instead
+    of waiting for each (8 x 0.25 s per pass before); once the locks go, they come back."""
+    shm = transports.ShmTransport(claim_timeout=0.05, idle_seconds=0)
+    encoder = tw.Encoder(transport=shm, options=OOB)
+    for i in range(8):
+        encoder.encode(diffusion.Output(output=torch.full((1024,), float(i))))
+    pool = shm.pool
+    assert pool is not None
+    held = [_lock_page(slot.fd) for slot in pool.slots()]
+    try:
+        time.sleep(0.1)  # every one past its claim timeout
+        slept.clear()
+        assert pool.expire() == 0  # none could be locked: none brought back
+        frames = encoder.encode(diffusion.Output(output=torch.ones(1024)))  # walks the class: none free
+        assert sum(slept) < 0.05, slept
+        assert len(pool.slots()) == 9 and sum(s.state == IN_FLIGHT for s in pool.slots()) == 9
+    finally:
+        for fd in held:
+            os.close(fd)
+    time.sleep(0.1)  # the new one past its claim timeout too
+    pool.expire()  # (or the pool's trimmer, first): the locks gone, every slot comes back
+    assert [s.state for s in pool.slots()] == [FREE] * 9
+    with pytest.raises(tw.DecodeError, match="expired"):
+        tw.Decoder(REGISTRY, transports=[transports.ShmTransport()]).decode(frames)
+    shm.close()
+
+
+def test_a_broadcast_withdrawn_from_many_receivers_waits_for_a_locked_page_once(slept: list[float]) -> None:
+    """A broadcast to 64 receivers that reached one: withdrawing it from the other 63 is one
+    transition of its page, so a page a receiver keeps locked holds the sender up one wait, not
+    63 (~16 s before)."""
+    shm = transports.ShmTransport()
+    fan = shm.fan_out(64)
+    frames = tw.Encoder(transport=fan, options=OOB).encode(diffusion.Output(output=torch.ones(1024)))
+    handle = transports.SlotHandle(**{k: v for k, v in head_of(frames[0])[3][0][1].items() if k != "transport"})
+    pool = shm.pool
+    assert pool is not None
+    [slot] = pool.slots()
+    other = _lock_page(slot.fd)
+    try:
+        fan.withdraw(handle, 63)
+        assert sum(slept) <= 0.25 + 0.01, sum(slept)
+    finally:
+        os.close(other)
+    fan.withdraw(handle, 63)  # unlocked: the 63 are counted in one go
+    assert slot.page.words[13] == 63  # the claims word: 63 of 64 counted, the page still in flight for one
+    assert slot.state == IN_FLIGHT
+    shm.close()
+
+
+def test_a_slot_this_process_is_writing_is_never_dropped_for_what_a_receiver_writes_in_its_page() -> None:
+    """A receiver writes a garbage state (then FREE) in the page of a slot the sender holds between
+    taking it and handing it over: another send's walk neither drops it (its views let go under
+    the writer: a ValueError from encode before) nor takes it; the hand-over then goes through."""
+    shm = transports.ShmTransport()
+    pool = shm.pool
+    assert pool is not None
+    first = pool.acquire(4096, SENDER)
+    assert first is not None
+    for written in (9, FREE):
+        first.page.words[_W_STATE] = written  # as a receiver mapping it would write it
+        second = pool.acquire(4096, SENDER)  # walks the class (first is not free, or looks free)
+        assert second is not None and second is not first
+        assert first in pool.slots()
+        pool.give_back(second)
+        assert pool.acquire(4096, SENDER) is second  # the one given back, not the one being written
+        pool.give_back(second)
+    generation, capability = pool.hand_over(first)
+    assert first.state == IN_FLIGHT and len(capability) == 16 and generation == first.generation
+    shm.close()
+
+
+def test_a_directory_planted_at_a_named_slots_name_is_left_alone_and_never_stops_close() -> None:
+    """A neighbour moves a named slot's file away and puts a directory, then a file of its own, at
+    its name: trimming and closing leave both alone (they are not the slot's file), close every
+    fd, and the pool's trimmer thread keeps running."""
+    directory = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="tw-test-plant-"))
+    try:
+        shm = transports.ShmTransport(directory, backing="named", idle_seconds=0.2)
+        encoder = tw.Encoder(transport=shm, options=OOB)
+        decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(directory, backing="named")])
+        decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(1024))))
+        pool = shm.pool
+        assert pool is not None
+        [slot] = pool.slots()
+        name = slot.name
+        os.rename(directory / name, directory / "moved")
+        (directory / name).mkdir()
+        assert pool.trim(0) > 0  # dropped: its name is a directory now, left alone
+        assert (directory / name).is_dir() and (directory / "moved").exists()
+        assert pool._trimmer is not None and pool._trimmer.is_alive()
+        before = set(os.listdir("/proc/self/fd"))
+        encoder.encode(diffusion.Output(output=torch.ones(1024)))  # a new slot, never claimed
+        [slot] = pool.slots()
+        os.rename(directory / slot.name, directory / "moved-too")
+        (directory / slot.name).write_bytes(b"a neighbour's own file")
+        shm.close()
+        assert (directory / slot.name).read_bytes() == b"a neighbour's own file"
+        assert set(os.listdir("/proc/self/fd")) <= before
+    finally:
+        for path in directory.iterdir():
+            if path.is_dir():
+                path.rmdir()
+            else:
+                path.unlink()
+        directory.rmdir()
+
+
+def test_an_unclaimed_one_shot_is_unlinked_after_its_claim_timeout_without_another_send() -> None:
+    """The janitor sweeps a transport's one-shots: an idle sender, and one already closed, unlink
+    a segment nobody claimed within a few seconds of its claim timeout (it stayed until the next
+    send or the process's end before)."""
+    directory = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="tw-test-sweep-"))
+    try:
+        idle = transports.ShmTransport(directory, pool=False, claim_timeout=0.1)
+        closed = transports.ShmTransport(directory, pool=False, claim_timeout=0.1)
+        for shm in (idle, closed):
+            tw.Encoder(transport=shm, options=OOB).encode(diffusion.Output(output=torch.ones(1024)))
+        closed.close()  # before its segment is due
+        assert len(os.listdir(directory)) == 2
+        deadline = time.monotonic() + 30.0  # the janitor's period is 2 s: a bound, not a speed
+        while os.listdir(directory) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert os.listdir(directory) == []
+        idle.close()
+    finally:
+        for path in directory.iterdir():
+            path.unlink()
+        directory.rmdir()
+
+
+def test_a_receiver_that_never_claims_cannot_use_up_the_senders_fds() -> None:
+    """Under a soft fd limit of 512, 200 unclaimed 256 KiB messages: the pool stops at 32 slots (a
+    sixteenth of the limit, each slot two fds) and the rest travel in one-shot segments, which keep
+    no fd; every encode succeeds and the process can still open files (at 254 slots all 512 fds
+    were gone: every later encode and open failed with EMFILE)."""
+    directory = tempfile.mkdtemp(dir="/dev/shm", prefix="tw-test-fds-")
+    try:
+        with spawned(sender_procs.send_unclaimed_under_a_low_fd_limit, 512, 200) as child:
+            child.send(directory)
+            kinds, errors, slots, opens = child.recv()
+            assert (kinds, errors, slots, opens) == ({"slot": 32, "one-shot": 168}, [], 32, True)
+            assert child.join() == 0
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
