@@ -754,3 +754,142 @@ def test_a_shared_memory_broadcast_reaches_64_peers_at_most(ctx: Any, tmp_path: 
         with pytest.raises(ValueError, match="a shared-memory broadcast reaches 64 peers at most, not 65"):
             router.broadcast(_request(x=torch.randn(MiB)), peers, timeout=1)
         assert shm.pool is not None and shm.pool.slots() == []  # refused before anything was encoded
+
+
+def _departed(ctx: Any, router: Any, routing_id: bytes, frame: bytes) -> None:
+    """A DEALER named ``routing_id`` sends ``frame`` to ``router`` and closes before it is read;
+    returns once a ``ROUTER_MANDATORY`` ``router`` no longer routes to it."""
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.ROUTING_ID, routing_id)
+    dealer.connect(router.getsockopt(zmq.LAST_ENDPOINT).decode())
+    dealer.send(frame)
+    assert router.poll(5000)  # it has arrived, unread
+    dealer.close(0)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            router.send(routing_id, zmq.SNDMORE | zmq.NOBLOCK)
+        except zmq.ZMQError:  # EHOSTUNREACH: gone
+            return
+        router.send(b"")  # the end of the probe, to a socket that has closed
+        time.sleep(0.01)
+    raise AssertionError("the router still routes to a closed peer")
+
+
+def test_a_handshake_question_from_a_peer_that_left_is_counted_not_raised(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With ROUTER_MANDATORY, the answer to a peer that left is EHOSTUNREACH: it raised out of recv."""
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    router.bind("tcp://127.0.0.1:*")
+    with caplog.at_level(logging.INFO, logger="tensorwire.zmq"), Channel(router, REGISTRY) as channel:
+        _departed(ctx, router, b"gone", HELLO + bytes(16) + b"?")
+        with pytest.raises(TimeoutError):
+            channel.recv(timeout=0.2)
+        assert channel.unanswered == 1 and channel.dropped == 0
+    assert f"could not answer a handshake from peer {b'gone'.hex()}: Host unreachable" in caplog.text
+
+
+def _queued_junk(ctx: Any, a_type: int, b_type: int, count: int) -> tuple[Any, Any]:
+    """An inproc pair whose ``b`` has ``count`` undecodable messages queued, then a valid one."""
+    a, b = ctx.socket(a_type), ctx.socket(b_type)
+    for socket in (a, b):
+        socket.setsockopt(zmq.SNDHWM, 0)
+        socket.setsockopt(zmq.RCVHWM, 0)
+    endpoint = f"inproc://junk-{id(a)}"
+    b.bind(endpoint)
+    a.connect(endpoint)
+    for _ in range(count):
+        a.send_multipart([HELLO + bytes(16), b"\xc1"])
+    a.send_multipart(_valid(_request(x=torch.ones(2))))
+    return a, b
+
+
+def test_a_flood_of_dropped_messages_does_not_outlast_the_receive_timeout(ctx: Any) -> None:
+    """The deadline was looked at only when no message was waiting: recv read every queued one."""
+    a, b = _queued_junk(ctx, zmq.PUSH, zmq.PULL, 2000)
+    with Channel(b, REGISTRY) as receiver:
+        with pytest.raises(TimeoutError):
+            receiver.recv(timeout=0)  # one message read, dropped, and the time is up
+        assert receiver.dropped == 1
+        with pytest.raises(TimeoutError):
+            receiver.recv(timeout=0.001)
+        assert receiver.dropped < 2000
+        assert torch.equal(receiver.recv(timeout=5).kwargs["x"], torch.ones(2))  # the rest, then the message
+        assert receiver.dropped == 2000
+    a.close(0)
+
+
+def test_a_flood_of_dropped_messages_does_not_outlast_a_handshake(ctx: Any) -> None:
+    a, b = _queued_junk(ctx, zmq.PAIR, zmq.PAIR, 2000)
+    with Channel(b, REGISTRY) as asking:
+        with pytest.raises(TimeoutError, match="no answer to the handshake within 0 s"):
+            asking.handshake(timeout=0)
+        assert asking.dropped == 1
+    a.close(0)
+
+
+def test_a_peers_text_reaches_the_log_escaped_and_cut(ctx: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A string of the peer's (here a transport name, quoted in msgspec's error) was logged raw:
+    a newline in it wrote a log line of the peer's making."""
+    from tests.wire_helpers import frame_of, head_of
+
+    frames = tw.Encoder().encode(_request(x=torch.arange(100_000)))
+    head = head_of(frames[0])
+    forged = "'\n2024-01-01 00:00:00,000 INFO tensorwire.zmq: admin login accepted\x1b[0m " + "A" * 5000
+    head[3] = [[head[3][0][0], {"transport": forged, "frame": 1}]]
+    a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
+    a.send_multipart([HELLO + bytes(16), frame_of(head), bytes(frames[1])])
+    with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"), Channel(b, REGISTRY) as receiver:
+        with pytest.raises(TimeoutError):
+            receiver.recv(timeout=1)
+        assert receiver.dropped == 1
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("dropped a message from the peer: ") and "admin login accepted\\x1b[0m" in line
+    assert "\n" not in line and "\x1b" not in line and "'\\n2024" in line
+    assert len(line) < 600 and line.endswith("... (cut at 500 characters)")
+    a.close(0)
+
+
+def test_zeromq_disconnects_a_peer_whose_frame_is_over_the_receivers_limits(ctx: Any) -> None:
+    """ZeroMQ read a whole message of any size before the channel could drop it."""
+    limits = tw.Limits(max_header_bytes=64 * 1024, max_message_bytes=MiB)
+    b = ctx.socket(zmq.PULL)
+    with Channel(b, REGISTRY, options=tw.DecodeOptions(limits=limits)) as receiver:
+        assert b.getsockopt(zmq.MAXMSGSIZE) == MiB
+        port = b.bind_to_random_port("tcp://127.0.0.1")
+        big = ctx.socket(zmq.PUSH)
+        big.connect(f"tcp://127.0.0.1:{port}")
+        big.send_multipart([HELLO + bytes(16), _valid(_request())[1], bytes(MiB + 1)])
+        with pytest.raises(TimeoutError):
+            receiver.recv(timeout=0.5)
+        assert receiver.dropped == 0  # ZeroMQ refused it: the channel never saw it
+        honest = ctx.socket(zmq.PUSH)
+        honest.connect(f"tcp://127.0.0.1:{port}")
+        honest.send_multipart(_valid(_request(x=torch.ones(MiB // 8))))  # 512 KiB of buffer: within
+        assert receiver.recv(timeout=5).kwargs["x"].shape == (MiB // 8,)
+        big.close(0)
+        honest.close(0)
+    own = ctx.socket(zmq.PULL)
+    own.setsockopt(zmq.MAXMSGSIZE, 123)
+    with Channel(own, REGISTRY, options=tw.DecodeOptions(limits=limits)):
+        assert own.getsockopt(zmq.MAXMSGSIZE) == 123  # the caller's own bound stays
+
+
+def test_a_bare_handshake_frame_with_this_hosts_token_gives_no_shared_memory(ctx: Any) -> None:
+    """A question (or an answer nobody asked for) carrying this host's token made a ROUTER send
+    that peer shared memory, before any message of its had decoded."""
+    a, b = _tcp_pair(ctx, zmq.DEALER, zmq.ROUTER)
+    a.setsockopt(zmq.ROUTING_ID, b"claims")
+    a.disconnect(a.getsockopt(zmq.LAST_ENDPOINT).decode())
+    a.connect(b.getsockopt(zmq.LAST_ENDPOINT).decode())
+    with tw.transports.ShmTransport() as shm, Channel(b, REGISTRY, transport=shm) as server:
+        for kind in (b"?", b"!"):
+            a.send_multipart([HELLO + host_token() + kind])
+            with pytest.raises(TimeoutError):
+                server.recv(timeout=0.2)
+            assert server._is_local(b"claims") is False
+        a.send_multipart(_valid(_request()))  # a message that decodes, with the same hello
+        assert server.recv_from(timeout=5)[0] == b"claims" and server._is_local(b"claims") is True
+    a.close(0)

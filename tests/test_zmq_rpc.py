@@ -531,3 +531,144 @@ def test_demo_rpc_without_pyzmq_says_which_extra_to_install(
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "zmq" else real(name, *a))
     assert main(["demo", "--rpc"]) == 2
     assert capsys.readouterr().err == "tensorwire: demo --rpc needs pyzmq: pip install 'tensorwire[zmq]'\n"
+
+
+def test_a_handshake_question_from_a_client_that_left_does_not_stop_a_mandatory_router_server(
+    ctx: Any,
+) -> None:
+    """The answer to a question whose asker left is EHOSTUNREACH with ROUTER_MANDATORY: it raised
+    out of ``serve_one`` and ended ``serve``."""
+    from tensorwire.zmq import HELLO
+    from tests.test_zmq_channel import _departed
+
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    server = Server(router)
+    _departed(ctx, router, b"gone", HELLO + bytes(16) + b"?")
+    assert server.serve_one(_handler, timeout=0.2) is False
+    assert server.channel.unanswered == 1
+    client = _client(ctx, f"tcp://127.0.0.1:{port}")
+    thread = threading.Thread(target=server.serve_one, args=(_handler,), kwargs={"timeout": 5}, daemon=True)
+    thread.start()
+    assert _value(client.call(rpc.Request(method="echo", kwargs={"x": 2}), timeout=5)) == 2
+    thread.join(5)
+    client.close()
+    server.close()
+
+
+_Socket: Any = zmq.Socket
+
+
+class _Counting(_Socket):  # type: ignore[misc]
+    """A socket that counts the sends ZeroMQ refused (``zmq.Again``)."""
+
+    refused = 0
+
+    def send(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().send(*args, **kwargs)
+        except zmq.Again:
+            self.refused += 1
+            raise
+
+
+def test_a_client_that_reads_no_replies_holds_a_mandatory_router_server_up_once_without_spinning(
+    ctx: Any,
+) -> None:
+    """A ROUTER is writable when any peer has room: a reply to a full peer spun on the poll for
+    ``reply_timeout``, and did so again for each of that peer's requests."""
+    import tensorwire as tw
+    from tensorwire.zmq import HELLO
+
+    router = ctx.socket(zmq.ROUTER, socket_class=_Counting)
+    router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    router.setsockopt(zmq.SNDHWM, 1)
+    router.bind("inproc://stalled")
+    server = Server(router, reply_timeout=0.3)
+    idle = ctx.socket(zmq.DEALER)  # a peer with room: the router is writable all along
+    idle.connect("inproc://stalled")
+    mute = ctx.socket(zmq.DEALER)  # sends requests, never reads
+    mute.setsockopt(zmq.RCVHWM, 1)
+    mute.setsockopt(zmq.ROUTING_ID, b"mute")
+    mute.connect("inproc://stalled")
+    request = [HELLO + bytes(16), *tw.Encoder().encode(rpc.Request(method="echo"))]
+    for _ in range(6):
+        mute.send_multipart(request)
+    refused = []
+    for _ in range(6):
+        before = router.refused
+        assert server.serve_one(_handler, timeout=5) is True
+        refused.append(router.refused - before)
+        if b"mute" in server.stalled:
+            break
+    assert b"mute" in server.stalled and 0 < refused[-1] < 60  # paused between tries, for 0.3 s
+    before = router.refused
+    assert server.serve_one(_handler, timeout=5) is True
+    assert router.refused - before == 1  # tried once: the peer does not read
+    while mute.poll(0):
+        mute.recv_multipart()
+    assert server.serve_one(_handler, timeout=5) is True  # it read: its reply is taken again
+    assert b"mute" not in server.stalled and mute.poll(5000)
+    for socket in (idle, mute):
+        socket.close(0)
+    server.close()
+
+
+def test_a_call_waiting_for_another_calls_send_keeps_its_timeout_and_close_cuts_the_send_short(
+    ctx: Any, tmp_path: Any
+) -> None:
+    """A call that could not be queued held the socket lock for all its timeout (forever with
+    ``math.inf``): other calls overran theirs, and ``close`` waited as long."""
+    socket = ctx.socket(zmq.DEALER)
+    socket.setsockopt(zmq.SNDHWM, 1)
+    socket.setsockopt(zmq.IMMEDIATE, 1)  # no server: nothing can be queued
+    socket.connect(f"ipc://{tmp_path}/nobody")
+    client = Client(socket)
+    outcomes: dict[str, BaseException] = {}
+
+    def call(name: str, timeout: float) -> None:
+        try:
+            client.call(rpc.Request(method=name), timeout=timeout)
+        except BaseException as exc:  # checked below
+            outcomes[name] = exc
+
+    blocked = threading.Thread(target=call, args=("blocked", math.inf), daemon=True)
+    blocked.start()
+    time.sleep(0.2)  # it holds the socket, waiting for ZeroMQ
+    start = time.monotonic()
+    short = threading.Thread(target=call, args=("short", 0.3), daemon=True)
+    short.start()
+    short.join(5)
+    assert not short.is_alive() and time.monotonic() - start < 3 * 0.3 + 1
+    assert isinstance(outcomes["short"], TimeoutError)
+    closer = threading.Thread(target=client.close, daemon=True)
+    closer.start()
+    closer.join(5)
+    blocked.join(5)
+    assert not closer.is_alive() and not blocked.is_alive()
+    assert isinstance(outcomes["blocked"], ConnectionAbortedError)
+    assert str(outcomes["blocked"]) == "the client was closed before 'blocked' was sent"
+
+
+def test_a_call_that_waited_for_the_socket_while_the_client_closed_is_aborted(ctx: Any, running: _Running) -> None:
+    """A call that took the socket after ``close`` had closed the channel raised ValueError."""
+    client = _client(ctx, running.endpoint)
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            client.call(rpc.Request(method="echo"), timeout=5)
+        except BaseException as exc:  # checked below
+            outcome.append(exc)
+
+    with client._socket_lock:  # as close() does when it takes the socket first
+        thread = threading.Thread(target=call)
+        thread.start()
+        time.sleep(0.1)  # the call waits for the socket
+        with client._state:
+            client._closed = True
+        client.channel.close(linger=0)
+    thread.join(5)
+    assert not thread.is_alive() and len(outcome) == 1
+    assert isinstance(outcome[0], ConnectionAbortedError), outcome

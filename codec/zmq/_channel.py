@@ -19,19 +19,27 @@ not change). On ``inproc://`` every frame is copied: a frame handed over there w
 receiving thread's memory too. If the message cannot be queued before the timeout, nothing is
 sent and what was exported is released.
 
-Receiving. Frames are received without a copy (pyzmq frames are writable memory the decoder builds
-tensors on; a decoded tensor keeps its frame alive). A message that does not decode (garbage, a
-forged handle, a limit of ``DecodeOptions`` exceeded) is dropped with a log line and counted in
-``dropped``; ``recv`` goes on waiting for the next one. A message whose handles this process
-cannot open is a ``TransportError`` naming the peer.
+Receiving. ZeroMQ reads a whole multipart message before the channel sees it: a channel sets the
+socket's ``MAXMSGSIZE`` (unless the caller did) to the largest frame its ``DecodeOptions`` let
+through (``max_header_bytes`` or ``max_message_bytes``, the larger), so ZeroMQ disconnects a peer
+that sends a larger one. That bounds each frame, not the number of frames, and holds only over
+``tcp://`` and ``ipc://`` endpoints bound or connected after the channel is made (ZeroMQ takes a
+socket's options at ``bind`` and ``connect``). Frames are received without a copy (pyzmq frames
+are writable memory the decoder builds tensors on; a decoded tensor keeps its frame alive). A
+message that does not decode (garbage, a forged handle, a limit of ``DecodeOptions`` exceeded) is
+dropped with a log line and counted in ``dropped``; ``recv`` goes on waiting for the next one,
+within its timeout however many are dropped. A message whose handles this process cannot open is
+a ``TransportError`` naming the peer.
 
-A channel is not thread-safe (nor is a ZeroMQ socket); ``tensorwire.zmq.Client`` is.
+A channel is not thread-safe (nor is a ZeroMQ socket), except ``abort()``: it makes a send that
+waits in another thread give up; ``tensorwire.zmq.Client`` is thread-safe.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
@@ -68,6 +76,8 @@ _NOTHING = object()
 _BACKLOG = 1000  # messages a handshake keeps for recv when the socket's receive high-water mark is 0
 # ZeroMQ's flags as plain ints: combining pyzmq's enum members costs more than the send itself
 _MORE, _NOW, _POLLIN, _POLLOUT = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.POLLIN), int(zmq.POLLOUT)
+_SEND_SLICE = 0.05  # seconds a refused send waits before it looks at abort() again
+_FIRST_PAUSE, _LONGEST_PAUSE = 0.001, 0.05  # a ROUTER's pauses between tries to queue for a full peer
 
 
 def _poll_ms(deadline: float, least: int = 0) -> int:
@@ -168,15 +178,22 @@ class Channel:
         self._inline = Encoder(None, encode_options)
         self._shared = None if transport is None or self._type in _FAN_OUT else Encoder(transport, encode_options)
         self._decoder = Decoder(registry, [] if transport is None else [transport], options)
+        if int(socket.getsockopt(zmq.MAXMSGSIZE)) == -1:  # the caller's own bound stays
+            limits = (options or DecodeOptions()).limits
+            socket.setsockopt(zmq.MAXMSGSIZE, max(limits.max_header_bytes, limits.max_message_bytes))
         # a channel that cannot open shared memory says so with a token no process has
         self._hello = HELLO + (host_token() if transport is not None else bytes(TOKEN_BYTES))
         self._peers: OrderedDict[bytes | None, bool] = OrderedDict()
         self._backlog: deque[tuple[bytes | None, Any]] = deque()  # messages read by a handshake
+        self._asked: set[bytes | None] = set()  # peers whose answer a handshake waits for
         self._endpoint = ""
         self.dropped = 0
         """Messages received and dropped because they did not decode."""
         self._drops = Notes(_LOG)
+        self.unanswered = 0
+        """Handshake questions that could not be answered (the asker's queue was full, or it had left)."""
         self._unanswered = Notes(_LOG, logging.INFO)
+        self._aborted = threading.Event()
         self.buffer_frames = 0
         """Buffer frames received: tensors that came inline, each in a frame of its own."""
         self.closed = False
@@ -254,7 +271,7 @@ class Channel:
         multipart message whole or not at all), so a timeout there sends nothing."""
         socket = self.socket
         first = peer if peer is not None else self._hello
-        if not _send_first(socket, first, deadline):
+        if not self._send_first(first, deadline):
             raise TimeoutError(f"the message could not be queued within {timeout} s (no peer ready)")
         if peer is not None:
             socket.send(self._hello, _MORE)
@@ -331,11 +348,11 @@ class Channel:
         deadline = deadline_after(timeout)
         while True:
             got = self._next(deadline)
-            if got is _NOTHING:
-                raise TimeoutError(f"no message arrived within {timeout} s")
-            if got is not None:
+            if got is not None and got is not _NOTHING:
                 message: tuple[bytes | None, Any] = got
                 return message
+            if got is _NOTHING or _past(deadline):  # a flood of dropped messages does not outlast it
+                raise TimeoutError(f"no message arrived within {timeout} s")
 
     def handshake(self, *, timeout: float, peer: bytes | None = None) -> bool:
         """Ask the peer of a PAIR socket (``peer`` of a ROUTER) whether it shares this host, and wait for its
@@ -352,30 +369,66 @@ class Channel:
         self._peers.pop(key, None)
         deadline = deadline_after(timeout)
         self._control(peer, _ASK, deadline, timeout)
+        self._asked.add(key)
+        try:
+            return self._answered(key, deadline, timeout)
+        finally:
+            self._asked.discard(key)
+
+    def _answered(self, key: bytes | None, deadline: float | None, timeout: float) -> bool:
+        """What the answer to this channel's handshake question to ``key`` says (see ``handshake``)."""
         hwm = int(self.socket.getsockopt(zmq.RCVHWM))
         limit = hwm if hwm > 0 else _BACKLOG  # 0: ZeroMQ keeps as many as come
         while key not in self._peers:
             if len(self._backlog) >= limit:
                 raise TimeoutError(f"no answer to the handshake among the {limit} messages that came first")
             got = self._next(deadline)
-            if got is _NOTHING:
-                raise TimeoutError(f"no answer to the handshake within {timeout} s")
-            if got is not None:
+            if got is not None and got is not _NOTHING:
                 self._backlog.append(got)
+            elif key in self._peers:
+                break
+            elif got is _NOTHING or _past(deadline):
+                raise TimeoutError(f"no answer to the handshake within {timeout} s")
         return self._peers[key]
 
     def _control(self, peer: bytes | None, kind: bytes, deadline: float | None, timeout: float | None) -> None:
         """Send a one-frame control message (a handshake's question or answer)."""
         frame = self._hello + kind
-        socket = self.socket
         if peer is None:
-            sent = _send_first(socket, frame, deadline, more=False)
+            sent = self._send_first(frame, deadline, more=False)
         else:
-            sent = _send_first(socket, peer, deadline)
+            sent = self._send_first(peer, deadline)
             if sent:
-                socket.send(frame)
+                self.socket.send(frame)
         if not sent:
             raise TimeoutError(f"the handshake could not be sent within {timeout} s (no peer ready)")
+
+    def _send_first(self, data: bytes, deadline: float | None, *, more: bool = True) -> bool:
+        """Send the first part of a message (``more``: others follow) by ``deadline`` (None: however
+        long it takes); False if the socket took none by then, ``ConnectionAbortedError`` after
+        ``abort()``. It never blocks in ZeroMQ: a refused try waits at most ``_SEND_SLICE`` for the
+        next. A ROUTER (``ROUTER_MANDATORY``) is writable when any of its peers has room, not the
+        one this is for: it pauses between tries (1 ms doubling to 50 ms) rather than spin on a poll."""
+        socket, flags = self.socket, (_MORE if more else 0) | _NOW
+        pause = _FIRST_PAUSE
+        while True:
+            try:
+                socket.send(data, flags)
+                return True
+            except zmq.Again:
+                pass
+            if self._aborted.is_set():
+                raise ConnectionAbortedError("the channel was closed while a message waited to be queued")
+            wait = _SEND_SLICE
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    return False
+            if self._router:
+                time.sleep(min(pause, wait))
+                pause = min(2 * pause, _LONGEST_PAUSE)
+            else:
+                zmq.zmq_poll([(socket, _POLLOUT)], max(1, math.ceil(wait * 1000)))
 
     def _next(self, deadline: float | None) -> Any:
         """Read one ZeroMQ message: ``(peer, message)``, None for one that was not a message (a
@@ -405,12 +458,18 @@ class Channel:
         """Whether ``frame`` is a handshake's question or answer; learn from it, answer a question."""
         if len(frame) != len(self._hello) + 1 or not frame.startswith(HELLO) or frame[-1:] not in (_ASK, _ANSWER):
             return False
-        self._learn(peer, frame[:-1] == self._hello)
+        local = frame[:-1] == self._hello
+        # a question (or an answer nobody asked for) takes shared memory away, never gives it: its
+        # sender has not shown a message that decodes; the answer to this channel's question does
+        if not local or (frame[-1:] == _ANSWER and (peer if self._router else None) in self._asked):
+            self._learn(peer, local)
         if frame[-1:] == _ASK and self._type in _ANSWERING:
             try:
                 self._control(peer, _ANSWER, time.monotonic(), 0)
-            except TimeoutError:
-                self._unanswered.note(f"could not answer a handshake from {_name(peer)}: its socket is not ready")
+            except (TimeoutError, zmq.ZMQError) as exc:  # (ROUTER_MANDATORY: the asker may have left)
+                self.unanswered += 1
+                why = "its socket is not ready" if isinstance(exc, TimeoutError) else str(exc)
+                self._unanswered.note(f"could not answer a handshake from {_name(peer)}: {why}")
         return True
 
     def _decode(self, peer: bytes | None, parts: list[zmq.Frame]) -> Any:
@@ -436,6 +495,12 @@ class Channel:
         if self.closed:
             raise ValueError("the channel is closed")
 
+    def abort(self) -> None:
+        """Make a send waiting in another thread for ZeroMQ to queue its message give up (within
+        ~50 ms) with ``ConnectionAbortedError``, nothing sent, and every later one that has to wait:
+        the one method another thread may call while the channel is in use (before ``close``)."""
+        self._aborted.set()
+
     def close(self, linger: int | None = None) -> None:
         """Close the socket (``linger``: milliseconds ZeroMQ may go on sending what is queued;
         None: the socket's own ``LINGER``)."""
@@ -457,7 +522,9 @@ class Channel:
 
 class Notes:
     """Lines on a logger at ``level``, at most ``burst`` a second: a peer flooding garbage cannot
-    flood the log. Those held back are counted in the next line that is written."""
+    flood the log. Those held back are counted in the next line that is written. A line carries
+    what a peer sent (its strings, in a decode error): it is cut to ``_LINE`` characters and its
+    control characters escaped (a peer cannot write lines of its own)."""
 
     __slots__ = ("_burst", "_clock", "_held", "_level", "_log", "_second", "_written")
 
@@ -479,27 +546,11 @@ class Notes:
             self._held += 1
             return
         self._written += 1
+        text = _loggable(text)
         if self._held:
             text = f"{text} ({self._held} more held back from the log since the last line)"
             self._held = 0
         self._log.log(self._level, "%s", text)
-
-
-def _send_first(socket: zmq.Socket[Any], data: bytes, deadline: float | None, *, more: bool = True) -> bool:
-    """Send the first part of a message (``more``: others follow) by ``deadline`` (None: however
-    long it takes); False if the socket took none by then."""
-    flags = _MORE if more else 0
-    if deadline is None:
-        socket.send(data, flags)
-        return True
-    while True:
-        try:
-            socket.send(data, flags | _NOW)
-            return True
-        except zmq.Again:
-            if time.monotonic() >= deadline:
-                return False
-            zmq.zmq_poll([(socket, _POLLOUT)], _poll_ms(deadline, 1))
 
 
 def _recv_parts(socket: zmq.Socket[Any], flags: int) -> list[zmq.Frame]:
@@ -522,6 +573,23 @@ def _type_of(socket: zmq.Socket[Any]) -> int:
 def kind_of(socket: zmq.Socket[Any]) -> str:
     """The socket's type by name (``"ROUTER"``)."""
     return zmq.SocketType(_type_of(socket)).name
+
+
+_LINE = 500  # characters of a log line's text (what a peer sent in it, mostly)
+
+
+def _loggable(text: str) -> str:
+    """``text`` cut to ``_LINE`` characters, with what is not printable (newlines, escapes) escaped."""
+    shown = text[:_LINE]
+    if not shown.isprintable():
+        shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in shown)
+    if len(text) > _LINE or len(shown) > _LINE:
+        return f"{shown[:_LINE]}... (cut at {_LINE} characters)"
+    return shown
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def _name(peer: bytes | None) -> str:

@@ -4,8 +4,9 @@ Two processes can open each other's shared-memory segments when they see the sam
 (same kernel boot, same IPC and mount namespaces), run as the same user and, for memfd backing,
 see each other's ``/proc/<pid>`` (same PID namespace). The host token is a digest of exactly
 those facts: equal tokens mean the peer can open what this process shares. It names no host,
-user or process (only a SHA-256 of them), and a peer that lies about it can only make the sender
-use shared memory it cannot open (the segment goes back after the pool's claim timeout).
+user or process (only a SHA-256 of them), but it is no secret: every hello carries it, so a remote
+peer that has received one message can echo it. A peer that lies about it can only make the
+sender use shared memory it cannot open (pinned until the pool's claim timeout: SECURITY.md).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import os
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -27,7 +28,7 @@ from tensorwire import CodecError, DecodeOptions, EncodeOptions, Registry, Trans
 from tensorwire._timeouts import LONGEST_WAIT, deadline_after
 from tensorwire.builtins import REGISTRY, rpc
 from tensorwire.transports.base import Transport
-from tensorwire.zmq._channel import Channel, Notes, kind_of
+from tensorwire.zmq._channel import Channel, Notes, StillHeldError, kind_of
 
 __all__ = ["Client", "Handler", "Server"]
 
@@ -36,6 +37,7 @@ Handler = Callable[[rpc.Request], rpc.Result]
 
 _LOG = logging.getLogger("tensorwire.zmq")
 _WAITING = object()  # the slot of a call whose reply has not come
+_MAX_STALLED = 4096  # peers a server remembers as not reading their replies
 _SLICE = 0.01  # seconds a reading call holds the socket before it lets a sending call in
 
 
@@ -122,10 +124,20 @@ class Client:
         try:
             reply: Any = None
             try:
-                with self._socket_lock:
+                if not self._take_socket(deadline):
+                    raise TimeoutError(
+                        f"{request.method!r} could not be sent within {timeout} s: other calls held the socket"
+                    )
+                try:
+                    if self._closed:  # closed while this call waited for the socket
+                        raise ConnectionAbortedError(f"the client was closed before {request.method!r} was sent")
                     self.channel.send(outgoing, timeout=max(0.0, deadline - time.monotonic()))
                     if first:
                         reply = self._recv(min(deadline - time.monotonic(), _SLICE))
+                except ConnectionAbortedError:  # (the channel's, when close() cut a waiting send short)
+                    raise ConnectionAbortedError(f"the client was closed before {request.method!r} was sent") from None
+                finally:
+                    self._socket_lock.release()
             except BaseException:
                 if first:
                     self._handed(None, rpc_id)
@@ -156,16 +168,26 @@ class Client:
                         self._reading = True
                         break
                     state.wait(min(left, LONGEST_WAIT))
-            reply = None
+            reply: Any = None
             try:
-                with self._socket_lock:
-                    reply = self._recv(min(left, _SLICE))
+                if self._take_socket(time.monotonic() + left):  # else the deadline is checked above
+                    try:
+                        reply = self._recv(min(left, _SLICE))
+                    finally:
+                        self._socket_lock.release()
             finally:
                 mine = self._handed(reply, rpc_id)
             if mine:
                 return reply  # type: ignore[no-any-return]
             if len(pending) > 1:
                 time.sleep(0)  # let a call that waits to send take the socket
+
+    def _take_socket(self, deadline: float) -> bool:
+        """Take the socket lock by ``deadline`` (``math.inf``: however long it takes); whether it was taken."""
+        left = deadline - time.monotonic()
+        if left == math.inf:
+            return self._socket_lock.acquire()
+        return self._socket_lock.acquire(timeout=min(max(0.0, left), threading.TIMEOUT_MAX))
 
     def _recv(self, timeout: float) -> Any:
         """The next message within ``timeout`` seconds (the socket lock held), None if none came."""
@@ -203,10 +225,12 @@ class Client:
         return False
 
     def close(self) -> None:
-        """Close the client: calls still waiting raise ``ConnectionAbortedError``; the socket is closed."""
+        """Close the client: calls still waiting (to be sent or for their reply) raise
+        ``ConnectionAbortedError``; the socket is closed."""
         with self._state:
             self._closed = True
             self._state.notify_all()
+        self.channel.abort()  # a call waiting for ZeroMQ to queue its request lets go of the socket
         with self._socket_lock:
             self.channel.close(linger=0)
 
@@ -222,7 +246,13 @@ class Server:
 
     ``tracebacks``: send the handler's traceback in ``Result.traceback`` (off by default: it shows
     the server's code paths to every client); ``reply_timeout``: seconds a reply may wait to be
-    queued. The channel's arguments are ``Channel``'s."""
+    queued. The channel's arguments are ``Channel``'s.
+
+    A reply waits only when ZeroMQ refuses it: with ``ROUTER_MANDATORY``, when its peer's queue is
+    full (the peer does not read). The server answers one request at a time, so such a peer would
+    hold every other peer up ``reply_timeout`` per request: after one of its replies has waited
+    that long, the next ones to that peer are dropped at once unless ZeroMQ takes them then, until
+    one is taken (the peers whose replies are dropped so are kept in ``stalled``, 4,096 at most)."""
 
     def __init__(
         self,
@@ -250,6 +280,8 @@ class Server:
         self.unreadable = 0
         """Messages whose shared memory this process could not open (dropped with a log line: their
         sender died, or named memory it never had)."""
+        self.stalled: OrderedDict[bytes, None] = OrderedDict()
+        """Peers whose last reply waited ``reply_timeout`` and was not queued (the latest last)."""
         self._stop = threading.Event()
         self._serving = threading.Lock()  # held by the thread that uses the socket
         self._notes = Notes(_LOG)
@@ -279,14 +311,22 @@ class Server:
             return True
         result = self._run(handler, request)
         self.handled += 1
+        wait = 0.0 if peer in self.stalled else self.reply_timeout
         try:
             try:
-                self.channel.send(result, peer=peer, timeout=self.reply_timeout)
+                self.channel.send(result, peer=peer, timeout=wait)
             except CodecError as exc:  # the result breaks its schema or cannot be exported: say why
-                self.channel.send(self._error(request, exc), peer=peer, timeout=self.reply_timeout)
+                self.channel.send(self._error(request, exc), peer=peer, timeout=wait)
         except (CodecError, TimeoutError, zmq.ZMQError) as exc:  # the server goes on serving the others
             # (ZeroMQ's error: with ROUTER_MANDATORY, a peer that left before its reply is unreachable)
             self._notes.note(f"the reply to {request.method!r} for peer {peer.hex()} was not sent: {exc}")
+            if isinstance(exc, TimeoutError) and not isinstance(exc, StillHeldError):  # it was not queued
+                self.stalled[peer] = None
+                self.stalled.move_to_end(peer)
+                if len(self.stalled) > _MAX_STALLED:
+                    self.stalled.popitem(last=False)
+                return True
+        self.stalled.pop(peer, None)
         return True
 
     def _run(self, handler: Handler, request: rpc.Request) -> rpc.Result:
