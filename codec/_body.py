@@ -20,7 +20,7 @@ import torch
 
 from tensorwire._compile import build, read_field
 from tensorwire._contract import LEAF_TYPES, LEAVES_ONLY, SCALAR_TYPES, TREE_LEAVES
-from tensorwire._locate import locate
+from tensorwire._locate import locate, set_order
 from tensorwire._tensors import Outgoing
 from tensorwire._wire import EXT_TUPLE, unpack_descriptor
 from tensorwire.errors import DecodeError, EncodeError
@@ -29,8 +29,10 @@ __all__ = [
     "KEEP",
     "Checker",
     "Checking",
+    "Foreign",
     "TupleMarker",
     "encode_body",
+    "foreign_error",
     "int_error",
     "preparer",
     "prepare",
@@ -95,6 +97,10 @@ class _Writing:
                     else f"this tensor cannot be read: {exc}"
                 )
                 raise _Rejected(EncodeError(problem), value) from None
+            except MemoryError:
+                raise
+            except Exception as exc:  # the caller's code (a tensor subclass's method) raised
+                raise _Rejected(EncodeError(f"reading the tensor raised {type(exc).__name__}: {exc}"), value) from exc
         if isinstance(value, TupleMarker):
             return msgspec.msgpack.Ext(EXT_TUPLE, msgspec.msgpack.encode(value.items, enc_hook=self.hook))
         return _no_wire_form(value)
@@ -166,7 +172,7 @@ def encode_body(message: Any, outgoing: Outgoing, max_depth: int, origin: Any = 
     try:
         return writing.encode(message)
     except _Rejected as exc:
-        raise _located(message if origin is None else origin, exc, max_depth) from None
+        raise _located(message if origin is None else origin, exc, max_depth) from exc.__cause__
     except OverflowError as exc:
         raise int_error(message if origin is None else origin, max_depth, exc) from None
     except UnicodeEncodeError as exc:
@@ -231,7 +237,29 @@ class Checking:
             return tree_tuple(data, self.hook)
         index = self.index
         self.index = index + 1
-        return self.values[index]
+        try:
+            return self.values[index]
+        except IndexError:  # more extensions than the encoder wrote
+            raise Foreign from None
+
+
+class Foreign(Exception):
+    """The body holds an extension the encoder did not write: a ``msgspec.msgpack.Ext`` or
+    ``msgspec.Raw`` in the message, which msgspec writes as it is, past the encoder's hook."""
+
+
+def _foreign(value: Any) -> bool:
+    return isinstance(value, msgspec.msgpack.Ext | msgspec.Raw)
+
+
+def foreign_error(message: Any, max_depth: int) -> EncodeError:
+    """The error for a ``Foreign`` body: the first ``Ext`` or ``Raw`` in ``message``, with its path."""
+    found = locate(message, _foreign, max_depth)
+    if found is None:
+        return EncodeError("the body holds an extension the encoder did not write (a msgspec Ext or Raw value)")
+    path, value = found
+    name = "msgspec.msgpack.Ext" if isinstance(value, msgspec.msgpack.Ext) else "msgspec.Raw"
+    return EncodeError(f"a {name} is not a value of the schema (the encoder writes the body's extensions)", path=path)
 
 
 class Checker:
@@ -324,7 +352,7 @@ def prepare(message: Any, max_depth: int) -> Any:
     try:
         return _struct(message, 0, max_depth)
     except _Rejected as exc:
-        raise _located(message, exc, max_depth) from None
+        raise _located(message, exc, max_depth) from exc.__cause__
 
 
 def _too_deep(value: Any, max_depth: int) -> _Rejected:
@@ -372,7 +400,12 @@ def _struct(obj: Any, depth: int, max_depth: int) -> Any:
             continue
         if depth > max_depth:
             raise _too_deep(old, max_depth)
-        new = rewrite(old, depth, max_depth)
+        try:
+            new = rewrite(old, depth, max_depth)
+        except (_Rejected, MemoryError):
+            raise
+        except Exception as exc:  # the caller's code (a container's ``__getitem__``, ``items``) raised
+            raise _Rejected(EncodeError(f"reading the value raised {type(exc).__name__}: {exc}"), old) from exc
         if new is not old:
             if changes is None:
                 changes = {}
@@ -399,7 +432,7 @@ def _rewriter(t: Any) -> Rewrite:
     if isinstance(t, mi.UnionType):
         return _union_rewriter(t)
     if isinstance(t, mi.SetType | mi.FrozenSetType):
-        return lambda value, depth, max_depth: _sorted(value) if isinstance(value, set | frozenset) else value
+        return lambda value, depth, max_depth: set_order(value) if isinstance(value, set | frozenset) else value
     if isinstance(t, mi.DictType):
         return _dict_rewriter(_rewriter(t.value_type))
     if isinstance(t, mi.ListType | mi.VarTupleType):
@@ -480,13 +513,6 @@ def _tuple_rewriter(inners: tuple[Rewrite, ...]) -> Rewrite:
         return tuple(seq) if any(a is not b for a, b in zip(seq, value, strict=True)) else value
 
     return rewrite
-
-
-def _sorted(values: set[Any] | frozenset[Any]) -> list[Any]:
-    try:
-        return sorted(values)
-    except TypeError:
-        return sorted(values, key=repr)
 
 
 def _tree(value: Any, depth: int, max_depth: int) -> Any:

@@ -22,7 +22,16 @@ from typing import Any, Final
 
 import msgspec
 
-from tensorwire._body import KEEP, encode_body, int_error, stand_in, text_error, unsupported_error
+from tensorwire._body import (
+    KEEP,
+    Foreign,
+    encode_body,
+    foreign_error,
+    int_error,
+    stand_in,
+    text_error,
+    unsupported_error,
+)
 from tensorwire._locate import entry_path, msgspec_error
 from tensorwire._plan import TypePlan, type_plan
 from tensorwire._tensors import BufferPlan, Outgoing, embed_room, quick_below
@@ -111,7 +120,11 @@ class Encoder:
             except TypeError as exc:  # a value msgpack has no form for: named with its path
                 raise _failure(plan, cls, unsupported_error(message, options.limits.max_depth, exc), body) from None
             except _FAILURES as exc:
-                raise _failure(plan, cls, exc, body) from None
+                raise _failure(plan, cls, exc, body) from exc.__cause__
+            except MemoryError:
+                raise
+            except Exception as exc:  # the caller's code (a dunder of a value) raised
+                raise _failure(plan, cls, _raised(exc), body) from exc
             head = plan.bare + body
             if len(head) > options.limits.max_header_bytes:
                 raise _too_big(plan, len(head), options.limits)
@@ -135,12 +148,20 @@ class Encoder:
                 checking.index = 0
                 try:
                     checking.decode(body)
+                    if checking.index != len(checking.values):
+                        raise Foreign
+                except Foreign:  # an Ext or Raw of the caller's, which msgspec writes past the hook
+                    raise foreign_error(message, limits.max_depth) from None
                 finally:
                     checking.values = []
                     if len(free) < KEEP:
                         free.append(checking)
         except _FAILURES as exc:
-            raise _failure(plan, cls, exc, body) from None
+            raise _failure(plan, cls, exc, body) from exc.__cause__
+        except MemoryError:
+            raise
+        except Exception as exc:  # the caller's code (a dunder of a value, a named validator) raised
+            raise _failure(plan, cls, _raised(exc), body) from exc
         buffers = outgoing.buffers
         data = outgoing.data
         if not buffers:
@@ -277,6 +298,11 @@ def _failure(plan: TypePlan, cls: type, exc: BaseException, body: bytes) -> Enco
     else:
         message = str(exc)
     return EncodeError(message, path=path, type_id=plan.type_id, version=plan.version)
+
+
+def _raised(exc: Exception) -> EncodeError:
+    """The error for an exception the caller's own code raised while the message was read."""
+    return EncodeError(f"reading the message raised {type(exc).__name__}: {exc}")
 
 
 def _entry_path(cls: type, body: bytes, path: str, problem: str, on_key: bool) -> str | None:

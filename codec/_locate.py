@@ -22,18 +22,36 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 import msgspec
 
-__all__ = ["entry_path", "header_path", "key_segment", "locate", "msgspec_error"]
+__all__ = ["entry_path", "header_path", "key_segment", "locate", "msgspec_error", "set_order"]
 
 _UNSET = object()
 _LONG = 64  # characters of a key a path shows
-_Children = Iterator[tuple[str, Any]]
-_Where = tuple[Any, str] | None  # a path as links (parent, segment), joined only for a match: None is ``$``
+
+
+class _Key:
+    """The segment of a dict entry, written (``key_segment``) only if its path is asked for."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+
+_Children = Iterator[tuple[str | _Key, Any]]
+_Where = tuple[Any, str | _Key] | None  # a path as links (parent, segment), joined only for a match: None is ``$``
 
 
 def locate(message: Any, match: Callable[[Any], bool], max_depth: int) -> tuple[str, Any] | None:
     """``(path, value)`` of the first value in ``message`` (depth first, in the order it is encoded)
     that ``match`` accepts, looking no deeper than ``max_depth`` containers below the message; None
-    if there is none."""
+    if there is none, or if the caller's code (a container's ``items``, ``match``) raises on the way."""
+    try:
+        return _locate(message, match, max_depth)
+    except Exception:  # the locator only improves a message; it never replaces the error
+        return None
+
+
+def _locate(message: Any, match: Callable[[Any], bool], max_depth: int) -> tuple[str, Any] | None:
     if match(message):
         return "$", message
     children = _children(message)
@@ -62,7 +80,7 @@ def _path(where: _Where) -> str:
     segments = []
     while where is not None:
         where, segment = where
-        segments.append(segment)
+        segments.append(segment if isinstance(segment, str) else key_segment(segment.key))
     return "$" + "".join(reversed(segments))
 
 
@@ -74,7 +92,10 @@ def key_segment(key: Any) -> str:
         if len(text) > _LONG:
             return f"[{json.dumps(text[: _LONG - 3])}...]"
         return f".{text}" if text.isidentifier() else f"[{json.dumps(text)}]"
-    text = repr(key)
+    try:
+        text = repr(key)
+    except Exception:  # a key whose repr raises is still named, by its type
+        text = f"<unprintable {type(key).__name__}>"
     return f"[{text if len(text) <= _LONG else text[: _LONG - 3] + '...'}]"
 
 
@@ -87,7 +108,7 @@ def _children(value: Any) -> _Children | None:
     if isinstance(value, dict):
         return _entries(value)
     if isinstance(value, set | frozenset):
-        return ((f"[{i}]", item) for i, item in enumerate(_sorted(value)))
+        return ((f"[{i}]", item) for i, item in enumerate(set_order(value)))
     return None
 
 
@@ -102,17 +123,22 @@ def _fields(value: msgspec.Struct) -> _Children:
 
 def _entries(value: dict[Any, Any]) -> _Children:
     for key, item in value.items():
-        segment = key_segment(key)
+        segment = _Key(key)
         yield segment, key
         yield segment, item
 
 
-def _sorted(values: set[Any] | frozenset[Any]) -> list[Any]:
-    """A set's items in the order the body encoder sends them."""
+def set_order(values: set[Any] | frozenset[Any]) -> list[Any]:
+    """A set's items in the order the body encoder sends them: sorted, else sorted by their reprs,
+    else (items that neither order nor print) as the set iterates; never raises."""
     try:
         return sorted(values)
-    except TypeError:
+    except Exception:
+        pass
+    try:
         return sorted(values, key=repr)
+    except Exception:
+        return list(values)
 
 
 # -- msgspec's error paths ------------------------------------------------------------------------

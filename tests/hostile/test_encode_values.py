@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import tensorwire as tw
-from tensorwire.builtins import REGISTRY, diffusion, rpc
+from tensorwire.builtins import REGISTRY, diffusion, media, rpc
 
 pytestmark = pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
 ENCODER = tw.Encoder()
@@ -215,3 +215,153 @@ def test_a_shared_container_is_walked_once() -> None:
 
     assert _locate(wide, count) is None
     assert calls < 1000
+
+
+# -- the caller's own code raising, and values msgspec writes past the encoder ---------------------
+
+
+class _Unprintable:
+    """A hashable key whose repr raises (e.g. a proxy whose repr needs a closed resource)."""
+
+    def __repr__(self) -> str:
+        raise ZeroDivisionError("repr failed")
+
+
+class _Unreadable(dict[str, Any]):
+    """A dict whose entries cannot be listed, e.g. a lazily loaded config that failed to load."""
+
+    def items(self) -> Any:
+        raise LookupError("not loaded")
+
+
+def test_a_key_whose_repr_raises_never_replaces_the_error() -> None:
+    """The locator walks past such a key (its segment is written only for the path it returns) or
+    names it by its type; the error it locates is what the caller gets."""
+    message = diffusion.Output()
+    message.output = [{_Unprintable(): 1}, torch.ones(2), object()]
+    with pytest.raises(
+        tw.EncodeError, match=r"^diffusion\.Output: object is not allowed in a tree - at `\$\.output\[2\]`$"
+    ):
+        ENCODER.encode(message)
+    request = _request(args=[{_Unprintable(): 1}, "\ud800"])
+    error = (
+        r"^rpc\.Request: Encoding objects of type _Unprintable is unsupported"
+        r" - at `\$\.args\[0\]\[<unprintable _Unprintable>\]`$"
+    )
+    with pytest.raises(tw.EncodeError, match=error) as caught:
+        ENCODER.encode(request)
+    assert caught.value.path == "$.args[0][<unprintable _Unprintable>]"
+    assert _locate({_Unprintable(): 1, "b": 200}, lambda v: v == 200) == ("$.b", 200)
+
+
+def test_a_container_that_raises_while_located_leaves_the_error_unlocated() -> None:
+    request = _request(args=[_Unreadable(a=1), 2**64])  # msgspec writes the dict without ``items``
+    with pytest.raises(
+        tw.EncodeError, match=r"^rpc\.Request: can't serialize ints < -2\*\*63 or > 2\*\*64 - 1$"
+    ) as caught:
+        ENCODER.encode(request)
+    assert caught.value.path is None
+    assert _locate([_Unreadable(a=1), 200], lambda v: v == 200) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [
+        (msgspec.msgpack.Ext(1, b"\x00"), r"msgspec\.msgpack\.Ext"),
+        (msgspec.msgpack.Ext(3, b""), r"msgspec\.msgpack\.Ext"),
+        (msgspec.Raw(msgspec.msgpack.encode(msgspec.msgpack.Ext(1, b""))), r"msgspec\.Raw"),
+    ],
+)
+@pytest.mark.parametrize("first", [True, False], ids=["before the array", "after the array"])
+def test_an_ext_or_raw_in_a_typed_tensor_field_is_an_encode_error_naming_it(value: Any, name: str, first: bool) -> None:
+    """msgspec writes an ``Ext`` or a ``Raw`` as it is, past the encoder's hook: the schema check
+    finds an extension the encoder did not write, and the error names where it is."""
+    message = diffusion.Output()
+    message.trajectory_decoded = [value, np.ones(2)] if first else [np.ones(2), value]
+    path = rf"\$\.trajectory_decoded\[{0 if first else 1}\]"
+    error = (
+        rf"^diffusion\.Output: a {name} is not a value of the schema"
+        rf" \(the encoder writes the body's extensions\) - at `{path}`$"
+    )
+    with pytest.raises(tw.EncodeError, match=error) as caught:
+        ENCODER.encode(message)
+    assert caught.value.path == f"$.trajectory_decoded[{0 if first else 1}]"
+
+
+def _output(value: Any) -> Any:
+    output = diffusion.Output()
+    output.output = value  # set after construction: only encode can catch it
+    return output
+
+
+def test_an_ext_or_raw_anywhere_else_is_refused_with_its_path() -> None:
+    """In a tree it is no tree leaf; in another typed field the schema check reads it as what it is."""
+    ext = msgspec.msgpack.Ext(1, b"\x00")
+    with pytest.raises(tw.EncodeError, match=r"^rpc\.Request: Ext is not allowed in a tree - at `\$\.kwargs\.x`$"):
+        ENCODER.encode(_request(kwargs={"x": ext}))
+    with pytest.raises(
+        tw.EncodeError, match=r"^diffusion\.Output: Raw is not allowed in a tree - at `\$\.output\[1\]`$"
+    ):
+        ENCODER.encode(_output([torch.ones(2), msgspec.Raw(b"\x01")]))
+    with pytest.raises(tw.EncodeError, match=r"^rpc\.Request: Expected `str`, got `ext` - at `\$\.method`$"):
+        ENCODER.encode(_request(method=ext))
+
+
+class _Lazy(dict[str, Any]):
+    """A dict whose item access goes through a loader that fails."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise KeyError(key)
+
+
+class _Stamp:
+    """A set item that neither orders nor prints."""
+
+    def __lt__(self, other: Any) -> bool:
+        raise LookupError("no order")
+
+    __gt__ = __lt__
+
+    def __repr__(self) -> str:
+        raise LookupError("no repr")
+
+
+def test_exceptions_from_the_callers_dunders_are_encode_errors_naming_the_field() -> None:
+    request = _request(args=[_Lazy(a=(1, 2))])  # a tuple inside: the dict is rewritten, read item by item
+    with pytest.raises(
+        tw.EncodeError, match=r"^rpc\.Request: reading the value raised KeyError: 'a' - at `\$\.args`$"
+    ) as caught:
+        ENCODER.encode(request)
+    assert caught.value.path == "$.args" and isinstance(caught.value.__cause__, KeyError)
+    output = diffusion.Output()
+    output.output = [torch.ones(2), _Lazy(a=(1,))]
+    with pytest.raises(
+        tw.EncodeError, match=r"^diffusion\.Output: reading the value raised KeyError: 'a' - at `\$\.output`$"
+    ):
+        ENCODER.encode(output)
+
+
+def test_a_set_that_neither_orders_nor_prints_is_sent_as_it_iterates() -> None:
+    """Its items are sent (and located) in the order the set iterates in, not an escaping exception."""
+    video = media.Video(
+        tensor=torch.zeros(1, 1, 1, 1, 3, dtype=torch.uint8),
+        layout=media.VideoTensorLayout.BTHWC,
+        encoding=media.VideoTensorEncoding.UINT8_FRAMES,
+        value_range=media.VideoValueRange.ZERO_TO_255,
+    )
+    video.pending_float_consumers = frozenset({_Stamp(), _Stamp()})  # type: ignore[arg-type]
+    error = r"^media\.Video: Encoding objects of type _Stamp is unsupported - at `\$\.pending_float_consumers\[0\]`$"
+    with pytest.raises(tw.EncodeError, match=error):
+        ENCODER.encode(video)
+    found = _locate(_Point(x_value=1, inner={_Stamp(), _Stamp()}), lambda v: isinstance(v, _Stamp))
+    assert found is not None and found[0] == "$.inner[0]"
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, MemoryError])
+def test_an_interrupt_or_memory_error_from_the_callers_code_is_not_turned_into_an_encode_error(raised: type) -> None:
+    class Failing(dict[str, Any]):
+        def __getitem__(self, key: str) -> Any:
+            raise raised
+
+    with pytest.raises(raised):
+        ENCODER.encode(_request(args=[Failing(a=(1,))]))
