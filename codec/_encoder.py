@@ -132,7 +132,14 @@ class Encoder:
         limits = options.limits
         try:
             prepared = message if plan.prepare is None else plan.prepare(message, limits.max_depth)
-            outgoing = Outgoing(limits, options.embed_threshold, self._quick_below, self._embed_room)
+            outgoing = Outgoing(
+                limits,
+                options.embed_threshold,
+                self._quick_below,
+                self._embed_room,
+                None,
+                self.transport.device_runtime,
+            )
             body = encode_body(prepared, outgoing, limits.max_depth, message)
             if outgoing.rerun:  # a storage with several views: written again, knowing their extent
                 outgoing = outgoing.again()

@@ -6,8 +6,11 @@ buffers, one per memory block: every view of one storage in the message shares o
 covering just the bytes the views reach (aligned down to 16 bytes so each view keeps an
 element-aligned offset), so aliasing survives. A strided view that is the only view of its
 storage in the message and reaches far more bytes than it holds (a column slice) sends only its
-own elements. Values are raw bits: bf16, fp8 and NaN payloads are never converted. Tensors on a
-device stay there: their buffer carries the device storage and no host view.
+own elements, once however often it stands in the message (one storage, offset, shape and
+strides are one view). Strides travel within ``Limits.max_tensor_bytes``: a dim of size 1 past it
+takes its canonical stride, and views sharing a buffer with a stride past it are refused. Values
+are raw bits: bf16, fp8 and NaN payloads are never converted. Tensors on a device stay there:
+their buffer carries the device storage and no host view.
 
 Whether a storage is shared is known only once the whole body is written, so the first pass
 assumes every tensor is alone; if one is not, the body is written again with the shared
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -101,7 +105,20 @@ class _HostBlock:
 class _Group:
     """One memory block tensors of a message live in: the bytes they reach and the buffer sent for it."""
 
-    __slots__ = ("base", "buffer", "count", "hi", "host", "index", "lo", "raw", "storage")
+    __slots__ = (
+        "base",
+        "buffer",
+        "compact",
+        "count",
+        "first",
+        "hi",
+        "host",
+        "index",
+        "lo",
+        "raw",
+        "repeated",
+        "storage",
+    )
 
     def __init__(self, raw: Any, base: int, storage: torch.UntypedStorage | None = None, host: bool = True) -> None:
         self.raw = raw  # uint8 array over a numpy block (keeping it alive); None for a torch storage
@@ -110,7 +127,10 @@ class _Group:
         self.host = host  # False: device memory, which has no host view (the transport moves it)
         self.lo = 2**63  # [lo, hi): addresses the message's views reach
         self.hi = 0
-        self.count = 0  # views of this block in the message
+        self.count = 0  # distinct views of this block in the message (the same view again counts once)
+        self.first: Any = None  # its first view (None: not kept, for one that went inside frame 0 quickly)
+        self.repeated = False  # whether a view of it stands more than once in the message
+        self.compact = False  # whether its first view, alone, travels as a compact copy (a sparse host view)
         self.buffer: BufferPlan | None = None  # second pass: the one buffer of a shared block
         self.index = 0  # and its index
 
@@ -165,6 +185,7 @@ class Outgoing:
         "_groups",
         "_quick_below",
         "_room",
+        "_runtime",
         "_shared",
         "buffers",
         "data",
@@ -176,7 +197,13 @@ class Outgoing:
     )
 
     def __init__(
-        self, limits: Limits, embed_below: int, quick: int, room: int, shared: dict[Any, _Group] | None = None
+        self,
+        limits: Limits,
+        embed_below: int,
+        quick: int,
+        room: int,
+        shared: dict[Any, _Group] | None = None,
+        runtime: Callable[[], Any] | None = None,
     ) -> None:
         self.limits = limits
         self.embed_below = embed_below  # host tensors of fewer bytes travel inside frame 0
@@ -189,11 +216,22 @@ class Outgoing:
         self._groups: dict[Any, Any] = {}  # block key -> _Group, or (lo, hi, storage) of one embedded view
         self._shared = shared  # second pass: blocks with several views, their full extents known
         self.rerun = False  # first pass: some block holds several views (the body must be written again)
+        self._runtime = runtime  # the transport's ``device_runtime`` (None: torch's own)
 
     def again(self) -> Outgoing:
         """The state for the second pass, knowing which blocks are shared and how far their views reach."""
-        shared = {key: g for key, g in self._groups.items() if type(g) is _Group and g.count > 1 and g.shareable}
-        return Outgoing(self.limits, self.embed_below, self._quick_below, self._room, shared)
+        shared = {
+            key: g
+            for key, g in self._groups.items()
+            if type(g) is _Group and (g.count > 1 or g.repeated) and g.shareable
+        }
+        return Outgoing(self.limits, self.embed_below, self._quick_below, self._room, shared, self._runtime)
+
+    def _copies_from(self, t: torch.Tensor) -> bool:
+        """Whether the transport's device runtime copies ``t``, whose storage has no address (torch's
+        own runtime copies none: a meta tensor has no memory; a test's stand-in device may)."""
+        runtime = None if self._runtime is None else self._runtime()
+        return runtime is not None and bool(runtime.is_device(t))
 
     def _too_many(self) -> EncodeError:
         return EncodeError(f"more than {self.limits.max_tensors} tensors in one message (limit max_tensors)")
@@ -246,43 +284,50 @@ class Outgoing:
                 self.data.append(bytes(_host_bytes(t, nbytes)) if chars is None else chars.from_address(start))
                 return Ext(EXT_INLINE, INLINE_DIMS[rank].pack(0, code, rank, 0, offset, nbytes, *shape))
         strides = t.stride()
-        if not nbytes or rank > self.limits.max_rank or nbytes > self.limits.max_tensor_bytes:
-            self._check(shape, nbytes, itemsize, strides)  # (only then is there anything to refuse)
+        limit = self.limits.max_tensor_bytes
+        if not nbytes or rank > self.limits.max_rank or nbytes > limit:  # (only then is there anything to refuse)
+            strides = _fit(shape, strides, limit)
+            self._check(shape, nbytes, itemsize, strides)
         if not nbytes:
-            return Ext(EXT_INLINE, pack_inline(0, code, shape, 0, 0, _own_strides(shape, t.stride())))
+            return Ext(EXT_INLINE, pack_inline(0, code, shape, 0, 0, _own_strides(shape, strides)))
         cpu = t.is_cpu
         contiguous = t.is_contiguous()
         storage = t.untyped_storage()
         size, address = storage.nbytes(), storage.data_ptr()
         key = (cpu or t.device, address, size) if size and address else id(t)
         start = address + int(t.storage_offset()) * itemsize
-        layout = None if contiguous and (1 not in shape or _own_strides(shape, strides) is None) else strides
+        layout = None if contiguous and 1 not in shape else _layout(shape, strides, contiguous, limit)
         lo, hi = (start, start + nbytes) if contiguous else _extent(start, shape, strides, itemsize)
         if lo < address or hi > address + size:
             raise EncodeError(
                 f"the tensor's elements reach {hi - address} bytes into a storage of {size} bytes "
                 "(a storage resized under its view cannot travel)"
             )
+        if not address and not self._copies_from(t):  # a meta tensor: a shape and a dtype, no memory
+            raise EncodeError(f"a tensor on device {t.device} has no data to send (its storage has no memory)")
         shared = self._shared.get(key) if self._shared is not None else None
         if shared is not None:
-            return self._shared_ext(shared, key, 0, code, shape, layout, start, nbytes)
+            if shared.count == 1 and shared.compact:  # one sparse view, repeated: one compact copy
+                return self._shared_ext(shared, 0, code, shape, None, 0, nbytes, lambda: _compact(t, nbytes))
+            return self._shared_ext(shared, 0, code, shape, _within(layout, limit), start, nbytes)
         group = self._groups.get(key)
         if group is not None:  # a later view of its block: written again in the second pass
-            self._note(key, None, lo, hi)
+            self._note(key, None, lo, hi, t)
             return _AGAIN
         group = self._groups[key] = _Group(None, address, storage, cpu)  # its first view (what ``_note`` counts)
-        group.count, group.lo, group.hi = 1, lo, hi
-        sparse = not contiguous and hi - lo >= SPARSE * nbytes
+        group.count, group.lo, group.hi, group.first = 1, lo, hi, t
+        # a view reaching far more than its bytes, or with strides no decoder takes, is sparse
+        sparse = not contiguous and (hi - lo >= SPARSE * nbytes or _within(layout, limit, False) is None)
+        group.compact = cpu and sparse
         embed = nbytes < self.embed_below and self.data_bytes + nbytes <= self._room
         if cpu and (sparse or (contiguous and embed)):
-            c = t.contiguous() if sparse else t  # a lone sparse view: only its own elements
-            if embed:
-                own = None if sparse or 1 not in shape else _own_strides(shape, strides)
+            if embed:  # a lone sparse view: only its own elements
+                c = t.contiguous() if sparse else t
+                own = None if sparse else layout
                 return Ext(EXT_INLINE, pack_inline(0, code, shape, self._embed(_host_bytes(c, nbytes)), nbytes, own))
-            plan = BufferPlan(_host_bytes(c, nbytes), nbytes, c.untyped_storage(), 0)
-            return self._placed(0, code, shape, None, plan, 0, nbytes)
+            return self._placed(0, code, shape, None, _compact(t, nbytes), 0, nbytes)
         plan = group.plan(lo, hi)
-        return self._placed(0, code, shape, layout, plan, start - group.base - plan.start, nbytes)
+        return self._placed(0, code, shape, _within(layout, limit), plan, start - group.base - plan.start, nbytes)
 
     def array(self, array: np.ndarray) -> Ext:
         """The extension for one numpy array of the body."""
@@ -308,33 +353,41 @@ class Outgoing:
         shape = array.shape
         strides = tuple(s // itemsize for s in array.strides)
         nbytes = array.size * itemsize
+        limit = self.limits.max_tensor_bytes
+        if not nbytes:
+            strides = _fit(shape, strides, limit)
         self._check(shape, nbytes, itemsize, strides)
         if not nbytes:
             return Ext(EXT_INLINE, pack_inline(1, code, shape, 0, 0, _own_strides(shape, strides)))
         contiguous = bool(array.flags.c_contiguous)
-        layout = None if contiguous and (1 not in shape or _own_strides(shape, strides) is None) else strides
+        layout = None if contiguous and 1 not in shape else _layout(shape, strides, contiguous, limit)
         root: Any = array
         while isinstance(root, np.ndarray) and root.base is not None:
             root = root.base
         key = ("numpy", id(root))
         shared = self._shared.get(key) if self._shared is not None else None
         if shared is not None:
-            return self._shared_ext(shared, key, 1, code, shape, layout, start, nbytes)
+            if shared.count == 1 and shared.compact:  # one sparse view, repeated: one compact copy
+                copy = lambda: _compact_array(array, nbytes)  # noqa: E731
+                return self._shared_ext(shared, 1, code, shape, None, 0, nbytes, copy)
+            return self._shared_ext(shared, 1, code, shape, _within(layout, limit), start, nbytes)
         lo, hi = (start, start + nbytes) if contiguous else _extent(start, shape, strides, itemsize)
         first = key not in self._groups
-        group = self._note(key, lambda: _numpy_group(root, lo, hi), lo, hi)
+        group = self._note(key, lambda: _numpy_group(root, lo, hi), lo, hi, array)
         if not first and group.raw is not None:
             return _AGAIN  # written again in the second pass
-        lone_sparse = not contiguous and hi - lo >= SPARSE * nbytes
+        # a view reaching far more than its bytes, or with strides no decoder takes, is sparse
+        lone_sparse = not contiguous and (hi - lo >= SPARSE * nbytes or _within(layout, limit, False) is None)
+        if first:
+            group.compact = lone_sparse
         embed = nbytes < self.embed_below and self.data_bytes + nbytes <= self._room
         if (contiguous and embed) or lone_sparse or group.raw is None:
             # small, a lone sparse view, or a block that is not one run of bytes: a contiguous copy
-            c = array if contiguous else np.ascontiguousarray(array)
             if embed:
-                own = None if not contiguous or 1 not in shape else _own_strides(shape, strides)
+                c = array if contiguous else np.ascontiguousarray(array)
+                own = layout if contiguous else None
                 return Ext(EXT_INLINE, pack_inline(1, code, shape, self._embed(c.data.cast("B")), nbytes, own))
-            plan = BufferPlan(memoryview(c.reshape(-1).view(np.uint8)), nbytes)  # type: ignore[arg-type]
-            return self._placed(1, code, shape, None, plan, 0, nbytes)
+            return self._placed(1, code, shape, None, _compact_array(array, nbytes), 0, nbytes)
         plan = group.plan(lo, hi)
         return self._placed(1, code, shape, layout, plan, start - group.base - plan.start, nbytes)
 
@@ -345,17 +398,24 @@ class Outgoing:
         self.data.append(bytes(data))
         return offset
 
-    def _note(self, key: Any, make: Any, lo: int, hi: int) -> _Group:
-        """Count one more view of block ``key`` reaching [lo, hi) (``make()``: the group of a block
-        not seen before)."""
+    def _note(self, key: Any, make: Any, lo: int, hi: int, view: Any) -> _Group:
+        """Count one more occurrence of ``view`` of block ``key``, reaching [lo, hi) (``make()``: the
+        group of a block not seen before); the same view as the block's first counts once."""
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = make()
+            group.first = view
         elif type(group) is tuple:  # a torch storage whose first view went inside frame 0
             first_lo, first_hi, storage = group
             group = self._groups[key] = _Group(None, storage.data_ptr(), storage, True)
             group.count = 1
             group.reach(first_lo, first_hi)
+        elif _same_view(view, group.first):  # still one view, written again in the second pass
+            same: _Group = group
+            same.repeated = True
+            if self._shared is None and same.shareable:
+                self.rerun = True
+            return same
         group.count += 1
         if group.count > 1 and self._shared is None and group.shareable:
             self.rerun = True
@@ -370,14 +430,23 @@ class Outgoing:
         return Ext(EXT_TENSOR, pack_descriptor(kind, code, shape, strides, len(self.buffers) - 1, offset, nbytes))
 
     def _shared_ext(
-        self, group: _Group, key: Any, kind: int, code: int, shape: Any, strides: Any, start: int, nbytes: int
+        self,
+        group: _Group,
+        kind: int,
+        code: int,
+        shape: Any,
+        strides: Any,
+        start: int,
+        nbytes: int,
+        compact: Callable[[], BufferPlan] | None = None,
     ) -> Ext:
-        """A descriptor in the one buffer of a shared block (second pass: its extent is known)."""
+        """A descriptor in the one buffer of a shared block (second pass: its extent is known), or,
+        with ``compact``, in the one compact copy of its one view (at offset 0)."""
         if group.buffer is None:
-            group.buffer = group.plan(group.lo, group.hi)
+            group.buffer = group.plan(group.lo, group.hi) if compact is None else compact()
             group.index = len(self.buffers)
             self.buffers.append(group.buffer)
-        offset = start - group.base - group.buffer.start
+        offset = 0 if compact is not None else start - group.base - group.buffer.start
         return Ext(EXT_TENSOR, pack_descriptor(kind, code, shape, strides, group.index, offset, nbytes, True))
 
     def _check(self, shape: Any, nbytes: int, itemsize: int, strides: Any) -> None:
@@ -399,6 +468,61 @@ class Outgoing:
                 )
             if problem is not None:
                 raise EncodeError(f"{problem[0][1:]}: {problem[1]}")
+
+
+def _fit(shape: Any, strides: Any, limit: int) -> tuple[int, ...]:
+    """``strides`` with the stride of each dim of size 1 past ``limit`` (which no decoder with that
+    limit takes) replaced by its canonical one: no index moves along such a dim."""
+    if all(-limit <= s <= limit for s in strides):
+        return tuple(strides)
+    canonical = _c(tuple(shape))
+    return tuple(
+        c if n == 1 and not -limit <= s <= limit else s for n, s, c in zip(shape, strides, canonical, strict=True)
+    )
+
+
+def _layout(shape: Any, strides: Any, contiguous: bool, limit: int) -> tuple[int, ...] | None:
+    """The strides a non-empty view travels with (``_fit``), None for a C-contiguous one whose
+    strides are then the canonical ones."""
+    fitted = _fit(shape, strides, limit)
+    return None if contiguous and list(fitted) == _c(tuple(shape)) else fitted
+
+
+def _within(layout: Any, limit: int, refuse: bool = True) -> Any:
+    """``layout`` if a decoder with limit ``limit`` takes each of its strides; else an
+    ``EncodeError`` naming the first that is out of range (None if not ``refuse``)."""
+    if layout is not None:
+        for axis, stride in enumerate(layout):
+            if not -limit <= stride <= limit:
+                if not refuse:
+                    return None
+                raise EncodeError(f"strides[{axis}]: {stride} is out of range (over the limit of {limit})")
+    return layout
+
+
+def _same_view(a: Any, b: Any) -> bool:
+    """Whether tensors (or arrays) ``a`` and ``b`` are one view: the same memory, dtype, shape and strides."""
+    if a is b:
+        return True
+    if b is None:
+        return False
+    if isinstance(a, np.ndarray):
+        same = a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.strides == b.strides
+    else:
+        same = a.data_ptr() == b.data_ptr() and a.stride() == b.stride()
+    return bool(same and a.dtype == b.dtype and a.shape == b.shape)
+
+
+def _compact(t: torch.Tensor, nbytes: int) -> BufferPlan:
+    """A buffer of a host tensor's own elements, C-contiguous (a copy if it is not)."""
+    c = t.contiguous()
+    return BufferPlan(_host_bytes(c, nbytes), nbytes, c.untyped_storage(), 0)
+
+
+def _compact_array(array: np.ndarray, nbytes: int) -> BufferPlan:
+    """A buffer of an array's own elements, C-contiguous (a copy if it is not)."""
+    c = np.ascontiguousarray(array)
+    return BufferPlan(memoryview(c.reshape(-1).view(np.uint8)), nbytes)  # type: ignore[arg-type]
 
 
 def _own_strides(shape: Any, strides: Any) -> tuple[int, ...] | None:

@@ -129,6 +129,25 @@ def test_a_tensor_whose_storage_was_shrunk_under_it_is_refused_not_read_past(enc
     assert caught.value.path == "$.output[0]" and caught.value.type_id == "diffusion.Output"
 
 
+def test_a_tensor_with_no_data_is_refused_by_field_path_before_any_export() -> None:
+    """A meta tensor has a shape and a dtype but no memory: an ``EncodeError`` naming its field,
+    raised before any of the message's other buffers goes to the transport."""
+    message = diffusion.Output(
+        output={"a": torch.ones(1000), "b": torch.ones(2000), "bad": torch.empty(10, device="meta")}
+    )
+    error = r"^diffusion\.Output: a tensor on device meta has no data to send \(its storage has no memory\)"
+    counting = _FailingShm(fail_at=0)  # counts its exports, fails none
+    try:
+        for encoder in (tw.Encoder(), tw.Encoder(transport=counting, options=OUT_OF_BAND)):
+            with pytest.raises(tw.EncodeError, match=error + r" - at `\$\.output\.bad`$") as caught:
+                encoder.encode(message)
+            assert caught.value.path == "$.output.bad"
+        assert counting.calls == 0
+    finally:
+        counting.close()
+    assert tw.Encoder().encode(diffusion.Output(output=torch.empty(0, 3, device="meta")))  # no bytes to read
+
+
 def test_trees_deeper_than_the_limit_and_cycles() -> None:
     deep: Any = 1
     for _ in range(70):

@@ -548,6 +548,24 @@ def test_views_of_a_block_that_is_not_one_run_of_bytes_travel_each_on_its_own() 
         assert all(np.array_equal(a, b) for a, b in zip(out, sent, strict=True)), mode
 
 
+@pytest.mark.parametrize("options", [tw.EncodeOptions(), tw.EncodeOptions(embed_threshold=0)], ids=["embed", "frames"])
+def test_one_sparse_view_given_several_times_sends_its_elements_once(options: tw.EncodeOptions) -> None:
+    """The same view (one storage, offset, shape and strides: the same object or an equal view) is
+    one view, not a shared storage: a lone column travels as its 4,000 bytes once, every occurrence
+    points at them, and the decoded occurrences share memory as any repeated tensor does."""
+    big = torch.arange(1000 * 1000, dtype=torch.float32).reshape(1000, 1000)
+    array = big.numpy().copy()
+    small = big[:4, 3]  # small enough to go inside frame 0 alone
+    for sent in ([big[:, 3], big[:, 3]], [big[:, 3]] * 3, [array[:, 3], array[:, 3]], [small, small]):
+        frames = tw.Encoder(options=options).encode(diffusion.Output(output=sent))
+        assert sum(memoryview(f).nbytes for f in frames) < sent[0].nbytes + 1024
+        out = tw.Decoder(REGISTRY).decode(frames).output
+        assert all(same(a, b) for a, b in zip(out, sent, strict=True))
+        assert all(o is out[0] for o in out)  # one descriptor: one tensor
+    two = tw.Encoder(options=options).encode(diffusion.Output(output=[big[:, 3], big[:, 3], big[:, 5]]))
+    assert sum(memoryview(f).nbytes for f in two) > 3_000_000  # two views of it: the storage's extent, shared
+
+
 def teardown_module() -> None:
     """Leave /dev/shm as this module found it: its long-lived pool is closed."""
     POOL.close()

@@ -214,6 +214,67 @@ def test_a_smaller_limit_bounds_every_dimension_on_both_sides() -> None:
         decoder.decode([frame_of(head), *frames[1:]])
 
 
+_MIB = tw.Limits(max_tensor_bytes=1 << 20)
+
+
+def _both(limits: tw.Limits, **options: Any) -> tuple[tw.Encoder, tw.Decoder]:
+    """An encoder and a decoder with the same ``limits``."""
+    encoder = tw.Encoder(options=tw.EncodeOptions(limits=limits, **options))
+    return encoder, tw.Decoder(REGISTRY, options=tw.DecodeOptions(limits=limits))
+
+
+@pytest.mark.parametrize("embed", [True, False], ids=["inside frame 0", "in a buffer"])
+def test_a_dim_of_size_1_whose_stride_is_past_the_limit_travels_with_its_canonical_stride(embed: bool) -> None:
+    """No index moves along a dim of size 1, so its stride is free: one past ``max_tensor_bytes``
+    (a row of a large batch, keepdim) is sent as the C-contiguous one, which a decoder with the same
+    limits takes; a stride within the limit still travels as it is."""
+    encoder, decoder = _both(_MIB, **({} if embed else {"embed_threshold": 0}))
+    big = torch.zeros(4, 2 << 20, dtype=torch.uint8)
+    big[1, :100] = torch.arange(100, dtype=torch.uint8)
+    values: list[Any] = [big[1:2, :100], big.numpy()[1:2, :100], big[1:2, :100].t(), big[1:2, ::2][:, :50]]
+    assert values[0].stride() == (2 << 20, 1) and values[0].is_contiguous()
+    out = decoder.decode(encoder.encode(diffusion.Output(output=values))).output
+    assert [tuple(v.shape) for v in out] == [(1, 100), (1, 100), (100, 1), (1, 50)]
+    assert out[0].stride() == (100, 1) and out[1].strides == (100, 1) and out[2].stride() == (1, 1)
+    assert out[3].stride() == (50, 2)  # strided, in the buffer the views of ``big`` share
+    assert torch.equal(out[0], values[0]) and np.array_equal(out[1], values[1]) and torch.equal(out[2], values[2])
+    assert torch.equal(out[3], values[3])
+    huge = torch.arange(3.0).as_strided((1, 3), (2**35, 1))  # past the default limit of 2**34
+    got = DECODER.decode(INLINE.encode(diffusion.Output(output=huge))).output
+    assert torch.equal(got, huge) and got.stride() == (3, 1)
+    kept = torch.arange(8.0)[None].t()  # (8, 1) with strides (1, 8): within the limit, kept
+    assert DECODER.decode(INLINE.encode(diffusion.Output(output=kept))).output.stride() == (1, 8)
+
+
+def test_an_empty_tensor_with_a_dim_of_size_1_past_the_limit_travels_too() -> None:
+    value = torch.empty_strided((1, 0), (2**40, 1))
+    got = DECODER.decode(INLINE.encode(diffusion.Output(output=value))).output
+    assert tuple(got.shape) == (1, 0) and got.stride()[0] <= LIMIT
+
+
+def test_views_sharing_one_buffer_whose_strides_are_past_the_limit_are_encode_errors() -> None:
+    """Views of one storage travel in one buffer with their own strides: a stride no decoder with the
+    same limits takes (in a dim of size 2 or more) is an ``EncodeError`` naming the view, raised
+    before anything is exported; alone, such a view travels as its own elements."""
+    encoder, decoder = _both(_MIB)
+    big = torch.zeros(4, 2 << 20, dtype=torch.uint8)
+    array = np.zeros((4, 2 << 20), np.uint8)
+    for columns in ([big[:, 0], big[:, 1]], [array[:, 0], array[:, 1]]):
+        with pytest.raises(
+            tw.EncodeError,
+            match=r"^diffusion\.Output: strides\[0\]: 2097152 is out of range \(over the limit of 1048576\)"
+            r" - at `\$\.output\[0\]`$",
+        ) as caught:
+            encoder.encode(diffusion.Output(output=columns))
+        assert caught.value.path == "$.output[0]"
+        alone = decoder.decode(encoder.encode(diffusion.Output(output=columns[0]))).output
+        assert alone.shape == (4,) and alone.tolist() == [0, 0, 0, 0]
+    flat = torch.arange(1600 << 10, dtype=torch.int32).to(torch.uint8)
+    near = flat.as_strided((2, 400 << 10), (1100 << 10, 1))  # 800 KiB, a stride past 1 MiB
+    out = decoder.decode(encoder.encode(diffusion.Output(output=near))).output  # reaches < 2x its bytes
+    assert torch.equal(out, near)
+
+
 @pytest.mark.parametrize("inside", [False, True])  # in a buffer, or inside frame 0
 @pytest.mark.parametrize("kind", ["tensor", "ndarray"])
 @pytest.mark.parametrize("shape", [[2**63, 0], [0, 2**64 - 1], [3, 0, 2**63]])  # past int64
