@@ -23,14 +23,17 @@ On a ``multiprocessing.connection.Connection`` (POSIX) both ends speak its frami
 descriptor directly, with no copy of their own: ``send`` gathers the blob's pieces into one
 ``writev`` (the frames are not joined first), and ``Receiver`` reads the size first, then the
 message straight into its buffer (``Connection.recv_bytes_into`` reads into a ``BytesIO`` and
-copies from there), so a message over ``max_bytes`` is read off in bounded chunks and never held.
+copies from there), so a message over ``max_bytes`` is read off in bounded chunks and never held,
+and a ``recv`` timeout bounds the whole message, not only its start.
 Either end talks to a plain ``send_bytes`` / ``recv_bytes`` peer. Other connections go through
 ``send_bytes`` and ``recv_bytes_into``.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import select
 import struct
 import time
 from collections.abc import Sequence
@@ -149,6 +152,7 @@ class Receiver:
         self._buffer = bytearray(min(initial, max_bytes))
         self._direct = conn if _DIRECT and type(conn) is Connection else None  # read off its descriptor
         self._head = bytearray(_LARGE.size)  # a message's size, as it arrives
+        self._broken = ""  # why the stream can no longer be read: a message stopped part of the way
 
     @property
     def conn(self) -> ByteReader:
@@ -175,20 +179,30 @@ class Receiver:
     def recv(self, timeout: float | None = None) -> list[memoryview]:
         """The frames of the next message, as writable views of the buffer, for a ``Decoder``.
 
-        ``timeout``: seconds to wait for a message to start arriving (None or ``math.inf``: wait
-        forever; NaN is a ``ValueError``); ``TimeoutError`` when none does. ``EOFError`` when the
-        other end is closed and nothing is left to read; ``OSError`` when it closes in the middle
-        of a message. ``DecodeError`` for a message over ``max_bytes``, one whose header announces
-        a negative size, or one that is not a blob.
+        ``timeout``: seconds to wait for a message (None or ``math.inf``: wait forever; NaN is a
+        ``ValueError``); ``TimeoutError`` when none starts to arrive. On a ``Connection`` the whole
+        message must arrive within it too: one whose sender stops part of the way is a
+        ``TimeoutError`` that leaves the stream in the middle of that message, so every later
+        ``recv`` is an ``OSError`` saying so (close the connection). ``EOFError`` when the other end
+        is closed and nothing is left to read; ``OSError`` when it closes in the middle of a
+        message. ``DecodeError`` for a message over ``max_bytes``, one whose header announces a
+        negative size, or one that is not a blob.
         """
+        if self._broken:
+            raise OSError(self._broken)
         conn = self._conn
+        deadline = None
         if timeout is not None:
             deadline = deadline_after(timeout)  # (None for infinity: no limit)
             while not conn.poll(next_wait(deadline)):
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError(f"no message arrived within {timeout} s")
         if self._direct is not None:
-            return split(self._read_message(self._direct))
+            try:
+                return split(self._read_message(self._direct, deadline))
+            except _Stalled as stalled:
+                self._broken = f"the connection stopped in the middle of a message: {stalled}"
+                raise TimeoutError(f"a message did not arrive in full within {timeout} s: {stalled}") from None
         buffer = self._buffer
         if _in_use(buffer):
             buffer = self._buffer = bytearray(len(buffer))
@@ -205,23 +219,24 @@ class Receiver:
             buffer[:size] = message
         return split(memoryview(buffer)[:size])
 
-    def _read_message(self, conn: Connection) -> memoryview:
+    def _read_message(self, conn: Connection, deadline: float | None) -> memoryview:
         """The next message on ``conn``, read off its descriptor as ``Connection.recv_bytes`` reads
         it (a big-endian size, -1 and a 64-bit size past 2 GiB, then the bytes), straight into the
-        buffer (see the module for the reuse rule)."""
+        buffer (see the module for the reuse rule), all of it by ``deadline`` (None: no limit;
+        else ``_Stalled`` when a part of it does not come in time)."""
         fd = conn.fileno()  # OSError("handle is closed") as Connection says it
         if not conn.readable:
             raise OSError("connection is write-only")
         head = memoryview(self._head)
-        _read_into(fd, head[: _SIZE.size], True)
+        _read_into(fd, head[: _SIZE.size], True, deadline)
         (size,) = _SIZE.unpack_from(head)
         if size == -1:
-            _read_into(fd, head, False)
+            _read_into(fd, head, False, deadline)
             (size,) = _LARGE.unpack_from(head)
         elif size < 0:  # Connection reads it as an empty message: nothing of it follows
             raise DecodeError(f"message header announces {size} bytes")
         if size > self._max_bytes:
-            _drain(fd, size)
+            _drain(fd, size, deadline)
             raise DecodeError(f"message of {size} bytes is over the receiver's max_bytes of {self._max_bytes}")
         buffer = self._buffer
         if size > len(buffer):
@@ -229,15 +244,22 @@ class Receiver:
         elif _in_use(buffer):
             buffer = self._buffer = bytearray(len(buffer))
         view = memoryview(buffer)[:size]
-        _read_into(fd, view, False)
+        _read_into(fd, view, False, deadline)
         return view
 
 
-def _read_into(fd: int, view: memoryview, first: bool) -> None:
+class _Stalled(Exception):
+    """A message stopped arriving part of the way, past the caller's deadline."""
+
+
+def _read_into(fd: int, view: memoryview, first: bool, deadline: float | None = None) -> None:
     """Fill ``view`` from ``fd``; ``EOFError`` if the descriptor is at its end before the ``first``
-    bytes of a message, ``OSError`` if it ends part of the way."""
+    bytes of a message, ``OSError`` if it ends part of the way, ``_Stalled`` if the bytes still
+    missing have not come by ``deadline`` (None: wait for them however long it takes)."""
     got = os.readv(fd, [view])
     while got < view.nbytes:
+        if deadline is not None:
+            _wait_readable(fd, deadline, f"{got} of {view.nbytes} bytes read")
         more = os.readv(fd, [view[got:]])
         if not more:
             if first and not got:
@@ -246,11 +268,24 @@ def _read_into(fd: int, view: memoryview, first: bool) -> None:
         got += more
 
 
-def _drain(fd: int, size: int) -> None:
-    """Read ``size`` bytes off ``fd`` and drop them, a chunk at a time."""
+def _wait_readable(fd: int, deadline: float, progress: str) -> None:
+    """Return once ``fd`` has bytes to read (or its end); ``_Stalled`` naming ``progress`` if it has
+    none by ``deadline``."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _Stalled(progress)
+        if poller.poll(max(1, math.ceil(left * 1000))):
+            return
+
+
+def _drain(fd: int, size: int, deadline: float | None) -> None:
+    """Read ``size`` bytes off ``fd`` and drop them, a chunk at a time, by ``deadline`` (None: no limit)."""
     chunk = memoryview(bytearray(min(size, _DRAIN)))
     left = size
     while left:
         view = chunk[: min(left, chunk.nbytes)]
-        _read_into(fd, view, False)
+        _read_into(fd, view, False, deadline)
         left -= view.nbytes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -211,6 +212,52 @@ def test_nothing_arriving_is_a_timeout(pipe: tuple[Connection, Connection]) -> N
     with pytest.raises(TimeoutError):
         receiver.recv(timeout=0.05)
     assert time.monotonic() - start >= 0.04
+
+
+def _recv_in_a_thread(receiver: Receiver, timeout: float) -> tuple[threading.Thread, list[BaseException]]:
+    """``receiver.recv(timeout)`` in a thread (which a read that never ends would keep), its error kept."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            receiver.recv(timeout=timeout)
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, raised
+
+
+@pytest.mark.parametrize(
+    ("sent", "progress"),
+    [
+        ((1000).to_bytes(4, "big") + b"x" * 10, "10 of 1000 bytes read"),  # the message itself
+        (b"\x00\x00", "2 of 4 bytes read"),  # its size
+        ((2 * MiB).to_bytes(4, "big") + b"x" * 10, "10 of 65536 bytes read"),  # one over max_bytes, read off
+    ],
+    ids=["message", "size", "oversized"],
+)
+def test_a_message_that_stops_part_of_the_way_is_a_timeout_and_the_connection_says_so(
+    pipe: tuple[Connection, Connection], sent: bytes, progress: str
+) -> None:
+    """A sender that stops in the middle of a message holds ``recv(timeout=)`` no longer than the
+    timeout (it waited for the rest forever before); the stream is then in the middle of that
+    message, so the next ``recv`` says so instead of reading the rest as a new message."""
+    reader, writer = pipe
+    receiver = Receiver(reader, max_bytes=1 * MiB)
+    os.write(writer.fileno(), sent)
+    thread, raised = _recv_in_a_thread(receiver, 0.2)
+    thread.join(WAIT)
+    try:
+        assert not thread.is_alive(), "recv(timeout=0.2) still waits for the rest of the message"
+    finally:
+        writer.close()  # (a thread still waiting gets the end of the file)
+    [error] = raised
+    assert type(error) is TimeoutError
+    assert str(error) == f"a message did not arrive in full within 0.2 s: {progress}"
+    with pytest.raises(OSError, match=rf"^the connection stopped in the middle of a message: {progress}$"):
+        receiver.recv(timeout=WAIT)
 
 
 @pytest.mark.parametrize("no_limit", [math.inf, 1e300])
