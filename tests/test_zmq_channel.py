@@ -893,3 +893,56 @@ def test_a_bare_handshake_frame_with_this_hosts_token_gives_no_shared_memory(ctx
         a.send_multipart(_valid(_request()))  # a message that decodes, with the same hello
         assert server.recv_from(timeout=5)[0] == b"claims" and server._is_local(b"claims") is True
     a.close(0)
+
+
+def test_a_send_without_a_timeout_keeps_to_the_sockets_sndtimeo(ctx: Any) -> None:
+    """``timeout=None`` leaves the bound to the socket's ``SNDTIMEO``, as a blocking send did: a
+    message nothing can take is a ``TimeoutError`` once it is up, nothing sent."""
+    socket = ctx.socket(zmq.PUSH)
+    socket.setsockopt(zmq.SNDTIMEO, 200)
+    socket.setsockopt(zmq.IMMEDIATE, 1)
+    socket.connect("tcp://127.0.0.1:1")  # nobody there: nothing can be queued
+    channel = Channel(socket, REGISTRY)
+    raised: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            channel.send(rpc.Request(method="x"))
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    thread.join(30)
+    alive = thread.is_alive()
+    channel.abort()  # (a send still waiting gives up)
+    thread.join(5)
+    assert not alive, "send() waits past the socket's SNDTIMEO"
+    [error] = raised
+    assert type(error) is TimeoutError
+    assert str(error) == "the message could not be queued within the socket's SNDTIMEO (no peer ready)"
+    channel.close(0)
+
+
+def test_a_handshake_question_after_abort_is_counted_not_raised(ctx: Any) -> None:
+    """After ``abort()`` no send waits: a peer's handshake question whose answer cannot be queued at
+    once is counted in ``unanswered``, and ``recv`` returns the peer's next message."""
+    ours, theirs = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    ours.setsockopt(zmq.SNDHWM, 1)
+    theirs.setsockopt(zmq.RCVHWM, 1)
+    ours.bind("inproc://aborted")
+    theirs.connect("inproc://aborted")
+    channel = Channel(ours, REGISTRY, same_host=False)
+    while True:  # the peer reads nothing: fill this side's outgoing pipe
+        try:
+            ours.send(b"x" * 1024, zmq.NOBLOCK)
+        except zmq.Again:
+            break
+    channel.abort()
+    theirs.send(HELLO + host_token() + b"?")
+    theirs.send_multipart([HELLO + bytes(16), *tw.Encoder().encode(rpc.Request(method="after"))])
+    message = channel.recv(timeout=5)
+    assert isinstance(message, rpc.Request) and message.method == "after"
+    assert channel.unanswered == 1
+    channel.close(0)
+    theirs.close(0)

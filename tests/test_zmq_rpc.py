@@ -672,3 +672,39 @@ def test_a_call_that_waited_for_the_socket_while_the_client_closed_is_aborted(ct
     thread.join(5)
     assert not thread.is_alive() and len(outcome) == 1
     assert isinstance(outcome[0], ConnectionAbortedError), outcome
+
+
+def test_a_client_that_reads_no_large_replies_holds_a_server_up_once(ctx: Any) -> None:
+    """A mute peer's large reply is queued but ZeroMQ still holds its frames when ``reply_timeout``
+    is up (``StillHeldError``): that peer is stalled as one whose reply was not queued is, so its
+    next replies are not waited for (each held the server ``reply_timeout`` before)."""
+    import tensorwire as tw
+    from tensorwire.zmq import HELLO
+
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    server = Server(router, reply_timeout=0.3)
+    mute = ctx.socket(zmq.DEALER)
+    mute.setsockopt(zmq.ROUTING_ID, b"mute")
+    mute.setsockopt(zmq.RCVHWM, 1)
+    mute.setsockopt(zmq.RCVBUF, 4096)
+    mute.connect(f"tcp://127.0.0.1:{port}")
+    big = torch.ones(16 << 20, dtype=torch.uint8)  # more than the kernel's socket buffers hold
+
+    def handler(request: rpc.Request) -> rpc.Result:
+        return rpc.Result(method=request.method, ok=True, payload=rpc.Value(value=big))
+
+    request = [HELLO + bytes(16), *tw.Encoder().encode(rpc.Request(method="big"))]
+    for _ in range(5):
+        mute.send_multipart(request)
+    served = 0
+    while b"mute" not in server.stalled and served < 3:  # the first reply fills the peer's queue
+        assert server.serve_one(handler, timeout=5) is True
+        served += 1
+    assert b"mute" in server.stalled and served <= 2
+    for _ in range(2):
+        assert server.serve_one(handler, timeout=5) is True
+        assert b"mute" in server.stalled
+    mute.close(0)
+    server.close()

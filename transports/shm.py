@@ -109,42 +109,48 @@ class SlotHandle(Handle, tag="shm-slot", frozen=True, omit_defaults=True):
         )
 
 
-_LEFT: set[_OneShots] = set()  # those of closed transports with segments still pending
+_LEFT: set[_OneShots] = set()  # those with segments pending: swept while the process lives,
+# whether their transport is still used, closed or dropped
 
 
 class _OneShots:
     """One-shot segments this transport made that may still be unclaimed: name -> (digest, deadline).
-    The janitor sweeps them every few seconds (``prune``), after the transport's close too, until
-    none is left pending."""
+    The janitor sweeps them every few seconds (``prune``) until none is left pending, after the
+    transport's close too. A forked child starts with none: its parent's are its parent's."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._lock = threading.Lock()
-        self._pending: dict[str, tuple[bytes, int]] = {}
-        self._pid = os.getpid()
+        self._reset()
         janitor.watch(self)
 
-    def prune(self) -> None:
-        """Sweep (the janitor's call); a forked child never sweeps its parent's segments."""
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._pending: dict[str, tuple[bytes, int]] = {}
+
+    def _own(self) -> None:
+        """In a forked child: forget the parent's segments (and a lock a parent's thread held), and
+        have this process's janitor sweep the child's own."""
         if self._pid != os.getpid():
-            return
+            self._reset()
+            janitor.watch(self)
+
+    def prune(self) -> None:
+        """Sweep (the janitor's call); let go once nothing is pending."""
         self.sweep()
         if not self._pending:
             _LEFT.discard(self)
 
-    def close(self) -> None:
-        """The transport closed: sweep now, and keep sweeping while segments are pending."""
-        self.sweep()
-        if self._pending and self._pid == os.getpid():
-            _LEFT.add(self)
-
     def add(self, name: str, capability: bytes, deadline_ns: int) -> None:
         """Remember ``name``, made under ``capability``, unclaimed until ``deadline_ns``."""
+        self._own()
         with self._lock:
             self._pending[name] = (digest(capability), deadline_ns)
+        _LEFT.add(self)
 
     def take(self, name: str, capability: bytes) -> bool:
         """Forget ``name`` if this transport made it under ``capability``."""
+        self._own()
         with self._lock:
             known = self._pending.get(name)
             if known is None or known[0] != digest(capability):
@@ -158,8 +164,10 @@ class _OneShots:
         Deadlines come in the order they were added (one claim timeout per transport), so the walk
         stops at the first that is not due: a sweep costs what it sweeps, not what is pending (every
         segment sent within the timeout, claimed or not: a receiver's claim is not seen here). A
-        segment whose page another process holds locked is never waited for: it stays pending.
+        segment whose page another process holds locked is never waited for: it stays pending, first
+        in line for the next sweep.
         """
+        self._own()
         now = time.monotonic_ns()
         due: list[tuple[str, tuple[bytes, int]]] = []
         with self._lock:
@@ -179,7 +187,7 @@ class _OneShots:
                     locked.append((name, known))
         if locked:
             with self._lock:
-                self._pending.update(locked)
+                self._pending = {**dict(locked), **self._pending}
         return swept
 
 
@@ -455,7 +463,7 @@ class ShmTransport(Transport):
         if self.pool is not None:
             self.pool.close()
         self._reader.close()
-        self._one_shots.close()
+        self._one_shots.sweep()
 
 
 MAX_CLAIM_TIMEOUT = 2.0**32

@@ -201,8 +201,9 @@ class Channel:
     # -- sending --------------------------------------------------------------------------------
     def send(self, message: Any, *, timeout: float | None = None, wait: bool = True, peer: bytes | None = None) -> Sent:
         """Send ``message`` (to ``peer``, the routing id, on a ROUTER socket); see the module for
-        ``wait``. ``TimeoutError`` if it cannot be queued within ``timeout`` seconds (nothing sent);
-        ``StillHeldError`` if it was queued but ZeroMQ still holds frames when the time is up."""
+        ``wait``. ``TimeoutError`` if it cannot be queued within ``timeout`` seconds (nothing sent;
+        None: the socket's ``SNDTIMEO``, by default -1, no limit); ``StillHeldError`` if it was
+        queued but ZeroMQ still holds frames when the time is up."""
         if self.closed:
             raise ValueError("the channel is closed")
         if (peer is None) is self._router:
@@ -272,7 +273,8 @@ class Channel:
         socket = self.socket
         first = peer if peer is not None else self._hello
         if not self._send_first(first, deadline):
-            raise TimeoutError(f"the message could not be queued within {timeout} s (no peer ready)")
+            within = f"{timeout} s" if timeout is not None else "the socket's SNDTIMEO"
+            raise TimeoutError(f"the message could not be queued within {within} (no peer ready)")
         if peer is not None:
             socket.send(self._hello, _MORE)
         head = frames[0]  # the encoder's own bytes, never changed: handed over untracked when large
@@ -404,19 +406,26 @@ class Channel:
             raise TimeoutError(f"the handshake could not be sent within {timeout} s (no peer ready)")
 
     def _send_first(self, data: bytes, deadline: float | None, *, more: bool = True) -> bool:
-        """Send the first part of a message (``more``: others follow) by ``deadline`` (None: however
-        long it takes); False if the socket took none by then, ``ConnectionAbortedError`` after
-        ``abort()``. It never blocks in ZeroMQ: a refused try waits at most ``_SEND_SLICE`` for the
-        next. A ROUTER (``ROUTER_MANDATORY``) is writable when any of its peers has room, not the
-        one this is for: it pauses between tries (1 ms doubling to 50 ms) rather than spin on a poll."""
+        """Send the first part of a message (``more``: others follow) by ``deadline`` (None: within
+        the socket's ``SNDTIMEO``, as a blocking send would, however long it takes if that is -1);
+        False if the socket took none by then, ``ConnectionAbortedError`` after ``abort()``. It
+        never blocks in ZeroMQ: a refused try waits at most ``_SEND_SLICE`` for the next. A ROUTER
+        (``ROUTER_MANDATORY``) is writable when any of its peers has room, not the one this is for:
+        it pauses between tries (1 ms doubling to 50 ms) rather than spin on a poll."""
         socket, flags = self.socket, (_MORE if more else 0) | _NOW
         pause = _FIRST_PAUSE
+        tried = False
         while True:
             try:
                 socket.send(data, flags)
                 return True
             except zmq.Again:
                 pass
+            if deadline is None and not tried:  # refused once: the socket's own bound, if it has one
+                tried = True
+                limit = int(socket.getsockopt(zmq.SNDTIMEO))
+                if limit >= 0:
+                    deadline = time.monotonic() + limit / 1000
             if self._aborted.is_set():
                 raise ConnectionAbortedError("the channel was closed while a message waited to be queued")
             wait = _SEND_SLICE
@@ -466,7 +475,8 @@ class Channel:
         if frame[-1:] == _ASK and self._type in _ANSWERING:
             try:
                 self._control(peer, _ANSWER, time.monotonic(), 0)
-            except (TimeoutError, zmq.ZMQError) as exc:  # (ROUTER_MANDATORY: the asker may have left)
+            except (TimeoutError, ConnectionAbortedError, zmq.ZMQError) as exc:  # (ROUTER_MANDATORY: the
+                # asker may have left; after abort(): no send waits)
                 self.unanswered += 1
                 why = "its socket is not ready" if isinstance(exc, TimeoutError) else str(exc)
                 self._unanswered.note(f"could not answer a handshake from {_name(peer)}: {why}")

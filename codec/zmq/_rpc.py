@@ -28,7 +28,7 @@ from tensorwire import CodecError, DecodeOptions, EncodeOptions, Registry, Trans
 from tensorwire._timeouts import LONGEST_WAIT, deadline_after
 from tensorwire.builtins import REGISTRY, rpc
 from tensorwire.transports.base import Transport
-from tensorwire.zmq._channel import Channel, Notes, StillHeldError, kind_of
+from tensorwire.zmq._channel import Channel, Notes, kind_of
 
 __all__ = ["Client", "Handler", "Server"]
 
@@ -320,7 +320,8 @@ class Server:
         except (CodecError, TimeoutError, zmq.ZMQError) as exc:  # the server goes on serving the others
             # (ZeroMQ's error: with ROUTER_MANDATORY, a peer that left before its reply is unreachable)
             self._notes.note(f"the reply to {request.method!r} for peer {peer.hex()} was not sent: {exc}")
-            if isinstance(exc, TimeoutError) and not isinstance(exc, StillHeldError):  # it was not queued
+            if isinstance(exc, TimeoutError):  # not queued, or queued with its frames still held: a peer
+                # that does not read (its next replies are not waited for, however large)
                 self.stalled[peer] = None
                 self.stalled.move_to_end(peer)
                 if len(self.stalled) > _MAX_STALLED:

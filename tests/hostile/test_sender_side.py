@@ -10,8 +10,10 @@ counted instead of timing the wall clock.
 from __future__ import annotations
 
 import fcntl
+import gc
 import os
 import shutil
+import signal
 import struct
 import tempfile
 import time
@@ -199,5 +201,76 @@ def test_a_receiver_that_never_claims_cannot_use_up_the_senders_fds() -> None:
             kinds, errors, slots, opens = child.recv()
             assert (kinds, errors, slots, opens) == ({"slot": 32, "one-shot": 168}, [], 32, True)
             assert child.join() == 0
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _swept_within(directory: Path, seconds: float) -> bool:
+    """Whether ``directory`` is empty within ``seconds`` (the janitor's period is 2 s)."""
+    deadline = time.monotonic() + seconds
+    while os.listdir(directory) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not os.listdir(directory)
+
+
+def test_one_shots_of_a_dropped_transport_and_of_a_forked_child_are_swept_too() -> None:
+    """A transport dropped without ``close()`` keeps its unclaimed one-shots swept; a forked child
+    that sends on a transport it inherited sweeps its own (and never its parent's), with the
+    parent's sweep lock held by a parent thread at the fork."""
+    directory = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="tw-test-sweep-"))
+    try:
+        dropped = transports.ShmTransport(directory, pool=False, claim_timeout=0.1)
+        tw.Encoder(transport=dropped, options=OOB).encode(diffusion.Output(output=torch.ones(1024)))
+        del dropped
+        gc.collect()
+        assert _swept_within(directory, 30.0)
+        inherited = transports.ShmTransport(directory, pool=False, claim_timeout=0.1)
+        encoder = tw.Encoder(transport=inherited, options=OOB)
+        encoder.encode(diffusion.Output(output=torch.ones(1024)))  # the parent's, pending
+        parents = os.listdir(directory)
+        inherited._one_shots._lock.acquire()  # as the parent's janitor may hold it at the fork
+        try:
+            pid = os.fork()
+            if pid == 0:  # the child: report through its exit status
+                signal.alarm(60)  # a hang ends the child with SIGALRM: the test fails instead of hanging
+                encoder.encode(diffusion.Output(output=torch.zeros(1024)))
+                mine = [n for n in os.listdir(directory) if n.startswith(f"tw-{os.getpid()}-")]
+                deadline = time.monotonic() + 30.0
+                while (directory / mine[0]).exists() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                os._exit(0 if len(mine) == 1 and not (directory / mine[0]).exists() else 1)
+        finally:
+            inherited._one_shots._lock.release()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert _swept_within(directory, 30.0)  # the parent's, by the parent
+        assert parents
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_one_shot_locked_when_it_fell_due_is_swept_first_once_free(slept: list[float]) -> None:
+    """A one-shot whose page a receiver held locked when a sweep found it due stays first in line:
+    the next sweep unlinks it, not only once the segments sent after it fall due too."""
+    directory = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="tw-test-sweep-"))
+    try:
+        shm = transports.ShmTransport(directory, pool=False, claim_timeout=1.0)
+        shm._one_shots.prune = lambda: None  # type: ignore[method-assign]  # only this test's sweeps
+        encoder = tw.Encoder(transport=shm, options=OOB)
+        encoder.encode(diffusion.Output(output=torch.ones(1024)))
+        [first] = os.listdir(directory)
+        time.sleep(0.5)
+        encoder.encode(diffusion.Output(output=torch.ones(1024)))  # due 0.5 s after the first
+        time.sleep(0.6)  # the first is due, the later one is not
+        slept.clear()
+        held = os.open(directory / first, os.O_RDWR)
+        fcntl.fcntl(held, fcntl.F_OFD_SETLK, _LOCK)
+        try:
+            assert shm._one_shots.sweep() == 0 and sum(slept) < 0.05  # never waited for
+        finally:
+            os.close(held)
+        assert shm._one_shots.sweep() == 1 and not (directory / first).exists()
+        assert len(os.listdir(directory)) == 1  # the later one, not due yet
+        shm.close()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
