@@ -123,6 +123,7 @@ class Slot:
     sending: int = 0  # the generation this process holds it under (being written, or an ``empty``
     # tensor unsent), 0 if none: never taken, evicted or dropped while held, whatever a receiver
     # writes in its page meanwhile
+    allocated: bool = False  # held for an ``empty`` tensor (not for a copy): what ``hand_over_allocated`` sends
 
     @property
     def state(self) -> int:
@@ -320,6 +321,7 @@ class Pool:
     def _take(self, slot: Slot, state: int) -> Slot:
         generation = slot.page.take(state)
         slot.sending = generation if state == SENDER else 0
+        slot.allocated = False
         slot.last_used = time.monotonic()
         slot.passed = 0
         return slot
@@ -343,6 +345,7 @@ class Pool:
         page = slot.page
         capability = page.hand_over(self.claim_timeout, readers)
         slot.sending = 0
+        slot.allocated = False
         slot.last_used = time.monotonic()
         return page.generation, capability
 
@@ -385,6 +388,7 @@ class Pool:
     def give_back(self, slot: Slot) -> None:
         slot.page.give_back()
         slot.sending = 0
+        slot.allocated = False
         slot.last_used = time.monotonic()
 
     def hand_over_allocated(self, address: int, nbytes: int, readers: int = 1) -> tuple[Slot, int, bytes] | None:
@@ -398,10 +402,11 @@ class Pool:
                 return None
             slot = self._by_start[self._starts[at]]
             page = slot.page
-            if address + nbytes > slot.address + slot.capacity or not slot.sending:
-                return None
+            if address + nbytes > slot.address + slot.capacity or not slot.allocated:
+                return None  # (a slot taken since for a copy is that copy's)
             capability = page.hand_over(self.claim_timeout, readers)  # (``hand_over``, inline)
             slot.sending = 0
+            slot.allocated = False
             slot.last_used = time.monotonic()
             return slot, page.generation, capability
 
@@ -411,6 +416,7 @@ class Pool:
         slot = self.acquire(nbytes, SENDER)
         if slot is None:
             return None
+        slot.allocated = True
         lease = _SenderLease(self, slot, nbytes)
         buffer = _VIEWS.view(slot.address, nbytes, lease)
         return np.asarray(lease) if buffer is None else buffer

@@ -395,7 +395,7 @@ class ShmTransport(Transport):
         elif isinstance(handle, ShmHandle) and _creator(handle.name) is not None:
             path = self.directory / handle.name
             if self._one_shots.take(handle.name, handle.capability):
-                path.unlink(missing_ok=True)
+                _unlink(path)  # (a name a neighbour gave to a directory meanwhile stays, never an error)
             else:
                 capability = handle.capability
                 _void_one_shot(path, lambda fd, what: discard_file(fd, capability, what))

@@ -274,3 +274,23 @@ def test_a_one_shot_locked_when_it_fell_due_is_swept_first_once_free(slept: list
         shm.close()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_an_empty_tensor_sent_again_never_hands_over_the_copy_now_in_its_slot() -> None:
+    """A tensor from ``empty`` is sent, its slot freed and taken by a copying send that has not
+    handed it over yet: sending the tensor again sends a copy of it instead of handing over the
+    slot under the other send (which had its capability replaced and its bytes sent half-written)."""
+    shm = transports.ShmTransport()
+    pool = shm.pool
+    assert pool is not None
+    tensor = shm.empty((1024,), torch.float32)
+    address = tensor.data_ptr()
+    sent = pool.hand_over_allocated(address, 4096)
+    assert sent is not None
+    slot = sent[0]
+    slot.page.words[_W_STATE] = FREE  # its receiver let go of it
+    assert pool.acquire(4096, SENDER) is slot  # a copying send takes it (and writes into it)
+    assert pool.hand_over_allocated(address, 4096) is None  # the tensor travels as a copy
+    assert slot.state == SENDER
+    pool.give_back(slot)
+    shm.close()
