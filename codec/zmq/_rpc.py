@@ -248,11 +248,12 @@ class Server:
     the server's code paths to every client); ``reply_timeout``: seconds a reply may wait to be
     queued. The channel's arguments are ``Channel``'s.
 
-    A reply waits only when ZeroMQ refuses it: with ``ROUTER_MANDATORY``, when its peer's queue is
-    full (the peer does not read). The server answers one request at a time, so such a peer would
-    hold every other peer up ``reply_timeout`` per request: after one of its replies has waited
-    that long, the next ones to that peer are dropped at once unless ZeroMQ takes them then, until
-    one is taken (the peers whose replies are dropped so are kept in ``stalled``, 4,096 at most)."""
+    A reply waits when ZeroMQ refuses it (with ``ROUTER_MANDATORY``, when its peer's queue is full:
+    the peer does not read) or still holds its large frames. The server answers one request at a
+    time, so such a peer would hold every other peer up ``reply_timeout`` per request: after one of
+    its replies has waited that long, the next ones to that peer are not waited for (dropped at once
+    unless ZeroMQ takes them then) until one goes through (those peers are kept in ``stalled``,
+    4,096 at most)."""
 
     def __init__(
         self,
@@ -281,7 +282,8 @@ class Server:
         """Messages whose shared memory this process could not open (dropped with a log line: their
         sender died, or named memory it never had)."""
         self.stalled: OrderedDict[bytes, None] = OrderedDict()
-        """Peers whose last reply waited ``reply_timeout`` and was not queued (the latest last)."""
+        """Peers whose last reply waited ``reply_timeout`` in vain: not queued, or queued with its
+        frames still held by ZeroMQ (the latest last)."""
         self._stop = threading.Event()
         self._serving = threading.Lock()  # held by the thread that uses the socket
         self._notes = Notes(_LOG)

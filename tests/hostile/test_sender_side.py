@@ -9,6 +9,7 @@ counted instead of timing the wall clock.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import gc
 import os
@@ -294,3 +295,30 @@ def test_an_empty_tensor_sent_again_never_hands_over_the_copy_now_in_its_slot() 
     assert slot.state == SENDER
     pool.give_back(slot)
     shm.close()
+
+
+def test_a_named_slot_cut_short_before_its_sender_maps_it_is_a_transport_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A neighbour truncates a new named pool slot between its reservation and its mapping: the
+    send is a ``TransportError`` (mmap's ``ValueError`` before), and neither the file nor an fd
+    is left behind."""
+    directory = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="tw-test-cut-"))
+    reserve = os.posix_fallocate
+
+    def reserve_then_cut(fd: int, offset: int, length: int) -> None:
+        reserve(fd, offset, length)
+        os.truncate(os.readlink(f"/proc/self/fd/{fd}"), 100)  # by name, as a neighbour would
+
+    try:
+        shm = transports.ShmTransport(directory, backing="named")
+        encoder = tw.Encoder(transport=shm, options=OOB)
+        before = set(os.listdir("/proc/self/fd"))
+        monkeypatch.setattr(os, "posix_fallocate", reserve_then_cut)
+        with pytest.raises(tw.TransportError, match=r"^\[Errno 5\] cannot map 69632 bytes in .*: mmap length") as info:
+            encoder.encode(diffusion.Output(output=torch.ones(1024)))
+        monkeypatch.undo()
+        assert info.value.errno == errno.EIO
+        assert os.listdir(directory) == [] and set(os.listdir("/proc/self/fd")) <= before
+        assert shm.pool is not None and shm.pool.slots() == []
+        shm.close()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
