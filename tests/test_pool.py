@@ -8,9 +8,11 @@ import math
 import os
 import re
 import struct
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 import torch
@@ -763,3 +765,57 @@ def test_slots_in_flight_move_back_but_are_still_looked_at(
     for other in (frames, pending[0], pending[2]):
         decoder.decode(other)
     del first
+
+
+# -- what the sender can tell of an export's fate -----------------------------------------------------
+def _handle_of(decoder: tw.Decoder, frames: list[Any]) -> Any:
+    ((_, handle),) = decoder.table.decode(frames[0]).buffers
+    return handle
+
+
+def test_claimed_says_whether_a_receiver_proved_a_slots_capability(shm: transports.ShmTransport) -> None:
+    encoder, decoder = _pair(shm)
+    frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
+    handle = _handle_of(decoder, frames)
+    forged = msgspec.structs.replace(handle, capability=bytes(16))
+    stale = msgspec.structs.replace(handle, generation=handle.generation + 1)
+    assert (shm.claimed(handle), shm.claimed(forged), shm.claimed(stale)) == (None, False, False)
+    held = decoder.decode(frames)
+    assert shm.claimed(handle) is True  # held by its receiver (a claim leaves no capability to check)
+    del held
+    assert _states(shm) == [FREE] and shm.claimed(handle) is True  # and let go
+    encoder.encode(diffusion.Output(output=torch.ones(40_000)))  # the slot moves on
+    assert shm.claimed(handle) is False
+
+
+def test_claimed_says_false_for_a_slot_past_its_claim_timeout() -> None:
+    with transports.ShmTransport(claim_timeout=0.2) as shm:
+        encoder, decoder = _pair(shm)
+        handle = _handle_of(decoder, encoder.encode(diffusion.Output(output=torch.ones(40_000))))
+        assert shm.claimed(handle) is None
+        time.sleep(0.3)
+        assert shm.claimed(handle) is False  # still in flight, past its deadline: no claim can come
+        assert shm.pool is not None
+        shm.pool.expire()  # (or the pool's trimmer did already)
+        assert _states(shm) == [FREE] and shm.claimed(handle) is False
+
+
+def test_claimed_says_whether_a_one_shot_segment_was_claimed() -> None:
+    with transports.ShmTransport(pool=False, claim_timeout=0.3) as shm:
+        encoder, decoder = _pair(shm)
+        frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
+        handle = _handle_of(decoder, frames)
+        assert shm.claimed(handle) is None
+        assert shm.claimed(msgspec.structs.replace(handle, capability=bytes(16))) is False
+        decoder.decode(frames)
+        assert shm.claimed(handle) is True
+        unclaimed = _handle_of(decoder, encoder.encode(diffusion.Output(output=torch.ones(40_000))))
+        time.sleep(0.4)
+        assert (shm.claimed(unclaimed), shm.claimed(handle)) == (False, True)
+        shm.trim()  # swept: nothing is known of either any more
+        assert (shm.claimed(unclaimed), shm.claimed(handle)) == (False, False)
+
+
+def test_a_transport_that_cannot_tell_says_claimed() -> None:
+    inline = transports.InlineTransport()
+    assert inline.claimed(inline.export(memoryview(b"abc"), [b""])) is True

@@ -21,6 +21,7 @@ import tensorwire as tw  # noqa: E402
 from tensorwire.builtins import REGISTRY, rpc  # noqa: E402
 from tensorwire.transports._control import FREE, IN_FLIGHT  # noqa: E402
 from tensorwire.zmq import HELLO, Channel, StillHeldError, host_token  # noqa: E402
+from tensorwire.zmq._channel import _INLINE, _TRIAL  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -550,7 +551,7 @@ def test_a_receiving_channel_answers_a_handshake_and_takes_it_as_no_message(ctx:
         peer, got = server.recv_from(timeout=5)
         assert got.kwargs["n"].shape == (1,) and server.dropped == 0
         assert _raw_parts(a) == [HELLO + host_token() + b"!"]
-        assert server._is_local(peer) is True  # learned from its message, which came after the question
+        assert server._route(peer) == _TRIAL  # learned from its message, which came after the question
     a.close(0)
 
 
@@ -889,9 +890,9 @@ def test_a_bare_handshake_frame_with_this_hosts_token_gives_no_shared_memory(ctx
             a.send_multipart([HELLO + host_token() + kind])
             with pytest.raises(TimeoutError):
                 server.recv(timeout=0.2)
-            assert server._is_local(b"claims") is False
+            assert server._route(b"claims") == _INLINE
         a.send_multipart(_valid(_request()))  # a message that decodes, with the same hello
-        assert server.recv_from(timeout=5)[0] == b"claims" and server._is_local(b"claims") is True
+        assert server.recv_from(timeout=5)[0] == b"claims" and server._route(b"claims") == _TRIAL
     a.close(0)
 
 
@@ -946,3 +947,86 @@ def test_a_handshake_question_after_abort_is_counted_not_raised(ctx: Any) -> Non
     assert channel.unanswered == 1
     channel.close(0)
     theirs.close(0)
+
+
+# -- a hello that says "this host" is taken at its word once at a time -------------------------------
+def _liars(ctx: Any, server: Channel, count: int) -> tuple[list[Any], list[bytes]]:
+    """``count`` raw DEALER peers over TCP whose messages carry this host's token (a remote peer can
+    echo it) and that never open what they are sent; their routing ids, in order."""
+    endpoint = server._last_endpoint()
+    dealers = _workers(ctx, endpoint, count)
+    for dealer in dealers:
+        dealer.send_multipart(_valid(_request()))
+    peers = sorted(server.recv_from(timeout=5)[0] or b"" for _ in dealers)
+    return dealers, peers
+
+
+def _in_flight(shm: tw.transports.ShmTransport) -> int:
+    assert shm.pool is not None
+    return sum(slot.state == IN_FLIGHT for slot in shm.pool.slots())
+
+
+def test_a_peer_only_its_hello_calls_local_has_one_message_in_shared_memory_until_it_claims_one(ctx: Any) -> None:
+    """A remote peer that echoes this host's token pinned every large reply in shared memory until
+    the claim timeout; now a peer known only by its hello has one message at a time there, until it
+    claims one (which only a process that can open this host's shared memory can do)."""
+    router = ctx.socket(zmq.ROUTER)
+    router.bind_to_random_port("tcp://127.0.0.1")
+    with tw.transports.ShmTransport() as shm, Channel(router, REGISTRY, transport=shm) as server:
+        (dealer,), (peer,) = _liars(ctx, server, 1)
+        sent = [_request(x=torch.full((MiB,), float(i))) for i in range(3)]
+        for message in sent:
+            server.send(message, peer=peer, timeout=5)
+        parts = [_raw_parts(dealer) for _ in sent]
+        assert [len(p) for p in parts] == [2, 3, 3]  # the first through shared memory, then inline
+        assert server.withheld == 2 and _in_flight(shm) == 1
+        with tw.transports.ShmTransport() as reader:  # a process of this host claims the first
+            got = [tw.Decoder(REGISTRY, [reader]).decode(p[1:]).kwargs["x"] for p in parts]
+            assert [float(x[0]) for x in got] == [0.0, 1.0, 2.0]
+            for _ in range(2):  # proven: shared memory, even with the last still unclaimed
+                server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
+                assert len(_raw_parts(dealer)) == 2
+            assert server.withheld == 2 and _in_flight(shm) == 2
+            del got
+        shm.close()
+
+
+def test_a_message_on_trial_that_expires_unclaimed_ends_the_trial_and_proves_nothing(ctx: Any) -> None:
+    router = ctx.socket(zmq.ROUTER)
+    router.bind_to_random_port("tcp://127.0.0.1")
+    with tw.transports.ShmTransport(claim_timeout=0.3) as shm, Channel(router, REGISTRY, transport=shm) as server:
+        (dealer,), (peer,) = _liars(ctx, server, 1)
+        for _ in range(2):
+            server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
+            server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
+            assert [len(_raw_parts(dealer)) for _ in range(2)] == [2, 3]
+            time.sleep(0.4)  # the one in shared memory expires unclaimed: a new trial, never a proof
+        assert server.withheld == 2 and peer not in server._proven
+
+
+def test_at_most_max_trials_peers_have_a_message_on_trial_at_once(ctx: Any) -> None:
+    router = ctx.socket(zmq.ROUTER)
+    router.bind_to_random_port("tcp://127.0.0.1")
+    with pytest.raises(ValueError, match=r"max_trials must be >= 0 peers, got -1"):
+        Channel(router, REGISTRY, max_trials=-1)
+    with tw.transports.ShmTransport() as shm, Channel(router, REGISTRY, transport=shm, max_trials=2) as server:
+        dealers, peers = _liars(ctx, server, 3)
+        for peer in peers:
+            server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
+        assert [len(_raw_parts(d)) for d in dealers] == [2, 2, 3]  # the third peer waits its turn
+        assert server.withheld == 1 and _in_flight(shm) == 2
+
+
+def test_a_broadcast_goes_through_shared_memory_only_to_peers_that_claimed_a_message(ctx: Any) -> None:
+    router = ctx.socket(zmq.ROUTER)
+    router.bind_to_random_port("tcp://127.0.0.1")
+    with tw.transports.ShmTransport() as shm, Channel(router, REGISTRY, transport=shm) as server:
+        dealers, peers = _liars(ctx, server, 2)
+        server.broadcast(_request(x=torch.randn(MiB)), peers, timeout=5)
+        assert [len(_raw_parts(d)) for d in dealers] == [3, 3] and _in_flight(shm) == 0  # inline to each
+        with tw.transports.ShmTransport() as reader:
+            for dealer, peer in zip(dealers, peers, strict=True):  # each claims one message of its own
+                server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
+                tw.Decoder(REGISTRY, [reader]).decode(_raw_parts(dealer)[1:])
+            server.broadcast(_request(x=torch.randn(MiB)), peers, timeout=5)
+            assert [len(_raw_parts(d)) for d in dealers] == [2, 2] and _in_flight(shm) == 1  # one shared buffer

@@ -708,3 +708,27 @@ def test_a_client_that_reads_no_large_replies_holds_a_server_up_once(ctx: Any) -
         assert b"mute" in server.stalled
     mute.close(0)
     server.close()
+
+
+def test_a_client_that_echoes_this_hosts_token_but_never_reads_pins_one_reply_not_each(ctx: Any) -> None:
+    """Every large reply to a remote peer that echoed this host's token stayed pinned in shared
+    memory for the claim timeout; now one does, and the others go inline."""
+    import tensorwire as tw
+    from tensorwire.transports._control import IN_FLIGHT
+    from tensorwire.zmq import HELLO, host_token
+
+    socket = ctx.socket(zmq.ROUTER)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")
+    liar = ctx.socket(zmq.DEALER)
+    liar.connect(f"tcp://127.0.0.1:{port}")
+    with tw.transports.ShmTransport() as shm:
+        server = Server(socket, transport=shm)
+        for _ in range(4):
+            request = rpc.Request(method="load", kwargs={"x": torch.randn(1 << 20)})
+            liar.send_multipart([HELLO + host_token(), *(bytes(f) for f in tw.Encoder().encode(request))])
+            assert server.serve_one(_handler, timeout=5)
+        replies = [liar.recv_multipart() for _ in range(4)]
+        assert [len(parts) for parts in replies] == [2, 3, 3, 3]  # one through shared memory, then inline
+        assert shm.pool is not None and sum(slot.state == IN_FLIGHT for slot in shm.pool.slots()) == 1
+        assert server.channel.withheld == 3 and server.handled == 4
+        server.close()

@@ -218,6 +218,24 @@ class Page:
         """Whether the page is in flight past its claim deadline."""
         return self.words[_W_STATE] == IN_FLIGHT and now_ns > self.words[_W_DEADLINE]
 
+    def outcome(self, generation: int, capability: bytes) -> bool | None:
+        """What became of hand-over ``generation`` made under ``capability``, as its sender sees it
+        (one look, no lock): None while it waits for a claim, True once a receiver proved the
+        capability (it claimed or gave back the page), False once it expired, was undone or the
+        page moved on to another hand-over."""
+        words = self.words
+        if words[_W_GENERATION] != generation:
+            return False
+        state = words[_W_STATE]
+        if state == IN_FLIGHT:
+            stored = bytes(self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES])
+            if stored == _NO_DIGEST:
+                return True  # being claimed: a claim clears the digest first
+            if not hmac.compare_digest(stored, digest(capability)):
+                return False
+            return None if time.monotonic_ns() <= words[_W_DEADLINE] else False
+        return state == CLAIMED or (state == FREE and words[_W_EXPIRED] != generation)
+
     # -- the sender's transitions -------------------------------------------------------------------
     def init(self, capacity: int, flags: int = 0) -> None:
         """Lay out a new page: free, generation 0."""

@@ -362,6 +362,16 @@ class Pool:
         slot.last_used = time.monotonic()
         return True
 
+    def claimed(self, name: str, generation: int, capability: bytes) -> bool | None:
+        """``Page.outcome`` of a hand-over of one of our slots; False for a slot that is not ours."""
+        slot = self._by_name.get(name) if self.owns(name) else None
+        if slot is None:
+            return False
+        try:
+            return slot.page.outcome(generation, capability)
+        except ValueError:  # the pool let go of its page views meanwhile: the slot is gone
+            return False
+
     def withdraw(self, name: str, generation: int, capability: bytes, readers: int) -> None:
         """Count ``readers`` receivers of a broadcast of one of our slots as done without it (the
         message never reached them); the slot is free once those who got it have let go."""

@@ -36,7 +36,7 @@ class Transport(ABC):
 
     Subclasses set ``name`` and ``handle_types`` and implement ``export``, ``verify``, ``import_``,
     ``release`` and ``close``; they may override the hooks ``begin_message``, ``export_storage``,
-    ``export_device`` and ``device_runtime``, which do nothing by default.
+    ``export_device``, ``claimed`` and ``device_runtime``, which do nothing by default.
     """
 
     name: ClassVar[str]
@@ -85,6 +85,13 @@ class Transport(ABC):
         """Export bytes ``[start, start + nbytes)`` of a storage on a device; None (the default): the
         encoder copies them to the host and calls ``export_storage`` or ``export``."""
         return None
+
+    def claimed(self, handle: Handle) -> bool | None:
+        """What became of one of this transport's exports, as far as its sender can tell: True once
+        a receiver proved its capability (it could open what was sent), None while it waits for
+        one, False once it cannot be claimed any more (expired, undone, not known). A transport that
+        cannot tell says True (the default): nothing waits on a claim it cannot see."""
+        return True
 
     def device_runtime(self) -> CudaRuntime | None:
         """The CUDA adapter the encoder stages this transport's device tensors to the host with;

@@ -158,6 +158,18 @@ class _OneShots:
             del self._pending[name]
             return True
 
+    def claimed(self, name: str, capability: bytes) -> bool | None:
+        """Whether ``name``, made under ``capability``, was claimed: True once its receiver unlinked it
+        (as it claims it), None while it waits, False past its deadline, once swept, or if not ours."""
+        self._own()
+        with self._lock:
+            known = self._pending.get(name)
+        if known is None or known[0] != digest(capability):
+            return False
+        if not os.path.lexists(self.directory / name):
+            return True
+        return None if time.monotonic_ns() <= known[1] else False
+
     def sweep(self) -> int:
         """Unlink the segments nobody claimed before their deadline; return how many.
 
@@ -399,6 +411,17 @@ class ShmTransport(Transport):
             else:
                 capability = handle.capability
                 _void_one_shot(path, lambda fd, what: discard_file(fd, capability, what))
+
+    def claimed(self, handle: Handle) -> bool | None:
+        """What became of one of this transport's exports (``Transport.claimed``): read from a pool
+        slot's control page, or from whether a one-shot segment is still there (its receiver
+        unlinks it as it claims it). One look, no lock."""
+        if isinstance(handle, SlotHandle):
+            pool = self.pool
+            return False if pool is None else pool.claimed(handle.name, handle.generation, handle.capability)
+        if isinstance(handle, ShmHandle):
+            return self._one_shots.claimed(handle.name, handle.capability)
+        return False
 
     def release_all(self, handles: Sequence[Handle]) -> None:
         """``release`` each of ``handles``, their waits for control pages another process keeps

@@ -19,8 +19,19 @@ DEALER/ROUTER with the built-in ``rpc.Request`` / ``rpc.Result`` envelopes::
 See ``tensorwire.zmq._channel`` for the frame layout and the lifetime rule.
 """
 
-from tensorwire.zmq._channel import COPY_BELOW, HELLO, Channel, Sent, StillHeldError
+from tensorwire.zmq._channel import COPY_BELOW, HELLO, MAX_TRIALS, Channel, Sent, StillHeldError
 from tensorwire.zmq._locality import host_token
 from tensorwire.zmq._rpc import Client, Handler, Server
 
-__all__ = ["COPY_BELOW", "HELLO", "Channel", "Client", "Handler", "Sent", "Server", "StillHeldError", "host_token"]
+__all__ = [
+    "COPY_BELOW",
+    "HELLO",
+    "MAX_TRIALS",
+    "Channel",
+    "Client",
+    "Handler",
+    "Sent",
+    "Server",
+    "StillHeldError",
+    "host_token",
+]

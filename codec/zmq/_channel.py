@@ -10,7 +10,10 @@ Sending. The encoder writes the message (a schema violation is an ``EncodeError`
 is exported); large tensors go to the channel's shared-memory transport only when the peer shares
 this host's ``/dev/shm`` (``same_host``; else what the peer's hello or handshake said; else
 ``ipc://`` and ``inproc://`` endpoints count as local, anything else as remote), otherwise
-inline. A frame under ``copy_below`` (512 KiB by default, pyzmq's own copy threshold at least) is
+inline. The host token is no secret: a peer that only its hello calls local (over TCP) is on
+trial, with one message at a time in shared memory until it claims one, and at most
+``max_trials`` peers of a channel have one waiting (the others' messages go inline: ``withheld``).
+A frame under ``copy_below`` (512 KiB by default, pyzmq's own copy threshold at least) is
 copied into ZeroMQ at once; a larger one is handed over without a copy and tracked (every one of
 them, not just the last). ``send`` returns when ZeroMQ has let go of every frame it did not copy
 (``wait=True``, the default: the caller may then modify the message's tensors), or at once with a
@@ -51,12 +54,12 @@ from tensorwire import DecodeError, DecodeOptions, EncodeOptions, Registry, Tran
 from tensorwire._decoder import Decoder
 from tensorwire._encoder import Encoder
 from tensorwire._timeouts import deadline_after, next_wait
-from tensorwire.transports.base import Transport
+from tensorwire.transports.base import Handle, Transport
 from tensorwire.transports.inline import InlineHandle
 from tensorwire.transports.shm import MAX_READERS, FanOut, ShmTransport
 from tensorwire.zmq._locality import TOKEN_BYTES, endpoint_is_local, host_token
 
-__all__ = ["COPY_BELOW", "HELLO", "Channel", "Notes", "Sent", "StillHeldError", "kind_of"]
+__all__ = ["COPY_BELOW", "HELLO", "MAX_TRIALS", "Channel", "Notes", "Sent", "StillHeldError", "kind_of"]
 
 HELLO = b"TWC1"
 """The first four bytes of a channel message's first frame (the sender's host token follows)."""
@@ -78,6 +81,9 @@ _BACKLOG = 1000  # messages a handshake keeps for recv when the socket's receive
 _MORE, _NOW, _POLLIN, _POLLOUT = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.POLLIN), int(zmq.POLLOUT)
 _SEND_SLICE = 0.05  # seconds a refused send waits before it looks at abort() again
 _FIRST_PAUSE, _LONGEST_PAUSE = 0.001, 0.05  # a ROUTER's pauses between tries to queue for a full peer
+_INLINE, _SHARED, _TRIAL = 0, 1, 2  # how a message goes to its peer (``Channel._route``)
+MAX_TRIALS = 16
+"""``Channel``'s default ``max_trials``."""
 
 
 def _poll_ms(deadline: float, least: int = 0) -> int:
@@ -150,7 +156,8 @@ class Channel:
     None: always inline frames); ``options``: the limits every received message is held to;
     ``encode_options``: the encoder's; ``same_host``: True or False overrides what the channel
     works out about its peers; ``copy_below``: frames under this many bytes are copied into ZeroMQ
-    (``COPY_BELOW``), larger ones handed over and tracked. The socket stays the caller's until
+    (``COPY_BELOW``), larger ones handed over and tracked; ``max_trials``: peers at once whose
+    message on trial (see the module) may wait for its claim in shared memory. The socket stays the caller's until
     ``close()``, which closes it (never its context).
     """
 
@@ -164,9 +171,13 @@ class Channel:
         encode_options: EncodeOptions | None = None,
         same_host: bool | None = None,
         copy_below: int = COPY_BELOW,
+        max_trials: int = MAX_TRIALS,
     ) -> None:
         if copy_below < 0:
             raise ValueError(f"copy_below must be >= 0 bytes, got {copy_below}")
+        if max_trials < 0:
+            raise ValueError(f"max_trials must be >= 0 peers, got {max_trials}")
+        self.max_trials = max_trials
         self.socket = socket
         self.copy_below = copy_below
         self.registry = registry
@@ -184,6 +195,8 @@ class Channel:
         # a channel that cannot open shared memory says so with a token no process has
         self._hello = HELLO + (host_token() if transport is not None else bytes(TOKEN_BYTES))
         self._peers: OrderedDict[bytes | None, bool] = OrderedDict()
+        self._proven: OrderedDict[bytes | None, None] = OrderedDict()  # peers that claimed a message
+        self._trials: dict[bytes | None, Handle] = {}  # a message's first buffer each, waiting for its claim
         self._backlog: deque[tuple[bytes | None, Any]] = deque()  # messages read by a handshake
         self._asked: set[bytes | None] = set()  # peers whose answer a handshake waits for
         self._endpoint = ""
@@ -196,6 +209,9 @@ class Channel:
         self._aborted = threading.Event()
         self.buffer_frames = 0
         """Buffer frames received: tensors that came inline, each in a frame of its own."""
+        self.withheld = 0
+        """Messages sent inline to a peer whose hello says it shares this host, because it has not
+        yet claimed one sent through shared memory (its message on trial still waits)."""
         self.closed = False
 
     # -- sending --------------------------------------------------------------------------------
@@ -211,26 +227,28 @@ class Channel:
                 raise ValueError("a ROUTER channel sends to one peer: send(message, peer=routing_id)")
             raise ValueError("peer= is for ROUTER sockets; this socket routes messages itself")
         deadline = deadline_after(timeout)
-        encoder = self._shared if self._shared is not None and self._is_local(peer) else self._inline
-        frames = encoder.encode(message)
+        route = self._route(peer)
+        frames = (self._inline if route == _INLINE else self._shared_encoder()).encode(message)
         try:
             sent = self._put(peer, frames, deadline, timeout)
         except BaseException:
-            if encoder is self._shared:
+            if route != _INLINE:
                 self._unsend(frames)
             raise
+        if route == _TRIAL:
+            self._try(peer, frames)
         return _settled(sent, wait, deadline, timeout)
 
     def broadcast(
         self, message: Any, peers: Sequence[bytes], *, timeout: float | None = None, wait: bool = True
     ) -> Sent:
         """Send ``message`` to each routing id of ``peers`` (a ROUTER channel), encoded once. When
-        every peer is on this host and the transport is a pooled ``ShmTransport``, each large tensor
-        goes to one shared-memory buffer that all of them read, freed when the last has let go
-        (``ShmTransport.fan_out``); otherwise the same inline frames go to each. A peer ZeroMQ
-        does not know gets nothing (its share of the buffer comes back after the claim timeout);
-        if the time runs out part way, the peers not sent to are withdrawn. ``wait``, ``timeout``
-        and the errors are ``send``'s."""
+        every peer is on this host (none on trial: see the module) and the transport is a pooled
+        ``ShmTransport``, each large tensor goes to one shared-memory buffer that all of them read,
+        freed when the last has let go (``ShmTransport.fan_out``); otherwise the same inline frames
+        go to each. A peer ZeroMQ does not know gets nothing (its share of the buffer comes back
+        after the claim timeout); if the time runs out part way, the peers not sent to are
+        withdrawn. ``wait``, ``timeout`` and the errors are ``send``'s."""
         if self.closed:
             raise ValueError("the channel is closed")
         if not self._router:
@@ -241,7 +259,7 @@ class Channel:
         deadline = deadline_after(timeout)
         shm = self.transport
         fan: FanOut | None = None
-        if isinstance(shm, ShmTransport) and shm.pool is not None and all(self._is_local(p) for p in peers):
+        if isinstance(shm, ShmTransport) and shm.pool is not None and all(self._route(p) == _SHARED for p in peers):
             if len(peers) > MAX_READERS:
                 raise ValueError(f"a shared-memory broadcast reaches {MAX_READERS} peers at most, not {len(peers)}")
             fan = shm.fan_out(len(peers))
@@ -314,16 +332,56 @@ class Channel:
         raw = self.socket.getsockopt(zmq.LAST_ENDPOINT)
         return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
 
-    def _is_local(self, peer: bytes | None) -> bool:
-        """Whether ``peer`` (None: the socket's peers) can open this process's shared memory."""
+    def _shared_encoder(self) -> Encoder:
+        assert self._shared is not None
+        return self._shared
+
+    def _route(self, peer: bytes | None) -> int:
+        """How a message goes to ``peer`` (None: the socket's peers): ``_INLINE``; ``_SHARED``, when it
+        can open this process's shared memory (``same_host=True``, an ``ipc://`` or ``inproc://``
+        endpoint, or a hello from this host from a peer that has claimed a message); ``_TRIAL``, when
+        only its hello says so: through shared memory if no message of its is on trial (waiting for
+        its claim) and fewer than ``max_trials`` peers have one, otherwise inline (``withheld``)."""
+        if self._shared is None:
+            return _INLINE
+        if self._trials:  # each looked at before this send can take a slot a claimed one left
+            self._settle()
         if self.same_host is not None:
-            return self.same_host
+            return _SHARED if self.same_host else _INLINE
         learned = self._peers.get(peer)
-        if learned is not None:
-            return learned
         if not self._endpoint:
             self._endpoint = self._last_endpoint()
-        return endpoint_is_local(self._endpoint)
+        if not learned:  # (None: nothing heard, the endpoint tells)
+            return _SHARED if learned is None and endpoint_is_local(self._endpoint) else _INLINE
+        if peer in self._proven or endpoint_is_local(self._endpoint):
+            return _SHARED
+        if peer in self._trials or len(self._trials) >= self.max_trials:
+            self.withheld += 1
+            return _INLINE
+        return _TRIAL
+
+    def _settle(self) -> None:
+        """End the trials whose message was claimed (its peer is proven: it opened this process's
+        shared memory) or can no longer be; those still waiting stay. A message is judged by its
+        first shared-memory buffer: a receiver claims a message's buffers in order, as it decodes."""
+        assert self.transport is not None
+        claimed = self.transport.claimed
+        for peer, handle in list(self._trials.items()):
+            outcome = claimed(handle)
+            if outcome is None:
+                continue
+            del self._trials[peer]
+            if outcome:
+                self._proven[peer] = None
+                if len(self._proven) > _MAX_PEERS:
+                    self._proven.popitem(last=False)
+
+    def _try(self, peer: bytes | None, frames: list[Any]) -> None:
+        """Put ``peer`` on trial with the message just sent to it, if it has a shared-memory buffer."""
+        for _, handle in self._decoder.table.decode(frames[0]).buffers:
+            if not isinstance(handle, InlineHandle):
+                self._trials[peer] = handle
+                return
 
     def _learn(self, peer: bytes | None, local: bool) -> None:
         """Remember what ``peer``'s hello said. A ROUTER knows which peer it sends to, a PAIR has one;
@@ -361,7 +419,7 @@ class Channel:
         answer (a channel answers while it receives); whether it does. Messages that arrive
         meanwhile are kept for ``recv`` (up to the socket's receive high-water mark). ``TimeoutError``
         if no answer comes within ``timeout`` seconds. Over TCP, until a peer has been heard from, it
-        gets inline frames."""
+        gets inline frames; one that answers it shares this host is then on trial (see the module)."""
         self._check_open()
         if self._type not in _ASKING:
             raise ValueError(f"a {kind_of(self.socket)} socket cannot tell which peer answers: say same_host= instead")
