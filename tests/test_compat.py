@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -368,6 +369,61 @@ def test_cli_against_a_revision_reads_files_whose_names_git_would_quote(
         )
         _git(repo, "rm", "-q", "--cached", f"schemas/t/{odd}")
         _git(repo, "commit", "-qm", "gone")
+
+
+def _git_out(repo: Path, *args: str, stdin: bytes = b"") -> str:
+    done = subprocess.run(["git", *args], cwd=repo, input=stdin, check=True, capture_output=True)
+    return done.stdout.decode().strip()
+
+
+def _commit_tree(repo: Path, tree: dict[str, Any]) -> str:
+    """A commit of ``tree`` (name -> bytes, or name -> a tree of its own), built with git's plumbing:
+    names git would refuse to check out (``..``) are kept as they are."""
+
+    def build(node: dict[str, Any]) -> str:
+        lines = []
+        for name, value in node.items():
+            if isinstance(value, dict):
+                lines.append(f"040000 tree {build(value)}\t{name}\n")
+            else:
+                lines.append(f"100644 blob {_git_out(repo, 'hash-object', '-w', '--stdin', stdin=value)}\t{name}\n")
+        return _git_out(repo, "mktree", stdin="".join(lines).encode())
+
+    return _git_out(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit-tree", build(tree), "-m", "crafted")
+
+
+def test_cli_against_a_crafted_revision_writes_nothing_outside_its_directory_and_reads_no_large_blob(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revision can hold trees git itself would never check out: a path through ``..`` was
+    written outside the temporary directory (any ``.json`` file the user can write), and a blob
+    was read whole into memory before its size was checked (a few MiB in git, GiBs read)."""
+    repo = tmp_path / "repo"
+    write_schemas(repo / "schemas", copy.deepcopy(BASE))
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "schemas")
+    thing = (repo / "schemas" / "t" / "Thing.v1.json").read_bytes()
+    escape = {"..": {"..": {"planted.json": b"{}"}}}  # from <tmp>/tensorwire-compat-*/0: <tmp>
+    monkeypatch.chdir(repo)
+    for tree, error in (
+        (
+            {"schemas": {"t": {"Thing.v1.json": thing}, **escape}},
+            "tensorwire: {rev}:schemas/../../planted.json: a path with a '.' or '..' component; "
+            "git would not check it out\n",
+        ),
+        (
+            {"schemas": {"t": {"Thing.v1.json": thing, "Big.v1.json": b" " * 65}}},
+            "tensorwire: {rev}:schemas/t/Big.v1.json: cannot read schema file: 65 bytes is over the limit of 64\n",
+        ),
+    ):
+        rev = _commit_tree(repo, tree)
+        monkeypatch.setattr("tensorwire.compat._git.MAX_FILE_BYTES", 64, raising=False)
+        assert main(["compat", "--against", rev]) == 2
+        assert capsys.readouterr().err == error.format(rev=rev)
+        monkeypatch.undo()
+        monkeypatch.chdir(repo)
+    assert not (Path(tempfile.gettempdir()) / "planted.json").exists()
 
 
 def test_cli_against_a_revision_runs_from_any_directory_of_the_repository(

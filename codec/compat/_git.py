@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from tensorwire.errors import CompatError
+from tensorwire.schema._source import MAX_FILE_BYTES
 
 __all__ = ["checkout_schemas", "history", "temporary_dir"]
 
@@ -54,19 +55,41 @@ def checkout_schemas(schema_dir: Path, rev: str, into: Path) -> Path | None:
     except CompatError:
         raise CompatError(f"revision {rev!r} is not in this clone; fetch it first: {_fetch_hint(rev)}") from None
     rel = schema_dir.relative_to(top).as_posix()
-    listing = _git_bytes(top, "ls-tree", "-r", "-z", "--name-only", rev, "--", rel)  # names as they are, unquoted
-    names = [os.fsdecode(n) for n in listing.split(b"\0") if n.endswith(b".json")]
-    if not names:
+    blobs = _schema_blobs(top, rev, rel)
+    if not blobs:
         return None
-    for name in names:
+    for name, oid, size in blobs:
+        if size > MAX_FILE_BYTES:
+            raise CompatError(
+                f"{rev}:{name}: cannot read schema file: {size} bytes is over the limit of {MAX_FILE_BYTES}"
+            )
         try:
-            blob = subprocess.run(["git", "show", f"{rev}:{name}"], cwd=top, capture_output=True, check=True).stdout
+            blob = subprocess.run(["git", "cat-file", "blob", oid], cwd=top, capture_output=True, check=True).stdout
         except subprocess.CalledProcessError:
             raise CompatError(f"cannot read {rev}:{name}; fetch it first: {_fetch_hint(rev)}") from None
         target = into / Path(name).relative_to(rel)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(blob)
     return into
+
+
+def _schema_blobs(top: Path, rev: str, rel: str) -> list[tuple[str, str, int]]:
+    """``(path, object id, size)`` of every ``.json`` file under ``rel`` at ``rev``; a ``CompatError``
+    for a path with a ``.`` or ``..`` component (a tree git itself would refuse to check out, which
+    would otherwise be written outside the directory it is read into)."""
+    listing = _git_bytes(top, "ls-tree", "-r", "-z", "-l", rev, "--", rel)  # names as they are, unquoted
+    blobs: list[tuple[str, str, int]] = []
+    for entry in listing.split(b"\0"):
+        meta, _, raw = entry.partition(b"\t")
+        if not raw.endswith(b".json"):
+            continue
+        _mode, kind, oid, size = meta.split()
+        name = os.fsdecode(raw)
+        if any(part in ("", ".", "..") for part in name.split("/")):
+            raise CompatError(f"{rev}:{name}: a path with a '.' or '..' component; git would not check it out")
+        if kind == b"blob":
+            blobs.append((name, oid.decode(), int(size)))
+    return blobs
 
 
 def history(schema_dir: Path, rev: str, limit: int = 100) -> list[str]:
