@@ -8,6 +8,7 @@ schema error can name the exact place in the file.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,8 @@ __all__ = ["SourceFile", "escape_pointer", "join_pointer", "read_source"]
 
 _WS = re.compile(r"[ \t\r\n]*")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
+_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null|NaN|-?Infinity")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def escape_pointer(token: str) -> str:
@@ -103,7 +105,38 @@ def read_source(path: Path, display: str) -> SourceFile:
         raise SchemaError(f"invalid JSON: {exc}", file=display) from None
     source = SourceFile(display, text, data)
     _index(text, _skip(text, 0), "", source)
+    _check_values(source)
     return source
+
+
+def _check_values(source: SourceFile) -> None:
+    """Refuse what Python's JSON reader takes but JSON has not: ``NaN``, ``Infinity`` and numbers
+    too large for a double (read as infinite), and strings holding a lone surrogate (``"\\ud800"``,
+    no Unicode character: no UTF-8 file can hold it)."""
+    pending: list[tuple[str, Any]] = [("", source.data)]
+    while pending:
+        pointer, value = pending.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            match = _SCALAR.match(source.text, source._values[pointer])
+            token = match.group() if match else str(value)
+            raise source.error(pointer, f"{token} is not a finite number (JSON numbers here are finite doubles)")
+        if isinstance(value, str) and _SURROGATE.search(value):
+            raise source.error(pointer, f"string {_escaped(value)} holds a lone surrogate, not a Unicode character")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                child = join_pointer(pointer, key)
+                if _SURROGATE.search(key):
+                    message = f"key {_escaped(key)} holds a lone surrogate, not a Unicode character"
+                    raise source.error(child, message, key=True)
+                pending.append((child, item))
+        elif isinstance(value, list):
+            pending.extend((join_pointer(pointer, i), item) for i, item in enumerate(value))
+
+
+def _escaped(text: str, limit: int = 60) -> str:
+    """``text`` as JSON writes it with ASCII only (a surrogate as ``\\udXXX``), cut at ``limit``."""
+    shown = json.dumps(text)
+    return shown if len(shown) <= limit else shown[: limit - 4] + '..."'
 
 
 MAX_FILE_BYTES = 16 * 1024 * 1024  # the largest schema file read: real ones are a few KiB
