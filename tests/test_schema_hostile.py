@@ -3,14 +3,16 @@ get wrong is a ``SchemaError`` naming file, line:col, JSON pointer and what is e
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tensorwire import SchemaError
+from tensorwire.gen import render_package
 from tensorwire.schema import load_dir
-from tests.conftest import write_schemas
+from tests.conftest import minimal, write_schemas
 
 
 def _error(schema_dir: Path, files: dict[str, Any]) -> SchemaError:
@@ -71,3 +73,106 @@ def test_a_lone_surrogate_is_refused_in_a_value_and_in_a_key(schema_dir: Path) -
         "/properties/a/\udfffb",
         'key "\\udfffb" holds a lone surrogate, not a Unicode character',
     )
+
+
+def _enum_doc(values: list[str]) -> dict[str, Any]:
+    doc = minimal("h.Msg")
+    doc["properties"]["e"] = {"type": "string", "enum": values, "x-enum-name": "E", "default": values[-1]}
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("values", "index", "message"),
+    [
+        (["\u00bd", "x"], 0, "enum value '\u00bd' makes the member name '\u00bd', which is not a Python name"),
+        (
+            ["_missing_", "x"],
+            0,
+            "enum value '_missing_' makes the member name '_MISSING_': Python's enum takes a name starting with "
+            "'__', or starting and ending with '_', for one of its own, not for a member",
+        ),
+        (
+            ["__init__", "x"],
+            0,
+            "enum value '__init__' makes the member name '__INIT__': Python's enum takes a name starting with "
+            "'__', or starting and ending with '_', for one of its own, not for a member",
+        ),
+        (
+            ["H", "\u210c"],
+            1,
+            "enum values 'H' and '\u210c' map to the same member name '\u210c' "
+            "(as Python reads names, NFKC-normalized)",
+        ),
+    ],
+)
+def test_an_enum_value_whose_member_python_would_not_make_is_refused(
+    schema_dir: Path, values: list[str], index: int, message: str
+) -> None:
+    """The generated enum failed at import (``½`` is no name; ``_MISSING_`` is reserved; ``H`` and
+    ``\u210c`` are one name to Python) or silently had no member for the value (``__INIT__``)."""
+    error = _error(schema_dir, {"h/Msg.v1.json": _enum_doc(values)})
+    assert (error.pointer, error.message) == (f"/properties/e/enum/{index}", message)
+
+
+@pytest.mark.parametrize(
+    ("where", "pointer", "message"),
+    [
+        (
+            "field",
+            "/properties/a\n",
+            "field name 'a\\n' must be ASCII letters, digits and underscores, not starting with a digit",
+        ),
+        ("enum", "/properties/e/x-enum-name", "x-enum-name 'E\\n' must be letters and digits, starting with a capital"),
+        ("defs", "/$defs/D\n", "$defs name 'D\\n' must be letters and digits, starting with a capital"),
+    ],
+)
+def test_a_name_with_a_trailing_newline_is_refused(schema_dir: Path, where: str, pointer: str, message: str) -> None:
+    """The meta-schema's patterns end in ``$``, which Python's ``re`` also matches before a last
+    newline: such a name was written into the generated module, which then did not compile."""
+    doc = minimal("h.Msg")
+    if where == "field":
+        doc["properties"] = {"a\n": {"type": "integer"}}
+        doc["required"] = ["a\n"]
+    elif where == "enum":
+        doc["properties"]["e"] = {"type": "string", "enum": ["x"], "x-enum-name": "E\n", "default": "x"}
+    else:
+        doc["properties"]["d"] = {"$ref": "#/$defs/D\n", "default": None}
+        doc["$defs"] = {"D\n": {"type": ["integer", "null"]}}
+    error = _error(schema_dir, {"h/Msg.v1.json": doc})
+    assert (error.pointer, error.message) == (pointer, message)
+
+
+def test_a_title_with_a_trailing_newline_is_not_a_class_name(schema_dir: Path) -> None:
+    doc = minimal("h.Msg")
+    doc["properties"]["o"] = {
+        "type": "object",
+        "title": "Named\n",
+        "properties": {"b": {"type": "integer"}},
+        "required": ["b"],
+    }
+    doc["required"].append("o")
+    (nested,) = load_dir(write_schemas(schema_dir, {"h/Msg.v1.json": doc})).named
+    assert nested.name == "MsgO"
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        'ends with a quote"',
+        'two quotes""',
+        'three """ inside and one at the end"',
+        "a NUL \x00, a CR \r, a DEL \x7f",
+        "\\",
+    ],
+)
+def test_a_description_is_the_generated_docstring_exactly(tmp_path: Path, description: str) -> None:
+    """A description ending with a quote ended the generated docstring early (a SyntaxError at
+    import), two quotes there were lost, and a NUL made the module uncompilable."""
+    doc = minimal("h.Msg")
+    doc["$defs"] = {"E": {"type": "string", "enum": ["x"], "x-enum-name": "E", "description": description}}
+    doc["properties"]["e"] = {"$ref": "#/$defs/E", "default": "x"}
+    schemas = load_dir(write_schemas(tmp_path / "schemas", {"h/Msg.v1.json": doc}))
+    source = render_package(schemas)["h.py"]
+    module = ast.parse(source)
+    (enum_class,) = [n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "E"]
+    assert ast.get_docstring(enum_class, clean=False) == description

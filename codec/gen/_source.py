@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import re
 from typing import Any
 
 from tensorwire._api import API, SINCE
@@ -342,8 +343,17 @@ def _all(names: list[str]) -> str:
     return "__all__ = [\n" + "".join(f"    {json.dumps(n)},\n" for n in names) + "]"
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def _docstring(text: str) -> str:
-    body = text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    """``text`` as a docstring holding exactly it: backslashes, quotes that would end it (three in
+    a row, or one at its end) and control characters (NUL, which Python source cannot hold; CR,
+    which it reads as a newline) escaped."""
+    body = text.replace("\\", "\\\\")
+    inner = body.rstrip('"')
+    body = inner.replace('"""', '\\"\\"\\"') + '\\"' * (len(body) - len(inner))
+    body = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", body)
     lines = body.split("\n")
     if len(lines) == 1 and len(lines[0]) + 10 <= WIDTH:
         return f'    """{lines[0]}"""'

@@ -29,8 +29,8 @@ __all__ = [
 ]
 
 META_DIR = "meta"
-_NAMESPACE = re.compile(r"^[a-z][a-z0-9_]*$")
-_FILE = re.compile(r"^([A-Z][A-Za-z0-9]*)\.v([1-9][0-9]*)\.json$")
+_NAMESPACE = re.compile(r"[a-z][a-z0-9_]*")  # fullmatch: never a name and a newline
+_FILE = re.compile(r"([A-Z][A-Za-z0-9]*)\.v([1-9][0-9]*)\.json")
 
 
 @dataclass(frozen=True)
@@ -108,11 +108,11 @@ def load_dir(directory: str | os.PathLike[str], display_root: str | None = None)
         display = f"{display_root}/{rel.as_posix()}" if display_root else _display(path)
         if rel.parts[0] == META_DIR:
             continue
-        if len(rel.parts) != 2 or not _NAMESPACE.match(rel.parts[0]):
+        if len(rel.parts) != 2 or not _NAMESPACE.fullmatch(rel.parts[0]):
             raise SchemaError(
                 "schema files live at <namespace>/<Name>.v<N>.json (namespace: lower_snake)", file=display
             )
-        match = _FILE.match(rel.parts[1])
+        match = _FILE.fullmatch(rel.parts[1])
         if match is None:
             raise SchemaError("file name must be <Name>.v<N>.json, e.g. Video.v1.json", file=display)
         source = read_source(path, display)

@@ -8,6 +8,7 @@ import json
 import keyword
 import posixpath
 import re
+import unicodedata
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -78,7 +79,8 @@ INT_FORMATS: dict[str, tuple[int, int]] = {
     for bits in (8, 16, 32, 64)
 }
 _CONST_KIND: dict[type, tuple[str, str]] = {bool: ("bool", "boolean"), int: ("int", "integer"), str: ("str", "string")}
-_CLASS_NAME = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+_CLASS_NAME = re.compile(r"[A-Z][A-Za-z0-9]*")  # fullmatch: a name, never a name and a newline
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _JSON_TYPE = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
 
 
@@ -369,7 +371,7 @@ class Builder:
                     key=True,
                 )
         name = schema.get("title", hint)
-        if not isinstance(name, str) or not _CLASS_NAME.match(name):
+        if not isinstance(name, str) or not _CLASS_NAME.fullmatch(name):
             name = hint
         return self._struct(entry, schema, ptr, name, message=False)
 
@@ -477,10 +479,24 @@ class Builder:
             raise src.error(join_pointer(ptr, "type"), "an enum is a string enum: type must be 'string'")
         if "x-enum-name" not in schema:
             raise src.error(ptr, "an enum needs x-enum-name (its class name)")
-        enum = EnumT(entry.namespace, schema["x-enum-name"], tuple(schema["enum"]), schema.get("description", ""))
-        members = [member_name(v) for v in enum.values]
-        if len(set(members)) != len(members):
-            raise src.error(join_pointer(ptr, "enum"), "enum values map to the same member name")
+        name = schema["x-enum-name"]
+        if not _CLASS_NAME.fullmatch(name):
+            message = f"x-enum-name {name!r} must be letters and digits, starting with a capital"
+            raise src.error(join_pointer(ptr, "x-enum-name"), message)
+        enum = EnumT(entry.namespace, name, tuple(schema["enum"]), schema.get("description", ""))
+        seen: dict[str, str] = {}
+        for i, value in enumerate(enum.values):
+            member = member_name(value)
+            problem = _member_problem(value, member)
+            if problem is not None:
+                raise src.error(join_pointer(ptr, "enum", i), problem)
+            same = seen.setdefault(unicodedata.normalize("NFKC", member), value)
+            if same != value:
+                raise src.error(
+                    join_pointer(ptr, "enum", i),
+                    f"enum values {same!r} and {value!r} map to the same member name {member!r} "
+                    "(as Python reads names, NFKC-normalized)",
+                )
         return self._named(entry, enum, ptr)
 
     def _named(self, entry: FileEntry, node: EnumT | StructT, ptr: str) -> EnumT | StructT:
@@ -589,6 +605,9 @@ class Builder:
                 join_pointer(ptr, "$ref"), f"unresolvable $ref {ref!r}: expected #/$defs/<Name> of {target.key}"
             )
         name = match.group(1)
+        if not _CLASS_NAME.fullmatch(name):
+            message = f"$defs name {name!r} must be letters and digits, starting with a capital"
+            raise target.source.error(join_pointer("", "$defs", name), message, key=True)
         key = (target_key, name)
         if key not in self._defs:
             marker = f"{target_key}#{name}"
@@ -806,8 +825,22 @@ def _bound(bound: tuple[int | float, bool]) -> str:
     return f"{bound[0]} ({'exclusive' if bound[1] else 'inclusive'})"
 
 
+def _member_problem(value: str, member: str) -> str | None:
+    """Why enum value ``value`` cannot be a member of an enum class named ``member``, or None."""
+    if not member.isidentifier():
+        return f"enum value {value!r} makes the member name {member!r}, which is not a Python name"
+    if member.startswith("__") or (len(member) > 2 and member[0] == member[-1] == "_"):
+        return (
+            f"enum value {value!r} makes the member name {member!r}: Python's enum takes a name starting with "
+            "'__', or starting and ending with '_', for one of its own, not for a member"
+        )
+    return None
+
+
 def _field_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a field of a message class, or None."""
+    if not _FIELD_NAME.fullmatch(name):
+        return f"field name {name!r} must be ASCII letters, digits and underscores, not starting with a digit"
     if keyword.iskeyword(name):
         return f"field name {name!r} is a Python keyword, which a generated class cannot declare"
     if name.startswith("__"):
