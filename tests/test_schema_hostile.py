@@ -4,11 +4,13 @@ get wrong is a ``SchemaError`` naming file, line:col, JSON pointer and what is e
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import tensorwire as tw
 from tensorwire import SchemaError
 from tensorwire.gen import render_package
 from tensorwire.schema import load_dir
@@ -176,3 +178,55 @@ def test_a_description_is_the_generated_docstring_exactly(tmp_path: Path, descri
     module = ast.parse(source)
     (enum_class,) = [n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "E"]
     assert ast.get_docstring(enum_class, clean=False) == description
+
+
+def test_a_uint64_field_builds_in_both_back_ends_and_keeps_its_range(tmp_path: Path) -> None:
+    """msgspec checks integer bounds in the int64 range only: ``format: uint64`` (bounds 0 ..
+    2**64-1) made classes that failed to build, at import of the generated module and in
+    ``load_schemas``. Its upper bound is the wire's own, so only ``ge=0`` is written."""
+    doc = minimal("h.Msg", n={"type": "integer", "format": "uint64"})
+    root = write_schemas(tmp_path / "schemas", {"h/Msg.v1.json": doc})
+    assert "n: Annotated[int, msgspec.Meta(ge=0)]" in render_package(load_dir(root))["h.py"]
+    registry = tw.load_schemas(root)
+    cls = registry.type("h.Msg")
+    assert tw.Decoder(registry).decode(tw.Encoder().encode(cls(n=2**64 - 1))) == cls(n=2**64 - 1)
+    with pytest.raises(tw.EncodeError, match=re.escape("Expected `int` >= 0 - at `$.n`")):
+        tw.Encoder().encode(cls(n=-1))
+
+
+@pytest.mark.parametrize(
+    ("node", "keyword", "message"),
+    [
+        (
+            {"type": "integer", "maximum": 10**19},
+            "maximum",
+            "maximum 10000000000000000000: msgspec checks integer bounds in the int64 range only "
+            "(-9223372036854775808 .. 9223372036854775807)",
+        ),
+        (
+            {"type": "integer", "minimum": 2**64},
+            "minimum",
+            "minimum 18446744073709551616: no integer the wire carries "
+            "(-9223372036854775808 .. 18446744073709551615) is on its side",
+        ),
+        (
+            {"type": "integer", "multipleOf": 2**63},
+            "multipleOf",
+            "multipleOf 9223372036854775808 is past what msgspec checks (int64)",
+        ),
+        ({"type": "number", "maximum": 10**400}, "maximum", f"maximum {10**400}: out of a double's range"),
+        (
+            {"type": "integer", "default": 2**64},
+            "default",
+            "default of wrong type: 18446744073709551616 is outside the integers the wire carries "
+            "(-9223372036854775808 .. 18446744073709551615)",
+        ),
+    ],
+)
+def test_a_bound_msgspec_cannot_check_is_refused_at_its_keyword(
+    schema_dir: Path, node: dict[str, Any], keyword: str, message: str
+) -> None:
+    """Such a bound loaded, and the classes of the schema then failed to build with msgspec's
+    ValueError (generated code at import, ``load_schemas`` at once)."""
+    error = _error(schema_dir, {"h/Msg.v1.json": minimal("h.Msg", n=node)})
+    assert (error.pointer, error.message) == (f"/properties/n/{keyword}", message)

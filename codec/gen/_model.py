@@ -49,9 +49,10 @@ def meta_of(node: ScalarT | ArrayT | MapT) -> dict[str, Any]:
     pairs: tuple[tuple[str, int | float | str | None], ...]
     match node:
         case ScalarT():
+            wire = node.kind == "int"  # an integer bound past what msgpack carries checks nothing
             pairs = (
-                ("gt" if node.exclusive_minimum else "ge", node.minimum),
-                ("lt" if node.exclusive_maximum else "le", node.maximum),
+                ("gt" if node.exclusive_minimum else "ge", _unless(node.minimum, wire and _below(node.minimum))),
+                ("lt" if node.exclusive_maximum else "le", _unless(node.maximum, wire and _above(node.maximum))),
                 ("multiple_of", node.multiple_of),
                 ("min_length", node.min_length),
                 ("max_length", node.max_length),
@@ -62,6 +63,21 @@ def meta_of(node: ScalarT | ArrayT | MapT) -> dict[str, Any]:
         case MapT():
             pairs = (("min_length", node.min_properties), ("max_length", node.max_properties))
     return {key: value for key, value in pairs if value is not None}
+
+
+_WIRE_MIN, _WIRE_MAX = -(2**63), 2**64 - 1  # the integers msgpack carries
+
+
+def _below(bound: int | float | None) -> bool:
+    return bound is not None and bound <= _WIRE_MIN
+
+
+def _above(bound: int | float | None) -> bool:
+    return bound is not None and bound >= _WIRE_MAX
+
+
+def _unless(bound: int | float | None, needless: bool) -> int | float | None:
+    return None if needless else bound
 
 
 def check_for(node: Node) -> Check | None:

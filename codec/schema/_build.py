@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import keyword
+import math
 import posixpath
 import re
 import unicodedata
@@ -256,6 +257,9 @@ class Builder:
                 value = int(schema[key]) if integer else schema[key]
                 if integer and exclusive:  # x > 3 is x >= 4 for an integer
                     value, exclusive = (value + 1 if into is lows else value - 1), False
+                problem = _bound_problem(value, integer, low=into is lows)
+                if problem is not None:
+                    raise src.error(join_pointer(ptr, key), f"{key} {schema[key]}: {problem}")
                 into.append((value, exclusive))
         low = max(lows, key=lambda b: (b[0], b[1]), default=None)  # equal values: the exclusive one is tighter
         high = min(highs, key=lambda b: (b[0], not b[1]), default=None)
@@ -266,6 +270,9 @@ class Builder:
         multiple = schema.get("multipleOf")
         if multiple is not None and integer:
             multiple = int(multiple)
+        if multiple is not None and (multiple > INT64[1] if integer else not _double(multiple)):
+            message = f"multipleOf {multiple} is past what msgspec checks ({'int64' if integer else 'a double'})"
+            raise src.error(join_pointer(ptr, "multipleOf"), message)
         return ScalarT(
             "int" if integer else "float",
             minimum=None if low is None else low[0],
@@ -796,6 +803,8 @@ def _scalar_problem(node: ScalarT, value: Any, whole: bool) -> str | None:
     }[node.kind]
     if not ok:
         return f"expected {node.kind}, got {_describe(value)}"
+    if node.kind == "int" and not WIRE_INT[0] <= value <= WIRE_INT[1]:
+        return f"{value} is outside the integers the wire carries ({WIRE_INT[0]} .. {WIRE_INT[1]})"
     if node.const is not None and (value != node.const or type(value) is not type(node.const)):
         return f"expected the const {_describe(node.const)}, got {_describe(value)}"
     if node.minimum is not None and (value <= node.minimum if node.exclusive_minimum else value < node.minimum):
@@ -819,6 +828,30 @@ def _counts(src: SourceFile, schema: dict[str, Any], ptr: str, noun: str) -> tup
     if low is not None and high is not None and low > high:
         raise src.error(ptr, f"min{noun} {low} is above max{noun} {high}")
     return (low or None), high
+
+
+INT64 = (-(2**63), 2**63 - 1)  # the integer bounds msgspec checks
+WIRE_INT = (-(2**63), 2**64 - 1)  # the integers msgpack carries: a bound past them checks nothing
+
+
+def _double(value: int | float) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def _bound_problem(value: int | float, integer: bool, *, low: bool) -> str | None:
+    """Why ``value`` cannot be a lower (``low``) or upper bound msgspec checks, or None. An integer
+    bound is checked in the int64 range; one past the integers the wire carries needs no check
+    (format uint64's upper bound), one between the two cannot be said."""
+    if not integer:
+        return None if _double(value) else "out of a double's range"
+    if INT64[0] <= value <= INT64[1] or (value <= WIRE_INT[0] if low else value >= WIRE_INT[1]):
+        return None
+    if (value > WIRE_INT[1]) if low else (value < WIRE_INT[0]):
+        return f"no integer the wire carries ({WIRE_INT[0]} .. {WIRE_INT[1]}) is on its side"
+    return f"msgspec checks integer bounds in the int64 range only ({INT64[0]} .. {INT64[1]})"
 
 
 def _bound(bound: tuple[int | float, bool]) -> str:
