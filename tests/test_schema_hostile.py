@@ -230,3 +230,53 @@ def test_a_bound_msgspec_cannot_check_is_refused_at_its_keyword(
     ValueError (generated code at import, ``load_schemas`` at once)."""
     error = _error(schema_dir, {"h/Msg.v1.json": minimal("h.Msg", n=node)})
     assert (error.pointer, error.message) == (f"/properties/n/{keyword}", message)
+
+
+def _arrays(levels: int, leaf: dict[str, Any]) -> dict[str, Any]:
+    node = leaf
+    for _ in range(levels):
+        node = {"type": "array", "items": node}
+    return node
+
+
+_TOO_DEEP = (
+    "types nested deeper than 200 levels, counting through $ref (the tools and generated code walk a type recursively)"
+)
+
+
+def test_a_chain_of_refs_deeper_than_the_limit_is_a_schema_error_not_a_recursion_error(schema_dir: Path) -> None:
+    """Each file's nesting is bounded, but a chain of ``$ref``s (between ``$defs`` or files) was
+    followed recursively: a RecursionError (exit 3) from a few KiB of schema."""
+    defs = {f"D{i}": {"$ref": f"#/$defs/D{i + 1}"} for i in range(300)}
+    defs["D300"] = {"type": "integer"}
+    doc = minimal("h.Msg", a={"$ref": "#/$defs/D0"})
+    doc["$defs"] = defs
+    error = _error(schema_dir / "defs", {"h/Msg.v1.json": doc})
+    assert (error.pointer, error.message) == ("/$defs/D198", _TOO_DEEP)  # with the message and its field: 200
+    files = {f"h/M{i}.v1.json": minimal(f"h.M{i}", a={"$ref": f"M{i + 1}.v1.json"}) for i in range(150)}
+    files["h/M150.v1.json"] = minimal("h.M150")
+    error = _error(schema_dir / "files", files)
+    assert (error.file, error.pointer, error.message) == (
+        str(schema_dir / "files/h/M100.v1.json"),
+        "/properties/a",
+        _TOO_DEEP,
+    )
+
+
+def test_a_type_built_once_and_referenced_deep_counts_its_own_levels(schema_dir: Path) -> None:
+    """A ``$defs`` entry is built once: one reached again under many levels adds its own."""
+    doc = minimal("h.Msg", a={"$ref": "#/$defs/D"}, b={"$ref": "#/$defs/E"}, c={"$ref": "#/$defs/F"})
+    doc["$defs"] = {
+        "D": _arrays(90, {"type": "integer"}),
+        "E": _arrays(90, {"$ref": "#/$defs/D"}),
+        "F": _arrays(90, {"$ref": "#/$defs/E"}),
+    }
+    error = _error(schema_dir, {"h/Msg.v1.json": doc})
+    assert (error.pointer, error.message) == ("/$defs/F" + "/items" * 90 + "/$ref", _TOO_DEEP)
+
+
+def test_a_type_as_deep_as_one_file_can_nest_still_loads(schema_dir: Path) -> None:
+    doc = minimal("h.Msg", a=_arrays(95, {"$ref": "#/$defs/D"}))
+    doc["$defs"] = {"D": _arrays(95, {"type": "integer"})}
+    (message,) = load_dir(write_schemas(schema_dir, {"h/Msg.v1.json": doc})).messages
+    assert message.type_id == "h.Msg"

@@ -32,6 +32,7 @@ from tensorwire.schema.ir import (
     TreeT,
     TupleT,
     UnionT,
+    height,
     member_name,
     unhandled,
 )
@@ -79,6 +80,11 @@ INT_FORMATS: dict[str, tuple[int, int]] = {
     for sign in ("", "u")
     for bits in (8, 16, 32, 64)
 }
+MAX_TYPE_DEPTH = 200  # nested schema nodes of one message, through $refs: a $ref and its target are two
+_TOO_DEEP = (
+    f"types nested deeper than {MAX_TYPE_DEPTH} levels, counting through $ref "
+    "(the tools and generated code walk a type recursively)"
+)
 _CONST_KIND: dict[type, tuple[str, str]] = {bool: ("bool", "boolean"), int: ("int", "integer"), str: ("str", "string")}
 _CLASS_NAME = re.compile(r"[A-Z][A-Za-z0-9]*")  # fullmatch: a name, never a name and a newline
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -123,6 +129,8 @@ class Builder:
         self.named: dict[tuple[str, str], tuple[EnumT | StructT, SourceFile, str]] = {}
         self._defs: dict[tuple[str, str], Node] = {}
         self._active: list[str] = []
+        self._depth = 0  # levels of types being built, counted through $refs
+        self._heights: dict[int, tuple[Node, int]] = {}
 
     # -- entry points -------------------------------------------------------------------------
     def message(self, key: str) -> StructT:
@@ -136,17 +144,25 @@ class Builder:
                 "", f"recursive reference ({cycle}); the subset has no recursive types, use x-tree"
             )
         self._active.append(key)
+        self._depth += 1  # a message reference and the message are two levels, as a $ref and its $defs entry
         try:
             struct = self._struct(entry, entry.source.data, "", entry.name, message=True)
         finally:
             self._active.pop()
+            self._depth -= 1
         self.messages[key] = struct
         self.fingerprints[key] = fingerprint_of(struct.canonical())
         return struct
 
     # -- nodes --------------------------------------------------------------------------------
     def _node(self, entry: FileEntry, schema: dict[str, Any], ptr: str, hint: str) -> Node:
-        node = self._node_of(entry, schema, ptr, hint)
+        if self._depth >= MAX_TYPE_DEPTH:
+            raise entry.source.error(ptr, _TOO_DEEP)
+        self._depth += 1
+        try:
+            node = self._node_of(entry, schema, ptr, hint)
+        finally:
+            self._depth -= 1
         self._check_examples(entry, schema, ptr, node)
         return node
 
@@ -604,7 +620,7 @@ class Builder:
             if target_key == entry.key:
                 raise src.error(join_pointer(ptr, "$ref"), f"$ref {ref!r} refers to this type itself; use x-tree")
             struct = self.message(target_key)
-            return MessageRefT(struct, self.fingerprints[target_key])
+            return self._reached(src, ptr, MessageRefT(struct, self.fingerprints[target_key]))
         match = re.fullmatch(r"/\$defs/([^/]+)", fragment)
         defs = target.source.data.get("$defs", {})
         if match is None or match.group(1) not in defs:
@@ -625,7 +641,14 @@ class Builder:
                 self._defs[key] = self._node(target, defs[name], join_pointer("", "$defs", name), name)
             finally:
                 self._active.pop()
-        return self._defs[key]
+        return self._reached(src, ptr, self._defs[key])
+
+    def _reached(self, src: SourceFile, ptr: str, node: Node) -> Node:
+        """``node`` (built before, or just now) referenced at ``ptr``, if the levels above it and its
+        own stay within ``MAX_TYPE_DEPTH``."""
+        if self._depth + height(node, self._heights) > MAX_TYPE_DEPTH:
+            raise src.error(join_pointer(ptr, "$ref"), _TOO_DEEP)
+        return node
 
 
 def _hashable(node: Node) -> bool:

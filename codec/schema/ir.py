@@ -27,6 +27,8 @@ __all__ = [
     "TupleT",
     "UnionT",
     "MISSING",
+    "children",
+    "height",
     "member_name",
     "unhandled",
 ]
@@ -313,3 +315,42 @@ def unhandled(node: NoReturn) -> NoReturn:
     node kind can reach it, so a kind added to ``Node`` fails the type check of each pass that
     does not handle it."""
     raise AssertionError(f"unhandled IR node {node!r}")
+
+
+def children(node: Node) -> tuple[Node, ...]:
+    """The types ``node`` holds directly (a message reference: the message's struct)."""
+    match node:
+        case ArrayT():
+            return (node.items,)
+        case TupleT():
+            return node.items
+        case MapT():
+            return (node.values,)
+        case NullableT():
+            return (node.inner,)
+        case StructT():
+            return tuple(f.type for f in node.fields)
+        case MessageRefT():
+            return (node.target,)
+        case UnionT():
+            return node.variants
+        case _:
+            return ()
+
+
+def height(node: Node, known: dict[int, tuple[Node, int]]) -> int:
+    """Levels of types in ``node`` (a scalar: 1), found without recursion; ``known`` holds the
+    heights found so far by ``id`` (with the node, so that no id is reused while it is there)."""
+    pending = [node]
+    while pending:
+        top = pending[-1]
+        if id(top) in known:
+            pending.pop()
+            continue
+        inner = [c for c in children(top) if id(c) not in known]
+        if inner:
+            pending.extend(inner)
+            continue
+        known[id(top)] = (top, 1 + max((known[id(c)][1] for c in children(top)), default=0))
+        pending.pop()
+    return known[id(node)][1]
