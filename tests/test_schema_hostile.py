@@ -4,6 +4,7 @@ get wrong is a ``SchemaError`` naming file, line:col, JSON pointer and what is e
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -280,3 +281,61 @@ def test_a_type_as_deep_as_one_file_can_nest_still_loads(schema_dir: Path) -> No
     doc["$defs"] = {"D": _arrays(95, {"type": "integer"})}
     (message,) = load_dir(write_schemas(schema_dir, {"h/Msg.v1.json": doc})).messages
     assert message.type_id == "h.Msg"
+
+
+_NESTED = "a repeated part holds a quantifier that is not of fixed count"
+_OVERLAP = "a repeated part holds an alternation whose branches can start with the same character"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "example", "why"),
+    [
+        ("^(a+)+$", "a" * 12 + "!", _NESTED),
+        ("^(a|aa)+$", "a" * 12 + "!", _OVERLAP),
+        ("^(ab|a.)+$", "ab" * 6 + "!", _OVERLAP),
+        ("^([a-z]+-?)*$", "a" * 12 + "!", _NESTED),
+        ("^(?>(a*)*b)", "a" * 12, _NESTED),
+    ],
+)
+def test_a_pattern_that_backtracks_exponentially_is_refused_before_it_runs(
+    schema_dir: Path, pattern: str, example: str, why: str
+) -> None:
+    """A default or example was searched with such a pattern at load: ``tensorwire schemas`` hung
+    (2**n steps), as every decode of a peer's string in that field would."""
+    field = {"type": "string", "pattern": pattern, "default": example, "examples": [example]}
+    props = json.dumps({"a": field})
+    error = _error(schema_dir, {"h/Msg.v1.json": _text(props)})
+    assert _fields(error)[:4] == (
+        str(schema_dir / "h/Msg.v1.json"),
+        3,
+        _col(_text(props), 3, json.dumps(pattern)),
+        "/properties/a/pattern",
+    )
+    assert error.message.startswith(
+        f"pattern {pattern!r} can backtrack through exponentially many ways to match a string: {why}"
+    )
+    assert "possessive" in error.message
+
+
+@pytest.mark.parametrize(
+    ("pattern", "good"),
+    [
+        ("^[a-z_]+$", "a_b"),
+        ("^[a-z]+(-[a-z]++)*$", "ab-cd"),
+        ("^(?>[a-z]+-?)*$", "ab-cd"),
+        ("^(foo|bar)+$", "barfoo"),
+        ("^(\\d{3}\\.){3}\\d+$", "127.000.000.1"),
+        ("^(a|b|c)*x", "abcx"),
+    ],
+)
+def test_a_pattern_that_cannot_backtrack_exponentially_loads_and_checks(
+    schema_dir: Path, pattern: str, good: str
+) -> None:
+    field = {"type": "string", "pattern": pattern, "default": "Z!"}
+    error = _error(schema_dir, {"h/Msg.v1.json": _text(json.dumps({"a": field}))})
+    assert (error.pointer, error.message) == (
+        "/properties/a/default",
+        f'default of wrong type: string "Z!" does not match the pattern {pattern!r}',
+    )
+    field["default"] = good
+    assert load_dir(write_schemas(schema_dir, {"h/Msg.v1.json": _text(json.dumps({"a": field}))})).messages

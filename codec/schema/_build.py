@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from tensorwire.rules import known_validators
+from tensorwire.schema._regex import pattern_problem
 from tensorwire.schema._source import SourceFile, join_pointer
 from tensorwire.schema.ir import (
     MISSING,
@@ -319,6 +320,9 @@ class Builder:
                 re.compile(pattern)
             except re.error as exc:
                 raise src.error(join_pointer(ptr, "pattern"), f"invalid pattern (Python re): {exc}") from None
+            problem = pattern_problem(pattern)
+            if problem is not None:
+                raise src.error(join_pointer(ptr, "pattern"), problem)
         return ScalarT("bytes" if is_bytes else "str", max_length=high, min_length=low or None, pattern=pattern)
 
     def _const(self, entry: FileEntry, schema: dict[str, Any], ptr: str) -> ScalarT:
