@@ -10,37 +10,51 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["read_regular", "read_text"]
+__all__ = ["open_regular", "read_at", "read_regular", "read_text"]
 
 _CHUNK = 1 << 24  # bytes asked of one read
 
 
-def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> bytearray:
-    """The bytes of the regular file ``path`` (a link is followed): what it held when opened, or
-    less if it shrank meanwhile. ``OSError`` (``strerror`` says why) if it cannot be opened, is
-    not a regular file (``EINVAL``) or holds more than ``limit`` bytes (``EFBIG``)."""
+@contextmanager
+def open_regular(path: str | os.PathLike[str], limit: int | None = None) -> Iterator[tuple[int, int]]:
+    """The open fd and size of the regular file ``path`` (a link is followed), closed on exit.
+    ``OSError`` (``strerror`` says why) if it cannot be opened, is not a regular file (``EINVAL``)
+    or holds more than ``limit`` bytes (``EFBIG``)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens without a writer
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", os.fsdecode(path))
-        size = info.st_size
-        if limit is not None and size > limit:
-            raise OSError(errno.EFBIG, f"{size} bytes is over the limit of {limit}", os.fsdecode(path))
-        data = bytearray(size)
-        view = memoryview(data)
-        done = 0
-        while done < size:
-            got = os.readv(fd, [view[done : done + _CHUNK]])
-            if got == 0:  # it shrank
-                break
-            done += got
-        view.release()
-        del data[done:]
-        return data
+        if limit is not None and info.st_size > limit:
+            raise OSError(errno.EFBIG, f"{info.st_size} bytes is over the limit of {limit}", os.fsdecode(path))
+        yield fd, info.st_size
     finally:
         os.close(fd)
+
+
+def read_at(fd: int, offset: int, size: int) -> bytearray:
+    """``size`` bytes of ``fd`` from ``offset``, or fewer where the file ends first."""
+    data = bytearray(size)
+    view = memoryview(data)
+    done = 0
+    while done < size:
+        got = os.preadv(fd, [view[done : done + _CHUNK]], offset + done)
+        if got == 0:  # it ends (or shrank)
+            break
+        done += got
+    view.release()
+    del data[done:]
+    return data
+
+
+def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> bytearray:
+    """The bytes of the regular file ``path`` (a link is followed): what it held when opened, or
+    less if it shrank meanwhile. ``OSError`` as ``open_regular`` raises it."""
+    with open_regular(path, limit) as (fd, size):
+        return read_at(fd, 0, size)
 
 
 def read_text(path: str | os.PathLike[str], limit: int | None = None) -> str:

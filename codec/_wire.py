@@ -43,10 +43,12 @@ __all__ = [
     "BIN8",
     "BIN16",
     "BLOB_MAGIC",
+    "BLOB_PREAMBLE",
     "DATA_MAX",
     "EXT_INLINE",
     "EXT_TENSOR",
     "EXT_TUPLE",
+    "FRAME_LENGTH",
     "KINDS",
     "MAGIC",
     "SHARED",
@@ -77,8 +79,8 @@ STRIDED = 1  # descriptor flag: strides follow the shape
 SHARED = 2  # descriptor flag: other tensors of the message live in the same buffer
 BLOB_MAGIC = b"TWB1"
 ALIGN = 64
-_COUNT = struct.Struct("<4sI")
-_LENGTH = struct.Struct("<Q")
+BLOB_PREAMBLE = struct.Struct("<4sI")  # a blob's magic and frame count
+FRAME_LENGTH = struct.Struct("<Q")  # a frame's length in a blob's frame table
 HEAD = struct.Struct("<BBBB")  # kind, dtype code, rank, flags
 PLACED = struct.Struct("<BBBBIQQ")  # HEAD, buffer, offset, nbytes
 INLINE = struct.Struct("<BBBBQQ")  # HEAD, offset in frame 0's data, nbytes
@@ -301,8 +303,8 @@ def blob_parts(frames: Sequence[Buffer]) -> tuple[list[Buffer], int]:
         size = len(frame) if type(frame) is bytes else memoryview(frame).nbytes
         return [_SINGLE.pack(BLOB_MAGIC, 1, size), frame], _SINGLE.size + size
     sizes = [memoryview(f).nbytes for f in frames]
-    parts: list[Buffer] = [_COUNT.pack(BLOB_MAGIC, len(frames)), *(_LENGTH.pack(n) for n in sizes)]
-    pos = _COUNT.size + _LENGTH.size * len(frames)
+    parts: list[Buffer] = [BLOB_PREAMBLE.pack(BLOB_MAGIC, len(frames)), *(FRAME_LENGTH.pack(n) for n in sizes)]
+    pos = BLOB_PREAMBLE.size + FRAME_LENGTH.size * len(frames)
     for frame, size in zip(frames, sizes, strict=True):
         pad = -pos % ALIGN
         if pad:
@@ -313,7 +315,7 @@ def blob_parts(frames: Sequence[Buffer]) -> tuple[list[Buffer], int]:
 
 
 _ZEROS = bytes(ALIGN)
-_SINGLE = struct.Struct(f"<4sIQ{ALIGN - _COUNT.size - _LENGTH.size}x")  # a one-frame blob up to its frame
+_SINGLE = struct.Struct(f"<4sIQ{ALIGN - BLOB_PREAMBLE.size - FRAME_LENGTH.size}x")  # a one-frame blob up to its frame
 
 
 def split(blob: Buffer) -> list[memoryview]:
@@ -322,20 +324,20 @@ def split(blob: Buffer) -> list[memoryview]:
         view = memoryview(blob).cast("B")
     except (TypeError, ValueError) as exc:  # not a buffer, not C-contiguous, released
         raise DecodeError(f"blob is not a contiguous buffer: {exc}") from None
-    if view.nbytes < _COUNT.size:
-        raise DecodeError(f"blob of {view.nbytes} bytes is shorter than its {_COUNT.size}-byte preamble")
-    magic, count = _COUNT.unpack_from(view, 0)
+    if view.nbytes < BLOB_PREAMBLE.size:
+        raise DecodeError(f"blob of {view.nbytes} bytes is shorter than its {BLOB_PREAMBLE.size}-byte preamble")
+    magic, count = BLOB_PREAMBLE.unpack_from(view, 0)
     if magic != BLOB_MAGIC:
         raise DecodeError(f"not a tensorwire blob: magic {bytes(magic)!r}, expected {BLOB_MAGIC!r}")
-    table_end = _COUNT.size + count * _LENGTH.size
+    table_end = BLOB_PREAMBLE.size + count * FRAME_LENGTH.size
     if count == 0 or table_end > view.nbytes:
         raise DecodeError(f"blob frame table ({count} frames) does not fit in {view.nbytes} bytes")
-    if count == 1 and _LENGTH.unpack_from(view, _COUNT.size)[0] == view.nbytes - _SINGLE.size:
+    if count == 1 and FRAME_LENGTH.unpack_from(view, BLOB_PREAMBLE.size)[0] == view.nbytes - _SINGLE.size:
         return [view[_SINGLE.size :]]  # the common message, well-formed (any other: checked below)
     frames: list[memoryview] = []
     pos = table_end
     for i in range(count):
-        (length,) = _LENGTH.unpack_from(view, _COUNT.size + i * _LENGTH.size)
+        (length,) = FRAME_LENGTH.unpack_from(view, BLOB_PREAMBLE.size + i * FRAME_LENGTH.size)
         pos += -pos % ALIGN
         if pos + length > view.nbytes:
             raise DecodeError(f"blob truncated: frame {i} needs {length} bytes at {pos}, blob has {view.nbytes}")

@@ -383,16 +383,14 @@ def _ignored(finding: Finding, ignores: tuple[CompatIgnore, ...]) -> Finding:
 def _inspect(args: argparse.Namespace) -> int:
     import json
 
-    from tensorwire._files import read_regular
-    from tensorwire._wire import split
-    from tensorwire.inspection import describe
+    from tensorwire.inspection import describe, read_header_frame
 
     try:
-        blob = read_regular(args.file)
+        frame = read_header_frame(args.file)
     except OSError as exc:
         print(f"tensorwire: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return 2
-    info = describe(split(blob)[0])
+    info = describe(frame)
     print(json.dumps(info, indent=2, default=str))
     return 0
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +106,68 @@ def test_inspect_reads_only_a_regular_file(kind: str, tmp_path: Path, capsys: py
     make_not_regular(path, kind)
     assert main(["inspect", str(path)]) == 2
     assert capsys.readouterr().err == f"tensorwire: cannot read {path}: not a regular file\n"
+
+
+def _sparse_blob(path: Path, frame0: bytes, lengths: list[int]) -> None:
+    """A blob of ``frame0`` then frames of ``lengths`` zero bytes, left as holes in the file."""
+    table = struct.pack(f"<4sI{1 + len(lengths)}Q", b"TWB1", 1 + len(lengths), len(frame0), *lengths)
+    head = table + bytes(-len(table) % 64) + frame0
+    end = len(head)
+    for length in lengths:
+        end += -end % 64 + length
+    with path.open("wb") as file:
+        file.write(head)
+        file.truncate(end)
+
+
+def _inspect_in_a_small_address_space(path: Path) -> subprocess.CompletedProcess[str]:
+    script = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "from tensorwire.cli import main\n"
+        "sys.exit(main(['inspect', sys.argv[1]]))\n"
+    )
+    return subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120)
+
+
+def test_inspect_reads_frame_0_and_not_the_frames_after_it(tmp_path: Path) -> None:
+    """The whole file was read: a 4 GiB blob needed 4 GiB of memory (a MemoryError, exit 3, in a
+    1 GiB address space)."""
+    frame0 = tw.Encoder().encode(diffusion.Output(error="e"))[0]
+    path = tmp_path / "big.tw"
+    _sparse_blob(path, bytes(frame0), [4 << 30])
+    done = _inspect_in_a_small_address_space(path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout)["type"] == "diffusion.Output"
+
+
+def test_inspect_refuses_a_frame_0_over_the_header_limit_before_reading_it(tmp_path: Path) -> None:
+    path = tmp_path / "big.tw"
+    _sparse_blob(path, b"", [])
+    with path.open("r+b") as file:  # frame 0 claims 8 GiB, all of them holes
+        file.write(struct.pack("<4sIQ", b"TWB1", 1, 8 << 30))
+        file.truncate(64 + (8 << 30))
+    done = _inspect_in_a_small_address_space(path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert (
+        done.stderr
+        == f"tensorwire: frame 0 of {8 << 30} bytes is over the limit of {64 << 20} (limit max_header_bytes)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("lengths", "error"),
+    [
+        ([0] * 4097, "blob of 4098 frames is over the limit of 4097 (frame 0 and max_buffers inline buffers)"),
+        ([100], "blob truncated: frame 1 needs 100 bytes at 128, blob has 227\n"),
+    ],
+)
+def test_inspect_checks_the_frame_table_as_split_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], lengths: list[int], error: str
+) -> None:
+    path = tmp_path / "bad.tw"
+    _sparse_blob(path, b"\x90", lengths)
+    if error.startswith("blob truncated"):
+        path.write_bytes(path.read_bytes()[:-1])
+    assert main(["inspect", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(f"tensorwire: {error}")
