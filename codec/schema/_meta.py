@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -16,6 +17,7 @@ from tensorwire.schema._source import SourceFile, join_pointer
 __all__ = ["META_SCHEMA_NAME", "check_against_meta", "meta_schema", "meta_schema_text"]
 
 META_SCHEMA_NAME = "tensorwire.v1.json"
+MAX_META_ERRORS = 100  # a file of many wrong values: each costs jsonschema work and a position
 # What to write instead of a keyword the subset does not have, where there is a way to say it.
 _INSTEAD = {
     "anyOf": "a union is a oneOf whose variants are objects told apart by discriminator.propertyName",
@@ -52,16 +54,48 @@ def meta_schema() -> dict[str, Any]:
 
 @cache
 def _validator() -> Any:
-    return jsonschema.Draft202012Validator(meta_schema())
+    checks = {"uniqueItems": _unique_items}  # jsonschema's compares unsortable items pairwise
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator, checks)(meta_schema())
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """``uniqueItems`` in one pass: the first item equal (as JSON) to an earlier one."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: dict[Any, int] = {}
+    for index, item in enumerate(instance):
+        first = seen.setdefault(_json_key(item), index)
+        if first != index:
+            message = f"item {index} ({_short(item)}) repeats item {first}: the items must be unique"
+            yield jsonschema.ValidationError(message, path=[index])
+            return
+
+
+def _json_key(value: Any) -> Any:
+    """A hashable key equal for values equal as JSON (``1`` and ``1.0``, never ``true`` and ``1``)."""
+    if isinstance(value, bool) or value is None:
+        return (type(value).__name__, value)
+    if isinstance(value, int | float | str):
+        return value
+    if isinstance(value, list):
+        return ("list", tuple(_json_key(item) for item in value))
+    return ("object", frozenset((key, _json_key(item)) for key, item in value.items()))
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_against_meta(source: SourceFile) -> None:
-    """Raise a ``SchemaError`` with every meta-schema violation of the file as its ``errors``, in
-    file order (its text lists the first five)."""
+    """Raise a ``SchemaError`` with the file's meta-schema violations as its ``errors``, in file
+    order (its text lists the first five); checking stops at ``MAX_META_ERRORS`` of them."""
     found: set[SchemaProblem] = set()  # a set: branches of the meta-schema repeat an error
     for error in _validator().iter_errors(source.data):
         for pointer, message, on_key in _explain(error):
             found.add(source.problem(pointer, message, key=on_key))
+        if len(found) >= MAX_META_ERRORS:
+            break
     if found and isinstance(source.data, dict) and "oneOf" in source.data and "properties" not in source.data:
         found = {source.problem("/oneOf", _ROOT_UNION, key=True)}  # the rest follows from it
     if found:
