@@ -62,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
         help="module of the output package that holds REGISTRY (default: the config's registry, or __init__)",
     )
     gen.add_argument("--check", action="store_true", help="regenerate in memory; print a diff and exit 1 on drift")
+    gen.add_argument(
+        "--force", action="store_true", help="replace files in the way that gen did not write (no generated header)"
+    )
     schemas = sub.add_parser("schemas", help="list types, versions and fingerprints")
     schemas.add_argument(
         "dir", nargs="?", type=Path, help="schema directory (default: the config's schemas, or the built-in ones)"
@@ -152,7 +155,7 @@ def _gen(args: argparse.Namespace) -> int:
         if args.check:
             diff = check(args.dir, args.out, args.registry)
         else:
-            written = generate(args.dir, args.out, args.registry)
+            written = generate(args.dir, args.out, args.registry, force=args.force)
     except ValueError as exc:
         print(f"tensorwire: {exc}", file=sys.stderr)
         return 2

@@ -8,18 +8,21 @@ A file ``gen`` owns is read and written only as a plain file: a symbolic link th
 directory) or anything but a regular file is a ``ValueError``, before anything is written, so
 a checkout cannot make ``gen`` write outside the package, or ``gen --check`` block on a FIFO or
 read a device; a module in the package that is not a regular file is never taken for a stale one.
+A file in the way that ``gen`` did not write (a module without its header) is never replaced but
+with ``force``.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tensorwire._files import read_text
 from tensorwire.gen._source import HEADER_PREFIX, render_package
 from tensorwire.schema import META_DIR, load_dir
-from tensorwire.schema._meta import META_SCHEMA_NAME, meta_schema_text
+from tensorwire.schema._meta import META_SCHEMA_NAME, meta_schema, meta_schema_text
 
 __all__ = ["MAX_FILE_BYTES", "build_registry", "check", "expected_files", "generate", "render_package"]
 
@@ -82,10 +85,36 @@ def _stale(out_dir: Path, expected: dict[Path, str]) -> dict[Path, str]:
     return stale
 
 
-def generate(schema_dir: Path, out_dir: Path, registry: str = "__init__") -> list[Path]:
-    """Write the generated package; return the files that changed (stale modules are removed)."""
+def _foreign(path: Path, text: str) -> bool:
+    """Whether the file ``gen`` would replace holds ``text`` that ``gen`` did not write: a module
+    without the generated header, a meta-schema copy that is not tensorwire's meta-schema (an
+    empty file is anyone's)."""
+    if not text.strip():
+        return False  # nothing to lose: an empty __init__.py
+    if path.suffix != ".json":
+        return not text.startswith(HEADER_PREFIX)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return True
+    return not isinstance(data, dict) or data.get("$id") != meta_schema()["$id"]
+
+
+def generate(schema_dir: Path, out_dir: Path, registry: str = "__init__", *, force: bool = False) -> list[Path]:
+    """Write the generated package; return the files that changed (stale modules are removed).
+    A file in the way that ``gen`` did not write is a ``ValueError`` before anything is written,
+    unless ``force``."""
     expected = expected_files(schema_dir, out_dir, registry)
-    changed = [path for path, text in expected.items() if _on_disk(path) != text]  # every one read before any write
+    changed = []
+    for path, text in expected.items():  # every one read before any write
+        actual = _on_disk(path)
+        if actual is not None and actual != text and not force and _foreign(path, actual):
+            raise ValueError(
+                f"{path} exists and was not written by tensorwire gen (it lacks the generated header): "
+                "move it away, or pass --force to replace it"
+            )
+        if actual != text:
+            changed.append(path)
     for path in changed:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(expected[path], encoding="utf-8")
