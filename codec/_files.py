@@ -19,11 +19,19 @@ _CHUNK = 1 << 24  # bytes asked of one read
 
 
 @contextmanager
-def open_regular(path: str | os.PathLike[str], limit: int | None = None) -> Iterator[tuple[int, int]]:
-    """The open fd and size of the regular file ``path`` (a link is followed), closed on exit.
-    ``OSError`` (``strerror`` says why) if it cannot be opened, is not a regular file (``EINVAL``)
-    or holds more than ``limit`` bytes (``EFBIG``)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens without a writer
+def open_regular(
+    path: str | os.PathLike[str], limit: int | None = None, *, follow: bool = True
+) -> Iterator[tuple[int, int]]:
+    """The open fd and size of the regular file ``path`` (a link is followed only with ``follow``),
+    closed on exit. ``OSError`` (``strerror`` says why) if it cannot be opened, is a link and not
+    ``follow`` (``ELOOP``), is not a regular file (``EINVAL``) or holds more than ``limit`` bytes
+    (``EFBIG``)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO opens without a writer
+    if not follow:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise OSError(errno.ELOOP, "a symbolic link", os.fsdecode(path))
+        flags |= os.O_NOFOLLOW  # nor one put there since
+    fd = os.open(path, flags)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -50,14 +58,14 @@ def read_at(fd: int, offset: int, size: int) -> bytearray:
     return data
 
 
-def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> bytearray:
-    """The bytes of the regular file ``path`` (a link is followed): what it held when opened, or
-    less if it shrank meanwhile. ``OSError`` as ``open_regular`` raises it."""
-    with open_regular(path, limit) as (fd, size):
+def read_regular(path: str | os.PathLike[str], limit: int | None = None, *, follow: bool = True) -> bytearray:
+    """The bytes of the regular file ``path`` (a link is followed only with ``follow``): what it
+    held when opened, or less if it shrank meanwhile. ``OSError`` as ``open_regular`` raises it."""
+    with open_regular(path, limit, follow=follow) as (fd, size):
         return read_at(fd, 0, size)
 
 
-def read_text(path: str | os.PathLike[str], limit: int | None = None) -> str:
+def read_text(path: str | os.PathLike[str], limit: int | None = None, *, follow: bool = True) -> str:
     """``read_regular`` as UTF-8 text, newlines as a text-mode read gives them (``"\\r\\n"`` and
     ``"\\r"`` are ``"\\n"``); ``UnicodeDecodeError`` if it is not UTF-8."""
-    return read_regular(path, limit).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    return read_regular(path, limit, follow=follow).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")

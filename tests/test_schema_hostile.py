@@ -379,3 +379,22 @@ def test_a_repeated_item_is_named_at_its_place(
 def test_true_and_1_are_not_a_repeat(schema_dir: Path) -> None:
     error = _error(schema_dir, {"h/Msg.v1.json": _text(json.dumps(_enum_field(["s0", True, 1])))})
     assert not [p for p in error.errors if "repeats" in p.message]
+
+
+@pytest.mark.parametrize("target", ["outside", "inside"])
+def test_a_schema_file_that_is_a_symbolic_link_is_refused_unread(schema_dir: Path, tmp_path: Path, target: str) -> None:
+    """A link such as ``ns/Pass.v1.json -> /etc/passwd`` was followed: any file the user can read
+    was parsed (and one holding a schema loaded as part of the tree)."""
+    write_schemas(schema_dir, {"h/Msg.v1.json": minimal("h.Msg")})
+    outside = write_schemas(tmp_path / "elsewhere", {"h/Other.v1.json": minimal("h.Other")})
+    link = schema_dir / "h" / "Other.v1.json"
+    link.symlink_to(outside / "h/Other.v1.json" if target == "outside" else schema_dir / "h/Msg.v1.json")
+    with pytest.raises(SchemaError) as info:
+        load_dir(schema_dir)
+    assert _fields(info.value) == (
+        str(link),
+        None,
+        None,
+        None,
+        "cannot read schema file: a symbolic link (schema files are read as regular files only, never through a link)",
+    )

@@ -93,16 +93,30 @@ def _display(path: Path) -> str:
     return str(path) if rel.startswith("..") else rel
 
 
+_PACKAGE_SCHEMAS = Path(__file__).parent.parent / "builtins" / "schemas"
+
+
+def _is_package_schemas(root: Path) -> bool:
+    """Whether ``root`` is tensorwire's own built-in schema directory, whose files an editable
+    install links to the source tree: the only schema files read through a link."""
+    try:
+        return os.path.samefile(root, _PACKAGE_SCHEMAS)
+    except OSError:
+        return False
+
+
 def load_dir(directory: str | os.PathLike[str], display_root: str | None = None) -> SchemaSet:
     """Load and compile every ``<namespace>/<Name>.v<N>.json`` under ``directory``.
 
     ``display_root`` replaces the directory in the paths errors and findings show (e.g.
-    ``origin/main:schemas`` for schemas read out of git).
+    ``origin/main:schemas`` for schemas read out of git). A schema file that is a symbolic link is
+    a ``SchemaError``, unread (but in tensorwire's own built-in schema directory).
     """
     root = Path(directory)
     if not root.is_dir():
         raise SchemaError(f"{directory}: not a schema directory")
     parsed: list[tuple[str, str, int, SourceFile]] = []
+    links = _is_package_schemas(root)
     for path in sorted(root.rglob("*.json")):
         rel = path.relative_to(root)
         display = f"{display_root}/{rel.as_posix()}" if display_root else _display(path)
@@ -115,7 +129,7 @@ def load_dir(directory: str | os.PathLike[str], display_root: str | None = None)
         match = _FILE.fullmatch(rel.parts[1])
         if match is None:
             raise SchemaError("file name must be <Name>.v<N>.json, e.g. Video.v1.json", file=display)
-        source = read_source(path, display)
+        source = read_source(path, display, follow=links)
         if not isinstance(source.data, dict):
             raise source.error("", "a schema file holds one JSON object")
         check_against_meta(source)

@@ -7,6 +7,7 @@ schema error can name the exact place in the file.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import re
@@ -23,6 +24,7 @@ _WS = re.compile(r"[ \t\r\n]*")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null|NaN|-?Infinity")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_NOT_FOLLOWED = "a symbolic link (schema files are read as regular files only, never through a link)"
 
 
 def escape_pointer(token: str) -> str:
@@ -75,12 +77,14 @@ class SourceFile:
         return SchemaError(errors=(self.problem(pointer, message, key=key),))
 
 
-def read_source(path: Path, display: str) -> SourceFile:
-    """Parse ``path`` (shown as ``display`` in errors) into a ``SourceFile``."""
+def read_source(path: Path, display: str, *, follow: bool = False) -> SourceFile:
+    """Parse ``path`` (shown as ``display`` in errors) into a ``SourceFile``; a link there is
+    followed only with ``follow`` (it could name any file), else a ``SchemaError``."""
     try:
-        text = read_text(path, MAX_FILE_BYTES)
+        text = read_text(path, MAX_FILE_BYTES, follow=follow)
     except OSError as exc:
-        raise SchemaError(f"cannot read schema file: {exc.strerror}", file=display) from None
+        why = _NOT_FOLLOWED if exc.errno == errno.ELOOP else exc.strerror
+        raise SchemaError(f"cannot read schema file: {why}", file=display) from None
     except UnicodeDecodeError as exc:
         raise SchemaError(f"cannot read schema file: {exc}", file=display) from None
 
