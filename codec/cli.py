@@ -398,10 +398,23 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _not_a_directory(path: Path) -> str | None:
+    """Why ``path`` is not a directory that can be listed, or None."""
+    try:
+        with os.scandir(path):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
 def _shm(args: argparse.Namespace) -> int:
     from tensorwire.transports import SHM_DIR, list_segments, reap
 
     directory = SHM_DIR if args.dir is None else args.dir
+    problem = None if args.dir is None else _not_a_directory(args.dir)
+    if problem is not None:
+        print(f"tensorwire: shm {args.shm_command} --dir {args.dir}: {problem}", file=sys.stderr)
+        return 2
     if args.shm_command == "reap":
         names = reap(directory, dry_run=args.dry_run)
         verb = "would remove" if args.dry_run else "removed"

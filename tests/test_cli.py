@@ -384,3 +384,15 @@ def test_gen_takes_a_field_named_as_a_string_the_class_holds(tmp_path: Path) -> 
         check=True,
     )
     assert out.stdout == "3\n"
+
+
+@pytest.mark.parametrize("command", [["ls"], ["ls", "--json"], ["reap"], ["reap", "--dry-run"]])
+@pytest.mark.parametrize(("name", "why"), [("missing", "No such file or directory"), ("file", "Not a directory")])
+def test_shm_names_a_dir_it_cannot_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], name: str, why: str
+) -> None:
+    """A --dir that does not exist, or is a file, was listed as empty: 'no segments', exit 0."""
+    (tmp_path / "file").write_text("")
+    path = tmp_path / name
+    assert main(["shm", *command, "--dir", str(path)]) == 2
+    assert capsys.readouterr() == ("", f"tensorwire: shm {command[0]} --dir {path}: {why}\n")
