@@ -398,3 +398,24 @@ def test_a_schema_file_that_is_a_symbolic_link_is_refused_unread(schema_dir: Pat
         None,
         "cannot read schema file: a symbolic link (schema files are read as regular files only, never through a link)",
     )
+
+
+def test_an_x_version_longer_than_a_tag_carries_is_refused(schema_dir: Path) -> None:
+    """A version of 19 digits loaded, but the tag parser takes 18: ``inspect`` showed ``"type": null``."""
+    from tensorwire._wire import parse_tag, tag
+    from tensorwire.schema import MAX_VERSION
+
+    version = MAX_VERSION + 1
+    text = '{"$id": "h.Msg", "type": "object", "properties": {},\n "x-version": ' + str(version) + "}\n"
+    error = _error(schema_dir, {f"h/Msg.v{version}.json": text})
+    assert _fields(error) == (
+        str(schema_dir / f"h/Msg.v{version}.json"),
+        2,
+        _col(text, 2, str(version)),
+        "/x-version",
+        f"x-version {version} is over {MAX_VERSION}: a message's tag carries a version of at most 18 digits",
+    )
+    assert parse_tag(tag("h.Msg", version)) is None
+    doc = minimal("h.Msg", MAX_VERSION)
+    schemas = load_dir(write_schemas(schema_dir / "top", {f"h/Msg.v{MAX_VERSION}.json": doc}))
+    assert parse_tag(tag("h.Msg", schemas.messages[0].version)) == (3, "h.Msg", MAX_VERSION)

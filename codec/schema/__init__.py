@@ -18,6 +18,7 @@ from tensorwire.schema._source import SourceFile, read_source
 from tensorwire.schema.ir import EnumT, StructT
 
 __all__ = [
+    "MAX_VERSION",
     "META_DIR",
     "Message",
     "SchemaSet",
@@ -29,6 +30,7 @@ __all__ = [
 ]
 
 META_DIR = "meta"
+MAX_VERSION = 10**18 - 1  # the largest version a frame's tag carries (``tensorwire._wire.parse_tag``)
 _NAMESPACE = re.compile(r"[a-z][a-z0-9_]*")  # fullmatch: never a name and a newline
 _FILE = re.compile(r"([A-Z][A-Za-z0-9]*)\.v([1-9][0-9]*)\.json")
 
@@ -147,6 +149,12 @@ def load_dir(directory: str | os.PathLike[str], display_root: str | None = None)
         if source.data["$id"] != expected_id:
             raise source.error(
                 "/$id", f"$id {source.data['$id']!r} does not match the file's path (expected {expected_id!r})"
+            )
+        if source.data["x-version"] > MAX_VERSION:
+            raise source.error(
+                "/x-version",
+                f"x-version {source.data['x-version']} is over {MAX_VERSION}: a message's tag carries a version "
+                "of at most 18 digits",
             )
         if source.data["x-version"] != version:
             raise source.error(
