@@ -296,6 +296,10 @@ _OVERLAP = "a repeated part holds an alternation whose branches can start with t
         ("^(ab|a.)+$", "ab" * 6 + "!", _OVERLAP),
         ("^([a-z]+-?)*$", "a" * 12 + "!", _NESTED),
         ("^(?>(a*)*b)", "a" * 12, _NESTED),
+        ("^(-(a+)+)*$", "-" + "a" * 12 + "!", _NESTED),  # the inner repeat is not fenced off by the outer's "-"
+        ("^(-.+)*$", "-a" * 12 + "\n\n", _NESTED),  # "." takes the "-" each repeat starts with
+        ("^(\\w+\\s?)*$", "a" * 12 + "!", _NESTED),  # the repeat starts with what "\\w+" takes
+        ("^(-a*-?a*)*$", "-a" * 12 + "!", _NESTED),
     ],
 )
 def test_a_pattern_that_backtracks_exponentially_is_refused_before_it_runs(
@@ -327,6 +331,10 @@ def test_a_pattern_that_backtracks_exponentially_is_refused_before_it_runs(
         ("^(foo|bar)+$", "barfoo"),
         ("^(\\d{3}\\.){3}\\d+$", "127.000.000.1"),
         ("^(a|b|c)*x", "abcx"),
+        ("^[a-z]+(-[a-z]+)*$", "ab-cd-e"),  # each repeat starts with a "-" that "[a-z]+" cannot take
+        ("^\\w+(,\\s*\\w+)*$", "a, b,c"),
+        ("(?i)^(-[A-Z]+)*$", "-ab-C"),
+        ("^(\\.\\d+)*$", ".1.25"),
     ],
 )
 def test_a_pattern_that_cannot_backtrack_exponentially_loads_and_checks(

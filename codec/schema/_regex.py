@@ -4,7 +4,9 @@ Python's ``re`` backtracks: a repeated part that can match the same text in more
 (``(a+)+``, ``(a|aa)+``) makes a failing match try every way, 2**n of them for n characters. A
 pattern runs at schema load (on defaults and examples) and on every string a peer sends, so such
 a pattern is a ``SchemaError``. The check is conservative: inside a repeat that can run more than
-once, every quantifier must be of fixed count (``{3}``) and every alternation's branches must start
+once, every quantifier must be of fixed count (``{3}``) or match no character that the repeat's
+part must start with (``(-[a-z]+)*``: a ``-`` starts each repeat, which ``[a-z]+`` cannot take,
+so the repeats cannot split the same text two ways), and every alternation's branches must start
 with characters no other branch starts with. A possessive quantifier (``++``, ``*+``, ``?+``,
 ``{m,n}+``) or an atomic group (``(?>...)``) never gives back what it matched, so what lies inside
 one is checked on its own. Several unbounded parts in a row (``.*a.*b``) still cost time
@@ -13,7 +15,10 @@ polynomial in the string's length: bound such strings with ``maxLength``.
 
 from __future__ import annotations
 
+import re
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any
 
@@ -33,56 +38,179 @@ _OVERLAP = (
     "a repeated part holds an alternation whose branches can start with the same character "
     "(or match nothing): each repeat can take either"
 )
+_FENCE_CHARS = 256  # characters a repeat's start may be tested against, at most
+_CATEGORIES = {
+    _c.CATEGORY_DIGIT: r"\d",
+    _c.CATEGORY_NOT_DIGIT: r"\D",
+    _c.CATEGORY_SPACE: r"\s",
+    _c.CATEGORY_NOT_SPACE: r"\S",
+    _c.CATEGORY_WORD: r"\w",
+    _c.CATEGORY_NOT_WORD: r"\W",
+}
 _HINT = (
     "make the inner quantifier possessive ('++', '*+', '?+', '{m,n}+') or the group atomic '(?>...)', "
     "or write the alternatives so that no two start alike"
 )
 CharSet = frozenset[tuple[int, int]] | None  # ranges of code points; None: not known
+Fence = frozenset[str] | None  # the characters the innermost repeat's part starts with; None: not known
+
+
+@dataclass(frozen=True)
+class _Flags:
+    fold: bool  # IGNORECASE
+    ascii: bool  # ASCII: \d, \w and \s match ASCII characters only
+    dotall: bool  # DOTALL: ``.`` matches a newline too
 
 
 def pattern_problem(pattern: str) -> str | None:
     """Why matching ``pattern`` can backtrack exponentially, or None. ``pattern`` compiles."""
     parsed = sre_parse.parse(pattern)
-    fold = bool(parsed.state.flags & _c.SRE_FLAG_IGNORECASE)
-    why = _walk(list(parsed.data), in_loop=False, fold=fold)
+    flags = parsed.state.flags
+    top = _Flags(
+        fold=bool(flags & _c.SRE_FLAG_IGNORECASE),
+        ascii=bool(flags & _c.SRE_FLAG_ASCII),
+        dotall=bool(flags & _c.SRE_FLAG_DOTALL),
+    )
+    why = _walk(list(parsed.data), in_loop=False, fence=None, flags=top)
     if why is None:
         return None
     return f"pattern {pattern!r} can backtrack through exponentially many ways to match a string: {why}; {_HINT}"
 
 
-def _walk(items: list[tuple[Any, Any]], *, in_loop: bool, fold: bool) -> str | None:
-    """The first problem among ``items`` (``in_loop``: inside a repeat that can run more than once)."""
+def _walk(items: list[tuple[Any, Any]], *, in_loop: bool, fence: Fence, flags: _Flags) -> str | None:
+    """The first problem among ``items`` (``in_loop``: inside a repeat that can run more than once,
+    whose part starts with one of ``fence``)."""
     for op, av in items:
-        why = _item(op, av, in_loop=in_loop, fold=fold)
+        why = _item(op, av, in_loop=in_loop, fence=fence, flags=flags)
         if why is not None:
             return why
     return None
 
 
-def _item(op: Any, av: Any, *, in_loop: bool, fold: bool) -> str | None:
+def _item(op: Any, av: Any, *, in_loop: bool, fence: Fence, flags: _Flags) -> str | None:
+    fold = flags.fold
     if op in _REPEATS:
         low, high, body = av
-        if in_loop and low != high:
+        if in_loop and low != high and not _fenced_off(list(body), fence, flags):
             return _NESTED
-        return _walk(list(body), in_loop=in_loop or high > 1, fold=fold)
+        loops = high > 1
+        inner = _fence(list(body), flags) if loops else fence
+        return _walk(list(body), in_loop=in_loop or loops, fence=inner, flags=flags)
     if op is _c.POSSESSIVE_REPEAT:
-        return _walk(list(av[2]), in_loop=False, fold=fold)
+        return _walk(list(av[2]), in_loop=False, fence=None, flags=flags)
     if op is _c.ATOMIC_GROUP:
-        return _walk(list(av), in_loop=False, fold=fold)
+        return _walk(list(av), in_loop=False, fence=None, flags=flags)
     if op in (_c.ASSERT, _c.ASSERT_NOT):
-        return _walk(list(av[1]), in_loop=False, fold=fold)
+        return _walk(list(av[1]), in_loop=False, fence=None, flags=flags)
     if op is _c.SUBPATTERN:
-        return _walk(list(av[3]), in_loop=in_loop, fold=fold or bool(av[1] & _c.SRE_FLAG_IGNORECASE))
+        inner_flags = replace(flags, fold=fold or bool(av[1] & _c.SRE_FLAG_IGNORECASE))
+        return _walk(list(av[3]), in_loop=in_loop, fence=fence, flags=inner_flags)
     if op is _c.BRANCH:
         if in_loop and not _disjoint([_first(list(branch), fold) for branch in av[1]]):
             return _OVERLAP
-        return next((w for b in av[1] if (w := _walk(list(b), in_loop=in_loop, fold=fold))), None)
+        return next((w for b in av[1] if (w := _walk(list(b), in_loop=in_loop, fence=fence, flags=flags))), None)
     if op is _c.GROUPREF_EXISTS:
         if in_loop:
             return _OVERLAP
         branches = [av[1]] if av[2] is None else [av[1], av[2]]
-        return next((w for b in branches if (w := _walk(list(b), in_loop=False, fold=fold))), None)
+        return next((w for b in branches if (w := _walk(list(b), in_loop=False, fence=None, flags=flags))), None)
     return None
+
+
+def _fence(body: list[tuple[Any, Any]], flags: _Flags) -> Fence:
+    """The characters every match of a repeat's ``body`` starts with, if known and at most
+    ``_FENCE_CHARS`` of them (None otherwise, or if it can match nothing)."""
+    first = _first(body, flags.fold)
+    if first is None or sum(high - low + 1 for low, high in first) > _FENCE_CHARS:
+        return None
+    return frozenset(chr(code) for low, high in first for code in range(low, high + 1))
+
+
+def _fenced_off(body: list[tuple[Any, Any]], fence: Fence, flags: _Flags) -> bool:
+    """Whether no character ``body`` can match is one of ``fence`` (a quantifier over it then cannot
+    run into the next repeat of the part around it)."""
+    if fence is None:
+        return False
+    takes = _takes(body, flags)
+    return takes is not None and not any(takes(char) for char in fence)
+
+
+def _takes(items: list[tuple[Any, Any]], flags: _Flags) -> Callable[[str], bool] | None:
+    """A test of whether ``items`` can match a given character anywhere; None where not known."""
+    tests: list[Callable[[str], bool]] = []
+    for op, av in items:
+        test = _takes_one(op, av, flags)
+        if test is None:
+            return None
+        tests.append(test)
+    return lambda char: any(test(char) for test in tests)
+
+
+def _takes_one(op: Any, av: Any, flags: _Flags) -> Callable[[str], bool] | None:
+    if op in (_c.AT, _c.ASSERT, _c.ASSERT_NOT):
+        return lambda char: False  # matches a place, no character
+    if op is _c.LITERAL:
+        return _same_as(chr(av), flags.fold)
+    if op is _c.NOT_LITERAL:
+        same = _same_as(chr(av), flags.fold)
+        return lambda char: not same(char)
+    if op is _c.ANY:
+        return (lambda char: True) if flags.dotall else (lambda char: char != "\n")
+    if op is _c.IN:
+        return _in_class(av, flags)
+    if op in (*_REPEATS, _c.POSSESSIVE_REPEAT):
+        return _takes(list(av[2]), flags)
+    if op is _c.ATOMIC_GROUP:
+        return _takes(list(av), flags)
+    if op is _c.SUBPATTERN:
+        return _takes(list(av[3]), replace(flags, fold=flags.fold or bool(av[1] & _c.SRE_FLAG_IGNORECASE)))
+    if op is _c.BRANCH:
+        branches = [_takes(list(branch), flags) for branch in av[1]]
+        if any(b is None for b in branches):
+            return None
+        known = [b for b in branches if b is not None]
+        return lambda char: any(b(char) for b in known)
+    return None  # a back reference, a conditional: what it matches is not known here
+
+
+def _same_as(literal: str, fold: bool) -> Callable[[str], bool]:
+    if not fold:
+        return lambda char: char == literal
+    forms = {literal, literal.lower(), literal.upper()}
+    return lambda char: char in forms or char.lower() in forms or char.upper() in forms
+
+
+def _in_class(members: list[tuple[Any, Any]], flags: _Flags) -> Callable[[str], bool] | None:
+    """A test of a character class (``[...]``, ``\\d``): literals, ranges, categories, negated."""
+    negate = False
+    tests: list[Callable[[str], bool]] = []
+    for op, av in members:
+        if op is _c.NEGATE:
+            negate = True
+        elif op is _c.LITERAL:
+            tests.append(_same_as(chr(av), flags.fold))
+        elif op is _c.RANGE:
+            tests.append(_in_range(av[0], av[1], flags.fold))
+        elif op is _c.CATEGORY and av in _CATEGORIES:
+            tests.append(_in_category(_CATEGORIES[av], flags.ascii))
+        else:
+            return None
+    if negate:
+        return lambda char: not any(test(char) for test in tests)
+    return lambda char: any(test(char) for test in tests)
+
+
+def _in_range(low: int, high: int, fold: bool) -> Callable[[str], bool]:
+    return lambda char: any(low <= ord(form) <= high for form in _forms(char, fold))
+
+
+def _in_category(category: str, ascii_only: bool) -> Callable[[str], bool]:
+    compiled = re.compile(category, re.ASCII if ascii_only else 0)
+    return lambda char: compiled.fullmatch(char) is not None
+
+
+def _forms(char: str, fold: bool) -> set[str]:
+    return {char, char.lower(), char.upper()} if fold else {char}
 
 
 def _first(items: list[tuple[Any, Any]], fold: bool) -> CharSet:
