@@ -255,8 +255,10 @@ class _Stalled(Exception):
 def _read_into(fd: int, view: memoryview, first: bool, deadline: float | None = None) -> None:
     """Fill ``view`` from ``fd``; ``EOFError`` if the descriptor is at its end before the ``first``
     bytes of a message, ``OSError`` if it ends part of the way, ``_Stalled`` if the bytes still
-    missing have not come by ``deadline`` (None: wait for them however long it takes)."""
-    got = os.readv(fd, [view])
+    missing have not come by ``deadline`` (None: wait for them however long it takes). Only a
+    message's ``first`` read, which follows the caller's poll, starts without waiting for its bytes:
+    a sender that stops between a message's size and its bytes holds no later read past ``deadline``."""
+    got = 0 if deadline is not None and not first else os.readv(fd, [view])
     while got < view.nbytes:
         if deadline is not None:
             _wait_readable(fd, deadline, f"{got} of {view.nbytes} bytes read")
@@ -274,7 +276,7 @@ def _wait_readable(fd: int, deadline: float, progress: str) -> None:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     while True:
-        left = deadline - time.monotonic()
+        left = next_wait(deadline)  # (at most ``LONGEST_WAIT``: poll overflows on a very long timeout)
         if left <= 0:
             raise _Stalled(progress)
         if poller.poll(max(1, math.ceil(left * 1000))):

@@ -235,8 +235,11 @@ def _recv_in_a_thread(receiver: Receiver, timeout: float) -> tuple[threading.Thr
         ((1000).to_bytes(4, "big") + b"x" * 10, "10 of 1000 bytes read"),  # the message itself
         (b"\x00\x00", "2 of 4 bytes read"),  # its size
         ((2 * MiB).to_bytes(4, "big") + b"x" * 10, "10 of 65536 bytes read"),  # one over max_bytes, read off
+        ((1000).to_bytes(4, "big"), "0 of 1000 bytes read"),  # its size, then none of its bytes
+        ((-1).to_bytes(4, "big", signed=True), "0 of 8 bytes read"),  # a large size's marker, then not the size
+        ((2 * MiB).to_bytes(4, "big"), "0 of 65536 bytes read"),  # one over max_bytes, then none of its bytes
     ],
-    ids=["message", "size", "oversized"],
+    ids=["message", "size", "oversized", "only-size", "only-large-marker", "oversized-only-size"],
 )
 def test_a_message_that_stops_part_of_the_way_is_a_timeout_and_the_connection_says_so(
     pipe: tuple[Connection, Connection], sent: bytes, progress: str
@@ -269,6 +272,24 @@ def test_an_infinite_timeout_waits_as_none_does(pipe: tuple[Connection, Connecti
     later.start()
     assert torch.equal(tw.Decoder(REGISTRY).decode(receiver.recv(timeout=no_limit)).output, torch.ones(3))
     later.join()
+
+
+def test_a_timeout_too_long_for_one_poll_reads_a_message_that_takes_several_reads(
+    pipe: tuple[Connection, Connection],
+) -> None:
+    """The wait for the rest of a message is one poll at most ``LONGEST_WAIT`` long (``poll``
+    overflowed on 1e300 once a message took more than one read)."""
+    reader, writer = pipe
+    values = torch.arange(1_000_000, dtype=torch.float32)  # 4 MB: many reads of a pipe
+    frames = tw.Encoder().encode(diffusion.Output(output=values))
+    writing = threading.Thread(target=send, args=(writer, frames), daemon=True)
+    writing.start()
+    try:
+        got = Receiver(reader, max_bytes=64 * MiB).recv(timeout=1e300)
+        assert torch.equal(tw.Decoder(REGISTRY).decode(got).output, values)
+    finally:
+        reader.close()  # (a writer the receiver stopped reading from gets EPIPE)
+        writing.join(WAIT)
 
 
 def test_a_timeout_of_nan_is_refused(pipe: tuple[Connection, Connection]) -> None:
