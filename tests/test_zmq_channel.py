@@ -1030,3 +1030,101 @@ def test_a_broadcast_goes_through_shared_memory_only_to_peers_that_claimed_a_mes
                 tw.Decoder(REGISTRY, [reader]).decode(_raw_parts(dealer)[1:])
             server.broadcast(_request(x=torch.randn(MiB)), peers, timeout=5)
             assert [len(_raw_parts(d)) for d in dealers] == [2, 2] and _in_flight(shm) == 1  # one shared buffer
+
+
+# -- an interrupt between the parts of a message ------------------------------------------------
+class _Interrupted:
+    """``socket``, raising KeyboardInterrupt as the ``at``-th send (or recv) returns: a signal
+    handler's exception, raised once that part is in (or out of) ZeroMQ."""
+
+    def __init__(self, socket: Any, at: int) -> None:
+        self._socket, self._at, self._calls = socket, at, 0
+
+    def _count(self, result: Any) -> Any:
+        self._calls += 1
+        if self._calls == self._at:
+            raise KeyboardInterrupt
+        return result
+
+    def send(self, *args: Any, **kwargs: Any) -> Any:
+        return self._count(self._socket.send(*args, **kwargs))
+
+    def recv(self, *args: Any, **kwargs: Any) -> Any:
+        return self._count(self._socket.recv(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._socket, name)
+
+
+def _interrupted(socket: Any, at: int) -> Any:
+    """``_Interrupted(socket, at)``, to stand in for a channel's socket."""
+    return _Interrupted(socket, at)
+
+
+def test_a_send_interrupted_between_its_parts_never_glues_the_next_message_on(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ZeroMQ cannot take back the parts of a message already queued: the next message's parts
+    followed them as one message, and the peer dropped both."""
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    b.bind("inproc://interrupted-send")
+    a.connect("inproc://interrupted-send")
+    with Channel(a, REGISTRY) as sender, Channel(b, REGISTRY) as receiver:
+        sender.socket = _interrupted(a, 2)  # the hello and frame 0 queued, not the tensor's frame
+        with pytest.raises(KeyboardInterrupt):
+            sender.send(_request(big=torch.ones(300_000)), timeout=5)
+        sender.socket = a
+        sender.send(_request(x=torch.arange(3)), timeout=5)
+        with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"):
+            got = receiver.recv(timeout=5)
+        assert torch.equal(got.kwargs["x"], torch.arange(3))
+        assert receiver.dropped == 1
+    assert "frame 1 holds 0 bytes, its buffer entry says 1200000" in caplog.text
+
+
+def test_a_router_send_interrupted_between_its_parts_never_sends_the_next_to_its_peer(ctx: Any) -> None:
+    """The next message's routing id went to the interrupted message's peer as a part of it, and
+    the rest of that message (meant for another peer) with it."""
+    router = ctx.socket(zmq.ROUTER)
+    router.bind("inproc://interrupted-router")
+    first, second = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    for socket, name in ((first, b"first"), (second, b"second")):
+        socket.setsockopt(zmq.ROUTING_ID, name)
+        socket.connect("inproc://interrupted-router")
+    with Channel(router, REGISTRY) as server:
+        server.socket = _interrupted(router, 1)  # the routing id queued, nothing else
+        with pytest.raises(KeyboardInterrupt):
+            server.send(_request(x=torch.ones(2)), peer=b"first", timeout=5)
+        server.socket = router
+        server.send(rpc.Request(method="for the second only"), peer=b"second", timeout=5)
+        hello, *frames = _raw_parts(second)
+        assert hello.startswith(HELLO) and tw.Decoder(REGISTRY).decode(frames).method == "for the second only"
+        assert _raw_parts(first) == [b""]  # the interrupted message, ended there (a channel drops it)
+        assert first.poll(200) == 0
+    second.close(0)
+    first.close(0)
+
+
+def test_a_recv_interrupted_between_the_parts_drops_the_rest_of_that_message(ctx: Any) -> None:
+    """The next recv took the rest for a message: on a ROUTER, its first part for a routing id, so
+    a peer's last parts made the channel answer a handshake to another peer and learn it remote."""
+    router = ctx.socket(zmq.ROUTER)
+    router.bind("inproc://interrupted-recv")
+    peer, other = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    for socket, name in ((peer, b"peer"), (other, b"other")):
+        socket.setsockopt(zmq.ROUTING_ID, name)
+        socket.connect("inproc://interrupted-recv")
+    peer.send_multipart([b"junk", b"other", HELLO + bytes(16) + b"?"])  # its last parts: a routing id, a question
+    peer.send_multipart(_valid(_request(x=torch.arange(2))))
+    with Channel(router, REGISTRY, transport=tw.transports.ShmTransport()) as server:
+        server.socket = _interrupted(router, 2)  # the routing id and the first frame received
+        with pytest.raises(KeyboardInterrupt):
+            server.recv(timeout=5)
+        server.socket = router
+        who, message = server.recv_from(timeout=5)
+        assert who == b"peer" and torch.equal(message.kwargs["x"], torch.arange(2))
+        assert server.dropped == 0 and server.unanswered == 0
+        assert other.poll(200) == 0  # no answer to a question it never asked
+        assert server._is_local(b"other")  # (inproc: local) not taught otherwise by another peer's frames
+    peer.close(0)
+    other.close(0)

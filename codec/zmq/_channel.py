@@ -20,7 +20,9 @@ them, not just the last). ``send`` returns when ZeroMQ has let go of every frame
 ``Sent`` whose ``wait()``/``done`` tell when that is (``wait=False``: until then the tensors must
 not change). On ``inproc://`` every frame is copied: a frame handed over there would be the
 receiving thread's memory too. If the message cannot be queued before the timeout, nothing is
-sent and what was exported is released.
+sent and what was exported is released. An exception between two of its parts (an interrupt)
+ends the message there with an empty part, which its peer drops: the next message never follows
+its parts (nor, from a ROUTER, goes to its peer).
 
 Receiving. ZeroMQ reads a whole multipart message before the channel sees it: a channel sets the
 socket's ``MAXMSGSIZE`` (unless the caller did) to the largest frame its ``DecodeOptions`` let
@@ -32,7 +34,8 @@ are writable memory the decoder builds tensors on; a decoded tensor keeps its fr
 message that does not decode (garbage, a forged handle, a limit of ``DecodeOptions`` exceeded) is
 dropped with a log line and counted in ``dropped``; ``recv`` goes on waiting for the next one,
 within its timeout however many are dropped. A message whose handles this process cannot open is
-a ``TransportError`` naming the peer.
+a ``TransportError`` naming the peer. A receive interrupted part of the way drops the rest of
+that message.
 
 A channel is not thread-safe (nor is a ZeroMQ socket), except ``abort()``: it makes a send that
 waits in another thread give up; ``tensorwire.zmq.Client`` is thread-safe.
@@ -207,6 +210,7 @@ class Channel:
         """Handshake questions that could not be answered (the asker's queue was full, or it had left)."""
         self._unanswered = Notes(_LOG, logging.INFO)
         self._aborted = threading.Event()
+        self._open = False  # whether a part of a message may be queued without its last part (``_cut``)
         self.buffer_frames = 0
         """Buffer frames received: tensors that came inline, each in a frame of its own."""
         self.withheld = 0
@@ -287,7 +291,21 @@ class Channel:
 
     def _put(self, peer: bytes | None, frames: list[Any], deadline: float | None, timeout: float | None) -> Sent:
         """Queue the multipart message: only its first part can be refused (ZeroMQ takes a
-        multipart message whole or not at all), so a timeout there sends nothing."""
+        multipart message whole or not at all), so a timeout there sends nothing; an exception
+        once a part is queued (an interrupt) ends the message there (``_cut``)."""
+        if self._open:  # a message broken off in ``_cut`` itself
+            self._cut()
+        try:
+            sent = self._put_parts(peer, frames, deadline, timeout)
+            self._open = False
+        except BaseException:
+            if self._open:
+                self._cut()
+            raise
+        return sent
+
+    def _put_parts(self, peer: bytes | None, frames: list[Any], deadline: float | None, timeout: float | None) -> Sent:
+        """``_put``'s sends, part by part."""
         socket = self.socket
         first = peer if peer is not None else self._hello
         if not self._send_first(first, deadline):
@@ -311,6 +329,18 @@ class Channel:
             else:
                 trackers.append(socket.send(frame, flags, copy=False, track=True))
         return Sent(trackers) if trackers else _DONE
+
+    def _cut(self) -> None:
+        """End a message broken off after some of its parts were queued (an interrupt between two
+        sends): ZeroMQ cannot take them back, and the next message's parts would follow them, glued
+        on (from a ROUTER, sent to this message's peer). An empty last part ends it; its peer
+        drops a message that does not decode. Where nothing was queued after all, a ROUTER routes
+        the empty part nowhere; another socket sends it as a message of its own, dropped as well."""
+        try:
+            self.socket.send(b"", _NOW)
+        except zmq.ZMQError:
+            pass
+        self._open = False
 
     def _unsend(self, frames: list[Any]) -> None:
         """Release what the shared-memory transport exported for a message that was not sent."""
@@ -454,12 +484,20 @@ class Channel:
     def _control(self, peer: bytes | None, kind: bytes, deadline: float | None, timeout: float | None) -> None:
         """Send a one-frame control message (a handshake's question or answer)."""
         frame = self._hello + kind
+        if self._open:  # a message broken off in ``_cut`` itself
+            self._cut()
         if peer is None:
             sent = self._send_first(frame, deadline, more=False)
         else:
-            sent = self._send_first(peer, deadline)
-            if sent:
-                self.socket.send(frame)
+            try:
+                sent = self._send_first(peer, deadline)
+                if sent:
+                    self.socket.send(frame)
+                    self._open = False
+            except BaseException:
+                if self._open:
+                    self._cut()
+                raise
         if not sent:
             raise TimeoutError(f"the handshake could not be sent within {timeout} s (no peer ready)")
 
@@ -474,11 +512,14 @@ class Channel:
         pause = _FIRST_PAUSE
         tried = False
         while True:
+            self._open = more  # from here a part others follow may be queued: ``_cut`` ends it
             try:
                 socket.send(data, flags)
                 return True
-            except zmq.Again:
-                pass
+            except zmq.ZMQError as exc:
+                self._open = False  # refused: nothing was queued
+                if not isinstance(exc, zmq.Again):
+                    raise
             if deadline is None and not tried:  # refused once: the socket's own bound, if it has one
                 tried = True
                 limit = int(socket.getsockopt(zmq.SNDTIMEO))
@@ -623,13 +664,29 @@ class Notes:
 
 def _recv_parts(socket: zmq.Socket[Any], flags: int) -> list[zmq.Frame]:
     """Every part of the next message, received without a copy (``recv_multipart`` asks the socket
-    for ``RCVMORE`` after each part; a received frame already knows whether more follow)."""
-    part = socket.recv(flags, copy=False)
-    parts = [part]
-    while part.more:
+    for ``RCVMORE`` after each part; a received frame already knows whether more follow). An
+    exception part of the way (an interrupt) drops the rest: the next receive starts at a message,
+    never takes a peer's last parts for one (a ROUTER: its routing id and frames of that peer's)."""
+    try:
         part = socket.recv(flags, copy=False)
-        parts.append(part)
+        parts = [part]
+        while part.more:
+            part = socket.recv(flags, copy=False)
+            parts.append(part)
+    except BaseException:
+        _drop_rest(socket)
+        raise
     return parts
+
+
+def _drop_rest(socket: zmq.Socket[Any]) -> None:
+    """Receive and drop what is left of a message read part of the way (ZeroMQ delivers a message
+    whole: its parts are all there)."""
+    try:
+        while socket.getsockopt(zmq.RCVMORE):
+            socket.recv(_NOW, copy=False)
+    except zmq.ZMQError:
+        pass
 
 
 def _type_of(socket: zmq.Socket[Any]) -> int:
