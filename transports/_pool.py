@@ -341,9 +341,16 @@ class Pool:
 
     def hand_over(self, slot: Slot, readers: int = 1) -> tuple[int, bytes]:
         """Put ``slot`` in flight for ``readers`` receivers; return its generation and the capability
-        a receiver must prove."""
+        a receiver must prove (``TransportError`` EBADF if another thread closed the pool meanwhile)."""
         page = slot.page
-        capability = page.hand_over(self.claim_timeout, readers)
+        try:
+            capability = page.hand_over(self.claim_timeout, readers)
+        except ValueError:
+            if not self._closed:
+                raise
+            raise TransportError(
+                errno.EBADF, f"the shared-memory pool was closed before pool slot {slot.name} was handed over"
+            ) from None
         slot.sending = 0
         slot.allocated = False
         slot.last_used = time.monotonic()
@@ -353,12 +360,16 @@ class Pool:
         """Undo the hand-over of one of our slots (a failed encode); False if the slot is not ours.
 
         Only the capability it was handed over with undoes it; a slot a receiver has already
-        claimed is left alone (its lease frees it).
+        claimed is left alone (its lease frees it), and one another thread let go of meanwhile has
+        nothing left to undo.
         """
         slot = self._by_name.get(name) if self.owns(name) else None
         if slot is None:
             return False
-        slot.page.undo(generation, capability)
+        try:
+            slot.page.undo(generation, capability)
+        except ValueError:  # another thread let go of the slot meanwhile (close, trim): nothing to undo
+            pass
         slot.last_used = time.monotonic()
         return True
 
@@ -377,7 +388,10 @@ class Pool:
         message never reached them); the slot is free once those who got it have let go."""
         slot = self._by_name.get(name) if self.owns(name) else None
         if slot is not None:
-            slot.page.discard(generation, capability, readers)
+            try:
+                slot.page.discard(generation, capability, readers)
+            except ValueError:  # another thread let go of the slot meanwhile (close, trim): nothing to count
+                pass
 
     def unused(self, slot: Slot, generation: int) -> None:
         """A tensor allocated in ``slot`` died: free the slot if it was never sent."""
