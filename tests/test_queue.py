@@ -298,6 +298,22 @@ def test_an_item_that_cannot_be_received_is_skipped(caplog: pytest.LogCaptureFix
     assert "dropping a queue item that could not be received: the producer is gone" in caplog.text
 
 
+def test_items_that_are_not_tensorwire_items_are_dropped_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    """Anything else on the queue (an application's stop sentinel, a tuple of other types) escaped
+    ``decode`` as TypeError, ValueError or AttributeError."""
+    queue = _ctx().Queue()
+    others = [None, ("s",), ("s", 0, 0, "not a tensor"), ("s", "0", 0, torch.zeros(4, dtype=torch.uint8))]
+    for item in others:
+        queue.put(item)
+    encoder = tw.Encoder(transport=transports.QueueTransport(queue), options=OOB)
+    frames = encoder.encode(diffusion.Output(output=torch.arange(3.0)))
+    with caplog.at_level(logging.WARNING, logger="tensorwire.queue"):
+        out = tw.Decoder(REGISTRY, transports=[transports.QueueTransport(queue, timeout=5)]).decode(frames)
+    assert out.output.tolist() == [0.0, 1.0, 2.0]
+    dropped = [r.getMessage() for r in caplog.records if "not a tensorwire item" in r.getMessage()]
+    assert dropped == [f"dropping a queue item that is not a tensorwire item: {item!r}" for item in others]
+
+
 # -- CUDA tensors (their logic, with a runtime that takes host tensors for device ones) -----------
 def _device_like(values: torch.Tensor) -> torch.Tensor:
     return values.view(torch.uint8).reshape(-1)

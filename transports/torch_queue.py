@@ -348,6 +348,9 @@ class QueueTransport(Transport):
         except (OSError, EOFError, RuntimeError) as exc:  # e.g. its producer died before we took its fds
             log.warning("dropping a queue item that could not be received: %s", exc)
             return None
+        if not _is_item(item):
+            log.warning("dropping a queue item that is not a tensorwire item: %.200r", item)
+            return None
         if len(item) != 5:
             sender_id, message, index, tensor = item
             return sender_id, message, index, tensor, None
@@ -356,6 +359,9 @@ class QueueTransport(Transport):
             tensor = ForkingPickler.loads(payload)
         except Exception as exc:  # any item that cannot be opened (bad pickle, IPC failure) is dropped, not fatal
             log.warning("dropping a CUDA tensor from sender %s that could not be opened: %r", sender_id, exc)
+            return None
+        if not isinstance(tensor, torch.Tensor):
+            log.warning("dropping a CUDA item from sender %s that is no tensor: %.200r", sender_id, tensor)
             return None
         return sender_id, message, index, tensor, ack_name
 
@@ -469,6 +475,17 @@ def _next_handle(stream: _Stream) -> QueueHandle:
     if stream.tensor >= _TENSORS_PER_MESSAGE:
         raise TransportError(errno.E2BIG, f"more than {_TENSORS_PER_MESSAGE} queue tensors in one message")
     return QueueHandle(sender=stream.sender, message=stream.message, tensor=stream.tensor)
+
+
+def _is_item(item: Any) -> bool:
+    """Whether ``item`` has the shape of what ``_put`` or ``export_device`` sends: ``(sender id,
+    message id, tensor id, tensor)``, or with the pickled CUDA tensor's bytes and its ack page's
+    name instead of the tensor (anything else sharing the queue, a stop sentinel, is not)."""
+    if type(item) is not tuple or len(item) not in (4, 5):
+        return False
+    sender, message, index, body = item[:4]
+    ids = all(type(number) is int and number >= 0 for number in (message, index))
+    return type(sender) is str and ids and isinstance(body, torch.Tensor if len(item) == 4 else bytes)
 
 
 def _position(message: int, tensor: int) -> int:
