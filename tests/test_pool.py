@@ -28,7 +28,7 @@ from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIG
 from tensorwire.transports._pool import PASSED, Pool, Slot, size_class
 from tensorwire.transports._retention import Retention
 from tensorwire.transports.shm import SHM_DIR, Backing
-from tests.wire_helpers import edit_descriptor, frame_of, head_of, segments_of, tensor_exts
+from tests.wire_helpers import edit_descriptor, frame_of, head_of, held_elsewhere, segments_of, tensor_exts
 
 OOB = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)
 
@@ -780,9 +780,8 @@ def test_claimed_says_whether_a_receiver_proved_a_slots_capability(shm: transpor
     forged = msgspec.structs.replace(handle, capability=bytes(16))
     stale = msgspec.structs.replace(handle, generation=handle.generation + 1)
     assert (shm.claimed(handle), shm.claimed(forged), shm.claimed(stale)) == (None, False, False)
-    held = decoder.decode(frames)
-    assert shm.claimed(handle) is True  # held by its receiver (a claim leaves no capability to check)
-    del held
+    with held_elsewhere(lambda: tw.Decoder(REGISTRY, [transports.ShmTransport(backing=shm.backing)]).decode(frames)):
+        assert shm.claimed(handle) is True  # held by its receiver (a claim leaves no capability to check)
     assert _states(shm) == [FREE] and shm.claimed(handle) is True  # and let go
     encoder.encode(diffusion.Output(output=torch.ones(40_000)))  # the slot moves on
     assert shm.claimed(handle) is False
@@ -807,8 +806,8 @@ def test_claimed_says_whether_a_one_shot_segment_was_claimed() -> None:
         handle = _handle_of(decoder, frames)
         assert shm.claimed(handle) is None
         assert shm.claimed(msgspec.structs.replace(handle, capability=bytes(16))) is False
-        decoder.decode(frames)
-        assert shm.claimed(handle) is True
+        with held_elsewhere(lambda: tw.Decoder(REGISTRY, [transports.ShmTransport(pool=False)]).decode(frames)):
+            assert shm.claimed(handle) is True
         unclaimed = _handle_of(decoder, encoder.encode(diffusion.Output(output=torch.ones(40_000))))
         time.sleep(0.4)
         assert (shm.claimed(unclaimed), shm.claimed(handle)) == (False, True)
@@ -819,3 +818,28 @@ def test_claimed_says_whether_a_one_shot_segment_was_claimed() -> None:
 def test_a_transport_that_cannot_tell_says_claimed() -> None:
     inline = transports.InlineTransport()
     assert inline.claimed(inline.export(memoryview(b"abc"), [b""])) is True
+
+
+def test_claimed_says_false_for_what_this_process_claimed_or_gave_back(shm: transports.ShmTransport) -> None:
+    """A handle echoed back to its sender was claimed (or, in a message that does not decode, given
+    back) by the sender's own decoder, which ``claimed`` took for a peer's claim."""
+    encoder, decoder = _pair(shm)
+    frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
+    handle = _handle_of(decoder, frames)
+    held = decoder.decode(frames)
+    assert shm.claimed(handle) is False
+    del held
+    assert _states(shm) == [FREE] and shm.claimed(handle) is False
+    given_back = _handle_of(decoder, frames := encoder.encode(diffusion.Output(output=torch.ones(40_000))))
+    decoder.release([given_back])
+    assert shm.claimed(given_back) is False
+
+
+def test_claimed_says_false_for_a_one_shot_segment_this_process_claimed() -> None:
+    with transports.ShmTransport(pool=False) as shm, transports.ShmTransport(pool=False) as other:
+        encoder = tw.Encoder(transport=shm, options=OOB)
+        for reader in (shm, other):  # the same transport, or another of this process
+            frames = encoder.encode(diffusion.Output(output=torch.ones(40_000)))
+            handle = _handle_of(tw.Decoder(REGISTRY, [reader]), frames)
+            tw.Decoder(REGISTRY, [reader]).decode(frames)
+            assert shm.claimed(handle) is False

@@ -22,6 +22,7 @@ from tensorwire.builtins import REGISTRY, rpc  # noqa: E402
 from tensorwire.transports._control import FREE, IN_FLIGHT  # noqa: E402
 from tensorwire.zmq import HELLO, Channel, StillHeldError, host_token  # noqa: E402
 from tensorwire.zmq._channel import _INLINE, _TRIAL  # noqa: E402
+from tests.wire_helpers import held_elsewhere  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -980,15 +981,48 @@ def test_a_peer_only_its_hello_calls_local_has_one_message_in_shared_memory_unti
         parts = [_raw_parts(dealer) for _ in sent]
         assert [len(p) for p in parts] == [2, 3, 3]  # the first through shared memory, then inline
         assert server.withheld == 2 and _in_flight(shm) == 1
-        with tw.transports.ShmTransport() as reader:  # a process of this host claims the first
-            got = [tw.Decoder(REGISTRY, [reader]).decode(p[1:]).kwargs["x"] for p in parts]
-            assert [float(x[0]) for x in got] == [0.0, 1.0, 2.0]
+        with held_elsewhere(lambda: _read_elsewhere(parts, [0.0, 1.0, 2.0])):  # another process claims the first
             for _ in range(2):  # proven: shared memory, even with the last still unclaimed
                 server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
                 assert len(_raw_parts(dealer)) == 2
             assert server.withheld == 2 and _in_flight(shm) == 2
-            del got
         shm.close()
+
+
+def _read_elsewhere(parts: list[list[bytes]], firsts: list[float] | None = None) -> Any:
+    """Decode each message's frames (after its hello) with a transport of this process (a forked
+    child's): what a receiver of this host does; ``firsts``: their tensors' first values."""
+    reader = tw.transports.ShmTransport()
+    got = [tw.Decoder(REGISTRY, [reader]).decode(p[1:]).kwargs["x"] for p in parts]
+    assert firsts is None or [float(x[0]) for x in got] == firsts
+    return got
+
+
+def _claim_elsewhere(parts: list[list[bytes]]) -> None:
+    """Another process of this host decodes each message, then lets go of them."""
+    with held_elsewhere(lambda: _read_elsewhere(parts)):
+        pass
+
+
+def test_a_peer_that_sends_back_its_message_on_trial_proves_nothing(ctx: Any) -> None:
+    """A remote peer that echoed the frame 0 of its message on trial had the sender's own decoder
+    claim it, which proved the peer: then every message went to shared memory."""
+    router = ctx.socket(zmq.ROUTER)
+    router.bind_to_random_port("tcp://127.0.0.1")
+    for pooled in (True, False):
+        with tw.transports.ShmTransport(pool=pooled) as shm, Channel(router, REGISTRY, transport=shm) as server:
+            (dealer,), (peer,) = _liars(ctx, server, 1)
+            server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
+            trial = _raw_parts(dealer)
+            dealer.send_multipart([HELLO + host_token(), trial[1]])  # its handle, back to its sender
+            assert server.recv_from(timeout=5)[0] == peer  # its sender claimed it: that ends the trial
+            for _ in range(3):
+                server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
+            assert [len(_raw_parts(dealer)) for _ in range(3)] == [2, 3, 3]  # a new trial, nothing proven
+            assert peer not in server._proven
+        router = ctx.socket(zmq.ROUTER)
+        router.bind_to_random_port("tcp://127.0.0.1")
+    router.close(0)
 
 
 def test_a_message_on_trial_that_expires_unclaimed_ends_the_trial_and_proves_nothing(ctx: Any) -> None:
@@ -1024,12 +1058,11 @@ def test_a_broadcast_goes_through_shared_memory_only_to_peers_that_claimed_a_mes
         dealers, peers = _liars(ctx, server, 2)
         server.broadcast(_request(x=torch.randn(MiB)), peers, timeout=5)
         assert [len(_raw_parts(d)) for d in dealers] == [3, 3] and _in_flight(shm) == 0  # inline to each
-        with tw.transports.ShmTransport() as reader:
-            for dealer, peer in zip(dealers, peers, strict=True):  # each claims one message of its own
-                server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
-                tw.Decoder(REGISTRY, [reader]).decode(_raw_parts(dealer)[1:])
-            server.broadcast(_request(x=torch.randn(MiB)), peers, timeout=5)
-            assert [len(_raw_parts(d)) for d in dealers] == [2, 2] and _in_flight(shm) == 1  # one shared buffer
+        for dealer, peer in zip(dealers, peers, strict=True):  # each claims one message of its own
+            server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
+            _claim_elsewhere([_raw_parts(dealer)])
+        server.broadcast(_request(x=torch.randn(MiB)), peers, timeout=5)
+        assert [len(_raw_parts(d)) for d in dealers] == [2, 2] and _in_flight(shm) == 1  # one shared buffer
 
 
 # -- an interrupt between the parts of a message ------------------------------------------------

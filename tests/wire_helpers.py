@@ -1,7 +1,12 @@
-"""Helpers shared by the encoder/decoder tests: deep equality with tensors, and segment counting."""
+"""Helpers shared by the encoder/decoder tests: deep equality with tensors, segment counting, and
+decoding in another process."""
 
 from __future__ import annotations
 
+import os
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import msgspec
@@ -132,3 +137,34 @@ def edit_descriptor(ext: msgspec.msgpack.Ext, **changes: Any) -> msgspec.msgpack
     if flags is not None:
         data[3] = flags
     return msgspec.msgpack.Ext(1, bytes(data))
+
+
+@contextmanager
+def held_elsewhere(decode: Callable[[], object]) -> Iterator[None]:
+    """A forked child runs ``decode`` (a receiver of another process claims what it names) and holds
+    what it returned until the block ends; then it lets go and exits (a failure fails the block)."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe and the exit status, never return
+        code = 1
+        try:
+            signal.alarm(20)  # a hang ends the child: the test fails instead of hanging
+            held = decode()
+            os.write(ready_w, b"1")
+            os.read(go_r, 1)
+            del held
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(ready_w)
+    os.close(go_r)
+    try:
+        assert os.read(ready_r, 1) == b"1", "the child could not decode"
+        yield
+    finally:
+        os.write(go_w, b"1")
+        os.close(go_w)
+        os.close(ready_r)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -88,9 +88,10 @@ class Transport(ABC):
 
     def claimed(self, handle: Handle) -> bool | None:
         """What became of one of this transport's exports, as far as its sender can tell: True once
-        a receiver proved its capability (it could open what was sent), None while it waits for
-        one, False once it cannot be claimed any more (expired, undone, not known). A transport that
-        cannot tell says True (the default): nothing waits on a claim it cannot see."""
+        a receiver of another process proved its capability (it could open what was sent), None
+        while it waits for one, False once it cannot be claimed any more (expired, undone, claimed by
+        this process, not known). A transport that cannot tell says True (the default): nothing
+        waits on a claim it cannot see."""
         return True
 
     def device_runtime(self) -> CudaRuntime | None:

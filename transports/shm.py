@@ -158,9 +158,16 @@ class _OneShots:
             del self._pending[name]
             return True
 
+    def forget(self, name: str) -> None:
+        """``name`` was claimed or given back by this process: nothing to sweep, and no claim to tell."""
+        self._own()
+        with self._lock:
+            self._pending.pop(name, None)
+
     def claimed(self, name: str, capability: bytes) -> bool | None:
-        """Whether ``name``, made under ``capability``, was claimed: True once its receiver unlinked it
-        (as it claims it), None while it waits, False past its deadline, once swept, or if not ours."""
+        """Whether ``name``, made under ``capability``, was claimed: True once its receiver (another
+        process) unlinked it (as it claims it), None while it waits, False past its deadline, once
+        swept, if this process claimed it, or if not ours."""
         self._own()
         with self._lock:
             known = self._pending.get(name)
@@ -555,11 +562,16 @@ def _void_one_shot(path: Path, transition: Callable[[int, str], bool], *, refuse
 
 
 def _unlink(path: Path) -> None:
-    """Remove a received segment's name; one already gone (or that cannot go) is not an error."""
+    """Remove a received segment's name; one already gone (or that cannot go) is not an error. One
+    this process made is forgotten by its transport: a claim of our own proves no peer's."""
     try:
         os.unlink(path)
     except OSError:
         pass
+    creator = _creator(path.name)
+    if creator is not None and creator[0] == str(os.getpid()):
+        for shots in list(_LEFT):
+            shots.forget(path.name)
 
 
 _CREATORS: dict[str, tuple[str, str]] = {}  # names already checked (pool slot names recur) -> (pid, token)
