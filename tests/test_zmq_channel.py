@@ -21,7 +21,7 @@ import tensorwire as tw  # noqa: E402
 from tensorwire.builtins import REGISTRY, rpc  # noqa: E402
 from tensorwire.transports._control import FREE, IN_FLIGHT  # noqa: E402
 from tensorwire.zmq import HELLO, Channel, StillHeldError, host_token  # noqa: E402
-from tensorwire.zmq._channel import _INLINE, _TRIAL  # noqa: E402
+from tensorwire.zmq._channel import _INLINE, _SHARED, _TRIAL  # noqa: E402
 from tests.wire_helpers import held_elsewhere  # noqa: E402
 
 MiB = 1024 * 1024
@@ -1033,8 +1033,10 @@ def test_a_message_on_trial_that_expires_unclaimed_ends_the_trial_and_proves_not
         for _ in range(2):
             server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
             server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
-            assert [len(_raw_parts(dealer)) for _ in range(2)] == [2, 3]
-            time.sleep(0.4)  # the one in shared memory expires unclaimed: a new trial, never a proof
+            assert [len(_raw_parts(dealer)) for _ in range(2)] == [2, 3] and _in_flight(shm) == 1
+            deadline = time.monotonic() + 5  # the one in shared memory is brought back unclaimed (the
+            while _in_flight(shm) and time.monotonic() < deadline:  # pool's trimmer): a new trial, no proof
+                time.sleep(0.05)
         assert server.withheld == 2 and peer not in server._proven
 
 
@@ -1158,6 +1160,30 @@ def test_a_recv_interrupted_between_the_parts_drops_the_rest_of_that_message(ctx
         assert who == b"peer" and torch.equal(message.kwargs["x"], torch.arange(2))
         assert server.dropped == 0 and server.unanswered == 0
         assert other.poll(200) == 0  # no answer to a question it never asked
-        assert server._is_local(b"other")  # (inproc: local) not taught otherwise by another peer's frames
+        assert server._route(b"other") == _SHARED  # (inproc: local) not taught otherwise by another peer's frames
     peer.close(0)
     other.close(0)
+
+
+def test_a_hello_over_tcp_is_on_trial_though_the_socket_has_an_ipc_endpoint_too(ctx: Any, tmp_path: Any) -> None:
+    """A ROUTER bound to tcp:// and then ipc:// took its last endpoint for every peer's: a remote
+    peer echoing this host's token had every message in shared memory. Now a peer's own connection
+    tells: one over TCP is on trial, one over ipc:// is not."""
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    router.bind(f"ipc://{tmp_path}/router")
+    far, near = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    for socket, name, endpoint in (
+        (far, b"far", f"tcp://127.0.0.1:{port}"),
+        (near, b"near", f"ipc://{tmp_path}/router"),
+    ):
+        socket.setsockopt(zmq.ROUTING_ID, name)
+        socket.connect(endpoint)
+        socket.send_multipart(_valid(_request()))
+    with tw.transports.ShmTransport() as shm, Channel(router, REGISTRY, transport=shm) as server:
+        assert sorted(server.recv_from(timeout=5)[0] or b"" for _ in range(2)) == [b"far", b"near"]
+        for peer in (b"far", b"far", b"near", b"near"):
+            server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
+        assert [len(_raw_parts(far)) for _ in range(2)] == [2, 3]  # on trial: one at a time
+        assert [len(_raw_parts(near)) for _ in range(2)] == [2, 2]
+        assert server.withheld == 1 and _in_flight(shm) == 3

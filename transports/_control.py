@@ -220,21 +220,28 @@ class Page:
 
     def outcome(self, generation: int, capability: bytes) -> bool | None:
         """What became of hand-over ``generation`` made under ``capability``, as its sender sees it
-        (one look, no lock): None while it waits for a claim, True once a receiver of another
-        process claimed it (it holds the page, or held it and let go), False once it expired, was
-        undone or given back, was claimed by this process, or the page moved on to another hand-over."""
+        (one look, no lock): None while it is in flight (past its deadline too, until it is brought
+        back), True once a receiver of another process claimed it (``claimed_elsewhere``), False
+        otherwise, or once the page moved on to another hand-over."""
         words = self.words
         if words[_W_GENERATION] != generation:
             return False
-        state = words[_W_STATE]
-        if state == IN_FLIGHT:  # (a digest cleared: a transition under way, which the next look sees done)
+        if words[_W_STATE] == IN_FLIGHT:  # (a digest cleared: a transition under way, which the next look sees done)
             stored = bytes(self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES])
             if stored != _NO_DIGEST and not hmac.compare_digest(stored, digest(capability)):
                 return False
-            return None if time.monotonic_ns() <= words[_W_DEADLINE] else False
-        if words[_W_RECEIVER] in (0, os.getpid()):  # given back, undone, or claimed by this process
+            return None
+        return self.claimed_elsewhere()
+
+    def claimed_elsewhere(self) -> bool:
+        """Whether the current hand-over, out of flight, was claimed by a receiver of another process
+        (it holds the page, or held it and let go); not if it expired, was undone or given back, or
+        was claimed by this process."""
+        words = self.words
+        if words[_W_RECEIVER] in (0, os.getpid()):
             return False
-        return state == CLAIMED or (state == FREE and words[_W_EXPIRED] != generation)
+        state = words[_W_STATE]
+        return state == CLAIMED or (state == FREE and words[_W_EXPIRED] != words[_W_GENERATION])
 
     # -- the sender's transitions -------------------------------------------------------------------
     def init(self, capacity: int, flags: int = 0) -> None:

@@ -124,6 +124,8 @@ class Slot:
     # tensor unsent), 0 if none: never taken, evicted or dropped while held, whatever a receiver
     # writes in its page meanwhile
     allocated: bool = False  # held for an ``empty`` tensor (not for a copy): what ``hand_over_allocated`` sends
+    settled: tuple[int, bool] = (0, False)  # the last hand-over before the current one: its generation,
+    # and whether another process claimed it (``Pool.claimed``, once the slot has moved on)
 
     @property
     def state(self) -> int:
@@ -319,7 +321,9 @@ class Pool:
         return None
 
     def _take(self, slot: Slot, state: int) -> Slot:
-        generation = slot.page.take(state)
+        page = slot.page
+        slot.settled = (page.generation, page.claimed_elsewhere())
+        generation = page.take(state)
         slot.sending = generation if state == SENDER else 0
         slot.allocated = False
         slot.last_used = time.monotonic()
@@ -374,11 +378,14 @@ class Pool:
         return True
 
     def claimed(self, name: str, generation: int, capability: bytes) -> bool | None:
-        """``Page.outcome`` of a hand-over of one of our slots; False for a slot that is not ours."""
+        """``Page.outcome`` of a hand-over of one of our slots (of the one before, once the slot has
+        moved on to the next: whether another process claimed it); False for a slot that is not ours."""
         slot = self._by_name.get(name) if self.owns(name) else None
         if slot is None:
             return False
         try:
+            if slot.page.generation != generation:
+                return slot.settled == (generation, True)
             return slot.page.outcome(generation, capability)
         except ValueError:  # the pool let go of its page views meanwhile: the slot is gone
             return False

@@ -166,16 +166,14 @@ class _OneShots:
 
     def claimed(self, name: str, capability: bytes) -> bool | None:
         """Whether ``name``, made under ``capability``, was claimed: True once its receiver (another
-        process) unlinked it (as it claims it), None while it waits, False past its deadline, once
-        swept, if this process claimed it, or if not ours."""
+        process) unlinked it (as it claims it), None while it waits (past its deadline too, until it
+        is swept), False once swept, if this process claimed it, or if not ours."""
         self._own()
         with self._lock:
             known = self._pending.get(name)
         if known is None or known[0] != digest(capability):
             return False
-        if not os.path.lexists(self.directory / name):
-            return True
-        return None if time.monotonic_ns() <= known[1] else False
+        return None if os.path.lexists(self.directory / name) else True
 
     def sweep(self) -> int:
         """Unlink the segments nobody claimed before their deadline; return how many.

@@ -10,9 +10,10 @@ Sending. The encoder writes the message (a schema violation is an ``EncodeError`
 is exported); large tensors go to the channel's shared-memory transport only when the peer shares
 this host's ``/dev/shm`` (``same_host``; else what the peer's hello or handshake said; else
 ``ipc://`` and ``inproc://`` endpoints count as local, anything else as remote), otherwise
-inline. The host token is no secret: a peer that only its hello calls local (over TCP) is on
-trial, with one message at a time in shared memory until it claims one, and at most
-``max_trials`` peers of a channel have one waiting (the others' messages go inline: ``withheld``).
+inline. The host token is no secret: a peer that only its hello calls local, the hello having
+come over TCP (``Peer-Address``), is on trial, with one message at a time in shared memory until
+a receiver of another process claims one, and at most ``max_trials`` peers of a channel have one
+waiting (the others' messages go inline: ``withheld``).
 A frame under ``copy_below`` (512 KiB by default, pyzmq's own copy threshold at least) is
 copied into ZeroMQ at once; a larger one is handed over without a copy and tracked (every one of
 them, not just the last). ``send`` returns when ZeroMQ has let go of every frame it did not copy
@@ -85,6 +86,8 @@ _MORE, _NOW, _POLLIN, _POLLOUT = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.POL
 _SEND_SLICE = 0.05  # seconds a refused send waits before it looks at abort() again
 _FIRST_PAUSE, _LONGEST_PAUSE = 0.001, 0.05  # a ROUTER's pauses between tries to queue for a full peer
 _INLINE, _SHARED, _TRIAL = 0, 1, 2  # how a message goes to its peer (``Channel._route``)
+_FAR, _SAYS_NEAR, _NEAR = 0, 1, 2  # what a peer's hello says: another host; this host, over a network
+# connection (its word only); this host, over ipc:// or inproc:// (``Channel._learn``)
 MAX_TRIALS = 16
 """``Channel``'s default ``max_trials``."""
 
@@ -160,8 +163,8 @@ class Channel:
     ``encode_options``: the encoder's; ``same_host``: True or False overrides what the channel
     works out about its peers; ``copy_below``: frames under this many bytes are copied into ZeroMQ
     (``COPY_BELOW``), larger ones handed over and tracked; ``max_trials``: peers at once whose
-    message on trial (see the module) may wait for its claim in shared memory. The socket stays the caller's until
-    ``close()``, which closes it (never its context).
+    message on trial (see the module) may wait for its claim in shared memory. The socket stays
+    the caller's until ``close()``, which closes it (never its context).
     """
 
     def __init__(
@@ -197,7 +200,7 @@ class Channel:
             socket.setsockopt(zmq.MAXMSGSIZE, max(limits.max_header_bytes, limits.max_message_bytes))
         # a channel that cannot open shared memory says so with a token no process has
         self._hello = HELLO + (host_token() if transport is not None else bytes(TOKEN_BYTES))
-        self._peers: OrderedDict[bytes | None, bool] = OrderedDict()
+        self._peers: OrderedDict[bytes | None, int] = OrderedDict()  # what each peer's hello says
         self._proven: OrderedDict[bytes | None, None] = OrderedDict()  # peers that claimed a message
         self._trials: dict[bytes | None, Handle] = {}  # a message's first buffer each, waiting for its claim
         self._backlog: deque[tuple[bytes | None, Any]] = deque()  # messages read by a handshake
@@ -368,22 +371,25 @@ class Channel:
 
     def _route(self, peer: bytes | None) -> int:
         """How a message goes to ``peer`` (None: the socket's peers): ``_INLINE``; ``_SHARED``, when it
-        can open this process's shared memory (``same_host=True``, an ``ipc://`` or ``inproc://``
-        endpoint, or a hello from this host from a peer that has claimed a message); ``_TRIAL``, when
-        only its hello says so: through shared memory if no message of its is on trial (waiting for
-        its claim) and fewer than ``max_trials`` peers have one, otherwise inline (``withheld``)."""
+        can open this process's shared memory (``same_host=True``; a hello from this host that came
+        over ipc:// or inproc://, or from a peer that has claimed a message; nothing heard, and an
+        ipc:// or inproc:// endpoint); ``_TRIAL``, when only its hello says so (over a network
+        connection): through shared memory if no message of its is on trial (waiting for its claim)
+        and fewer than ``max_trials`` peers have one, otherwise inline (``withheld``)."""
         if self._shared is None:
             return _INLINE
         if self._trials:  # each looked at before this send can take a slot a claimed one left
             self._settle()
         if self.same_host is not None:
             return _SHARED if self.same_host else _INLINE
-        learned = self._peers.get(peer)
-        if not self._endpoint:
-            self._endpoint = self._last_endpoint()
-        if not learned:  # (None: nothing heard, the endpoint tells)
-            return _SHARED if learned is None and endpoint_is_local(self._endpoint) else _INLINE
-        if peer in self._proven or endpoint_is_local(self._endpoint):
+        said = self._peers.get(peer)
+        if said is None:  # nothing heard: the endpoint tells
+            if not self._endpoint:
+                self._endpoint = self._last_endpoint()
+            return _SHARED if endpoint_is_local(self._endpoint) else _INLINE
+        if said == _FAR:
+            return _INLINE
+        if said == _NEAR or peer in self._proven:
             return _SHARED
         if peer in self._trials or len(self._trials) >= self.max_trials:
             self.withheld += 1
@@ -413,14 +419,18 @@ class Channel:
                 self._trials[peer] = handle
                 return
 
-    def _learn(self, peer: bytes | None, local: bool) -> None:
-        """Remember what ``peer``'s hello said. A ROUTER knows which peer it sends to, a PAIR has one;
+    def _learn(self, peer: bytes | None, local: bool, frame: zmq.Frame) -> None:
+        """Remember what ``peer``'s hello (in ``frame``) said, and whether it came over a network
+        connection (then it is only its word). A ROUTER knows which peer it sends to, a PAIR has one;
         any other socket may route a message to a peer it has not heard from, so there a hello can
         only take shared memory away (``same_host=True`` or an ``ipc://`` endpoint gives it)."""
         if not self._router and self._type != zmq.PAIR and local:
             return
         key = peer if self._router else None
-        self._peers[key] = local
+        said = _FAR
+        if local:  # (a peer's connection does not change: looked at once)
+            said = self._peers.get(key, _FAR) or (_SAYS_NEAR if _over_network(frame) else _NEAR)
+        self._peers[key] = said
         self._peers.move_to_end(key)
         if len(self._peers) > _MAX_PEERS:
             self._peers.popitem(last=False)
@@ -479,7 +489,7 @@ class Channel:
                 break
             elif got is _NOTHING or _past(deadline):
                 raise TimeoutError(f"no answer to the handshake within {timeout} s")
-        return self._peers[key]
+        return self._peers[key] != _FAR
 
     def _control(self, peer: bytes | None, kind: bytes, deadline: float | None, timeout: float | None) -> None:
         """Send a one-frame control message (a handshake's question or answer)."""
@@ -551,7 +561,7 @@ class Channel:
         parts = _recv_parts(socket, flags)
         peer = parts[0].bytes if self._router and parts else None
         body = parts[1:] if self._router else parts
-        if len(body) == 1 and self._answer(peer, body[0].bytes):
+        if len(body) == 1 and self._answer(peer, body[0]):
             return None
         try:
             return peer, self._decode(peer, body)
@@ -562,15 +572,16 @@ class Channel:
         except TransportError as exc:
             raise TransportError(exc.errno, f"a message from {_name(peer)}: {exc.strerror or exc}") from None
 
-    def _answer(self, peer: bytes | None, frame: bytes) -> bool:
-        """Whether ``frame`` is a handshake's question or answer; learn from it, answer a question."""
+    def _answer(self, peer: bytes | None, part: zmq.Frame) -> bool:
+        """Whether ``part`` is a handshake's question or answer; learn from it, answer a question."""
+        frame = part.bytes
         if len(frame) != len(self._hello) + 1 or not frame.startswith(HELLO) or frame[-1:] not in (_ASK, _ANSWER):
             return False
         local = frame[:-1] == self._hello
         # a question (or an answer nobody asked for) takes shared memory away, never gives it: its
         # sender has not shown a message that decodes; the answer to this channel's question does
         if not local or (frame[-1:] == _ANSWER and (peer if self._router else None) in self._asked):
-            self._learn(peer, local)
+            self._learn(peer, local, part)
         if frame[-1:] == _ASK and self._type in _ANSWERING:
             try:
                 self._control(peer, _ANSWER, time.monotonic(), 0)
@@ -596,7 +607,7 @@ class Channel:
             self.buffer_frames += len(parts) - 2
         message = self._decoder.decode(frames)
         if self._router or self._type == zmq.PAIR or hello != self._hello:
-            self._learn(peer, hello == self._hello)
+            self._learn(peer, hello == self._hello, parts[0])
         return message
 
     # -- life -----------------------------------------------------------------------------------
@@ -687,6 +698,16 @@ def _drop_rest(socket: zmq.Socket[Any]) -> None:
             socket.recv(_NOW, copy=False)
     except zmq.ZMQError:
         pass
+
+
+def _over_network(frame: zmq.Frame) -> bool:
+    """Whether ``frame`` came over a network connection: ZeroMQ gives the address of a TCP peer,
+    ``localhost:<uid>:<gid>:<pid>`` for an ipc:// one and nothing for an inproc:// one."""
+    try:
+        address = frame.get("Peer-Address")
+    except zmq.ZMQError:
+        return False
+    return not str(address).startswith("localhost")
 
 
 def _type_of(socket: zmq.Socket[Any]) -> int:
