@@ -49,7 +49,8 @@ import math
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import zmq
@@ -295,17 +296,9 @@ class Channel:
     def _put(self, peer: bytes | None, frames: list[Any], deadline: float | None, timeout: float | None) -> Sent:
         """Queue the multipart message: only its first part can be refused (ZeroMQ takes a
         multipart message whole or not at all), so a timeout there sends nothing; an exception
-        once a part is queued (an interrupt) ends the message there (``_cut``)."""
-        if self._open:  # a message broken off in ``_cut`` itself
-            self._cut()
-        try:
-            sent = self._put_parts(peer, frames, deadline, timeout)
-            self._open = False
-        except BaseException:
-            if self._open:
-                self._cut()
-            raise
-        return sent
+        once a part is queued (an interrupt) ends the message there (``_whole``)."""
+        with self._whole():
+            return self._put_parts(peer, frames, deadline, timeout)
 
     def _put_parts(self, peer: bytes | None, frames: list[Any], deadline: float | None, timeout: float | None) -> Sent:
         """``_put``'s sends, part by part."""
@@ -332,6 +325,21 @@ class Channel:
             else:
                 trackers.append(socket.send(frame, flags, copy=False, track=True))
         return Sent(trackers) if trackers else _DONE
+
+    @contextmanager
+    def _whole(self) -> Iterator[None]:
+        """Around the sends of one message: if an exception breaks it off after a part others were
+        to follow was queued (an interrupt between two sends), it is ended there (``_cut``), as is
+        one that an exception broke off inside ``_cut`` itself, before the next."""
+        if self._open:
+            self._cut()
+        try:
+            yield
+        except BaseException:
+            if self._open:
+                self._cut()
+            raise
+        self._open = False
 
     def _cut(self) -> None:
         """End a message broken off after some of its parts were queued (an interrupt between two
@@ -494,20 +502,13 @@ class Channel:
     def _control(self, peer: bytes | None, kind: bytes, deadline: float | None, timeout: float | None) -> None:
         """Send a one-frame control message (a handshake's question or answer)."""
         frame = self._hello + kind
-        if self._open:  # a message broken off in ``_cut`` itself
-            self._cut()
-        if peer is None:
-            sent = self._send_first(frame, deadline, more=False)
-        else:
-            try:
+        with self._whole():
+            if peer is None:
+                sent = self._send_first(frame, deadline, more=False)
+            else:
                 sent = self._send_first(peer, deadline)
                 if sent:
                     self.socket.send(frame)
-                    self._open = False
-            except BaseException:
-                if self._open:
-                    self._cut()
-                raise
         if not sent:
             raise TimeoutError(f"the handshake could not be sent within {timeout} s (no peer ready)")
 
