@@ -64,6 +64,8 @@ __all__ = [
     "pack_inline",
     "parse_tag",
     "prefix",
+    "blob_frame_count",
+    "blob_frame_spans",
     "split",
     "tag",
     "unpack_descriptor",
@@ -324,25 +326,37 @@ def split(blob: Buffer) -> list[memoryview]:
         view = memoryview(blob).cast("B")
     except (TypeError, ValueError) as exc:  # not a buffer, not C-contiguous, released
         raise DecodeError(f"blob is not a contiguous buffer: {exc}") from None
-    if view.nbytes < BLOB_PREAMBLE.size:
-        raise DecodeError(f"blob of {view.nbytes} bytes is shorter than its {BLOB_PREAMBLE.size}-byte preamble")
-    magic, count = BLOB_PREAMBLE.unpack_from(view, 0)
+    if view.nbytes >= _SINGLE.size and _SINGLE.unpack_from(view) == (BLOB_MAGIC, 1, view.nbytes - _SINGLE.size):
+        return [view[_SINGLE.size :]]  # the common message, well-formed (any other: checked below)
+    count = blob_frame_count(view, view.nbytes)
+    return [view[pos : pos + length] for pos, length in blob_frame_spans(view, count, view.nbytes)]
+
+
+def blob_frame_count(head: Buffer, size: int) -> int:
+    """The number of frames of a blob of ``size`` bytes that starts with ``head`` (its preamble at
+    least); ``DecodeError`` if the preamble is short or not a blob's, or the frame table does not fit."""
+    if memoryview(head).nbytes < BLOB_PREAMBLE.size:
+        raise DecodeError(f"blob of {size} bytes is shorter than its {BLOB_PREAMBLE.size}-byte preamble")
+    magic, count = BLOB_PREAMBLE.unpack_from(head, 0)
     if magic != BLOB_MAGIC:
         raise DecodeError(f"not a tensorwire blob: magic {bytes(magic)!r}, expected {BLOB_MAGIC!r}")
-    table_end = BLOB_PREAMBLE.size + count * FRAME_LENGTH.size
-    if count == 0 or table_end > view.nbytes:
-        raise DecodeError(f"blob frame table ({count} frames) does not fit in {view.nbytes} bytes")
-    if count == 1 and FRAME_LENGTH.unpack_from(view, BLOB_PREAMBLE.size)[0] == view.nbytes - _SINGLE.size:
-        return [view[_SINGLE.size :]]  # the common message, well-formed (any other: checked below)
-    frames: list[memoryview] = []
-    pos = table_end
-    for i in range(count):
-        (length,) = FRAME_LENGTH.unpack_from(view, BLOB_PREAMBLE.size + i * FRAME_LENGTH.size)
+    if count == 0 or BLOB_PREAMBLE.size + count * FRAME_LENGTH.size > size:
+        raise DecodeError(f"blob frame table ({count} frames) does not fit in {size} bytes")
+    return int(count)
+
+
+def blob_frame_spans(head: Buffer, count: int, size: int) -> list[tuple[int, int]]:
+    """``(offset, length)`` of each of the ``count`` frames of a blob of ``size`` bytes that starts
+    with ``head`` (its preamble and frame table at least), each checked to fit and the last to end
+    the blob (``DecodeError`` otherwise)."""
+    spans: list[tuple[int, int]] = []
+    pos = BLOB_PREAMBLE.size + count * FRAME_LENGTH.size
+    for i, (length,) in enumerate(FRAME_LENGTH.iter_unpack(memoryview(head)[BLOB_PREAMBLE.size : pos])):
         pos += -pos % ALIGN
-        if pos + length > view.nbytes:
-            raise DecodeError(f"blob truncated: frame {i} needs {length} bytes at {pos}, blob has {view.nbytes}")
-        frames.append(view[pos : pos + length])
+        if pos + length > size:
+            raise DecodeError(f"blob truncated: frame {i} needs {length} bytes at {pos}, blob has {size}")
+        spans.append((pos, length))
         pos += length
-    if pos != view.nbytes:
-        raise DecodeError(f"blob has {view.nbytes - pos} trailing bytes after its last frame")
-    return frames
+    if pos != size:
+        raise DecodeError(f"blob has {size - pos} trailing bytes after its last frame")
+    return spans

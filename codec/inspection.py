@@ -19,8 +19,6 @@ from tensorwire._files import open_regular, read_at
 from tensorwire._locate import key_segment
 from tensorwire._scan import check_depth, too_deep_for_the_stack
 from tensorwire._wire import (
-    ALIGN,
-    BLOB_MAGIC,
     BLOB_PREAMBLE,
     EXT_INLINE,
     EXT_TENSOR,
@@ -29,6 +27,8 @@ from tensorwire._wire import (
     WIRE_VERSION,
     Buffer,
     Descriptor,
+    blob_frame_count,
+    blob_frame_spans,
     parse_tag,
     unpack_descriptor,
 )
@@ -71,21 +71,16 @@ def read_header_frame(path: str | os.PathLike[str], limits: Limits | None = None
     ``OSError`` if the file cannot be read."""
     limits = limits or Limits()
     with open_regular(path) as (fd, size):
-        preamble = read_at(fd, 0, BLOB_PREAMBLE.size)
-        if len(preamble) < BLOB_PREAMBLE.size:
-            raise DecodeError(f"blob of {size} bytes is shorter than its {BLOB_PREAMBLE.size}-byte preamble")
-        magic, count = BLOB_PREAMBLE.unpack(preamble)
-        if magic != BLOB_MAGIC:
-            raise DecodeError(f"not a tensorwire blob: magic {bytes(magic)!r}, expected {BLOB_MAGIC!r}")
+        count = blob_frame_count(read_at(fd, 0, BLOB_PREAMBLE.size), size)
         if count > limits.max_buffers + 1:
             raise DecodeError(
                 f"blob of {count} frames is over the limit of {limits.max_buffers + 1} "
                 "(frame 0 and max_buffers inline buffers)"
             )
-        table = read_at(fd, BLOB_PREAMBLE.size, count * FRAME_LENGTH.size)
-        if count == 0 or len(table) < count * FRAME_LENGTH.size:
+        head = read_at(fd, 0, BLOB_PREAMBLE.size + count * FRAME_LENGTH.size)
+        if len(head) < BLOB_PREAMBLE.size + count * FRAME_LENGTH.size:
             raise DecodeError(f"blob frame table ({count} frames) does not fit in {size} bytes")
-        offset, length = _frame_zero(table, BLOB_PREAMBLE.size + len(table), size)
+        offset, length = blob_frame_spans(head, count, size)[0]
         if length > limits.max_header_bytes:
             raise DecodeError(
                 f"frame 0 of {length} bytes is over the limit of {limits.max_header_bytes} (limit max_header_bytes)"
@@ -94,22 +89,6 @@ def read_header_frame(path: str | os.PathLike[str], limits: Limits | None = None
         if len(frame) < length:
             raise DecodeError(f"blob truncated while read: frame 0 needs {length} bytes at {offset}")
         return frame
-
-
-def _frame_zero(table: bytearray, table_end: int, size: int) -> tuple[int, int]:
-    """The offset and length of frame 0 in a blob of ``size`` bytes whose frame table is ``table``,
-    every frame checked to fit and to end the blob as ``split`` checks them."""
-    pos, first = table_end, (0, 0)
-    for i, (length,) in enumerate(FRAME_LENGTH.iter_unpack(table)):
-        pos += -pos % ALIGN
-        if pos + length > size:
-            raise DecodeError(f"blob truncated: frame {i} needs {length} bytes at {pos}, blob has {size}")
-        if i == 0:
-            first = (pos, length)
-        pos += length
-    if pos != size:
-        raise DecodeError(f"blob has {size - pos} trailing bytes after its last frame")
-    return first
 
 
 def describe(header_frame: Buffer, max_depth: int = 66) -> dict[str, Any]:
