@@ -300,6 +300,9 @@ _OVERLAP = "a repeated part holds an alternation whose branches can start with t
         ("^(-.+)*$", "-a" * 12 + "\n\n", _NESTED),  # "." takes the "-" each repeat starts with
         ("^(\\w+\\s?)*$", "a" * 12 + "!", _NESTED),  # the repeat starts with what "\\w+" takes
         ("^(-a*-?a*)*$", "-a" * 12 + "!", _NESTED),
+        ("^(-[a-z]+x?)*$", "-ax" * 12 + "!", _NESTED),  # what follows "[a-z]+" ("x?") can be what it takes
+        ("^(-(?:[a-z]+)x?)*$", "-ax" * 12 + "!", _NESTED),
+        ("^(\\.(-{0,2})?)*$", "." * 12 + "!", _NESTED),  # "(-{0,2})?" matches nothing in two ways
     ],
 )
 def test_a_pattern_that_backtracks_exponentially_is_refused_before_it_runs(
@@ -335,6 +338,8 @@ def test_a_pattern_that_backtracks_exponentially_is_refused_before_it_runs(
         ("^\\w+(,\\s*\\w+)*$", "a, b,c"),
         ("(?i)^(-[A-Z]+)*$", "-ab-C"),
         ("^(\\.\\d+)*$", ".1.25"),
+        ("^(\\d{1,3}\\.){3}\\d{1,3}$", "127.0.0.1"),  # a "." that "\\d{1,3}" cannot take follows it
+        ("^((\\d+)[a-z])+$", "1a22b"),
     ],
 )
 def test_a_pattern_that_cannot_backtrack_exponentially_loads_and_checks(

@@ -1,13 +1,16 @@
-"""Refuse patterns whose matching can take time exponential in the string's length.
+r"""Refuse patterns whose matching can take time exponential in the string's length.
 
 Python's ``re`` backtracks: a repeated part that can match the same text in more than one way
 (``(a+)+``, ``(a|aa)+``) makes a failing match try every way, 2**n of them for n characters. A
 pattern runs at schema load (on defaults and examples) and on every string a peer sends, so such
 a pattern is a ``SchemaError``. The check is conservative: inside a repeat that can run more than
-once, every quantifier must be of fixed count (``{3}``) or match no character that the repeat's
-part must start with (``(-[a-z]+)*``: a ``-`` starts each repeat, which ``[a-z]+`` cannot take,
-so the repeats cannot split the same text two ways), and every alternation's branches must start
-with characters no other branch starts with. A possessive quantifier (``++``, ``*+``, ``?+``,
+once, every quantifier must be of fixed count (``{3}``) or match no character that must come right
+after it: the next item of the repeated part, or where it ends the part, the start of the part's
+next repeat (``(-[a-z]+)*``: a ``-`` starts each repeat, which ``[a-z]+`` cannot take;
+``(\d{1,3}\.){3}``: a ``.`` follows ``\d{1,3}``; either way the quantifier has one place to
+stop, so the repeats cannot split the same text two ways), and its part must not match the empty
+string (``(-?)?`` matches it in two ways); every alternation's branches must start with
+characters no other branch starts with. A possessive quantifier (``++``, ``*+``, ``?+``,
 ``{m,n}+``) or an atomic group (``(?>...)``) never gives back what it matched, so what lies inside
 one is checked on its own. Several unbounded parts in a row (``.*a.*b``) still cost time
 polynomial in the string's length: bound such strings with ``maxLength``.
@@ -19,6 +22,7 @@ import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cache
 from itertools import pairwise
 from typing import Any
 
@@ -52,7 +56,16 @@ _HINT = (
     "or write the alternatives so that no two start alike"
 )
 CharSet = frozenset[tuple[int, int]] | None  # ranges of code points; None: not known
-Fence = frozenset[str] | None  # the characters the innermost repeat's part starts with; None: not known
+Test = Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What must come next: one of ``chars`` (None: too many to list, or not known) and a character
+    ``test`` passes (None: not known)."""
+
+    chars: frozenset[str] | None
+    test: Test | None
 
 
 @dataclass(frozen=True)
@@ -77,23 +90,27 @@ def pattern_problem(pattern: str) -> str | None:
     return f"pattern {pattern!r} can backtrack through exponentially many ways to match a string: {why}; {_HINT}"
 
 
-def _walk(items: list[tuple[Any, Any]], *, in_loop: bool, fence: Fence, flags: _Flags) -> str | None:
-    """The first problem among ``items`` (``in_loop``: inside a repeat that can run more than once,
-    whose part starts with one of ``fence``)."""
-    for op, av in items:
-        why = _item(op, av, in_loop=in_loop, fence=fence, flags=flags)
+def _walk(items: list[tuple[Any, Any]], *, in_loop: bool, fence: Fence | None, flags: _Flags) -> str | None:
+    """The first problem among ``items`` (``in_loop``: inside a repeat that can run more than once;
+    ``fence``: the characters one of which must come next after ``items``, None if not known)."""
+    for index, (op, av) in enumerate(items):
+        rest = items[index + 1 :]
+        follow = fence if all(o is _c.AT for o, _ in rest) else _fence(rest, flags)
+        why = _item(op, av, in_loop=in_loop, fence=follow, flags=flags)
         if why is not None:
             return why
     return None
 
 
-def _item(op: Any, av: Any, *, in_loop: bool, fence: Fence, flags: _Flags) -> str | None:
+def _item(op: Any, av: Any, *, in_loop: bool, fence: Fence | None, flags: _Flags) -> str | None:
+    """The first problem in one item, ``fence`` being what must come next after it."""
     fold = flags.fold
     if op in _REPEATS:
         low, high, body = av
-        if in_loop and low != high and not _fenced_off(list(body), fence, flags):
+        if in_loop and low != high and (_nullable(list(body)) or not _fenced_off(list(body), fence, flags)):
             return _NESTED
         loops = high > 1
+        # a repeat's part is followed by its next repeat: the part's own start fences what ends it
         inner = _fence(list(body), flags) if loops else fence
         return _walk(list(body), in_loop=in_loop or loops, fence=inner, flags=flags)
     if op is _c.POSSESSIVE_REPEAT:
@@ -117,27 +134,132 @@ def _item(op: Any, av: Any, *, in_loop: bool, fence: Fence, flags: _Flags) -> st
     return None
 
 
-def _fence(body: list[tuple[Any, Any]], flags: _Flags) -> Fence:
-    """The characters every match of a repeat's ``body`` starts with, if known and at most
-    ``_FENCE_CHARS`` of them (None otherwise, or if it can match nothing)."""
-    first = _first(body, flags.fold)
-    if first is None or sum(high - low + 1 for low, high in first) > _FENCE_CHARS:
+def _nullable(items: list[tuple[Any, Any]]) -> bool:
+    """Whether ``items`` can match the empty string (True where not known): a quantifier over such a
+    part can match nothing in two ways, running it empty or not at all."""
+    for op, av in items:
+        if op in (_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN):
+            return False
+        if op in (*_REPEATS, _c.POSSESSIVE_REPEAT):
+            if av[0] >= 1 and not _nullable(list(av[2])):
+                return False
+        elif op is _c.SUBPATTERN:
+            if not _nullable(list(av[3])):
+                return False
+        elif op is _c.ATOMIC_GROUP:
+            if not _nullable(list(av)):
+                return False
+        elif op is _c.BRANCH:
+            if not any(_nullable(list(branch)) for branch in av[1]):
+                return False
+    return True
+
+
+def _fence(items: list[tuple[Any, Any]], flags: _Flags) -> Fence | None:
+    """What every match of ``items`` starts with (None if not known, or if it can match nothing)."""
+    first = _first_char(items, flags)
+    if first is None:
         return None
-    return frozenset(chr(code) for low, high in first for code in range(low, high + 1))
+    (op, av), first_flags = first
+    chars, test = _taken([(op, av)], first_flags), _takes_one(op, av, first_flags)
+    return None if chars is None and test is None else Fence(chars, test)
 
 
-def _fenced_off(body: list[tuple[Any, Any]], fence: Fence, flags: _Flags) -> bool:
-    """Whether no character ``body`` can match is one of ``fence`` (a quantifier over it then cannot
-    run into the next repeat of the part around it)."""
+def _fenced_off(body: list[tuple[Any, Any]], fence: Fence | None, flags: _Flags) -> bool:
+    """Whether no character ``body`` can match is one ``fence`` starts with (a quantifier over it
+    then cannot run into what must follow it): either ``body``'s test fails on every character the
+    fence lists, or the fence's test fails on every character ``body`` can take."""
     if fence is None:
         return False
     takes = _takes(body, flags)
-    return takes is not None and not any(takes(char) for char in fence)
+    if fence.chars is not None and takes is not None and not any(takes(char) for char in fence.chars):
+        return True
+    taken = _taken(body, flags)
+    test = fence.test
+    return taken is not None and test is not None and not any(test(char) for char in taken)
 
 
-def _takes(items: list[tuple[Any, Any]], flags: _Flags) -> Callable[[str], bool] | None:
+def _first_char(items: list[tuple[Any, Any]], flags: _Flags) -> tuple[tuple[Any, Any], _Flags] | None:
+    """The item that matches the first character of every match of ``items`` (with the flags it is
+    read under); None where not known, or where ``items`` can match nothing."""
+    for op, av in items:
+        if op is _c.AT:
+            continue
+        if op in (_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN):
+            return (op, av), flags
+        if op is _c.SUBPATTERN:
+            return _first_char(list(av[3]), replace(flags, fold=flags.fold or bool(av[1] & _c.SRE_FLAG_IGNORECASE)))
+        if op in (*_REPEATS, _c.POSSESSIVE_REPEAT):
+            return _first_char(list(av[2]), flags) if av[0] >= 1 else None
+        if op is _c.ATOMIC_GROUP:
+            return _first_char(list(av), flags)
+        return None
+    return None
+
+
+def _taken(items: list[tuple[Any, Any]], flags: _Flags) -> frozenset[str] | None:
+    """Every character ``items`` can match anywhere (and maybe a few more), if known and at most
+    ``_FENCE_CHARS`` of them; None otherwise."""
+    out: set[str] = set()
+    for op, av in items:
+        if op in (_c.AT, _c.ASSERT, _c.ASSERT_NOT):
+            continue
+        if op is _c.LITERAL:
+            some: frozenset[str] | None = frozenset(_forms(chr(av), flags.fold))
+        elif op is _c.IN:
+            some = _class_chars(av, flags)
+        elif op in (*_REPEATS, _c.POSSESSIVE_REPEAT):
+            some = _taken(list(av[2]), flags)
+        elif op is _c.ATOMIC_GROUP:
+            some = _taken(list(av), flags)
+        elif op is _c.SUBPATTERN:
+            some = _taken(list(av[3]), replace(flags, fold=flags.fold or bool(av[1] & _c.SRE_FLAG_IGNORECASE)))
+        else:
+            return None
+        if some is None:
+            return None
+        out |= some
+    if len(out) > _FENCE_CHARS:
+        return None
+    return frozenset(out)
+
+
+def _class_chars(members: list[tuple[Any, Any]], flags: _Flags) -> frozenset[str] | None:
+    """The characters of a class of literals, short ranges and small categories (``\\s``), with
+    their other cases under IGNORECASE; None for a negated class or a large one."""
+    out: set[str] = set()
+    for op, av in members:
+        if op is _c.LITERAL:
+            chars: frozenset[str] | None = frozenset({chr(av)})
+        elif op is _c.RANGE and av[1] - av[0] < _FENCE_CHARS:
+            chars = frozenset(chr(code) for code in range(av[0], av[1] + 1))
+        elif op is _c.CATEGORY and av in _CATEGORIES:
+            chars = _category_chars(_CATEGORIES[av], flags.ascii)
+        else:
+            return None
+        if chars is None:
+            return None
+        out.update(form for char in chars for form in _forms(char, flags.fold))
+        if len(out) > _FENCE_CHARS:
+            return None
+    return frozenset(out)
+
+
+@cache
+def _category_chars(category: str, ascii_only: bool) -> frozenset[str] | None:
+    """The characters of a category (``\\s``), if at most ``_FENCE_CHARS`` of them."""
+    found = re.findall(category, _every_char(), re.ASCII if ascii_only else 0)
+    return frozenset(found) if len(found) <= _FENCE_CHARS else None
+
+
+@cache
+def _every_char() -> str:
+    return "".join(map(chr, range(0x110000)))
+
+
+def _takes(items: list[tuple[Any, Any]], flags: _Flags) -> Test | None:
     """A test of whether ``items`` can match a given character anywhere; None where not known."""
-    tests: list[Callable[[str], bool]] = []
+    tests: list[Test] = []
     for op, av in items:
         test = _takes_one(op, av, flags)
         if test is None:
@@ -146,7 +268,7 @@ def _takes(items: list[tuple[Any, Any]], flags: _Flags) -> Callable[[str], bool]
     return lambda char: any(test(char) for test in tests)
 
 
-def _takes_one(op: Any, av: Any, flags: _Flags) -> Callable[[str], bool] | None:
+def _takes_one(op: Any, av: Any, flags: _Flags) -> Test | None:
     if op in (_c.AT, _c.ASSERT, _c.ASSERT_NOT):
         return lambda char: False  # matches a place, no character
     if op is _c.LITERAL:
@@ -173,17 +295,17 @@ def _takes_one(op: Any, av: Any, flags: _Flags) -> Callable[[str], bool] | None:
     return None  # a back reference, a conditional: what it matches is not known here
 
 
-def _same_as(literal: str, fold: bool) -> Callable[[str], bool]:
+def _same_as(literal: str, fold: bool) -> Test:
     if not fold:
         return lambda char: char == literal
     forms = {literal, literal.lower(), literal.upper()}
     return lambda char: char in forms or char.lower() in forms or char.upper() in forms
 
 
-def _in_class(members: list[tuple[Any, Any]], flags: _Flags) -> Callable[[str], bool] | None:
+def _in_class(members: list[tuple[Any, Any]], flags: _Flags) -> Test | None:
     """A test of a character class (``[...]``, ``\\d``): literals, ranges, categories, negated."""
     negate = False
-    tests: list[Callable[[str], bool]] = []
+    tests: list[Test] = []
     for op, av in members:
         if op is _c.NEGATE:
             negate = True
@@ -200,11 +322,11 @@ def _in_class(members: list[tuple[Any, Any]], flags: _Flags) -> Callable[[str], 
     return lambda char: any(test(char) for test in tests)
 
 
-def _in_range(low: int, high: int, fold: bool) -> Callable[[str], bool]:
+def _in_range(low: int, high: int, fold: bool) -> Test:
     return lambda char: any(low <= ord(form) <= high for form in _forms(char, fold))
 
 
-def _in_category(category: str, ascii_only: bool) -> Callable[[str], bool]:
+def _in_category(category: str, ascii_only: bool) -> Test:
     compiled = re.compile(category, re.ASCII if ascii_only else 0)
     return lambda char: compiled.fullmatch(char) is not None
 
