@@ -417,7 +417,11 @@ class Pool:
                 _let_go(slot, unmap=False)
 
     def give_back(self, slot: Slot) -> None:
-        slot.page.give_back()
+        """Free ``slot``, taken by this process and not handed over (a send that failed)."""
+        try:
+            slot.page.give_back()
+        except ValueError:  # another thread let go of the slot meanwhile (close, trim): nothing to free
+            pass
         slot.sending = 0
         slot.allocated = False
         slot.last_used = time.monotonic()

@@ -108,3 +108,20 @@ def test_withdrawing_a_broadcast_whose_slot_another_thread_let_go_of_never_raise
     monkeypatch.setattr(Page, "discard", discard)
     fan.withdraw(handle, 2)
     assert shm.pool is not None and shm.pool.slots() == []
+
+
+def test_an_interrupted_copy_whose_pool_another_thread_closed_raises_the_interrupt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The copy was interrupted after another thread closed the pool: giving the slot back wrote
+    the released page, and its ValueError replaced the interrupt."""
+
+    def closed_then_interrupted(target: memoryview, source: memoryview) -> None:
+        _in_a_thread(shm.close)
+        raise KeyboardInterrupt
+
+    shm = transports.ShmTransport()
+    monkeypatch.setattr(shm_module, "copy_into", closed_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tw.Encoder(transport=shm, options=OOB).encode(diffusion.Output(output=torch.ones(1000)))
+    assert shm.pool is not None and shm.pool.slots() == []
