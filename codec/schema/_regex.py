@@ -34,6 +34,7 @@ with warnings.catch_warnings():  # the parser ``re`` itself uses; the module nam
 __all__ = ["pattern_problem"]
 
 _REPEATS = (_c.MAX_REPEAT, _c.MIN_REPEAT)
+_HOLDERS = (*_REPEATS, _c.SUBPATTERN, _c.BRANCH)  # items whose parts a repeat around them can split
 _NESTED = (
     "a repeated part holds a quantifier that is not of fixed count (nested quantifiers: "
     "the repeats can split the same text in many ways)"
@@ -94,12 +95,21 @@ def _walk(items: list[tuple[Any, Any]], *, in_loop: bool, fence: Fence | None, f
     """The first problem among ``items`` (``in_loop``: inside a repeat that can run more than once;
     ``fence``: the characters one of which must come next after ``items``, None if not known)."""
     for index, (op, av) in enumerate(items):
-        rest = items[index + 1 :]
-        follow = fence if all(o is _c.AT for o, _ in rest) else _fence(rest, flags)
+        # what follows an item matters only inside a repeat, and only to an item that holds others
+        follow = _follow(items, index + 1, fence, flags) if in_loop and op in _HOLDERS else None
         why = _item(op, av, in_loop=in_loop, fence=follow, flags=flags)
         if why is not None:
             return why
     return None
+
+
+def _follow(items: list[tuple[Any, Any]], start: int, fence: Fence | None, flags: _Flags) -> Fence | None:
+    """What must come right after ``items[start - 1]``: what ``items[start:]`` starts with, or
+    ``fence`` (what must follow ``items``) where only anchors are left."""
+    for index in range(start, len(items)):
+        if items[index][0] is not _c.AT:
+            return _fence(items, flags, index)
+    return fence
 
 
 def _item(op: Any, av: Any, *, in_loop: bool, fence: Fence | None, flags: _Flags) -> str | None:
@@ -155,9 +165,10 @@ def _nullable(items: list[tuple[Any, Any]]) -> bool:
     return True
 
 
-def _fence(items: list[tuple[Any, Any]], flags: _Flags) -> Fence | None:
-    """What every match of ``items`` starts with (None if not known, or if it can match nothing)."""
-    first = _first_char(items, flags)
+def _fence(items: list[tuple[Any, Any]], flags: _Flags, start: int = 0) -> Fence | None:
+    """What every match of ``items[start:]`` starts with (None if not known, or if it can match
+    nothing)."""
+    first = _first_char(items, flags, start)
     if first is None:
         return None
     (op, av), first_flags = first
@@ -179,10 +190,11 @@ def _fenced_off(body: list[tuple[Any, Any]], fence: Fence | None, flags: _Flags)
     return taken is not None and test is not None and not any(test(char) for char in taken)
 
 
-def _first_char(items: list[tuple[Any, Any]], flags: _Flags) -> tuple[tuple[Any, Any], _Flags] | None:
-    """The item that matches the first character of every match of ``items`` (with the flags it is
-    read under); None where not known, or where ``items`` can match nothing."""
-    for op, av in items:
+def _first_char(items: list[tuple[Any, Any]], flags: _Flags, start: int = 0) -> tuple[tuple[Any, Any], _Flags] | None:
+    """The item that matches the first character of every match of ``items[start:]`` (with the
+    flags it is read under); None where not known, or where they can match nothing."""
+    for index in range(start, len(items)):
+        op, av = items[index]
         if op is _c.AT:
             continue
         if op in (_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN):
