@@ -1190,3 +1190,69 @@ def test_a_hello_over_tcp_is_on_trial_though_the_socket_has_an_ipc_endpoint_too(
         assert [len(_raw_parts(far)) for _ in range(2)] == [2, 3]  # on trial: one at a time
         assert [len(_raw_parts(near)) for _ in range(2)] == [2, 2]
         assert server.withheld == 1 and _in_flight(shm) == 3
+
+
+# -- a message of more parts than a channel message can have ---------------------------------------
+def test_a_message_of_more_parts_than_a_channel_message_has_is_dropped_without_keeping_them(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every part was kept in a list (a pyzmq frame each, several times ZeroMQ's own cost per part)
+    before the message was refused: 100,000 empty parts took ~20 MiB, two million ~400 MiB."""
+    import tracemalloc
+
+    router, peer, _ = _inproc_router(ctx, "inproc://many-parts", (b"peer", b"other"))
+    peer.setsockopt(zmq.SNDHWM, 0)
+    router.setsockopt(zmq.RCVHWM, 0)
+    peer.send_multipart([b""] * 100_000)
+    peer.send_multipart(_valid(_request(x=torch.arange(2))))
+    with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"), Channel(router, REGISTRY) as server:
+        assert router.poll(5000)
+        tracemalloc.start()
+        try:
+            with pytest.raises(TimeoutError):
+                server.recv(timeout=0)  # the one message read, and dropped
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert server.dropped == 1 and peak < 4 * MiB  # (4,099 frames kept at most)
+        who, message = server.recv_from(timeout=5)
+        assert who == b"peer" and torch.equal(message.kwargs["x"], torch.arange(2))
+    assert caplog.messages == [
+        f"dropped a message from peer {b'peer'.hex()}: it has 100001 parts, over the limit of 4099"
+        " (a routing id, the hello, frame 0 and max_buffers=4096 buffer frames)"
+    ]
+
+
+def test_a_message_of_as_many_parts_as_max_buffers_allows_arrives_and_one_more_is_dropped(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
+    two = _valid(_request(x=torch.ones(10_000), y=torch.zeros(10_000)))  # hello, frame 0, two buffer frames
+    assert len(two) == 4
+    a.send_multipart([*two, b"extra"])
+    a.send_multipart(two)
+    options = tw.DecodeOptions(limits=tw.Limits(max_buffers=2))
+    with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"), Channel(b, REGISTRY, options=options) as receiver:
+        got = receiver.recv(timeout=5)
+        assert torch.equal(got.kwargs["y"], torch.zeros(10_000)) and receiver.dropped == 1
+    assert caplog.messages == [
+        "dropped a message from the peer: it has 5 parts, over the limit of 4"
+        " (the hello, frame 0 and max_buffers=2 buffer frames)"
+    ]
+    a.close(0)
+
+
+def test_a_recv_interrupted_among_the_parts_past_the_limit_drops_the_rest_of_that_message(ctx: Any) -> None:
+    router, peer, _ = _inproc_router(ctx, "inproc://many-parts-interrupted", (b"peer", b"other"))
+    peer.send_multipart([b"junk"] * 10)
+    peer.send_multipart(_valid(_request(x=torch.arange(2))))
+    options = tw.DecodeOptions(limits=tw.Limits(max_buffers=2))
+    with Channel(router, REGISTRY, options=options) as server:
+        server.socket = _interrupted(router, 7)  # the 5 parts kept, and 2 past them received
+        with pytest.raises(KeyboardInterrupt):
+            server.recv(timeout=5)
+        server.socket = router
+        who, message = server.recv_from(timeout=5)
+        assert who == b"peer" and torch.equal(message.kwargs["x"], torch.arange(2))
+        assert server.dropped == 0
+    peer.close(0)

@@ -28,15 +28,17 @@ its parts (nor, from a ROUTER, goes to its peer).
 Receiving. ZeroMQ reads a whole multipart message before the channel sees it: a channel sets the
 socket's ``MAXMSGSIZE`` (unless the caller did) to the largest frame its ``DecodeOptions`` let
 through (``max_header_bytes`` or ``max_message_bytes``, the larger), so ZeroMQ disconnects a peer
-that sends a larger one. That bounds each frame, not the number of frames, and holds only over
-``tcp://`` and ``ipc://`` endpoints bound or connected after the channel is made (ZeroMQ takes a
-socket's options at ``bind`` and ``connect``). Frames are received without a copy (pyzmq frames
-are writable memory the decoder builds tensors on; a decoded tensor keeps its frame alive). A
-message that does not decode (garbage, a forged handle, a limit of ``DecodeOptions`` exceeded) is
-dropped with a log line and counted in ``dropped``; ``recv`` goes on waiting for the next one,
-within its timeout however many are dropped. A message whose handles this process cannot open is
-a ``TransportError`` naming the peer. A receive interrupted part of the way drops the rest of
-that message.
+that sends a larger one. That bounds each frame, and holds only over ``tcp://`` and ``ipc://``
+endpoints bound or connected after the channel is made (ZeroMQ takes a socket's options at ``bind``
+and ``connect``); ZeroMQ bounds no message's number of parts. The channel keeps at most as many as
+a message can have (a ROUTER's routing id, the hello, frame 0 and ``max_buffers`` buffer frames):
+a message of more is received to its end, the rest of its parts dropped as they come, and dropped
+whole. Frames are received without a copy (pyzmq frames are writable memory the decoder builds
+tensors on; a decoded tensor keeps its frame alive). A message that does not decode (garbage, a
+forged handle, a limit of ``DecodeOptions`` exceeded) is dropped with a log line and counted in
+``dropped``; ``recv`` goes on waiting for the next one, within its timeout however many are
+dropped. A message whose handles this process cannot open is a ``TransportError`` naming the
+peer. A receive interrupted part of the way drops the rest of that message.
 
 A channel is not thread-safe (nor is a ZeroMQ socket), except ``abort()``: it makes a send that
 waits in another thread give up; ``tensorwire.zmq.Client`` is thread-safe.
@@ -196,8 +198,9 @@ class Channel:
         self._inline = Encoder(None, encode_options)
         self._shared = None if transport is None or self._type in _FAN_OUT else Encoder(transport, encode_options)
         self._decoder = Decoder(registry, [] if transport is None else [transport], options)
+        limits = self._decoder.options.limits
+        self._most_parts = int(self._router) + 2 + limits.max_buffers  # routing id, hello, frame 0, buffers
         if int(socket.getsockopt(zmq.MAXMSGSIZE)) == -1:  # the caller's own bound stays
-            limits = (options or DecodeOptions()).limits
             socket.setsockopt(zmq.MAXMSGSIZE, max(limits.max_header_bytes, limits.max_message_bytes))
         # a channel that cannot open shared memory says so with a token no process has
         self._hello = HELLO + (host_token() if transport is not None else bytes(TOKEN_BYTES))
@@ -559,19 +562,31 @@ class Channel:
                 if time.monotonic() >= deadline:
                     return _NOTHING
             flags = _NOW
-        parts = _recv_parts(socket, flags)
+        parts, count = _recv_parts(socket, flags, self._most_parts)
         peer = parts[0].bytes if self._router and parts else None
         body = parts[1:] if self._router else parts
+        if count > len(parts):
+            routed = "a routing id, " if self._router else ""
+            self._drop(
+                peer,
+                f"it has {count} parts, over the limit of {len(parts)} ({routed}the hello, frame 0 and"
+                f" max_buffers={self._decoder.options.limits.max_buffers} buffer frames)",
+            )
+            return None
         if len(body) == 1 and self._answer(peer, body[0]):
             return None
         try:
             return peer, self._decode(peer, body)
         except DecodeError as exc:
-            self.dropped += 1
-            self._drops.note(f"dropped a message from {_name(peer)}: {exc}")
+            self._drop(peer, str(exc))
             return None
         except TransportError as exc:
             raise TransportError(exc.errno, f"a message from {_name(peer)}: {exc.strerror or exc}") from None
+
+    def _drop(self, peer: bytes | None, why: str) -> None:
+        """Count a message of ``peer``'s that is dropped, and log ``why`` (ten lines a second at most)."""
+        self.dropped += 1
+        self._drops.note(f"dropped a message from {_name(peer)}: {why}")
 
     def _answer(self, peer: bytes | None, part: zmq.Frame) -> bool:
         """Whether ``part`` is a handshake's question or answer; learn from it, answer a question."""
@@ -674,21 +689,27 @@ class Notes:
         self._log.log(self._level, "%s", text)
 
 
-def _recv_parts(socket: zmq.Socket[Any], flags: int) -> list[zmq.Frame]:
-    """Every part of the next message, received without a copy (``recv_multipart`` asks the socket
-    for ``RCVMORE`` after each part; a received frame already knows whether more follow). An
-    exception part of the way (an interrupt) drops the rest: the next receive starts at a message,
-    never takes a peer's last parts for one (a ROUTER: its routing id and frames of that peer's)."""
+def _recv_parts(socket: zmq.Socket[Any], flags: int, most: int) -> tuple[list[zmq.Frame], int]:
+    """The first ``most`` parts of the next message, received without a copy, and how many parts it
+    has: those past ``most`` are received and dropped one by one, never kept (``recv_multipart``
+    asks the socket for ``RCVMORE`` after each part; a received frame already knows whether more
+    follow). An exception part of the way (an interrupt) drops the rest: the next receive starts at
+    a message, never takes a peer's last parts for one (a ROUTER: its routing id and frames of that
+    peer's)."""
     try:
         part = socket.recv(flags, copy=False)
         parts = [part]
-        while part.more:
+        while part.more and len(parts) < most:
             part = socket.recv(flags, copy=False)
             parts.append(part)
+        count = len(parts)
+        while part.more:  # ZeroMQ delivers a message whole: its parts are all there
+            part = socket.recv(_NOW, copy=False)
+            count += 1
     except BaseException:
         _drop_rest(socket)
         raise
-    return parts
+    return parts, count
 
 
 def _drop_rest(socket: zmq.Socket[Any]) -> None:
