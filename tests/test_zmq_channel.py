@@ -1256,3 +1256,35 @@ def test_a_recv_interrupted_among_the_parts_past_the_limit_drops_the_rest_of_tha
         assert who == b"peer" and torch.equal(message.kwargs["x"], torch.arange(2))
         assert server.dropped == 0
     peer.close(0)
+
+
+@pytest.mark.parametrize("at", [3, 6])  # as the last part to the first (or second) of three workers returns
+def test_a_broadcast_interrupted_once_a_peers_message_is_whole_leaves_that_peer_its_claim(
+    ctx: Any, tmp_path: Any, at: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The peer whose message was queued whole when the interrupt came was counted among those not
+    reached: its share was withdrawn (or, for the first, the buffer released), so the claim it made
+    was refused as the buffer's last (or a void one) and its message dropped."""
+    router_socket = ctx.socket(zmq.ROUTER)
+    endpoint = f"ipc://{tmp_path}/router"
+    router_socket.bind(endpoint)
+    dealers = _workers(ctx, endpoint, 3)
+    big = torch.randn(MiB)
+    reached = at // 3  # (a routing id, the hello and frame 0 to each)
+    with tw.transports.ShmTransport() as shm, Channel(router_socket, REGISTRY, transport=shm) as router:
+        peers = _greeted(router, dealers)
+        router.socket = _interrupted(router_socket, at)
+        with pytest.raises(KeyboardInterrupt):
+            router.broadcast(_request(x=big), peers, timeout=5)
+        router.socket = router_socket
+        readers = [tw.transports.ShmTransport() for _ in dealers]
+        workers = [Channel(d, REGISTRY, transport=r) for d, r in zip(dealers, readers, strict=True)]
+        with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"):
+            got = [w.recv(timeout=5).kwargs["x"] for w in workers[:reached]]
+        assert all(torch.equal(x, big) for x in got) and [w.dropped for w in workers] == [0, 0, 0]
+        assert dealers[2].poll(200) == 0  # never sent to
+        assert shm.pool is not None and [slot.state for slot in shm.pool.slots()] != [FREE]
+        got.clear()
+        assert [slot.state for slot in shm.pool.slots()] == [FREE]  # freed by the last that got it
+        for reader in readers:
+            reader.close()

@@ -218,6 +218,7 @@ class Channel:
         self._unanswered = Notes(_LOG, logging.INFO)
         self._aborted = threading.Event()
         self._open = False  # whether a part of a message may be queued without its last part (``_cut``)
+        self._ended = 0  # messages whose last part was handed to ZeroMQ (``_put_parts``, ``broadcast``)
         self.buffer_frames = 0
         """Buffer frames received: tensors that came inline, each in a frame of its own."""
         self.withheld = 0
@@ -258,8 +259,8 @@ class Channel:
         ``ShmTransport``, each large tensor goes to one shared-memory buffer that all of them read,
         freed when the last has let go (``ShmTransport.fan_out``); otherwise the same inline frames
         go to each. A peer ZeroMQ does not know gets nothing (its share of the buffer comes back
-        after the claim timeout); if the time runs out part way, the peers not sent to are
-        withdrawn. ``wait``, ``timeout`` and the errors are ``send``'s."""
+        after the claim timeout); if the time runs out (or an exception comes) part way, the peers
+        not sent to are withdrawn. ``wait``, ``timeout`` and the errors are ``send``'s."""
         if self.closed:
             raise ValueError("the channel is closed")
         if not self._router:
@@ -276,13 +277,14 @@ class Channel:
             fan = shm.fan_out(len(peers))
         frames = (self._inline if fan is None else Encoder(fan, self._encode_options)).encode(message)
         trackers: list[zmq.MessageTracker] = []
-        done = 0
+        before = self._ended
         try:
             for peer in peers:
                 trackers.extend(self._put(peer, frames, deadline, timeout)._trackers)
-                done += 1
         except BaseException:
-            if fan is not None:
+            if fan is not None:  # a peer is reached once its last part goes to ZeroMQ: an interrupt as
+                # that send returns leaves its message whole, its claim to make
+                done = self._ended - before
                 self._withdraw(fan, frames, len(peers) - done, everyone=done == 0)
             raise
         return _settled(Sent(trackers) if trackers else _DONE, wait, deadline, timeout)
@@ -304,7 +306,8 @@ class Channel:
             return self._put_parts(peer, frames, deadline, timeout)
 
     def _put_parts(self, peer: bytes | None, frames: list[Any], deadline: float | None, timeout: float | None) -> Sent:
-        """``_put``'s sends, part by part."""
+        """``_put``'s sends, part by part; ``_ended`` counts the message just before its last part
+        (ZeroMQ takes the rest of a message whose first part it took)."""
         socket = self.socket
         first = peer if peer is not None else self._hello
         if not self._send_first(first, deadline):
@@ -315,6 +318,8 @@ class Channel:
         head = frames[0]  # the encoder's own bytes, never changed: handed over untracked when large
         last = len(frames) - 1
         inproc = self._inproc()
+        if not last:
+            self._ended += 1
         socket.send(head, _MORE if last else 0, copy=inproc or len(head) < socket.copy_threshold)
         if not last:
             return _DONE
@@ -322,7 +327,10 @@ class Channel:
         trackers: list[zmq.MessageTracker] = []
         for i in range(1, last + 1):
             frame = frames[i]
-            flags = _MORE if i < last else 0
+            flags = _MORE
+            if i == last:
+                flags = 0
+                self._ended += 1
             if memoryview(frame).nbytes < threshold:
                 socket.send(frame, flags, copy=True)
             else:
