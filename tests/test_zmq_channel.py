@@ -1288,3 +1288,36 @@ def test_a_broadcast_interrupted_once_a_peers_message_is_whole_leaves_that_peer_
         assert [slot.state for slot in shm.pool.slots()] == [FREE]  # freed by the last that got it
         for reader in readers:
             reader.close()
+
+
+@pytest.mark.parametrize("parts", [1, 2])  # a handshake's place, a hello's place
+def test_a_large_part_where_a_hello_goes_is_never_copied(
+    ctx: Any, parts: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The part was copied whole (``Frame.bytes``) before its length was looked at: a peer's 64 MiB
+    there made the receiver hold twice that."""
+    import tracemalloc
+
+    a, b = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    b.bind(f"inproc://large-hello-{parts}")
+    a.connect(f"inproc://large-hello-{parts}")
+    a.send_multipart([b"TWC1" + bytes(64 * MiB), b"x"][:parts], copy=False)
+    a.send_multipart(_valid(_request(x=torch.arange(2))))
+    with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"), Channel(b, REGISTRY) as receiver:
+        assert b.poll(5000)
+        tracemalloc.start()
+        try:
+            with pytest.raises(TimeoutError):
+                receiver.recv(timeout=0)  # the one message read, and dropped
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert receiver.dropped == 1 and peak < MiB
+        assert torch.equal(receiver.recv(timeout=5).kwargs["x"], torch.arange(2))
+    expected = (
+        "a channel message has a hello frame and frame 0 at least; this one has 1 frames"
+        if parts == 1
+        else "not a tensorwire channel message: its first frame is b'TWC1" + "\\x00" * 20 + "'"
+    )
+    assert caplog.messages == [f"dropped a message from the peer: {expected}"]
+    a.close(0)

@@ -598,8 +598,10 @@ class Channel:
 
     def _answer(self, peer: bytes | None, part: zmq.Frame) -> bool:
         """Whether ``part`` is a handshake's question or answer; learn from it, answer a question."""
+        if len(part) != len(self._hello) + 1:  # (looked at before the part is copied: a peer sets its size)
+            return False
         frame = part.bytes
-        if len(frame) != len(self._hello) + 1 or not frame.startswith(HELLO) or frame[-1:] not in (_ASK, _ANSWER):
+        if not frame.startswith(HELLO) or frame[-1:] not in (_ASK, _ANSWER):
             return False
         local = frame[:-1] == self._hello
         # a question (or an answer nobody asked for) takes shared memory away, never gives it: its
@@ -621,9 +623,11 @@ class Channel:
             raise DecodeError(
                 f"a channel message has a hello frame and frame 0 at least; this one has {len(parts)} frames"
             )
-        hello = parts[0].bytes
-        if len(hello) != len(HELLO) + TOKEN_BYTES or not hello.startswith(HELLO):
-            raise DecodeError(f"not a tensorwire channel message: its first frame is {hello[:24]!r}")
+        first = parts[0]  # its size looked at before it is copied: a peer sets it
+        hello = first.bytes if len(first) == len(HELLO) + TOKEN_BYTES else b""
+        if not hello.startswith(HELLO):
+            shown = bytes(first.buffer[:24])
+            raise DecodeError(f"not a tensorwire channel message: its first frame is {shown!r}")
         head = parts[1]
         frames: list[Any] = [head.bytes if len(head) <= _SMALL_HEAD else head.buffer]
         if len(parts) > 2:
