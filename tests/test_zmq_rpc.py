@@ -82,7 +82,7 @@ def test_a_call_returns_its_result_with_tensors(ctx: Any, running: _Running) -> 
     with _client(ctx, running.endpoint) as client:
         result = client.call(request, timeout=5)
     assert result.ok and result.method == "echo" and torch.equal(_value(result), x)
-    assert isinstance(result.rpc_id, str) and re.fullmatch(r"[0-9a-f]{16}-1", result.rpc_id)
+    assert isinstance(result.rpc_id, str) and re.fullmatch(r"[0-9a-f]{16}-1-[0-9a-f]{16}", result.rpc_id)
     assert request.rpc_id is None  # the caller's request is not changed
     assert running.server.handled == 1
 
@@ -732,3 +732,54 @@ def test_a_client_that_echoes_this_hosts_token_but_never_reads_pins_one_reply_no
         assert shm.pool is not None and sum(slot.state == IN_FLIGHT for slot in shm.pool.slots()) == 1
         assert server.channel.withheld == 3 and server.handled == 4
         server.close()
+
+
+def test_a_server_cannot_answer_a_call_another_server_was_sent(ctx: Any) -> None:
+    """A client's ids were its prefix and a count: a server that saw one id could tell the next, and
+    answer a call sent to another server of the client's before that server did."""
+    from tensorwire.builtins import REGISTRY
+    from tensorwire.zmq import Channel
+
+    routers = [ctx.socket(zmq.ROUTER) for _ in range(2)]
+    dealer = ctx.socket(zmq.DEALER)
+    for i, router in enumerate(routers):
+        router.bind(f"inproc://two-servers-{i}")
+        dealer.connect(f"inproc://two-servers-{i}")
+    channels = [Channel(router, REGISTRY) for router in routers]
+
+    def served(channel: Channel) -> tuple[bytes, rpc.Request]:
+        peer, request = channel.recv_from(timeout=5)
+        assert peer is not None and isinstance(request, rpc.Request) and request.rpc_id is not None
+        return peer, request
+
+    def reply(channel: Channel, peer: bytes, method: str, rpc_id: str | None) -> None:
+        channel.send(rpc.Result(method=method, ok=True, rpc_id=rpc_id), peer=peer, timeout=5)
+
+    results: list[rpc.Result] = []
+
+    def call(client: Client) -> threading.Thread:
+        thread = threading.Thread(target=lambda: results.append(client.call(rpc.Request(method="m"), timeout=5)))
+        thread.start()
+        return thread
+
+    with Client(dealer) as client:
+        first = call(client)
+        poller = zmq.Poller()
+        for router in routers:
+            poller.register(router, zmq.POLLIN)
+        ready = dict(poller.poll(5000))
+        hostile, honest = channels if routers[0] in ready else channels[::-1]  # the one the first call went to
+        peer, seen = served(hostile)
+        reply(hostile, peer, "m", seen.rpc_id)  # the first call's own reply
+        first.join(5)
+        second = call(client)
+        honest_peer, request = served(honest)  # round robin: the second call went to the other server
+        assert seen.rpc_id is not None
+        prefix, count, *rest = seen.rpc_id.split("-")
+        reply(hostile, peer, "forged", "-".join([prefix, str(int(count) + 1), *rest]))  # the next count's id
+        time.sleep(0.2)  # the forged reply read (and dropped) before the right one comes
+        reply(honest, honest_peer, "m", request.rpc_id)
+        second.join(5)
+        assert [r.method for r in results] == ["m", "m"] and client.late == 1
+    for channel in channels:
+        channel.close(0)

@@ -1,8 +1,9 @@
 """RPC over DEALER/ROUTER with the built-in envelopes: ``Client.call`` and ``Server.serve``.
 
-A call is an ``rpc.Request`` whose ``rpc_id`` the client sets (the client's random prefix and a
-count: ``"3f9a...-17"``; the caller's request is not modified); the server answers with the
-``rpc.Result`` its handler returns, under the same id. A reply whose id no call is waiting for
+A call is an ``rpc.Request`` whose ``rpc_id`` the client sets (the client's random prefix, a count
+and 64 random bits: ``"3f9a...-17-c04e..."``, so that no server can tell the id of a call sent to
+another; the caller's request is not modified); the server answers with the ``rpc.Result`` its
+handler returns, under the same id. A reply whose id no call is waiting for
 (it came after its call timed out, or was never asked for) is dropped and counted in
 ``Client.late``, so every call gets its own reply.
 An exception in the handler is answered as ``Result(ok=False, error=..., error_type=...)``; the
@@ -94,7 +95,7 @@ class Client:
         self._pending: dict[str, Any] = {}  # rpc_id -> _WAITING or its Result
         self._reading = False
         self._closed = False
-        self._prefix = os.urandom(8).hex()  # this client's ids: its random prefix and a count
+        self._prefix = os.urandom(8).hex()  # this client's ids: its random prefix, a count and random bits
         self._ids = itertools.count(1)
         self.late = 0
         """Replies dropped because no call was waiting for their id (logged at INFO, ten lines a second at most)."""
@@ -111,7 +112,7 @@ class Client:
             raise TypeError(f"call() takes an rpc.Request, got {type(request).__name__}")
         found = deadline_after(timeout)  # ValueError for NaN
         deadline = math.inf if found is None else found
-        rpc_id = f"{self._prefix}-{next(self._ids)}"
+        rpc_id = f"{self._prefix}-{next(self._ids)}-{os.urandom(8).hex()}"
         outgoing = _with_id(request, rpc_id)
         lock, pending = self._lock, self._pending
         with lock:
