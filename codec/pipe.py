@@ -272,15 +272,15 @@ def _read_into(fd: int, view: memoryview, first: bool, deadline: float | None = 
 
 def _wait_readable(fd: int, deadline: float, progress: str) -> None:
     """Return once ``fd`` has bytes to read (or its end); ``_Stalled`` naming ``progress`` if it has
-    none by ``deadline``."""
+    none by ``deadline`` (bytes that are already there are read however early the deadline was)."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     while True:
         left = next_wait(deadline)  # (at most ``LONGEST_WAIT``: poll overflows on a very long timeout)
+        if poller.poll(math.ceil(left * 1000)):  # (0 once the deadline is past: bytes already there still count)
+            return
         if left <= 0:
             raise _Stalled(progress)
-        if poller.poll(max(1, math.ceil(left * 1000))):
-            return
 
 
 def _drain(fd: int, size: int, deadline: float | None) -> None:

@@ -214,6 +214,20 @@ def test_nothing_arriving_is_a_timeout(pipe: tuple[Connection, Connection]) -> N
     assert time.monotonic() - start >= 0.04
 
 
+@pytest.mark.parametrize("timeout", [0, -1.0, 1e-9])
+def test_a_message_already_there_is_read_with_a_timeout_that_is_up(
+    pipe: tuple[Connection, Connection], timeout: float
+) -> None:
+    """A timeout of zero (or less) waits for nothing, but a message already in the pipe is read
+    (the bytes after its size counted as a stalled message once, and broke the connection)."""
+    reader, writer = pipe
+    receiver = Receiver(reader)
+    for seed in (1, 2):
+        tensor = payload(1 * KiB, seed=seed)
+        send(writer, tw.Encoder().encode(diffusion.Output(output=tensor)))
+        assert same_bits(tw.Decoder(REGISTRY).decode(receiver.recv(timeout=timeout)).output, tensor)
+
+
 def _recv_in_a_thread(receiver: Receiver, timeout: float) -> tuple[threading.Thread, list[BaseException]]:
     """``receiver.recv(timeout)`` in a thread (which a read that never ends would keep), its error kept."""
     raised: list[BaseException] = []
