@@ -183,10 +183,11 @@ class Receiver:
         ``ValueError``); ``TimeoutError`` when none starts to arrive. On a ``Connection`` the whole
         message must arrive within it too: one whose sender stops part of the way is a
         ``TimeoutError`` that leaves the stream in the middle of that message, so every later
-        ``recv`` is an ``OSError`` saying so (close the connection). ``EOFError`` when the other end
-        is closed and nothing is left to read; ``OSError`` when it closes in the middle of a
-        message. ``DecodeError`` for a message over ``max_bytes``, one whose header announces a
-        negative size, or one that is not a blob.
+        ``recv`` is an ``OSError`` saying so (close the connection); so is every ``recv`` after
+        one that an exception (``KeyboardInterrupt``, a signal handler's) stopped part of the way.
+        ``EOFError`` when the other end is closed and nothing is left to read; ``OSError`` when it
+        closes in the middle of a message. ``DecodeError`` for a message over ``max_bytes``, one
+        whose header announces a negative size, or one that is not a blob.
         """
         if self._broken:
             raise OSError(self._broken)
@@ -201,7 +202,6 @@ class Receiver:
             try:
                 return split(self._read_message(self._direct, deadline))
             except _Stalled as stalled:
-                self._broken = f"the connection stopped in the middle of a message: {stalled}"
                 raise TimeoutError(f"a message did not arrive in full within {timeout} s: {stalled}") from None
         buffer = self._buffer
         if _in_use(buffer):
@@ -228,10 +228,27 @@ class Receiver:
         if not conn.readable:
             raise OSError("connection is write-only")
         head = memoryview(self._head)
-        _read_into(fd, head[: _SIZE.size], True, deadline)
+        got = os.readv(fd, [head[: _SIZE.size]])  # (it follows the caller's poll; raising, it read nothing)
+        if not got:
+            raise EOFError
+        self._broken = _CUT_OFF  # until the message is read to its end: an exception may stop it anywhere
+        try:
+            view = self._read_rest(fd, head, got, deadline)
+        except _Stalled as stalled:
+            self._broken = f"the connection stopped in the middle of a message: {stalled}"
+            raise
+        except (DecodeError, OSError):  # read off to its end, or the connection is at its end (or failed)
+            self._broken = ""
+            raise
+        self._broken = ""
+        return view
+
+    def _read_rest(self, fd: int, head: memoryview, got: int, deadline: float | None) -> memoryview:
+        """The message whose first ``got`` bytes of its size are in ``head``, read as ``_read_message`` says."""
+        _read_into(fd, head[: _SIZE.size], deadline, got)
         (size,) = _SIZE.unpack_from(head)
         if size == -1:
-            _read_into(fd, head, False, deadline)
+            _read_into(fd, head, deadline)
             (size,) = _LARGE.unpack_from(head)
         elif size < 0:  # Connection reads it as an empty message: nothing of it follows
             raise DecodeError(f"message header announces {size} bytes")
@@ -244,28 +261,27 @@ class Receiver:
         elif _in_use(buffer):
             buffer = self._buffer = bytearray(len(buffer))
         view = memoryview(buffer)[:size]
-        _read_into(fd, view, False, deadline)
+        _read_into(fd, view, deadline)
         return view
+
+
+_CUT_OFF = "an earlier recv was interrupted in the middle of a message, so the stream cannot be read on"
 
 
 class _Stalled(Exception):
     """A message stopped arriving part of the way, past the caller's deadline."""
 
 
-def _read_into(fd: int, view: memoryview, first: bool, deadline: float | None = None) -> None:
-    """Fill ``view`` from ``fd``; ``EOFError`` if the descriptor is at its end before the ``first``
-    bytes of a message, ``OSError`` if it ends part of the way, ``_Stalled`` if the bytes still
-    missing have not come by ``deadline`` (None: wait for them however long it takes). Only a
-    message's ``first`` read, which follows the caller's poll, starts without waiting for its bytes:
-    a sender that stops between a message's size and its bytes holds no later read past ``deadline``."""
-    got = 0 if deadline is not None and not first else os.readv(fd, [view])
+def _read_into(fd: int, view: memoryview, deadline: float | None, got: int = 0) -> None:
+    """Fill ``view`` (its first ``got`` bytes are there) from ``fd``; ``OSError`` if it ends part of
+    the way, ``_Stalled`` if the bytes still missing have not come by ``deadline`` (None: wait for
+    them however long it takes). Each read waits for its bytes first: a sender that stops between a
+    message's size and its bytes holds no read past ``deadline``."""
     while got < view.nbytes:
         if deadline is not None:
             _wait_readable(fd, deadline, f"{got} of {view.nbytes} bytes read")
         more = os.readv(fd, [view[got:]])
         if not more:
-            if first and not got:
-                raise EOFError
             raise OSError(f"got end of file during message ({got} of {view.nbytes} bytes)")
         got += more
 
@@ -289,5 +305,5 @@ def _drain(fd: int, size: int, deadline: float | None) -> None:
     left = size
     while left:
         view = chunk[: min(left, chunk.nbytes)]
-        _read_into(fd, view, False, deadline)
+        _read_into(fd, view, deadline)
         left -= view.nbytes

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import struct
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -283,3 +284,54 @@ def test_a_long_form_size_over_max_bytes_is_read_off_too(pipe: tuple[Connection,
         receiver.recv(timeout=WAIT)
     assert same_bits(decoded(receiver.recv(timeout=WAIT)), decoded(small))
     sender.wait()
+
+
+class Interrupted(Exception):
+    """What the signal handler of ``interrupted_after`` raises."""
+
+
+def interrupted_after(seconds: float, action: Callable[[], object]) -> None:
+    """``action()``, which must be stopped by an exception a SIGALRM handler raises ``seconds`` in."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        with pytest.raises(Interrupted):
+            action()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("timeout", [None, WAIT], ids=["blocking", "timeout"])
+def test_a_message_an_exception_stops_part_of_the_way_is_not_read_on(
+    pipe: tuple[Connection, Connection], timeout: float | None
+) -> None:
+    """An exception that stops ``recv`` in the middle of a message leaves the stream there: the next
+    ``recv`` says so, instead of reading the rest as a message of its own (here a blob that the
+    stopped message carried, which was never sent)."""
+    reader, writer = pipe
+    carried = tw.join(frames_of(64, seed=1))
+    rest = frame_header(len(carried)) + carried
+    blob = tw.join([b"x" * 100 + rest])
+    write_raw(writer, (frame_header(len(blob)) + blob)[: -len(rest)])
+    receiver = Receiver(reader)
+    interrupted_after(0.2, lambda: receiver.recv(timeout=timeout))
+    write_raw(writer, rest)
+    with pytest.raises(OSError, match=r"^an earlier recv was interrupted in the middle of a message"):
+        receiver.recv(timeout=WAIT)
+
+
+@pytest.mark.parametrize("timeout", [None, WAIT], ids=["blocking", "timeout"])
+def test_an_exception_while_no_message_has_started_leaves_the_stream_readable(
+    pipe: tuple[Connection, Connection], timeout: float | None
+) -> None:
+    reader, writer = pipe
+    receiver = Receiver(reader)
+    interrupted_after(0.1, lambda: receiver.recv(timeout=timeout))
+    frames = frames_of(64, seed=2)
+    send(writer, frames)
+    assert same_bits(decoded(receiver.recv(timeout=WAIT)), decoded(frames))
