@@ -24,7 +24,8 @@ descriptor directly, with no copy of their own: ``send`` gathers the blob's piec
 ``writev`` (the frames are not joined first), and ``Receiver`` reads the size first, then the
 message straight into its buffer (``Connection.recv_bytes_into`` reads into a ``BytesIO`` and
 copies from there), so a message over ``max_bytes`` is read off in bounded chunks and never held,
-and a ``recv`` timeout bounds the whole message, not only its start.
+and a ``recv`` timeout bounds the whole message, not only its start. A descriptor set non-blocking
+is waited on as a blocking one is, so a message is never cut off part of the way at either end.
 Either end talks to a plain ``send_bytes`` / ``recv_bytes`` peer. Other connections go through
 ``send_bytes`` and ``recv_bytes_into``.
 """
@@ -100,7 +101,7 @@ def frame_header(size: int) -> bytes:
 
 def _write_all(fd: int, parts: list[Buffer], total: int) -> None:
     """Write ``parts`` (``total`` bytes in all) to ``fd`` in order, all of them."""
-    written = os.writev(fd, parts) if len(parts) <= _IOV_MAX else 0
+    written = _writev(fd, parts) if len(parts) <= _IOV_MAX else 0
     if written == total:
         return  # the common case: one call
     views = [view for view in (memoryview(part).cast("B") for part in parts) if view.nbytes]
@@ -113,7 +114,16 @@ def _write_all(fd: int, parts: list[Buffer], total: int) -> None:
             return
         if written:
             views[first] = views[first][written:]
-        written = os.writev(fd, views[first : first + _IOV_MAX])
+        written = _writev(fd, views[first : first + _IOV_MAX])
+
+
+def _writev(fd: int, parts: Sequence[Buffer]) -> int:
+    """``os.writev(fd, parts)``, waiting while a non-blocking ``fd`` has no room for any of it."""
+    while True:
+        try:
+            return os.writev(fd, parts)
+        except BlockingIOError:
+            _wait_for(fd, select.POLLOUT, None, "")
 
 
 def _in_use(buffer: bytearray) -> bool:
@@ -202,6 +212,8 @@ class Receiver:
             try:
                 return split(self._read_message(self._direct, deadline))
             except _Stalled as stalled:
+                if not self._broken:  # not a byte of it read: another reader of the descriptor took it
+                    raise TimeoutError(f"no message arrived within {timeout} s") from None
                 raise TimeoutError(f"a message did not arrive in full within {timeout} s: {stalled}") from None
         buffer = self._buffer
         if _in_use(buffer):
@@ -228,7 +240,7 @@ class Receiver:
         if not conn.readable:
             raise OSError("connection is write-only")
         head = memoryview(self._head)
-        got = os.readv(fd, [head[: _SIZE.size]])  # (it follows the caller's poll; raising, it read nothing)
+        got = _readv(fd, head[: _SIZE.size], deadline, "0 of 4 bytes read")  # (raising, it read nothing)
         if not got:
             raise EOFError
         self._broken = _CUT_OFF  # until the message is read to its end: an exception may stop it anywhere
@@ -278,19 +290,31 @@ def _read_into(fd: int, view: memoryview, deadline: float | None, got: int = 0) 
     them however long it takes). Each read waits for its bytes first: a sender that stops between a
     message's size and its bytes holds no read past ``deadline``."""
     while got < view.nbytes:
+        progress = f"{got} of {view.nbytes} bytes read"
         if deadline is not None:
-            _wait_readable(fd, deadline, f"{got} of {view.nbytes} bytes read")
-        more = os.readv(fd, [view[got:]])
+            _wait_for(fd, select.POLLIN, deadline, progress)
+        more = _readv(fd, view[got:], deadline, progress)
         if not more:
             raise OSError(f"got end of file during message ({got} of {view.nbytes} bytes)")
         got += more
 
 
-def _wait_readable(fd: int, deadline: float, progress: str) -> None:
-    """Return once ``fd`` has bytes to read (or its end); ``_Stalled`` naming ``progress`` if it has
-    none by ``deadline`` (bytes that are already there are read however early the deadline was)."""
+def _readv(fd: int, view: memoryview, deadline: float | None, progress: str) -> int:
+    """``os.readv(fd, [view])``, waiting (as ``_wait_for`` does) while a non-blocking ``fd`` has
+    nothing to read."""
+    while True:
+        try:
+            return os.readv(fd, [view])
+        except BlockingIOError:
+            _wait_for(fd, select.POLLIN, deadline, progress)
+
+
+def _wait_for(fd: int, event: int, deadline: float | None, progress: str) -> None:
+    """Return once ``fd`` is ready for ``event`` (``POLLIN``: bytes to read or its end; ``POLLOUT``:
+    room to write), or has failed; ``_Stalled`` naming ``progress`` if it is not by ``deadline``
+    (None: wait however long it takes). What is already there counts however early the deadline was."""
     poller = select.poll()
-    poller.register(fd, select.POLLIN)
+    poller.register(fd, event)
     while True:
         left = next_wait(deadline)  # (at most ``LONGEST_WAIT``: poll overflows on a very long timeout)
         if poller.poll(math.ceil(left * 1000)):  # (0 once the deadline is past: bytes already there still count)

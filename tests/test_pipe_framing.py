@@ -335,3 +335,24 @@ def test_an_exception_while_no_message_has_started_leaves_the_stream_readable(
     frames = frames_of(64, seed=2)
     send(writer, frames)
     assert same_bits(decoded(receiver.recv(timeout=WAIT)), decoded(frames))
+
+
+def test_non_blocking_descriptors_are_waited_on(pipe: tuple[Connection, Connection]) -> None:
+    """A descriptor set non-blocking (for an event loop, say) is waited on as a blocking one is: a
+    message larger than the pipe holds was cut off part of the way at both ends (``BlockingIOError``),
+    and the next ``recv`` read the middle of it as a message."""
+    reader, writer = pipe
+    os.set_blocking(reader.fileno(), False)
+    os.set_blocking(writer.fileno(), False)
+    messages = [frames_of(1 * MiB, seed=seed) for seed in (1, 2)]
+    sender = Sender(writer)
+
+    def send_all() -> None:
+        for frames in messages:
+            send(writer, frames)
+
+    sender.send_raw(send_all)
+    receiver = Receiver(reader, max_bytes=4 * MiB)
+    for frames, timeout in zip(messages, [None, WAIT], strict=True):
+        assert same_bits(decoded(receiver.recv(timeout=timeout)), decoded(frames))
+    sender.wait()
