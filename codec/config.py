@@ -116,6 +116,8 @@ def load_config(path: Path) -> Config | None:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ConfigError(f"{path}: cannot read it: {why}") from None
+    except RecursionError:  # tomllib reads nested arrays and inline tables by recursion
+        raise ConfigError(f"{path}: cannot read it: arrays or inline tables nested too deeply") from None
     table: Any = data
     where = ""
     if path.name == "pyproject.toml":

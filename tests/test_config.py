@@ -93,6 +93,20 @@ def test_a_configuration_that_is_not_utf8_names_itself_and_why(tmp_path: Path) -
     )
 
 
+@pytest.mark.parametrize(("opening", "closing"), [("[", "]"), ("{a = ", "}")], ids=["arrays", "inline-tables"])
+def test_a_configuration_nested_too_deeply_is_refused_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], opening: str, closing: str
+) -> None:
+    """tomllib reads nesting by recursion: a deep one was a RecursionError, an internal error (exit 3)."""
+    path = tmp_path / "tensorwire.toml"
+    path.write_text(f"schemas = {opening * 100_000}1{closing * 100_000}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["schemas"]) == 2
+    assert capsys.readouterr().err == (
+        f"tensorwire: {path}: cannot read it: arrays or inline tables nested too deeply\n"
+    )
+
+
 def test_a_configuration_with_crlf_or_cr_newlines_reads_as_with_lf(tmp_path: Path) -> None:
     for newline in ("\r\n", "\r"):
         path = tmp_path / newline.encode().hex() / "tensorwire.toml"
