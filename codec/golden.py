@@ -94,7 +94,8 @@ def record(root: Path, cases: Cases) -> list[Path]:
 
     Writes under ``root`` only: a type id or case name that is not one plain path component, a
     ``root`` that is a symbolic link or not a directory, or a link anywhere under it is a
-    ``ValueError``, and so is a released fixture that was edited or removed. Every new message is
+    ``ValueError``, and so is anything under it that is neither a file nor a directory (a FIFO
+    would hold a read or a write forever) and a released fixture that was edited or removed. Every new message is
     built and encoded before the first file is written; the manifest is rewritten only when it
     changes.
     """
@@ -102,9 +103,14 @@ def record(root: Path, cases: Cases) -> list[Path]:
         raise ValueError(f"{root}: the fixture directory is a symbolic link; give the directory it points to")
     if root.exists() and not root.is_dir():
         raise ValueError(f"{root}: not a directory")
-    links = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_symlink()) if root.exists() else []
+    found = list(root.rglob("*")) if root.exists() else []
+    links = sorted(p.relative_to(root).as_posix() for p in found if p.is_symlink())
     if links:
         raise ValueError(f"{root}: holds symbolic links ({', '.join(links)}); fixtures are plain files")
+    odd = sorted(p.relative_to(root).as_posix() for p in found if not (p.is_dir() or p.is_file()))
+    if odd:
+        what = ", ".join(odd)
+        raise ValueError(f"{root}: holds what is neither a file nor a directory ({what}); fixtures are plain files")
     pinned = read_manifest(root)
     current = manifest_lines(root)
     edited = sorted(name for name, digest in pinned.items() if current.get(name) != digest)

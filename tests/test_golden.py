@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -334,6 +336,32 @@ def test_record_refuses_a_link_or_a_file_for_the_fixture_directory(
     assert main(["golden", "record", "--dir", "out"]) == 2
     assert "out: holds symbolic links (lab.Square/v1); fixtures are plain files" in capsys.readouterr().err
     assert _tree(tmp_path) == before and list((tmp_path / "elsewhere").iterdir()) == []
+
+
+class _Held(Exception):
+    """Raised by a SIGALRM handler: a call was held too long."""
+
+
+@pytest.mark.parametrize("fifo", [MANIFEST, "rpc.Result/v1/error.json"], ids=["manifest", "fixture"])
+def test_record_refuses_a_fifo_in_the_fixture_directory_instead_of_waiting_on_it(tmp_path: Path, fifo: str) -> None:
+    """A FIFO where the manifest is read, or where a fixture is written, held ``record`` forever."""
+    root = tmp_path / "golden"
+    (root / fifo).parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(root / fifo)
+    before = _tree(root)
+
+    def held(signum: int, frame: object) -> None:
+        raise _Held
+
+    previous = signal.signal(signal.SIGALRM, held)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30)
+        with pytest.raises(ValueError, match=rf"holds what is neither a file nor a directory \({re.escape(fifo)}\)"):
+            record(root, cases())
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert _tree(root) == before
 
 
 def test_a_type_no_value_can_be_synthesized_for_stops_before_anything_is_written(
