@@ -23,11 +23,13 @@ import numpy as np
 import torch
 
 from tensorwire._encoder import Encoder
+from tensorwire._files import read_text
 from tensorwire._wire import join
 
-__all__ = ["MANIFEST", "Cases", "describe", "manifest_lines", "read_manifest", "record"]
+__all__ = ["MANIFEST", "MAX_MANIFEST_BYTES", "Cases", "describe", "manifest_lines", "read_manifest", "record"]
 
 MANIFEST = "MANIFEST.sha256"
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024  # the largest manifest read (some 500,000 fixtures)
 Cases = Mapping[str, Sequence[tuple[str, Callable[[], Any]]]]
 """Fixture builders per type id: ``(case name, a function that builds the message)``."""
 
@@ -72,18 +74,28 @@ def describe(value: Any) -> Any:
 
 
 def manifest_lines(root: Path) -> dict[str, str]:
-    """Relative path -> SHA-256 of every fixture file under ``root``."""
+    """Relative path -> SHA-256 of every fixture file under ``root`` (each read a chunk at a time)."""
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST)
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    return {p.relative_to(root).as_posix(): _sha256(p) for p in files}
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def read_manifest(root: Path) -> dict[str, str]:
-    """The pinned checksums: relative path -> SHA-256."""
+    """The pinned checksums: relative path -> SHA-256. ``ValueError`` for a manifest that is not a
+    regular file of at most ``MAX_MANIFEST_BYTES``."""
     path = root / MANIFEST
-    if not path.exists():
+    try:
+        text = read_text(path, MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
         return {}
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     pinned = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         digest, _, name = line.partition("  ")
         pinned[name] = digest
     return pinned

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 import tensorwire as tw
 from tensorwire.builtins import REGISTRY
 from tensorwire.builtins.golden import cases
-from tensorwire.golden import MANIFEST, describe, manifest_lines, read_manifest, record
+from tensorwire.golden import MANIFEST, MAX_MANIFEST_BYTES, describe, manifest_lines, read_manifest, record
 from tests.conftest import NOT_REGULAR, REPO, make_not_regular
 
 GOLDEN = REPO / "tests" / "golden"
@@ -362,6 +363,28 @@ def test_record_refuses_a_fifo_in_the_fixture_directory_instead_of_waiting_on_it
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert _tree(root) == before
+
+
+def test_record_reads_large_files_in_bounded_memory(tmp_path: Path) -> None:
+    """Every file was read whole to be hashed, and the manifest too: a large (here sparse) file in
+    the fixture directory made ``record`` hold all of it."""
+    root = tmp_path / "golden"
+    record(root, cases())
+    with (root / "large.bin").open("wb") as file:
+        file.truncate(256 * 1024 * 1024)
+    tracemalloc.start()
+    try:
+        record(root, cases())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024 * 1024, f"record held {peak} bytes for a 256 MiB file"
+    assert read_manifest(root) == manifest_lines(root)
+    with (root / MANIFEST).open("r+b") as file:
+        file.truncate(MAX_MANIFEST_BYTES + 1)
+    too_large = rf"{re.escape(MANIFEST)}: cannot read it: {MAX_MANIFEST_BYTES + 1} bytes is over"
+    with pytest.raises(ValueError, match=too_large):
+        record(root, cases())
 
 
 def test_a_type_no_value_can_be_synthesized_for_stops_before_anything_is_written(
