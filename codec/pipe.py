@@ -37,6 +37,7 @@ import os
 import select
 import struct
 import time
+import weakref
 from collections.abc import Sequence
 from multiprocessing import BufferTooShort
 from multiprocessing.connection import Connection
@@ -75,6 +76,8 @@ _LARGE = struct.Struct("!Q")  # past 0x7FFFFFFF bytes: a size of -1, then the si
 _LARGE_SIZE = 0x7FFFFFFF
 _IOV_MAX = 1024  # the most pieces one writev takes (POSIX guarantees at least 16; Linux takes 1024)
 _DRAIN = 64 * 1024  # the chunk an oversized message is read off in
+_cut_off: weakref.WeakSet[Connection] = weakref.WeakSet()  # connections a send stopped part of the way
+_SEND_CUT_OFF = "an earlier send was interrupted in the middle of a message, so the stream cannot be written on"
 
 
 def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
@@ -82,14 +85,29 @@ def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
 
     On a ``multiprocessing.connection.Connection`` the blob's pieces (the frames themselves, not
     copied) go to its file descriptor in one ``writev``, framed as ``send_bytes`` frames them;
-    elsewhere the frames are joined once and sent with ``send_bytes``."""
+    elsewhere the frames are joined once and sent with ``send_bytes``. An exception that stops a
+    send on a ``Connection`` once it may have written part of the message (an interrupt, or a write
+    that fails part of the way) leaves the stream in the middle of it: every later ``send`` on that
+    connection is an ``OSError`` saying so (its peer's ``Receiver`` never reads the next message as
+    the rest of that one; close the connection)."""
     if _DIRECT and type(conn) is Connection:
+        if conn in _cut_off:
+            raise OSError(_SEND_CUT_OFF)
         parts, size = blob_parts(frames)
         fd = conn.fileno()  # OSError("handle is closed") as Connection says it
         if not conn.writable:
             raise OSError("connection is read-only")
         header = frame_header(size)
-        _write_all(fd, [header, *parts], len(header) + size)
+        written = _Written()
+        try:
+            _write_all(fd, [header, *parts], len(header) + size, written)
+        except OSError:
+            if written.bytes:  # (a write that fails writes nothing: ``written`` counts what went)
+                _cut_off.add(conn)
+            raise
+        except BaseException:  # an interrupt: it may come as a write returns, before it is counted
+            _cut_off.add(conn)
+            raise
         return
     conn.send_bytes(join(frames))
 
@@ -99,9 +117,19 @@ def frame_header(size: int) -> bytes:
     return _SIZE.pack(size) if size <= _LARGE_SIZE else _SIZE.pack(-1) + _LARGE.pack(size)
 
 
-def _write_all(fd: int, parts: list[Buffer], total: int) -> None:
-    """Write ``parts`` (``total`` bytes in all) to ``fd`` in order, all of them."""
+class _Written:
+    """The bytes of a message written so far (``_write_all``)."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+
+def _write_all(fd: int, parts: list[Buffer], total: int, done: _Written) -> None:
+    """Write ``parts`` (``total`` bytes in all) to ``fd`` in order, all of them, counting them in ``done``."""
     written = _writev(fd, parts) if len(parts) <= _IOV_MAX else 0
+    done.bytes += written
     if written == total:
         return  # the common case: one call
     views = [view for view in (memoryview(part).cast("B") for part in parts) if view.nbytes]
@@ -115,6 +143,7 @@ def _write_all(fd: int, parts: list[Buffer], total: int) -> None:
         if written:
             views[first] = views[first][written:]
         written = _writev(fd, views[first : first + _IOV_MAX])
+        done.bytes += written
 
 
 def _writev(fd: int, parts: Sequence[Buffer]) -> int:

@@ -6,6 +6,7 @@ import multiprocessing as mp
 import os
 import signal
 import struct
+import threading
 import tracemalloc
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
@@ -323,6 +324,45 @@ def test_a_message_an_exception_stops_part_of_the_way_is_not_read_on(
     write_raw(writer, rest)
     with pytest.raises(OSError, match=r"^an earlier recv was interrupted in the middle of a message"):
         receiver.recv(timeout=WAIT)
+
+
+def test_a_send_an_exception_stops_part_of_the_way_is_not_written_on(pipe: tuple[Connection, Connection]) -> None:
+    """An interrupt stopped ``send`` with part of a message in the pipe; the next ``send`` wrote
+    its message after that part, so the receiver read the start of it as the rest of the first
+    (its tensor's last bytes taken from the next message, decoded without a word)."""
+    reader, writer = pipe
+    big = frames_of(4 * MiB, seed=3)  # more than the pipe holds: the send waits for a reader
+    interrupted_after(0.2, lambda: send(writer, big))
+    receiver = Receiver(reader, max_bytes=8 * MiB)
+    received: list[BaseException | list[memoryview]] = []
+
+    def receive() -> None:  # (reading while the next send writes, if it does)
+        try:
+            received.append(receiver.recv(timeout=1.0))
+        except BaseException as exc:
+            received.append(exc)
+
+    thread = threading.Thread(target=receive)
+    thread.start()
+    try:
+        with pytest.raises(OSError, match=r"^an earlier send was interrupted in the middle of a message"):
+            send(writer, frames_of(64, seed=4))
+    finally:
+        thread.join(WAIT)
+    (outcome,) = received
+    assert isinstance(outcome, TimeoutError)
+    assert str(outcome).startswith("a message did not arrive in full within 1.0 s")
+
+
+def test_a_send_that_fails_before_writing_leaves_the_connection_usable(pipe: tuple[Connection, Connection]) -> None:
+    """A write that fails writes nothing (here the peer's end is closed): the stream is whole, and
+    the connection is not marked."""
+    reader, writer = pipe
+    reader.close()
+    with pytest.raises(BrokenPipeError):  # (Python ignores SIGPIPE)
+        send(writer, frames_of(64, seed=5))
+    with pytest.raises(BrokenPipeError):  # not the "interrupted" OSError
+        send(writer, frames_of(64, seed=5))
 
 
 @pytest.mark.parametrize("timeout", [None, WAIT], ids=["blocking", "timeout"])
