@@ -84,6 +84,15 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(file, "sha256").hexdigest()
 
 
+def _utf8(name: str) -> bool:
+    """Whether ``name`` (a path as the file system gave it) is UTF-8: undecodable bytes come as surrogates."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def read_manifest(root: Path) -> dict[str, str]:
     """The pinned checksums: relative path -> SHA-256. ``ValueError`` for a manifest that is not a
     regular file of at most ``MAX_MANIFEST_BYTES``."""
@@ -94,6 +103,8 @@ def read_manifest(root: Path) -> dict[str, str]:
         return {}
     except OSError as exc:
         raise ValueError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: cannot read it: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     pinned = {}
     for line in text.splitlines():
         digest, _, name = line.partition("  ")
@@ -107,9 +118,9 @@ def record(root: Path, cases: Cases) -> list[Path]:
     Writes under ``root`` only: a type id or case name that is not one plain path component, a
     ``root`` that is a symbolic link or not a directory, or a link anywhere under it is a
     ``ValueError``, and so is anything under it that is neither a file nor a directory (a FIFO
-    would hold a read or a write forever) and a released fixture that was edited or removed. Every new message is
-    built and encoded before the first file is written; the manifest is rewritten only when it
-    changes.
+    would hold a read or a write forever), a name that is not UTF-8 (the manifest could not list
+    it) and a released fixture that was edited or removed. Every new message is built and encoded
+    before the first file is written; the manifest is rewritten only when it changes.
     """
     if root.is_symlink():
         raise ValueError(f"{root}: the fixture directory is a symbolic link; give the directory it points to")
@@ -123,6 +134,10 @@ def record(root: Path, cases: Cases) -> list[Path]:
     if odd:
         what = ", ".join(odd)
         raise ValueError(f"{root}: holds what is neither a file nor a directory ({what}); fixtures are plain files")
+    unnamed = sorted(ascii(name) for p in found if not _utf8(name := p.relative_to(root).as_posix()))
+    if unnamed:
+        what = ", ".join(unnamed)
+        raise ValueError(f"{root}: holds names that are not UTF-8 ({what}); the manifest lists fixtures by UTF-8 name")
     pinned = read_manifest(root)
     current = manifest_lines(root)
     edited = sorted(name for name, digest in pinned.items() if current.get(name) != digest)

@@ -365,6 +365,26 @@ def test_record_refuses_a_fifo_in_the_fixture_directory_instead_of_waiting_on_it
     assert _tree(root) == before
 
 
+def test_record_refuses_a_name_that_is_not_utf8_before_writing(tmp_path: Path) -> None:
+    """A file name that is not UTF-8 let ``record`` write the new fixtures, then fail to write the
+    manifest (with a message naming neither), and fail so on every later run."""
+    root = tmp_path / "golden"
+    root.mkdir()
+    os.close(os.open(os.fsencode(root) + b"/x\xff.bin", os.O_CREAT | os.O_WRONLY, 0o600))
+    before = _tree(root)
+    with pytest.raises(ValueError, match=r"holds names that are not UTF-8 \('x\\udcff\.bin'\); the manifest lists"):
+        record(root, cases())
+    assert _tree(root) == before
+
+
+def test_a_manifest_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    root = tmp_path / "golden"
+    root.mkdir()
+    (root / MANIFEST).write_bytes(b"\xff\xfe  rpc.Result/v1/error.json\n")
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(root / MANIFEST))}: cannot read it: not UTF-8 text \("):
+        record(root, cases())
+
+
 def test_record_reads_large_files_in_bounded_memory(tmp_path: Path) -> None:
     """Every file was read whole to be hashed, and the manifest too: a large (here sparse) file in
     the fixture directory made ``record`` hold all of it."""
