@@ -251,6 +251,64 @@ def _plain(value: Any) -> Any:
     return getattr(value, "value", value)
 
 
+def _msg(props: dict[str, Any], required: list[str], **extra: Any) -> dict[str, Any]:
+    return {"$id": "p.Msg", "x-version": 1, "type": "object", "properties": props, "required": required, **extra}
+
+
+def _union(b_fields: dict[str, Any], b_required: list[str]) -> dict[str, Any]:
+    """``p.Msg`` with a union of two variants declared in its ``$defs``, ``B`` with these fields."""
+    variant = {"type": "object", "properties": {"kind": {"const": "b"}, **b_fields}, "required": b_required}
+    union = {"oneOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/B"}], "discriminator": {"propertyName": "kind"}}
+    a_fields = {"kind": {"const": "a"}, "n": {"type": "integer"}}
+    defs = {"A": {"type": "object", "properties": a_fields, "required": ["n"]}, "B": {**variant, "title": "B"}}
+    return _msg({"u": union}, ["u"], **{"$defs": defs})
+
+
+def _nested(registry: tw.Registry, name: str, **values: Any) -> Any:
+    """An instance of the nested type ``p.<name>`` of ``registry``."""
+    return registry.type(f"p.{name}")(**values)
+
+
+# (id, old p.Msg, new p.Msg, mode, the rule it breaks, the message its writer side sends)
+UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.Registry], Any]]] = [
+    (
+        "inline-union-variant-field-retyped",
+        _union({"n": {"type": "integer"}}, ["n"]),
+        _union({"n": {"type": "string"}}, ["n"]),
+        "backward",
+        "TYPE_CHANGED",
+        lambda reg: reg.type("p.Msg")(u=_nested(reg, "B", n=3)),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("old_doc", "new_doc", "mode", "rule_id", "message"), [c[1:] for c in UNSOUND], ids=[c[0] for c in UNSOUND]
+)
+def test_a_change_whose_bytes_do_not_decode_is_an_error_in_its_mode(
+    tmp_path: Path,
+    old_doc: dict[str, Any],
+    new_doc: dict[str, Any],
+    mode: str,
+    rule_id: str,
+    message: Callable[[tw.Registry], Any],
+) -> None:
+    """The writer side's bytes fail to decode on the reader side (or decode to another value), and
+    the checker reports the change as an error in that mode."""
+    old_dir = write_schemas(tmp_path / "old", {"p/Msg.v1.json": old_doc})
+    new_dir = write_schemas(tmp_path / "new", {"p/Msg.v1.json": new_doc})
+    writer, reader = (old_dir, new_dir) if mode == "backward" else (new_dir, old_dir)
+    sent = message(tw.load_schemas(writer))
+    try:
+        got = tw.Decoder(tw.load_schemas(reader)).decode(tw.Encoder().encode(sent))
+    except tw.DecodeError:
+        pass
+    else:
+        assert msgspec.json.encode(got) != msgspec.json.encode(sent)
+    errors = [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), mode) if f.severity == "error"]
+    assert rule_id in errors
+
+
 # -- the command line ------------------------------------------------------------------------------
 
 

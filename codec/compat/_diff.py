@@ -339,6 +339,12 @@ class _Walk:
                 self.emit(
                     "UNION_TAG_CHANGED", f"{what}: tag of {vid} {old_tags[vid]!r} -> {new_tags[vid]!r}", ptr, *where
                 )
+        # a variant declared in place (not a message type, which is compared as a type) is compared here
+        old_inline = {_variant_id(v): v for v in a.variants if isinstance(v, StructT)}
+        for vb in b.variants:
+            va = old_inline.get(_variant_id(vb))
+            if va is not None and isinstance(vb, StructT):
+                self.struct(va, vb)
 
     def tensor(self, a: TensorT, b: TensorT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
         if a.kind != b.kind:
