@@ -279,6 +279,22 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         "TYPE_CHANGED",
         lambda reg: reg.type("p.Msg")(u=_nested(reg, "B", n=3)),
     ),
+    (
+        "integer-widened-to-a-number-with-a-higher-minimum",
+        _msg({"x": {"type": "integer", "minimum": 0}}, ["x"]),
+        _msg({"x": {"type": "number", "minimum": 50}}, ["x"]),
+        "backward",
+        "RANGE_TIGHTENED",
+        lambda reg: reg.type("p.Msg")(x=10),
+    ),
+    (
+        "number-narrowed-to-an-integer-with-a-higher-maximum",
+        _msg({"x": {"type": "number", "maximum": 10}}, ["x"]),
+        _msg({"x": {"type": "integer", "maximum": 100}}, ["x"]),
+        "forward",
+        "RANGE_LOOSENED",
+        lambda reg: reg.type("p.Msg")(x=50),
+    ),
 ]
 
 

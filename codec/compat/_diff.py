@@ -283,6 +283,8 @@ class _Walk:
                 self.emit("TYPE_NARROWED", f"{what} narrowed from number to integer", ptr, *where)
             else:
                 self.emit("TYPE_CHANGED", f"{what} changed from {a.kind} to {b.kind}", ptr, *where)
+                return
+            self.limits(a, b, what, ptr, where)  # the values both kinds hold are still bounded on each side
             return
         if a.const != b.const:
             if a.const is None:
