@@ -295,6 +295,14 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         "RANGE_LOOSENED",
         lambda reg: reg.type("p.Msg")(x=50),
     ),
+    (
+        "float-step-divided-by-three",  # 0.3 is not three times 0.1 in binary: fmod(0.3, 0.1) != 0
+        _msg({"x": {"type": "number", "multipleOf": 0.3}}, ["x"]),
+        _msg({"x": {"type": "number", "multipleOf": 0.1}}, ["x"]),
+        "backward",
+        "RANGE_TIGHTENED",
+        lambda reg: reg.type("p.Msg")(x=0.3),
+    ),
 ]
 
 

@@ -431,7 +431,8 @@ def _limit_changes(a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT) -> tu
             tighter.append(f"multipleOf {new_step} added")
         else:
             change = f"multipleOf {old_step} -> {new_step}"
-            ratio = Fraction(str(new_step)) / Fraction(str(old_step))
+            # msgspec checks a float step exactly (fmod), so compare the binary values, not the decimals
+            ratio = Fraction(new_step) / Fraction(old_step)
             if ratio.denominator == 1:  # every new value is an old one
                 tighter.append(change)
             elif ratio.numerator == 1:  # every old value is a new one
