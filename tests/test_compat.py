@@ -303,6 +303,38 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         "RANGE_TIGHTENED",
         lambda reg: reg.type("p.Msg")(x=0.3),
     ),
+    (
+        "struct-tag-value-changed",
+        _msg({"kind": {"const": "a"}, "n": {"type": "integer"}}, ["n"]),
+        _msg({"kind": {"const": "b"}, "n": {"type": "integer"}}, ["n"]),
+        "backward",
+        "CONST_CHANGED",
+        lambda reg: reg.type("p.Msg")(n=1),
+    ),
+    (
+        "tag-added-to-a-closed-struct",
+        _msg({"n": {"type": "integer"}}, ["n"], additionalProperties=False),
+        _msg({"kind": {"const": "a"}, "n": {"type": "integer"}}, ["n"], additionalProperties=False),
+        "forward",
+        "FIELD_ADDED_TO_CLOSED",
+        lambda reg: reg.type("p.Msg")(n=1),
+    ),
+    (
+        "tag-removed-from-a-closed-struct",
+        _msg({"kind": {"const": "a"}, "n": {"type": "integer"}}, ["n"], additionalProperties=False),
+        _msg({"n": {"type": "integer"}}, ["n"], additionalProperties=False),
+        "backward",
+        "FIELD_DELETED_FROM_CLOSED",
+        lambda reg: reg.type("p.Msg")(n=1),
+    ),
+    (
+        "field-made-the-tag",
+        _msg({"kind": {"type": "string", "default": "a"}, "n": {"type": "integer"}}, ["n"]),
+        _msg({"kind": {"const": "a"}, "n": {"type": "integer"}}, ["n"]),
+        "backward",
+        "CONST_ADDED",
+        lambda reg: reg.type("p.Msg")(kind="z", n=1),
+    ),
 ]
 
 

@@ -184,6 +184,30 @@ class _Walk:
                 b.pointer,
                 *where,
             )
+            self.tag_field(a, b, label)
+
+    def tag_field(self, a: StructT, b: StructT, label: str) -> None:
+        """What a changed tag breaks: every writer sends its tag, and a reader refuses a tag field
+        that holds another value, or (closed) one it does not know."""
+        if a.tag_field is not None and a.tag_field == b.tag_field:
+            where = ((a.source, self._ptr(a, a.tag_field)), (b.source, self._ptr(b, b.tag_field)))
+            change = f"tag field {a.tag_field!r} of {label}: const {json.dumps(a.tag)} -> {json.dumps(b.tag)}"
+            self.emit("CONST_CHANGED", change, self._ptr(b, b.tag_field), *where)
+            return
+        if a.tag_field is not None and b.closed and all(f.name != a.tag_field for f in b.fields):
+            change = f"tag field {a.tag_field!r} removed from {label}, which now rejects unknown fields"
+            gone = ((a.source, self._ptr(a, a.tag_field)), (b.source, b.pointer))
+            self.emit("FIELD_DELETED_FROM_CLOSED", change, self._ptr(a, a.tag_field), *gone)
+        if b.tag_field is not None:
+            fresh = ((a.source, a.pointer), (b.source, self._ptr(b, b.tag_field)))
+            field = next((f for f in a.fields if f.name == b.tag_field), None)
+            if field is not None:
+                if field.type != ScalarT("str", const=b.tag):  # old writers may send other values in it
+                    change = f"field {b.tag_field!r} of {label} must now be {json.dumps(b.tag)} (the tag)"
+                    self.emit("CONST_ADDED", change, self._ptr(b, b.tag_field), *fresh)
+            elif a.closed:
+                change = f"tag field {b.tag_field!r} added to {label}, whose old readers reject unknown fields"
+                self.emit("FIELD_ADDED_TO_CLOSED", change, self._ptr(b, b.tag_field), *fresh)
 
     @staticmethod
     def _ptr(struct: StructT, field: str) -> str:

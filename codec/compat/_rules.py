@@ -170,7 +170,12 @@ _CATALOGUE = [
         "warning",
         "a named rule no longer applies; old readers may reject some new messages",
     ),
-    Rule("STRUCT_TAG_CHANGED", BOTH, "warning", "a struct's tag property or value changed"),
+    Rule(
+        "STRUCT_TAG_CHANGED",
+        BOTH,
+        "warning",
+        "a struct's tag property or value changed (what that breaks is its own finding: CONST_CHANGED, ...)",
+    ),
 ]
 
 RULES: dict[str, Rule] = {r.id: r for r in _CATALOGUE}
