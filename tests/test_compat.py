@@ -269,6 +269,13 @@ def _nested(registry: tw.Registry, name: str, **values: Any) -> Any:
     return registry.type(f"p.{name}")(**values)
 
 
+def _transposed(registry: tw.Registry) -> Any:
+    """A ``p.Msg`` holding a transposed tensor, which travels with its strides (not contiguous)."""
+    import torch
+
+    return registry.type("p.Msg")(t=torch.zeros(4, 4).t())
+
+
 # (id, old p.Msg, new p.Msg, mode, the rule it breaks, the message its writer side sends)
 UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.Registry], Any]]] = [
     (
@@ -334,6 +341,14 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         "backward",
         "CONST_ADDED",
         lambda reg: reg.type("p.Msg")(kind="z", n=1),
+    ),
+    (
+        "tensor-contiguity-dropped",
+        _msg({"t": {"x-tensor": {"contiguous": True}}}, ["t"]),
+        _msg({"t": {"x-tensor": {}}}, ["t"]),
+        "forward",
+        "TENSOR_CONTIGUITY_DROPPED",
+        _transposed,
     ),
 ]
 

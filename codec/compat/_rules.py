@@ -140,7 +140,7 @@ _CATALOGUE = [
     Rule(
         "TENSOR_CONTIGUITY_DROPPED",
         READERS,
-        "warning",
+        "error",
         "old readers reject non-contiguous tensors new writers may send",
     ),
     # trees
