@@ -350,6 +350,14 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         "TENSOR_CONTIGUITY_DROPPED",
         _transposed,
     ),
+    (
+        "tree-default-changed-from-1-to-true",  # 1 == True: the writer omits 1, the reader fills in True
+        _msg({"x": {"x-tree": {}, "default": 1}}, []),
+        _msg({"x": {"x-tree": {}, "default": True}}, []),
+        "backward",
+        "DEFAULT_CHANGED",
+        lambda reg: reg.type("p.Msg")(x=1),
+    ),
 ]
 
 
@@ -375,7 +383,8 @@ def test_a_change_whose_bytes_do_not_decode_is_an_error_in_its_mode(
     except tw.DecodeError:
         pass
     else:
-        assert msgspec.json.encode(got) != msgspec.json.encode(sent)
+        fields = msgspec.structs.asdict  # every field, defaults too; JSON tells 1 from true
+        assert msgspec.json.encode(fields(got)) != msgspec.json.encode(fields(sent))
     errors = [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), mode) if f.severity == "error"]
     assert rule_id in errors
 

@@ -19,6 +19,7 @@ from tensorwire.schema._source import join_pointer
 from tensorwire.schema.ir import (
     ArrayT,
     EnumT,
+    Field,
     MapT,
     MessageRefT,
     Node,
@@ -154,7 +155,7 @@ class _Walk:
                 self.emit("FIELD_MADE_OPTIONAL", f"field {name!r} of {label} is no longer required", ptr, *where)
             if fb.required and not fa.required:
                 self.emit("FIELD_MADE_REQUIRED", f"field {name!r} of {label} is now required", ptr, *where)
-            if fa.has_default and fb.has_default and fa.default != fb.default:
+            if fa.has_default and fb.has_default and _default_key(fa) != _default_key(fb):
                 self.emit(
                     "DEFAULT_CHANGED",
                     f"default of {name!r} in {label} changed from {json.dumps(fa.default)} to {json.dumps(fb.default)}",
@@ -465,6 +466,17 @@ def _limit_changes(a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT) -> tu
                 tighter.append(change)
                 looser.append(change)
     return tighter, looser
+
+
+def _default_key(field: Field) -> str:
+    """A field's default as its JSON text: ``1``, ``1.0`` and ``true`` are equal in Python (so a
+    writer omits one where its default is another) but not to an ``x-tree`` reader. A number
+    field holds the default as a float, so an integer one there is its float."""
+    node = field.type.inner if isinstance(field.type, NullableT) else field.type
+    default = field.default
+    if isinstance(node, ScalarT) and node.kind == "float" and isinstance(default, int):
+        default = float(default)
+    return json.dumps(default, sort_keys=True)
 
 
 def _bound_text(keyword: str, value: Any, exclusive: bool) -> str:
