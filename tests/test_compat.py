@@ -147,6 +147,13 @@ def test_reordering_or_reformatting_a_file_is_no_change_and_a_description_is_doc
 
     old, new = _dirs(tmp_path / "a", reorder)
     assert compare(old, new, "full") == []
+
+    def group(fields: list[str]) -> Any:
+        return _dirs(
+            tmp_path / "/".join(fields), _thing(lambda t: t.update({"x-constraints": {"at_most_one_of": fields}}))
+        )[1]
+
+    assert compare(group(["note", "extra"]), group(["extra", "note"]), "full") == []  # a group's fields are a set
     old, new = _dirs(tmp_path / "b", lambda d: d["t/Thing.v1.json"]["properties"]["name"].update(title="Name"))
     assert [(f.rule, f.message) for f in compare(old, new, "full")] == [
         ("DOC_CHANGED", "t.Thing v1: documentation changed")

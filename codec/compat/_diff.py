@@ -168,8 +168,8 @@ class _Walk:
             self.emit("UNKNOWN_FIELDS_REJECTED", f"{label} now rejects unknown fields", b.pointer, *where)
         if a.closed and not b.closed:
             self.emit("UNKNOWN_FIELDS_IGNORED", f"{label} ignores unknown fields again", b.pointer, *where)
-        old_groups = {(c.rule, c.fields) for c in a.constraints}
-        new_groups = {(c.rule, c.fields) for c in b.constraints}
+        old_groups = {(c.rule, tuple(sorted(c.fields))) for c in a.constraints}  # a group is a set of fields
+        new_groups = {(c.rule, tuple(sorted(c.fields))) for c in b.constraints}
         for rule_name, fields in sorted(new_groups - old_groups):
             self.emit("CONSTRAINT_TIGHTENED", f"{label} now has {rule_name} {list(fields)}", b.pointer, *where)
         for rule_name, fields in sorted(old_groups - new_groups):
