@@ -401,9 +401,10 @@ class Pool:
                 pass
 
     def unused(self, slot: Slot, generation: int) -> None:
-        """A tensor allocated in ``slot`` died: free the slot if it was never sent."""
+        """A tensor allocated in ``slot`` died: free the slot if it was never sent (and is this
+        process's: a forked child's copy of its parent's tensor leaves the parent's slot alone)."""
         try:
-            if self._pid == os.getpid() and slot.sending == generation:
+            if self._pid == os.getpid() and self._by_name.get(slot.name) is slot and slot.sending == generation:
                 self.give_back(slot)
         except ValueError:  # the pool let go of its page views: the slot is gone
             pass
