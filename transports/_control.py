@@ -173,7 +173,7 @@ def _refusal(
 class Page:
     """The control page of a mapped segment: ``fd`` (for the lock) and the mapping's first page."""
 
-    __slots__ = ("_mutex", "_raw", "fd", "marks_claims", "name", "words")
+    __slots__ = ("_mutex", "_pid", "_raw", "fd", "marks_claims", "name", "words")
 
     def __init__(self, fd: int, mapping: mmap.mmap, name: str) -> None:
         self.fd, self.name = fd, name
@@ -181,6 +181,7 @@ class Page:
         self._raw = memoryview(mapping)[:CONTROL_BYTES]
         self.words = self._raw.cast("Q")  # native u64 stores: one aligned write each, never torn
         self._mutex = threading.Lock()
+        self._pid = os.getpid()
 
     # -- reading ----------------------------------------------------------------------------------
     @property
@@ -398,11 +399,18 @@ class Page:
         return self.fd >= 0 and marked(self.fd, byte)
 
     def close_fd(self) -> None:
-        """Close the fd the lock is taken on, once no transition is using it."""
+        """Close the fd the lock is taken on, once no transition is using it (in a forked child, at
+        once: the parent's threads, one of which may have held the mutex at the fork, are not here)."""
+        if self._pid != os.getpid():
+            self._close_fd()
+            return
         with self._mutex:
-            if self.fd >= 0:
-                os.close(self.fd)
-                self.fd = -1
+            self._close_fd()
+
+    def _close_fd(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
     # -- the receiver's transitions -----------------------------------------------------------------
     def claim(self, generation: int, capability: bytes) -> None:

@@ -65,10 +65,11 @@ class _Mapped:
     """A segment the receiver mapped: its page, an array over all of it (while a lease holds that
     array the mapping cannot be closed), the address of its first byte."""
 
-    __slots__ = ("address", "anchor", "capacity", "creator", "mapping", "name", "page", "path", "pinned", "pins")
+    __slots__ = ("address", "anchor", "capacity", "creator", "mapping", "name", "page", "path", "pid", "pinned", "pins")
 
     def __init__(self, name: str, fd: int, mapping: mmap.mmap, path: Path | None, pins: _Pins) -> None:
         self.name, self.mapping, self.path, self.pins = name, mapping, path, pins
+        self.pid = os.getpid()  # the process that mapped it: a forked child's copy is its parent's
         self.page = Page(fd, mapping, f"pool slot {name}")
         self.anchor = np.frombuffer(mapping, dtype=np.uint8)
         self.address: int = self.anchor.__array_interface__["data"][0]
@@ -160,6 +161,8 @@ class _ReceiverLease:
         return self._segment.pin(runtime, self._nbytes)
 
     def __del__(self) -> None:
+        if self._segment.pid != os.getpid():  # a forked child's copy: the claim (and its mark) is the parent's
+            return
         try:
             self._segment.freed(self._generation)
         except ValueError:  # the page views were let go (a forked child's copy)
@@ -178,14 +181,21 @@ class SlotReader:
     def __init__(self, directory: Path, max_segments: int | None = None, max_pinned_bytes: int | None = None) -> None:
         self.directory = directory
         self.max_segments = max_segments if max_segments is not None else _max_segments()
-        self._pins = _Pins(max_pinned_bytes if max_pinned_bytes is not None else _pin_limit())
-        self._lock = threading.Lock()
+        self._max_pinned = max_pinned_bytes if max_pinned_bytes is not None else _pin_limit()
         self._reset()
         janitor.watch(self)
 
     def _reset(self) -> None:
         self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._pins = _Pins(self._max_pinned)
         self._maps: dict[tuple[str, int | None], _Mapped] = {}
+
+    def _own(self) -> None:
+        """In a forked child: start with nothing mapped and fresh locks (a thread of the parent may
+        have held one at the fork); the parent's segments' fds close as their copies go."""
+        if self._pid != os.getpid():
+            self._reset()
 
     @property
     def mapped(self) -> int:
@@ -199,9 +209,8 @@ class SlotReader:
 
     def _segment(self, name: str, number: int | None) -> _Mapped:
         key = (name, number)
+        self._own()
         with self._lock:
-            if self._pid != os.getpid():
-                self._reset()  # the parent's segments: this child's copies of their fds close as they go
             found = self._maps.pop(key, None)
             if found is not None:
                 segment = found
@@ -276,11 +285,13 @@ class SlotReader:
     def prune(self) -> None:
         """Forget segments their creator dropped or died holding (their memory goes with the last view);
         the janitor runs this every few seconds."""
+        self._own()
         with self._lock:
             for key, segment in list(self._maps.items()):
                 if segment.page.flags & DROPPED or not segment.creator_alive():
                     del self._maps[key]
 
     def close(self) -> None:
+        self._own()
         with self._lock:
             self._maps.clear()

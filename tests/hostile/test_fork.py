@@ -8,17 +8,20 @@ arrays: torch's OpenMP workers do not survive a fork.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 import torch
 
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
+from tensorwire.transports._control import CLAIMED, FREE
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through shared memory
 HUNG = -signal.SIGALRM
@@ -74,3 +77,59 @@ def test_a_forked_child_dropping_an_unsent_empty_tensor_never_frees_its_parents_
     shm.close()
     for fd in (go_r, go_w):
         os.close(fd)
+
+
+def _receiver(backing: transports.shm.Backing) -> tuple[transports.ShmTransport, tw.Encoder, tw.Decoder]:
+    shm = transports.ShmTransport(backing=backing)
+    return shm, tw.Encoder(transport=shm, options=OOB), tw.Decoder(REGISTRY, transports=[shm])
+
+
+@pytest.mark.parametrize("backing", ["memfd", "named"])
+@pytest.mark.parametrize("held", ["the reader's lock", "a mapped page's lock"])
+def test_a_forked_child_never_waits_for_a_receiver_lock_a_parent_thread_held(backing: str, held: str) -> None:
+    """A thread of the parent held the receiver's lock, or a lock of a page it has mapped (a
+    decode, a claim, the janitor's prune) at the fork: the child decodes all the same."""
+    shm, encoder, decoder = _receiver(backing)  # type: ignore[arg-type]
+    kept = decoder.decode(encoder.encode(diffusion.Output(output=_full(50_000, 1.0)))).output
+    del kept
+    gc.collect()  # the reader alone maps the slot: the child lets go of it as it starts afresh
+    [segment] = shm._reader._maps.values()
+    lock = shm._reader._lock if held == "the reader's lock" else segment.page._mutex
+    del segment
+
+    def child() -> bool:
+        frames = encoder.encode(diffusion.Output(output=_full(1000, 2.0)))
+        return bool((decoder.decode(frames).output == 2.0).all())
+
+    with lock:
+        pid = _fork(child)
+    assert _exit_code(pid) == 0
+    shm.close()
+
+
+@pytest.mark.parametrize("locked", [False, True])
+def test_a_forked_child_dropping_a_received_tensor_leaves_its_parents_claim_and_mark(locked: bool) -> None:
+    """A child lets go of its copy of a tensor its parent received from a named slot (``locked``:
+    with that page's lock held by a parent thread at the fork): the parent's claim stays, and so
+    does its mark on the file, by which a sender in another pid namespace tells the claim is alive."""
+    shm, encoder, decoder = _receiver("named")
+    received = [decoder.decode(encoder.encode(diffusion.Output(output=_full(50_000, 1.0)))).output]
+    assert shm.pool is not None
+    [slot] = shm.pool.slots()
+    [segment] = shm._reader._maps.values()
+
+    def child() -> bool:
+        received.clear()
+        gc.collect()
+        return True
+
+    with segment.page._mutex if locked else contextlib.nullcontext():
+        pid = _fork(child)
+    assert _exit_code(pid) == 0
+    assert slot.state == CLAIMED
+    assert not slot.page.reclaim(lambda pid: False)  # as a sender that cannot see the receiver's pid
+    assert slot.state == CLAIMED
+    received.clear()
+    gc.collect()
+    assert slot.state == FREE
+    shm.close()
