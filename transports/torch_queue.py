@@ -145,10 +145,15 @@ class QueueTransport(Transport):
         self.ttl = ttl
         self.max_buffered = max_buffered
         self.max_buffered_bytes = max_buffered_bytes
-        self.sender_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.max_in_flight = max_in_flight
         self.runtime: CudaRuntime = runtime if runtime is not None else TorchCudaRuntime()
         self.directory = Path(directory)
+        self._reset()
+
+    def _reset(self) -> None:
+        """A new sender id and empty state: at construction, and in a forked child (``_own``)."""
+        self._pid = os.getpid()
+        self.sender_id = f"{self._pid}-{uuid.uuid4().hex[:12]}"
         # sending: a stream per thread
         self._local = threading.local()
         self._streams: list[_Stream] = []
@@ -160,6 +165,12 @@ class QueueTransport(Transport):
         self._peer_acks: dict[str, AckPage] = {}  # senders' pages
         self._ready = threading.Condition(threading.Lock())
         self._draining = False
+
+    def _own(self) -> None:
+        """In a forked child: a sender of its own (the parent's id and numbering, streams, ack pages
+        and buffer stay the parent's) with fresh locks (a thread of the parent may have held one)."""
+        if self._pid != os.getpid():
+            self._reset()
 
     # -- sending ------------------------------------------------------------------------------
     def begin_message(self) -> None:
@@ -214,6 +225,7 @@ class QueueTransport(Transport):
     @property
     def in_flight(self) -> int:
         """CUDA tensors sent by any thread and not yet acknowledged by the receiver (kept alive until then)."""
+        self._own()
         with self._streams_lock:
             return sum(stream.acks.count() for stream in self._streams)
 
@@ -230,6 +242,7 @@ class QueueTransport(Transport):
 
     def _stream(self) -> _Stream:
         """The calling thread's stream, drawn the first time it sends."""
+        self._own()
         stream: _Stream | None = getattr(self._local, "stream", None)
         if stream is None:
             stream = self._local.stream = self._new_stream()
@@ -261,6 +274,7 @@ class QueueTransport(Transport):
     def release(self, handle: Handle) -> None:
         """A sent tensor cannot be recalled; a receiver drops a buffered one it will not read."""
         assert isinstance(handle, QueueHandle)
+        self._own()
         with self._ready:
             sender = self._senders.get(handle.sender)
             if sender is not None:
@@ -293,6 +307,7 @@ class QueueTransport(Transport):
 
     def _take(self, handle: QueueHandle) -> torch.Tensor:
         """The tensor ``handle`` names: from the buffer, or drained into it (by this thread or another)."""
+        self._own()
         deadline = time.monotonic() + self.timeout
         with self._ready:
             while True:
@@ -444,17 +459,20 @@ class QueueTransport(Transport):
 
     def buffered(self) -> int:
         """Tensors waiting in the receive buffer."""
+        self._own()
         with self._ready:
             return self._held
 
     def buffered_bytes(self) -> int:
         """Bytes of the tensors waiting in the receive buffer."""
+        self._own()
         with self._ready:
             return self._held_bytes
 
     def close(self) -> None:
         """Drop everything buffered, and (as a sender) every stream: the CUDA tensors kept for the
         receiver and the ack pages. Threads that send afterwards get new streams."""
+        self._own()
         with self._ready:
             self._senders.clear()
             self._held = self._held_bytes = 0

@@ -133,3 +133,32 @@ def test_a_forked_child_dropping_a_received_tensor_leaves_its_parents_claim_and_
     gc.collect()
     assert slot.state == FREE
     shm.close()
+
+
+def test_a_queue_transports_forked_child_sends_as_a_sender_of_its_own() -> None:
+    """A child forked (by multiprocessing's fork start method) after its parent sent on a queue
+    transport sends under a sender id of its own: the consumer gives each message its own tensors,
+    where the two processes' messages numbered alike took each other's."""
+    context = torch.multiprocessing.get_context("fork")
+    data = context.Queue()
+    encoder = tw.Encoder(transport=transports.QueueTransport(data), options=OOB)
+    first = encoder.encode(diffusion.Output(output=_full(64, 0.0)))
+    parent_end, child_end = context.Pipe()
+
+    def child() -> None:
+        frames = encoder.encode(diffusion.Output(output=_full(64, 2.0)))
+        child_end.send([bytes(memoryview(f)) for f in frames])
+        child_end.recv()  # its tensor's fds come from it: alive until the consumer has taken them
+
+    process = context.Process(target=child)
+    process.start()
+    try:
+        from_child = parent_end.recv()
+        second = encoder.encode(diffusion.Output(output=_full(64, 1.0)))
+        decoder = tw.Decoder(REGISTRY, transports=[transports.QueueTransport(data, timeout=5.0)])
+        got = [float(decoder.decode(frames).output[0]) for frames in (first, second, from_child)]
+        assert got == [0.0, 1.0, 2.0]
+    finally:
+        parent_end.send(None)
+        process.join(30)
+    assert process.exitcode == 0
