@@ -3,7 +3,8 @@
 Every shared-memory segment starts with a 4 KiB control page (the data follows it). Its words
 (little-endian u64): magic, state, generation, receiver pid, data capacity, claim deadline
 (``CLOCK_MONOTONIC`` ns), the last expired generation, flags (one-shot, dropped by its creator);
-then the 16-byte digest of the current hand-over's capability; then, for a hand-over to several
+then the 16-byte digest of the current hand-over's capability; when its creator started (a reaper
+tells a reused pid by it); then, for a hand-over to several
 receivers (a broadcast), their number, the claims made, the receivers holding it and their pids.
 
 A hand-over draws a fresh capability (128 random bits) that travels only in the message's handle;
@@ -40,6 +41,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tensorwire.errors import DecodeError, TransportError
+from tensorwire.transports._segment import started
 
 __all__ = [
     "CAPABILITY_BYTES",
@@ -57,6 +59,7 @@ __all__ = [
     "STATES",
     "Page",
     "claim_file",
+    "creator_started",
     "digest",
     "discard_file",
     "expire_file",
@@ -74,6 +77,7 @@ CAPABILITY_BYTES = 16
 _MAGIC_WORD = int.from_bytes(MAGIC, "little")
 _W_MAGIC, _W_STATE, _W_GENERATION, _W_RECEIVER, _W_CAPACITY, _W_DEADLINE, _W_EXPIRED, _W_FLAGS = range(8)
 _DIGEST = 64  # byte offset of the capability digest
+_W_STARTED = 10  # after the digest: when the creator started (``_segment.started``; 0: not said)
 _W_READERS, _W_CLAIMS, _W_HOLDERS, _W_PIDS = 12, 13, 14, 16  # a broadcast's words, after the digest
 MAX_READERS = 64
 """The most receivers one hand-over can be broadcast to (their pids fill part of the control page)."""
@@ -249,6 +253,7 @@ class Page:
         """Lay out a new page: free, generation 0."""
         words = self.words
         words[_W_CAPACITY], words[_W_FLAGS], words[_W_STATE] = capacity, flags, FREE
+        words[_W_STARTED] = _own_start()
         words[_W_MAGIC] = _MAGIC_WORD
 
     def take(self, state: int) -> int:
@@ -585,6 +590,7 @@ def init_file(fd: int, capacity: int, deadline_ns: int, what: str) -> bytes:
     """Write the page of a new one-shot segment, in flight until ``deadline_ns``; return its capability."""
     capability = secrets.token_bytes(CAPABILITY_BYTES)
     head = _HEAD.pack(_MAGIC_WORD, IN_FLIGHT, 1, 0, capacity, deadline_ns, 0, ONE_SHOT, digest(capability))
+    head += struct.pack("<Q", _own_start())  # (``_W_STARTED``, right after the digest)
     try:
         written = os.pwrite(fd, head, 0)
     except OSError as exc:
@@ -657,3 +663,27 @@ def discard_file(fd: int, capability: bytes, what: str) -> bool:
     except DecodeError:
         return False
     return True
+
+
+_STARTED: tuple[int, int] = (0, 0)  # (pid, its start): this process's, read once (again in a forked child)
+
+
+def _own_start() -> int:
+    """When this process started (``_segment.started``), as its segments' pages say."""
+    global _STARTED
+    pid = os.getpid()
+    if _STARTED[0] != pid:
+        _STARTED = (pid, started())
+    return _STARTED[1]
+
+
+def creator_started(fd: int) -> int:
+    """When the creator of the segment open as ``fd`` started, as its page says (0: not said, or no page)."""
+    try:
+        head = os.pread(fd, 8 * (_W_STARTED + 1), 0)
+    except OSError:
+        return 0
+    if len(head) != 8 * (_W_STARTED + 1) or head[:8] != MAGIC:
+        return 0
+    value: int = struct.unpack_from("<Q", head, 8 * _W_STARTED)[0]
+    return value

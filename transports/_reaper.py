@@ -10,7 +10,8 @@ A pool slot's creator keeps a shared lock on one byte of its file (``_control.CR
 it holds the slot: a named file whose creator's pid names no process here is opened (never
 following a link, never blocking) to read that lock before it counts as its creator's leftover,
 so a creator in another pid namespace is not taken for dead. A one-shot segment carries no lock:
-its creator is judged by its pid alone.
+its creator is judged by its pid alone. Either way a pid that now names a process started later than
+the page says its creator did (the pid was reused) is no creator.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tensorwire.transports._control import CREATOR_BYTE, marked
+from tensorwire.transports._control import CREATOR_BYTE, creator_started, marked
 from tensorwire.transports._pool import alive
-from tensorwire.transports._segment import valid_pid
+from tensorwire.transports._segment import started, valid_pid
 
 __all__ = [
     "NAME",
@@ -142,7 +143,7 @@ def list_segments(directory: str | os.PathLike[str] = SHM_DIR, *, memfds: bool =
             continue  # gone meanwhile
         if stat.S_ISREG(info.st_mode) and info.st_uid == me:
             pid = creator_pid(name)
-            live = alive(pid) or _marked(root / name, info)
+            live = _creator_lives(root / name, info, pid)
             found.append(Segment(name, pid, live, info.st_size, max(0.0, now - info.st_mtime), "named"))
     if memfds:
         found += _memfds(now, me)
@@ -178,32 +179,40 @@ def _memfds(now: float, me: int) -> list[Segment]:
 
 def _reapable(directory: Path, name: str) -> bool:
     """Whether ``name`` is a regular file of ours whose creator (a valid pid) is gone: its pid names
-    no process, and no process holds its mark on the file."""
+    no process (or one that started after its creator did), and no process holds its mark."""
     pid = creator_pid(name)
-    if not valid_pid(pid) or alive(pid):
+    if not valid_pid(pid):
         return False
     try:
         info = os.lstat(directory / name)
     except OSError:
         return False
-    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not _marked(directory / name, info)
+    ours = stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+    return ours and not _creator_lives(directory / name, info, pid)
 
 
-def _marked(path: Path, info: os.stat_result) -> bool:
-    """Whether some process holds the creator's mark (``CREATOR_BYTE``) on the regular file at
-    ``path`` that ``info`` describes. Opened read-only, never following a link, blocking or taking
-    a terminal; a file that is no longer the one ``info`` describes, or that cannot be opened, is
-    unmarked."""
+def _creator_lives(path: Path, info: os.stat_result, pid: int) -> bool:
+    """Whether the creator of the regular file at ``path`` (that ``info`` describes) lives: ``pid``
+    names a process that started when the file's page says its creator did (where it says: a pid
+    reused since is not the creator), or some process holds the creator's mark (``CREATOR_BYTE``).
+    Opened read-only, never following a link, blocking or taking a terminal; a file that is no
+    longer the one ``info`` describes, or that cannot be read, is judged by ``pid`` alone."""
+    living = alive(pid)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
-        return False
+        return living
     try:
         now = os.fstat(fd)
-        same = (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino) and stat.S_ISREG(now.st_mode)
-        return same and marked(fd, CREATOR_BYTE)
+        if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino) or not stat.S_ISREG(now.st_mode):
+            return living
+        if living:
+            said, actual = creator_started(fd), started(pid)
+            if not said or not actual or said == actual:
+                return True
+        return marked(fd, CREATOR_BYTE)
     except OSError:
-        return False
+        return living
     finally:
         os.close(fd)
 

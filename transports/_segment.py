@@ -39,6 +39,7 @@ __all__ = [
     "open_memfd",
     "open_named",
     "read_into",
+    "started",
     "valid_pid",
 ]
 
@@ -51,6 +52,16 @@ _OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC |
 def valid_pid(pid: int) -> bool:
     """Whether ``pid`` can name a process at all (1 .. PID_MAX)."""
     return 0 < pid <= PID_MAX
+
+
+def started(pid: int | str = "self") -> int:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat``): a pid reused
+    by a later process comes with a later start. 0 where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            return int(stat_file.read().rsplit(b")", 1)[1].split()[19])  # field 22, after the name
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def create_named(path: Path, size: int) -> tuple[int, mmap.mmap]:

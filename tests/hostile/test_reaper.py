@@ -20,12 +20,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
+import tensorwire as tw
 from tensorwire import transports
+from tensorwire.builtins import diffusion
 from tensorwire.cli import main
 from tensorwire.transports._control import CREATOR_BYTE, RECEIVER_BYTE
-from tensorwire.transports._reaper import _marked
+from tensorwire.transports._reaper import _creator_lives
 from tensorwire.transports.shm import SHM_DIR
+
+OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through shared memory
 
 
 def _dead_pid() -> int:
@@ -139,25 +144,49 @@ def test_a_file_whose_creator_holds_its_mark_is_not_reaped(directory: Path) -> N
 def test_the_mark_is_read_only_from_the_file_that_was_listed(directory: Path) -> None:
     """A marked file reached through a symlink, a FIFO (which must not block the open) and a file
     put in place of the one ``lstat`` saw all read as unmarked: nothing is followed or trusted."""
-    target = directory / _name(_dead_pid())
+    dead = _dead_pid()
+    target = directory / _name(dead)
     target.write_bytes(b"x" * 64)
     fd = _mark(target, CREATOR_BYTE)
     try:
         link = directory / _name(_dead_pid())
         link.symlink_to(target)
-        assert not _marked(link, os.stat(target))
+        assert not _creator_lives(link, os.stat(target), dead)
         fifo = directory / _name(_dead_pid())
         os.mkfifo(fifo)
-        assert not _marked(fifo, os.lstat(fifo))
+        assert not _creator_lives(fifo, os.lstat(fifo), dead)
         stale = os.lstat(target)
         replacement = directory / "replacement"
         replacement.write_bytes(b"y" * 64)
         os.rename(replacement, target)  # the marked file's name now names another file
         other = _mark(target, CREATOR_BYTE)
         try:
-            assert not _marked(target, stale)
-            assert _marked(target, os.lstat(target))
+            assert not _creator_lives(target, stale, dead)
+            assert _creator_lives(target, os.lstat(target), dead)
         finally:
             os.close(other)
     finally:
         os.close(fd)
+
+
+def test_a_segment_whose_creators_pid_was_reused_is_reaped(directory: Path) -> None:
+    """A one-shot segment whose name's pid now names a process that started after its creator did
+    (the page says when its creator started: the pid was reused) is reaped and listed as dead; the
+    live creator's own segment, and a file whose page says nothing, stay."""
+    encoder = tw.Encoder(transport=transports.ShmTransport(directory, pool=False), options=OOB)
+    for _ in range(2):
+        encoder.encode(diffusion.Output(output=torch.ones(1024)))
+    own, moved = sorted(os.listdir(directory))
+    later = subprocess.Popen(["sleep", "60"])  # not the creator, whatever its pid
+    try:
+        reused = _name(later.pid)
+        os.rename(directory / moved, directory / reused)
+        unsaid = directory / _name(later.pid)
+        unsaid.write_bytes(b"x" * 64)
+        alive = {s.name: s.alive for s in transports.list_segments(directory, memfds=False)}
+        assert alive == {own: True, reused: False, unsaid.name: True}
+        assert transports.reap(directory) == [reused]
+        assert sorted(os.listdir(directory)) == sorted([own, unsaid.name])
+    finally:
+        later.kill()
+        later.wait()
