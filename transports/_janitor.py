@@ -27,6 +27,15 @@ _lock = threading.Lock()
 _started_in = 0  # the pid whose thread runs
 
 
+def _new_lock_after_fork() -> None:
+    """A forked child has none of its parent's threads: a lock one of them held stays held."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
+
+
 def watch(reader: _Prunable) -> None:
     """Prune ``reader`` every ``PERIOD`` seconds while it lives."""
     global _started_in

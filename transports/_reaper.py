@@ -50,6 +50,15 @@ _lock = threading.Lock()
 _counter = 0
 
 
+def _new_lock_after_fork() -> None:
+    """A forked child has none of its parent's threads: a lock one of them held stays held."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
+
+
 def _process_token() -> str:
     """This process's token; a forked child draws its own."""
     global _token, _token_pid

@@ -13,6 +13,7 @@ import gc
 import os
 import signal
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ import torch
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
+from tensorwire.transports import _janitor, _reaper
 from tensorwire.transports._control import CLAIMED, FREE
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through shared memory
@@ -104,6 +106,27 @@ def test_a_forked_child_never_waits_for_a_receiver_lock_a_parent_thread_held(bac
     with lock:
         pid = _fork(child)
     assert _exit_code(pid) == 0
+    shm.close()
+
+
+@pytest.mark.parametrize("module", [_reaper, _janitor], ids=["segment names", "janitor"])
+def test_a_forked_child_never_waits_for_a_module_lock_a_parent_thread_held(module: Any) -> None:
+    """A thread of the parent was naming a segment, or starting to watch a receiver, at the fork:
+    the child's first one-shot segment, or its first receiver, waited forever for that lock."""
+    shm = transports.ShmTransport(pool=False)
+    encoder = tw.Encoder(transport=shm, options=OOB)
+
+    def child() -> bool:
+        child_shm = transports.ShmTransport(pool=False)  # its receiver is watched by the janitor
+        frames = tw.Encoder(transport=child_shm, options=OOB).encode(diffusion.Output(output=_full(1000, 2.0)))
+        decoded = tw.Decoder(REGISTRY, transports=[child_shm]).decode(frames).output
+        return bool((decoded == 2.0).all())
+
+    with module._lock:
+        pid = _fork(child)
+    assert _exit_code(pid) == 0
+    decoder = tw.Decoder(REGISTRY, transports=[shm])
+    assert (decoder.decode(encoder.encode(diffusion.Output(output=_full(1000, 3.0)))).output == 3.0).all()
     shm.close()
 
 
