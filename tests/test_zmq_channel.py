@@ -1192,29 +1192,35 @@ def test_a_hello_over_tcp_is_on_trial_though_the_socket_has_an_ipc_endpoint_too(
         assert server.withheld == 1 and _in_flight(shm) == 3
 
 
+def _peak_of_one_drop(channel: Channel) -> int:
+    """Read the one message waiting on ``channel``'s socket, which the channel drops; the peak of the
+    memory traced meanwhile."""
+    import tracemalloc
+
+    assert channel.socket.poll(5000)
+    tracemalloc.start()
+    try:
+        with pytest.raises(TimeoutError):
+            channel.recv(timeout=0)  # the one message read, and dropped
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 # -- a message of more parts than a channel message can have ---------------------------------------
 def test_a_message_of_more_parts_than_a_channel_message_has_is_dropped_without_keeping_them(
     ctx: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Every part was kept in a list (a pyzmq frame each, several times ZeroMQ's own cost per part)
     before the message was refused: 100,000 empty parts took ~20 MiB, two million ~400 MiB."""
-    import tracemalloc
-
     router, peer, _ = _inproc_router(ctx, "inproc://many-parts", (b"peer", b"other"))
     peer.setsockopt(zmq.SNDHWM, 0)
     router.setsockopt(zmq.RCVHWM, 0)
     peer.send_multipart([b""] * 100_000)
     peer.send_multipart(_valid(_request(x=torch.arange(2))))
     with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"), Channel(router, REGISTRY) as server:
-        assert router.poll(5000)
-        tracemalloc.start()
-        try:
-            with pytest.raises(TimeoutError):
-                server.recv(timeout=0)  # the one message read, and dropped
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-        assert server.dropped == 1 and peak < 4 * MiB  # (4,099 frames kept at most)
+        assert server.dropped == 0 and _peak_of_one_drop(server) < 4 * MiB  # (4,099 frames kept at most)
+        assert server.dropped == 1
         who, message = server.recv_from(timeout=5)
         assert who == b"peer" and torch.equal(message.kwargs["x"], torch.arange(2))
     assert caplog.messages == [
@@ -1296,23 +1302,13 @@ def test_a_large_part_where_a_hello_goes_is_never_copied(
 ) -> None:
     """The part was copied whole (``Frame.bytes``) before its length was looked at: a peer's 64 MiB
     there made the receiver hold twice that."""
-    import tracemalloc
-
     a, b = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
     b.bind(f"inproc://large-hello-{parts}")
     a.connect(f"inproc://large-hello-{parts}")
     a.send_multipart([b"TWC1" + bytes(64 * MiB), b"x"][:parts], copy=False)
     a.send_multipart(_valid(_request(x=torch.arange(2))))
     with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"), Channel(b, REGISTRY) as receiver:
-        assert b.poll(5000)
-        tracemalloc.start()
-        try:
-            with pytest.raises(TimeoutError):
-                receiver.recv(timeout=0)  # the one message read, and dropped
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-        assert receiver.dropped == 1 and peak < MiB
+        assert _peak_of_one_drop(receiver) < MiB and receiver.dropped == 1
         assert torch.equal(receiver.recv(timeout=5).kwargs["x"], torch.arange(2))
     expected = (
         "a channel message has a hello frame and frame 0 at least; this one has 1 frames"

@@ -91,6 +91,11 @@ def pattern_problem(pattern: str) -> str | None:
     return f"pattern {pattern!r} can backtrack through exponentially many ways to match a string: {why}; {_HINT}"
 
 
+def _group_flags(flags: _Flags, group: Any) -> _Flags:
+    """The flags a group's items are read under (``(?i:...)`` turns IGNORECASE on)."""
+    return replace(flags, fold=flags.fold or bool(group[1] & _c.SRE_FLAG_IGNORECASE))
+
+
 def _walk(items: list[tuple[Any, Any]], *, in_loop: bool, fence: Fence | None, flags: _Flags) -> str | None:
     """The first problem among ``items`` (``in_loop``: inside a repeat that can run more than once;
     ``fence``: the characters one of which must come next after ``items``, None if not known)."""
@@ -114,7 +119,6 @@ def _follow(items: list[tuple[Any, Any]], start: int, fence: Fence | None, flags
 
 def _item(op: Any, av: Any, *, in_loop: bool, fence: Fence | None, flags: _Flags) -> str | None:
     """The first problem in one item, ``fence`` being what must come next after it."""
-    fold = flags.fold
     if op in _REPEATS:
         low, high, body = av
         if in_loop and low != high and (_nullable(list(body)) or not _fenced_off(list(body), fence, flags)):
@@ -130,10 +134,9 @@ def _item(op: Any, av: Any, *, in_loop: bool, fence: Fence | None, flags: _Flags
     if op in (_c.ASSERT, _c.ASSERT_NOT):
         return _walk(list(av[1]), in_loop=False, fence=None, flags=flags)
     if op is _c.SUBPATTERN:
-        inner_flags = replace(flags, fold=fold or bool(av[1] & _c.SRE_FLAG_IGNORECASE))
-        return _walk(list(av[3]), in_loop=in_loop, fence=fence, flags=inner_flags)
+        return _walk(list(av[3]), in_loop=in_loop, fence=fence, flags=_group_flags(flags, av))
     if op is _c.BRANCH:
-        if in_loop and not _disjoint([_first(list(branch), fold) for branch in av[1]]):
+        if in_loop and not _disjoint([_first(list(branch), flags) for branch in av[1]]):
             return _OVERLAP
         return next((w for b in av[1] if (w := _walk(list(b), in_loop=in_loop, fence=fence, flags=flags))), None)
     if op is _c.GROUPREF_EXISTS:
@@ -200,7 +203,7 @@ def _first_char(items: list[tuple[Any, Any]], flags: _Flags, start: int = 0) -> 
         if op in (_c.LITERAL, _c.NOT_LITERAL, _c.ANY, _c.IN):
             return (op, av), flags
         if op is _c.SUBPATTERN:
-            return _first_char(list(av[3]), replace(flags, fold=flags.fold or bool(av[1] & _c.SRE_FLAG_IGNORECASE)))
+            return _first_char(list(av[3]), _group_flags(flags, av))
         if op in (*_REPEATS, _c.POSSESSIVE_REPEAT):
             return _first_char(list(av[2]), flags) if av[0] >= 1 else None
         if op is _c.ATOMIC_GROUP:
@@ -225,7 +228,7 @@ def _taken(items: list[tuple[Any, Any]], flags: _Flags) -> frozenset[str] | None
         elif op is _c.ATOMIC_GROUP:
             some = _taken(list(av), flags)
         elif op is _c.SUBPATTERN:
-            some = _taken(list(av[3]), replace(flags, fold=flags.fold or bool(av[1] & _c.SRE_FLAG_IGNORECASE)))
+            some = _taken(list(av[3]), _group_flags(flags, av))
         else:
             return None
         if some is None:
@@ -297,7 +300,7 @@ def _takes_one(op: Any, av: Any, flags: _Flags) -> Test | None:
     if op is _c.ATOMIC_GROUP:
         return _takes(list(av), flags)
     if op is _c.SUBPATTERN:
-        return _takes(list(av[3]), replace(flags, fold=flags.fold or bool(av[1] & _c.SRE_FLAG_IGNORECASE)))
+        return _takes(list(av[3]), _group_flags(flags, av))
     if op is _c.BRANCH:
         branches = [_takes(list(branch), flags) for branch in av[1]]
         if any(b is None for b in branches):
@@ -347,23 +350,17 @@ def _forms(char: str, fold: bool) -> set[str]:
     return {char, char.lower(), char.upper()} if fold else {char}
 
 
-def _first(items: list[tuple[Any, Any]], fold: bool) -> CharSet:
-    """The characters a match of ``items`` can start with; None where that is not known (or it
-    can match nothing)."""
-    for op, av in items:
-        if op is _c.AT:
-            continue  # an anchor matches no character
-        if op is _c.LITERAL:
-            return _literal(av, fold)
-        if op is _c.IN:
-            return _class(av, fold)
-        if op is _c.SUBPATTERN:
-            return None if av[1] & _c.SRE_FLAG_IGNORECASE else _first(list(av[3]), fold)
-        if op in (*_REPEATS, _c.POSSESSIVE_REPEAT):
-            return _first(list(av[2]), fold) if av[0] >= 1 else None
-        if op is _c.ATOMIC_GROUP:
-            return _first(list(av), fold)
+def _first(items: list[tuple[Any, Any]], flags: _Flags) -> CharSet:
+    """The characters a match of ``items`` can start with, as ranges; None where that is not known
+    (or it can match nothing)."""
+    found = _first_char(items, flags)
+    if found is None:
         return None
+    (op, av), inner = found
+    if op is _c.LITERAL:
+        return _literal(av, inner.fold)
+    if op is _c.IN:
+        return _class(av, inner.fold)
     return None
 
 
