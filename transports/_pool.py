@@ -37,6 +37,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -370,10 +371,8 @@ class Pool:
         slot = self._by_name.get(name) if self.owns(name) else None
         if slot is None:
             return False
-        try:
+        with suppress(ValueError):  # another thread let go of the slot meanwhile (close, trim): nothing to undo
             slot.page.undo(generation, capability)
-        except ValueError:  # another thread let go of the slot meanwhile (close, trim): nothing to undo
-            pass
         slot.last_used = time.monotonic()
         return True
 
@@ -395,19 +394,14 @@ class Pool:
         message never reached them); the slot is free once those who got it have let go."""
         slot = self._by_name.get(name) if self.owns(name) else None
         if slot is not None:
-            try:
+            with suppress(ValueError):  # another thread let go of the slot meanwhile (close, trim): nothing to count
                 slot.page.discard(generation, capability, readers)
-            except ValueError:  # another thread let go of the slot meanwhile (close, trim): nothing to count
-                pass
 
     def unused(self, slot: Slot, generation: int) -> None:
         """A tensor allocated in ``slot`` died: free the slot if it was never sent (and is this
         process's: a forked child's copy of its parent's tensor leaves the parent's slot alone)."""
-        try:
-            if self._pid == os.getpid() and self._by_name.get(slot.name) is slot and slot.sending == generation:
-                self.give_back(slot)
-        except ValueError:  # the pool let go of its page views: the slot is gone
-            pass
+        if self._pid == os.getpid() and self._by_name.get(slot.name) is slot and slot.sending == generation:
+            self.give_back(slot)
 
     def forget(self, slot: Slot) -> None:
         """Take ``slot`` out of the pool for good; its owner keeps the mapping (and the fd is closed)."""
@@ -419,10 +413,8 @@ class Pool:
 
     def give_back(self, slot: Slot) -> None:
         """Free ``slot``, taken by this process and not handed over (a send that failed)."""
-        try:
+        with suppress(ValueError):  # another thread let go of the slot meanwhile (close, trim): nothing to free
             slot.page.give_back()
-        except ValueError:  # another thread let go of the slot meanwhile (close, trim): nothing to free
-            pass
         slot.sending = 0
         slot.allocated = False
         slot.last_used = time.monotonic()

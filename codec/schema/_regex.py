@@ -263,13 +263,9 @@ def _class_chars(members: list[tuple[Any, Any]], flags: _Flags) -> frozenset[str
 @cache
 def _category_chars(category: str, ascii_only: bool) -> frozenset[str] | None:
     """The characters of a category (``\\s``), if at most ``_FENCE_CHARS`` of them."""
-    found = re.findall(category, _every_char(), re.ASCII if ascii_only else 0)
+    every = "".join(map(chr, range(128 if ascii_only else 0x110000)))  # (made per category, not kept)
+    found = re.findall(category, every, re.ASCII if ascii_only else 0)
     return frozenset(found) if len(found) <= _FENCE_CHARS else None
-
-
-@cache
-def _every_char() -> str:
-    return "".join(map(chr, range(0x110000)))
 
 
 def _takes(items: list[tuple[Any, Any]], flags: _Flags) -> Test | None:
