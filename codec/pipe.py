@@ -313,18 +313,22 @@ class _Stalled(Exception):
     """A message stopped arriving part of the way, past the caller's deadline."""
 
 
-def _read_into(fd: int, view: memoryview, deadline: float | None, got: int = 0) -> None:
+def _read_into(
+    fd: int, view: memoryview, deadline: float | None, got: int = 0, *, before: int = 0, whole: int = 0
+) -> None:
     """Fill ``view`` (its first ``got`` bytes are there) from ``fd``; ``OSError`` if it ends part of
     the way, ``_Stalled`` if the bytes still missing have not come by ``deadline`` (None: wait for
     them however long it takes). Each read waits for its bytes first: a sender that stops between a
-    message's size and its bytes holds no read past ``deadline``."""
+    message's size and its bytes holds no read past ``deadline``. Errors count the bytes of a
+    ``whole`` of which ``before`` came ahead of ``view`` (by default, of ``view`` alone)."""
+    whole = whole or view.nbytes
     while got < view.nbytes:
-        progress = f"{got} of {view.nbytes} bytes read"
+        progress = f"{before + got} of {whole} bytes read"
         if deadline is not None:
             _wait_for(fd, select.POLLIN, deadline, progress)
         more = _readv(fd, view[got:], deadline, progress)
         if not more:
-            raise OSError(f"got end of file during message ({got} of {view.nbytes} bytes)")
+            raise OSError(f"got end of file during message ({before + got} of {whole} bytes)")
         got += more
 
 
@@ -358,5 +362,5 @@ def _drain(fd: int, size: int, deadline: float | None) -> None:
     left = size
     while left:
         view = chunk[: min(left, chunk.nbytes)]
-        _read_into(fd, view, deadline)
+        _read_into(fd, view, deadline, before=size - left, whole=size)
         left -= view.nbytes

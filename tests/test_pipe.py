@@ -248,10 +248,10 @@ def _recv_in_a_thread(receiver: Receiver, timeout: float) -> tuple[threading.Thr
     [
         ((1000).to_bytes(4, "big") + b"x" * 10, "10 of 1000 bytes read"),  # the message itself
         (b"\x00\x00", "2 of 4 bytes read"),  # its size
-        ((2 * MiB).to_bytes(4, "big") + b"x" * 10, "10 of 65536 bytes read"),  # one over max_bytes, read off
+        ((2 * MiB).to_bytes(4, "big") + b"x" * 10, f"10 of {2 * MiB} bytes read"),  # one over max_bytes, read off
         ((1000).to_bytes(4, "big"), "0 of 1000 bytes read"),  # its size, then none of its bytes
         ((-1).to_bytes(4, "big", signed=True), "0 of 8 bytes read"),  # a large size's marker, then not the size
-        ((2 * MiB).to_bytes(4, "big"), "0 of 65536 bytes read"),  # one over max_bytes, then none of its bytes
+        ((2 * MiB).to_bytes(4, "big"), f"0 of {2 * MiB} bytes read"),  # one over max_bytes, then none of its bytes
     ],
     ids=["message", "size", "oversized", "only-size", "only-large-marker", "oversized-only-size"],
 )
