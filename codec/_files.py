@@ -13,7 +13,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["open_regular", "read_at", "read_regular", "read_text"]
+__all__ = ["as_text", "open_regular", "read_at", "read_regular", "read_text"]
 
 _CHUNK = 1 << 24  # bytes asked of one read
 
@@ -66,6 +66,11 @@ def read_regular(path: str | os.PathLike[str], limit: int | None = None, *, foll
 
 
 def read_text(path: str | os.PathLike[str], limit: int | None = None, *, follow: bool = True) -> str:
-    """``read_regular`` as UTF-8 text, newlines as a text-mode read gives them (``"\\r\\n"`` and
-    ``"\\r"`` are ``"\\n"``); ``UnicodeDecodeError`` if it is not UTF-8."""
-    return read_regular(path, limit, follow=follow).decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    """``read_regular`` as ``as_text`` gives it."""
+    return as_text(read_regular(path, limit, follow=follow))
+
+
+def as_text(data: bytes | bytearray) -> str:
+    """``data`` as UTF-8 text, newlines as a text-mode read gives them (``"\\r\\n"`` and ``"\\r"``
+    are ``"\\n"``); ``UnicodeDecodeError`` if it is not UTF-8."""
+    return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")

@@ -28,12 +28,13 @@ FIFO or a device is refused unread).
 from __future__ import annotations
 
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tensorwire._files import read_text
+from tensorwire._files import as_text, open_regular, read_at
 from tensorwire.errors import CodecError
 
 __all__ = [
@@ -112,7 +113,10 @@ def find_config(start: Path | None = None) -> Config | None:
 def load_config(path: Path) -> Config | None:
     """The configuration in ``path`` (None for a ``pyproject.toml`` without ``[tool.tensorwire]``)."""
     try:
-        data = tomllib.loads(read_text(path, MAX_FILE_BYTES))
+        link = os.lstat(path)
+        with open_regular(path, MAX_FILE_BYTES) as (fd, size):
+            owner = os.fstat(fd).st_uid  # of what is read, not of what the name holds a moment later
+            data = tomllib.loads(as_text(read_at(fd, 0, size)))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ConfigError(f"{path}: cannot read it: {why}") from None
@@ -125,7 +129,8 @@ def load_config(path: Path) -> Config | None:
         if table is None:
             return None
         where = "tool.tensorwire."
-    owner = os.stat(path).st_uid
+    if stat.S_ISLNK(link.st_mode) and link.st_uid != os.geteuid():  # it would pick which of our files is read
+        raise ConfigError(f"{path}: a link owned by uid {link.st_uid}, not by this user: not read (move or remove it)")
     if owner != os.geteuid():
         raise ConfigError(f"{path}: owned by uid {owner}, not by this user: not read (move or remove it)")
     reader = _Reader(path, where)

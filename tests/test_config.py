@@ -188,3 +188,21 @@ def test_a_file_another_user_owns_is_refused_not_read(tmp_path: Path) -> None:
     os.chown(tmp_path / "pyproject.toml", 54321, -1)  # the table says nothing, so it is no problem
     planted.unlink()
     assert find_config(tmp_path) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a link to another user needs root")
+def test_a_link_another_user_made_is_refused_though_its_target_is_ours(tmp_path: Path) -> None:
+    """A link planted in a shared directory would pick which of this user's files is read as the
+    configuration (and where ``gen`` writes); the file it names being ours does not make it ours."""
+    ours = tmp_path / "ours.toml"
+    ours.write_text("out = 'elsewhere'\n")
+    planted = tmp_path / "shared" / "tensorwire.toml"
+    planted.parent.mkdir()
+    planted.symlink_to(ours)
+    os.lchown(planted, 54321, -1)
+    with pytest.raises(ConfigError) as info:
+        find_config(planted.parent)
+    assert str(info.value) == f"{planted}: a link owned by uid 54321, not by this user: not read (move or remove it)"
+    os.lchown(planted, os.geteuid(), -1)  # our own link is read, as before
+    found = find_config(planted.parent)
+    assert found is not None and found.out == planted.parent / "elsewhere"
