@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import queue as stdlib_queue
 from typing import Any
 
 import pytest
@@ -417,4 +418,35 @@ def test_a_receiver_that_cannot_acknowledge_says_so_and_still_delivers(
     assert "sender s1 names an ack page '../../etc/passwd' that is not a tensorwire name" in caplog.text
     assert "cannot acknowledge sender s2: ack page" in caplog.text and "is not a 4096-byte page" in caplog.text
     assert "dropping a CUDA tensor from sender s3 that could not be opened" in caplog.text
+    rx.close()
+
+
+def test_a_cuda_tensor_the_receiver_cannot_open_is_still_acknowledged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An item whose CUDA IPC open failed was dropped unacknowledged: its sender kept the tensor
+    until ``close()``, and ``max_in_flight`` such items refused every later export."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from tests.cuda_fakes import FakeCudaRuntime
+
+    def unopenable(data: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("CUDA error: invalid resource handle")
+
+    queue: stdlib_queue.Queue[Any] = stdlib_queue.Queue()  # (one that pickles nothing itself)
+    tx = transports.QueueTransport(queue, runtime=FakeCudaRuntime(), max_in_flight=1, timeout=0.3)
+    rx = transports.QueueTransport(queue, timeout=0.3)
+    tx.begin_message()
+    handle = tx.export_device(torch.arange(16, dtype=torch.uint8), 0, 16, [])
+    assert handle is not None and tx.in_flight == 1
+    monkeypatch.setattr(ForkingPickler, "loads", unopenable)
+    with caplog.at_level(logging.WARNING, logger="tensorwire.queue"):
+        with pytest.raises(tw.TransportError, match=r"no tensor 0 of message 1 from sender \S+ after waiting 0\.3s"):
+            rx.import_(handle, [], 16, borrow=False)
+    assert "that could not be opened: RuntimeError('CUDA error: invalid resource handle')" in caplog.text
+    assert tx.in_flight == 0 and rx.buffered() == 0  # acknowledged, not buffered
+    monkeypatch.undo()
+    tx.begin_message()
+    assert tx.export_device(torch.arange(16, dtype=torch.uint8), 0, 16, []) is not None  # room again
+    tx.close()
     rx.close()

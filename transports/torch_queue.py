@@ -36,10 +36,10 @@ CUDA buffers (``export_device``) travel by CUDA IPC: the tensor is pickled on ex
 that cannot be shared fails ``export`` itself, and the receiver gets a view of the sender's device
 memory (no copy; ``snapshot=True`` sends a device copy instead). The sender keeps each CUDA tensor
 alive until the receiver acknowledges it through a small shared-memory ack page (written when the
-tensor arrives, whether it is then read or discarded as stale); ``max_in_flight`` bounds the
-unacknowledged ones (an export past it waits up to ``timeout``, then fails). After the ack, torch's
-IPC reference count keeps the memory while any receiver view lives: the producer process must
-outlive every receiver view of its CUDA tensors.
+tensor arrives, whether it is then read, discarded as stale, or cannot be opened);
+``max_in_flight`` bounds the unacknowledged ones (an export past it waits up to ``timeout``, then
+fails). After the ack, torch's IPC reference count keeps the memory while any receiver view lives:
+the producer process must outlive every receiver view of its CUDA tensors.
 
 Trust: a ``torch.multiprocessing`` queue carries pickles (torch's tensor reductions, as any such
 queue does), so this transport is for processes that trust each other, like an engine and its
@@ -353,9 +353,10 @@ class QueueTransport(Transport):
             self._draining = False
             self._ready.notify_all()
 
-    def _receive(self, timeout: float) -> tuple[str, int, int, torch.Tensor, Any] | None:
+    def _receive(self, timeout: float) -> tuple[str, int, int, torch.Tensor | None, Any] | None:
         """The next item of the queue as ``(sender, message, tensor id, tensor, ack page name or
-        None)``; None if nothing came within ``timeout`` or the item could not be opened."""
+        None)``; the tensor is None for a CUDA item that could not be opened (still acknowledged:
+        nothing here holds it); None if nothing came within ``timeout`` or the item is no item."""
         try:
             item = self.queue.get(timeout=timeout)
         except stdlib_queue.Empty:
@@ -374,16 +375,19 @@ class QueueTransport(Transport):
             tensor = ForkingPickler.loads(payload)
         except Exception as exc:  # any item that cannot be opened (bad pickle, IPC failure) is dropped, not fatal
             log.warning("dropping a CUDA tensor from sender %s that could not be opened: %r", sender_id, exc)
-            return None
+            return sender_id, message, index, None, ack_name
         if not isinstance(tensor, torch.Tensor):
             log.warning("dropping a CUDA item from sender %s that is no tensor: %.200r", sender_id, tensor)
-            return None
+            return sender_id, message, index, None, ack_name
         return sender_id, message, index, tensor, ack_name
 
-    def _store(self, sender_id: str, message: int, index: int, tensor: torch.Tensor, ack_name: Any) -> None:
-        """Buffer a received tensor (the lock held), acknowledging a CUDA one first."""
+    def _store(self, sender_id: str, message: int, index: int, tensor: torch.Tensor | None, ack_name: Any) -> None:
+        """Buffer a received tensor (the lock held), acknowledging a CUDA one first (one that could
+        not be opened too, so that its sender lets go of it; it is not buffered)."""
         if ack_name is not None:
             self._acknowledge(sender_id, ack_name, message, index)
+        if tensor is None:
+            return
         now = time.monotonic()
         self._evict_silent(now)
         sender = self._senders.setdefault(sender_id, _Sender())
