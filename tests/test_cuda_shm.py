@@ -289,3 +289,46 @@ def test_the_torch_runtime_names_call_and_code_and_clears_the_error_state(monkey
     assert torch.equal(
         cuda_runtime.stage_to_host(torch.arange(5, dtype=torch.uint8)), torch.arange(5, dtype=torch.uint8)
     )
+
+
+class _HostRegisteringRuntime(transports.TorchCudaRuntime):
+    """The torch adapter's copies, with registration bookkept on the host (no device here)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.registered: dict[int, int] = {}
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def is_device(self, tensor: torch.Tensor) -> bool:
+        return True
+
+    def register(self, address: int, nbytes: int) -> None:
+        self.registered[address] = nbytes
+
+    def unregister(self, address: int) -> None:
+        del self.registered[address]
+
+
+def test_a_side_stream_that_cannot_be_made_is_a_transport_error_and_the_slot_comes_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Making the side stream (e.g. after a sticky device error) raised torch's RuntimeError out of
+    ``copy_to_host``: past the transport's cleanup, so the registered slot stayed taken for good."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(torch.cuda, "Stream", refuse)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    runtime = _HostRegisteringRuntime()
+    transport = transports.CudaShmTransport(tmp_path, runtime=runtime, idle_seconds=0)
+    try:
+        expected = r"cuda_shm: cudaStreamCreate failed with CUDA error -1 \(CUDA error: an illegal memory access"
+        with pytest.raises(tw.TransportError, match=expected):
+            _send(transport, torch.ones(100_000))
+        assert _registered_states(transport) == [FREE] and transport.healthy  # nothing was queued to drain
+    finally:
+        transport.close()
+    assert runtime.registered == {}

@@ -328,3 +328,44 @@ def test_a_buffer_delivered_as_a_tensor_view_keeps_its_offset() -> None:
 def test_retention_without_a_readable_directory_allows_no_growth(tmp_path: Path) -> None:
     assert Retention().budget(tmp_path / "missing", 0) == 0
     assert Retention(max_bytes=5).budget(tmp_path / "missing", 0) == 5  # a fixed cap needs no telemetry
+
+
+class _HostRuntime(transports.TorchCudaRuntime):
+    """The torch adapter's own streams, cache flush and cleanup around device allocations that all
+    fail with ``failure``; registration bookkept on the host (no device here)."""
+
+    def __init__(self, failure: transports.CudaCallError) -> None:
+        super().__init__()
+        self.failure = failure
+        self.registered: dict[int, int] = {}
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def register(self, address: int, nbytes: int) -> None:
+        self.registered[address] = nbytes
+
+    def unregister(self, address: int) -> None:
+        del self.registered[address]
+
+    def copy_to_device(self, src: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, Any]:
+        raise self.failure
+
+
+def test_a_device_this_process_lacks_fails_each_message_and_stays_healthy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a failed allocation on a device index the process lacks, draining made that device's
+    side stream, which failed too: the placement kept the host memory registered for good and
+    refused every later message."""
+
+    def no_such_device(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("CUDA error: invalid device ordinal")
+
+    monkeypatch.setattr(torch.cuda, "Stream", no_such_device)
+    runtime = _HostRuntime(transports.CudaCallError("cudaMalloc", 101, "invalid device ordinal"))
+    decoder = tw.Decoder(REGISTRY, device="cuda:5", runtime=runtime)
+    for _ in range(2):
+        frames = tw.Encoder().encode(diffusion.Output(output=torch.ones(MiB)))
+        expected = r"placing buffer 0 \(4194304 bytes\) to cuda:5: cudaMalloc failed with CUDA error 101 \(invalid"
+        with pytest.raises(tw.TransportError, match=expected):
+            decoder.decode(frames)
+    assert decoder.placement is not None and decoder.placement.healthy and runtime.registered == {}

@@ -163,8 +163,12 @@ class TorchCudaRuntime:
             raise self._failed("cudaEventSynchronize", exc) from None
 
     def drain(self, device: torch.device) -> None:
+        with self._lock:
+            side = self._streams.get(device.index if device.index is not None else torch.cuda.current_device())
+        if side is None:  # never made: nothing was queued on it
+            return
         try:
-            self._stream(device).synchronize()
+            side.synchronize()
         except RuntimeError as exc:
             raise self._failed("cudaStreamSynchronize", exc) from None
 
@@ -177,11 +181,16 @@ class TorchCudaRuntime:
         torch.cuda.empty_cache()
 
     def _stream(self, device: torch.device) -> torch.cuda.Stream:
+        """``device``'s side stream, made on first use (a failure to make it is a ``CudaCallError``)."""
         index = device.index if device.index is not None else torch.cuda.current_device()
         with self._lock:
             stream = self._streams.get(index)
             if stream is None:
-                stream = self._streams[index] = torch.cuda.Stream(device=index)  # type: ignore[no-untyped-call]
+                try:
+                    stream = torch.cuda.Stream(device=index)  # type: ignore[no-untyped-call]
+                except RuntimeError as exc:
+                    raise self._failed("cudaStreamCreate", exc) from None
+                self._streams[index] = stream
             return stream
 
     def _failed(self, call: str, exc: RuntimeError) -> CudaCallError:
