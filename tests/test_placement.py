@@ -130,6 +130,22 @@ def test_out_of_memory_twice_releases_the_whole_message(shm: transports.ShmTrans
     assert "upload_one" in [entry.name for entry in caught.traceback]  # the failed frames' lines stay
 
 
+def test_a_failed_cache_flush_is_a_transport_error_and_unregisters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``torch.cuda.empty_cache`` raising (a sticky device error) escaped the adapter as torch's
+    ``RuntimeError``, past the placement's cleanup: the host memory stayed registered."""
+
+    def refuse() -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(torch.cuda, "empty_cache", refuse)
+    runtime = _HostRuntime(transports.CudaCallError("cudaMalloc", 2, "out of memory", oom=True))
+    frames = tw.Encoder().encode(diffusion.Output(output=torch.ones(MiB)))
+    expected = r"placing buffer 0 \(4194304 bytes\) to cuda:0: cudaFree failed with CUDA error -1 \(CUDA error: an"
+    with pytest.raises(tw.TransportError, match=expected):
+        tw.Decoder(REGISTRY, device="cuda:0", runtime=runtime).decode(frames)
+    assert runtime.registered == {}
+
+
 def test_a_failed_registration_falls_back_to_a_pageable_copy(shm: transports.ShmTransport) -> None:
     fake = FakeCudaRuntime()
     fake.fail_next("register", code=1)

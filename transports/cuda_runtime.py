@@ -178,7 +178,10 @@ class TorchCudaRuntime:
             library.cudaGetLastError()
 
     def empty_cache(self) -> None:
-        torch.cuda.empty_cache()
+        try:
+            torch.cuda.empty_cache()
+        except RuntimeError as exc:
+            raise self._failed("cudaFree", exc) from None
 
     def _stream(self, device: torch.device) -> torch.cuda.Stream:
         """``device``'s side stream, made on first use (a failure to make it is a ``CudaCallError``)."""
