@@ -238,6 +238,22 @@ def test_a_failed_unregistration_keeps_the_mapping(tmp_path: Path, fake: Any) ->
     transport.close()
 
 
+def test_a_transport_dropped_without_close_unregisters_before_unmapping(tmp_path: Path, fake: Any) -> None:
+    """The pool's finalizer unmapped the registered slots of a transport dropped without ``close()``
+    and never unregistered them: host memory unmapped while the device runtime still had it pinned."""
+    transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)
+    for size in (100_000, 300_000):
+        transport.release(_send(transport, torch.ones(size)))
+    assert transport.registered is not None
+    kept, freed = (slot.mapping for slot in transport.registered.slots())
+    fake.fail_next("unregister", code=1)  # the first slot's: it stays registered, so it stays mapped
+    del transport
+    gc.collect()
+    assert fake.calls["unregister"] == 2 and len(fake.registered) == 1
+    assert not kept.closed and freed.closed
+    assert our_segments(tmp_path) == []
+
+
 def test_a_failure_mid_message_releases_what_was_exported(tmp_path: Path, cuda_shm: Any, fake: Any) -> None:
     encoder = tw.Encoder(transport=cuda_shm)
     decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(tmp_path, pool=False)])

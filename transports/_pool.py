@@ -206,7 +206,7 @@ class Pool:
         self._wake = threading.Event()
         # at exit, or when the pool is dropped without close(), its slots are let go (in a forked
         # child, the parent's finalizer does nothing and this one lets go of the child's slots)
-        self._finalizer = weakref.finalize(self, _finalize, self._slots, self._wake, self._pid)
+        self._finalizer = weakref.finalize(self, _finalize, self._slots, self._wake, self._pid, self._retire)
 
     def _own(self) -> None:
         """In a forked child: forget the parent's slots (they stay the parent's), start empty."""
@@ -606,9 +606,12 @@ def _trim_loop(pool_ref: weakref.ref[Pool], wake: threading.Event, period: float
         del pool
 
 
-def _finalize(slots: dict[int, list[Slot]], wake: threading.Event, pid: int) -> None:
+def _finalize(
+    slots: dict[int, list[Slot]], wake: threading.Event, pid: int, retire: Callable[[Slot], bool] | None
+) -> None:
     """At exit (or when the pool is dropped): let go of every slot, leaving the names of those a
-    receiver may still want (in flight, or claimed by another live process); never in a forked child."""
+    receiver may still want (in flight, or claimed by another live process); never in a forked child.
+    A slot is unmapped only once the owner's ``retire`` (if any) undid its ``prepare``."""
     wake.set()
     if os.getpid() != pid:
         return
@@ -618,4 +621,14 @@ def _finalize(slots: dict[int, list[Slot]], wake: threading.Event, pid: int) -> 
                 keep = slot.state == IN_FLIGHT or slot.page.held_by_another(alive)
             except ValueError:  # already let go
                 continue
-            _let_go(slot, unmap=True, unlink=not keep)
+            _let_go(slot, unmap=_retired(retire, slot), unlink=not keep)
+
+
+def _retired(retire: Callable[[Slot], bool] | None, slot: Slot) -> bool:
+    """Whether ``slot`` may be unmapped: its owner's ``retire`` (if any) succeeded."""
+    if retire is None:
+        return True
+    try:
+        return retire(slot)
+    except Exception:  # e.g. a device runtime already torn down at exit: kept mapped
+        return False

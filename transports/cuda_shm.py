@@ -6,7 +6,8 @@ by the encoder for buffers that live on a CUDA device (``export_device``):
 
 1. take a slot from a second pool whose segments are reserved with ``posix_fallocate`` and
    registered once (portable) with ``cudaHostRegister`` when created (registration is expensive, so slots
-   are reused; they are unregistered when the pool gives them back);
+   are reused; they are unregistered when the pool gives them back, before they are unmapped, also
+   by the pool's finalizer when the transport is dropped without ``close()``);
 2. copy device -> slot on a side stream that first waits on the producer's current stream (an
    event), so unfinished producer work is never read; wait for that copy to finish;
 3. hand the slot over like any pool slot.
@@ -106,9 +107,10 @@ class CudaShmTransport(ShmTransport):
         )
         self.runtime: CudaRuntime = runtime if runtime is not None else TorchCudaRuntime()
         self.unavailable_reason = self.runtime.unavailable_reason()
-        self._lock = threading.Lock()
-        self._quarantine: list[Quarantined] = []
-        self._registered_slots: dict[str, int] = {}  # slot name -> registered bytes
+        registrations = _Registrations(self.runtime)
+        self._lock = registrations.lock
+        self._quarantine = registrations.quarantine
+        self._registered_slots = registrations.slots
         self.registered: Pool | None = None
         if self.unavailable_reason is None:
             retention = Retention(
@@ -124,8 +126,8 @@ class CudaShmTransport(ShmTransport):
                 retention=retention,
                 idle_seconds=idle_seconds,
                 claim_timeout=claim_timeout,
-                prepare=self._register,
-                retire=self._unregister,
+                prepare=registrations.register,
+                retire=registrations.unregister,
             )
 
     # -- state ------------------------------------------------------------------------------------
@@ -220,32 +222,6 @@ class CudaShmTransport(ShmTransport):
             self._quarantine.append(Quarantined(slot.name, slot.capacity, reason, slot.mapping, source))
         self.registered.forget(slot)
 
-    # -- the registered pool's hooks -----------------------------------------------------------------
-    def _register(self, slot: Slot) -> None:
-        try:
-            self.runtime.register(slot.address, slot.capacity)
-        except CudaCallError as exc:
-            raise TransportError(
-                errno.EIO,
-                f"cuda_shm: {exc.call} of {slot.capacity} bytes failed with CUDA error {exc.code} ({exc.text})",
-            ) from None
-        with self._lock:
-            self._registered_slots[slot.name] = slot.capacity
-
-    def _unregister(self, slot: Slot) -> bool:
-        if slot.name not in self._registered_slots:
-            return True
-        try:
-            self.runtime.unregister(slot.address)
-        except CudaCallError as exc:  # still registered: counted, and its mapping is kept
-            keep_forever(slot.mapping)
-            with self._lock:
-                self._quarantine.append(Quarantined(slot.name, slot.capacity, f"{exc}", slot.mapping, None))
-            return False
-        with self._lock:
-            self._registered_slots.pop(slot.name, None)
-        return True
-
     # -- retention ------------------------------------------------------------------------------
     def trim(self, idle_seconds: float | None = None) -> int:
         freed = super().trim(idle_seconds)
@@ -260,6 +236,44 @@ class CudaShmTransport(ShmTransport):
         if self.registered is not None:
             self.registered.close()
         super().close()
+
+
+class _Registrations:
+    """The registered pool's slots as the runtime knows them, and the quarantine: the pool's
+    ``prepare`` and ``retire`` hooks are this object's, which refers to neither the pool nor the
+    transport, so that the pool's finalizer (a transport dropped without ``close()``) can still
+    unregister each slot before it is unmapped."""
+
+    def __init__(self, runtime: CudaRuntime) -> None:
+        self.runtime = runtime
+        self.lock = threading.Lock()
+        self.quarantine: list[Quarantined] = []
+        self.slots: dict[str, int] = {}  # slot name -> registered bytes
+
+    def register(self, slot: Slot) -> None:
+        try:
+            self.runtime.register(slot.address, slot.capacity)
+        except CudaCallError as exc:
+            raise TransportError(
+                errno.EIO,
+                f"cuda_shm: {exc.call} of {slot.capacity} bytes failed with CUDA error {exc.code} ({exc.text})",
+            ) from None
+        with self.lock:
+            self.slots[slot.name] = slot.capacity
+
+    def unregister(self, slot: Slot) -> bool:
+        if slot.name not in self.slots:
+            return True
+        try:
+            self.runtime.unregister(slot.address)
+        except CudaCallError as exc:  # still registered: counted, and its mapping is kept
+            keep_forever(slot.mapping)
+            with self.lock:
+                self.quarantine.append(Quarantined(slot.name, slot.capacity, f"{exc}", slot.mapping, None))
+            return False
+        with self.lock:
+            self.slots.pop(slot.name, None)
+        return True
 
 
 def _error(exc: CudaCallError) -> TransportError:
