@@ -146,6 +146,45 @@ def test_a_name_with_a_trailing_newline_is_refused(schema_dir: Path, where: str,
     assert (error.pointer, error.message) == (pointer, message)
 
 
+def _keyword_named(where: str) -> dict[str, Any]:
+    if where == "message":
+        return {"h/None.v1.json": minimal("h.None")}
+    doc = minimal("h.Msg")
+    if where == "enum":
+        doc["properties"]["e"] = {"type": "string", "enum": ["x"], "x-enum-name": "True", "default": "x"}
+    else:
+        doc["properties"]["o"] = {
+            "type": "object",
+            "title": "False",
+            "properties": {"b": {"type": "integer"}},
+            "required": ["b"],
+        }
+        doc["required"].append("o")
+    return {"h/Msg.v1.json": doc}
+
+
+@pytest.mark.parametrize(
+    ("where", "pointer", "name"),
+    [("message", "/$id", "None"), ("enum", "/properties/e", "True"), ("title", "/properties/o", "False")],
+)
+def test_a_class_name_that_is_a_python_keyword_is_refused(
+    schema_dir: Path, where: str, pointer: str, name: str
+) -> None:
+    """``class None(...)`` was written into the generated module, which then did not compile."""
+    error = _error(schema_dir, _keyword_named(where))
+    message = f"type name {name!r} is a Python keyword, which cannot name a generated class"
+    assert (error.pointer, error.message) == (pointer, message)
+
+
+def test_a_namespace_that_is_a_python_keyword_is_refused(schema_dir: Path) -> None:
+    """``from . import class`` was written into the generated package, which then did not compile."""
+    error = _error(schema_dir, {"class/Msg.v1.json": minimal("class.Msg")})
+    assert (error.file, error.message) == (
+        str(schema_dir / "class" / "Msg.v1.json"),
+        "namespace 'class' is a Python keyword, which cannot name the generated module",
+    )
+
+
 def test_a_title_with_a_trailing_newline_is_not_a_class_name(schema_dir: Path) -> None:
     doc = minimal("h.Msg")
     doc["properties"]["o"] = {

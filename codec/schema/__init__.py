@@ -6,6 +6,7 @@ nested types (enums, structs) of every namespace in dependency order.
 
 from __future__ import annotations
 
+import keyword
 import os
 import re
 from dataclasses import dataclass, field
@@ -128,6 +129,11 @@ def load_dir(directory: str | os.PathLike[str], display_root: str | None = None)
             raise SchemaError(
                 "schema files live at <namespace>/<Name>.v<N>.json (namespace: lower_snake)", file=display
             )
+        if keyword.iskeyword(rel.parts[0]):
+            raise SchemaError(
+                f"namespace {rel.parts[0]!r} is a Python keyword, which cannot name the generated module",
+                file=display,
+            )
         match = _FILE.fullmatch(rel.parts[1])
         if match is None:
             raise SchemaError("file name must be <Name>.v<N>.json, e.g. Video.v1.json", file=display)
@@ -178,6 +184,15 @@ def load_dir(directory: str | os.PathLike[str], display_root: str | None = None)
 
 
 def _check_class_names(schemas: SchemaSet, builder: Builder) -> None:
+    """Refuse a class name that is a Python keyword (``None``, ``True``, ``False``: a generated
+    class cannot be declared so), or a nested type's name that a message class takes."""
+    for m in schemas.messages:
+        if keyword.iskeyword(m.struct.name):
+            message = f"type name {m.struct.name!r} is a Python keyword, which cannot name a generated class"
+            raise schemas.sources[m.path].error("/$id", message)
+    for (_, name), (_, source, pointer) in builder.named.items():
+        if keyword.iskeyword(name):
+            raise source.error(pointer, f"type name {name!r} is a Python keyword, which cannot name a generated class")
     taken: dict[tuple[str, str], str] = {}
     for m in schemas.messages:
         for name in {class_name(schemas, m.struct), f"{m.struct.name}V{m.version}"}:
