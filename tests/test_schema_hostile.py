@@ -185,6 +185,23 @@ def test_a_namespace_that_is_a_python_keyword_is_refused(schema_dir: Path) -> No
     )
 
 
+def test_a_message_class_name_another_message_type_takes_is_refused(schema_dir: Path) -> None:
+    """``h.Msg`` v1 (beside v2) and ``h.MsgV1`` were both generated as ``class MsgV1``: the second
+    replaced the first, so the generated registry had no ``h.Msg`` v1."""
+    files = {
+        "h/Msg.v1.json": minimal("h.Msg"),
+        "h/Msg.v2.json": minimal("h.Msg", 2),
+        "h/MsgV1.v1.json": minimal("h.MsgV1"),
+    }
+    error = _error(schema_dir, files)
+    assert (error.file, error.pointer, error.message) == (
+        str(schema_dir / "h" / "MsgV1.v1.json"),
+        "/$id",
+        f"message class name h.MsgV1 of h.MsgV1 v1 clashes with the message class of h.Msg declared in "
+        f"{schema_dir / 'h' / 'Msg.v1.json'}; rename one",
+    )
+
+
 def test_a_title_with_a_trailing_newline_is_not_a_class_name(schema_dir: Path) -> None:
     doc = minimal("h.Msg")
     doc["properties"]["o"] = {

@@ -185,7 +185,8 @@ def load_dir(directory: str | os.PathLike[str], display_root: str | None = None)
 
 def _check_class_names(schemas: SchemaSet, builder: Builder) -> None:
     """Refuse a class name that is a Python keyword (``None``, ``True``, ``False``: a generated
-    class cannot be declared so), or a nested type's name that a message class takes."""
+    class cannot be declared so), a message class's name that another message type's class takes
+    (``h.MsgV1`` beside ``h.Msg`` v1), or a nested type's name that a message class takes."""
     for m in schemas.messages:
         if keyword.iskeyword(m.struct.name):
             message = f"type name {m.struct.name!r} is a Python keyword, which cannot name a generated class"
@@ -194,9 +195,17 @@ def _check_class_names(schemas: SchemaSet, builder: Builder) -> None:
         if keyword.iskeyword(name):
             raise source.error(pointer, f"type name {name!r} is a Python keyword, which cannot name a generated class")
     taken: dict[tuple[str, str], str] = {}
+    owner: dict[tuple[str, str], str] = {}
     for m in schemas.messages:
-        for name in {class_name(schemas, m.struct), f"{m.struct.name}V{m.version}"}:
-            taken[(m.struct.namespace, name)] = m.path
+        for name in sorted({class_name(schemas, m.struct), f"{m.struct.name}V{m.version}"}):
+            key = (m.struct.namespace, name)
+            if owner.setdefault(key, m.type_id) != m.type_id:
+                raise schemas.sources[m.path].error(
+                    "/$id",
+                    f"message class name {m.struct.namespace}.{name} of {m.type_id} v{m.version} clashes with the "
+                    f"message class of {owner[key]} declared in {taken[key]}; rename one",
+                )
+            taken[key] = m.path
     for (namespace, name), (_, source, pointer) in builder.named.items():
         if (namespace, name) in taken:
             raise source.error(
