@@ -367,6 +367,47 @@ def test_gen_refuses_a_field_that_hides_a_name_the_class_reads(
     assert not (tmp_path / "out").exists()  # nothing written
 
 
+@pytest.mark.parametrize(
+    ("files", "hidden"),
+    [
+        ({"shade/TypeInfo.v1.json": minimal("shade.TypeInfo")}, "TypeInfo"),
+        (
+            {
+                "shade/Literal.v1.json": minimal("shade.Literal"),
+                "shade/T.v1.json": minimal("shade.T", kind={"const": 3}, n={"type": "integer"}),
+            },
+            "Literal",
+        ),
+        (
+            {
+                "shade/T.v1.json": minimal(
+                    "shade.T",
+                    o={
+                        "type": "object",
+                        "title": "Annotated",
+                        "properties": {"n": {"type": "integer", "minimum": 0}},
+                        "required": ["n"],
+                    },
+                )
+            },
+            "Annotated",
+        ),
+    ],
+)
+def test_gen_refuses_a_class_that_hides_a_name_the_module_imports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], files: dict[str, Any], hidden: str
+) -> None:
+    """A class named like ``Literal`` or ``TypeInfo`` replaced the imported name for the rest of the
+    generated module: its other classes failed at import."""
+    schemas = write_schemas(tmp_path / "schemas", files)
+    assert main(["gen", str(schemas), "-o", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        f"tensorwire: namespace shade: class {hidden!r} hides the name {hidden!r} that the generated module imports; "
+        "rename the type\n"
+    )
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
 def test_gen_takes_a_field_named_as_a_string_the_class_holds(tmp_path: Path) -> None:
     """Only names the class reads count: one inside a pattern or a tag is text."""
     fields: dict[str, Any] = {

@@ -287,6 +287,12 @@ class _Module:
         exports = sorted(
             [e.name for e in enums] + [s.name for s in nested] + [class_name(self.schemas, m.struct) for m in messages]
         )
+        hidden = sorted(set(exports) & ((self.imports & _TYPING) | self.contract))
+        if hidden:
+            raise ValueError(
+                f"namespace {self.ns}: class {hidden[0]!r} hides the name {hidden[0]!r} that the generated module "
+                "imports; rename the type"
+            )
         header = [f"{HEADER_PREFIX}the schemas of {self.ns}. DO NOT EDIT."]
         header += [f"# {m.type_id} v{m.version} sha256:{m.fingerprint}" for m in messages]
         header.append(f'"""Message types of namespace ``{self.ns}``."""')
@@ -295,7 +301,7 @@ class _Module:
 
     def _imports(self, has_enums: bool) -> str:
         std = ["import enum"] if has_enums else []
-        typing_names = sorted(self.imports & {"TYPE_CHECKING", "Annotated", "Any", "ClassVar", "Literal"}, key=_isort)
+        typing_names = sorted(self.imports & _TYPING, key=_isort)
         if typing_names:
             std.append(f"from typing import {', '.join(typing_names)}")
         third = ["import msgspec"]
@@ -315,6 +321,10 @@ class _Module:
             blocks.append("\n".join(f"from . import {ns} as _ns_{ns}" for ns in sorted(self.foreign)))
         blocks.append(_REQUIRE)
         return "\n\n".join(b for b in blocks if b)
+
+
+_TYPING = frozenset({"TYPE_CHECKING", "Annotated", "Any", "ClassVar", "Literal"})
+"""The names a generated module may import from ``typing``."""
 
 
 def _names(expression: str) -> set[str]:
