@@ -408,6 +408,21 @@ def test_gen_refuses_a_class_that_hides_a_name_the_module_imports(
     assert not (tmp_path / "out").exists()  # nothing written
 
 
+@pytest.mark.parametrize("namespace", ["annotations", "require"])
+def test_gen_refuses_a_namespace_named_like_a_name_the_registry_binds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], namespace: str
+) -> None:
+    """``from . import require`` in the registry module took the imported function, not the
+    namespace's module: the generated registry was empty (``annotations``: it failed at import)."""
+    schemas = write_schemas(tmp_path / "schemas", {f"{namespace}/T.v1.json": minimal(f"{namespace}.T")})
+    assert main(["gen", str(schemas), "-o", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        f"tensorwire: namespace {namespace!r} is a name the generated registry module binds, so it cannot import "
+        "the namespace's module; rename the namespace\n"
+    )
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
 def test_gen_takes_a_field_named_as_a_string_the_class_holds(tmp_path: Path) -> None:
     """Only names the class reads count: one inside a pattern or a tag is text."""
     fields: dict[str, Any] = {

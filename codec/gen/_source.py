@@ -46,9 +46,20 @@ def render_package(schemas: SchemaSet, registry: str = "__init__") -> dict[str, 
     namespaces = schemas.namespaces()
     if not registry.isidentifier() or registry in namespaces:
         raise ValueError(f"registry module {registry!r} is not a Python name free in the package")
+    bound = sorted(_REGISTRY_NAMES.intersection(namespaces))
+    if bound:
+        raise ValueError(
+            f"namespace {bound[0]!r} is a name the generated registry module binds, so it cannot import the "
+            "namespace's module; rename the namespace"
+        )
     out = {f"{ns}.py": _Module(schemas, ns).render() for ns in namespaces}
     out[f"{registry}.py"] = _render_registry(namespaces, registry == "__init__")
     return out
+
+
+_REGISTRY_NAMES = frozenset({"annotations", "require"})
+"""The lower-case names the registry module binds before it imports the namespaces' modules
+(``from . import require`` would take the bound name, not the module)."""
 
 
 def _render_registry(namespaces: list[str], package: bool) -> str:
