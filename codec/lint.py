@@ -191,10 +191,10 @@ def rules_table(fmt: str = "text") -> str:
 
 
 # -- names --------------------------------------------------------------------------------------
-_PASCAL = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+_PASCAL = re.compile(r"[A-Z][A-Za-z0-9]*")  # fullmatch: a name and a newline is no name
 _CAPITALS = re.compile(r"[A-Z]{3,}")
-_FIELD = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
-_VALUE = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")
+_FIELD = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
+_VALUE = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*")
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z][a-z0-9]*|[a-z0-9]+")
 
 
@@ -285,7 +285,7 @@ _Found = list[tuple[str, Finding]]
 
 
 def _pascal_problem(name: str) -> str | None:
-    if not _PASCAL.match(name):
+    if not _PASCAL.fullmatch(name):
         return "use letters and digits only, starting with a capital"
     run = _CAPITALS.search(name)
     if run is None:
@@ -325,7 +325,7 @@ def _field_names(files: _Files) -> _Found:
     for key, source, pointer, node, _ in files.nodes():
         props = node.get("properties")
         for name in props if isinstance(props, dict) else ():
-            if not _FIELD.match(name):
+            if not _FIELD.fullmatch(name):
                 message = f"field name {name!r} is not lower_snake_case{_suggest(_as_snake(name), name)}"
                 here = join_pointer(pointer, "properties", name)
                 out.append(files.finding(key, source, "FIELD_LOWER_SNAKE_CASE", here, message, key_pos=True))
@@ -338,7 +338,7 @@ def _enum_values(files: _Files) -> _Found:
         values = node.get("enum")
         label = f" of {node['x-enum-name']}" if isinstance(node.get("x-enum-name"), str) else ""
         for i, value in enumerate(values if isinstance(values, list) else ()):
-            if isinstance(value, str) and not _VALUE.match(value):
+            if isinstance(value, str) and not _VALUE.fullmatch(value):
                 message = f"enum value {value!r}{label} is not lower_snake_case{_suggest(_as_snake(value), value)}"
                 here = join_pointer(pointer, "enum", i)
                 out.append(files.finding(key, source, "ENUM_VALUE_LOWER_SNAKE_CASE", here, message, key_pos=False))
@@ -365,7 +365,7 @@ def _type_descriptions(files: _Files) -> _Found:
 def _label(node: dict[str, Any], pointer: str) -> str:
     """What a nested type is called: its class name where the file gives one, else its place."""
     for name in (node.get("x-enum-name"), node.get("title")):
-        if isinstance(name, str) and _PASCAL.match(name):
+        if isinstance(name, str) and _PASCAL.fullmatch(name):
             return name
     if re.fullmatch(r"/\$defs/[^/]+", pointer):
         return pointer.rsplit("/", 1)[-1]

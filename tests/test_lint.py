@@ -131,6 +131,15 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str, str]] = 
         "capital (RunStatus)",
     ),
     (
+        "TYPE_PASCAL_CASE",
+        lambda docs: _thing(docs)["$defs"]["Status"].update({"title": "RunStatus\n"}),
+        THING,
+        "/$defs/Status/title",
+        '"RunStatus\\n"',
+        "nested object name (title) 'RunStatus\\n' is not PascalCase: use letters and digits only, starting with a "
+        "capital (RunStatus)",
+    ),
+    (
         "FIELD_LOWER_SNAKE_CASE",
         lambda docs: _rename_field(_thing(docs), "name", "displayName"),
         THING,
@@ -153,6 +162,14 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, str, str, str]] = 
         "/$defs/Mode/enum/1",
         '"SlowIsh"',
         "enum value 'SlowIsh' of Mode is not lower_snake_case (slow_ish)",
+    ),
+    (
+        "ENUM_VALUE_LOWER_SNAKE_CASE",
+        lambda docs: _thing(docs)["$defs"]["Mode"]["enum"].__setitem__(1, "slow_ish\n"),
+        THING,
+        "/$defs/Mode/enum/1",
+        '"slow_ish\\n"',
+        "enum value 'slow_ish\\n' of Mode is not lower_snake_case (slow_ish)",
     ),
     (
         "TYPE_DESCRIPTION",
