@@ -54,6 +54,17 @@ def test_a_number_that_is_not_finite_is_refused_at_its_place(schema_dir: Path, l
     )
 
 
+@pytest.mark.parametrize("value", [10**309, -(10**309)], ids=["large", "small"])
+def test_a_number_default_written_as_an_integer_past_a_double_is_refused(schema_dir: Path, value: int) -> None:
+    """JSON reads ``1000...0`` as an int, which no double holds: ``tensorwire gen`` and
+    ``tw.load_schemas`` failed with an OverflowError turning the default into a float."""
+    error = _error(schema_dir, {"h/Msg.v1.json": minimal("h.Msg", a={"type": "number", "default": value})})
+    assert (error.pointer, error.message) == (
+        "/properties/a/default",
+        f"default of wrong type: {value} is out of a double's range",
+    )
+
+
 def test_a_lone_surrogate_is_refused_in_a_value_and_in_a_key(schema_dir: Path) -> None:
     """A lone surrogate (``\\ud800``) is no Unicode character: the fingerprint of an enum holding one
     failed with a UnicodeEncodeError, and ``gen`` left a generated module empty when a description

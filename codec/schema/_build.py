@@ -832,6 +832,8 @@ def _scalar_problem(node: ScalarT, value: Any, whole: bool) -> str | None:
         return f"expected {node.kind}, got {_describe(value)}"
     if node.kind == "int" and not WIRE_INT[0] <= value <= WIRE_INT[1]:
         return f"{value} is outside the integers the wire carries ({WIRE_INT[0]} .. {WIRE_INT[1]})"
+    if node.kind == "float" and not _double(value):
+        return f"{value} is out of a double's range"
     if node.const is not None and (value != node.const or type(value) is not type(node.const)):
         return f"expected the const {_describe(node.const)}, got {_describe(value)}"
     if node.minimum is not None and (value <= node.minimum if node.exclusive_minimum else value < node.minimum):
