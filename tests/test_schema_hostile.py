@@ -65,6 +65,19 @@ def test_a_number_default_written_as_an_integer_past_a_double_is_refused(schema_
     )
 
 
+def test_an_integer_bound_past_a_double_is_checked_as_an_integer(schema_dir: Path) -> None:
+    """The check that an integer's bound is whole turned it into a float first: ``maximum:
+    1000...0`` (309 digits) failed with an OverflowError instead of loading (it bounds nothing the
+    wire carries), and such a ``minimum`` instead of a ``SchemaError``."""
+    root = write_schemas(schema_dir, {"h/Msg.v1.json": minimal("h.Msg", n={"type": "integer", "maximum": 10**309})})
+    assert "n: int\n" in render_package(load_dir(root))["h.py"]
+    error = _error(schema_dir, {"h/Msg.v1.json": minimal("h.Msg", n={"type": "integer", "minimum": 10**309})})
+    assert (error.pointer, error.message) == (
+        "/properties/n/minimum",
+        f"minimum {10**309}: no integer the wire carries (-9223372036854775808 .. 18446744073709551615) is on its side",
+    )
+
+
 def test_a_lone_surrogate_is_refused_in_a_value_and_in_a_key(schema_dir: Path) -> None:
     """A lone surrogate (``\\ud800``) is no Unicode character: the fingerprint of an enum holding one
     failed with a UnicodeEncodeError, and ``gen`` left a generated module empty when a description

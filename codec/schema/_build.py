@@ -246,7 +246,7 @@ class Builder:
         if integer:
             for key in _BOUNDS:
                 value = schema.get(key)
-                if value is not None and not float(value).is_integer():
+                if isinstance(value, float) and not value.is_integer():
                     raise src.error(join_pointer(ptr, key), f"{key} of an integer must be whole, got {value}")
         lows: list[tuple[int | float, bool]] = []
         highs: list[tuple[int | float, bool]] = []
