@@ -2,13 +2,15 @@
 
 ``describe`` reads any bytes: it returns plain JSON data (str keys; lists, numbers, strings, None)
 or raises ``DecodeError``, nothing else. It never shows the contents of a bytes value: each one
-(a handle's capability, a body's bytes) is ``{"$bytes": <length>}``. Its nesting is bounded by
+(a handle's capability, a body's bytes) is ``{"$bytes": <length>}``; a float JSON cannot hold is
+``{"$float": "nan"}`` (``"inf"``, ``"-inf"``). Its nesting is bounded by
 ``check_depth`` before msgspec sees the frame, and every walk after that is iterative.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from datetime import datetime
 from typing import Any
@@ -208,6 +210,8 @@ def _plain(value: Any, tensors: list[dict[str, Any]] | None = None) -> Any:
 
 
 def _leaf(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"$float": repr(value)}  # JSON has no NaN or infinity
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, bytes | bytearray | memoryview):

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import torch
 
@@ -88,6 +89,26 @@ def test_inspect_gives_each_view_of_a_shared_buffer_its_offset() -> None:
         ("$.output[0]", 0, 0, 64),
         ("$.output[1]", 0, 128, 64),
     ]
+
+
+def test_inspect_prints_a_float_json_cannot_hold_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A NaN or infinite float in frame 0 was printed as ``NaN`` or ``Infinity``, which no JSON
+    reader takes."""
+    body = {"loss": float("nan"), "range": [float("inf"), float("-inf")], "ok": 1.5}
+    frame = msgspec.msgpack.encode(["tensorwire:3:h.Msg:1", "f" * 64, b"", [], body])
+    blob = tmp_path / "message.tw"
+    blob.write_bytes(tw.join([frame]))
+    assert main(["inspect", str(blob)]) == 0
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    info = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert info["body"] == {
+        "loss": {"$float": "nan"},
+        "range": [{"$float": "inf"}, {"$float": "-inf"}],
+        "ok": 1.5,
+    }
 
 
 def test_inspect_rejects_what_is_not_a_blob(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

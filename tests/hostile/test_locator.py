@@ -9,7 +9,6 @@ data; the contents of a bytes value (a handle's capability) are never shown.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -209,7 +208,7 @@ def test_values_that_are_not_json_are_shown_as_json() -> None:
     body = b"\x81\xa6output\x94" + b"".join(map(msgspec.msgpack.encode, items)) + b"\x81\x92\x01\x02\x01"
     info = describe(_with_body(body))  # the last item: a map with an array as its key
     out = info["body"]["output"]
-    assert math.isnan(out[0]) and out[1] == {"$ext": 9} and out[2] == {"$bytes": 3}
+    assert out[0] == {"$float": "nan"} and out[1] == {"$ext": 9} and out[2] == {"$bytes": 3}
     assert out[3] == {"[1, 2]": 1}
     _assert_plain(info)
     stamp = describe(_with_body(msgspec.msgpack.encode({"t": msgspec.msgpack.Ext(-1, b"\x00" * 4)})))
