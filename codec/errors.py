@@ -35,6 +35,14 @@ __all__ = [
 _LISTED = 5  # problems a SchemaError's text lists; the rest are counted
 
 
+def printable(text: str) -> str:
+    """``text`` with each character a terminal would act on (ESC, BEL, a bidirectional override)
+    written as its escape (``\\x1b``): a schema file's name and keys are shown in errors."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 @dataclass(frozen=True, slots=True)
 class Location:
     """A place in a file: its path as shown, and the 1-based line and column where known."""
@@ -68,7 +76,7 @@ class SchemaProblem:
         if self.file is not None:
             parts.append(str(Location(self.file, self.line, self.col)))
         if self.pointer is not None:
-            parts.append(self.pointer or "/")
+            parts.append(printable(self.pointer) or "/")
         parts.append(self.message)
         return ": ".join(parts)
 

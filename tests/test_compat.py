@@ -16,6 +16,7 @@ import pytest
 import tensorwire as tw
 from tensorwire.cli import main
 from tensorwire.compat import RULES, compare, reader_accepts
+from tensorwire.errors import printable
 from tensorwire.schema import load_dir
 from tests.compat_cases import BASE, CASES, _props, _thing, _variant
 from tests.conftest import write_schemas
@@ -510,7 +511,7 @@ def test_cli_against_a_revision_reads_files_whose_names_git_would_quote(
         monkeypatch.chdir(repo)
         assert main(["compat", "--against", "HEAD"]) == 2
         assert capsys.readouterr().err == (
-            f"tensorwire: HEAD:schemas/t/{odd}: file name must be <Name>.v<N>.json, e.g. Video.v1.json\n"
+            f"tensorwire: HEAD:schemas/t/{printable(odd)}: file name must be <Name>.v<N>.json, e.g. Video.v1.json\n"
         )
         _git(repo, "rm", "-q", "--cached", f"schemas/t/{odd}")
         _git(repo, "commit", "-qm", "gone")

@@ -78,6 +78,27 @@ def test_an_integer_bound_past_a_double_is_checked_as_an_integer(schema_dir: Pat
     )
 
 
+def test_a_file_name_a_terminal_would_act_on_is_shown_escaped(schema_dir: Path) -> None:
+    """A schema file named with ESC sequences was printed as it is by ``tensorwire gen`` and
+    ``lint``: its name could clear the terminal or set its title."""
+    error = _error(schema_dir, {"h/X\x1b[2J\x1b]0;t\x07.v1.json": minimal("h.X")})
+    assert (error.file, error.message) == (
+        str(schema_dir / "h/X\\x1b[2J\\x1b]0;t\\x07.v1.json"),
+        "file name must be <Name>.v<N>.json, e.g. Video.v1.json",
+    )
+    assert str(error).isprintable()
+
+
+def test_a_key_a_terminal_would_act_on_is_shown_escaped_in_the_pointer(schema_dir: Path) -> None:
+    """The JSON pointer of a key holding ESC sequences was printed as it is."""
+    doc = minimal("h.Msg", a={"type": "integer", "\x1b]0;t\x07": 1})
+    error = _error(schema_dir, {"h/Msg.v1.json": doc})
+    assert error.pointer == "/properties/a/\x1b]0;t\x07"  # the data keeps the key
+    assert str(error).endswith(
+        ": /properties/a/\\x1b]0;t\\x07: keyword '\\x1b]0;t\\x07' is not in the tensorwire subset"
+    )
+
+
 def test_a_lone_surrogate_is_refused_in_a_value_and_in_a_key(schema_dir: Path) -> None:
     """A lone surrogate (``\\ud800``) is no Unicode character: the fingerprint of an enum holding one
     failed with a UnicodeEncodeError, and ``gen`` left a generated module empty when a description

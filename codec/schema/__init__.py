@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tensorwire.errors import SchemaError
+from tensorwire.errors import SchemaError, printable
 from tensorwire.schema._build import Builder, FileEntry, fingerprint_of
 from tensorwire.schema._meta import check_against_meta, meta_schema, meta_schema_text
 from tensorwire.schema._source import SourceFile, read_source
@@ -122,7 +122,7 @@ def load_dir(directory: str | os.PathLike[str], display_root: str | None = None)
     links = _is_package_schemas(root)
     for path in sorted(root.rglob("*.json")):
         rel = path.relative_to(root)
-        display = f"{display_root}/{rel.as_posix()}" if display_root else _display(path)
+        display = printable(f"{display_root}/{rel.as_posix()}" if display_root else _display(path))
         if rel.parts[0] == META_DIR:
             continue
         if len(rel.parts) != 2 or not _NAMESPACE.fullmatch(rel.parts[0]):
