@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -184,29 +185,48 @@ def _buffers(entries: list[Any] | tuple[Any, ...]) -> list[dict[str, Any]]:
 
 def _plain(value: Any, tensors: list[dict[str, Any]] | None = None) -> Any:
     """``value`` as JSON data, without recursion; with ``tensors``, each tensor extension is
-    numbered in body order and its descriptor and body path appended there."""
+    numbered in body order and its descriptor and body path appended there. A container's items
+    are taken one at a time, so what the walk holds besides the result is one entry per level."""
     root: list[Any] = [None]
-    stack: list[tuple[Any, Any, Any, _Where]] = [(value, root, 0, None)]
+    stack: list[tuple[Iterator[tuple[Any, Any, Any]], Any, _Where]] = []
+    _place(value, root, 0, None, stack, tensors)
     while stack:
-        item, into, slot, where = stack.pop()
-        if isinstance(item, dict):
-            out: Any = {}
-            children = []
-            for key, child in item.items():
-                name = key if isinstance(key, str) else _key(key)
-                out[name] = None  # keeps the order of the keys
-                children.append((child, out, name, (where, (key,))))
-            stack.extend(reversed(children))
-        elif isinstance(item, list | tuple):
-            out = [None] * len(item)
-            stack.extend((item[i], out, i, (where, i)) for i in range(len(item) - 1, -1, -1))
+        items, into, where = stack[-1]
+        for slot, step, item in items:
+            if _place(item, into, slot, (where, step), stack, tensors):
+                break  # its items first
         else:
-            if tensors is not None and isinstance(item, _Ref):
-                item.index = len(tensors)
-                tensors.append({"index": item.index, "path": _path(where), **item.desc})
-            out = _leaf(item)
-        into[slot] = out
+            stack.pop()
     return root[0]
+
+
+def _place(
+    item: Any,
+    into: Any,
+    slot: Any,
+    where: _Where,
+    stack: list[tuple[Iterator[tuple[Any, Any, Any]], Any, _Where]],
+    tensors: list[dict[str, Any]] | None,
+) -> bool:
+    """Put ``item`` (at body path ``where``) as JSON data at ``into[slot]``; a container that has
+    items is put there empty and pushed on ``stack`` to be filled (True)."""
+    if isinstance(item, dict) and item:
+        entries: dict[str, Any] = {}  # (filled in order: keys keep it)
+        into[slot] = entries
+        stack.append((((k if isinstance(k, str) else _key(k), (k,), v) for k, v in item.items()), entries, where))
+        return True
+    if isinstance(item, list | tuple) and item:
+        into[slot] = values = [None] * len(item)
+        stack.append((((i, i, v) for i, v in enumerate(item)), values, where))
+        return True
+    if isinstance(item, dict | list | tuple):
+        into[slot] = {} if isinstance(item, dict) else []
+        return False
+    if tensors is not None and isinstance(item, _Ref):
+        item.index = len(tensors)
+        tensors.append({"index": item.index, "path": _path(where), **item.desc})
+    into[slot] = _leaf(item)
+    return False
 
 
 def _leaf(value: Any) -> Any:
