@@ -219,6 +219,11 @@ class Page:
     def flags(self) -> int:
         return int(self.words[_W_FLAGS])
 
+    @property
+    def creator_started(self) -> int:
+        """When the segment's creator started, as the page says (``_segment.started``; 0: not said)."""
+        return int(self.words[_W_STARTED])
+
     def due(self, now_ns: int) -> bool:
         """Whether the page is in flight past its claim deadline."""
         return self.words[_W_STATE] == IN_FLIGHT and now_ns > self.words[_W_DEADLINE]

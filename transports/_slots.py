@@ -33,7 +33,7 @@ from tensorwire.transports import _janitor as janitor
 from tensorwire.transports._control import CONTROL_BYTES, CREATOR_BYTE, DROPPED, ONE_SHOT, RECEIVER_BYTE, Page
 from tensorwire.transports._pool import alive
 from tensorwire.transports._reaper import creator_pid
-from tensorwire.transports._segment import open_memfd, open_named
+from tensorwire.transports._segment import open_memfd, open_named, started
 from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, keep_forever
 
 __all__ = ["SlotReader"]
@@ -67,7 +67,21 @@ class _Mapped:
     """A segment the receiver mapped: its page, an array over all of it (while a lease holds that
     array the mapping cannot be closed), the address of its first byte."""
 
-    __slots__ = ("address", "anchor", "capacity", "creator", "mapping", "name", "page", "path", "pid", "pinned", "pins")
+    __slots__ = (
+        "address",
+        "anchor",
+        "capacity",
+        "creator",
+        "gone",
+        "mapping",
+        "name",
+        "page",
+        "path",
+        "pid",
+        "pinned",
+        "pins",
+        "started",
+    )
 
     def __init__(self, name: str, fd: int, mapping: mmap.mmap, path: Path | None, pins: _Pins) -> None:
         self.name, self.mapping, self.path, self.pins = name, mapping, path, pins
@@ -77,6 +91,8 @@ class _Mapped:
         self.address: int = self.anchor.__array_interface__["data"][0]
         self.capacity = len(mapping) - CONTROL_BYTES
         self.creator = creator_pid(name)
+        self.started = self.page.creator_started  # (read once: its creator wrote it as it made the page)
+        self.gone = False  # its creator found dead by a look that told a reused pid (``creator_alive``)
         self.pinned: tuple[CudaRuntime, int] | str | None = None  # (runtime, pid) once registered
 
     def forget(self) -> None:
@@ -125,10 +141,23 @@ class _Mapped:
         self._unpin()
         self.forget()
 
-    def creator_alive(self) -> bool:
-        """Whether the process that made this segment lives: its pid, or (a named one, made in
-        another pid namespace maybe) its mark on the file."""
+    def creator_seen(self) -> bool:
+        """Whether the process that made this segment may live (one look, no file read): its pid
+        names a process (its creator, or one that reused the pid), or (a named one, made in another
+        pid namespace maybe) its mark on the file holds; not once ``creator_alive`` found it dead."""
+        if self.gone:
+            return False
         return alive(self.creator) or (self.path is not None and self.page.marked_elsewhere(CREATOR_BYTE))
+
+    def creator_alive(self) -> bool:
+        """Whether the process that made this segment lives: its pid names a process started when
+        the page says its creator did (where it says: a pid reused since names another process), or
+        (a named one) its mark on the file holds. Found dead once, it stays dead (``gone``)."""
+        if not self.gone:
+            said, pid = self.started, self.creator
+            living = alive(pid) and (not said or started(pid) in (0, said))
+            self.gone = not living and not (self.path is not None and self.page.marked_elsewhere(CREATOR_BYTE))
+        return not self.gone
 
     def freed(self, generation: int) -> None:
         """The claim of ``generation`` is over: free the slot; a named segment whose creator died goes."""
@@ -136,7 +165,7 @@ class _Mapped:
         if self.path is None:
             return
         self.page.mark(RECEIVER_BYTE, False)  # (after the page is free: never a claim without it)
-        if free and not self.creator_alive():
+        if free and not self.creator_seen():
             try:
                 os.unlink(self.path)
             except OSError:  # gone already, or not ours to remove
@@ -309,8 +338,11 @@ class SlotReader:
         the janitor runs this every few seconds."""
         self._own()
         with self._lock:
-            for key, segment in list(self._maps.items()):
-                if segment.page.flags & DROPPED or not segment.creator_alive():
+            mapped = list(self._maps.items())
+        gone = [(k, s) for k, s in mapped if s.page.flags & DROPPED or not s.creator_alive()]  # (reads files: unlocked)
+        with self._lock:
+            for key, segment in gone:
+                if self._maps.get(key) is segment:
                     del self._maps[key]
 
     def close(self) -> None:

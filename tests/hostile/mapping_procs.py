@@ -21,15 +21,16 @@ def hold_and_read(conn: Any) -> None:
     conn.recv()
 
 
-def send_and_wait(conn: Any) -> None:
-    """Send one message through a memfd pool slot, then exit when told to (without closing)."""
+def send_and_wait(conn: Any, directory: str | None = None) -> None:
+    """Send one message through a memfd pool slot (a named one in ``directory``), then exit when told
+    to (without closing)."""
     import torch
 
     import tensorwire as tw
     from tensorwire import transports
     from tensorwire.builtins import diffusion
 
-    transport = transports.ShmTransport()
+    transport = transports.ShmTransport() if directory is None else transports.ShmTransport(directory, backing="named")
     encoder = tw.Encoder(transport=transport, options=tw.EncodeOptions(inline_threshold=1))
     frames = encoder.encode(diffusion.Output(output=torch.ones(1 << 20)))
     conn.send([bytes(memoryview(f)) for f in frames])

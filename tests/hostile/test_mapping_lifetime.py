@@ -17,6 +17,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -149,3 +150,35 @@ def test_an_idle_receiver_lets_go_of_a_dead_senders_memory() -> None:
         assert not any(n.startswith(prefix) for n in memfds_held())
     finally:
         receiver.close()
+
+
+@pytest.mark.parametrize("backing", ["memfd", "named"])
+def test_a_killed_senders_memory_is_let_go_though_another_process_took_its_pid(backing: str) -> None:
+    """A sender was killed (nothing marked its pages dropped) and another process took its pid: the
+    receiver took that process for the sender and kept the sender's memory mapped as long as it
+    lived, and a named slot's file too. The page says when its creator started: the janitor's look
+    forgets the segment, and the receiver removes a named slot's file as it frees the slot."""
+    directory = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="twtest-reuse-"))
+    receiver = transports.ShmTransport(directory, backing=backing)  # type: ignore[arg-type]
+    later: subprocess.Popen[bytes] | None = None
+    try:
+        with spawned(mapping_procs.send_and_wait, str(directory) if backing == "named" else None) as sender:
+            kept = [tw.Decoder(REGISTRY, transports=[receiver]).decode(sender.recv()).output]
+            prefix = f"tw-{sender.pid}-"
+            sender.process.kill()
+            assert sender.join() == -signal.SIGKILL
+        later = subprocess.Popen(["sleep", "60"])  # started after the sender, whatever its pid
+        [segment] = receiver._reader._maps.values()
+        segment.creator = later.pid  # as if it had taken the sender's pid
+        del segment
+        receiver._reader.prune()
+        assert receiver._reader.mapped == 0
+        kept.clear()
+        assert not any(n.startswith(prefix) for n in memfds_held())
+        assert os.listdir(directory) == []
+    finally:
+        if later is not None:
+            later.kill()
+            later.wait()
+        receiver.close()
+        shutil.rmtree(directory, ignore_errors=True)
