@@ -59,6 +59,7 @@ __all__ = [
     "STATES",
     "Page",
     "claim_file",
+    "claimable",
     "creator_started",
     "digest",
     "discard_file",
@@ -680,6 +681,25 @@ def _own_start() -> int:
     if _STARTED[0] != pid:
         _STARTED = (pid, started())
     return _STARTED[1]
+
+
+def claimable(fd: int) -> bool:
+    """Whether the one-shot segment open as ``fd`` is in flight before its claim deadline, as its page
+    says (one read, no lock: a claim past the deadline is refused, so a segment found past it stays
+    unclaimable); False for any other file."""
+    try:
+        head = os.pread(fd, _HEAD.size, 0)
+    except OSError:
+        return False
+    if len(head) != _HEAD.size:
+        return False
+    words = _HEAD.unpack(head)
+    return bool(
+        words[_W_MAGIC] == _MAGIC_WORD
+        and words[_W_FLAGS] & ONE_SHOT
+        and words[_W_STATE] == IN_FLIGHT
+        and time.monotonic_ns() <= words[_W_DEADLINE]
+    )
 
 
 def creator_started(fd: int) -> int:

@@ -10,8 +10,10 @@ A pool slot's creator keeps a shared lock on one byte of its file (``_control.CR
 it holds the slot: a named file whose creator's pid names no process here is opened (never
 following a link, never blocking) to read that lock before it counts as its creator's leftover,
 so a creator in another pid namespace is not taken for dead. A one-shot segment carries no lock:
-its creator is judged by its pid alone. Either way a pid that now names a process started later than
-the page says its creator did (the pid was reused) is no creator.
+its creator is judged by its pid alone, so one whose page says it is in flight before its claim
+deadline is never removed (its creator may live in another pid namespace, and its receiver may
+still claim it); past the deadline no claim can succeed. Either way a pid that now names a process
+started later than the page says its creator did (the pid was reused) is no creator.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tensorwire.transports._control import CREATOR_BYTE, creator_started, marked
+from tensorwire.transports._control import CREATOR_BYTE, claimable, creator_started, marked
 from tensorwire.transports._pool import alive
 from tensorwire.transports._segment import started, valid_pid
 
@@ -188,7 +190,8 @@ def _memfds(now: float, me: int) -> list[Segment]:
 
 def _reapable(directory: Path, name: str) -> bool:
     """Whether ``name`` is a regular file of ours whose creator (a valid pid) is gone: its pid names
-    no process (or one that started after its creator did), and no process holds its mark."""
+    no process (or one that started after its creator did), and no process holds its mark; and not a
+    one-shot a receiver may still claim (``_claimable``)."""
     pid = creator_pid(name)
     if not valid_pid(pid):
         return False
@@ -197,24 +200,50 @@ def _reapable(directory: Path, name: str) -> bool:
     except OSError:
         return False
     ours = stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
-    return ours and not _creator_lives(directory / name, info, pid)
+    path = directory / name
+    return ours and not _creator_lives(path, info, pid) and not _claimable(path, info)
+
+
+def _open_listed(path: Path, info: os.stat_result) -> int | None:
+    """A read-only fd of the regular file at ``path`` if it is still the one ``info`` describes; None
+    otherwise. Never follows a link, blocks or takes a terminal."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino) and stat.S_ISREG(now.st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _claimable(path: Path, info: os.stat_result) -> bool:
+    """Whether the file at ``path`` (that ``info`` describes) is a one-shot segment in flight before
+    its claim deadline (``_control.claimable``): a message on its way, whether its creator lives or not."""
+    fd = _open_listed(path, info)
+    if fd is None:
+        return False
+    try:
+        return claimable(fd)
+    finally:
+        os.close(fd)
 
 
 def _creator_lives(path: Path, info: os.stat_result, pid: int) -> bool:
     """Whether the creator of the regular file at ``path`` (that ``info`` describes) lives: ``pid``
     names a process that started when the file's page says its creator did (where it says: a pid
     reused since is not the creator), or some process holds the creator's mark (``CREATOR_BYTE``).
-    Opened read-only, never following a link, blocking or taking a terminal; a file that is no
-    longer the one ``info`` describes, or that cannot be read, is judged by ``pid`` alone."""
+    A file that is no longer the one ``info`` describes (``_open_listed``), or that cannot be read,
+    is judged by ``pid`` alone."""
     living = alive(pid)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
+    fd = _open_listed(path, info)
+    if fd is None:
         return living
     try:
-        now = os.fstat(fd)
-        if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino) or not stat.S_ISREG(now.st_mode):
-            return living
         if living:
             said, actual = creator_started(fd), started(pid)
             if not said or not actual or said == actual:

@@ -4,6 +4,7 @@ receiver with ``backing="named"`` in ``directory``, driven by lines on stdin, an
     python namespace_peer.py sender DIRECTORY    # "send" -> "frames <base64>..."; "slots" -> its pool's slots;
                                                  # "exit" -> gone at once, nothing closed (as if killed)
     python namespace_peer.py receiver DIRECTORY  # "frames <base64>..." -> "held [first elements]" (keeps each)
+    python namespace_peer.py one-shots DIRECTORY # a sender with no pool: each buffer a one-shot segment
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ def read_frames(line: str) -> list[bytes]:
 
 def main() -> None:
     role, directory = sys.argv[1], sys.argv[2]
-    shm = transports.ShmTransport(directory, backing="named")
+    shm = transports.ShmTransport(directory, backing="named", pool=role != "one-shots")
+    if role == "one-shots":
+        role = "sender"
     print("pid", os.getpid(), flush=True)
     kept: list[torch.Tensor] = []
     decoder = tw.Decoder(REGISTRY, transports=[shm])

@@ -150,3 +150,19 @@ def test_reap_spares_a_live_creators_slot_of_another_pid_namespace(directory: Pa
         assert os.listdir(directory) == []
     finally:
         sender.close()
+
+
+def test_reap_spares_a_live_creators_one_shot_of_another_pid_namespace(directory: Path) -> None:
+    """A one-shot segment carries no mark, and its creator's pid names no process here (or another
+    one): ``reap`` took the live creator for dead and removed the segment before its receiver read
+    it. A segment in flight before its claim deadline stays, and decodes."""
+    sender = Peer("one-shots", directory)
+    try:
+        frames = read_frames(sender.ask("send"))
+        names = os.listdir(directory)
+        assert len(names) == 1 and creator_pid(names[0]) == sender.pid
+        assert transports.reap(directory) == []
+        decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(directory, backing="named")])
+        assert torch.equal(decoder.decode(frames).output, torch.arange(1024.0))
+    finally:
+        sender.close()

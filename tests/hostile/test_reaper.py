@@ -16,6 +16,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,9 +25,10 @@ import torch
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.builtins import diffusion
+from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.cli import main
-from tensorwire.transports._control import CREATOR_BYTE, RECEIVER_BYTE
+from tensorwire.transports import _reaper
+from tensorwire.transports._control import CONTROL_BYTES, CREATOR_BYTE, RECEIVER_BYTE, init_file
 from tensorwire.transports._reaper import _creator_lives
 from tensorwire.transports.shm import SHM_DIR
 
@@ -169,18 +171,29 @@ def test_the_mark_is_read_only_from_the_file_that_was_listed(directory: Path) ->
         os.close(fd)
 
 
+def _one_shot(directory: Path, pid: int, deadline_ns: int) -> Path:
+    """A one-shot segment of ``pid``'s name, in flight until ``deadline_ns``, that no transport tracks."""
+    path = directory / _name(pid)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.pwrite(fd, bytes(CONTROL_BYTES + 64), 0)
+        init_file(fd, 64, deadline_ns, path.name)
+    finally:
+        os.close(fd)
+    return path
+
+
 def test_a_segment_whose_creators_pid_was_reused_is_reaped(directory: Path) -> None:
-    """A one-shot segment whose name's pid now names a process that started after its creator did
-    (the page says when its creator started: the pid was reused) is reaped and listed as dead; the
-    live creator's own segment, and a file whose page says nothing, stay."""
+    """A one-shot segment (past its claim deadline: one in flight stays, see below) whose name's pid
+    now names a process that started after its creator did (the page says when its creator started:
+    the pid was reused) is reaped and listed as dead; the live creator's own segment, and a file
+    whose page says nothing, stay."""
     encoder = tw.Encoder(transport=transports.ShmTransport(directory, pool=False), options=OOB)
-    for _ in range(2):
-        encoder.encode(diffusion.Output(output=torch.ones(1024)))
-    own, moved = sorted(os.listdir(directory))
+    encoder.encode(diffusion.Output(output=torch.ones(1024)))
+    [own] = os.listdir(directory)
     later = subprocess.Popen(["sleep", "60"])  # not the creator, whatever its pid
     try:
-        reused = _name(later.pid)
-        os.rename(directory / moved, directory / reused)
+        reused = _one_shot(directory, later.pid, time.monotonic_ns() - 1).name  # made by this process
         unsaid = directory / _name(later.pid)
         unsaid.write_bytes(b"x" * 64)
         alive = {s.name: s.alive for s in transports.list_segments(directory, memfds=False)}
@@ -190,3 +203,22 @@ def test_a_segment_whose_creators_pid_was_reused_is_reaped(directory: Path) -> N
     finally:
         later.kill()
         later.wait()
+
+
+def test_a_one_shot_in_flight_before_its_claim_deadline_is_never_reaped(
+    directory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-shot segment carries no mark: the reaper took a live creator whose pid it cannot see (one
+    in another pid namespace, as ``alive`` says here) for dead and removed a segment its receiver had
+    not read yet. Whether its creator lives or not, a one-shot stays until its claim deadline; past
+    it (no claim can succeed then), it goes."""
+    shm = transports.ShmTransport(directory, pool=False)
+    frames = tw.Encoder(transport=shm, options=OOB).encode(diffusion.Output(output=torch.ones(1024)))
+    [live] = os.listdir(directory)
+    dead, now = _dead_pid(), time.monotonic_ns()
+    waiting, past = _one_shot(directory, dead, now + 60 * 10**9), _one_shot(directory, dead, now - 1)
+    monkeypatch.setattr(_reaper, "alive", lambda pid: False)  # no creator's pid names a process here
+    assert transports.reap(directory) == [past.name]
+    assert sorted(os.listdir(directory)) == sorted([live, waiting.name])
+    assert torch.equal(tw.Decoder(REGISTRY, transports=[shm]).decode(frames).output, torch.ones(1024))
+    shm.close()
