@@ -87,6 +87,8 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
     ("TYPE_CHANGED", _thing(lambda t: _props(t).update(ratio={"type": "string"}))),
     ("TYPE_WIDENED", _thing(lambda t: _props(t)["count"].update(type="number"))),
     ("TYPE_NARROWED", _thing(lambda t: _props(t)["ratio"].update(type="integer"))),
+    ("TYPE_WIDENED_LOSSY", _thing(lambda t: _props(t)["level"].update(type="number"))),
+    ("TYPE_NARROWED_LOSSY", _thing(lambda t: _props(t)["ratio"].update(type="integer"))),
     ("NULLABLE_ADDED", _thing(lambda t: _props(t)["name"].update(type=["string", "null"]))),
     ("NULLABLE_REMOVED", _thing(lambda t: _props(t)["note"].update(type="string", default=""))),
     ("RANGE_TIGHTENED", _thing(lambda t: _props(t)["count"].update(maximum=50))),

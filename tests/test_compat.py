@@ -311,6 +311,22 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         lambda reg: reg.type("p.Msg")(x=50),
     ),
     (
+        "integer-above-2**53-widened-to-a-number",  # 2**53 + 1 decodes as the float 2**53
+        _msg({"x": {"type": "integer"}}, ["x"]),
+        _msg({"x": {"type": "number"}}, ["x"]),
+        "backward",
+        "TYPE_WIDENED_LOSSY",
+        lambda reg: reg.type("p.Msg")(x=2**53 + 1),
+    ),
+    (
+        "number-narrowed-to-an-integer-above-2**53",
+        _msg({"x": {"type": "number"}}, ["x"]),
+        _msg({"x": {"type": "integer", "minimum": 0}}, ["x"]),
+        "forward",
+        "TYPE_NARROWED_LOSSY",
+        lambda reg: reg.type("p.Msg")(x=2**53 + 1),
+    ),
+    (
         "float-step-divided-by-three",  # 0.3 is not three times 0.1 in binary: fmod(0.3, 0.1) != 0
         _msg({"x": {"type": "number", "multipleOf": 0.3}}, ["x"]),
         _msg({"x": {"type": "number", "multipleOf": 0.1}}, ["x"]),
@@ -395,6 +411,21 @@ def test_a_change_whose_bytes_do_not_decode_is_an_error_in_its_mode(
         assert msgspec.json.encode(fields(got)) != msgspec.json.encode(fields(sent))
     errors = [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), mode) if f.severity == "error"]
     assert rule_id in errors
+
+
+def test_an_integer_bounded_within_2_53_changes_kind_without_loss(tmp_path: Path) -> None:
+    """Every integer in [-2**53, 2**53] is a float too: the change loses nothing there."""
+    bounded = {"minimum": -(2**53), "maximum": 2**53}
+    integer = _msg({"x": {"type": "integer", **bounded}}, ["x"])
+    number = _msg({"x": {"type": "number", **bounded}}, ["x"])
+    for old_doc, new_doc, mode in ((integer, number, "backward"), (number, integer, "forward")):
+        old_dir = write_schemas(tmp_path / mode / "old", {"p/Msg.v1.json": old_doc})
+        new_dir = write_schemas(tmp_path / mode / "new", {"p/Msg.v1.json": new_doc})
+        writer, reader = (old_dir, new_dir) if mode == "backward" else (new_dir, old_dir)
+        sent = tw.load_schemas(writer).type("p.Msg")(x=2**53)
+        got = tw.Decoder(tw.load_schemas(reader)).decode(tw.Encoder().encode(sent))
+        assert got.x == 2**53
+        assert [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), mode) if f.severity == "error"] == []
 
 
 # -- the command line ------------------------------------------------------------------------------

@@ -304,8 +304,12 @@ class _Walk:
         if a.kind != b.kind:
             if (a.kind, b.kind) == ("int", "float"):
                 self.emit("TYPE_WIDENED", f"{what} widened from integer to number", ptr, *where)
+                if not _exact_as_float(a):
+                    self.emit("TYPE_WIDENED_LOSSY", f"{what}: old writers' integers may exceed ±2**53", ptr, *where)
             elif (a.kind, b.kind) == ("float", "int"):
                 self.emit("TYPE_NARROWED", f"{what} narrowed from number to integer", ptr, *where)
+                if not _exact_as_float(b):
+                    self.emit("TYPE_NARROWED_LOSSY", f"{what}: new writers' integers may exceed ±2**53", ptr, *where)
             else:
                 self.emit("TYPE_CHANGED", f"{what} changed from {a.kind} to {b.kind}", ptr, *where)
                 return
@@ -466,6 +470,14 @@ def _limit_changes(a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT) -> tu
                 tighter.append(change)
                 looser.append(change)
     return tighter, looser
+
+
+def _exact_as_float(node: ScalarT) -> bool:
+    """Whether every integer ``node`` accepts decodes as a number unchanged: its bounds keep it
+    within ±2**53 (2**53 + 1 decodes as 2**53)."""
+    limit = 2**53
+    low, high = node.minimum, node.maximum
+    return low is not None and high is not None and low >= -limit and high <= limit
 
 
 def _default_key(field: Field) -> str:
