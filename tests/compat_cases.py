@@ -102,7 +102,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
             )
         ),
     ),
-    ("SET_SEMANTICS_CHANGED", _thing(lambda t: _props(t)["tags"].update(uniqueItems=True))),
+    ("ARRAY_MADE_SET", _thing(lambda t: _props(t)["tags"].update(uniqueItems=True))),
     (
         "REF_TARGET_CHANGED",
         _thing(lambda t: _props(t).update(link={"oneOf": [{"$ref": "B.v1.json"}, {"type": "null"}], "default": None})),
@@ -194,6 +194,7 @@ PAIRS: list[tuple[str, Callable[[dict[str, Any]], Any], Callable[[dict[str, Any]
         lambda d: d.update({"t/A.v2.json": {**_variant("t.A", "a"), "x-version": 2}}),
     ),
     _reverse("TENSOR_CONTIGUITY_DROPPED", _thing(lambda t: _props(t)["image"]["x-tensor"].update(contiguous=True))),
+    _reverse("SET_MADE_ARRAY", _thing(lambda t: _props(t)["tags"].update(uniqueItems=True))),
     _reverse("TREE_JSON_LOOSENED", _thing(lambda t: _props(t)["extra"]["x-tree"].update(json=True))),
     _reverse(
         "CONSTRAINT_LOOSENED", _thing(lambda t: t.update({"x-constraints": {"at_most_one_of": ["note", "extra"]}}))

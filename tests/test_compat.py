@@ -327,6 +327,22 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         lambda reg: reg.type("p.Msg")(x=2**53 + 1),
     ),
     (
+        "array-made-a-set",  # ["a", "a"] decodes as {"a"}
+        _msg({"x": {"type": "array", "items": {"type": "string"}}}, ["x"]),
+        _msg({"x": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}, ["x"]),
+        "backward",
+        "ARRAY_MADE_SET",
+        lambda reg: reg.type("p.Msg")(x=["a", "a"]),
+    ),
+    (
+        "set-made-an-array",
+        _msg({"x": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}, ["x"]),
+        _msg({"x": {"type": "array", "items": {"type": "string"}}}, ["x"]),
+        "forward",
+        "SET_MADE_ARRAY",
+        lambda reg: reg.type("p.Msg")(x=["a", "a"]),
+    ),
+    (
         "float-step-divided-by-three",  # 0.3 is not three times 0.1 in binary: fmod(0.3, 0.1) != 0
         _msg({"x": {"type": "number", "multipleOf": 0.3}}, ["x"]),
         _msg({"x": {"type": "number", "multipleOf": 0.1}}, ["x"]),

@@ -234,8 +234,10 @@ class _Walk:
                     return
             case ArrayT():
                 if isinstance(b, ArrayT):
-                    if a.unique != b.unique:
-                        self.emit("SET_SEMANTICS_CHANGED", f"{what} changed between list and set", ptr, *where)
+                    if b.unique and not a.unique:
+                        self.emit("ARRAY_MADE_SET", f"{what} changed from a list to a set", ptr, *where)
+                    if a.unique and not b.unique:
+                        self.emit("SET_MADE_ARRAY", f"{what} changed from a set to a list", ptr, *where)
                     self.limits(a, b, what, ptr, where)
                     self.node(a.items, b.items, f"items of {what}", ptr, where)
                     return

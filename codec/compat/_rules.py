@@ -127,7 +127,18 @@ _CATALOGUE = [
     Rule("PATTERN_REMOVED", READERS, "error", "a string no longer has to match its pattern: old readers reject some"),
     Rule("PATTERN_CHANGED", BOTH, "error", "a string's pattern changed: each side may reject what the other sends"),
     Rule("TUPLE_LENGTH_CHANGED", BOTH, "error", "a tuple gained or lost items"),
-    Rule("SET_SEMANTICS_CHANGED", BOTH, "warning", "an array became a set (uniqueItems) or the reverse"),
+    Rule(
+        "ARRAY_MADE_SET",
+        WRITERS,
+        "error",
+        "an array became a set (uniqueItems): old writers' repeated items decode as one, another value",
+    ),
+    Rule(
+        "SET_MADE_ARRAY",
+        READERS,
+        "error",
+        "a set (uniqueItems) became an array: old readers decode new writers' repeated items as one",
+    ),
     Rule("REF_TARGET_CHANGED", BOTH, "error", "a field now refers to another message type or major version"),
     # enums
     Rule("ENUM_MEMBER_ADDED", READERS, "error", "new writers may send a member old readers do not know"),
