@@ -284,6 +284,12 @@ def _transposed(registry: tw.Registry) -> Any:
     return registry.type("p.Msg")(t=torch.zeros(4, 4).t())
 
 
+def _cpu_tensor() -> Any:
+    import torch
+
+    return torch.zeros(2)
+
+
 # (id, old p.Msg, new p.Msg, mode, the rule it breaks, the message its writer side sends)
 UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.Registry], Any]]] = [
     (
@@ -341,6 +347,22 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         "forward",
         "SET_MADE_ARRAY",
         lambda reg: reg.type("p.Msg")(x=["a", "a"]),
+    ),
+    (
+        "tensor-devices-shrunk",  # a decoder refuses a tensor on a device its schema does not list
+        _msg({"t": {"x-tensor": {"devices": ["cpu", "cuda"]}}}, ["t"]),
+        _msg({"t": {"x-tensor": {"devices": ["cuda"]}}}, ["t"]),
+        "backward",
+        "TENSOR_DEVICES_SHRUNK",
+        lambda reg: reg.type("p.Msg")(t=_cpu_tensor()),
+    ),
+    (
+        "tensor-devices-grown",
+        _msg({"t": {"x-tensor": {"devices": ["cuda"]}}}, ["t"]),
+        _msg({"t": {"x-tensor": {"devices": ["cpu", "cuda"]}}}, ["t"]),
+        "forward",
+        "TENSOR_DEVICES_GROWN",
+        lambda reg: reg.type("p.Msg")(t=_cpu_tensor()),
     ),
     (
         "float-step-divided-by-three",  # 0.3 is not three times 0.1 in binary: fmod(0.3, 0.1) != 0
@@ -483,11 +505,11 @@ def test_cli_text_json_github_and_exit_codes(tmp_path: Path, capsys: pytest.Capt
 
 def test_cli_fail_on_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     new_docs = copy.deepcopy(BASE)
-    _props(new_docs["t/Thing.v1.json"])["image"]["x-tensor"]["devices"] = ["cpu", "cuda"]
+    _props(new_docs["t/Thing.v1.json"]).pop("note")
     old, new = write_schemas(tmp_path / "o", copy.deepcopy(BASE)), write_schemas(tmp_path / "n", new_docs)
     assert main(["compat", str(old), str(new)]) == 0
     assert main(["compat", str(old), str(new), "--fail-on", "warning"]) == 1
-    assert "TENSOR_DEVICES_GROWN" in capsys.readouterr().out
+    assert "FIELD_DELETED_OPTIONAL" in capsys.readouterr().out
 
 
 def test_cli_rules_and_usage(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -158,8 +158,8 @@ _CATALOGUE = [
     Rule("TENSOR_DIMS_REORDERED", BOTH, "error", "the named dims were permuted: same rank, different meaning per axis"),
     Rule("TENSOR_SHAPE_TIGHTENED", WRITERS, "error", "a free dim became fixed or named, or a fixed size changed"),
     Rule("TENSOR_SHAPE_LOOSENED", READERS, "error", "a fixed or named dim became free: old readers reject other sizes"),
-    Rule("TENSOR_DEVICES_GROWN", READERS, "warning", "new writers may send tensors on devices old readers reject"),
-    Rule("TENSOR_DEVICES_SHRUNK", WRITERS, "warning", "old writers may send tensors on devices new readers reject"),
+    Rule("TENSOR_DEVICES_GROWN", READERS, "error", "new writers may send tensors on devices old readers reject"),
+    Rule("TENSOR_DEVICES_SHRUNK", WRITERS, "error", "old writers may send tensors on devices new readers reject"),
     Rule("TENSOR_CONTIGUITY_REQUIRED", WRITERS, "error", "old writers may send non-contiguous tensors"),
     Rule(
         "TENSOR_CONTIGUITY_DROPPED",
