@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -285,9 +286,13 @@ def _transposed(registry: tw.Registry) -> Any:
 
 
 def _cpu_tensor() -> Any:
+    return _tensor(2)
+
+
+def _tensor(*shape: int) -> Any:
     import torch
 
-    return torch.zeros(2)
+    return torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
 
 
 # (id, old p.Msg, new p.Msg, mode, the rule it breaks, the message its writer side sends)
@@ -363,6 +368,14 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         "forward",
         "TENSOR_DEVICES_GROWN",
         lambda reg: reg.type("p.Msg")(t=_cpu_tensor()),
+    ),
+    (
+        "named-dim-renamed-in-one-of-two-tensors",  # u's size no longer has to agree with t's
+        _msg({"t": {"x-tensor": {"shape": ["c", "h"]}}, "u": {"x-tensor": {"shape": ["c"]}}}, ["t", "u"]),
+        _msg({"t": {"x-tensor": {"shape": ["k", "h"]}}, "u": {"x-tensor": {"shape": ["c"]}}}, ["t", "u"]),
+        "forward",
+        "TENSOR_SHAPE_LOOSENED",
+        lambda reg: reg.type("p.Msg")(t=_tensor(2, 3), u=_tensor(5)),
     ),
     (
         "float-step-divided-by-three",  # 0.3 is not three times 0.1 in binary: fmod(0.3, 0.1) != 0
@@ -464,6 +477,43 @@ def test_an_integer_bounded_within_2_53_changes_kind_without_loss(tmp_path: Path
         got = tw.Decoder(tw.load_schemas(reader)).decode(tw.Encoder().encode(sent))
         assert got.x == 2**53
         assert [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), mode) if f.severity == "error"] == []
+
+
+def _two_tensors(t: list[Any], u: list[Any]) -> dict[str, Any]:
+    return _msg({"t": {"x-tensor": {"shape": t}}, "u": {"x-tensor": {"shape": u}}}, ["t", "u"])
+
+
+# (id, old p.Msg, new p.Msg, a message either side sends)
+KEPT: list[tuple[str, dict[str, Any], dict[str, Any], Callable[[tw.Registry], Any]]] = [
+    (
+        "named-dim-renamed",  # a name only says which sizes agree
+        _two_tensors(["c", "h"], ["c"]),
+        _two_tensors(["k", "h"], ["k"]),
+        lambda reg: reg.type("p.Msg")(t=_tensor(2, 3), u=_tensor(2)),
+    ),
+]
+
+
+@pytest.mark.parametrize(("old_doc", "new_doc", "message"), [c[1:] for c in KEPT], ids=[c[0] for c in KEPT])
+def test_a_change_whose_bytes_decode_the_same_both_ways_is_no_error(
+    tmp_path: Path, old_doc: dict[str, Any], new_doc: dict[str, Any], message: Callable[[tw.Registry], Any]
+) -> None:
+    old_dir = write_schemas(tmp_path / "old", {"p/Msg.v1.json": old_doc})
+    new_dir = write_schemas(tmp_path / "new", {"p/Msg.v1.json": new_doc})
+    for writer, reader in ((old_dir, new_dir), (new_dir, old_dir)):
+        sent = message(tw.load_schemas(writer))
+        got = tw.Decoder(tw.load_schemas(reader)).decode(tw.Encoder().encode(sent))
+        assert _value(got) == _value(sent)
+    assert [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), "full") if f.severity == "error"] == []
+
+
+def _value(value: Any) -> Any:
+    """A message as plain data: its structs' fields (not their class names), tensors' values."""
+    if isinstance(value, msgspec.Struct):
+        return {k: _value(v) for k, v in msgspec.structs.asdict(value).items()}
+    if hasattr(value, "tolist"):
+        return (str(value.dtype), list(value.shape), value.tolist())
+    return value
 
 
 # -- the command line ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ break old readers, FULL both.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -100,6 +101,7 @@ class _Walk:
         assert msg is not None
         self.type_id, self.version = msg.type_id, msg.version
         self.findings: list[Finding] = []
+        self.dims: dict[str, str] = {}  # named dims of the struct being compared: old name -> new name
 
     def emit(
         self, rule_id: str, message: str, pointer: str, old_src: tuple[str, str] | None, new_src: tuple[str, str] | None
@@ -147,6 +149,7 @@ class _Walk:
             if a.closed:
                 change = f"{kind} field {name!r} added to {label}, whose old readers reject unknown fields"
                 self.emit("FIELD_ADDED_TO_CLOSED", change, self._ptr(b, name), *fresh)
+        outer, self.dims = self.dims, _dim_renames(a, b)
         for name in old_fields.keys() & new_fields.keys():
             fa, fb = old_fields[name], new_fields[name]
             where = ((a.source, self._ptr(a, name)), (b.source, self._ptr(b, name)))
@@ -163,6 +166,7 @@ class _Walk:
                     *where,
                 )
             self.node(fa.type, fb.type, f"field {name!r} of {label}", ptr, where)
+        self.dims = outer
         where = ((a.source, a.pointer), (b.source, b.pointer))
         if b.closed and not a.closed:
             self.emit("UNKNOWN_FIELDS_REJECTED", f"{label} now rejects unknown fields", b.pointer, *where)
@@ -401,13 +405,14 @@ class _Walk:
             elif len(a.shape) != len(b.shape):
                 self.emit("TENSOR_RANK_CHANGED", f"{what}: rank {len(a.shape)} -> {len(b.shape)}", ptr, *where)
             else:
-                names_a = [d for d in a.shape if isinstance(d, str)]
+                old = [self.dims.get(d, d) if isinstance(d, str) else d for d in a.shape]  # renamed dims as new
+                names_a = [d for d in old if isinstance(d, str)]
                 names_b = [d for d in b.shape if isinstance(d, str)]
                 if sorted(names_a) == sorted(names_b) and names_a != names_b:
                     self.emit("TENSOR_DIMS_REORDERED", f"{what}: dims {list(a.shape)} -> {list(b.shape)}", ptr, *where)
                 else:
-                    tighter = any(x != y and y is not None for x, y in zip(a.shape, b.shape, strict=True))
-                    looser = any(x != y and x is not None for x, y in zip(a.shape, b.shape, strict=True))
+                    tighter = any(x != y and y is not None for x, y in zip(old, b.shape, strict=True))
+                    looser = any(x != y and x is not None for x, y in zip(old, b.shape, strict=True))
                     if tighter:
                         self.emit(
                             "TENSOR_SHAPE_TIGHTENED", f"{what}: shape {list(a.shape)} -> {list(b.shape)}", ptr, *where
@@ -472,6 +477,43 @@ def _limit_changes(a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT) -> tu
                 tighter.append(change)
                 looser.append(change)
     return tighter, looser
+
+
+def _dim_renames(a: StructT, b: StructT) -> dict[str, str]:
+    """The named dims of ``a`` that ``b`` renamed: the name is paired, axis for axis, with only one
+    new name and that one with no other, which names no dim of ``a`` (two names swapped is a
+    reorder). A name only says which sizes of a struct's tensors agree, so a new one keeps the wire."""
+    new_types = {f.name: f.type for f in b.fields}
+    pairs = {
+        (x, y)
+        for f in a.fields
+        if f.name in new_types
+        for x, y in _dims(f.type, new_types[f.name])
+        if isinstance(x, str) and isinstance(y, str)
+    }
+    old_names = {x for f in a.fields for x, _ in _dims(f.type, f.type) if isinstance(x, str)}
+    return {
+        x: y
+        for x, y in pairs
+        if x != y and y not in old_names and [p for p in pairs if x == p[0] or y == p[1]] == [(x, y)]
+    }
+
+
+def _dims(a: Node, b: Node) -> Iterator[tuple[int | str | None, int | str | None]]:
+    """The dims of ``a`` and ``b`` at the same axis of the tensors at the same place, within one
+    struct (a nested struct's names are its own)."""
+    a = a.inner if isinstance(a, NullableT) else a
+    b = b.inner if isinstance(b, NullableT) else b
+    if isinstance(a, TensorT) and isinstance(b, TensorT):
+        if a.shape is not None and b.shape is not None and len(a.shape) == len(b.shape):
+            yield from zip(a.shape, b.shape, strict=True)
+    elif isinstance(a, ArrayT) and isinstance(b, ArrayT):
+        yield from _dims(a.items, b.items)
+    elif isinstance(a, MapT) and isinstance(b, MapT):
+        yield from _dims(a.values, b.values)
+    elif isinstance(a, TupleT) and isinstance(b, TupleT) and len(a.items) == len(b.items):
+        for x, y in zip(a.items, b.items, strict=True):
+            yield from _dims(x, y)
 
 
 def _exact_as_float(node: ScalarT) -> bool:
