@@ -273,6 +273,18 @@ def _union(b_fields: dict[str, Any], b_required: list[str]) -> dict[str, Any]:
     return _msg({"u": union}, ["u"], **{"$defs": defs})
 
 
+def _retitled(title: str, b_fields: dict[str, Any]) -> dict[str, Any]:
+    """``_union`` with its variant ``B`` titled ``title`` (its class name)."""
+    doc = _union(b_fields, ["n"])
+    doc["$defs"]["B"]["title"] = title
+    return doc
+
+
+def _one_of(registry: tw.Registry, *names: str) -> Any:
+    """The nested type of ``registry`` by the one of ``names`` it has."""
+    return next(registry.type(n) for n in names if n in registry.nested_types())
+
+
 def _nested(registry: tw.Registry, name: str, **values: Any) -> Any:
     """An instance of the nested type ``p.<name>`` of ``registry``."""
     return registry.type(f"p.{name}")(**values)
@@ -376,6 +388,14 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         "forward",
         "TENSOR_SHAPE_LOOSENED",
         lambda reg: reg.type("p.Msg")(t=_tensor(2, 3), u=_tensor(5)),
+    ),
+    (
+        "inline-union-variant-retitled-and-its-field-retyped",
+        _retitled("B", {"n": {"type": "integer"}}),
+        _retitled("Bee", {"n": {"type": "string"}}),
+        "backward",
+        "TYPE_CHANGED",
+        lambda reg: reg.type("p.Msg")(u=_nested(reg, "B", n=3)),
     ),
     (
         "float-step-divided-by-three",  # 0.3 is not three times 0.1 in binary: fmod(0.3, 0.1) != 0
@@ -490,6 +510,12 @@ KEPT: list[tuple[str, dict[str, Any], dict[str, Any], Callable[[tw.Registry], An
         _two_tensors(["c", "h"], ["c"]),
         _two_tensors(["k", "h"], ["k"]),
         lambda reg: reg.type("p.Msg")(t=_tensor(2, 3), u=_tensor(2)),
+    ),
+    (
+        "union-variant-retitled",  # the wire names a variant by its tag
+        _retitled("B", {"n": {"type": "integer"}}),
+        _retitled("Bee", {"n": {"type": "integer"}}),
+        lambda reg: reg.type("p.Msg")(u=_one_of(reg, "p.B", "p.Bee")(n=3)),
     ),
 ]
 

@@ -365,8 +365,9 @@ class _Walk:
             self.emit(
                 "UNION_TAG_FIELD_CHANGED", f"{what}: discriminator {a.tag_field!r} -> {b.tag_field!r}", ptr, *where
             )
+        renamed = _renamed_variants(a, b)
         old_tags = {_variant_id(v): _variant_tag(v) for v in a.variants}
-        new_tags = {_variant_id(v): _variant_tag(v) for v in b.variants}
+        new_tags = {renamed.get(_variant_id(v), _variant_id(v)): _variant_tag(v) for v in b.variants}
         for vid in sorted(new_tags.keys() - old_tags.keys()):
             self.emit("UNION_VARIANT_ADDED", f"{what}: variant {vid} added", ptr, *where)
         for vid in sorted(old_tags.keys() - new_tags.keys()):
@@ -379,7 +380,7 @@ class _Walk:
         # a variant declared in place (not a message type, which is compared as a type) is compared here
         old_inline = {_variant_id(v): v for v in a.variants if isinstance(v, StructT)}
         for vb in b.variants:
-            va = old_inline.get(_variant_id(vb))
+            va = old_inline.get(renamed.get(_variant_id(vb), _variant_id(vb)))
             if va is not None and isinstance(vb, StructT):
                 self.struct(va, vb)
 
@@ -552,6 +553,15 @@ def _kind(node: Node) -> str:
 def _variant_id(node: StructT | MessageRefT) -> str:
     struct = node.target if isinstance(node, MessageRefT) else node
     return f"{struct.type_id} v{struct.version}" if struct.type_id else f"{struct.namespace}.{struct.name}"
+
+
+def _renamed_variants(a: UnionT, b: UnionT) -> dict[str, str]:
+    """The variants declared in place that ``b`` renamed, by id in ``b`` -> id in ``a``: the wire
+    names such a variant by its tag alone."""
+    old = {_variant_id(v): v.tag for v in a.variants if isinstance(v, StructT)}
+    new = {_variant_id(v): v.tag for v in b.variants if isinstance(v, StructT)}
+    gone = {tag: vid for vid, tag in old.items() if vid not in new}
+    return {vid: gone[tag] for vid, tag in new.items() if vid not in old and tag in gone}
 
 
 def _variant_tag(node: StructT | MessageRefT) -> str | None:
