@@ -398,6 +398,14 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         lambda reg: reg.type("p.Msg")(u=_nested(reg, "B", n=3)),
     ),
     (
+        "free-dim-of-the-tensors-of-an-array-named",  # the items' sizes must now agree
+        _msg({"t": {"type": "array", "items": {"x-tensor": {"shape": [None]}}}}, ["t"]),
+        _msg({"t": {"type": "array", "items": {"x-tensor": {"shape": ["n"]}}}}, ["t"]),
+        "backward",
+        "TENSOR_SHAPE_TIGHTENED",
+        lambda reg: reg.type("p.Msg")(t=[_tensor(2), _tensor(3)]),
+    ),
+    (
         "float-step-divided-by-three",  # 0.3 is not three times 0.1 in binary: fmod(0.3, 0.1) != 0
         _msg({"x": {"type": "number", "multipleOf": 0.3}}, ["x"]),
         _msg({"x": {"type": "number", "multipleOf": 0.1}}, ["x"]),
@@ -512,6 +520,12 @@ KEPT: list[tuple[str, dict[str, Any], dict[str, Any], Callable[[tw.Registry], An
         lambda reg: reg.type("p.Msg")(t=_tensor(2, 3), u=_tensor(2)),
     ),
     (
+        "free-dim-named",  # a name on one axis of one tensor ties no sizes together
+        _two_tensors([None, "h"], ["w"]),
+        _two_tensors(["c", "h"], [None]),
+        lambda reg: reg.type("p.Msg")(t=_tensor(2, 3), u=_tensor(4)),
+    ),
+    (
         "union-variant-retitled",  # the wire names a variant by its tag
         _retitled("B", {"n": {"type": "integer"}}),
         _retitled("Bee", {"n": {"type": "integer"}}),
@@ -531,6 +545,19 @@ def test_a_change_whose_bytes_decode_the_same_both_ways_is_no_error(
         got = tw.Decoder(tw.load_schemas(reader)).decode(tw.Encoder().encode(sent))
         assert _value(got) == _value(sent)
     assert [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), "full") if f.severity == "error"] == []
+
+
+def test_a_dim_name_moved_to_another_axis_is_a_reorder(tmp_path: Path) -> None:
+    """The sizes decode alike, but each side reads another meaning into each axis."""
+    for old_shape, new_shape in (([None, "c"], ["c", None]), (["c", "h"], ["h", "w"]), (["c", "h"], ["h", "c"])):
+        old_dir = write_schemas(
+            tmp_path / str(old_shape + new_shape) / "old", {"p/Msg.v1.json": _two_tensors(old_shape, [])}
+        )
+        new_dir = write_schemas(
+            tmp_path / str(old_shape + new_shape) / "new", {"p/Msg.v1.json": _two_tensors(new_shape, [])}
+        )
+        rules = [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), "backward")]
+        assert "TENSOR_DIMS_REORDERED" in rules, (old_shape, new_shape)
 
 
 def _value(value: Any) -> Any:

@@ -8,7 +8,8 @@ break old readers, FULL both.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -102,6 +103,7 @@ class _Walk:
         self.type_id, self.version = msg.type_id, msg.version
         self.findings: list[Finding] = []
         self.dims: dict[str, str] = {}  # named dims of the struct being compared: old name -> new name
+        self.free: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # its names that tie nothing
 
     def emit(
         self, rule_id: str, message: str, pointer: str, old_src: tuple[str, str] | None, new_src: tuple[str, str] | None
@@ -149,7 +151,8 @@ class _Walk:
             if a.closed:
                 change = f"{kind} field {name!r} added to {label}, whose old readers reject unknown fields"
                 self.emit("FIELD_ADDED_TO_CLOSED", change, self._ptr(b, name), *fresh)
-        outer, self.dims = self.dims, _dim_renames(a, b)
+        outer = self.dims, self.free
+        self.dims, self.free = _dim_renames(a, b), (_free_dims(a), _free_dims(b))
         for name in old_fields.keys() & new_fields.keys():
             fa, fb = old_fields[name], new_fields[name]
             where = ((a.source, self._ptr(a, name)), (b.source, self._ptr(b, name)))
@@ -166,7 +169,7 @@ class _Walk:
                     *where,
                 )
             self.node(fa.type, fb.type, f"field {name!r} of {label}", ptr, where)
-        self.dims = outer
+        self.dims, self.free = outer
         where = ((a.source, a.pointer), (b.source, b.pointer))
         if b.closed and not a.closed:
             self.emit("UNKNOWN_FIELDS_REJECTED", f"{label} now rejects unknown fields", b.pointer, *where)
@@ -407,13 +410,14 @@ class _Walk:
                 self.emit("TENSOR_RANK_CHANGED", f"{what}: rank {len(a.shape)} -> {len(b.shape)}", ptr, *where)
             else:
                 old = [self.dims.get(d, d) if isinstance(d, str) else d for d in a.shape]  # renamed dims as new
-                names_a = [d for d in old if isinstance(d, str)]
-                names_b = [d for d in b.shape if isinstance(d, str)]
-                if sorted(names_a) == sorted(names_b) and names_a != names_b:
+                if _moved(a.shape, b.shape) or _moved(old, b.shape):
                     self.emit("TENSOR_DIMS_REORDERED", f"{what}: dims {list(a.shape)} -> {list(b.shape)}", ptr, *where)
                 else:
-                    tighter = any(x != y and y is not None for x, y in zip(old, b.shape, strict=True))
-                    looser = any(x != y and x is not None for x, y in zip(old, b.shape, strict=True))
+                    free_a, free_b = self.free  # a name that ties no sizes together is a free dim
+                    old = [None if x in free_a else y for x, y in zip(a.shape, old, strict=True)]
+                    new = [None if y in free_b else y for y in b.shape]
+                    tighter = any(x != y and y is not None for x, y in zip(old, new, strict=True))
+                    looser = any(x != y and x is not None for x, y in zip(old, new, strict=True))
                     if tighter:
                         self.emit(
                             "TENSOR_SHAPE_TIGHTENED", f"{what}: shape {list(a.shape)} -> {list(b.shape)}", ptr, *where
@@ -492,7 +496,7 @@ def _dim_renames(a: StructT, b: StructT) -> dict[str, str]:
         for x, y in _dims(f.type, new_types[f.name])
         if isinstance(x, str) and isinstance(y, str)
     }
-    old_names = {x for f in a.fields for x, _ in _dims(f.type, f.type) if isinstance(x, str)}
+    old_names = {x for f in a.fields for x in _dim_uses(f.type)}
     return {
         x: y
         for x, y in pairs
@@ -515,6 +519,38 @@ def _dims(a: Node, b: Node) -> Iterator[tuple[int | str | None, int | str | None
     elif isinstance(a, TupleT) and isinstance(b, TupleT) and len(a.items) == len(b.items):
         for x, y in zip(a.items, b.items, strict=True):
             yield from _dims(x, y)
+
+
+def _moved(old: Sequence[int | str | None], new: Sequence[int | str | None]) -> bool:
+    """Whether a dim name of ``old`` names another axis in ``new``."""
+    return any(isinstance(x, str) and x != y and x in new for x, y in zip(old, new, strict=True))
+
+
+def _free_dims(struct: StructT) -> frozenset[str]:
+    """The dim names of ``struct`` that tie no two sizes together (one axis of one tensor)."""
+    uses: Counter[str] = Counter()
+    for f in struct.fields:
+        uses += _dim_uses(f.type)
+    return frozenset(name for name, count in uses.items() if count == 1)
+
+
+def _dim_uses(node: Node, weight: int = 1) -> Counter[str]:
+    """How many sizes each dim name of the tensors in ``node`` ties, within one struct; a tensor in
+    an array or a map counts twice (its items' sizes agree)."""
+    node = node.inner if isinstance(node, NullableT) else node
+    uses: Counter[str] = Counter()
+    if isinstance(node, TensorT):
+        for d in node.shape or ():
+            if isinstance(d, str):
+                uses[d] += weight
+    elif isinstance(node, ArrayT):
+        uses = _dim_uses(node.items, 2)
+    elif isinstance(node, MapT):
+        uses = _dim_uses(node.values, 2)
+    elif isinstance(node, TupleT):
+        for item in node.items:
+            uses += _dim_uses(item, weight)
+    return uses
 
 
 def _exact_as_float(node: ScalarT) -> bool:
