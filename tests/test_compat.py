@@ -497,11 +497,18 @@ def test_an_integer_bounded_within_2_53_changes_kind_without_loss(tmp_path: Path
     bounded = {"minimum": -(2**53), "maximum": 2**53}
     integer = _msg({"x": {"type": "integer", **bounded}}, ["x"])
     number = _msg({"x": {"type": "number", **bounded}}, ["x"])
-    for old_doc, new_doc, mode in ((integer, number, "backward"), (number, integer, "forward")):
-        old_dir = write_schemas(tmp_path / mode / "old", {"p/Msg.v1.json": old_doc})
-        new_dir = write_schemas(tmp_path / mode / "new", {"p/Msg.v1.json": new_doc})
+    fixed = _msg({"x": {"type": "integer", "const": 2**53}, "n": {"type": "integer"}}, ["x", "n"])
+    unbounded = _msg({"x": {"type": "number"}, "n": {"type": "integer"}}, ["x", "n"])
+    for old_doc, new_doc, mode in (
+        (integer, number, "backward"),
+        (number, integer, "forward"),
+        (fixed, unbounded, "backward"),
+        (unbounded, fixed, "forward"),
+    ):
+        old_dir = write_schemas(tmp_path / mode / str(len(old_doc["properties"])) / "old", {"p/Msg.v1.json": old_doc})
+        new_dir = write_schemas(tmp_path / mode / str(len(old_doc["properties"])) / "new", {"p/Msg.v1.json": new_doc})
         writer, reader = (old_dir, new_dir) if mode == "backward" else (new_dir, old_dir)
-        sent = tw.load_schemas(writer).type("p.Msg")(x=2**53)
+        sent = msgspec.convert({"x": 2**53, "n": 0}, tw.load_schemas(writer).type("p.Msg"))
         got = tw.Decoder(tw.load_schemas(reader)).decode(tw.Encoder().encode(sent))
         assert got.x == 2**53
         assert [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), mode) if f.severity == "error"] == []

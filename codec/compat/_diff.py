@@ -554,9 +554,11 @@ def _dim_uses(node: Node, weight: int = 1) -> Counter[str]:
 
 
 def _exact_as_float(node: ScalarT) -> bool:
-    """Whether every integer ``node`` accepts decodes as a number unchanged: its bounds keep it
-    within ±2**53 (2**53 + 1 decodes as 2**53)."""
+    """Whether every integer ``node`` accepts decodes as a number unchanged: its const or bounds
+    keep it within ±2**53 (2**53 + 1 decodes as 2**53)."""
     limit = 2**53
+    if isinstance(node.const, int):
+        return abs(node.const) <= limit
     low, high = node.minimum, node.maximum
     return low is not None and high is not None and low >= -limit and high <= limit
 

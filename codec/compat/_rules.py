@@ -97,14 +97,14 @@ _CATALOGUE = [
         "TYPE_WIDENED_LOSSY",
         WRITERS,
         "error",
-        "integer to number without bounds within ±2**53: old writers' larger integers decode as another number",
+        "integer to number, no const or bounds within ±2**53: old writers' larger integers decode as another number",
     ),
     Rule(
         "TYPE_NARROWED_LOSSY",
         READERS,
         "error",
-        "number to integer without bounds within ±2**53: old readers decode new writers' larger integers as "
-        "another number",
+        "number to integer, no const or bounds within ±2**53: old readers decode new writers' larger integers "
+        "as another number",
     ),
     Rule("NULLABLE_ADDED", READERS, "error", "new writers may send null; old readers reject it"),
     Rule("NULLABLE_REMOVED", WRITERS, "error", "old writers may send null; new readers reject it"),
