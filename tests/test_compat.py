@@ -554,6 +554,26 @@ def test_a_change_whose_bytes_decode_the_same_both_ways_is_no_error(
     assert [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), "full") if f.severity == "error"] == []
 
 
+def test_an_integer_and_a_number_default_are_compared_by_value(tmp_path: Path) -> None:
+    """An old writer omits its default 0; a new reader fills in 0.0, the same value."""
+    bounded = {"minimum": 0, "maximum": 10}
+    old_dir = write_schemas(
+        tmp_path / "old", {"p/Msg.v1.json": _msg({"x": {"type": "integer", "default": 0, **bounded}}, [])}
+    )
+    new_dir = write_schemas(
+        tmp_path / "new", {"p/Msg.v1.json": _msg({"x": {"type": "number", "default": 0, **bounded}}, [])}
+    )
+    got = tw.Decoder(tw.load_schemas(new_dir)).decode(tw.Encoder().encode(tw.load_schemas(old_dir).type("p.Msg")(x=0)))
+    assert got.x == 0
+    assert [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), "backward")] == []
+    big = {"x": {"type": "integer", "default": 2**53 + 1}}
+    old_dir = write_schemas(tmp_path / "big" / "old", {"p/Msg.v1.json": _msg(big, [])})
+    new_dir = write_schemas(
+        tmp_path / "big" / "new", {"p/Msg.v1.json": _msg({"x": {"type": "integer", "default": 2**53}}, [])}
+    )
+    assert "DEFAULT_CHANGED" in [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), "backward")]
+
+
 def test_a_dim_name_moved_to_another_axis_is_a_reorder(tmp_path: Path) -> None:
     """The sizes decode alike, but each side reads another meaning into each axis."""
     for old_shape, new_shape in (([None, "c"], ["c", None]), (["c", "h"], ["h", "w"]), (["c", "h"], ["h", "c"])):

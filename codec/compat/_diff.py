@@ -161,7 +161,7 @@ class _Walk:
                 self.emit("FIELD_MADE_OPTIONAL", f"field {name!r} of {label} is no longer required", ptr, *where)
             if fb.required and not fa.required:
                 self.emit("FIELD_MADE_REQUIRED", f"field {name!r} of {label} is now required", ptr, *where)
-            if fa.has_default and fb.has_default and _default_key(fa) != _default_key(fb):
+            if fa.has_default and fb.has_default and not _same_default(fa, fb):
                 self.emit(
                     "DEFAULT_CHANGED",
                     f"default of {name!r} in {label} changed from {json.dumps(fa.default)} to {json.dumps(fb.default)}",
@@ -563,15 +563,19 @@ def _exact_as_float(node: ScalarT) -> bool:
     return low is not None and high is not None and low >= -limit and high <= limit
 
 
-def _default_key(field: Field) -> str:
-    """A field's default as its JSON text: ``1``, ``1.0`` and ``true`` are equal in Python (so a
-    writer omits one where its default is another) but not to an ``x-tree`` reader. A number
-    field holds the default as a float, so an integer one there is its float."""
+def _same_default(a: Field, b: Field) -> bool:
+    """Whether two fields' defaults are one value: an integer's and a number's by value (``1`` is
+    ``1.0``, ``2**53 + 1`` is not ``2**53``), others as JSON text: ``1``, ``1.0`` and ``true`` are
+    equal in Python (so a writer omits one where its default is another) but not to an ``x-tree``
+    reader."""
+    if _numeric(a) and _numeric(b):
+        return bool(a.default == b.default)
+    return json.dumps(a.default, sort_keys=True) == json.dumps(b.default, sort_keys=True)
+
+
+def _numeric(field: Field) -> bool:
     node = field.type.inner if isinstance(field.type, NullableT) else field.type
-    default = field.default
-    if isinstance(node, ScalarT) and node.kind == "float" and isinstance(default, int):
-        default = float(default)
-    return json.dumps(default, sort_keys=True)
+    return isinstance(node, ScalarT) and node.kind in ("int", "float")
 
 
 def _bound_text(keyword: str, value: Any, exclusive: bool) -> str:
