@@ -406,6 +406,14 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         lambda reg: reg.type("p.Msg")(t=[_tensor(2), _tensor(3)]),
     ),
     (
+        "enum-made-a-string-that-rejects-a-member",
+        _msg({"x": {"type": "string", "enum": ["a", "bb"], "x-enum-name": "Mode"}}, ["x"]),
+        _msg({"x": {"type": "string", "maxLength": 1}}, ["x"]),
+        "backward",
+        "TYPE_CHANGED",
+        lambda reg: msgspec.convert({"x": "bb"}, reg.type("p.Msg")),
+    ),
+    (
         "float-step-divided-by-three",  # 0.3 is not three times 0.1 in binary: fmod(0.3, 0.1) != 0
         _msg({"x": {"type": "number", "multipleOf": 0.3}}, ["x"]),
         _msg({"x": {"type": "number", "multipleOf": 0.1}}, ["x"]),
@@ -585,6 +593,41 @@ def test_a_dim_name_moved_to_another_axis_is_a_reorder(tmp_path: Path) -> None:
         )
         rules = [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), "backward")]
         assert "TENSOR_DIMS_REORDERED" in rules, (old_shape, new_shape)
+
+
+_MODE = {"type": "string", "enum": ["a", "b"], "x-enum-name": "Mode"}
+
+# (id, old p.Msg, new p.Msg, the mode that keeps working, a message its writer side sends)
+KEPT_ONE_WAY: list[tuple[str, dict[str, Any], dict[str, Any], str, Callable[[tw.Registry], Any]]] = [
+    (
+        "enum-made-a-string",  # a member travels as its string
+        _msg({"x": _MODE}, ["x"]),
+        _msg({"x": {"type": "string", "maxLength": 1}}, ["x"]),
+        "backward",
+        lambda reg: msgspec.convert({"x": "b"}, reg.type("p.Msg")),
+    ),
+    (
+        "string-made-an-enum",
+        _msg({"x": {"type": "string", "pattern": "^[ab]$"}}, ["x"]),
+        _msg({"x": _MODE}, ["x"]),
+        "forward",
+        lambda reg: msgspec.convert({"x": "b"}, reg.type("p.Msg")),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("old_doc", "new_doc", "mode", "message"), [c[1:] for c in KEPT_ONE_WAY], ids=[c[0] for c in KEPT_ONE_WAY]
+)
+def test_a_change_whose_bytes_decode_the_same_in_one_mode_is_no_error_there(
+    tmp_path: Path, old_doc: dict[str, Any], new_doc: dict[str, Any], mode: str, message: Callable[[tw.Registry], Any]
+) -> None:
+    old_dir = write_schemas(tmp_path / "old", {"p/Msg.v1.json": old_doc})
+    new_dir = write_schemas(tmp_path / "new", {"p/Msg.v1.json": new_doc})
+    writer, reader = (old_dir, new_dir) if mode == "backward" else (new_dir, old_dir)
+    sent = message(tw.load_schemas(writer))
+    assert _value(tw.Decoder(tw.load_schemas(reader)).decode(tw.Encoder().encode(sent))) == _value(sent)
+    assert [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), mode) if f.severity == "error"] == []
 
 
 def _value(value: Any) -> Any:

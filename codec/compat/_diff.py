@@ -17,6 +17,7 @@ from typing import Any
 from tensorwire.compat._rules import BOTH, READERS, WRITERS, rule
 from tensorwire.errors import Location
 from tensorwire.schema import Message, SchemaSet
+from tensorwire.schema._build import value_problem
 from tensorwire.schema._source import join_pointer
 from tensorwire.schema.ir import (
     ArrayT,
@@ -235,9 +236,15 @@ class _Walk:
                 if isinstance(b, ScalarT):
                     self.scalar(a, b, what, ptr, where)
                     return
+                if isinstance(b, EnumT) and _takes(a, b):  # the wire holds the member's string
+                    self.emit("TYPE_NARROWED", f"{what} narrowed from string to enum", ptr, *where)
+                    return
             case EnumT():
                 if isinstance(b, EnumT):
                     self.enum(a, b, what, ptr, where)
+                    return
+                if isinstance(b, ScalarT) and _takes(b, a):
+                    self.emit("TYPE_WIDENED", f"{what} widened from enum to string", ptr, *where)
                     return
             case ArrayT():
                 if isinstance(b, ArrayT):
@@ -561,6 +568,11 @@ def _exact_as_float(node: ScalarT) -> bool:
         return abs(node.const) <= limit
     low, high = node.minimum, node.maximum
     return low is not None and high is not None and low >= -limit and high <= limit
+
+
+def _takes(string: ScalarT, enum: EnumT) -> bool:
+    """Whether ``string`` accepts every member of ``enum`` (a member travels as its string)."""
+    return string.kind == "str" and all(value_problem(string, v, whole=False) is None for v in enum.values)
 
 
 def _same_default(a: Field, b: Field) -> bool:

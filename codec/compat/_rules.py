@@ -88,10 +88,16 @@ _CATALOGUE = [
     # types of fields
     Rule("TYPE_CHANGED", BOTH, "error", "a field's type changed to an unrelated one"),
     Rule(
-        "TYPE_WIDENED", READERS, "error", "the type accepts more (integer to number): old readers reject the new values"
+        "TYPE_WIDENED",
+        READERS,
+        "error",
+        "the type accepts more (integer to number, enum to string): old readers reject the new values",
     ),
     Rule(
-        "TYPE_NARROWED", WRITERS, "error", "the type accepts less (number to integer): old writers' values are rejected"
+        "TYPE_NARROWED",
+        WRITERS,
+        "error",
+        "the type accepts less (number to integer, string to enum): old writers' values are rejected",
     ),
     Rule(
         "TYPE_WIDENED_LOSSY",
