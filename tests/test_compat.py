@@ -607,6 +607,20 @@ KEPT_ONE_WAY: list[tuple[str, dict[str, Any], dict[str, Any], str, Callable[[tw.
         lambda reg: msgspec.convert({"x": "b"}, reg.type("p.Msg")),
     ),
     (
+        "nullable-integer-made-a-tree",  # a tree holds any scalar, and null
+        _msg({"x": {"type": ["integer", "null"]}}, ["x"]),
+        _msg({"x": {"x-tree": {"json": True, "max_depth": 1}}}, ["x"]),
+        "backward",
+        lambda reg: reg.type("p.Msg")(x=2**60),
+    ),
+    (
+        "tree-made-an-enum",
+        _msg({"x": {"x-tree": {}}}, ["x"]),
+        _msg({"x": _MODE}, ["x"]),
+        "forward",
+        lambda reg: msgspec.convert({"x": "b"}, reg.type("p.Msg")),
+    ),
+    (
         "string-made-an-enum",
         _msg({"x": {"type": "string", "pattern": "^[ab]$"}}, ["x"]),
         _msg({"x": _MODE}, ["x"]),

@@ -225,6 +225,7 @@ class _Walk:
     # -- nodes --------------------------------------------------------------------------------
     def node(self, a: Node, b: Node, what: str, ptr: str, where: tuple[Any, Any]) -> None:
         na, nb = isinstance(a, NullableT), isinstance(b, NullableT)
+        na, nb = na or isinstance(a, TreeT), nb or isinstance(b, TreeT)  # a tree holds null
         if nb and not na:
             self.emit("NULLABLE_ADDED", f"{what} may now be null", ptr, *where)
         if na and not nb:
@@ -239,12 +240,18 @@ class _Walk:
                 if isinstance(b, EnumT) and _takes(a, b):  # the wire holds the member's string
                     self.emit("TYPE_NARROWED", f"{what} narrowed from string to enum", ptr, *where)
                     return
+                if isinstance(b, TreeT) and a.kind in _TREE_SCALARS:
+                    self.emit("TYPE_WIDENED", f"{what} widened from {a.kind} to tree", ptr, *where)
+                    return
             case EnumT():
                 if isinstance(b, EnumT):
                     self.enum(a, b, what, ptr, where)
                     return
                 if isinstance(b, ScalarT) and _takes(b, a):
                     self.emit("TYPE_WIDENED", f"{what} widened from enum to string", ptr, *where)
+                    return
+                if isinstance(b, TreeT):
+                    self.emit("TYPE_WIDENED", f"{what} widened from enum to tree", ptr, *where)
                     return
             case ArrayT():
                 if isinstance(b, ArrayT):
@@ -271,6 +278,9 @@ class _Walk:
             case TreeT():
                 if isinstance(b, TreeT):
                     self.tree_limits(a, b, what, ptr, where)
+                    return
+                if isinstance(b, EnumT) or (isinstance(b, ScalarT) and b.kind in _TREE_SCALARS):
+                    self.emit("TYPE_NARROWED", f"{what} narrowed from tree to {_kind(b)}", ptr, *where)
                     return
             case StructT():
                 if isinstance(b, StructT):
@@ -568,6 +578,9 @@ def _exact_as_float(node: ScalarT) -> bool:
         return abs(node.const) <= limit
     low, high = node.minimum, node.maximum
     return low is not None and high is not None and low >= -limit and high <= limit
+
+
+_TREE_SCALARS = ("bool", "int", "float", "str")  # the scalars a tree holds as they are, at any depth limit
 
 
 def _takes(string: ScalarT, enum: EnumT) -> bool:
