@@ -414,6 +414,14 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         lambda reg: msgspec.convert({"x": "bb"}, reg.type("p.Msg")),
     ),
     (
+        "tuple-made-a-shorter-array",
+        _msg({"x": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "integer"}]}}, ["x"]),
+        _msg({"x": {"type": "array", "items": {"type": "integer"}, "maxItems": 1}}, ["x"]),
+        "backward",
+        "TYPE_CHANGED",
+        lambda reg: msgspec.convert({"x": [1, 2]}, reg.type("p.Msg")),
+    ),
+    (
         "float-step-divided-by-three",  # 0.3 is not three times 0.1 in binary: fmod(0.3, 0.1) != 0
         _msg({"x": {"type": "number", "multipleOf": 0.3}}, ["x"]),
         _msg({"x": {"type": "number", "multipleOf": 0.1}}, ["x"]),
@@ -621,6 +629,20 @@ KEPT_ONE_WAY: list[tuple[str, dict[str, Any], dict[str, Any], str, Callable[[tw.
         lambda reg: msgspec.convert({"x": "b"}, reg.type("p.Msg")),
     ),
     (
+        "tuple-made-an-array",  # a tuple travels as a list of its items
+        _msg({"x": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "integer"}]}}, ["x"]),
+        _msg({"x": {"type": "array", "items": {"type": "integer"}, "maxItems": 2}}, ["x"]),
+        "backward",
+        lambda reg: msgspec.convert({"x": [1, 2]}, reg.type("p.Msg")),
+    ),
+    (
+        "array-made-a-tuple",
+        _msg({"x": {"type": "array", "items": {"type": "integer"}, "minItems": 1}}, ["x"]),
+        _msg({"x": {"type": "array", "prefixItems": [{"type": "integer"}]}}, ["x"]),
+        "forward",
+        lambda reg: msgspec.convert({"x": [7]}, reg.type("p.Msg")),
+    ),
+    (
         "string-made-an-enum",
         _msg({"x": {"type": "string", "pattern": "^[ab]$"}}, ["x"]),
         _msg({"x": _MODE}, ["x"]),
@@ -645,9 +667,12 @@ def test_a_change_whose_bytes_decode_the_same_in_one_mode_is_no_error_there(
 
 
 def _value(value: Any) -> Any:
-    """A message as plain data: its structs' fields (not their class names), tensors' values."""
+    """A message as plain data: its structs' fields (not their class names), tensors' values, a
+    tuple's items as a list's."""
     if isinstance(value, msgspec.Struct):
         return {k: _value(v) for k, v in msgspec.structs.asdict(value).items()}
+    if isinstance(value, list | tuple):
+        return [_value(v) for v in value]
     if hasattr(value, "tolist"):
         return (str(value.dtype), list(value.shape), value.tolist())
     return value

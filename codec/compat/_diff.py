@@ -262,9 +262,15 @@ class _Walk:
                     self.limits(a, b, what, ptr, where)
                     self.node(a.items, b.items, f"items of {what}", ptr, where)
                     return
+                if isinstance(b, TupleT) and _spans(a, b):
+                    self.emit("TYPE_NARROWED", f"{what} narrowed from array to tuple", ptr, *where)
+                    return
             case TupleT():
                 if isinstance(b, TupleT):
                     self.tuple_items(a, b, what, ptr, where)
+                    return
+                if isinstance(b, ArrayT) and _spans(b, a):
+                    self.emit("TYPE_WIDENED", f"{what} widened from tuple to array", ptr, *where)
                     return
             case MapT():
                 if isinstance(b, MapT):
@@ -581,6 +587,16 @@ def _exact_as_float(node: ScalarT) -> bool:
 
 
 _TREE_SCALARS = ("bool", "int", "float", "str")  # the scalars a tree holds as they are, at any depth limit
+
+
+def _spans(array: ArrayT, items: TupleT) -> bool:
+    """Whether ``array`` holds every value of tuple ``items``: a list of its items, of its length."""
+    n = len(items.items)
+    return (
+        not array.unique
+        and all(item == array.items for item in items.items)
+        and (array.min_items or 0) <= n <= (n if array.max_items is None else array.max_items)
+    )
 
 
 def _takes(string: ScalarT, enum: EnumT) -> bool:
