@@ -199,7 +199,7 @@ def _schemas(args: argparse.Namespace) -> int:
 
 
 def _compat(args: argparse.Namespace) -> int:
-    from tensorwire.compat import RULES, compare, compare_transitive
+    from tensorwire.compat import RETIRED, RULES, compare, compare_transitive
     from tensorwire.compat._git import history, temporary_dir
     from tensorwire.compat._report import exit_code, render, rules_table
     from tensorwire.schema import load_dir
@@ -209,6 +209,11 @@ def _compat(args: argparse.Namespace) -> int:
         return 0
     if args.explain:
         rule = RULES.get(args.explain)
+        if rule is None and args.explain in RETIRED:
+            print(
+                f"{args.explain}: retired; replaced by {', '.join(RETIRED[args.explain])} (an ignore of it covers them)"
+            )
+            return 0
         if rule is None:
             print(f"tensorwire: unknown rule {args.explain!r}; see tensorwire compat --list-rules", file=sys.stderr)
             return 2
@@ -220,7 +225,7 @@ def _compat(args: argparse.Namespace) -> int:
     ignores: tuple[CompatIgnore, ...] = ()
     if config is not None:
         ignores = config.ignore
-        unknown = [entry.rule for entry in ignores if entry.rule not in RULES]
+        unknown = [entry.rule for entry in ignores if entry.rule not in RULES and entry.rule not in RETIRED]
         if unknown:
             raise ConfigError(f"{config.path}: compat.ignore: unknown rule {unknown[0]!r}")
     if args.against:
@@ -377,8 +382,10 @@ def _same_schema_files(a: Path, b: Path) -> bool:
 
 def _ignored(finding: Finding, ignores: tuple[CompatIgnore, ...]) -> Finding:
     """``finding`` accepted by the first config ignore that matches its rule (and type), if any."""
+    from tensorwire.compat import covers
+
     for entry in ignores:
-        if entry.rule == finding.rule and entry.type in (None, finding.type_id) and finding.suppressed is None:
+        if covers(entry.rule, finding.rule) and entry.type in (None, finding.type_id) and finding.suppressed is None:
             return dataclasses.replace(finding, severity="info", suppressed=entry.reason)
     return finding
 

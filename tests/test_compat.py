@@ -115,6 +115,23 @@ def test_suppressions_keep_the_finding_visible(tmp_path: Path) -> None:
     ]
 
 
+def test_a_suppression_of_a_retired_rule_covers_the_rules_that_replaced_it(tmp_path: Path) -> None:
+    """``SET_SEMANTICS_CHANGED`` became ``ARRAY_MADE_SET`` and ``SET_MADE_ARRAY``: a schema that
+    ignored it keeps its change accepted, for the same reason."""
+
+    def change(docs: dict[str, Any]) -> None:
+        tags = _props(docs["t/Thing.v1.json"])["tags"]
+        tags["uniqueItems"] = True
+        tags["x-compat-ignore"] = [{"rule": "SET_SEMANTICS_CHANGED", "reason": "no writer repeats a tag"}]
+
+    old, new = _dirs(tmp_path, change)
+    assert [(f.rule, f.severity, f.suppressed) for f in compare(old, new)] == [
+        ("ARRAY_MADE_SET", "info", "no writer repeats a tag")
+    ]
+    back = [(f.rule, f.severity, f.suppressed) for f in compare(new, old)]  # (the ignore is new's alone)
+    assert back == [("SET_MADE_ARRAY", "error", None), ("VERSION_NOT_BUMPED", "error", None)]
+
+
 def test_a_suppression_needs_a_reason(tmp_path: Path) -> None:
     docs = copy.deepcopy(BASE)
     _props(docs["t/Thing.v1.json"])["mode"]["x-compat-ignore"] = [{"rule": "ENUM_MEMBER_ADDED", "reason": ""}]

@@ -146,6 +146,28 @@ def test_gen_without_an_output_refuses_and_never_hides_tensorwire(
     assert list(tmp_path.iterdir()) == [tmp_path / "schemas"]  # nothing written
 
 
+def test_an_ignore_of_a_retired_compat_rule_is_read_and_covers_its_replacements(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ignore = (
+        "[compat]\nignore = [{rule = 'SET_SEMANTICS_CHANGED', reason = 'tags never repeat'},"
+        " {rule = 'VERSION_NOT_BUMPED', type = 't.Thing', reason = 'same'}]\n"
+    )
+    root = _project(tmp_path, "schemas = 'defs'\n" + ignore)
+    new = copy.deepcopy(BASE)
+    new["t/Thing.v1.json"]["properties"]["tags"]["uniqueItems"] = True
+    write_schemas(root / "new", new)
+    monkeypatch.chdir(root)
+    assert main(["compat", "defs", "new", "--mode", "backward", "--format", "json"]) == 0
+    found = {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert found["ARRAY_MADE_SET"]["severity"] == "info"
+    assert found["ARRAY_MADE_SET"]["suppressed"] == "tags never repeat"
+    assert main(["compat", "--explain", "SET_SEMANTICS_CHANGED"]) == 0
+    assert capsys.readouterr().out == (
+        "SET_SEMANTICS_CHANGED: retired; replaced by ARRAY_MADE_SET, SET_MADE_ARRAY (an ignore of it covers them)\n"
+    )
+
+
 def test_compat_takes_its_mode_threshold_and_ignores_from_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

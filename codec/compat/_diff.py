@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from tensorwire.compat._rules import BOTH, READERS, WRITERS, rule
+from tensorwire.compat._rules import BOTH, READERS, WRITERS, covers, rule
 from tensorwire.errors import Location
 from tensorwire.schema import Message, SchemaSet
 from tensorwire.schema._build import value_problem
@@ -686,7 +686,7 @@ def _suppress(schemas: SchemaSet, message: Message | None, finding: Finding) -> 
     if message is None:
         return finding
     for entry in _ignores(schemas, message.path, finding.pointer):
-        if entry.get("rule") == finding.rule:
+        if covers(str(entry.get("rule")), finding.rule):
             return replace(finding, severity="info", suppressed=entry.get("reason", ""))
     return finding
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RULES", "Rule", "rule"]
+__all__ = ["RETIRED", "RULES", "Rule", "covers", "rule"]
 
 READERS, WRITERS, BOTH, NONE = "old readers", "old writers", "both", "none"
 
@@ -226,6 +226,15 @@ _CATALOGUE = [
 ]
 
 RULES: dict[str, Rule] = {r.id: r for r in _CATALOGUE}
+
+RETIRED: dict[str, tuple[str, ...]] = {"SET_SEMANTICS_CHANGED": ("ARRAY_MADE_SET", "SET_MADE_ARRAY")}
+"""IDs no longer in the catalogue, each with the rules that took its place: an ignore that names
+one still covers what it covered."""
+
+
+def covers(ignored: str, rule_id: str) -> bool:
+    """Whether an ignore entry naming ``ignored`` (a rule ID, or a retired one) covers ``rule_id``."""
+    return ignored == rule_id or rule_id in RETIRED.get(ignored, ())
 
 
 def rule(rule_id: str) -> Rule:
