@@ -10,6 +10,7 @@ first time a validator is registered or looked up.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -94,6 +95,7 @@ VALIDATOR_ENTRY_POINTS = "tensorwire.validators"
 """The entry-point group whose entries name modules that register validators when imported."""
 _VALIDATORS: dict[str, Validator] = {}
 _plugins_loaded = False
+_NAME = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")  # as ``x-validators`` names them (fullmatch)
 
 
 def _plugins() -> None:
@@ -116,9 +118,16 @@ def _plugins() -> None:
 
 def register_validator(name: str) -> Callable[[Validator], Validator]:
     """Register a named rule (``namespace.rule_name``) that schemas may list in ``x-validators``;
-    a name already registered to another function is a ``ValueError``."""
+    a name no schema can list, or one already registered to another function, is a ``ValueError``;
+    a name that is not a ``str``, or a validator that is not callable, a ``TypeError``."""
+    if not isinstance(name, str):
+        raise TypeError(f"a validator's name must be a str, got {name!r}")
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"a validator's name must be namespace.rule_name (lowercase letters, digits, _), got {name!r}")
 
     def wrap(fn: Validator) -> Validator:
+        if not callable(fn):
+            raise TypeError(f"the validator {name!r} must be callable, got {fn!r}")
         _plugins()
         held = _VALIDATORS.get(name)
         if held is not None and held is not fn:

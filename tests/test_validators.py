@@ -35,6 +35,28 @@ def test_a_name_cannot_be_registered_to_a_second_function() -> None:
     assert tw.register_validator(name)(first) is first  # the same function again: no change
 
 
+@pytest.mark.parametrize(
+    ("name", "fn", "error", "words"),
+    [
+        (None, len, TypeError, r"a validator's name must be a str, got None"),
+        (1, len, TypeError, r"a validator's name must be a str, got 1"),
+        ("", len, ValueError, r"a validator's name must be namespace\.rule_name .*, got ''"),
+        ("Audio.Rule", len, ValueError, r"a validator's name must be namespace\.rule_name .*, got 'Audio\.Rule'"),
+        ("audio.rule\n", len, ValueError, r"a validator's name must be namespace\.rule_name .*, got 'audio\.rule\\n'"),
+        ("audio.not_callable", 5, TypeError, r"the validator 'audio\.not_callable' must be callable, got 5"),
+    ],
+)
+def test_a_validator_no_schema_could_run_is_refused_when_registered(
+    name: Any, fn: Any, error: type[Exception], words: str
+) -> None:
+    """Registered, a name that is not a str would break the loader's list of known names (sorted in
+    its errors), and a value that is not callable would fail every message built."""
+    with pytest.raises(error, match=rf"^{words}$"):
+        tw.register_validator(name)(fn)
+    assert all(isinstance(known, str) for known in known_validators())
+    assert validator("audio.not_callable") is None
+
+
 def test_the_built_in_validators_are_known_without_the_runtime() -> None:
     assert {"media.video_contract", "media.media_contract", "rpc.ok_xor_error"} <= known_validators()
 
