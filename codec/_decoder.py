@@ -87,6 +87,19 @@ class Decoder:
         device: DeviceSpec | Placement | None = None,
         runtime: CudaRuntime | None = None,
     ) -> None:
+        if not isinstance(registry, Registry):
+            raise TypeError(f"Decoder registry must be a Registry, got {registry!r}")
+        if options is not None and not isinstance(options, DecodeOptions):
+            raise TypeError(f"Decoder options must be a DecodeOptions, got {options!r}")
+        try:
+            if isinstance(transports, Transport):  # one where an iterable of them is due
+                raise TypeError
+            transports = list(transports)
+        except TypeError:
+            raise TypeError(f"Decoder transports must be an iterable of transports, got {transports!r}") from None
+        for transport in transports:
+            if not isinstance(transport, Transport):
+                raise TypeError(f"Decoder transports must be tensorwire Transports, got {transport!r}")
         self.registry: Final[Registry] = registry
         placement = device if isinstance(device, Placement) or device is None else Placement(device, runtime)
         self.placement: Final[Placement | None] = placement

@@ -74,6 +74,10 @@ class Encoder:
     )
 
     def __init__(self, transport: Transport | None = None, options: EncodeOptions | None = None) -> None:
+        if transport is not None and not isinstance(transport, Transport):
+            raise TypeError(f"Encoder transport must be a tensorwire Transport, got {transport!r}")
+        if options is not None and not isinstance(options, EncodeOptions):
+            raise TypeError(f"Encoder options must be an EncodeOptions, got {options!r}")
         self.transport: Final[Transport] = transport if transport is not None else _INLINE
         self.options: Final[EncodeOptions] = options if options is not None else EncodeOptions()
         self._quick_below = quick_below(self.options.embed_threshold, self.options.limits)

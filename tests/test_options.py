@@ -38,3 +38,40 @@ def test_every_value_that_means_something_is_kept() -> None:
     assert (options.embed_threshold, options.inline_threshold, options.validate) == (0, 0, False)
     for borrow in (None, True, False):
         assert tw.DecodeOptions(borrow=borrow, limits=limits).borrow is borrow
+
+
+_NOT_ITERABLE = object()
+
+
+@pytest.mark.parametrize(
+    ("kind", "arguments", "message"),
+    [
+        ("Encoder", {"options": tw.DecodeOptions()}, r"^Encoder options must be an EncodeOptions, got DecodeOptions\("),
+        ("Encoder", {"transport": "shm"}, r"^Encoder transport must be a tensorwire Transport, got 'shm'$"),
+        ("Decoder", {"registry": None}, r"^Decoder registry must be a Registry, got None$"),
+        ("Decoder", {"options": tw.EncodeOptions()}, r"^Decoder options must be a DecodeOptions, got EncodeOptions\("),
+        ("Decoder", {"transports": None}, r"^Decoder transports must be an iterable of transports, got None$"),
+        ("Decoder", {"transports": "inline"}, r"^Decoder transports must be tensorwire Transports, got 'i'$"),
+        ("Decoder", {"transports": ["shm"]}, r"^Decoder transports must be tensorwire Transports, got 'shm'$"),
+        ("Decoder", {"transports": _NOT_ITERABLE}, r"^Decoder transports must be an iterable of transports, got <"),
+    ],
+)
+def test_an_encoder_or_decoder_of_arguments_of_the_wrong_kind_is_refused_naming_the_argument(
+    kind: str, arguments: dict[str, Any], message: str
+) -> None:
+    """Options of the other side or a transport's name: a TypeError naming the argument, not an
+    AttributeError from inside."""
+    from tensorwire.builtins import REGISTRY
+
+    with pytest.raises(TypeError, match=message):
+        if kind == "Encoder":
+            tw.Encoder(**arguments)
+        else:
+            tw.Decoder(**{"registry": REGISTRY, **arguments})
+
+
+def test_one_transport_where_an_iterable_of_them_is_due_is_refused() -> None:
+    from tensorwire.builtins import REGISTRY
+
+    with pytest.raises(TypeError, match=r"^Decoder transports must be an iterable of transports, got <"):
+        tw.Decoder(REGISTRY, transports=tw.transports.InlineTransport())  # type: ignore[arg-type]
