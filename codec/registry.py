@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, TypeAlias
 
+import msgspec
 import msgspec.inspect as mi
 
 from tensorwire._type_tree import children
@@ -33,8 +34,12 @@ class Registry:
     def __init__(self, classes: Iterable[MessageClass]) -> None:
         self._by_id: dict[str, dict[int, MessageClass]] = {}
         self._by_fingerprint: dict[str, MessageClass] = {}
+        if isinstance(classes, type):  # one class where an iterable of them is due
+            raise TypeError(f"Registry takes an iterable of message classes, got the class {classes.__qualname__}")
         for cls in classes:
-            info: TypeInfo = cls.__tw_type__
+            info = getattr(cls, "__tw_type__", None)
+            if not (isinstance(cls, type) and issubclass(cls, msgspec.Struct) and isinstance(info, TypeInfo)):
+                raise TypeError(f"Registry takes message classes (msgspec Structs with a __tw_type__), got {cls!r}")
             versions = self._by_id.setdefault(info.type_id, {})
             if info.version in versions and versions[info.version] is not cls:
                 raise ValueError(f"{info.type_id} v{info.version} registered twice")

@@ -52,6 +52,26 @@ def test_a_registry_finds_each_type_by_its_schema_fingerprint() -> None:
     assert REGISTRY.by_fingerprint("0" * 64) is None
 
 
+class _NotAStruct:
+    """Carries a message's identity, but is no msgspec Struct."""
+
+    __tw_type__ = tw.TypeInfo("media.Video", 1, "0" * 64)
+
+
+@pytest.mark.parametrize(
+    ("classes", "message"),
+    [
+        ([int], r"^Registry takes message classes \(msgspec Structs with a __tw_type__\), got <class 'int'>$"),
+        (["media.Video"], r"^Registry takes message classes .*, got 'media\.Video'$"),
+        ([_NotAStruct], r"^Registry takes message classes .*, got <class '.*_NotAStruct'>$"),
+        (tw.TypeInfo, r"^Registry takes an iterable of message classes, got the class TypeInfo$"),
+    ],
+)
+def test_a_registry_of_what_is_not_a_message_class_is_refused_naming_it(classes: Any, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        tw.Registry(classes)
+
+
 def test_builtin_ir_is_faithful_to_the_video_contract() -> None:
     video = load_dir(BUILTIN_SCHEMAS).message("media.Video", 1).struct
     fields = {f.name: f for f in video.fields}
