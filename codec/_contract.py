@@ -23,7 +23,7 @@ import torch
 from tensorwire._compile import build, read_field
 from tensorwire._locate import key_segment
 from tensorwire.dtypes import DTYPES, dtype_of
-from tensorwire.errors import ValidationError
+from tensorwire.errors import CodecError, ValidationError
 from tensorwire.rules import (
     Check,
     EachCheck,
@@ -192,12 +192,22 @@ def _rest(rules: StructRules, obj: Any) -> None:
 
 
 def _validate(rules: StructRules, obj: Any) -> None:
-    """The named validators of ``rules``, each looked up when it runs (one registered later counts)."""
+    """The named validators of ``rules``, each looked up when it runs (one registered later counts).
+    A validator's error other than a ``ValueError``, ``TypeError``, ``CodecError``, ``MemoryError``
+    or ``RecursionError`` is a ``ValidationError`` naming it, so that a decode raises a
+    ``DecodeError`` for it, whatever the validator raised on what a peer sent."""
     for name in rules.validators:
         found = validator(name)
         if found is None:
             raise ValidationError(f"no validator named {name!r} is registered", type_id=rules.type_name)
-        found(obj)
+        try:
+            found(obj)
+        except (ValueError, TypeError, CodecError, MemoryError, RecursionError):
+            raise
+        except Exception as exc:
+            raise ValidationError(
+                f"validator {name!r} raised {type(exc).__name__}: {exc}", type_id=rules.type_name
+            ) from exc
 
 
 def _skips_none(check: Check) -> bool:

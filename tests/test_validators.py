@@ -232,3 +232,42 @@ def test_an_error_a_validator_chains_from_elsewhere_keeps_its_locals(tmp_path: P
     assert "chaining" in chain and chain[-2:] == ["_caught_earlier", "_raise_own"]  # stored is in the chain
     assert stored.__traceback__ is not None and stored.__traceback__.tb_next is not None
     assert stored.__traceback__.tb_next.tb_frame.f_locals["marker"] is marker
+
+
+def test_a_validator_that_raises_an_error_of_its_own_is_a_codec_error_naming_it(tmp_path: Path) -> None:
+    """A validator's KeyError on what a peer sent is a DecodeError (nothing of the message kept, its
+    slot handed back), a ValidationError when the message is built and an EncodeError (nothing
+    exported) when it is sent: each names the validator and what it raised."""
+    import re
+
+    import torch
+
+    from tensorwire import transports
+    from tensorwire.transports._control import FREE
+
+    name = _name()
+
+    @tw.register_validator(name)
+    def rates(clip: Any) -> None:
+        {48_000: "ok"}[clip.sample_rate]  # a lookup that fails on a rate it does not know
+
+    clip_type = _clip_checked_by(tmp_path, name)
+    words = f"validator '{name}' raised KeyError: 192000"
+    with pytest.raises(tw.ValidationError, match=rf"^audio\.Clip: {re.escape(words)}$"):
+        clip_type(samples=torch.zeros(2, 8), sample_rate=192_000, window=(0, 8))
+    sender, receiver = transports.ShmTransport(), transports.ShmTransport(pool=False)
+    try:
+        options = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)
+        encoder = tw.Encoder(transport=sender, options=options)
+        frames = encoder.encode(clip_type(samples=torch.zeros(2, 8000), sample_rate=48_000, window=(0, 8)))
+        with pytest.raises(tw.DecodeError, match=rf"^audio\.Clip v1: audio\.Clip: {re.escape(words)} - at `\$`$"):
+            tw.Decoder(tw.Registry([clip_type]), transports=[receiver]).decode(_rate_forged(frames))
+        assert sender.pool is not None and [s.state for s in sender.pool.slots()] == [FREE]
+        unchecked = clip_type(samples=torch.zeros(2, 8000), sample_rate=48_000, window=(0, 8))
+        unchecked.sample_rate = 192_000  # set after the check at build
+        with pytest.raises(tw.EncodeError, match=rf"^audio\.Clip: audio\.Clip: {re.escape(words)}$"):
+            encoder.encode(unchecked)
+        assert [s.state for s in sender.pool.slots()] == [FREE]
+    finally:
+        sender.close()
+        receiver.close()
