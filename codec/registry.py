@@ -67,6 +67,10 @@ class Registry:
     def type(self, type_id: str, version: int | None = None) -> MessageClass:
         """The class of ``type_id`` at ``version`` (latest by default), or of the nested type of
         that schema name (which has no version of its own)."""
+        if not isinstance(type_id, str):
+            raise TypeError(f"a type id must be a str, got {type_id!r}")
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool)):  # True, 1.0: v1
+            raise TypeError(f"a version must be an int, got {version!r}")
         versions = self._by_id.get(type_id)
         if versions is None:
             nested = self._nested.get(type_id)

@@ -72,6 +72,22 @@ def test_a_registry_of_what_is_not_a_message_class_is_refused_naming_it(classes:
         tw.Registry(classes)
 
 
+@pytest.mark.parametrize(
+    ("type_id", "version", "message"),
+    [
+        ("media.Video", True, r"^a version must be an int, got True$"),
+        ("media.Video", 1.0, r"^a version must be an int, got 1\.0$"),
+        ("media.Video", "1", r"^a version must be an int, got '1'$"),
+        (["media.Video"], None, r"^a type id must be a str, got \['media\.Video'\]$"),
+    ],
+)
+def test_a_lookup_by_what_is_no_type_id_or_version_is_refused(type_id: Any, version: Any, message: str) -> None:
+    from tensorwire.builtins import REGISTRY
+
+    with pytest.raises(TypeError, match=message):
+        REGISTRY.type(type_id, version)
+
+
 def test_builtin_ir_is_faithful_to_the_video_contract() -> None:
     video = load_dir(BUILTIN_SCHEMAS).message("media.Video", 1).struct
     fields = {f.name: f for f in video.fields}
