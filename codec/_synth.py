@@ -186,12 +186,28 @@ def _text(node: ScalarT) -> str:
     raise ValueError(f"a string matching {node.pattern!r} is not synthesized")
 
 
+def _steps(bound: int | float, step: int | float, *, up: bool) -> int:
+    """``bound / step`` rounded up or down to a whole number: exact where both are ints (a float
+    quotient rounds a bound past 2**53 off it)."""
+    if isinstance(bound, int) and isinstance(step, int):
+        return -(-bound // step) if up else bound // step
+    quotient = bound / step
+    return math.ceil(quotient) if up else math.floor(quotient)
+
+
 def _number(node: ScalarT) -> int | float:
+    try:
+        return _near_zero(node)
+    except OverflowError:  # a quotient or multiple past a float's range
+        raise ValueError(f"no {node.kind} near zero fits the limits of the schema") from None
+
+
+def _near_zero(node: ScalarT) -> int | float:
     step = node.multiple_of or (1 if node.kind == "int" else 0)
     low, high = node.minimum, node.maximum
     if low is not None and (low > 0 or (low == 0 and node.exclusive_minimum)):
         if step:  # the first multiple above (or at) the lower bound
-            k = math.floor(low / step) + 1 if node.exclusive_minimum else math.ceil(low / step)
+            k = _steps(low, step, up=False) + 1 if node.exclusive_minimum else _steps(low, step, up=True)
             value: int | float = k * step
         elif not node.exclusive_minimum:
             value = low
@@ -199,7 +215,7 @@ def _number(node: ScalarT) -> int | float:
             value = low + 1 if high is None or low + 1 < high else (low + high) / 2
     elif high is not None and (high < 0 or (high == 0 and node.exclusive_maximum)):
         if step:
-            k = math.ceil(high / step) - 1 if node.exclusive_maximum else math.floor(high / step)
+            k = _steps(high, step, up=True) - 1 if node.exclusive_maximum else _steps(high, step, up=False)
             value = k * step
         else:
             value = high - 1 if node.exclusive_maximum else high

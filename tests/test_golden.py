@@ -455,6 +455,26 @@ def test_minimal_values_keep_every_limit_a_schema_can_state(tmp_path: Path) -> N
         minimal_cases(load_dir(schema_dir), tw.load_schemas(schema_dir))
 
 
+def test_an_integer_bound_past_a_double_s_precision_is_kept_exactly(tmp_path: Path) -> None:
+    """Bounds past 2**53 are not rounded through a float: the minimal value is the bound itself
+    (or the first multiple past it), not a value beside it the schema refuses."""
+    from tensorwire._synth import minimal_cases
+    from tensorwire.schema import load_dir
+    from tests.conftest import write_schemas
+
+    props = {
+        "low": {"type": "integer", "minimum": 2**62 + 1},
+        "step": {"type": "integer", "minimum": 2**62 + 1, "multipleOf": 3},
+        "high": {"type": "integer", "maximum": -(2**62) - 1},
+        "past": {"type": "integer", "exclusiveMinimum": 2**53},
+    }
+    schema_dir = write_schemas(tmp_path / "schemas", {"lab/Big.v1.json": _message("lab.Big", 1, props)})
+    registry = tw.load_schemas(schema_dir)
+    ((_, build),) = minimal_cases(load_dir(schema_dir), registry)["lab.Big"]
+    message = build()
+    assert (message.low, message.step, message.high, message.past) == (2**62 + 1, 2**62 + 2, -(2**62) - 1, 2**53 + 1)
+
+
 def test_a_value_with_no_minimal_form_is_named(tmp_path: Path) -> None:
     from tensorwire._synth import minimal_cases
     from tensorwire.schema import load_dir
@@ -463,6 +483,7 @@ def test_a_value_with_no_minimal_form_is_named(tmp_path: Path) -> None:
     for prop, problem in (
         ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "minItems": 2}, "a set of at least 2"),
         ({"type": "integer", "minimum": 5, "maximum": 6, "multipleOf": 4}, "no int near zero fits the limits"),
+        ({"type": "number", "minimum": 1e308, "multipleOf": 1e-300}, "no float near zero fits the limits"),
         (  # a schema's sizes reach no allocation of theirs: a billion items is refused, not built
             {"type": "array", "items": {"type": "integer"}, "minItems": 10**9},
             "the smallest valid value needs 1000000000 items, over the 65536 a fixture may hold",
