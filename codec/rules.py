@@ -11,6 +11,7 @@ first time a validator is registered or looked up.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -94,26 +95,40 @@ Validator: TypeAlias = Callable[[Any], None]
 VALIDATOR_ENTRY_POINTS = "tensorwire.validators"
 """The entry-point group whose entries name modules that register validators when imported."""
 _VALIDATORS: dict[str, Validator] = {}
-_plugins_loaded = False
 _NAME = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")  # as ``x-validators`` names them (fullmatch)
+_LOADING = threading.Lock()  # held while the plug-ins load
+_loaded = False
+_loader: int | None = None  # the thread loading the plug-ins
 
 
-def _plugins() -> None:
+def _plugins(*, wait: bool = True) -> None:
     """Import the validator plug-ins (once, and first, so that a name of theirs is taken); one that
-    fails to import is a ``ValueError`` naming its entry point, at every call until it imports."""
-    global _plugins_loaded
-    if _plugins_loaded:
+    fails to import is a ``ValueError`` naming its entry point, at every call until it imports.
+
+    While one thread loads them, a lookup in another (``wait``) waits for them, so that it does not
+    miss a validator they register; a registration does not (it may come from a module another
+    thread imports while the loading thread waits for that import)."""
+    global _loaded, _loader
+    if _loaded or _loader == threading.get_ident():  # the plug-ins register through this module while they load
         return
-    _plugins_loaded = True  # the plug-ins register through this module while they load
-    for entry in metadata.entry_points(group=VALIDATOR_ENTRY_POINTS):
-        try:
-            entry.load()
-        except Exception as exc:
-            _plugins_loaded = False
-            raise ValueError(
-                f"entry point {entry.name!r} ({entry.value}) of group {VALIDATOR_ENTRY_POINTS!r} failed to load: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+    if not _LOADING.acquire(blocking=wait):
+        return
+    try:
+        if _loaded:  # loaded while this thread waited
+            return
+        _loader = threading.get_ident()
+        for entry in metadata.entry_points(group=VALIDATOR_ENTRY_POINTS):
+            try:
+                entry.load()
+            except Exception as exc:
+                raise ValueError(
+                    f"entry point {entry.name!r} ({entry.value}) of group {VALIDATOR_ENTRY_POINTS!r} failed to load: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+        _loaded = True
+    finally:
+        _loader = None
+        _LOADING.release()
 
 
 def register_validator(name: str) -> Callable[[Validator], Validator]:
@@ -128,7 +143,7 @@ def register_validator(name: str) -> Callable[[Validator], Validator]:
     def wrap(fn: Validator) -> Validator:
         if not callable(fn):
             raise TypeError(f"the validator {name!r} must be callable, got {fn!r}")
-        _plugins()
+        _plugins(wait=False)
         held = _VALIDATORS.get(name)
         if held is not None and held is not fn:
             raise ValueError(

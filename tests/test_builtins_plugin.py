@@ -167,3 +167,56 @@ def test_a_validator_plug_in_that_fails_to_import_is_named(tmp_path: Path) -> No
         "entry point 'audio' (audio_rules_missing) of group 'tensorwire.validators' failed to load: "
         "ModuleNotFoundError: No module named 'audio_rules_missing'"
     ), found
+
+
+SLOW_PLUGIN = textwrap.dedent(
+    '''
+    """A plug-in that takes a while to import, then registers its validator."""
+    import time
+
+    import tensorwire as tw
+
+    time.sleep(1.0)
+
+    @tw.register_validator("audio.slow_rule")
+    def slow_rule(clip):
+        pass
+    '''
+)
+RACE = textwrap.dedent(
+    """
+    import json, threading, time
+    from tensorwire.rules import known_validators, validator
+
+    loading = threading.Thread(target=known_validators)  # the first use: it loads the plug-ins
+    loading.start()
+    time.sleep(0.3)  # while the plug-in imports
+    found = validator("audio.slow_rule")
+    loading.join()
+    print(json.dumps({"found": found is not None, "known": "audio.slow_rule" in known_validators()}))
+    """
+)
+
+
+def test_a_lookup_while_another_thread_loads_the_plug_ins_waits_for_them(tmp_path: Path) -> None:
+    """Two threads of a server use validators first at once: the one that does not load the
+    plug-ins finds theirs (it missed them, and a message was refused: no validator named ...)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "slow_rules.py").write_text(SLOW_PLUGIN)
+    info = site / "slow_rules-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: slow-rules\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[tensorwire.validators]\nslow = slow_rules\n")
+    (info / "RECORD").write_text("")
+    result = subprocess.run(
+        [sys.executable, "-c", RACE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=site,
+        env={"PYTHONPATH": str(site), "PATH": ""},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"found": True, "known": True}
