@@ -10,6 +10,7 @@ first time a validator is registered or looked up.
 
 from __future__ import annotations
 
+import inspect
 import re
 import threading
 from collections.abc import Callable
@@ -134,7 +135,8 @@ def _plugins(*, wait: bool = True) -> None:
 def register_validator(name: str) -> Callable[[Validator], Validator]:
     """Register a named rule (``namespace.rule_name``) that schemas may list in ``x-validators``;
     a name no schema can list, or one already registered to another function, is a ``ValueError``;
-    a name that is not a ``str``, or a validator that is not callable, a ``TypeError``."""
+    a name that is not a ``str``, or a validator that is not callable or whose body a call does not run
+    (an async or generator function), a ``TypeError``."""
     if not isinstance(name, str):
         raise TypeError(f"a validator's name must be a str, got {name!r}")
     if not _NAME.fullmatch(name):
@@ -143,6 +145,12 @@ def register_validator(name: str) -> Callable[[Validator], Validator]:
     def wrap(fn: Validator) -> Validator:
         if not callable(fn):
             raise TypeError(f"the validator {name!r} must be callable, got {fn!r}")
+        if inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            shown = getattr(fn, "__qualname__", fn)
+            raise TypeError(
+                f"the validator {name!r} must be a plain function: {shown!r} is an async or generator function, "
+                "whose body a call does not run (it would refuse nothing)"
+            )
         _plugins(wait=False)
         held = _VALIDATORS.get(name)
         if held is not None and held is not fn:

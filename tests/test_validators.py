@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import uuid
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,25 @@ def test_a_validator_no_schema_could_run_is_refused_when_registered(
         tw.register_validator(name)(fn)
     assert all(isinstance(known, str) for known in known_validators())
     assert validator("audio.not_callable") is None
+
+
+async def _async_rule(obj: Any) -> None:
+    raise AssertionError("never runs: a call makes a coroutine")
+
+
+def _generator_rule(obj: Any) -> Any:
+    yield obj
+
+
+@pytest.mark.parametrize("fn", [_async_rule, _generator_rule, functools.partial(_async_rule)])
+def test_a_validator_whose_body_a_call_does_not_run_is_refused_when_registered(fn: Any) -> None:
+    """Called, an async or generator function returns a coroutine or generator and raises nothing:
+    registered, every message would pass it."""
+    name = _name()
+    words = rf"^the validator '{name}' must be a plain function: .* is an async or generator function"
+    with pytest.raises(TypeError, match=words):
+        tw.register_validator(name)(fn)
+    assert validator(name) is None
 
 
 def test_the_built_in_validators_are_known_without_the_runtime() -> None:
