@@ -89,6 +89,8 @@ class Decoder:
     ) -> None:
         if not isinstance(registry, Registry):
             raise TypeError(f"Decoder registry must be a Registry, got {registry!r}")
+        if not len(registry):
+            raise ValueError("Decoder registry holds no message type: it would refuse every message")
         if options is not None and not isinstance(options, DecodeOptions):
             raise TypeError(f"Decoder options must be a DecodeOptions, got {options!r}")
         try:

@@ -75,3 +75,8 @@ def test_one_transport_where_an_iterable_of_them_is_due_is_refused() -> None:
 
     with pytest.raises(TypeError, match=r"^Decoder transports must be an iterable of transports, got <"):
         tw.Decoder(REGISTRY, transports=tw.transports.InlineTransport())  # type: ignore[arg-type]
+
+
+def test_a_decoder_of_an_empty_registry_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^Decoder registry holds no message type: it would refuse every message$"):
+        tw.Decoder(tw.Registry([]))
