@@ -29,6 +29,7 @@ __all__ = [
     "TreeCheck",
     "TupleCheck",
     "TypeInfo",
+    "PLUGIN_WAIT",
     "VALIDATOR_ENTRY_POINTS",
     "Validator",
     "known_validators",
@@ -100,19 +101,23 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")  # as ``x-validators`` n
 _LOADING = threading.Lock()  # held while the plug-ins load
 _loaded = False
 _loader: int | None = None  # the thread loading the plug-ins
+PLUGIN_WAIT = 10.0
+"""Seconds a lookup waits for another thread to load the plug-ins: past it, it goes on without
+them (that thread may be waiting for a module this one is importing)."""
 
 
 def _plugins(*, wait: bool = True) -> None:
     """Import the validator plug-ins (once, and first, so that a name of theirs is taken); one that
     fails to import is a ``ValueError`` naming its entry point, at every call until it imports.
 
-    While one thread loads them, a lookup in another (``wait``) waits for them, so that it does not
-    miss a validator they register; a registration does not (it may come from a module another
-    thread imports while the loading thread waits for that import)."""
+    While one thread loads them, a lookup in another (``wait``) waits for them, up to
+    ``PLUGIN_WAIT``, so that it does not miss a validator they register; a registration does not
+    (it may come from a module another thread imports while the loading thread waits for that
+    import)."""
     global _loaded, _loader
     if _loaded or _loader == threading.get_ident():  # the plug-ins register through this module while they load
         return
-    if not _LOADING.acquire(blocking=wait):
+    if not (_LOADING.acquire(timeout=PLUGIN_WAIT) if wait else _LOADING.acquire(blocking=False)):
         return
     try:
         if _loaded:  # loaded while this thread waited

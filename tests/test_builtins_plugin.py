@@ -220,3 +220,32 @@ def test_a_lookup_while_another_thread_loads_the_plug_ins_waits_for_them(tmp_pat
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {"found": True, "known": True}
+
+
+def test_a_lookup_waits_for_another_threads_plugin_load_only_so_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread that loads the plug-ins may itself wait for a module the looking-up thread is
+    importing; the lookup then goes on without them after ``PLUGIN_WAIT`` instead of waiting forever."""
+    import threading
+    import time
+
+    from tensorwire import rules
+
+    monkeypatch.setattr(rules, "_loaded", False)
+    monkeypatch.setattr(rules, "PLUGIN_WAIT", 0.2)
+    held, done = threading.Event(), threading.Event()
+
+    def loading() -> None:  # holds the load, as a thread stuck importing would
+        with rules._LOADING:
+            held.set()
+            done.wait(10)
+
+    loader = threading.Thread(target=loading, daemon=True)
+    loader.start()
+    try:
+        assert held.wait(10)
+        began = time.monotonic()
+        assert rules.validator("no.such_rule") is None
+        assert 0.15 < time.monotonic() - began < 5
+    finally:
+        done.set()
+        loader.join(10)
