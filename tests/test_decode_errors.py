@@ -29,6 +29,7 @@ DECODER = tw.Decoder(REGISTRY, transports=[SHM])
 INLINE = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))  # every tensor in a frame of its own
 EMBED = tw.Encoder()  # small tensors inside frame 0
 FLOAT32 = DTYPE_NAMES.index("float32")
+UINT8 = DTYPE_NAMES.index("uint8")
 BFLOAT16 = DTYPE_NAMES.index("bfloat16")
 
 
@@ -142,6 +143,17 @@ def test_every_truncation_and_trailing_bytes_of_a_blob() -> None:
         assert DECODER.decode(tw.split(blob)).stage_durations == {"a": 1.0}
 
 
+def test_a_blob_of_no_frames_or_a_frame_cut_short_is_a_decode_error_naming_it() -> None:
+    for blob in (b"TWB1" + bytes(4), b"TWB1" + bytes(68)):
+        with pytest.raises(tw.DecodeError, match=rf"^blob frame table \(0 frames\) does not fit in {len(blob)} bytes$"):
+            tw.split(blob)
+    blob = tw.join(INLINE.encode(_message()))
+    with pytest.raises(
+        tw.DecodeError, match=rf"^blob truncated: frame 2 needs 4 bytes at \d+, blob has {len(blob) - 1}$"
+    ):
+        tw.split(blob[:-1])
+
+
 def test_every_truncation_of_the_header_frame() -> None:
     for encoder in (INLINE, EMBED):
         frames = encoder.encode(_message())
@@ -224,6 +236,10 @@ def _handle(index: int, key: str, value: Any) -> Callable[[list[Any]], None]:
         ),
         (_desc(offset=4096), r"elements reach bytes \[4096, 4120\) outside the 24-byte buffer 0"),
         (_desc(offset=2), r"2 is not a multiple of the itemsize 4 - at `\$.output\[0\].offset`"),
+        (
+            _desc(dtype=UINT8, shape=(0,), nbytes=0, offset=25),  # an empty tensor starts in its buffer too
+            r"25 is past the end of a 24-byte buffer - at `\$.output\[0\].offset`",
+        ),
         (_desc(buffer=9), r"9 names no buffer \(the message has 2\) - at `\$.output\[0\].buffer`"),
         (_desc(shape=(1,) * 9, nbytes=4), r"rank 9 is over the limit of 8 - at `\$.output\[0\].shape`"),
         (_desc(shape=(1,) * 40, nbytes=4), r"rank 40 is over the limit of 8 - at `\$.output\[0\].shape`"),
@@ -301,6 +317,14 @@ def test_bad_headers(change: Callable[[list[Any]], None], error: str) -> None:
         (_inline(at=8), r"bytes \[8, 32\) are outside frame 0's 28 bytes of data - at `\$.output\[0\].offset`"),
         (_inline(1, at=25), r"bytes \[25, 29\) are outside frame 0's 28 bytes of data - at `\$.output\[1\].k.offset`"),
         (_inline(at=2**64 - 1), r"bytes \[18446744073709551615, 18446744073709551639\) are outside"),
+        (  # one byte past the data, a dtype the common small-tensor path builds
+            _inline(at=5),
+            r"bytes \[5, 29\) are outside frame 0's 28 bytes of data - at `\$.output\[0\].offset`",
+        ),
+        (  # a size-1 dim may carry another stride, but not a negative one for torch
+            _inline(shape=(2, 1, 3), strides=(3, -1, 1)),
+            r"torch tensors have no negative strides, got -1 - at `\$.output\[0\].strides\[1\]`",
+        ),
         (_payload(0, lambda d: d[:3]), r"tensor descriptor of 3 bytes is shorter than its 4-byte head"),
         (
             _payload(0, lambda d: d, code=1),  # an inline payload read as a buffer descriptor
@@ -415,6 +439,51 @@ def test_limits_are_enforced_on_decode() -> None:
             with pytest.raises(tw.DecodeError, match=error):
                 decoder.decode(frames)
     assert tw.Limits().max_tensors == 65536
+
+
+def test_limits_hold_at_their_boundary() -> None:
+    """A limit equal to what the message needs lets it through; one less refuses it."""
+    buffered, embedded = INLINE.encode(_message()), EMBED.encode(_message())
+    cases = [
+        (
+            "max_message_bytes",
+            28,
+            r"^diffusion.Output v1: 28 buffer bytes is over the limit of 27 - at `\$.buffers`$",
+            [buffered],
+        ),
+        (
+            "max_tensor_bytes",
+            24,
+            r"^diffusion.Output v1: 3 makes the tensor larger than the limit of 23 bytes "
+            r"- at `\$.output\[0\].shape\[1\]`$",
+            [buffered, embedded],
+        ),
+    ]
+    for name, needed, error, messages in cases:
+        at_limit = tw.Decoder(REGISTRY, options=tw.DecodeOptions(limits=tw.Limits(**{name: needed})))
+        under = tw.Decoder(REGISTRY, options=tw.DecodeOptions(limits=tw.Limits(**{name: needed - 1})))
+        for frames in messages:
+            assert at_limit.decode(frames).stage_durations == {"a": 1.0}
+            with pytest.raises(tw.DecodeError, match=error):
+                under.decode(frames)
+
+
+def test_tensors_inside_frame_0_may_read_all_of_its_data_once_and_not_a_byte_more() -> None:
+    frames = EMBED.encode(diffusion.Output(output=[torch.arange(24, dtype=torch.uint8)]))
+    head = head_of(frames[0])
+    (ext,) = tensor_exts(head[4])
+    assert len(head[2]) == 24
+    head[4]["output"] = [ext, Ext(3, pack_inline(0, UINT8, (1,), 0, 1))]  # one byte of it again
+    with pytest.raises(
+        tw.DecodeError,
+        match=r"^diffusion.Output v1: the tensors inside frame 0 read 25 bytes of its 24 bytes of data "
+        r"\(each byte may be read once\) - at `\$.output\[1\].nbytes`$",
+    ):
+        DECODER.decode([frame_of(head)])
+    halves = [Ext(3, pack_inline(0, UINT8, (12,), at, 12)) for at in (0, 12)]
+    head[4]["output"] = halves  # every byte once: the control
+    out = DECODER.decode([frame_of(head)]).output
+    assert torch.equal(torch.cat(out), torch.arange(24, dtype=torch.uint8))
 
 
 @pytest.mark.parametrize(
