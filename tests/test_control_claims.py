@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tensorwire.errors import DecodeError, TransportError
-from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, IN_FLIGHT, SENDER, Page, digest
+from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, Page, digest
 from tensorwire.transports._segment import create_memfd
 
 _LOCK = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
@@ -142,3 +142,24 @@ def test_each_receiver_of_a_broadcast_claims_once(page: Page) -> None:
         page.claim(generation, capability)
     assert page.free(generation) is False  # one holder let go: the other still holds it
     assert page.free(generation) is True
+
+
+def test_a_receivers_word_out_of_range_makes_an_ordinary_claim(page: Page) -> None:
+    """The page is shared with the peer: a broadcast's words it wrote past their bounds index nothing."""
+    generation = page.take(SENDER)
+    capability = page.hand_over(60.0)
+    page.words[12], page.words[14] = 2**40, 1000  # receivers and holders, as no hand-over writes them
+    page.claim(generation, capability)
+    assert (page.state, page.receiver) == (CLAIMED, os.getpid())
+
+
+@pytest.mark.parametrize(("readers", "holders"), [(2**40, 1000), (2, 1000)])
+def test_a_sender_reclaims_a_page_whose_broadcast_words_a_receiver_overwrote(
+    page: Page, readers: int, holders: int
+) -> None:
+    """The receivers and holders words are bounded as the sender reads them too: a dead receiver's page comes back."""
+    generation = page.take(SENDER)
+    page.claim(generation, page.hand_over(60.0))
+    page.words[12], page.words[14] = readers, holders  # what a hostile receiver may write there
+    assert page.reclaim(lambda pid: False) is True
+    assert page.state == FREE

@@ -246,3 +246,57 @@ def _matches(text: str, pattern: str) -> bool:
     import re
 
     return re.search(pattern, text) is not None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("offset", -CONTROL_BYTES, r"offset and generation must be positive"),  # the control page itself
+        ("offset", -(2**40), r"offset and generation must be positive"),  # far outside the mapping
+        ("offset", 65536 - 4096 + 1, r"bytes \[61441, 65537\) outside its 65536-byte area"),  # one byte past it
+        ("generation", 0, r"offset and generation must be positive"),
+        ("fd", -1, r"fd -1 is out of range"),
+        ("fd", 2**31, r"fd 2147483648 is out of range"),
+    ],
+)
+def test_a_slot_handle_out_of_range_is_refused_even_with_the_right_capability(
+    directory: Path, field: str, value: int, error: str
+) -> None:
+    """A hostile sender's own sealed slot, its capability right: the handle still names only its slot's bytes."""
+    own, _, head = _template(directory)
+    _release_own(own, head)
+    decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(directory)])
+    fd, mapping, handle = _crafted_memfd(sealed=True)
+    forged = [*head[:3], [[4096, {**handle, field: value}]], head[4]]
+    page = Page(fd, mapping, handle["name"])
+    try:
+        with pytest.raises(tw.DecodeError, match=error):
+            decoder.decode([frame_of(forged)])
+        assert page.receiver == 0  # never claimed (a well-formed handle's slot is given back)
+    finally:
+        page.release()
+        mapping.close()
+        os.close(fd)
+
+
+@pytest.mark.parametrize(("word", "value"), [(0, 0), (4, 2 * 65536)], ids=["magic", "capacity"])
+def test_a_slot_whose_page_is_not_a_slot_page_of_its_size_is_refused_even_with_the_right_capability(
+    directory: Path, word: int, value: int
+) -> None:
+    """A page without the protocol's magic, or saying another capacity than its mapping holds, is no slot's."""
+    own, _, head = _template(directory)
+    _release_own(own, head)
+    decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(directory)])
+    fd, mapping, handle = _crafted_memfd(sealed=True)
+    page = Page(fd, mapping, handle["name"])
+    page.words[word] = value  # the page's magic, or the data capacity it says
+    page.release()
+    forged = [*head[:3], [[4096, handle]], head[4]]
+    try:
+        with pytest.raises(
+            tw.DecodeError, match=rf"^diffusion.Output v1: pool segment {handle['name']} has no valid control page$"
+        ):
+            decoder.decode([frame_of(forged)])
+    finally:
+        mapping.close()
+        os.close(fd)
