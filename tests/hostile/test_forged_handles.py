@@ -300,3 +300,25 @@ def test_a_slot_whose_page_is_not_a_slot_page_of_its_size_is_refused_even_with_t
     finally:
         mapping.close()
         os.close(fd)
+
+
+def test_a_pool_slot_named_in_a_one_shot_handle_is_refused_even_with_its_capability(directory: Path) -> None:
+    """A one-shot claim unlinks its file: a pool slot's page (no one-shot flag) never takes one."""
+    own = transports.ShmTransport(directory, backing="named")
+    frames = tw.Encoder(transport=own, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
+    head = head_of(frames[0])
+    slot = head[3][0][1]
+    path = directory / slot["name"]
+    head[3][0] = [path.stat().st_size - CONTROL_BYTES, {"transport": "shm", **_pick(slot, "name", "capability")}]
+    decoder = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(directory, backing="named", pool=False)])
+    with pytest.raises(tw.DecodeError, match=rf"shared memory segment {slot['name']} has no valid control page"):
+        decoder.decode([frame_of(head)])
+    assert path.exists()
+    out = tw.Decoder(REGISTRY, transports=[own]).decode(frames).output  # the slot is still in flight
+    assert torch.equal(out, victim_module.PAYLOAD)
+    del out
+    own.close()
+
+
+def _pick(mapping: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {key: mapping[key] for key in keys}
