@@ -163,3 +163,15 @@ def test_a_sender_reclaims_a_page_whose_broadcast_words_a_receiver_overwrote(
     page.words[12], page.words[14] = readers, holders  # what a hostile receiver may write there
     assert page.reclaim(lambda pid: False) is True
     assert page.state == FREE
+
+
+def test_a_broadcast_claim_past_its_receivers_is_refused(page: Page) -> None:
+    """A holders count a peer raised to the receivers word leaves no claim to make (no pid written past it)."""
+    generation = page.take(SENDER)
+    capability = page.hand_over(60.0, readers=2)
+    page.words[14] = 2  # holders, though none claimed
+    with pytest.raises(
+        DecodeError, match=r"^pool slot tw-claims generation 1 is no longer in flight \(every receiver claimed it\)$"
+    ):
+        page.claim(generation, capability)
+    assert page.words[16 + 2] == 0 and _locks_are_free(page)
