@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -124,3 +125,19 @@ def shm_left_by_spawned(monkeypatch: pytest.MonkeyPatch) -> Callable[[], set[str
         return {name for name, owner in owners.items() if owner is not None and int(owner.group(1)) in pids}
 
     return left
+
+
+def run_in(site: Path, code: str, *args: str) -> dict[str, Any]:
+    """The JSON that ``code`` (run with ``args`` in a fresh interpreter seeing ``site``) printed last."""
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=site,
+        env={"PYTHONPATH": str(site), "PATH": ""},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return found

@@ -18,7 +18,7 @@ import pytest
 
 import tensorwire.builtins
 from tensorwire.rules import VALIDATOR_ENTRY_POINTS
-from tests.conftest import CLIP, REPO, write_schemas
+from tests.conftest import CLIP, REPO, run_in, write_schemas
 
 CODEC = REPO / "codec"
 
@@ -131,29 +131,26 @@ USE = textwrap.dedent(
 
 
 def _install_and_use(tmp_path: Path, entry: str) -> dict[str, Any]:
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "audio_rules.py").write_text(PLUGIN)
-    info = site / "audio_rules-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: audio-rules\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(f"[tensorwire.validators]\n{entry}\n")
-    (info / "RECORD").write_text("")
+    site = _fake_distribution(tmp_path, "audio_rules", PLUGIN, entry)
     doc = copy.deepcopy(CLIP)
     doc["x-validators"] = ["audio.rate_limit"]
     schemas = write_schemas(tmp_path / "schemas", {"audio/Clip.v1.json": doc})
-    result = subprocess.run(
-        [sys.executable, "-c", USE, str(schemas)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=site,
-        env={"PYTHONPATH": str(site), "PATH": ""},
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    found: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return found
+    return run_in(site, USE, str(schemas))
+
+
+def _fake_distribution(tmp_path: Path, module: str, source: str, entry: str) -> Path:
+    """A site directory holding ``module`` (``source``) and a distribution whose
+    ``tensorwire.validators`` entry point is ``entry``."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / f"{module}.py").write_text(source)
+    info = site / f"{module}-1.0.dist-info"
+    info.mkdir()
+    name = module.replace("_", "-")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[tensorwire.validators]\n{entry}\n")
+    (info / "RECORD").write_text("")
+    return site
 
 
 def test_a_distribution_s_validators_are_found_by_a_schema_that_names_them(tmp_path: Path) -> None:
@@ -201,25 +198,8 @@ RACE = textwrap.dedent(
 def test_a_lookup_while_another_thread_loads_the_plug_ins_waits_for_them(tmp_path: Path) -> None:
     """Two threads of a server use validators first at once: the one that does not load the
     plug-ins finds theirs (it missed them, and a message was refused: no validator named ...)."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "slow_rules.py").write_text(SLOW_PLUGIN)
-    info = site / "slow_rules-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: slow-rules\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[tensorwire.validators]\nslow = slow_rules\n")
-    (info / "RECORD").write_text("")
-    result = subprocess.run(
-        [sys.executable, "-c", RACE],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=site,
-        env={"PYTHONPATH": str(site), "PATH": ""},
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"found": True, "known": True}
+    site = _fake_distribution(tmp_path, "slow_rules", SLOW_PLUGIN, "slow = slow_rules")
+    assert run_in(site, RACE) == {"found": True, "known": True}
 
 
 def test_a_lookup_waits_for_another_threads_plugin_load_only_so_long(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,9 +3,6 @@ transports found through the ``tensorwire.transports`` entry-point group of an i
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +15,7 @@ import tensorwire as tw
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports import Handle, Transport
 from tensorwire.transports.base import Buffer
+from tests.conftest import run_in
 
 PLUGIN = textwrap.dedent(
     '''
@@ -97,18 +95,7 @@ def _install(site: Path, entry: str) -> None:
 
 
 def _use(site: Path) -> dict[str, Any]:
-    result = subprocess.run(
-        [sys.executable, "-c", USE],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=site,
-        env={"PYTHONPATH": str(site), "PATH": ""},
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    found: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return found
+    return run_in(site, USE)
 
 
 def test_an_installed_distribution_s_transport_is_found_and_carries_a_message(tmp_path: Path) -> None:
