@@ -13,7 +13,17 @@ from collections.abc import Iterator
 import pytest
 
 from tensorwire.errors import DecodeError, TransportError
-from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, Page, digest
+from tensorwire.transports._control import (
+    CLAIMED,
+    CONTROL_BYTES,
+    FREE,
+    IN_FLIGHT,
+    SENDER,
+    Page,
+    claim_file,
+    digest,
+    init_file,
+)
 from tensorwire.transports._segment import create_memfd
 
 _LOCK = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
@@ -175,3 +185,29 @@ def test_a_broadcast_claim_past_its_receivers_is_refused(page: Page) -> None:
     ):
         page.claim(generation, capability)
     assert page.words[16 + 2] == 0 and _locks_are_free(page)
+
+
+def test_a_page_another_receiver_holds_is_not_freed_by_this_one(page: Page) -> None:
+    """A process frees only its own claim: a page whose receiver word names another process (a later
+    claim of the same generation, or what a peer wrote) stays claimed for that process."""
+    generation = page.take(SENDER)
+    page.claim(generation, page.hand_over(60.0))
+    page.words[3] = os.getpid() + 1  # the receiver word
+    assert page.free(generation) is False
+    assert (page.state, page.receiver) == (CLAIMED, os.getpid() + 1)
+
+
+@pytest.mark.parametrize(("word", "value"), [(0, 0), (7, 0)], ids=["magic", "one-shot flag"])
+def test_a_one_shot_file_without_the_protocols_magic_or_flag_is_not_claimed(word: int, value: int) -> None:
+    """Its capability proves nothing on a page that is not a one-shot segment's: nothing is written."""
+    fd, mapping = create_memfd("tw-one-shot", CONTROL_BYTES + 4096)
+    try:
+        capability = init_file(fd, 4096, time.monotonic_ns() + 60 * 10**9, "segment tw-one-shot")
+        os.pwrite(fd, struct.pack("<Q", value), word * 8)
+        before = os.pread(fd, CONTROL_BYTES, 0)
+        with pytest.raises(DecodeError, match=r"^segment tw-one-shot has no valid control page$"):
+            claim_file(fd, capability, "segment tw-one-shot")
+        assert os.pread(fd, CONTROL_BYTES, 0) == before
+    finally:
+        mapping.close()
+        os.close(fd)
