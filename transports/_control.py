@@ -688,18 +688,10 @@ def claimable(fd: int) -> bool:
     says (one read, no lock: a claim past the deadline is refused, so a segment found past it stays
     unclaimable); False for any other file."""
     try:
-        head = os.pread(fd, _HEAD.size, 0)
-    except OSError:
+        words = _read_head(fd, "a one-shot segment")
+    except (DecodeError, TransportError):
         return False
-    if len(head) != _HEAD.size:
-        return False
-    words = _HEAD.unpack(head)
-    return bool(
-        words[_W_MAGIC] == _MAGIC_WORD
-        and words[_W_FLAGS] & ONE_SHOT
-        and words[_W_STATE] == IN_FLIGHT
-        and time.monotonic_ns() <= words[_W_DEADLINE]
-    )
+    return bool(words[_W_STATE] == IN_FLIGHT and time.monotonic_ns() <= words[_W_DEADLINE])
 
 
 def creator_started(fd: int) -> int:

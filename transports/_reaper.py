@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tensorwire.transports._control import CREATOR_BYTE, claimable, creator_started, marked
 from tensorwire.transports._pool import alive
-from tensorwire.transports._segment import started, valid_pid
+from tensorwire.transports._segment import started_as_said, valid_pid
 
 __all__ = [
     "NAME",
@@ -244,11 +244,7 @@ def _creator_lives(path: Path, info: os.stat_result, pid: int) -> bool:
     if fd is None:
         return living
     try:
-        if living:
-            said, actual = creator_started(fd), started(pid)
-            if not said or not actual or said == actual:
-                return True
-        return marked(fd, CREATOR_BYTE)
+        return (living and started_as_said(pid, creator_started(fd))) or marked(fd, CREATOR_BYTE)
     except OSError:
         return living
     finally:

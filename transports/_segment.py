@@ -64,6 +64,13 @@ def started(pid: int | str = "self") -> int:
         return 0
 
 
+def started_as_said(pid: int, said: int) -> bool:
+    """Whether process ``pid`` (one that exists) started when ``said`` says (``started``): a pid
+    reused by a later process names another one. ``said`` 0 (not said), or a start that cannot be
+    read, cannot tell them apart: True."""
+    return not said or started(pid) in (0, said)
+
+
 def create_named(path: Path, size: int) -> tuple[int, mmap.mmap]:
     """A new file of ``size`` bytes at ``path`` (mode 0600, reserved, mapped pre-faulted): (fd, mapping).
     Nothing is left behind on failure."""

@@ -33,7 +33,7 @@ from tensorwire.transports import _janitor as janitor
 from tensorwire.transports._control import CONTROL_BYTES, CREATOR_BYTE, DROPPED, ONE_SHOT, RECEIVER_BYTE, Page
 from tensorwire.transports._pool import alive
 from tensorwire.transports._reaper import creator_pid
-from tensorwire.transports._segment import open_memfd, open_named, started
+from tensorwire.transports._segment import open_memfd, open_named, started_as_said
 from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, keep_forever
 
 __all__ = ["SlotReader"]
@@ -154,8 +154,7 @@ class _Mapped:
         the page says its creator did (where it says: a pid reused since names another process), or
         (a named one) its mark on the file holds. Found dead once, it stays dead (``gone``)."""
         if not self.gone:
-            said, pid = self.started, self.creator
-            living = alive(pid) and (not said or started(pid) in (0, said))
+            living = alive(self.creator) and started_as_said(self.creator, self.started)
             self.gone = not living and not (self.path is not None and self.page.marked_elsewhere(CREATOR_BYTE))
         return not self.gone
 

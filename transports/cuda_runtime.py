@@ -164,7 +164,7 @@ class TorchCudaRuntime:
 
     def drain(self, device: torch.device) -> None:
         with self._lock:
-            side = self._streams.get(device.index if device.index is not None else torch.cuda.current_device())
+            side = self._streams.get(_index(device))
         if side is None:  # never made: nothing was queued on it
             return
         try:
@@ -185,7 +185,7 @@ class TorchCudaRuntime:
 
     def _stream(self, device: torch.device) -> torch.cuda.Stream:
         """``device``'s side stream, made on first use (a failure to make it is a ``CudaCallError``)."""
-        index = device.index if device.index is not None else torch.cuda.current_device()
+        index = _index(device)
         with self._lock:
             stream = self._streams.get(index)
             if stream is None:
@@ -257,3 +257,8 @@ def _cudart_library() -> Any:
 
 
 _DEFAULT = TorchCudaRuntime()
+
+
+def _index(device: torch.device) -> int:
+    """The index of CUDA device ``device`` (the current one where it names none)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
