@@ -336,12 +336,9 @@ class SlotReader:
         """Forget segments their creator dropped or died holding (their memory goes with the last view);
         the janitor runs this every few seconds."""
         self._own()
-        with self._lock:
-            mapped = list(self._maps.items())
-        gone = [(k, s) for k, s in mapped if s.page.flags & DROPPED or not s.creator_alive()]  # (reads files: unlocked)
-        with self._lock:
-            for key, segment in gone:
-                if self._maps.get(key) is segment:
+        with self._lock:  # (held throughout: a close() meanwhile would leave the segments' fds open here)
+            for key, segment in list(self._maps.items()):
+                if segment.page.flags & DROPPED or not segment.creator_alive():
                     del self._maps[key]
 
     def close(self) -> None:
