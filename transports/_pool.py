@@ -22,7 +22,9 @@ and the idle trimmer unlink and forget such a slot, and its memory goes with the
 An owner may ``prepare`` each new slot (e.g. register it with a device) and ``retire`` it before
 it is unmapped (returning False keeps the mapping alive: the owner holds on to it).
 
-Thread-safe. A forked child starts with an empty pool (the parent's slots stay the parent's).
+Thread-safe. A forked child starts with an empty pool (the parent's slots stay the parent's): at
+the fork it closes its copies of their fds and unmaps them (one a view of the child still uses goes
+with that view), so the child holds none of the parent's memory and no mark of it.
 """
 
 from __future__ import annotations
@@ -207,11 +209,22 @@ class Pool:
         # at exit, or when the pool is dropped without close(), its slots are let go (in a forked
         # child, the parent's finalizer does nothing and this one lets go of the child's slots)
         self._finalizer = weakref.finalize(self, _finalize, self._slots, self._wake, self._pid, self._retire)
+        _POOLS.add(self)
 
     def _own(self) -> None:
         """In a forked child: forget the parent's slots (they stay the parent's), start empty."""
         if self._pid != os.getpid():
             self._reset()
+
+    def _forsake(self) -> None:
+        """In a forked child, at the fork: start empty, and let go of this process's copies of the
+        parent's slots (``_let_go_copy``); nothing of theirs is written."""
+        inherited = self._slots
+        self._finalizer.detach()  # (it lets go of nothing in a child, but would keep the slots)
+        self._reset()
+        for group in inherited.values():
+            for slot in group:
+                _let_go_copy(slot)
 
     # -- accounting ---------------------------------------------------------------------------
     @property
@@ -576,6 +589,30 @@ def _let_go(slot: Slot, *, unmap: bool, unlink: bool = True) -> None:
             slot.mapping.close()
         except BufferError:
             pass  # a tensor of this process still points into it
+
+
+def _let_go_copy(slot: Slot) -> None:
+    """A forked child's copy of its parent's slot: close its fd (and with it the child's share of the
+    parent's mark on a named file) and unmap it, unless a view of it is alive here (then the mapping
+    goes with the last one)."""
+    with suppress(OSError):  # (closed by a parent thread as it forked)
+        slot.page.close_fd()
+    with suppress(ValueError):
+        slot.page.release()
+    with suppress(BufferError):
+        slot.mapping.close()
+
+
+_POOLS: weakref.WeakSet[Pool] = weakref.WeakSet()  # every live pool, for a forked child to leave
+
+
+def _leave_parents_slots() -> None:
+    """In a forked child: every pool lets go of its parent's slots (``Pool._forsake``)."""
+    for pool in list(_POOLS):
+        pool._forsake()
+
+
+os.register_at_fork(after_in_child=_leave_parents_slots)
 
 
 def _unlink_own(path: Path, fd: int) -> None:

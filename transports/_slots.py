@@ -11,7 +11,8 @@ number; those their creator dropped, or whose creator died, are forgotten within
 A device placement may page-lock a whole mapping once (``pin``, through a lease) instead of each
 slot's bytes for each copy; it stays registered until the mapping goes, and is unregistered just
 before (a mapping that cannot be unregistered is never unmapped). Thread-safe; a forked child
-starts with nothing mapped.
+starts with nothing mapped: at the fork it closes its copies of the parent's fds and unmaps its
+segments (one a view of the child still uses goes with that view).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import mmap
 import os
 import resource
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +205,18 @@ def _max_segments() -> int:
     return max(16, min(1024, soft // 8)) if soft > 0 else 1024
 
 
+_READERS: weakref.WeakSet[SlotReader] = weakref.WeakSet()  # every live reader, for a forked child to leave
+
+
+def _leave_parents_segments() -> None:
+    """In a forked child: every reader lets go of its parent's segments (``SlotReader._forsake``)."""
+    for reader in list(_READERS):
+        reader._forsake()
+
+
+os.register_at_fork(after_in_child=_leave_parents_segments)
+
+
 class SlotReader:
     """Opens, maps and claims the slots handles name."""
 
@@ -212,6 +226,7 @@ class SlotReader:
         self._max_pinned = max_pinned_bytes if max_pinned_bytes is not None else _pin_limit()
         self._reset()
         janitor.watch(self)
+        _READERS.add(self)
 
     def _reset(self) -> None:
         self._pid = os.getpid()
@@ -224,6 +239,13 @@ class SlotReader:
         have held one at the fork); the parent's segments' fds close as their copies go."""
         if self._pid != os.getpid():
             self._reset()
+
+    def _forsake(self) -> None:
+        """In a forked child, at the fork: close the fds of the parent's segments and forget them
+        (each is unmapped once no view of it is left here)."""
+        for segment in self._maps.values():
+            segment.forget()
+        self._reset()
 
     @property
     def mapped(self) -> int:

@@ -11,8 +11,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -185,3 +188,82 @@ def test_a_queue_transports_forked_child_sends_as_a_sender_of_its_own() -> None:
         parent_end.send(None)
         process.join(30)
     assert process.exitcode == 0
+
+
+def test_a_forked_child_holds_none_of_its_parents_shared_memory() -> None:
+    """A child forked after its parent sent and received through the pool holds none of the
+    parent's memfds (no fd, no mapping: the parent's close frees their memory, however long the
+    child lives), and sends and receives through its inherited transport all the same."""
+    shm, encoder, decoder = _receiver("memfd")
+    for count in (50_000, 300_000):
+        assert bool((decoder.decode(encoder.encode(diffusion.Output(output=_full(count, 1.0)))).output == 1.0).all())
+    gc.collect()
+    assert shm.pool is not None
+    names = {slot.name for slot in shm.pool.slots()}
+    assert len(names) == 2 and names <= _reaper.held_memfds()  # the parent's, and mapped as their receiver
+
+    def child() -> bool:
+        if names & _reaper.held_memfds():
+            return False
+        frames = encoder.encode(diffusion.Output(output=_full(1000, 2.0)))
+        return bool((decoder.decode(frames).output == 2.0).all())
+
+    assert _exit_code(_fork(child)) == 0
+    shm.close()
+
+
+def test_a_forked_child_keeps_only_the_parents_memory_its_inherited_tensors_use() -> None:
+    """A child that inherited an ``empty()`` tensor and a received one reads both, and holds the
+    memory of those two slots only: not that of a slot its parent merely keeps in its pool."""
+    shm, encoder, decoder = _receiver("memfd")
+    unsent = shm.empty((100_000,), torch.float32).fill_(3.0)
+    received = decoder.decode(encoder.encode(diffusion.Output(output=_full(50_000, 1.0)))).output
+    idle = decoder.decode(encoder.encode(diffusion.Output(output=_full(300_000, 2.0)))).output
+    del idle
+    gc.collect()
+    assert shm.pool is not None
+    names = {slot.name for slot in shm.pool.slots()}
+    assert len(names) == 3
+
+    kept = [unsent, received]
+    del unsent, received
+
+    def child() -> bool:
+        readable = bool((kept[0].numpy() == 3.0).all() and (kept[1].numpy() == 1.0).all())
+        return readable and len(names & _reaper.held_memfds()) == 2
+
+    assert _exit_code(_fork(child)) == 0
+    kept.clear()
+    shm.close()
+
+
+def test_a_killed_senders_forked_child_leaves_its_named_slots_to_the_reaper() -> None:
+    """A sender of named slots forked a child, then was killed: the child's copies of the slots'
+    fds kept the sender's mark on their files, so ``reap`` took the sender for alive as long as
+    the child lived. The child holds no copy: the sender's slot is reaped."""
+    directory = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="twtest-fork-"))
+    report_r, report_w = os.pipe()
+    sender = os.fork()
+    if sender == 0:  # the sender: a slot, a child that outlives it, then it waits to be killed
+        try:
+            signal.alarm(30)
+            shm = transports.ShmTransport(directory, backing="named")
+            tw.Encoder(transport=shm, options=OOB).encode(diffusion.Output(output=_full(50_000, 1.0)))
+            if os.fork() == 0:  # the child reports itself once the fork's handlers have run in it
+                signal.alarm(30)
+                os.write(report_w, f"{os.getpid()}\n".encode())
+                signal.pause()
+            signal.pause()
+        finally:
+            os._exit(1)
+    child = int(os.read(report_r, 64))
+    try:
+        [slot] = [name for name in os.listdir(directory) if _reaper.creator_pid(name) == sender]
+        os.kill(sender, signal.SIGKILL)
+        os.waitpid(sender, 0)
+        assert transports.reap(directory) == [slot]
+    finally:
+        os.kill(child, signal.SIGKILL)
+        for fd in (report_r, report_w):
+            os.close(fd)
+        shutil.rmtree(directory, ignore_errors=True)
