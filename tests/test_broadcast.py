@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import gc
+import os
+import subprocess
 import time
 from typing import Any
 
@@ -12,7 +14,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire.builtins import REGISTRY, rpc
-from tensorwire.transports._control import CLAIMED, FREE, IN_FLIGHT, MAX_READERS
+from tensorwire.transports._control import _W_PIDS, CLAIMED, FREE, IN_FLIGHT, MAX_READERS
 
 MiB = 1024 * 1024
 
@@ -115,6 +117,37 @@ def test_a_dead_holder_is_taken_off_by_the_senders_reclaim() -> None:
         slot = shm.pool.slots()[0]
         assert shm.pool._reusable(slot, time.monotonic_ns())  # reclaimed: its last holder is gone
         assert _states(shm) == [FREE]
+
+
+def test_a_dead_holder_whose_pid_another_process_took_is_taken_off_by_the_senders_reclaim() -> None:
+    """A broadcast's holder died and a later process took its pid: its claim says when it started,
+    so the sender takes it off all the same, and frees the page once the other holder lets go."""
+    import multiprocessing as mp
+
+    from tests.procs import hold_and_die
+
+    with tw.transports.ShmTransport() as shm, tw.transports.ShmTransport() as reader:
+        frames = [bytes(f) for f in tw.Encoder(shm.fan_out(2)).encode(_message())]
+        held = tw.Decoder(REGISTRY, [reader]).decode(frames).kwargs["x"]
+        process = mp.get_context("spawn").Process(target=hold_and_die, args=(frames,))
+        process.start()
+        process.join(60)
+        assert process.exitcode == 0 and process.pid is not None
+        assert shm.pool is not None
+        slot = shm.pool.slots()[0]
+        pids = slot.page.words[_W_PIDS : _W_PIDS + 2].tolist()
+        assert sorted(pids) == sorted([os.getpid(), process.pid])
+        later = subprocess.Popen(["sleep", "60"])  # started after the dead holder
+        try:
+            slot.page.words[_W_PIDS + pids.index(process.pid)] = later.pid  # as if it took the pid
+            del held
+            gc.collect()
+            assert _states(shm) == [CLAIMED]  # the dead holder's hold is still on the page
+            assert shm.pool._reusable(slot, time.monotonic_ns())  # reclaimed: ``later`` holds nothing
+            assert _states(shm) == [FREE]
+        finally:
+            later.kill()
+            later.wait()
 
 
 def test_the_number_of_receivers_is_bounded() -> None:

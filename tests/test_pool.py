@@ -8,6 +8,7 @@ import math
 import os
 import re
 import struct
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -292,6 +293,32 @@ def test_a_slot_claimed_by_a_dead_receiver_is_reclaimed(shm: transports.ShmTrans
     _as_if_its_receiver_died(shm, slot)
     again = decoder.decode(encoder.encode(diffusion.Output(output=torch.zeros(30_000))))
     assert len(_slots(shm)) == 1 and float(again.output.sum()) == 0.0
+    del out, again
+
+
+@pytest.mark.parametrize("said", ["start said", "start not said"])
+def test_a_slot_claimed_by_a_receiver_whose_pid_another_process_took_is_reclaimed(
+    shm: transports.ShmTransport, said: str
+) -> None:
+    """A receiver died holding a slot and a later process took its pid: the sender took that
+    process for the receiver, and never reused the slot while it lived. The claim says when its
+    receiver started, so the slot is reclaimed; a claim that does not say (a page written by an
+    older peer) is judged by the pid alone, as before."""
+    encoder, decoder = _pair(shm)
+    out = decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(30_000))))
+    slot = _slots(shm)[0]
+    later = subprocess.Popen(["sleep", "60"])  # started after this process, the slot's receiver
+    try:
+        _as_if_its_receiver_died(shm, slot)
+        struct.pack_into("<Q", slot.mapping, 24, later.pid)  # the receiver's pid, taken by ``later``
+        if said == "start not said":
+            struct.pack_into("<Q", slot.mapping, 88, 0)
+        again = decoder.decode(encoder.encode(diffusion.Output(output=torch.zeros(30_000))))
+        assert len(_slots(shm)) == (1 if said == "start said" else 2) and float(again.output.sum()) == 0.0
+        assert float(out.output.sum()) == (0.0 if said == "start said" else 30_000.0)  # its slot, reused
+    finally:
+        later.kill()
+        later.wait()
     del out, again
 
 

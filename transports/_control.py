@@ -3,9 +3,9 @@
 Every shared-memory segment starts with a 4 KiB control page (the data follows it). Its words
 (little-endian u64): magic, state, generation, receiver pid, data capacity, claim deadline
 (``CLOCK_MONOTONIC`` ns), the last expired generation, flags (one-shot, dropped by its creator);
-then the 16-byte digest of the current hand-over's capability; when its creator started (a reaper
-tells a reused pid by it); then, for a hand-over to several
-receivers (a broadcast), their number, the claims made, the receivers holding it and their pids.
+then the 16-byte digest of the current hand-over's capability; when its creator started and when
+its receiver did (a reused pid is told by them); then, for a hand-over to several receivers (a
+broadcast), their number, the claims made, the receivers holding it, their pids and their starts.
 
 A hand-over draws a fresh capability (128 random bits) that travels only in the message's handle;
 the page keeps its BLAKE2b digest, never the capability itself. A receiver proves the capability
@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tensorwire.errors import DecodeError, TransportError
-from tensorwire.transports._segment import started
+from tensorwire.transports._segment import started, started_as_said
 
 __all__ = [
     "CAPABILITY_BYTES",
@@ -79,8 +79,10 @@ _MAGIC_WORD = int.from_bytes(MAGIC, "little")
 _W_MAGIC, _W_STATE, _W_GENERATION, _W_RECEIVER, _W_CAPACITY, _W_DEADLINE, _W_EXPIRED, _W_FLAGS = range(8)
 _DIGEST = 64  # byte offset of the capability digest
 _W_STARTED = 10  # after the digest: when the creator started (``_segment.started``; 0: not said)
+_W_RECEIVER_STARTED = 11  # when the receiver holding it started (0: not said)
 _W_READERS, _W_CLAIMS, _W_HOLDERS, _W_PIDS = 12, 13, 14, 16  # a broadcast's words, after the digest
 MAX_READERS = 64
+_W_HOLDER_STARTS = _W_PIDS + MAX_READERS  # when each of a broadcast's holders started
 """The most receivers one hand-over can be broadcast to (their pids fill part of the control page)."""
 _HEAD = struct.Struct("<8Q16s")  # the words and the digest, as one read
 _NO_DIGEST = bytes(CAPABILITY_BYTES)
@@ -266,7 +268,8 @@ class Page:
         """Move a free page to ``state`` under a new generation; return it."""
         words = self.words
         generation = (int(words[_W_GENERATION]) + 1) % 2**63 or 1  # whatever a receiver wrote there
-        words[_W_RECEIVER], words[_W_GENERATION], words[_W_STATE] = 0, generation, state
+        words[_W_RECEIVER], words[_W_RECEIVER_STARTED] = 0, 0
+        words[_W_GENERATION], words[_W_STATE] = generation, state
         return generation
 
     def hand_over(self, timeout: float, readers: int = 1) -> bytes:
@@ -280,7 +283,7 @@ class Page:
         words[_W_READERS], words[_W_CLAIMS], words[_W_HOLDERS] = readers, 0, 0
         if readers > 1:
             for i in range(readers):
-                words[_W_PIDS + i] = 0
+                words[_W_PIDS + i] = words[_W_HOLDER_STARTS + i] = 0
         words[_W_DEADLINE] = time.monotonic_ns() + int(timeout * 1e9)
         words[_W_STATE] = IN_FLIGHT
         return capability
@@ -332,14 +335,15 @@ class Page:
         if state != CLAIMED:
             return False
         if self._readers() == 1:
-            if alive(self.receiver):  # else maybe of another pid namespace: its mark, read with the
-                return False  # page held (a receiver marks a page it claims before it lets go of it)
+            if self._lives(self.receiver, self.words[_W_RECEIVER_STARTED], alive):  # else maybe of another
+                return False  # pid namespace: its mark, read with the page held (a receiver marks a
+                # page it claims before it lets go of it)
             return self._to_free(lambda: self.words[_W_STATE] == CLAIMED and not self._marked(RECEIVER_BYTE))
 
         def none_alive() -> bool:
             if self.words[_W_STATE] != CLAIMED:
                 return False
-            dead = [pid for pid in self._holders() if not alive(pid)]
+            dead = [pid for pid, said in self._holders_started() if not self._lives(pid, said, alive)]
             if dead and self._marked(RECEIVER_BYTE):  # a receiver holds it, in another pid
                 return False  # namespace maybe: none is taken for dead while one does
             for pid in dead:
@@ -473,6 +477,7 @@ class Page:
             if not 1 < readers <= MAX_READERS:  # (``_readers``, inline)
                 self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
                 words[_W_RECEIVER] = os.getpid()
+                words[_W_RECEIVER_STARTED] = _own_start()
                 words[_W_STATE] = CLAIMED
                 return
             holders = int(words[_W_HOLDERS])
@@ -481,6 +486,7 @@ class Page:
                     f"{self.name} generation {generation} is no longer in flight (every receiver claimed it)"
                 )
             words[_W_PIDS + holders] = os.getpid()
+            words[_W_HOLDER_STARTS + holders] = _own_start()
             words[_W_HOLDERS] = holders + 1
             self._count_claim()
         finally:
@@ -527,9 +533,20 @@ class Page:
         """Whether a live process other than this one holds the claimed page."""
         if self.words[_W_STATE] != CLAIMED:
             return False
-        holders = [self.receiver] if self._readers() == 1 else self._holders()
-        others = [pid for pid in holders if pid != os.getpid()]
-        return any(alive(pid) for pid in others) or (bool(others) and self.marked_elsewhere(RECEIVER_BYTE))
+        if self._readers() == 1:
+            holders = [(self.receiver, int(self.words[_W_RECEIVER_STARTED]))]
+        else:
+            holders = self._holders_started()
+        others = [(pid, said) for pid, said in holders if pid != os.getpid()]
+        return any(self._lives(pid, said, alive) for pid, said in others) or (
+            bool(others) and self.marked_elsewhere(RECEIVER_BYTE)
+        )
+
+    @staticmethod
+    def _lives(pid: int, said: int, alive: Callable[[int], bool]) -> bool:
+        """Whether receiver ``pid``, which its claim says started at ``said``, is alive (``alive``):
+        a pid another process took since names that process, not the receiver."""
+        return alive(pid) and started_as_said(pid, said)
 
     # -- a broadcast's bookkeeping (the page held) -------------------------------------------------------
     def _count_claim(self) -> None:
@@ -544,20 +561,24 @@ class Page:
         self.words[_W_CLAIMS] = self._readers()
         self.words[_W_STATE] = CLAIMED
 
-    def _holders(self) -> list[int]:
-        count = min(int(self.words[_W_HOLDERS]), self._readers())
-        return [int(self.words[_W_PIDS + i]) for i in range(count)]
+    def _holders_started(self) -> list[tuple[int, int]]:
+        """A broadcast's holders: (pid, when it started) for each."""
+        words = self.words
+        count = min(int(words[_W_HOLDERS]), self._readers())
+        return [(int(words[_W_PIDS + i]), int(words[_W_HOLDER_STARTS + i])) for i in range(count)]
 
     def _drop_holder(self, pid: int) -> bool:
         """Take one entry of ``pid`` off the holders; False if it holds none."""
-        holders = self._holders()
-        if pid not in holders:
+        holders = self._holders_started()
+        pids = [held for held, _ in holders]
+        if pid not in pids:
             return False
-        holders.remove(pid)
-        for i, held in enumerate(holders):
-            self.words[_W_PIDS + i] = held
-        self.words[_W_PIDS + len(holders)] = 0
-        self.words[_W_HOLDERS] = len(holders)
+        del holders[pids.index(pid)]
+        words = self.words
+        for i, (held, said) in enumerate(holders):
+            words[_W_PIDS + i], words[_W_HOLDER_STARTS + i] = held, said
+        words[_W_PIDS + len(holders)], words[_W_HOLDER_STARTS + len(holders)] = 0, 0
+        words[_W_HOLDERS] = len(holders)
         return True
 
     def _proves(self, generation: int, capability: bytes, *, deadline: bool = True) -> bool:
