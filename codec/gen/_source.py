@@ -57,11 +57,6 @@ def render_package(schemas: SchemaSet, registry: str = "__init__") -> dict[str, 
     return out
 
 
-_REGISTRY_NAMES = frozenset({"annotations", "require"})
-"""The lower-case names the registry module binds before it imports the namespaces' modules
-(``from . import require`` would take the bound name, not the module)."""
-
-
 def _render_registry(namespaces: list[str], package: bool) -> str:
     names = ", ".join(json.dumps(n) for n in ["REGISTRY", *namespaces])
     doc = (
@@ -79,6 +74,21 @@ def _render_registry(namespaces: list[str], package: bool) -> str:
         f"__all__ = [{names}]\n\n"
         f"REGISTRY = Registry.from_modules({', '.join(namespaces)})\n"
     )
+
+
+def _bound_before_namespaces() -> frozenset[str]:
+    """The names the registry module binds before it imports the namespaces' modules, read from
+    its own source (``from . import require`` would take the bound name, not the module)."""
+    bound: set[str] = set()
+    for statement in ast.parse(_render_registry(["namespace"], True)).body:
+        if isinstance(statement, ast.ImportFrom) and statement.level == 1:
+            break
+        if isinstance(statement, ast.Import | ast.ImportFrom):
+            bound.update(alias.asname or alias.name.partition(".")[0] for alias in statement.names)
+    return frozenset(bound)
+
+
+_REGISTRY_NAMES = _bound_before_namespaces()
 
 
 def render_value(value: Any, indent: int = 0, prefix: int = 0) -> str:
