@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
 import json
 import shutil
 import subprocess
@@ -82,6 +84,37 @@ def test_gen_puts_the_registry_in_the_module_named(tmp_path: Path, capsys: pytes
         assert main(["gen", str(BUILTIN_SCHEMAS), "-o", str(tmp_path / "x"), "--registry", bad]) == 2
         assert f"registry module {bad!r} is not a Python name free in the package" in capsys.readouterr().err
         assert not (tmp_path / "x").exists()
+
+
+_SO = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+@pytest.mark.parametrize("shadow", ["rpc/__init__.py", f"rpc{_SO}", f"__init__{_SO}"])
+def test_gen_and_its_check_refuse_a_tree_where_python_imports_another_file_than_a_generated_module(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, shadow: str
+) -> None:
+    """A package directory or an extension module beside a generated module is what ``import``
+    loads in its place: ``gen --check`` called such a tree up to date. Both commands now refuse it."""
+    schemas, out = _copy_project(tmp_path)
+    (out / shadow).parent.mkdir(exist_ok=True)
+    (out / shadow).write_text("HIDDEN = True\n")
+    if shadow == "rpc/__init__.py":  # what Python imports
+        monkeypatch.syspath_prepend(str(tmp_path))
+        try:
+            assert importlib.import_module("generated.rpc").__dict__.get("HIDDEN") is True
+        finally:
+            for name in [n for n in sys.modules if n == "generated" or n.startswith("generated.")]:
+                del sys.modules[name]
+    module = out / ("__init__.py" if shadow.startswith("__init__") else "rpc.py")
+    capsys.readouterr()
+    for check in (["--check"], []):
+        assert main(["gen", *check, str(schemas), "-o", str(out)]) == 2
+        assert capsys.readouterr().err == (
+            f"tensorwire: {out / shadow} hides the generated module {module} (Python imports it instead): "
+            "move it away\n"
+        )
+    (out / shadow).unlink()
+    assert main(["gen", "--check", str(schemas), "-o", str(out)]) == 0
 
 
 def test_gen_check_exits_1_with_a_diff_after_a_schema_edit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,13 +9,17 @@ directory) or anything but a regular file is a ``ValueError``, before anything i
 a checkout cannot make ``gen`` write outside the package, or ``gen --check`` block on a FIFO or
 read a device; a module in the package that is not a regular file is never taken for a stale one.
 A file in the way that ``gen`` did not write (a module without its header) is never replaced but
-with ``force``.
+with ``force``. A package directory or an extension module that Python would import in place of a
+generated module (``rpc/__init__.py`` or ``rpc.cpython-311-x86_64-linux-gnu.so`` beside ``rpc.py``)
+is a ``ValueError`` for both: ``--check`` never calls such a tree up to date.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib.machinery
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,6 +71,21 @@ def _on_disk(path: Path) -> str | None:
         raise ValueError(f"cannot read {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
+def _refuse_shadows(out_dir: Path, expected: dict[Path, str]) -> None:
+    """``ValueError`` naming the first file that Python would import in place of a generated module
+    (an import finds a package directory, then an extension module, before a source file)."""
+    for path in expected:
+        if path.parent != out_dir or path.suffix != ".py":
+            continue
+        places = [path.with_suffix(suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+        if path.stem != "__init__":
+            package = out_dir / path.stem
+            places[:0] = [package / f"__init__{suffix}" for suffix in importlib.machinery.all_suffixes()]
+        for place in places:
+            if os.path.lexists(place):
+                raise ValueError(f"{place} hides the generated module {path} (Python imports it instead): move it away")
+
+
 def _stale(out_dir: Path, expected: dict[Path, str]) -> dict[Path, str]:
     """Generated modules in ``out_dir`` that no schema produces any more, with their text (links
     and other kinds of file are never gen's: left alone)."""
@@ -105,6 +124,7 @@ def generate(schema_dir: Path, out_dir: Path, registry: str = "__init__", *, for
     A file in the way that ``gen`` did not write is a ``ValueError`` before anything is written,
     unless ``force``."""
     expected = expected_files(schema_dir, out_dir, registry)
+    _refuse_shadows(out_dir, expected)
     changed = []
     for path, text in expected.items():  # every one read before any write
         actual = _on_disk(path)
@@ -127,6 +147,7 @@ def generate(schema_dir: Path, out_dir: Path, registry: str = "__init__", *, for
 def check(schema_dir: Path, out_dir: Path, registry: str = "__init__") -> str:
     """Unified diff between the files on disk and what ``generate`` would write ('' if none)."""
     expected = expected_files(schema_dir, out_dir, registry)
+    _refuse_shadows(out_dir, expected)
     chunks: list[str] = []
     for path, text in expected.items():
         actual = _on_disk(path)
