@@ -23,7 +23,7 @@ from tensorwire import transports
 from tensorwire._memory import Chars
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
-from tensorwire.transports import _pool
+from tensorwire.transports import _pool, _segment
 from tensorwire.transports import _slots as slot_reader
 from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, RECEIVER_BYTE, SENDER, Page
 from tensorwire.transports._pool import PASSED, Pool, Slot, size_class
@@ -320,6 +320,28 @@ def test_a_slot_claimed_by_a_receiver_whose_pid_another_process_took_is_reclaime
         later.kill()
         later.wait()
     del out, again
+
+
+def test_a_processes_start_is_read_at_most_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sender looking for a free slot checks the start of every receiver holding one: another
+    process's start (a read of ``/proc``) is read again only after a second, this process's once."""
+    reads: list[int | str] = []
+
+    def started(pid: int | str = "self") -> int:
+        reads.append(pid)
+        return 1000 + len(reads)
+
+    monkeypatch.setattr(_segment, "started", started)
+    monkeypatch.setattr(_segment, "_STARTS", {})
+    monkeypatch.setattr(_segment, "_OWN_START", (0, 0))
+    other = os.getppid()
+    assert _segment.started_as_said(other, 1001) and _segment.started_as_said(other, 1001)
+    assert not _segment.started_as_said(other, 999) and reads == [other]  # read once
+    monkeypatch.setattr(_segment, "_STARTS_FOR", -1.0)  # as if the second were over
+    assert not _segment.started_as_said(other, 1001) and reads == [other, other]  # read again: 1002 now
+    assert _segment.started_as_said(other, 0)  # not said: nothing read
+    own = [_segment.started_as_said(os.getpid(), 1003), _segment.started_as_said(os.getpid(), 1004)]
+    assert own == [True, False] and reads == [other, other, "self"]
 
 
 def test_the_budget_falls_back_to_one_shot_segments() -> None:

@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tensorwire.errors import DecodeError, TransportError
-from tensorwire.transports._segment import started, started_as_said
+from tensorwire.transports._segment import own_start, started_as_said
 
 __all__ = [
     "CAPABILITY_BYTES",
@@ -261,7 +261,7 @@ class Page:
         """Lay out a new page: free, generation 0."""
         words = self.words
         words[_W_CAPACITY], words[_W_FLAGS], words[_W_STATE] = capacity, flags, FREE
-        words[_W_STARTED] = _own_start()
+        words[_W_STARTED] = own_start()
         words[_W_MAGIC] = _MAGIC_WORD
 
     def take(self, state: int) -> int:
@@ -477,7 +477,7 @@ class Page:
             if not 1 < readers <= MAX_READERS:  # (``_readers``, inline)
                 self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
                 words[_W_RECEIVER] = os.getpid()
-                words[_W_RECEIVER_STARTED] = _own_start()
+                words[_W_RECEIVER_STARTED] = own_start()
                 words[_W_STATE] = CLAIMED
                 return
             holders = int(words[_W_HOLDERS])
@@ -486,7 +486,7 @@ class Page:
                     f"{self.name} generation {generation} is no longer in flight (every receiver claimed it)"
                 )
             words[_W_PIDS + holders] = os.getpid()
-            words[_W_HOLDER_STARTS + holders] = _own_start()
+            words[_W_HOLDER_STARTS + holders] = own_start()
             words[_W_HOLDERS] = holders + 1
             self._count_claim()
         finally:
@@ -617,7 +617,7 @@ def init_file(fd: int, capacity: int, deadline_ns: int, what: str) -> bytes:
     """Write the page of a new one-shot segment, in flight until ``deadline_ns``; return its capability."""
     capability = secrets.token_bytes(CAPABILITY_BYTES)
     head = _HEAD.pack(_MAGIC_WORD, IN_FLIGHT, 1, 0, capacity, deadline_ns, 0, ONE_SHOT, digest(capability))
-    head += struct.pack("<Q", _own_start())  # (``_W_STARTED``, right after the digest)
+    head += struct.pack("<Q", own_start())  # (``_W_STARTED``, right after the digest)
     try:
         written = os.pwrite(fd, head, 0)
     except OSError as exc:
@@ -690,18 +690,6 @@ def discard_file(fd: int, capability: bytes, what: str) -> bool:
     except DecodeError:
         return False
     return True
-
-
-_STARTED: tuple[int, int] = (0, 0)  # (pid, its start): this process's, read once (again in a forked child)
-
-
-def _own_start() -> int:
-    """When this process started (``_segment.started``), as its segments' pages say."""
-    global _STARTED
-    pid = os.getpid()
-    if _STARTED[0] != pid:
-        _STARTED = (pid, started())
-    return _STARTED[1]
 
 
 def claimable(fd: int) -> bool:

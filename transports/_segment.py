@@ -24,6 +24,7 @@ import fcntl
 import mmap
 import os
 import stat
+import time
 from pathlib import Path
 
 from tensorwire.errors import DecodeError, TransportError
@@ -38,6 +39,7 @@ __all__ = [
     "memfd_link",
     "open_memfd",
     "open_named",
+    "own_start",
     "read_into",
     "started",
     "valid_pid",
@@ -64,11 +66,35 @@ def started(pid: int | str = "self") -> int:
         return 0
 
 
+_OWN_START: tuple[int, int] = (0, 0)  # (pid, its start): this process's, read once (again in a forked child)
+_STARTS: dict[int, tuple[int, float]] = {}  # pid -> (its start, when read): another process's, recently
+_STARTS_FOR = 1.0  # seconds a start read is used again (a reused pid is told at most this much later)
+
+
+def own_start() -> int:
+    """When this process started (``started``), read once per process."""
+    global _OWN_START
+    pid = os.getpid()
+    if _OWN_START[0] != pid:
+        _OWN_START = (pid, started())
+    return _OWN_START[1]
+
+
 def started_as_said(pid: int, said: int) -> bool:
     """Whether process ``pid`` (one that exists) started when ``said`` says (``started``): a pid
     reused by a later process names another one. ``said`` 0 (not said), or a start that cannot be
-    read, cannot tell them apart: True."""
-    return not said or started(pid) in (0, said)
+    read, cannot tell them apart: True. Another process's start is read at most once a second."""
+    if not said:
+        return True
+    if pid == os.getpid():
+        return own_start() in (0, said)
+    now = time.monotonic()
+    seen = _STARTS.get(pid)
+    if seen is None or now - seen[1] > _STARTS_FOR:
+        if len(_STARTS) >= 1024:
+            _STARTS.clear()
+        seen = _STARTS[pid] = (started(pid), now)
+    return seen[0] in (0, said)
 
 
 def create_named(path: Path, size: int) -> tuple[int, mmap.mmap]:
