@@ -17,6 +17,7 @@ import pytest
 import tensorwire as tw
 from tensorwire.cli import main
 from tensorwire.compat import RULES, compare, reader_accepts
+from tensorwire.dtypes import DTYPE_NAMES, DTYPES
 from tensorwire.errors import printable
 from tensorwire.schema import load_dir
 from tests.compat_cases import BASE, CASES, _props, _thing, _variant
@@ -324,6 +325,24 @@ def _tensor(*shape: int) -> Any:
     return torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
 
 
+def _every_dtype(registry: tw.Registry) -> list[Any]:
+    """A ``p.Msg`` for each dtype its tensor ``t`` may have: every dtype of the table (numpy's, for
+    an ``x-ndarray``)."""
+    import numpy as np
+
+    cls = registry.type("p.Msg")
+    tensor = next(f for f in msgspec.structs.fields(cls) if f.name == "t").type
+    if "ndarray" in repr(tensor):
+        return [cls(t=np.arange(3).astype(d.numpy_name)) for d in DTYPES.values() if d.numpy_name]
+    return [cls(t=_tensor(3).sub(1).to(_torch_dtype(name))) for name in DTYPE_NAMES]
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, DTYPES[name].torch_name)
+
+
 # (id, old p.Msg, new p.Msg, mode, the rule it breaks, the message its writer side sends)
 UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.Registry], Any]]] = [
     (
@@ -487,6 +506,14 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         _transposed,
     ),
     (
+        "tensor-dtypes-unset-made-all-but-one",  # the list leaves float8_e5m2 out
+        _msg({"t": {"x-tensor": {}}}, ["t"]),
+        _msg({"t": {"x-tensor": {"dtypes": [d for d in DTYPE_NAMES if d != "float8_e5m2"]}}}, ["t"]),
+        "backward",
+        "TENSOR_DTYPES_SHRUNK",
+        lambda reg: reg.type("p.Msg")(t=_tensor(2).to(_torch_dtype("float8_e5m2"))),
+    ),
+    (
         "tree-default-changed-from-1-to-true",  # 1 == True: the writer omits 1, the reader fills in True
         _msg({"x": {"x-tree": {}, "default": 1}}, []),
         _msg({"x": {"x-tree": {}, "default": True}}, []),
@@ -551,7 +578,7 @@ def _two_tensors(t: list[Any], u: list[Any]) -> dict[str, Any]:
     return _msg({"t": {"x-tensor": {"shape": t}}, "u": {"x-tensor": {"shape": u}}}, ["t", "u"])
 
 
-# (id, old p.Msg, new p.Msg, a message either side sends)
+# (id, old p.Msg, new p.Msg, a message either side sends, or a list of them)
 KEPT: list[tuple[str, dict[str, Any], dict[str, Any], Callable[[tw.Registry], Any]]] = [
     (
         "named-dim-renamed",  # a name only says which sizes agree
@@ -571,6 +598,18 @@ KEPT: list[tuple[str, dict[str, Any], dict[str, Any], Callable[[tw.Registry], An
         _retitled("Bee", {"n": {"type": "integer"}}),
         lambda reg: reg.type("p.Msg")(u=_one_of(reg, "p.B", "p.Bee")(n=3)),
     ),
+    (
+        "tensor-dtypes-unset-made-every-dtype",  # unset allows every dtype of the table
+        _msg({"t": {"x-tensor": {}}}, ["t"]),
+        _msg({"t": {"x-tensor": {"dtypes": list(reversed(DTYPE_NAMES))}}}, ["t"]),
+        _every_dtype,
+    ),
+    (
+        "ndarray-dtypes-unset-made-every-numpy-dtype",  # numpy has no bfloat16 or float8
+        _msg({"t": {"x-ndarray": {}}}, ["t"]),
+        _msg({"t": {"x-ndarray": {"dtypes": [d.name for d in DTYPES.values() if d.numpy_name]}}}, ["t"]),
+        _every_dtype,
+    ),
 ]
 
 
@@ -581,9 +620,10 @@ def test_a_change_whose_bytes_decode_the_same_both_ways_is_no_error(
     old_dir = write_schemas(tmp_path / "old", {"p/Msg.v1.json": old_doc})
     new_dir = write_schemas(tmp_path / "new", {"p/Msg.v1.json": new_doc})
     for writer, reader in ((old_dir, new_dir), (new_dir, old_dir)):
-        sent = message(tw.load_schemas(writer))
-        got = tw.Decoder(tw.load_schemas(reader)).decode(tw.Encoder().encode(sent))
-        assert _value(got) == _value(sent)
+        made = message(tw.load_schemas(writer))
+        for sent in made if isinstance(made, list) else [made]:
+            got = tw.Decoder(tw.load_schemas(reader)).decode(tw.Encoder().encode(sent))
+            assert _value(got) == _value(sent)
     assert [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), "full") if f.severity == "error"] == []
 
 

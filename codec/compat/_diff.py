@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from tensorwire.compat._rules import BOTH, READERS, WRITERS, covers, rule
+from tensorwire.dtypes import DTYPES
 from tensorwire.errors import Location
 from tensorwire.schema import Message, SchemaSet
 from tensorwire.schema._build import value_problem
@@ -413,7 +414,7 @@ class _Walk:
     def tensor(self, a: TensorT, b: TensorT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
         if a.kind != b.kind:
             self.emit("TENSOR_KIND_CHANGED", f"{what} changed from {a.kind} to {b.kind}", ptr, *where)
-        old_d, new_d = a.dtypes, b.dtypes
+        old_d, new_d = _dtypes(a), _dtypes(b)
         if old_d != new_d and not (old_d and new_d and set(old_d) == set(new_d)):
             if old_d and new_d and not set(old_d) & set(new_d):
                 self.emit("TENSOR_DTYPE_REPLACED", f"{what}: dtypes {sorted(old_d)} -> {sorted(new_d)}", ptr, *where)
@@ -458,6 +459,15 @@ class _Walk:
             self.emit("TENSOR_CONTIGUITY_REQUIRED", f"{what} must now be contiguous", ptr, *where)
         if bool(a.contiguous) and not b.contiguous:
             self.emit("TENSOR_CONTIGUITY_DROPPED", f"{what} no longer has to be contiguous", ptr, *where)
+
+
+def _dtypes(node: TensorT) -> tuple[str, ...] | None:
+    """The dtypes ``node`` allows, ``None`` for any: a list of every dtype its kind can hold (the
+    whole table for a tensor, numpy's part of it for an array) allows what an unset one does."""
+    if node.dtypes is None:
+        return None
+    every = {d.name for d in DTYPES.values() if node.kind == "tensor" or d.numpy_name is not None}
+    return None if set(node.dtypes) >= every else node.dtypes
 
 
 # IR limit -> (its JSON Schema keyword, whether a higher value accepts less)
