@@ -499,10 +499,13 @@ def _limit_changes(a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT) -> tu
             (tighter if inward or (new[0] == old[0] and new[1]) else looser).append(f"{old_text} -> {new_text}")
     old_step, new_step = getattr(a, "multiple_of", None), getattr(b, "multiple_of", None)
     if old_step != new_step:
+        # an integer is a multiple of 1: a step that divides 1 (0.5, 0.25) holds every integer
         if new_step is None:
-            looser.append(f"multipleOf {old_step} dropped")
+            if not (getattr(b, "kind", None) == "int" and old_step is not None and _divides(old_step, 1)):
+                looser.append(f"multipleOf {old_step} dropped")
         elif old_step is None:
-            tighter.append(f"multipleOf {new_step} added")
+            if not (getattr(a, "kind", None) == "int" and _divides(new_step, 1)):
+                tighter.append(f"multipleOf {new_step} added")
         else:
             change = f"multipleOf {old_step} -> {new_step}"
             # msgspec checks a float step exactly (fmod), so compare the binary values, not the decimals
@@ -515,6 +518,12 @@ def _limit_changes(a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT) -> tu
                 tighter.append(change)
                 looser.append(change)
     return tighter, looser
+
+
+def _divides(step: int | float, value: int) -> bool:
+    """Whether ``value`` is a multiple of ``step`` as a decoder checks it: on the step's binary
+    value (``fmod``), so 0.5 divides 1 and 0.1 does not."""
+    return (Fraction(value) / Fraction(step)).denominator == 1
 
 
 def _dim_renames(a: StructT, b: StructT) -> dict[str, str]:
