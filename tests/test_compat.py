@@ -522,6 +522,38 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         lambda reg: reg.type("p.Msg")(x=1),
     ),
     (
+        "integer-const-made-a-range-without-it",
+        _msg({"x": {"type": "integer", "const": 5}}, ["x"]),
+        _msg({"x": {"type": "integer", "minimum": 6, "maximum": 10}}, ["x"]),
+        "backward",
+        "RANGE_TIGHTENED",
+        lambda reg: reg.type("p.Msg")(x=5),
+    ),
+    (
+        "integer-const-made-a-number-on-a-step-it-misses",
+        _msg({"x": {"type": "integer", "const": 5}}, ["x"]),
+        _msg({"x": {"type": "number", "minimum": 0, "maximum": 10, "multipleOf": 2}}, ["x"]),
+        "backward",
+        "RANGE_TIGHTENED",
+        lambda reg: reg.type("p.Msg")(x=5),
+    ),
+    (
+        "range-made-a-const-outside-it",
+        _msg({"x": {"type": "integer", "minimum": 0, "maximum": 4}}, ["x"]),
+        _msg({"x": {"type": "integer", "const": 5}}, ["x"]),
+        "forward",
+        "RANGE_LOOSENED",
+        lambda reg: reg.type("p.Msg")(x=5),
+    ),
+    (
+        "range-of-one-made-another-const",
+        _msg({"x": {"type": "integer", "minimum": 5, "maximum": 5}}, ["x"]),
+        _msg({"x": {"type": "integer", "const": 6}}, ["x"]),
+        "backward",
+        "CONST_ADDED",
+        lambda reg: reg.type("p.Msg")(x=5),
+    ),
+    (
         "tensor-dtypes-unset-made-all-but-one",  # the list leaves float8_e5m2 out
         _msg({"t": {"x-tensor": {}}}, ["t"]),
         _msg({"t": {"x-tensor": {"dtypes": [d for d in DTYPE_NAMES if d != "float8_e5m2"]}}}, ["t"]),
@@ -619,6 +651,12 @@ KEPT: list[tuple[str, dict[str, Any], dict[str, Any], Callable[[tw.Registry], An
         _msg({"t": {"x-tensor": {}}}, ["t"]),
         _msg({"t": {"x-tensor": {"dtypes": list(reversed(DTYPE_NAMES))}}}, ["t"]),
         _every_dtype,
+    ),
+    (
+        "integer-range-of-one-made-its-const",  # both sides send 5 alone
+        _msg({"x": {"type": "integer", "minimum": 5, "maximum": 5}}, ["x"]),
+        _msg({"x": {"type": "integer", "const": 5}}, ["x"]),
+        lambda reg: reg.type("p.Msg")(x=5),
     ),
     (
         "ndarray-dtypes-unset-made-every-numpy-dtype",  # numpy has no bfloat16 or float8
@@ -735,6 +773,34 @@ KEPT_ONE_WAY: list[tuple[str, dict[str, Any], dict[str, Any], str, Callable[[tw.
         _msg({"x": {"type": "integer", "minimum": 0, "maximum": 100}}, ["x"]),
         "forward",
         lambda reg: [reg.type("p.Msg")(x=x) for x in (0, 1, 99, 100)],
+    ),
+    (
+        "integer-const-made-a-range-holding-it",  # old writers send 5 alone
+        _msg({"x": {"type": "integer", "const": 5}}, ["x"]),
+        _msg({"x": {"type": "integer", "minimum": 0, "maximum": 9}}, ["x"]),
+        "backward",
+        lambda reg: reg.type("p.Msg")(x=5),
+    ),
+    (
+        "range-made-a-const-inside-it",  # new writers send 5 alone
+        _msg({"x": {"type": "integer", "minimum": 0, "maximum": 9}}, ["x"]),
+        _msg({"x": {"type": "integer", "const": 5}}, ["x"]),
+        "forward",
+        lambda reg: reg.type("p.Msg")(x=5),
+    ),
+    (
+        "integer-const-made-a-number-range-holding-it",
+        _msg({"x": {"type": "integer", "const": 5}}, ["x"]),
+        _msg({"x": {"type": "number", "minimum": 0, "maximum": 10, "multipleOf": 0.5}}, ["x"]),
+        "backward",
+        lambda reg: reg.type("p.Msg")(x=5),
+    ),
+    (
+        "string-const-made-a-pattern-it-matches",  # (the first string const is the tag: kind)
+        _msg({"kind": {"const": "k"}, "x": {"type": "string", "const": "abc"}}, ["x"]),
+        _msg({"kind": {"const": "k"}, "x": {"type": "string", "pattern": "^a", "maxLength": 3}}, ["x"]),
+        "backward",
+        lambda reg: reg.type("p.Msg")(x="abc"),
     ),
     (
         "string-made-an-enum",

@@ -350,17 +350,21 @@ class _Walk:
             return
         if a.const != b.const:
             if a.const is None:
-                self.emit("CONST_ADDED", f"{what} must now be {json.dumps(b.const)}", ptr, *where)
+                if _sole(a) != b.const:  # bounds that held that value alone fixed it already
+                    self.emit("CONST_ADDED", f"{what} must now be {json.dumps(b.const)}", ptr, *where)
             elif b.const is None:
-                self.emit("CONST_REMOVED", f"{what} no longer has to be {json.dumps(a.const)}", ptr, *where)
+                if _sole(b) != a.const:
+                    self.emit("CONST_REMOVED", f"{what} no longer has to be {json.dumps(a.const)}", ptr, *where)
             else:
                 change = f"{what}: const {json.dumps(a.const)} -> {json.dumps(b.const)}"
                 self.emit("CONST_CHANGED", change, ptr, *where)
         if a.pattern != b.pattern:
             if a.pattern is None:
-                self.emit("PATTERN_ADDED", f"{what} must now match {b.pattern!r}", ptr, *where)
+                if not _sole_held(a, b):
+                    self.emit("PATTERN_ADDED", f"{what} must now match {b.pattern!r}", ptr, *where)
             elif b.pattern is None:
-                self.emit("PATTERN_REMOVED", f"{what} no longer has to match {a.pattern!r}", ptr, *where)
+                if not _sole_held(b, a):
+                    self.emit("PATTERN_REMOVED", f"{what} no longer has to match {a.pattern!r}", ptr, *where)
             else:
                 self.emit("PATTERN_CHANGED", f"{what}: pattern {a.pattern!r} -> {b.pattern!r}", ptr, *where)
         self.limits(a, b, what, ptr, where)
@@ -368,8 +372,13 @@ class _Walk:
     def limits(
         self, a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT, what: str, ptr: str, where: tuple[Any, Any]
     ) -> None:
-        """Bounds, ``multipleOf`` and lengths of a scalar; item or entry counts of an array or a map."""
+        """Bounds, ``multipleOf`` and lengths of a scalar; item or entry counts of an array or a map.
+        A scalar that holds one value alone (its ``const``) is sent only as that value: the other
+        side's limits change nothing for it while they hold it."""
         tighter, looser = _limit_changes(a, b)
+        if isinstance(a, ScalarT) and isinstance(b, ScalarT):
+            tighter = [] if _sole_held(a, b) else tighter
+            looser = [] if _sole_held(b, a) else looser
         if tighter:
             self.emit("RANGE_TIGHTENED", f"{what}: {', '.join(tighter)}", ptr, *where)
         if looser:
@@ -518,6 +527,30 @@ def _limit_changes(a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT) -> tu
                 tighter.append(change)
                 looser.append(change)
     return tighter, looser
+
+
+def _sole(node: ScalarT) -> bool | int | str | None:
+    """The one value ``node`` holds, if it holds one alone: its ``const``, or an integer whose
+    bounds are that value (``None`` if it holds more, or none)."""
+    if node.const is not None:
+        return node.const
+    if node.kind == "int" and isinstance(node.minimum, int) and node.minimum == node.maximum:
+        return node.minimum if _holds(node, node.minimum) else None
+    return None
+
+
+def _sole_held(writer: ScalarT, reader: ScalarT) -> bool:
+    """Whether ``writer`` holds one value alone and ``reader`` accepts it: all ``writer`` sends."""
+    value = _sole(writer)
+    return value is not None and _holds(reader, value)
+
+
+def _holds(node: ScalarT, value: bool | int | str) -> bool:
+    """Whether a decoder of ``node`` accepts ``value``: its step checked on the binary value, as
+    the decoder does (``fmod``), not on the decimal text."""
+    if value_problem(replace(node, multiple_of=None), value, whole=False) is not None:
+        return False
+    return node.multiple_of is None or (isinstance(value, int) and _divides(node.multiple_of, value))
 
 
 def _divides(step: int | float, value: int) -> bool:
