@@ -337,6 +337,11 @@ def _every_dtype(registry: tw.Registry) -> list[Any]:
     return [cls(t=_tensor(3).sub(1).to(_torch_dtype(name))) for name in DTYPE_NAMES]
 
 
+def _tensors(shape: list[Any]) -> dict[str, Any]:
+    """An array of tensors of this shape."""
+    return {"type": "array", "items": {"x-tensor": {"shape": shape}}}
+
+
 def _torch_dtype(name: str) -> Any:
     import torch
 
@@ -552,6 +557,30 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         "backward",
         "CONST_ADDED",
         lambda reg: reg.type("p.Msg")(x=5),
+    ),
+    (
+        "fixed-dims-3-and-4-named-alike",  # old writers' sizes differ where the name ties them
+        _msg({"t": _tensors([3]), "u": _tensors([4])}, ["t", "u"]),
+        _msg({"t": _tensors(["n"]), "u": _tensors(["n"])}, ["t", "u"]),
+        "backward",
+        "TENSOR_SHAPE_TIGHTENED",
+        lambda reg: reg.type("p.Msg")(t=[_tensor(3)], u=[_tensor(4)]),
+    ),
+    (
+        "fixed-and-free-dims-named-alike",
+        _msg({"t": _tensors([3]), "u": {"x-tensor": {"shape": [None]}}}, ["t", "u"]),
+        _msg({"t": _tensors(["n"]), "u": {"x-tensor": {"shape": ["n"]}}}, ["t", "u"]),
+        "backward",
+        "TENSOR_SHAPE_TIGHTENED",
+        lambda reg: reg.type("p.Msg")(t=[_tensor(3)], u=_tensor(4)),
+    ),
+    (
+        "fixed-dim-of-the-tensors-of-an-array-named-read-by-old-readers",  # 5 is not 3
+        _msg({"t": _tensors([3, None])}, ["t"]),
+        _msg({"t": _tensors(["n", None])}, ["t"]),
+        "forward",
+        "TENSOR_SHAPE_LOOSENED",
+        lambda reg: reg.type("p.Msg")(t=[_tensor(5, 1), _tensor(5, 2)]),
     ),
     (
         "tensor-dtypes-unset-made-all-but-one",  # the list leaves float8_e5m2 out
@@ -803,6 +832,27 @@ KEPT_ONE_WAY: list[tuple[str, dict[str, Any], dict[str, Any], str, Callable[[tw.
         lambda reg: reg.type("p.Msg")(x="abc"),
     ),
     (
+        "fixed-dim-of-the-tensors-of-an-array-named",  # old writers' items all agree on 3
+        _msg({"t": _tensors([3, None])}, ["t"]),
+        _msg({"t": _tensors(["n", None])}, ["t"]),
+        "backward",
+        lambda reg: reg.type("p.Msg")(t=[_tensor(3, 1), _tensor(3, 4)]),
+    ),
+    (
+        "fixed-dim-of-the-tensors-of-a-map-named",
+        _msg({"t": {"type": "object", "additionalProperties": {"x-tensor": {"shape": [3]}}}}, ["t"]),
+        _msg({"t": {"type": "object", "additionalProperties": {"x-tensor": {"shape": ["n"]}}}}, ["t"]),
+        "backward",
+        lambda reg: reg.type("p.Msg")(t={"a": _tensor(3), "b": _tensor(3)}),
+    ),
+    (
+        "fixed-dims-of-an-array-and-a-tensor-named-alike",  # both were 3
+        _msg({"t": _tensors([3]), "u": {"x-tensor": {"shape": [3, None]}}}, ["t", "u"]),
+        _msg({"t": _tensors(["n"]), "u": {"x-tensor": {"shape": ["n", None]}}}, ["t", "u"]),
+        "backward",
+        lambda reg: reg.type("p.Msg")(t=[_tensor(3), _tensor(3)], u=_tensor(3, 2)),
+    ),
+    (
         "string-made-an-enum",
         _msg({"x": {"type": "string", "pattern": "^[ab]$"}}, ["x"]),
         _msg({"x": _MODE}, ["x"]),
@@ -834,6 +884,8 @@ def _value(value: Any) -> Any:
         return {k: _value(v) for k, v in msgspec.structs.asdict(value).items()}
     if isinstance(value, list | tuple):
         return [_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _value(v) for k, v in value.items()}
     if hasattr(value, "tolist"):
         return (str(value.dtype), list(value.shape), value.tolist())
     return value

@@ -106,6 +106,7 @@ class _Walk:
         self.findings: list[Finding] = []
         self.dims: dict[str, str] = {}  # named dims of the struct being compared: old name -> new name
         self.free: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # its names that tie nothing
+        self.pinned: dict[str, int] = {}  # its new names whose every axis had one fixed size
 
     def emit(
         self, rule_id: str, message: str, pointer: str, old_src: tuple[str, str] | None, new_src: tuple[str, str] | None
@@ -153,8 +154,8 @@ class _Walk:
             if a.closed:
                 change = f"{kind} field {name!r} added to {label}, whose old readers reject unknown fields"
                 self.emit("FIELD_ADDED_TO_CLOSED", change, self._ptr(b, name), *fresh)
-        outer = self.dims, self.free
-        self.dims, self.free = _dim_renames(a, b), (_free_dims(a), _free_dims(b))
+        outer = self.dims, self.free, self.pinned
+        self.dims, self.free, self.pinned = _dim_renames(a, b), (_free_dims(a), _free_dims(b)), _pinned_dims(a, b)
         for name in old_fields.keys() & new_fields.keys():
             fa, fb = old_fields[name], new_fields[name]
             where = ((a.source, self._ptr(a, name)), (b.source, self._ptr(b, name)))
@@ -171,7 +172,7 @@ class _Walk:
                     *where,
                 )
             self.node(fa.type, fb.type, f"field {name!r} of {label}", ptr, where)
-        self.dims, self.free = outer
+        self.dims, self.free, self.pinned = outer
         where = ((a.source, a.pointer), (b.source, b.pointer))
         if b.closed and not a.closed:
             self.emit("UNKNOWN_FIELDS_REJECTED", f"{label} now rejects unknown fields", b.pointer, *where)
@@ -449,7 +450,13 @@ class _Walk:
                     free_a, free_b = self.free  # a name that ties no sizes together is a free dim
                     old = [None if x in free_a else y for x, y in zip(a.shape, old, strict=True)]
                     new = [None if y in free_b else y for y in b.shape]
-                    tighter = any(x != y and y is not None for x, y in zip(old, new, strict=True))
+                    # a name whose every axis had this one fixed size ties sizes that old writers' agree on
+                    tighter = any(
+                        x != y
+                        and y is not None
+                        and not (isinstance(x, int) and isinstance(y, str) and self.pinned.get(y) == x)
+                        for x, y in zip(old, new, strict=True)
+                    )
                     looser = any(x != y and x is not None for x, y in zip(old, new, strict=True))
                     if tighter:
                         self.emit(
@@ -594,6 +601,28 @@ def _dims(a: Node, b: Node) -> Iterator[tuple[int | str | None, int | str | None
     elif isinstance(a, TupleT) and isinstance(b, TupleT) and len(a.items) == len(b.items):
         for x, y in zip(a.items, b.items, strict=True):
             yield from _dims(x, y)
+
+
+def _pinned_dims(a: StructT, b: StructT) -> dict[str, int]:
+    """The dim names of ``b`` at whose every axis ``a`` had the same fixed size, by that size: the
+    sizes such a name ties agreed in every message of ``a``. A name also on an axis ``a`` lacks (of
+    a field it lacks, or of a tensor whose rank changed) is not one."""
+    old_types = {f.name: f.type for f in a.fields}
+    axes: Counter[str] = Counter()  # how many axes of ``b`` each name is on
+    paired: Counter[str] = Counter()  # how many of them ``a`` has
+    sizes: dict[str, set[int | str | None]] = {}  # the dims of ``a`` there
+    for f in b.fields:
+        axes.update(y for _, y in _dims(f.type, f.type) if isinstance(y, str))
+        for x, y in _dims(old_types[f.name], f.type) if f.name in old_types else ():
+            if isinstance(y, str):
+                paired[y] += 1
+                sizes.setdefault(y, set()).add(x)
+    found: dict[str, int] = {}
+    for name, seen in sizes.items():
+        size, *others = seen
+        if not others and isinstance(size, int) and paired[name] == axes[name]:
+            found[name] = size
+    return found
 
 
 def _moved(old: Sequence[int | str | None], new: Sequence[int | str | None]) -> bool:
