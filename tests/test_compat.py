@@ -583,6 +583,30 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         lambda reg: reg.type("p.Msg")(t=[_tensor(5, 1), _tensor(5, 2)]),
     ),
     (
+        "array-of-arrays-made-a-tree-one-level-deep",  # [[1]] is two levels
+        _msg({"x": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}}, ["x"]),
+        _msg({"x": {"x-tree": {"max_depth": 1}}}, ["x"]),
+        "backward",
+        "TYPE_CHANGED",
+        lambda reg: reg.type("p.Msg")(x=[[1]]),
+    ),
+    (
+        "array-of-tensors-made-a-json-tree",
+        _msg({"x": _tensors([None])}, ["x"]),
+        _msg({"x": {"x-tree": {"json": True}}}, ["x"]),
+        "backward",
+        "TYPE_CHANGED",
+        lambda reg: reg.type("p.Msg")(x=[_tensor(2)]),
+    ),
+    (
+        "tree-made-an-array",  # old writers' trees may be maps
+        _msg({"x": {"x-tree": {}}}, ["x"]),
+        _msg({"x": {"type": "array", "items": {"type": "integer"}}}, ["x"]),
+        "backward",
+        "TYPE_NARROWED",
+        lambda reg: reg.type("p.Msg")(x={"a": 1}),
+    ),
+    (
         "tensor-dtypes-unset-made-all-but-one",  # the list leaves float8_e5m2 out
         _msg({"t": {"x-tensor": {}}}, ["t"]),
         _msg({"t": {"x-tensor": {"dtypes": [d for d in DTYPE_NAMES if d != "float8_e5m2"]}}}, ["t"]),
@@ -851,6 +875,40 @@ KEPT_ONE_WAY: list[tuple[str, dict[str, Any], dict[str, Any], str, Callable[[tw.
         _msg({"t": _tensors(["n"]), "u": {"x-tensor": {"shape": ["n", None]}}}, ["t", "u"]),
         "backward",
         lambda reg: reg.type("p.Msg")(t=[_tensor(3), _tensor(3)], u=_tensor(3, 2)),
+    ),
+    (
+        "array-of-integers-made-a-tree",  # a list travels as one and a tree decodes it as one
+        _msg({"x": {"type": "array", "items": {"type": "integer"}}}, ["x"]),
+        _msg({"x": {"x-tree": {"json": True, "max_depth": 1}}}, ["x"]),
+        "backward",
+        lambda reg: [reg.type("p.Msg")(x=x) for x in ([1, -2, 2**63 - 1, 2**64 - 1], [])],
+    ),
+    (
+        "map-of-nullable-numbers-made-a-tree",
+        _msg({"x": {"type": "object", "additionalProperties": {"type": ["number", "null"]}}}, ["x"]),
+        _msg({"x": {"x-tree": {"json": True}}}, ["x"]),
+        "backward",
+        lambda reg: [reg.type("p.Msg")(x=x) for x in ({"a": 1.5, "b": None, "c": -math.inf}, {})],
+    ),
+    (
+        "map-of-arrays-of-tensors-and-bytes-made-a-tree",
+        _msg(
+            {
+                "x": {"type": "object", "additionalProperties": _tensors([None])},
+                "b": {"type": "array", "items": {"type": "string", "format": "bytes"}},
+            },
+            ["x", "b"],
+        ),
+        _msg({"x": {"x-tree": {"max_depth": 2}}, "b": {"x-tree": {"max_depth": 1}}}, ["x", "b"]),
+        "backward",
+        lambda reg: reg.type("p.Msg")(x={"a": [_tensor(2), _tensor(3)], "b": []}, b=[b"\x00\xff", b""]),
+    ),
+    (
+        "tree-made-an-array-of-strings",
+        _msg({"x": {"x-tree": {}}}, ["x"]),
+        _msg({"x": {"type": "array", "items": {"type": "string"}}}, ["x"]),
+        "forward",
+        lambda reg: reg.type("p.Msg")(x=["a", ""]),
     ),
     (
         "string-made-an-enum",

@@ -267,6 +267,9 @@ class _Walk:
                 if isinstance(b, TupleT) and _spans(a, b):
                     self.emit("TYPE_NARROWED", f"{what} narrowed from array to tuple", ptr, *where)
                     return
+                if isinstance(b, TreeT) and _in_tree(a, b):  # a list travels as one, and decodes as one
+                    self.emit("TYPE_WIDENED", f"{what} widened from array to tree", ptr, *where)
+                    return
             case TupleT():
                 if isinstance(b, TupleT):
                     self.tuple_items(a, b, what, ptr, where)
@@ -279,6 +282,9 @@ class _Walk:
                     self.limits(a, b, what, ptr, where)
                     self.node(a.values, b.values, f"values of {what}", ptr, where)
                     return
+                if isinstance(b, TreeT) and _in_tree(a, b):
+                    self.emit("TYPE_WIDENED", f"{what} widened from map to tree", ptr, *where)
+                    return
             case TensorT():
                 if isinstance(b, TensorT):
                     self.tensor(a, b, what, ptr, where)
@@ -288,6 +294,9 @@ class _Walk:
                     self.tree_limits(a, b, what, ptr, where)
                     return
                 if isinstance(b, EnumT) or (isinstance(b, ScalarT) and b.kind in _TREE_SCALARS):
+                    self.emit("TYPE_NARROWED", f"{what} narrowed from tree to {_kind(b)}", ptr, *where)
+                    return
+                if isinstance(b, ArrayT | MapT) and _in_tree(b, a):
                     self.emit("TYPE_NARROWED", f"{what} narrowed from tree to {_kind(b)}", ptr, *where)
                     return
             case StructT():
@@ -668,6 +677,23 @@ def _exact_as_float(node: ScalarT) -> bool:
 
 
 _TREE_SCALARS = ("bool", "int", "float", "str")  # the scalars a tree holds as they are, at any depth limit
+
+
+def _in_tree(node: Node, tree: TreeT, depth: int = 0) -> bool:
+    """Whether ``tree`` holds every value of ``node`` (at ``depth`` containers down), and decodes it
+    as the same value: a list (not a set or a tuple, which a tree tells apart), a map, a scalar, a
+    member's string, null, and bytes and tensors where the tree is not JSON-only; each list or map
+    one level deeper, within its depth limit."""
+    node = node.inner if isinstance(node, NullableT) else node
+    if isinstance(node, ArrayT | MapT):
+        if depth >= tree.max_depth or (isinstance(node, ArrayT) and node.unique):
+            return False
+        return _in_tree(node.items if isinstance(node, ArrayT) else node.values, tree, depth + 1)
+    if isinstance(node, ScalarT):
+        return node.kind in _TREE_SCALARS or not tree.json_only
+    if isinstance(node, TensorT):
+        return not tree.json_only
+    return isinstance(node, EnumT)
 
 
 def _spans(array: ArrayT, items: TupleT) -> bool:
