@@ -298,6 +298,29 @@ def _retitled(title: str, b_fields: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+_N, _S = {"n": {"type": "integer"}}, {"s": {"type": "string"}}
+
+
+def _tagged(**variants: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    """``p.Msg`` with a union ``u`` of variants declared in its ``$defs``: name=(tag, fields)."""
+    defs = {
+        name: {"type": "object", "title": name, "properties": {"kind": {"const": tag}, **fields}, "required": [*fields]}
+        for name, (tag, fields) in variants.items()
+    }
+    union = {"oneOf": [{"$ref": f"#/$defs/{name}"} for name in defs], "discriminator": {"propertyName": "kind"}}
+    return _msg({"u": union}, ["u"], **{"$defs": defs})
+
+
+def _each_variant(registry: tw.Registry) -> list[Any]:
+    """A ``p.Msg`` holding each variant of its union ``u`` (``n=2**63 - 1`` or ``s="héllo"``)."""
+    out = []
+    for name in sorted(registry.nested_types()):
+        cls = registry.type(name)
+        fields = {f.name for f in msgspec.structs.fields(cls)}
+        out.append(registry.type("p.Msg")(u=cls(**({"n": 2**63 - 1} if "n" in fields else {"s": "héllo"}))))
+    return out
+
+
 def _one_of(registry: tw.Registry, *names: str) -> Any:
     """The nested type of ``registry`` by the one of ``names`` it has."""
     return next(registry.type(n) for n in names if n in registry.nested_types())
@@ -607,6 +630,22 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         lambda reg: reg.type("p.Msg")(x={"a": 1}),
     ),
     (
+        "union-variant-retagged-onto-a-tag-of-other-fields",  # tag "a" now means s, not n
+        _tagged(A=("a", _N), B=("b", _S)),
+        _tagged(B=("a", _S), C=("b", _N)),
+        "backward",
+        "FIELD_ADDED_REQUIRED",
+        lambda reg: reg.type("p.Msg")(u=_nested(reg, "A", n=3)),
+    ),
+    (
+        "union-variant-retagged-onto-a-removed-variants-tag",  # nothing reads tag "b" any more
+        _tagged(A=("a", _N), B=("b", _N)),
+        _tagged(B=("a", _N)),
+        "backward",
+        "UNION_VARIANT_REMOVED",
+        lambda reg: reg.type("p.Msg")(u=_nested(reg, "B", n=3)),
+    ),
+    (
         "tensor-dtypes-unset-made-all-but-one",  # the list leaves float8_e5m2 out
         _msg({"t": {"x-tensor": {}}}, ["t"]),
         _msg({"t": {"x-tensor": {"dtypes": [d for d in DTYPE_NAMES if d != "float8_e5m2"]}}}, ["t"]),
@@ -704,6 +743,18 @@ KEPT: list[tuple[str, dict[str, Any], dict[str, Any], Callable[[tw.Registry], An
         _msg({"t": {"x-tensor": {}}}, ["t"]),
         _msg({"t": {"x-tensor": {"dtypes": list(reversed(DTYPE_NAMES))}}}, ["t"]),
         _every_dtype,
+    ),
+    (
+        "union-variants-swapped-tags",  # each tag keeps its fields; only the names moved
+        _tagged(A=("a", _N), B=("b", _S)),
+        _tagged(A=("b", _S), B=("a", _N)),
+        _each_variant,
+    ),
+    (
+        "union-variants-renamed-onto-each-others-tags",
+        _tagged(A=("a", _N), B=("b", _S)),
+        _tagged(B=("a", _N), C=("b", _S)),
+        _each_variant,
     ),
     (
         "integer-range-of-one-made-its-const",  # both sides send 5 alone
@@ -909,6 +960,13 @@ KEPT_ONE_WAY: list[tuple[str, dict[str, Any], dict[str, Any], str, Callable[[tw.
         _msg({"x": {"type": "array", "items": {"type": "string"}}}, ["x"]),
         "forward",
         lambda reg: reg.type("p.Msg")(x=["a", ""]),
+    ),
+    (
+        "union-variant-retagged-onto-a-removed-variants-tag",  # tag "a", n: as before
+        _tagged(A=("a", _N), B=("b", _N)),
+        _tagged(B=("a", _N)),
+        "forward",
+        _each_variant,
     ),
     (
         "string-made-an-enum",

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeAlias
 
 from tensorwire.compat._rules import BOTH, READERS, WRITERS, covers, rule
 from tensorwire.dtypes import DTYPES
@@ -411,23 +411,18 @@ class _Walk:
             self.emit(
                 "UNION_TAG_FIELD_CHANGED", f"{what}: discriminator {a.tag_field!r} -> {b.tag_field!r}", ptr, *where
             )
-        renamed = _renamed_variants(a, b)
-        old_tags = {_variant_id(v): _variant_tag(v) for v in a.variants}
-        new_tags = {renamed.get(_variant_id(v), _variant_id(v)): _variant_tag(v) for v in b.variants}
-        for vid in sorted(new_tags.keys() - old_tags.keys()):
+        kept, added, removed = _variant_pairs(a, b)
+        for vid in sorted(_variant_id(v) for v in added):
             self.emit("UNION_VARIANT_ADDED", f"{what}: variant {vid} added", ptr, *where)
-        for vid in sorted(old_tags.keys() - new_tags.keys()):
+        for vid in sorted(_variant_id(v) for v in removed):
             self.emit("UNION_VARIANT_REMOVED", f"{what}: variant {vid} removed", ptr, *where)
-        for vid in sorted(old_tags.keys() & new_tags.keys()):
-            if old_tags[vid] != new_tags[vid]:
-                self.emit(
-                    "UNION_TAG_CHANGED", f"{what}: tag of {vid} {old_tags[vid]!r} -> {new_tags[vid]!r}", ptr, *where
-                )
+        for va, vb in sorted(kept, key=lambda pair: _variant_id(pair[0])):
+            if _variant_tag(va) != _variant_tag(vb):
+                change = f"{what}: tag of {_variant_id(va)} {_variant_tag(va)!r} -> {_variant_tag(vb)!r}"
+                self.emit("UNION_TAG_CHANGED", change, ptr, *where)
         # a variant declared in place (not a message type, which is compared as a type) is compared here
-        old_inline = {_variant_id(v): v for v in a.variants if isinstance(v, StructT)}
-        for vb in b.variants:
-            va = old_inline.get(renamed.get(_variant_id(vb), _variant_id(vb)))
-            if va is not None and isinstance(vb, StructT):
+        for va, vb in kept:
+            if isinstance(va, StructT) and isinstance(vb, StructT):
                 self.struct(va, vb)
 
     def tensor(self, a: TensorT, b: TensorT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
@@ -745,13 +740,32 @@ def _variant_id(node: StructT | MessageRefT) -> str:
     return f"{struct.type_id} v{struct.version}" if struct.type_id else f"{struct.namespace}.{struct.name}"
 
 
-def _renamed_variants(a: UnionT, b: UnionT) -> dict[str, str]:
-    """The variants declared in place that ``b`` renamed, by id in ``b`` -> id in ``a``: the wire
-    names such a variant by its tag alone."""
-    old = {_variant_id(v): v.tag for v in a.variants if isinstance(v, StructT)}
-    new = {_variant_id(v): v.tag for v in b.variants if isinstance(v, StructT)}
-    gone = {tag: vid for vid, tag in old.items() if vid not in new}
-    return {vid: gone[tag] for vid, tag in new.items() if vid not in old and tag in gone}
+_Variant: TypeAlias = StructT | MessageRefT
+
+
+def _variant_pairs(a: UnionT, b: UnionT) -> tuple[list[tuple[_Variant, _Variant]], list[_Variant], list[_Variant]]:
+    """The variants of ``a`` and ``b`` that are one variant on the wire (old, new; in ``b``'s
+    order), those of ``b`` alone and those of ``a`` alone. The wire names a variant declared in
+    place by its tag alone, so two such variants of one tag are one whatever their names (a tag
+    the old union gave another variant included); the others are paired by name (their tag
+    changed), a message type by its id."""
+    old, new = list(a.variants), list(b.variants)
+    pairs: list[tuple[_Variant, _Variant]] = []
+
+    def pair(same: Callable[[_Variant, _Variant], bool]) -> None:
+        for vb in list(new):
+            va = next((v for v in old if same(v, vb)), None)
+            if va is not None:
+                pairs.append((va, vb))
+                old.remove(va)
+                new.remove(vb)
+
+    if a.tag_field == b.tag_field:
+        pair(lambda va, vb: isinstance(va, StructT) and isinstance(vb, StructT) and va.tag == vb.tag)
+    pair(lambda va, vb: type(va) is type(vb) and _variant_id(va) == _variant_id(vb))
+    order = {id(v): i for i, v in enumerate(b.variants)}
+    pairs.sort(key=lambda p: order[id(p[1])])
+    return pairs, new, old
 
 
 def _variant_tag(node: StructT | MessageRefT) -> str | None:
