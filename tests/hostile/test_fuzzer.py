@@ -137,9 +137,10 @@ def test_every_corpus_case_replays_without_failure(tmp_path: Path) -> None:
 
 
 def test_a_short_fuzzing_run_finds_nothing(tmp_path: Path) -> None:
-    status, report, output = _fuzz(tmp_path, "--cases", "30000", "--seconds", "40", "--seed", "7")
+    # a number of cases, not of seconds: on a loaded machine a time budget ran fewer than it checks
+    status, report, output = _fuzz(tmp_path, "--cases", "1000", "--seed", "7")
     assert _zero(report) == {} and status == 0, output
-    assert report["cases"] >= 1000, output
+    assert report["cases"] == 1000, output
     legit = report["families"]["legit"]
     assert legit[1] == legit[0] > 0, output  # every valid message decoded: the harness itself works
     assert set(report["families"]) == {name for name, _ in cases.FAMILIES}
