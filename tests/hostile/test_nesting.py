@@ -24,7 +24,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire._decoder import _unguarded
-from tensorwire._scan import OPENERS, OTHERS, check_depth
+from tensorwire._scan import OPENERS, OTHERS, check_depth, walk
 from tensorwire._wire import data_span
 from tensorwire.builtins import REGISTRY, diffusion, media
 from tensorwire.inspection import describe
@@ -76,6 +76,22 @@ def _array_key(n: int) -> tuple[bytes, bytes]:  # {[inner]: nil}: the nesting is
     return b"\x81\x91", b"\xc0"
 
 
+def _array16(n: int) -> tuple[bytes, bytes]:
+    return b"\xdc\x00\x01", b""
+
+
+def _array32(n: int) -> tuple[bytes, bytes]:
+    return b"\xdd\x00\x00\x00\x01", b""
+
+
+def _map16(n: int) -> tuple[bytes, bytes]:
+    return b"\xde\x00\x01\xa1k", b""
+
+
+def _map32(n: int) -> tuple[bytes, bytes]:
+    return b"\xdf\x00\x00\x00\x01\xa1k", b""
+
+
 # name -> (wraps applied in turn, levels each wrap adds)
 KINDS: dict[str, tuple[Sequence[Wrap], int]] = {
     "arrays": ((_array,), 1),
@@ -84,6 +100,7 @@ KINDS: dict[str, tuple[Sequence[Wrap], int]] = {
     "tuples (ext in array in ext)": ((_tuple,), 1),
     "maps of arrays": ((_map_of_array,), 2),
     "array keys": ((_array_key,), 2),
+    "arrays and maps with 16- and 32-bit headers": ((_array16, _map16, _array32, _map32), 1),
     "ext, array, map and tuple in turn": ((_ext_in_ext, _array, _map, _tuple), 1),
     "everything": ((_array, _map, _ext_in_ext, _tuple, _ext_in_ext), 1),
 }
@@ -645,6 +662,8 @@ _PADDING = msgspec.msgpack.encode("\u0410" * 100)
         (ext_header(2, 1) + ext_header(2, 2) + b"\x01\x01", r"^a value runs past the end of its tree tuple's payload$"),
         (ext_header(2, 0), r"^a value runs past the end of its tree tuple's payload$"),
         (b"\x92\x01", r"^header frame is truncated$"),
+        (b"\xdc\x00", r"^header frame is truncated$"),  # a length header cut short at the frame's end
+        (b"\xdb\x00\x00\x00", r"^header frame is truncated$"),
         (b"\xc1", r"^invalid msgpack byte 0xc1 in header frame$"),
     ],
 )
@@ -661,6 +680,7 @@ def test_a_tuple_payload_must_hold_exactly_one_value(value: bytes, error: str) -
     [
         (diffusion.Output(output=(b"\x91" * 100, [2, (3, {"a": (4,)})], ()), stage_durations={"x": 1.0}), 7),
         (diffusion.Output(output={"t": (torch.ones(2), [torch.zeros(0)]), "b": b"\x91" * 200}), 5),
+        (diffusion.Output(output=[(i, [i]) for i in range(100)]), 5),  # a tuple's level ends with it
     ],
 )
 def test_well_formed_frames_pass_the_walk_at_their_depth(message: Any, depth: int) -> None:
@@ -669,6 +689,64 @@ def test_well_formed_frames_pass_the_walk_at_their_depth(message: Any, depth: in
     with pytest.raises(tw.DecodeError, match=rf"^nesting deeper than the limit of {depth - 1}$"):
         check_depth(frames[0], depth - 1)
     assert DECODER.decode(frames).output is not None
+
+
+# One value of each msgpack form, padded with a byte no msgpack value starts with (0xc1): a size
+# misread by even one byte reads it as a value. Fixints at both ends of both ranges, nil, bools,
+# floats and ints of every width, strings and bins with every length header, fixexts of each size
+# and ext8/16/32 of a tensor's code (leaves whose payload is never parsed), and arrays and maps
+# with 16- and 32-bit headers.
+_PAD = b"\xc1"
+EVERY_FORM = [
+    b"\x00",
+    b"\x7f",
+    b"\xe0",
+    b"\xff",
+    b"\xc0",
+    b"\xc2",
+    b"\xc3",
+    b"\xca" + _PAD * 4,
+    b"\xcb" + _PAD * 8,
+    b"\xcc" + _PAD,
+    b"\xcd" + _PAD * 2,
+    b"\xce" + _PAD * 4,
+    b"\xcf" + _PAD * 8,
+    b"\xd0" + _PAD,
+    b"\xd1" + _PAD * 2,
+    b"\xd2" + _PAD * 4,
+    b"\xd3" + _PAD * 8,
+    b"\xa0",
+    b"\xbf" + _PAD * 31,
+    b"\xd9\x02" + _PAD * 2,
+    b"\xda\x00\x02" + _PAD * 2,
+    b"\xdb\x00\x00\x00\x02" + _PAD * 2,
+    b"\xc4\x02" + _PAD * 2,
+    b"\xc5\x00\x02" + _PAD * 2,
+    b"\xc6\x00\x00\x00\x02" + _PAD * 2,
+    b"\xd4\x01" + _PAD,
+    b"\xd5\x01" + _PAD * 2,
+    b"\xd6\x01" + _PAD * 4,
+    b"\xd7\x01" + _PAD * 8,
+    b"\xd8\x01" + _PAD * 16,
+    b"\xc7\x02\x01" + _PAD * 2,
+    b"\xc8\x00\x02\x01" + _PAD * 2,
+    b"\xc9\x00\x00\x00\x02\x01" + _PAD * 2,
+    b"\xdc\x00\x01\x01",
+    b"\xdd\x00\x00\x00\x01\x01",
+    b"\xde\x00\x01\x01\x02",
+    b"\xdf\x00\x00\x00\x01\x01\x02",
+]
+
+
+def test_every_msgpack_form_is_walked_to_its_end() -> None:
+    """Each form is skipped by its exact size: a map16 holding an array32 of every form (two
+    levels, three with the containers among them) walks to the frame's last byte at a limit of 3,
+    and is one level too deep for 2."""
+    frame = b"\xde\x00\x01\xa1k\xdd" + len(EVERY_FORM).to_bytes(4, "big") + b"".join(EVERY_FORM)
+    assert walk(frame, 3) == len(frame)
+    check_depth(frame, 3)
+    with pytest.raises(tw.DecodeError, match=r"^nesting deeper than the limit of 2$"):
+        check_depth(frame, 2)
 
 
 if __name__ == "__main__":
