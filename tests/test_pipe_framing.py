@@ -144,6 +144,40 @@ def test_an_oversized_message_is_read_off_in_bounded_memory(pipe: tuple[Connecti
     sender.wait()
 
 
+@pytest.mark.parametrize("through", ["connection", "another reader"])
+def test_a_message_of_max_bytes_is_read_into_max_bytes_and_one_byte_more_is_refused(
+    pipe: tuple[Connection, Connection], through: str
+) -> None:
+    """``max_bytes`` is the largest message taken, exactly: one of that size is read into a buffer
+    of that size (not the next power of two), and a message one byte larger is a ``DecodeError``
+    naming both sizes, on a ``Connection``'s descriptor and through another reader's
+    ``recv_bytes_into`` alike; the message after it reads."""
+    reader, writer = pipe
+    frames = frames_of(100 * KiB, seed=5)
+    size = len(tw.join(frames))
+    small = frames_of(16, seed=6)
+    conn: Any = reader if through == "connection" else Proxy(reader)
+    sender = Sender(writer)
+
+    def send_all() -> None:
+        send(writer, frames)
+        send(writer, frames)
+        send(writer, small)
+
+    sender.send_raw(send_all)
+    fits = Receiver(conn, initial=1 * KiB, max_bytes=size)
+    assert [bytes(f) for f in fits.recv(timeout=WAIT)] == [bytes(f) for f in frames]
+    assert fits.capacity == size
+    over = Receiver(conn, initial=1 * KiB, max_bytes=size - 1)
+    with pytest.raises(
+        tw.DecodeError, match=rf"^message of {size} bytes is over the receiver's max_bytes of {size - 1}$"
+    ):
+        over.recv(timeout=WAIT)
+    assert over.capacity == 1 * KiB
+    assert same_bits(decoded(over.recv(timeout=WAIT)), decoded(small))
+    sender.wait()
+
+
 @pytest.mark.parametrize(
     ("data", "error"),
     [
