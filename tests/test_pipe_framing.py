@@ -274,6 +274,25 @@ def test_other_connections_take_send_bytes_and_recv_bytes_into(pipe: tuple[Conne
     assert receiver.capacity == 128 * KiB
 
 
+def test_through_another_reader_a_second_message_does_not_overwrite_a_live_tensor(
+    pipe: tuple[Connection, Connection],
+) -> None:
+    """Through a reader that is not a ``Connection`` as on one: while a tensor decoded from one
+    message lives, the next message goes into a fresh buffer, and the tensor keeps its bits."""
+    reader, writer = pipe
+    receiver = Receiver(Proxy(reader), initial=1 * MiB)
+    first, second = payload(256 * KiB, seed=7), payload(256 * KiB, seed=8)
+    sender = Sender(writer)
+    sender.send(first)
+    held = decoded(receiver.recv(timeout=WAIT))
+    sender.wait()
+    sender.send(second)
+    got = decoded(receiver.recv(timeout=WAIT))
+    sender.wait()
+    assert same_bits(held, first)
+    assert same_bits(got, second)
+
+
 def test_a_socket_connection_takes_the_same_path() -> None:
     """A ``multiprocessing.connection`` Client/Listener pair (a Unix socket) is a Connection too."""
     from multiprocessing.connection import Client, Listener
