@@ -50,6 +50,7 @@ def _closed(name: str, field: Any) -> Any:
         (Leaf | None, 2),  # one struct in a union: read as itself
         (Circle, 2),
         (dict[str, list[Leaf]], 4),
+        (dict[tuple[int, int], int], 3),  # a key is read as deep as its own type
         (Open, None),  # its unknown fields are skipped, however deep
         (list[Open], None),
         (Circle | Square, None),  # the fields before the tag are skipped to find it
