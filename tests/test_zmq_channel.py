@@ -832,14 +832,16 @@ def test_a_flood_of_dropped_messages_does_not_outlast_a_handshake(ctx: Any) -> N
     a.close(0)
 
 
-def test_a_peers_text_reaches_the_log_escaped_and_cut(ctx: Any, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("tail", ["A" * 5000, "\x1b" * 200], ids=["long", "short, but long once escaped"])
+def test_a_peers_text_reaches_the_log_escaped_and_cut(ctx: Any, caplog: pytest.LogCaptureFixture, tail: str) -> None:
     """A string of the peer's (here a transport name, quoted in msgspec's error) was logged raw:
-    a newline in it wrote a log line of the peer's making."""
+    a newline in it wrote a log line of the peer's making. The cut applies to the escaped text: a
+    line of fewer characters than the cut that escaping makes longer is cut as well."""
     from tests.wire_helpers import frame_of, head_of
 
     frames = tw.Encoder().encode(_request(x=torch.arange(100_000)))
     head = head_of(frames[0])
-    forged = "'\n2024-01-01 00:00:00,000 INFO tensorwire.zmq: admin login accepted\x1b[0m " + "A" * 5000
+    forged = "'\n2024-01-01 00:00:00,000 INFO tensorwire.zmq: admin login accepted\x1b[0m " + tail
     head[3] = [[head[3][0][0], {"transport": forged, "frame": 1}]]
     a, b = _tcp_pair(ctx, zmq.PUSH, zmq.PULL)
     a.send_multipart([HELLO + bytes(16), frame_of(head), bytes(frames[1])])
@@ -894,6 +896,22 @@ def test_a_bare_handshake_frame_with_this_hosts_token_gives_no_shared_memory(ctx
             assert server._route(b"claims") == _INLINE
         a.send_multipart(_valid(_request()))  # a message that decodes, with the same hello
         assert server.recv_from(timeout=5)[0] == b"claims" and server._route(b"claims") == _TRIAL
+    a.close(0)
+
+
+def test_a_handshake_sized_frame_without_the_hello_is_garbage_and_an_answer_is_never_answered(ctx: Any) -> None:
+    """Only a one-frame message that opens with the hello is a handshake, and only its question
+    is answered: a frame of a handshake's size that opens with other bytes (and ends in ``?``) is
+    garbage, dropped and counted, never answered; an answer nobody asked for gets no answer back
+    (two channels would answer each other's answers without end). The message after them reads."""
+    a, b = _tcp_pair(ctx, zmq.PAIR, zmq.PAIR)
+    with Channel(b, REGISTRY) as channel:
+        a.send_multipart([b"XXXX" + host_token() + b"?"])
+        a.send_multipart([HELLO + host_token() + b"!"])
+        a.send_multipart(_valid(_request(n=1)))
+        assert channel.recv(timeout=5).kwargs == {"n": 1}
+        assert channel.dropped == 1
+        assert not a.poll(300, zmq.POLLIN), "the channel answered a frame that was no question"
     a.close(0)
 
 
