@@ -103,11 +103,13 @@ def test_a_field_name_is_read_never_run() -> None:
         (torch.zeros(2, 3), None),
         (None, None),
         (torch.zeros(2, 4), "dim 1 must be 3, got shape"),
+        (torch.zeros(2, 2), "dim 1 must be 3, got shape"),
         (torch.zeros(2), "expected rank 2, got shape"),
         (torch.zeros(2, 3, dtype=torch.int8), "dtype int8 is not allowed; expected one of float32"),
         (np.zeros((2, 3), dtype=np.float32), "expected torch.Tensor, got ndarray"),
         ([1, 2], "expected torch.Tensor, got list"),
         (torch.zeros(3, 2).t(), "must be contiguous"),
+        (torch.zeros(2, 3, device="meta"), "device meta is not allowed; expected cpu"),
     ],
 )
 def test_a_nullable_tensor_field_with_every_tensor_rule(value: Any, reason: str | None) -> None:
@@ -123,6 +125,40 @@ def test_a_nullable_tensor_field_with_every_tensor_rule(value: Any, reason: str 
     with pytest.raises(ValidationError, match=reason) as caught:
         check_struct(obj)
     assert (caught.value.type_id, caught.value.path) == ("T", "$.x")
+
+
+_SHAPED = TensorCheck(kind="tensor", dtypes=("float32",), shape=(None, 3))  # no device or contiguity rule
+
+
+@pytest.mark.parametrize("container", ["field", "array", "map"])
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (torch.zeros(2, 3), None),
+        (torch.zeros(2, 4), "dim 1 must be 3, got shape"),
+        (torch.zeros(2, 2), "dim 1 must be 3, got shape"),
+        (torch.zeros(2, 3, 1), "expected rank 2, got shape"),
+        (torch.zeros(2), "expected rank 2, got shape"),
+        (torch.zeros(2, 3, dtype=torch.float64), "dtype float64 is not allowed; expected one of float32"),
+    ],
+)
+def test_a_tensor_rule_of_shape_and_dtype_alone_holds_in_a_field_and_inside_containers(
+    container: str, value: Any, reason: str | None
+) -> None:
+    """A tensor rule naming no device or contiguity is checked by its compiled predicate alone:
+    every dim it fixes, its rank (more dims as well as fewer) and its dtypes, whether the tensor is
+    a field's value or an item of a list or map after one that passes."""
+    check: Any = _SHAPED if container == "field" else EachCheck(container=container, inner=_SHAPED)
+    good = torch.zeros(1, 3)
+    held: Any = {"field": value, "array": [good, value], "map": {"a": good, "b": value}}[container]
+    path = {"field": "$.x", "array": "$.x[1]", "map": "$.x.b"}[container]
+    obj = _holder(StructRules(type_name="T", fields=(("x", check),)), x=held)
+    if reason is None:
+        check_struct(obj)
+        return
+    with pytest.raises(ValidationError, match=reason) as caught:
+        check_struct(obj)
+    assert (caught.value.type_id, caught.value.path) == ("T", path)
 
 
 _JSON_TREE = TreeCheck(max_depth=2, json_only=True)
