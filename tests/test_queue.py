@@ -200,6 +200,55 @@ def test_the_arriving_tensor_is_checked_against_the_buffer_entry() -> None:
         decoder.decode([frame_of(header)])
 
 
+@pytest.mark.parametrize(
+    ("tensor", "shown"),
+    [
+        (torch.zeros(32, dtype=torch.int8), r"torch.int8 of shape \(32,\)"),
+        (torch.zeros(2, 16, dtype=torch.uint8), r"torch.uint8 of shape \(2, 16\)"),
+    ],
+    ids=["another dtype", "another rank"],
+)
+def test_an_arriving_tensor_of_the_right_size_but_another_dtype_or_rank_is_refused(
+    tensor: torch.Tensor, shown: str
+) -> None:
+    """The tensor a queue item carries must be the flat uint8 bytes its buffer entry names: one
+    of as many elements but another dtype, or another rank, is a ``DecodeError``."""
+    queue = _ctx().Queue()
+    encoder, decoder, _ = _pair(queue)
+    frames = encoder.encode(diffusion.Output(output=torch.ones(8)))
+    sender, message, index, sent = queue.get(timeout=10)
+    assert sent.dtype == torch.uint8 and sent.shape == (32,)
+    queue.put((sender, message, index, tensor.share_memory_()))  # type: ignore[no-untyped-call]
+    with pytest.raises(tw.DecodeError, match=rf"is {shown}, the buffer entry says 32 bytes$"):
+        decoder.decode(frames)
+
+
+@pytest.mark.parametrize(
+    ("edit", "error"),
+    [
+        ("twice", r"queue tensor \('[0-9a-f-]+', 1, 0\) is named twice in one message$"),
+        ("negative message", r"queue handle \('[0-9a-f-]+', -1, 0\): ids must not be negative$"),
+        ("negative tensor", r"queue handle \('[0-9a-f-]+', 1, -1\): ids must not be negative$"),
+    ],
+)
+def test_a_buffer_table_naming_a_queue_tensor_twice_or_by_a_negative_id_is_refused(edit: str, error: str) -> None:
+    """A peer's buffer table is checked before any tensor is taken off the queue: one handle named
+    twice, or a negative message or tensor id, is a ``DecodeError``."""
+    from tests.wire_helpers import frame_of, head_of
+
+    queue = _ctx().Queue()
+    encoder, decoder, _ = _pair(queue)
+    frames = encoder.encode(diffusion.Output(output=[torch.ones(8), torch.ones(8)]))
+    header = head_of(frames[0])
+    first, second = header[3]
+    if edit == "twice":
+        second[1] = dict(first[1])
+    else:
+        first[1]["message" if edit == "negative message" else "tensor"] = -1
+    with pytest.raises(tw.DecodeError, match=error):
+        decoder.decode([frame_of(header)])
+
+
 def test_snapshot_copies_and_default_aliases() -> None:
     queue = _ctx().Queue()
     encoder, decoder, _ = _pair(queue)
@@ -303,7 +352,15 @@ def test_items_that_are_not_tensorwire_items_are_dropped_not_raised(caplog: pyte
     """Anything else on the queue (an application's stop sentinel, a tuple of other types) escaped
     ``decode`` as TypeError, ValueError or AttributeError."""
     queue = _ctx().Queue()
-    others = [None, ("s",), ("s", 0, 0, "not a tensor"), ("s", "0", 0, torch.zeros(4, dtype=torch.uint8))]
+    others = [
+        None,
+        ("s",),
+        ("s", 0, 0, "not a tensor"),
+        ("s", "0", 0, torch.zeros(4, dtype=torch.uint8)),
+        ("s", -1, 0, torch.zeros(4, dtype=torch.uint8)),
+        ("s", 0, -1, torch.zeros(4, dtype=torch.uint8)),
+        (0, 0, 0, torch.zeros(4, dtype=torch.uint8)),
+    ]
     for item in others:
         queue.put(item)
     encoder = tw.Encoder(transport=transports.QueueTransport(queue), options=OOB)
