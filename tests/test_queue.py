@@ -120,6 +120,28 @@ def test_stale_messages_are_discarded_with_a_counting_log_line(caplog: pytest.Lo
         tw.Decoder(REGISTRY, transports=[transports.QueueTransport(queue, timeout=0.2)]).decode(first)
 
 
+def test_a_tensor_of_an_older_message_arriving_after_a_newer_one_was_read_is_not_buffered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A sender's tensor that arrives once a newer message of that sender has been read (held up,
+    or sent again) can never be asked for: it is dropped with a log line, not kept in the buffer."""
+    import re
+
+    queue = _ctx().Queue()
+    encoder, decoder, rx = _pair(queue, timeout=0.3)
+    encoder.encode(diffusion.Output(output=torch.ones(3)))
+    late = queue.get(timeout=10)  # the first message's tensor, held up
+    second = encoder.encode(diffusion.Output(output=torch.zeros(3)))
+    assert float(decoder.decode(second).output.sum()) == 0.0
+    queue.put(late)
+    with caplog.at_level(logging.WARNING, logger="tensorwire.queue"):
+        with pytest.raises(tw.TransportError, match=r"no tensor 0 of message 2 from sender \S+ after waiting 0.3s$"):
+            decoder.decode(second)  # its tensor was taken: the wait drains the late one
+    assert rx.buffered() == 0 and rx.buffered_bytes() == 0
+    stale = r"ignoring a stale tensor from sender \S+ \(message \d+ is older than the one consumed\)"
+    assert any(re.fullmatch(stale, r.getMessage()) for r in caplog.records), caplog.text
+
+
 def test_a_silent_sender_is_evicted_after_its_ttl(caplog: pytest.LogCaptureFixture) -> None:
     import time
 
