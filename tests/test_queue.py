@@ -394,6 +394,23 @@ def test_items_that_are_not_tensorwire_items_are_dropped_not_raised(caplog: pyte
     assert dropped == [f"dropping a queue item that is not a tensorwire item: {item!r}" for item in others]
 
 
+def test_a_device_item_that_unpickles_to_no_tensor_is_dropped_not_stored(caplog: pytest.LogCaptureFixture) -> None:
+    """A CUDA item's bytes that unpickle to something other than a tensor are dropped with a log
+    line (its ack page name, not a tensorwire name, is refused too); the next message reads."""
+    import pickle
+
+    queue = _ctx().Queue()
+    queue.put(("s", 0, 0, pickle.dumps("not a tensor"), "not-a-page"))
+    encoder = tw.Encoder(transport=transports.QueueTransport(queue), options=OOB)
+    frames = encoder.encode(diffusion.Output(output=torch.arange(3.0)))
+    rx = transports.QueueTransport(queue, timeout=5)
+    with caplog.at_level(logging.WARNING, logger="tensorwire.queue"):
+        out = tw.Decoder(REGISTRY, transports=[rx]).decode(frames)
+    assert out.output.tolist() == [0.0, 1.0, 2.0]
+    assert rx.buffered() == 0
+    assert "dropping a CUDA item from sender s that is no tensor: 'not a tensor'" in caplog.text
+
+
 # -- CUDA tensors (their logic, with a runtime that takes host tensors for device ones) -----------
 def _device_like(values: torch.Tensor) -> torch.Tensor:
     return values.view(torch.uint8).reshape(-1)
