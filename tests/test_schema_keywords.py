@@ -47,6 +47,7 @@ ALL: dict[str, Any] = {
         },
         "legacy": {"type": "integer", "default": 0, "deprecated": True, "readOnly": True, "description": "Old."},
         "secret": {"type": "string", "default": "", "writeOnly": True},
+        "near_bottom": {"type": "integer", "minimum": -(2**63) + 1, "default": 0},  # one above msgpack's least
     },
     "required": ["count", "ratio", "code", "blob", "level", "tags", "scores"],
     "examples": [
@@ -130,6 +131,7 @@ BAD = [
     ("tags", frozenset("abcd"), "Expected `array` of length <= 3 - at `$.tags`"),
     ("scores", {}, "Expected `object` of length >= 1 - at `$.scores`"),
     ("scores", {"a": 1.0, "b": 2.0, "c": 3.0}, "Expected `object` of length <= 2 - at `$.scores`"),
+    ("near_bottom", -(2**63), "Expected `int` >= -9223372036854775807 - at `$.near_bottom`"),
 ]
 
 
