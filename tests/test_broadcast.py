@@ -97,31 +97,10 @@ def test_receivers_that_never_get_it_are_withdrawn_by_the_sender() -> None:
         assert _states(shm) == [FREE]
 
 
-def test_a_dead_holder_is_taken_off_by_the_senders_reclaim() -> None:
-    import multiprocessing as mp
-
-    from tests.procs import hold_and_die
-
-    with tw.transports.ShmTransport() as shm, tw.transports.ShmTransport() as reader:
-        frames = [bytes(f) for f in tw.Encoder(shm.fan_out(2)).encode(_message())]
-        held = tw.Decoder(REGISTRY, [reader]).decode(frames).kwargs["x"]
-        process = mp.get_context("spawn").Process(target=hold_and_die, args=(frames,))
-        process.start()
-        process.join(60)
-        assert process.exitcode == 0
-        assert _states(shm) == [CLAIMED]
-        del held
-        gc.collect()
-        assert _states(shm) == [CLAIMED]  # the dead child's hold is still on the page
-        assert shm.pool is not None
-        slot = shm.pool.slots()[0]
-        assert shm.pool._reusable(slot, time.monotonic_ns())  # reclaimed: its last holder is gone
-        assert _states(shm) == [FREE]
-
-
-def test_a_dead_holder_whose_pid_another_process_took_is_taken_off_by_the_senders_reclaim() -> None:
-    """A broadcast's holder died and a later process took its pid: its claim says when it started,
-    so the sender takes it off all the same, and frees the page once the other holder lets go."""
+@pytest.mark.parametrize("reused", [False, True], ids=["pid free", "pid taken by a later process"])
+def test_a_dead_holder_is_taken_off_by_the_senders_reclaim(reused: bool) -> None:
+    """A broadcast's holder died: the sender takes it off, and frees the page once the other holder
+    lets go; so too when a later process took the dead holder's pid (its claim says when it started)."""
     import multiprocessing as mp
 
     from tests.procs import hold_and_die
@@ -137,17 +116,19 @@ def test_a_dead_holder_whose_pid_another_process_took_is_taken_off_by_the_sender
         slot = shm.pool.slots()[0]
         pids = slot.page.words[_W_PIDS : _W_PIDS + 2].tolist()
         assert sorted(pids) == sorted([os.getpid(), process.pid])
-        later = subprocess.Popen(["sleep", "60"])  # started after the dead holder
+        later = subprocess.Popen(["sleep", "60"]) if reused else None  # started after the dead holder
         try:
-            slot.page.words[_W_PIDS + pids.index(process.pid)] = later.pid  # as if it took the pid
+            if later is not None:
+                slot.page.words[_W_PIDS + pids.index(process.pid)] = later.pid  # as if it took the pid
             del held
             gc.collect()
             assert _states(shm) == [CLAIMED]  # the dead holder's hold is still on the page
-            assert shm.pool._reusable(slot, time.monotonic_ns())  # reclaimed: ``later`` holds nothing
+            assert shm.pool._reusable(slot, time.monotonic_ns())  # reclaimed: its last holder is gone
             assert _states(shm) == [FREE]
         finally:
-            later.kill()
-            later.wait()
+            if later is not None:
+                later.kill()
+                later.wait()
 
 
 def test_the_number_of_receivers_is_bounded() -> None:
