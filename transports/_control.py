@@ -82,8 +82,8 @@ _W_STARTED = 10  # after the digest: when the creator started (``_segment.starte
 _W_RECEIVER_STARTED = 11  # when the receiver holding it started (0: not said)
 _W_READERS, _W_CLAIMS, _W_HOLDERS, _W_PIDS = 12, 13, 14, 16  # a broadcast's words, after the digest
 MAX_READERS = 64
-_W_HOLDER_STARTS = _W_PIDS + MAX_READERS  # when each of a broadcast's holders started
 """The most receivers one hand-over can be broadcast to (their pids fill part of the control page)."""
+_W_HOLDER_STARTS = _W_PIDS + MAX_READERS  # when each of a broadcast's holders started
 _HEAD = struct.Struct("<8Q16s")  # the words and the digest, as one read
 _NO_DIGEST = bytes(CAPABILITY_BYTES)
 _FLOCK = struct.Struct("hh4xqqi4x")  # struct flock: type, whence, start, length, pid
