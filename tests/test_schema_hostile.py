@@ -318,6 +318,8 @@ def test_a_uint64_field_builds_in_both_back_ends_and_keeps_its_range(tmp_path: P
             "multipleOf 9223372036854775808 is past what msgspec checks (int64)",
         ),
         ({"type": "number", "maximum": 10**400}, "maximum", f"maximum {10**400}: out of a double's range"),
+        ({"const": 2**63}, "const", "const 9223372036854775808 is past what msgspec checks (int64)"),
+        ({"const": -(2**63) - 1}, "const", "const -9223372036854775809 is past what msgspec checks (int64)"),
         (
             {"type": "integer", "default": 2**64},
             "default",

@@ -340,6 +340,8 @@ class Builder:
         declared = schema.get("type", kinds[1])
         if declared != kinds[1] and not (declared == "number" and kinds[0] == "int"):
             raise src.error(join_pointer(ptr, "type"), f"const {_describe(value)} is not of type {declared!r}")
+        if kinds[0] == "int" and not INT64[0] <= value <= INT64[1]:
+            raise src.error(join_pointer(ptr, "const"), f"const {value} is past what msgspec checks (int64)")
         return ScalarT(kinds[0], const=value)  # type: ignore[arg-type]  # one of the three kinds above
 
     def _array(self, entry: FileEntry, schema: dict[str, Any], ptr: str, hint: str) -> Node:
