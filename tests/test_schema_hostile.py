@@ -319,6 +319,21 @@ def test_a_uint64_field_builds_in_both_back_ends_and_keeps_its_range(tmp_path: P
         ),
         ({"type": "number", "maximum": 10**400}, "maximum", f"maximum {10**400}: out of a double's range"),
         ({"const": 2**63}, "const", "const 9223372036854775808 is past what msgspec checks (int64)"),
+        (
+            {"type": "string", "maxLength": 2**63},
+            "maxLength",
+            "maxLength 9223372036854775808 is past what msgspec checks (a length of at most 9223372036854775807)",
+        ),
+        (
+            {"type": "array", "items": {"type": "integer"}, "minItems": 10**30},
+            "minItems",
+            f"minItems {10**30} is past what msgspec checks (a length of at most 9223372036854775807)",
+        ),
+        (
+            {"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 2**64},
+            "maxProperties",
+            "maxProperties 18446744073709551616 is past what msgspec checks (a length of at most 9223372036854775807)",
+        ),
         ({"const": -(2**63) - 1}, "const", "const -9223372036854775809 is past what msgspec checks (int64)"),
         (
             {"type": "integer", "default": 2**64},

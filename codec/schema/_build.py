@@ -309,9 +309,7 @@ class Builder:
                 "(format 'bytes' makes the string raw bytes)",
             )
         is_bytes = schema.get("contentEncoding") == "base64" or fmt == "bytes"
-        low, high = schema.get("minLength"), schema.get("maxLength")
-        if low is not None and high is not None and low > high:
-            raise src.error(ptr, f"minLength {low} is above maxLength {high}")
+        low, high = _counts(src, schema, ptr, "Length")
         pattern = schema.get("pattern")
         if pattern is not None:
             if is_bytes:
@@ -323,7 +321,7 @@ class Builder:
             problem = pattern_problem(pattern)
             if problem is not None:
                 raise src.error(join_pointer(ptr, "pattern"), problem)
-        return ScalarT("bytes" if is_bytes else "str", max_length=high, min_length=low or None, pattern=pattern)
+        return ScalarT("bytes" if is_bytes else "str", max_length=high, min_length=low, pattern=pattern)
 
     def _const(self, entry: FileEntry, schema: dict[str, Any], ptr: str) -> ScalarT:
         """A value that must be exactly ``const``: a string, an integer or a boolean."""
@@ -854,14 +852,20 @@ def _scalar_problem(node: ScalarT, value: Any, whole: bool) -> str | None:
 
 
 def _counts(src: SourceFile, schema: dict[str, Any], ptr: str, noun: str) -> tuple[int | None, int | None]:
-    """``min<noun>`` and ``max<noun>`` of ``schema`` (``minItems``, ``maxProperties``...), checked for order."""
+    """``min<noun>`` and ``max<noun>`` of ``schema`` (``minItems``, ``maxProperties``...), checked for
+    order and for what msgspec checks (a length is a ``Py_ssize_t``)."""
     low, high = schema.get(f"min{noun}"), schema.get(f"max{noun}")
+    for key, value in ((f"min{noun}", low), (f"max{noun}", high)):
+        if value is not None and value > MAX_LENGTH:
+            message = f"{key} {value} is past what msgspec checks (a length of at most {MAX_LENGTH})"
+            raise src.error(join_pointer(ptr, key), message)
     if low is not None and high is not None and low > high:
         raise src.error(ptr, f"min{noun} {low} is above max{noun} {high}")
     return (low or None), high
 
 
 INT64 = (-(2**63), 2**63 - 1)  # the integer bounds msgspec checks
+MAX_LENGTH = 2**63 - 1  # the longest length, item count or entry count msgspec checks
 WIRE_INT = (-(2**63), 2**64 - 1)  # the integers msgpack carries: a bound past them checks nothing
 
 
