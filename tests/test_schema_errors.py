@@ -203,6 +203,12 @@ def test_union_variants_with_the_same_tag(schema_dir: Path) -> None:
     [
         ({"type": "integer", "default": "three"}, r"expected int, got string \"three\""),
         ({"type": "integer", "minimum": 1, "default": 0}, r"0 is below the minimum 1"),
+        (
+            {"type": "number", "multipleOf": 0.1, "default": 0.3},
+            re.escape("0.3 is not a multiple of 0.1 as a double (fmod(0.3, 0.1) is 0.09999999999999998, as msgspec"),
+        ),
+        ({"type": "number", "multipleOf": 0.1, "default": 3}, re.escape("3 is not a multiple of 0.1 as a double")),
+        ({"type": "integer", "multipleOf": 3, "default": 4}, r"4 is not a multiple of 3$"),
         ({"type": "string", "maxLength": 2, "default": "abc"}, r"longer than maxLength 2"),
         ({"type": "boolean", "default": None}, r"null is not allowed here \(the type is not nullable\)"),
         ({"type": "array", "items": {"type": "string"}, "default": [1]}, r"at \[0\]: expected str, got integer 1"),

@@ -11,7 +11,6 @@ import posixpath
 import re
 import unicodedata
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 from tensorwire.rules import known_validators
@@ -840,8 +839,10 @@ def _scalar_problem(node: ScalarT, value: Any, whole: bool) -> str | None:
         return f"{value} is below the {'exclusive ' if node.exclusive_minimum else ''}minimum {node.minimum}"
     if node.maximum is not None and (value >= node.maximum if node.exclusive_maximum else value > node.maximum):
         return f"{value} is above the {'exclusive ' if node.exclusive_maximum else ''}maximum {node.maximum}"
-    if node.multiple_of is not None and Fraction(str(value)) % Fraction(str(node.multiple_of)):
-        return f"{value} is not a multiple of {node.multiple_of}"
+    if node.multiple_of is not None:
+        problem = _step_problem(node, value, node.multiple_of)
+        if problem is not None:
+            return problem
     if node.max_length is not None and len(value) > node.max_length:
         return f"longer than maxLength {node.max_length}"
     if node.min_length is not None and len(value) < node.min_length:
@@ -849,6 +850,17 @@ def _scalar_problem(node: ScalarT, value: Any, whole: bool) -> str | None:
     if node.pattern is not None and re.search(node.pattern, value) is None:
         return f"{_describe(value)} does not match the pattern {node.pattern!r}"
     return None
+
+
+def _step_problem(node: ScalarT, value: int | float, step: int | float) -> str | None:
+    """Why ``value`` is not a multiple of ``step`` as msgspec checks it, or None: an integer's
+    exactly, a number's on the doubles (``fmod(value, step) == 0``: 0.3 is no multiple of 0.1)."""
+    if node.kind != "float":
+        return None if value % step == 0 else f"{value} is not a multiple of {step}"
+    left = math.fmod(float(value), float(step))
+    if left == 0:
+        return None
+    return f"{value} is not a multiple of {step} as a double (fmod({value}, {step}) is {left}, as msgspec checks it)"
 
 
 def _counts(src: SourceFile, schema: dict[str, Any], ptr: str, noun: str) -> tuple[int | None, int | None]:
