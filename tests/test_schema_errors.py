@@ -209,6 +209,10 @@ def test_union_variants_with_the_same_tag(schema_dir: Path) -> None:
         ),
         ({"type": "number", "multipleOf": 0.1, "default": 3}, re.escape("3 is not a multiple of 0.1 as a double")),
         ({"type": "integer", "multipleOf": 3, "default": 4}, r"4 is not a multiple of 3$"),
+        (
+            {"type": "array", "items": {"type": "number"}, "uniqueItems": True, "minItems": 2, "default": [1, 1.0]},
+            re.escape("items repeat in a set (uniqueItems)"),
+        ),
         ({"type": "string", "maxLength": 2, "default": "abc"}, r"longer than maxLength 2"),
         ({"type": "boolean", "default": None}, r"null is not allowed here \(the type is not nullable\)"),
         ({"type": "array", "items": {"type": "string"}, "default": [1]}, r"at \[0\]: expected str, got integer 1"),

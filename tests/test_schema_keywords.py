@@ -303,6 +303,16 @@ REJECTED = [
         "/properties/x/examples/0",
         "items repeat in a set (uniqueItems)",
     ),
+    (
+        {"type": "array", "items": {"type": "number"}, "uniqueItems": True, "examples": [[1, 1.0]]},
+        "/properties/x/examples/0",
+        "items repeat in a set (uniqueItems)",
+    ),
+    (
+        {"type": "array", "items": {"type": "number"}, "uniqueItems": True, "examples": [[0, -0.0]]},
+        "/properties/x/examples/0",
+        "items repeat in a set (uniqueItems)",
+    ),
     ({"x-tree": {"max_depth": 2}, "examples": [[[[1]]]]}, "/properties/x/examples/0", "deeper than max_depth 2"),
     (
         {

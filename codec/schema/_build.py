@@ -701,7 +701,7 @@ def _problem(node: Node, value: Any, whole: bool) -> _Problem:
             count = _count_problem(len(value), node.min_items, node.max_items, "items")
             if count:
                 return "", count
-            if node.unique and len({json.dumps(v, sort_keys=True) for v in value}) != len(value):
+            if node.unique and len({_set_key(node.items, v) for v in value}) != len(value):
                 return "", "items repeat in a set (uniqueItems)"
             return _first(_inside(f"[{i}]", _problem(node.items, v, whole)) for i, v in enumerate(value))
         case TupleT():
@@ -734,6 +734,16 @@ def _problem(node: Node, value: Any, whole: bool) -> _Problem:
             return "", f"expected an object whose {node.tag_field!r} is one of {tags}, got {_describe(value)}"
         case _:
             unhandled(node)
+
+
+def _set_key(items: Node, value: Any) -> Any:
+    """``value`` as a set of ``items`` holds it, to find repeats: a number item as the double it
+    decodes to (``1`` and ``1.0``, ``0`` and ``-0.0`` are one item), anything else as JSON text
+    (``true`` is not ``1``)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if number and isinstance(items, ScalarT) and items.kind == "float" and _double(value):
+        return float(value)
+    return json.dumps(value, sort_keys=True)
 
 
 def _struct_problem(struct: StructT, value: Any, whole: bool) -> _Problem:
