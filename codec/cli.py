@@ -159,6 +159,9 @@ def _gen(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"tensorwire: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        print(f"tensorwire: cannot write {exc.filename or args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     if not args.check:
         for path in written:
             print(f"wrote {path}")

@@ -169,6 +169,14 @@ def test_gen_writes_nothing_through_a_link(tmp_path: Path, capsys: pytest.Captur
     assert err == f"tensorwire: {linked} is a symbolic link: gen reads and writes plain files only\n"
 
 
+def test_gen_names_a_package_directory_it_cannot_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A directory that cannot be made was an internal error (exit 3, ``FileNotFoundError``)."""
+    schemas = write_schemas(tmp_path / "schemas", {"h/Msg.v1.json": minimal("h.Msg")})
+    out = Path("/proc/self/no-such-directory/pkg")  # not even root can make it
+    assert main(["gen", str(schemas), "-o", str(out)]) == 2
+    assert capsys.readouterr().err == f"tensorwire: cannot write {out.parent}: No such file or directory\n"
+
+
 @pytest.mark.parametrize("kind", NOT_REGULAR)
 def test_gen_check_refuses_a_generated_module_that_is_not_a_regular_file(
     kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
