@@ -8,12 +8,14 @@ another process keeps growing would be followed for as long as it grows: none of
 from __future__ import annotations
 
 import errno
+import fnmatch
 import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
-__all__ = ["as_text", "open_regular", "read_at", "read_regular", "read_text"]
+__all__ = ["as_text", "find", "open_regular", "read_at", "read_regular", "read_text"]
 
 _CHUNK = 1 << 24  # bytes asked of one read
 
@@ -74,3 +76,25 @@ def as_text(data: bytes | bytearray) -> str:
     """``data`` as UTF-8 text, newlines as a text-mode read gives them (``"\\r\\n"`` and ``"\\r"``
     are ``"\\n"``); ``UnicodeDecodeError`` if it is not UTF-8."""
     return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def find(root: Path, pattern: str = "*") -> list[Path]:
+    """Every entry under ``root`` whose name matches ``pattern`` (``fnmatch``, case-sensitive), as
+    ``root.rglob(pattern)`` finds them (directories entered, never through a link), sorted. Walked
+    without recursion: a tree of any depth is no ``RecursionError``. ``OSError`` if a directory
+    cannot be listed (a ``PermissionError`` is skipped, as ``rglob`` skips it)."""
+    found: list[Path] = []
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    path = directory / entry.name
+                    if fnmatch.fnmatchcase(entry.name, pattern):
+                        found.append(path)
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(path)
+        except PermissionError:
+            continue
+    return sorted(found)

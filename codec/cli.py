@@ -367,16 +367,16 @@ def _same_schema_files(a: Path, b: Path) -> bool:
     copy of the built-in schemas is the built-in schemas). Each is read as the schema loader reads
     it (``read_regular``): a directory holding anything else is not the built-in schemas, and the
     loader then says what is wrong with it."""
-    from tensorwire._files import read_regular
+    from tensorwire._files import find, read_regular
     from tensorwire.schema._source import MAX_FILE_BYTES
 
     def files(root: Path) -> dict[str, bytearray] | None:
         found: dict[str, bytearray] = {}
-        for path in root.rglob("*.json") if root.is_dir() else ():
-            try:
+        try:
+            for path in find(root, "*.json") if root.is_dir() else ():
                 found[path.relative_to(root).as_posix()] = read_regular(path, MAX_FILE_BYTES)
-            except OSError:
-                return None
+        except OSError:
+            return None
         return found
 
     mine = files(a)

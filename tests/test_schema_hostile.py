@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -550,3 +551,34 @@ def test_an_x_version_longer_than_a_tag_carries_is_refused(schema_dir: Path) -> 
     doc = minimal("h.Msg", MAX_VERSION)
     schemas = load_dir(write_schemas(schema_dir / "top", {f"h/Msg.v{MAX_VERSION}.json": doc}))
     assert parse_tag(tag("h.Msg", schemas.messages[0].version)) == (3, "h.Msg", MAX_VERSION)
+
+
+def _nested_dirs(top: Path, levels: int) -> Path:
+    """``top/a/a/.../a``, ``levels`` directories deep (deeper than Python's recursion limit)."""
+    deepest = top
+    for _ in range(levels):  # one at a time: Path.mkdir(parents=True) recurses too
+        deepest /= "a"
+        deepest.mkdir()
+    return deepest
+
+
+def test_a_directory_tree_deeper_than_the_recursion_limit_is_walked(schema_dir: Path) -> None:
+    """Listing the schema files recursed once per directory: 1,200 nested directories (a checkout
+    can hold them) made ``load_dir`` raise ``RecursionError`` (``tensorwire gen``: internal error)."""
+    write_schemas(schema_dir, {"h/Msg.v1.json": minimal("h.Msg")})
+    deepest = _nested_dirs(schema_dir / "h", 1200)
+    try:
+        assert [m.type_id for m in load_dir(schema_dir).messages] == ["h.Msg"]
+        (deepest / "Stray.v1.json").write_text("{}")
+        with pytest.raises(SchemaError) as info:
+            load_dir(schema_dir)
+        assert _fields(info.value) == (
+            str(deepest / "Stray.v1.json"),
+            None,
+            None,
+            None,
+            "schema files live at <namespace>/<Name>.v<N>.json (namespace: lower_snake)",
+        )
+    finally:
+        (deepest / "Stray.v1.json").unlink(missing_ok=True)
+        os.removedirs(deepest)  # without recursion, up to h/, which holds Msg.v1.json

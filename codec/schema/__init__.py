@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tensorwire._files import find
 from tensorwire.errors import SchemaError, printable
 from tensorwire.schema._build import Builder, FileEntry, fingerprint_of
 from tensorwire.schema._meta import check_against_meta, meta_schema, meta_schema_text
@@ -120,7 +121,11 @@ def load_dir(directory: str | os.PathLike[str], display_root: str | None = None)
         raise SchemaError(f"{directory}: not a schema directory")
     parsed: list[tuple[str, str, int, SourceFile]] = []
     links = _is_package_schemas(root)
-    for path in sorted(root.rglob("*.json")):
+    try:
+        paths = find(root, "*.json")
+    except OSError as exc:
+        raise SchemaError(f"cannot list {printable(str(exc.filename))}: {exc.strerror}", file=_display(root)) from None
+    for path in paths:
         rel = path.relative_to(root)
         display = printable(f"{display_root}/{rel.as_posix()}" if display_root else _display(path))
         if rel.parts[0] == META_DIR:
