@@ -82,9 +82,10 @@ def find(root: Path, pattern: str = "*") -> list[Path]:
     """Every entry under ``root`` whose name matches ``pattern`` (``fnmatch``, case-sensitive), as
     ``root.rglob(pattern)`` finds them (directories entered, never through a link), sorted. Walked
     without recursion: a tree of any depth is no ``RecursionError``. ``OSError`` if a directory
-    cannot be listed (a ``PermissionError`` is skipped, as ``rglob`` skips it)."""
+    cannot be listed (a ``PermissionError`` is skipped, as ``rglob`` skips it); nothing if ``root``
+    is not a directory."""
     found: list[Path] = []
-    pending = [root]
+    pending = [root] if root.is_dir() else []
     while pending:
         directory = pending.pop()
         try:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from tensorwire._encoder import Encoder
-from tensorwire._files import read_text
+from tensorwire._files import find, read_text
 from tensorwire._wire import join
 
 __all__ = ["MANIFEST", "MAX_MANIFEST_BYTES", "Cases", "describe", "manifest_lines", "read_manifest", "record"]
@@ -75,7 +75,7 @@ def describe(value: Any) -> Any:
 
 def manifest_lines(root: Path) -> dict[str, str]:
     """Relative path -> SHA-256 of every fixture file under ``root`` (each read a chunk at a time)."""
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST)
+    files = [p for p in find(root) if p.is_file() and p.name != MANIFEST]
     return {p.relative_to(root).as_posix(): _sha256(p) for p in files}
 
 
@@ -126,7 +126,7 @@ def record(root: Path, cases: Cases) -> list[Path]:
         raise ValueError(f"{root}: the fixture directory is a symbolic link; give the directory it points to")
     if root.exists() and not root.is_dir():
         raise ValueError(f"{root}: not a directory")
-    found = list(root.rglob("*")) if root.exists() else []
+    found = find(root) if root.exists() else []
     links = sorted(p.relative_to(root).as_posix() for p in found if p.is_symlink())
     if links:
         raise ValueError(f"{root}: holds symbolic links ({', '.join(links)}); fixtures are plain files")

@@ -365,6 +365,21 @@ def test_record_refuses_a_fifo_in_the_fixture_directory_instead_of_waiting_on_it
     assert _tree(root) == before
 
 
+def test_record_walks_a_fixture_directory_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
+    """Listing the fixture directory recursed once per directory: 1,200 nested directories made
+    ``record`` raise ``RecursionError`` (``tensorwire golden record``: internal error)."""
+    root = tmp_path / "golden"
+    deepest = root
+    for _ in range(1200):  # one at a time: Path.mkdir(parents=True) recurses too
+        deepest /= "a"
+        deepest.mkdir(parents=deepest.parent == root)
+    try:
+        assert record(root, cases())
+        assert read_manifest(root) == manifest_lines(root)
+    finally:
+        os.removedirs(deepest)  # without recursion, up to the fixtures
+
+
 def test_record_refuses_a_name_that_is_not_utf8_before_writing(tmp_path: Path) -> None:
     """A file name that is not UTF-8 let ``record`` write the new fixtures, then fail to write the
     manifest (with a message naming neither), and fail so on every later run."""
