@@ -181,6 +181,8 @@ class _Reader:
 
     def path(self, table: dict[str, Any], key: str) -> Path | None:
         value = self.text(table, key)
+        if value is not None and "\0" in value:  # no file system call takes it
+            raise self.error(key, f"expected a path, got {value!r}: a path holds no NUL character")
         return None if value is None else self.file.parent / value
 
     def choice(self, table: dict[str, Any], key: str, options: tuple[str, ...], prefix: str) -> str | None:

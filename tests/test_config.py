@@ -64,6 +64,8 @@ def test_pyproject_s_table_is_read_and_tensorwire_toml_wins_beside_it(tmp_path: 
         ("[compat]\nignore = [{rule = 'FIELD_DELETED'}]\n", "compat.ignore[0]: needs a rule and a reason"),
         ("[compat]\nignore = [{rule = 'X', reason = 'r', why = 1}]\n", "compat.ignore[0].why: unknown key"),
         ("out = \n", "cannot read it: "),
+        ('out = "p\\u0000kg"\n', "out: expected a path, got 'p\\x00kg': a path holds no NUL character"),
+        ('schemas = "\\u0000"\n', "schemas: expected a path, got '\\x00': a path holds no NUL character"),
     ],
 )
 def test_a_bad_file_names_itself_and_the_key(tmp_path: Path, text: str, error: str) -> None:
