@@ -229,3 +229,39 @@ def test_only_structs_of_leaves_skip_the_garbage_collector(tmp_path: Path) -> No
         assert _norm(mi.type_info(module.Holder)) == _norm(mi.type_info(runtime))
     assert tw.builtins.REGISTRY.type("rpc.Request").__struct_config__.gc is True  # args and kwargs are trees
     assert tw.load_schemas(BUILTIN_SCHEMAS).type("rpc.Result").__struct_config__.gc is True
+
+
+ASTRAL: dict[str, Any] = {  # characters past U+FFFF wherever a schema's string reaches generated code
+    "$id": "astral.Note",
+    "x-version": 1,
+    "type": "object",
+    "properties": {
+        "kind": {"const": "astral.\U0001f600"},
+        "mood": {
+            "type": "string",
+            "enum": ["glad\U0001f600", "sad"],
+            "x-enum-name": "Mood",
+            "default": "glad\U0001f600",
+        },
+        "text": {"type": "string", "pattern": "^\U0001d518+$", "default": "\U0001d518\U0001d518"},
+        "tally": {"type": "object", "additionalProperties": {"type": "integer"}, "default": {"\U0001f600": 1}},
+        "extra": {"x-tree": {}, "default": {"\U0001f600": ["\U0001f600"]}},
+    },
+}
+
+
+def test_characters_past_the_basic_plane_are_the_same_in_generated_code(tmp_path: Path) -> None:
+    """JSON writes such a character as a surrogate pair, which a Python literal reads as two lone
+    surrogates: the generated module failed at import (``UnicodeEncodeError``), and its tag, enum
+    member, defaults and pattern were not the schema's."""
+    with _generated(tmp_path, {"astral/Note.v1.json": ASTRAL}, "twgen_astral", "astral") as (module, runtime):
+        assert _norm(mi.type_info(module.Note)) == _norm(mi.type_info(runtime.type("astral.Note")))
+        note = module.Note()
+        assert (note.mood.value, note.text, note.tally, note.extra) == (
+            "glad\U0001f600",
+            "\U0001d518\U0001d518",
+            {"\U0001f600": 1},
+            {"\U0001f600": ["\U0001f600"]},
+        )
+        assert module.Note.__struct_config__.tag == "astral.\U0001f600"
+        assert msgspec.msgpack.encode(note) == msgspec.msgpack.encode(runtime.type("astral.Note")())

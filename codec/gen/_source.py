@@ -104,7 +104,7 @@ def render_value(value: Any, indent: int = 0, prefix: int = 0) -> str:
         parts = [render_value(v, indent + 4, indent + 4) for v in value]
         opener, closer = "(", ",)" if len(value) == 1 else ")"
     elif isinstance(value, str):
-        return json.dumps(value)
+        return _python_string(value)
     else:
         return repr(value)
     flat = opener + ", ".join(parts) + closer
@@ -116,7 +116,24 @@ def render_value(value: Any, indent: int = 0, prefix: int = 0) -> str:
 
 def _literal(value: Any) -> str:
     """Python source of a scalar, strings in double quotes as the formatter writes them."""
-    return json.dumps(value) if isinstance(value, str) else repr(value)
+    return _python_string(value) if isinstance(value, str) else repr(value)
+
+
+_ESCAPE = re.compile(r"\\(?:u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})|.)")  # one escape of JSON text
+
+
+def _python_string(text: str) -> str:
+    """``text`` as a Python string literal in double quotes: JSON's escapes, but a character past
+    U+FFFF as ``\\U`` (JSON writes it as a surrogate pair, which Python reads as two lone
+    surrogates: no string the schema holds, and no UTF-8 can carry them)."""
+    return _ESCAPE.sub(_astral, json.dumps(text))
+
+
+def _astral(match: re.Match[str]) -> str:
+    if match.group(1) is None:
+        return match.group()  # any other escape, an escaped backslash included, as it is
+    high, low = int(match.group(1), 16), int(match.group(2), 16)
+    return f"\\U{0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00):08x}"
 
 
 class _Module:
@@ -188,7 +205,7 @@ class _Module:
                     return 'b""'
                 if node.kind == "float":
                     return repr(float(value))
-                return json.dumps(value) if isinstance(value, str) else repr(value)
+                return _literal(value)
             case ArrayT():
                 items = [self.default(node.items, v) for v in value]
                 if node.unique:
@@ -198,7 +215,7 @@ class _Module:
                 items = [self.default(t, v) for t, v in zip(node.items, value, strict=True)]
                 return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
             case MapT():
-                pairs = (f"{json.dumps(k)}: {self.default(node.values, v)}" for k, v in value.items())
+                pairs = (f"{_python_string(k)}: {self.default(node.values, v)}" for k, v in value.items())
                 return "{" + ", ".join(pairs) + "}"
             case TreeT():
                 return _tree_literal(value)
@@ -211,7 +228,7 @@ class _Module:
     def render_enum(self, node: EnumT) -> str:
         lines = [f"class {node.name}(str, enum.Enum):", _docstring(node.description or f"Enum {self.ns}.{node.name}.")]
         lines.append("")
-        lines += [f"    {member_name(v)} = {json.dumps(v)}" for v in node.values]
+        lines += [f"    {member_name(v)} = {_python_string(v)}" for v in node.values]
         return "\n".join(lines)
 
     def render_struct(self, struct: StructT) -> str:
@@ -222,7 +239,7 @@ class _Module:
         if struct.closed:
             options += ", forbid_unknown_fields=True"
         if struct.tag_field is not None:
-            options += f", tag_field={json.dumps(struct.tag_field)}, tag={json.dumps(struct.tag)}"
+            options += f", tag_field={_python_string(struct.tag_field)}, tag={_literal(struct.tag)}"
         head = f"class {name}(msgspec.Struct, {options}):"
         if len(head) > WIDTH:
             head = f"class {name}(\n    msgspec.Struct,\n    " + options.replace(", ", ",\n    ") + ",\n):"
@@ -394,7 +411,7 @@ def _docstring(text: str) -> str:
 
 def _tree_literal(value: Any) -> str:
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)}: {_tree_literal(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_python_string(k)}: {_tree_literal(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(_tree_literal(v) for v in value) + "]"
-    return json.dumps(value) if isinstance(value, str) else repr(value)
+    return _literal(value)
