@@ -582,3 +582,17 @@ def test_a_directory_tree_deeper_than_the_recursion_limit_is_walked(schema_dir: 
     finally:
         (deepest / "Stray.v1.json").unlink(missing_ok=True)
         os.removedirs(deepest)  # without recursion, up to h/, which holds Msg.v1.json
+
+
+@pytest.mark.parametrize("tag", ["caf\u00e9", "astral.\U0001f600"])
+def test_a_tag_that_is_not_ascii_is_refused(schema_dir: Path, tag: str) -> None:
+    """msgspec's MessagePack decoder compared a struct's tag that is not ASCII with nothing (until
+    the class had encoded one): a receiver that only decodes refused every message of such a type
+    (``Invalid value 'café' - at `$.kind```), from generated and run-time classes alike."""
+    doc = minimal("h.Msg", kind={"const": tag}, n={"type": "integer"})
+    error = _error(schema_dir, {"h/Msg.v1.json": doc})
+    assert (error.pointer, error.message) == (
+        "/properties/kind/const",
+        f"tag {tag!r} (the object's first string const) is not ASCII: msgspec's MessagePack decoder refuses "
+        "a struct whose tag is not ASCII (until it has encoded one); use ASCII",
+    )

@@ -85,6 +85,10 @@ _TOO_DEEP = (
     f"types nested deeper than {MAX_TYPE_DEPTH} levels, counting through $ref "
     "(the tools and generated code walk a type recursively)"
 )
+_NON_ASCII_TAG = (
+    "tag {tag!r} (the object's first string const) is not ASCII: msgspec's MessagePack decoder refuses "
+    "a struct whose tag is not ASCII (until it has encoded one); use ASCII"
+)
 _CONST_KIND: dict[type, tuple[str, str]] = {bool: ("bool", "boolean"), int: ("int", "integer"), str: ("str", "string")}
 _CLASS_NAME = re.compile(r"[A-Z][A-Za-z0-9]*")  # fullmatch: a name, never a name and a newline
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -418,6 +422,8 @@ class Builder:
             if tag_field is None and isinstance(prop.get("const"), str) and prop.get("type", "string") == "string":
                 self._only(entry, prop, fptr, _DOC | {"const", "type"}, "const")
                 tag_field, tag = field_name, prop["const"]  # the first string const: the struct's tag
+                if not tag.isascii():
+                    raise src.error(join_pointer(fptr, "const"), _NON_ASCII_TAG.format(tag=tag))
                 continue
             node = self._node(entry, prop, fptr, name + _pascal(field_name))
             is_required = field_name in required
