@@ -133,6 +133,31 @@ def test_a_suppression_of_a_retired_rule_covers_the_rules_that_replaced_it(tmp_p
     assert back == [("SET_MADE_ARRAY", "error", None), ("VERSION_NOT_BUMPED", "error", None)]
 
 
+def test_a_suppression_is_read_in_the_file_that_declares_the_changed_type(tmp_path: Path) -> None:
+    """A change inside a type of another file's ``$defs`` was looked up at its pointer in the
+    message's own file: an ignore there, on an unrelated entry of the same name, accepted it (exit
+    0 for a field old readers require), and one where the type is declared was not read."""
+    integer = {"type": "integer"}
+    part: dict[str, Any] = {"type": "object", "properties": {"a": integer, "b": integer}, "required": ["a", "b"]}
+    decoy: dict[str, Any] = {"type": "object", "properties": {"z": integer}, "required": ["z"]}
+    decoy["x-compat-ignore"] = [{"rule": "FIELD_DELETED", "reason": "another type"}]
+    lib = {**_msg({"n": {"type": "integer"}}, ["n"]), "$id": "t.Lib", "$defs": {"Part": part}}
+    msg = {**_msg({"p": {"$ref": "Lib.v1.json#/$defs/Part"}}, ["p"]), "$id": "t.Msg", "$defs": {"Part": decoy}}
+    old = load_dir(write_schemas(tmp_path / "old", {"t/Lib.v1.json": lib, "t/Msg.v1.json": msg}))
+    new_part = copy.deepcopy(part)
+    del new_part["properties"]["a"]
+    new_part["required"] = ["b"]
+    new_lib = {**lib, "$defs": {"Part": new_part}}
+    new = load_dir(write_schemas(tmp_path / "new", {"t/Lib.v1.json": new_lib, "t/Msg.v1.json": msg}))
+    found = [(f.type_id, f.rule, f.suppressed) for f in compare(old, new)]
+    assert found == [("t.Msg", "FIELD_DELETED", None), ("t.Msg", "VERSION_NOT_BUMPED", None)]
+    new_part["x-compat-ignore"] = [{"rule": "FIELD_DELETED", "reason": "no reader reads a"}]
+    new = load_dir(write_schemas(tmp_path / "new", {"t/Lib.v1.json": new_lib, "t/Msg.v1.json": msg}))
+    assert [(f.type_id, f.rule, f.suppressed) for f in compare(old, new)] == [
+        ("t.Msg", "FIELD_DELETED", "no reader reads a")
+    ]
+
+
 def test_a_suppression_needs_a_reason(tmp_path: Path) -> None:
     docs = copy.deepcopy(BASE)
     _props(docs["t/Thing.v1.json"])["mode"]["x-compat-ignore"] = [{"rule": "ENUM_MEMBER_ADDED", "reason": ""}]

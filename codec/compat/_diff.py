@@ -804,9 +804,14 @@ def _ignores(schemas: SchemaSet, source: str, pointer: str) -> list[dict[str, st
 
 
 def _suppress(schemas: SchemaSet, message: Message | None, finding: Finding) -> Finding:
+    """``finding`` accepted by an ``x-compat-ignore`` at its pointer, or above it, in the file its
+    pointer is in: the file that declares the type it is about (a nested type of another file's
+    ``$defs`` included), not always the message's."""
     if message is None:
         return finding
-    for entry in _ignores(schemas, message.path, finding.pointer):
+    at = finding.new_location
+    source = at.file if at is not None and at.file in schemas.sources else message.path
+    for entry in _ignores(schemas, source, finding.pointer):
         if covers(str(entry.get("rule")), finding.rule):
             return replace(finding, severity="info", suppressed=entry.get("reason", ""))
     return finding
