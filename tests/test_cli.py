@@ -80,7 +80,7 @@ def test_gen_puts_the_registry_in_the_module_named(tmp_path: Path, capsys: pytes
     assert main(["gen", "--check", str(BUILTIN_SCHEMAS), "-o", str(out), "--registry", "registry"]) == 1
     err = capsys.readouterr().err
     assert f"run 'tensorwire gen {BUILTIN_SCHEMAS} -o {out} --registry registry'" in err
-    for bad in ("media", "no-such", "1st"):
+    for bad in ("media", "no-such", "1st", "class", "\uff52\uff45\uff47", "\uff4d\uff45\uff44\uff49\uff41"):
         assert main(["gen", str(BUILTIN_SCHEMAS), "-o", str(tmp_path / "x"), "--registry", bad]) == 2
         assert f"registry module {bad!r} is not a Python name free in the package" in capsys.readouterr().err
         assert not (tmp_path / "x").exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import keyword
 import re
 from typing import Any
 
@@ -44,8 +45,11 @@ def render_package(schemas: SchemaSet, registry: str = "__init__") -> dict[str, 
     that holds ``REGISTRY``: the package's ``__init__`` by default, else a module beside the
     namespaces' (the package's own ``__init__`` is then left to its author)."""
     namespaces = schemas.namespaces()
-    if not registry.isidentifier() or registry in namespaces:
-        raise ValueError(f"registry module {registry!r} is not a Python name free in the package")
+    if not _importable(registry) or registry in namespaces:
+        raise ValueError(
+            f"registry module {registry!r} is not a Python name free in the package "
+            "(an ASCII identifier, not a keyword, not a namespace)"
+        )
     bound = sorted(_REGISTRY_NAMES.intersection(namespaces))
     if bound:
         raise ValueError(
@@ -55,6 +59,13 @@ def render_package(schemas: SchemaSet, registry: str = "__init__") -> dict[str, 
     out = {f"{ns}.py": _Module(schemas, ns).render() for ns in namespaces}
     out[f"{registry}.py"] = _render_registry(namespaces, registry == "__init__")
     return out
+
+
+def _importable(name: str) -> bool:
+    """Whether ``from package import name`` imports the module file ``name.py``: an identifier that
+    is no keyword, and ASCII (Python reads a name in source NFKC-normalized: fullwidth letters as
+    ASCII ones, so ``from package import`` that name finds another module)."""
+    return name.isidentifier() and name.isascii() and not keyword.iskeyword(name)
 
 
 def _render_registry(namespaces: list[str], package: bool) -> str:
