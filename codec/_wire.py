@@ -320,8 +320,11 @@ _ZEROS = bytes(ALIGN)
 _SINGLE = struct.Struct(f"<4sIQ{ALIGN - BLOB_PREAMBLE.size - FRAME_LENGTH.size}x")  # a one-frame blob up to its frame
 
 
-def split(blob: Buffer) -> list[memoryview]:
-    """The frames of a blob made by ``join``, as zero-copy memoryviews (writable if the blob is)."""
+def split(blob: Buffer, *, max_frames: int | None = None) -> list[memoryview]:
+    """The frames of a blob made by ``join``, as zero-copy memoryviews (writable if the blob is).
+
+    ``max_frames``: the most frames taken (None: as many as the blob holds); a blob of more is a
+    ``DecodeError`` before a view is made (a view costs ~200 bytes, a frame in the table 8)."""
     try:
         view = memoryview(blob).cast("B")
     except (TypeError, ValueError) as exc:  # not a buffer, not C-contiguous, released
@@ -329,6 +332,8 @@ def split(blob: Buffer) -> list[memoryview]:
     if view.nbytes >= _SINGLE.size and _SINGLE.unpack_from(view) == (BLOB_MAGIC, 1, view.nbytes - _SINGLE.size):
         return [view[_SINGLE.size :]]  # the common message, well-formed (any other: checked below)
     count = blob_frame_count(view, view.nbytes)
+    if max_frames is not None and count > max_frames:
+        raise DecodeError(f"blob of {count} frames is over the max_frames of {max_frames}")
     return [view[pos : pos + length] for pos, length in blob_frame_spans(view, count, view.nbytes)]
 
 

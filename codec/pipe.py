@@ -46,11 +46,23 @@ from typing import Any, Protocol
 from tensorwire._timeouts import deadline_after, next_wait
 from tensorwire._wire import Buffer, blob_parts, join, split
 from tensorwire.errors import DecodeError
+from tensorwire.options import Limits
 
-__all__ = ["DEFAULT_INITIAL", "DEFAULT_MAX_BYTES", "ByteReader", "ByteWriter", "Receiver", "frame_header", "send"]
+__all__ = [
+    "DEFAULT_INITIAL",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_FRAMES",
+    "ByteReader",
+    "ByteWriter",
+    "Receiver",
+    "frame_header",
+    "send",
+]
 
 DEFAULT_INITIAL = 64 * 1024
 DEFAULT_MAX_BYTES = 1024**3
+DEFAULT_MAX_FRAMES = Limits().max_buffers + 1
+"""``Receiver``'s default ``max_frames``: frame 0 and as many buffers as ``Limits`` lets a message have."""
 
 
 class ByteWriter(Protocol):
@@ -177,17 +189,29 @@ class Receiver:
     it has been read off the connection by then, so the next ``recv`` gets the message after it.
     On a ``Connection`` it is read off in 64 KiB chunks and dropped, so ``max_bytes`` bounds what a
     message can make the receiver hold; through another reader's ``recv_bytes_into`` (which reads
-    a message whole before it can tell it does not fit) it bounds only the memory kept. Not safe to
-    share between threads.
+    a message whole before it can tell it does not fit) it bounds only the memory kept.
+    ``max_frames``: the most frames a message may have (``DEFAULT_MAX_FRAMES``, what a decoder with
+    the default ``Limits`` takes); a blob of more is a ``DecodeError`` before its frames are made
+    (each costs ~25 times its 8 bytes in the blob's frame table). Not safe to share between threads.
     """
 
-    def __init__(self, conn: ByteReader, *, initial: int = DEFAULT_INITIAL, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        conn: ByteReader,
+        *,
+        initial: int = DEFAULT_INITIAL,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_frames: int = DEFAULT_MAX_FRAMES,
+    ) -> None:
         if initial < 1:
             raise ValueError(f"initial must be at least 1 byte, got {initial}")
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be at least 1 byte, got {max_bytes}")
+        if max_frames < 1:
+            raise ValueError(f"max_frames must be at least 1 frame, got {max_frames}")
         self._conn = conn
         self._max_bytes = max_bytes
+        self._max_frames = max_frames
         self._buffer = bytearray(min(initial, max_bytes))
         self._direct = conn if _DIRECT and type(conn) is Connection else None  # read off its descriptor
         self._head = bytearray(_LARGE.size)  # a message's size, as it arrives
@@ -202,6 +226,11 @@ class Receiver:
     def max_bytes(self) -> int:
         """The largest message accepted, in bytes."""
         return self._max_bytes
+
+    @property
+    def max_frames(self) -> int:
+        """The most frames a message may have."""
+        return self._max_frames
 
     @property
     def capacity(self) -> int:
@@ -226,7 +255,8 @@ class Receiver:
         one that an exception (``KeyboardInterrupt``, a signal handler's) stopped part of the way.
         ``EOFError`` when the other end is closed and nothing is left to read; ``OSError`` when it
         closes in the middle of a message. ``DecodeError`` for a message over ``max_bytes``, one
-        whose header announces a negative size, or one that is not a blob.
+        whose header announces a negative size, one that is not a blob, or one of more than
+        ``max_frames`` frames.
         """
         if self._broken:
             raise OSError(self._broken)
@@ -239,7 +269,7 @@ class Receiver:
                     raise TimeoutError(f"no message arrived within {timeout} s")
         if self._direct is not None:
             try:
-                return split(self._read_message(self._direct, deadline))
+                return split(self._read_message(self._direct, deadline), max_frames=self._max_frames)
             except _Stalled as stalled:
                 if not self._broken:  # not a byte of it read: another reader of the descriptor took it
                     raise TimeoutError(f"no message arrived within {timeout} s") from None
@@ -258,7 +288,7 @@ class Receiver:
                 ) from None
             buffer = self._buffer = bytearray(min(1 << (size - 1).bit_length(), self._max_bytes))
             buffer[:size] = message
-        return split(memoryview(buffer)[:size])
+        return split(memoryview(buffer)[:size], max_frames=self._max_frames)
 
     def _read_message(self, conn: Connection, deadline: float | None) -> memoryview:
         """The next message on ``conn``, read off its descriptor as ``Connection.recv_bytes`` reads

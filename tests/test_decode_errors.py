@@ -154,6 +154,16 @@ def test_a_blob_of_no_frames_or_a_frame_cut_short_is_a_decode_error_naming_it() 
         tw.split(blob[:-1])
 
 
+def test_split_takes_at_most_max_frames() -> None:
+    frames = INLINE.encode(_message())
+    blob = tw.join(frames)
+    assert [bytes(f) for f in tw.split(blob, max_frames=len(frames))] == [bytes(f) for f in frames]
+    with pytest.raises(
+        tw.DecodeError, match=rf"^blob of {len(frames)} frames is over the max_frames of {len(frames) - 1}$"
+    ):
+        tw.split(blob, max_frames=len(frames) - 1)
+
+
 def test_every_truncation_of_the_header_frame() -> None:
     for encoder in (INLINE, EMBED):
         frames = encoder.encode(_message())

@@ -178,6 +178,40 @@ def test_a_message_of_max_bytes_is_read_into_max_bytes_and_one_byte_more_is_refu
     sender.wait()
 
 
+@pytest.mark.parametrize("through", ["connection", "another reader"])
+def test_a_blob_of_more_frames_than_max_frames_is_refused_before_its_frames_are_made(
+    pipe: tuple[Connection, Connection], through: str
+) -> None:
+    """A blob of many empty frames costs 8 bytes a frame on the wire and ~200 in views: one of more
+    than ``max_frames`` (by default frame 0 and ``Limits().max_buffers``) is a ``DecodeError``
+    before a view is made, so ``max_bytes`` still bounds what a message makes the receiver hold;
+    the message after it reads."""
+    reader, writer = pipe
+    count = tw.Limits().max_buffers + 2
+    many = [b""] * count
+    small = frames_of(16, seed=6)
+    conn: Any = reader if through == "connection" else Proxy(reader)
+    sender = Sender(writer)
+
+    def send_all() -> None:
+        send(writer, many)
+        send(writer, [b"", b"", b""])
+        send(writer, small)
+
+    sender.send_raw(send_all)
+    receiver = Receiver(conn)
+    assert receiver.max_frames == count - 1
+    with pytest.raises(tw.DecodeError, match=rf"^blob of {count} frames is over the max_frames of {count - 1}$"):
+        receiver.recv(timeout=WAIT)
+    few = Receiver(conn, max_frames=2)
+    with pytest.raises(tw.DecodeError, match=r"^blob of 3 frames is over the max_frames of 2$"):
+        few.recv(timeout=WAIT)
+    assert same_bits(decoded(few.recv(timeout=WAIT)), decoded(small))
+    sender.wait()
+    with pytest.raises(ValueError, match=r"^max_frames must be at least 1 frame, got 0$"):
+        Receiver(conn, max_frames=0)
+
+
 @pytest.mark.parametrize(
     ("data", "error"),
     [
