@@ -20,7 +20,7 @@ zmq = pytest.importorskip("zmq")
 import tensorwire as tw  # noqa: E402
 from tensorwire.builtins import REGISTRY, rpc  # noqa: E402
 from tensorwire.transports._control import FREE, IN_FLIGHT  # noqa: E402
-from tensorwire.zmq import HELLO, Channel, StillHeldError, host_token  # noqa: E402
+from tensorwire.zmq import HELLO, AbortedWhileHeldError, Channel, StillHeldError, host_token  # noqa: E402
 from tensorwire.zmq._channel import _INLINE, _SHARED, _TRIAL  # noqa: E402
 from tests.wire_helpers import held_elsewhere  # noqa: E402
 
@@ -184,6 +184,37 @@ def test_wait_mode_out_of_time_says_the_frames_are_still_held(ctx: Any) -> None:
         assert isinstance(caught.value, TimeoutError) and caught.value.sent.held == 1
         assert _drain(b, 5)[-1].kwargs["x"].shape == (16 * MiB,)
         assert caught.value.sent.wait(10)
+
+
+def test_abort_cuts_short_a_send_waiting_for_zeromq_to_let_go_of_its_frames(ctx: Any) -> None:
+    """A ``send(wait=True)`` to a peer that stopped reading waited for its frames as long as its
+    timeout (forever with None), whatever ``abort()`` said: a ``Client.close`` waited as long."""
+    b, sender = _stalled(ctx)
+    raised: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            sender.send(_request(x=torch.zeros(16 * MiB)))
+        except BaseException as exc:  # checked below
+            raised.append(exc)
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    time.sleep(0.5)  # queued, its frame held
+    sender.abort()
+    thread.join(5)
+    alive = thread.is_alive()
+    sender.close(0)  # (ZeroMQ lets go of the frame: a send still waiting returns)
+    thread.join(5)
+    assert not alive, "abort() did not cut short a send waiting for its frames"
+    [error] = raised
+    assert type(error) is AbortedWhileHeldError and isinstance(error, ConnectionAbortedError)
+    assert str(error) == (
+        "the channel was closed while ZeroMQ still held 1 frames of the queued message:"
+        " its tensors must not change until .sent.wait() is True"
+    )
+    assert error.sent.wait(10)
+    b.close(0)
 
 
 def test_frames_under_copy_below_are_copied_and_larger_ones_tracked(ctx: Any) -> None:

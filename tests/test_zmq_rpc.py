@@ -651,6 +651,46 @@ def test_a_call_waiting_for_another_calls_send_keeps_its_timeout_and_close_cuts_
     assert str(outcomes["blocked"]) == "the client was closed before 'blocked' was sent"
 
 
+def test_close_cuts_short_a_call_whose_large_request_a_server_does_not_read(ctx: Any) -> None:
+    """A call whose request was queued waited for ZeroMQ to let go of its large frames, holding the
+    socket, as long as its timeout: with ``math.inf``, a server that stopped reading made the call
+    and ``close`` wait forever."""
+    server = ctx.socket(zmq.ROUTER)
+    server.setsockopt(zmq.RCVHWM, 1)  # before the connection is made: its pipe takes the options then
+    server.setsockopt(zmq.RCVBUF, 64 * 1024)
+    port = server.bind_to_random_port("tcp://127.0.0.1")
+    socket = ctx.socket(zmq.DEALER)
+    socket.connect(f"tcp://127.0.0.1:{port}")
+    client = Client(socket, same_host=False)
+    outcomes: dict[str, BaseException] = {}
+
+    def call(name: str) -> None:
+        try:
+            client.call(rpc.Request(method=name, kwargs={"x": torch.zeros(16 * 2**20)}), timeout=math.inf)
+        except BaseException as exc:  # checked below
+            outcomes[name] = exc
+
+    calls = [threading.Thread(target=call, args=(f"big{i}",), daemon=True) for i in range(3)]
+    for thread in calls:
+        thread.start()
+        time.sleep(0.3)  # the first requests fill what the server's side takes; the last one is held
+    closer = threading.Thread(target=client.close, daemon=True)
+    closer.start()
+    closer.join(5)
+    for thread in calls:
+        thread.join(5)
+    assert not closer.is_alive(), "close() waited for a call whose request ZeroMQ still held"
+    assert not any(thread.is_alive() for thread in calls)
+    held = [name for name, exc in outcomes.items() if "was queued" in str(exc)]
+    assert held, outcomes
+    for name in held:
+        assert type(outcomes[name]) is ConnectionAbortedError
+        assert (
+            str(outcomes[name]) == f"the client was closed while {name!r} was queued, ZeroMQ still holding its frames"
+        )
+    server.close(0)
+
+
 def test_a_call_that_waited_for_the_socket_while_the_client_closed_is_aborted(ctx: Any, running: _Running) -> None:
     """A call that took the socket after ``close`` had closed the channel raised ValueError."""
     client = _client(ctx, running.endpoint)

@@ -19,7 +19,15 @@ DEALER/ROUTER with the built-in ``rpc.Request`` / ``rpc.Result`` envelopes::
 See ``tensorwire.zmq._channel`` for the frame layout and the lifetime rule.
 """
 
-from tensorwire.zmq._channel import COPY_BELOW, HELLO, MAX_TRIALS, Channel, Sent, StillHeldError
+from tensorwire.zmq._channel import (
+    COPY_BELOW,
+    HELLO,
+    MAX_TRIALS,
+    AbortedWhileHeldError,
+    Channel,
+    Sent,
+    StillHeldError,
+)
 from tensorwire.zmq._locality import host_token
 from tensorwire.zmq._rpc import Client, Handler, Server
 
@@ -27,6 +35,7 @@ __all__ = [
     "COPY_BELOW",
     "HELLO",
     "MAX_TRIALS",
+    "AbortedWhileHeldError",
     "Channel",
     "Client",
     "Handler",

@@ -66,7 +66,17 @@ from tensorwire.transports.inline import InlineHandle
 from tensorwire.transports.shm import MAX_READERS, FanOut, ShmTransport
 from tensorwire.zmq._locality import TOKEN_BYTES, endpoint_is_local, host_token
 
-__all__ = ["COPY_BELOW", "HELLO", "MAX_TRIALS", "Channel", "Notes", "Sent", "StillHeldError", "kind_of"]
+__all__ = [
+    "COPY_BELOW",
+    "HELLO",
+    "MAX_TRIALS",
+    "AbortedWhileHeldError",
+    "Channel",
+    "Notes",
+    "Sent",
+    "StillHeldError",
+    "kind_of",
+]
 
 HELLO = b"TWC1"
 """The first four bytes of a channel message's first frame (the sender's host token follows)."""
@@ -145,16 +155,34 @@ class Sent:
 _DONE = Sent([])  # what a send whose frames were all copied returns: nothing to wait for
 
 
-def _settled(sent: Sent, wait: bool, deadline: float | None, timeout: float | None) -> Sent:
-    """``sent``, once ZeroMQ has let go of its frames if ``wait`` (``StillHeldError`` past ``deadline``)."""
+class AbortedWhileHeldError(ConnectionAbortedError):
+    """``abort()`` cut short a ``send(wait=True)`` whose message was queued while ZeroMQ still held
+    some of its frames. The message may be on its way; its tensors must not change until
+    ``sent.wait()`` (closing the socket makes ZeroMQ let go of them)."""
+
+    def __init__(self, message: str, sent: Sent) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+def _settled(sent: Sent, wait: bool, deadline: float | None, timeout: float | None, aborted: threading.Event) -> Sent:
+    """``sent``, once ZeroMQ has let go of its frames if ``wait``: ``StillHeldError`` past
+    ``deadline``, ``AbortedWhileHeldError`` once ``aborted`` is set (looked at every ``_SEND_SLICE``)."""
     if sent is _DONE or not wait:
         return sent
-    if not sent.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
-        raise StillHeldError(
-            f"the message was queued, but ZeroMQ still holds {sent.held} of its frames after {timeout} s:"
-            " its tensors must not change until .sent.wait() is True",
-            sent,
-        )
+    while not sent.wait(_SEND_SLICE if deadline is None else max(0.0, min(_SEND_SLICE, deadline - time.monotonic()))):
+        if aborted.is_set():
+            raise AbortedWhileHeldError(
+                f"the channel was closed while ZeroMQ still held {sent.held} frames of the queued message:"
+                " its tensors must not change until .sent.wait() is True",
+                sent,
+            )
+        if _past(deadline):
+            raise StillHeldError(
+                f"the message was queued, but ZeroMQ still holds {sent.held} of its frames after {timeout} s:"
+                " its tensors must not change until .sent.wait() is True",
+                sent,
+            )
     return sent
 
 
@@ -249,7 +277,7 @@ class Channel:
             raise
         if route == _TRIAL:
             self._try(peer, frames)
-        return _settled(sent, wait, deadline, timeout)
+        return _settled(sent, wait, deadline, timeout, self._aborted)
 
     def broadcast(
         self, message: Any, peers: Sequence[bytes], *, timeout: float | None = None, wait: bool = True
@@ -287,7 +315,7 @@ class Channel:
                 done = self._ended - before
                 self._withdraw(fan, frames, len(peers) - done, everyone=done == 0)
             raise
-        return _settled(Sent(trackers) if trackers else _DONE, wait, deadline, timeout)
+        return _settled(Sent(trackers) if trackers else _DONE, wait, deadline, timeout, self._aborted)
 
     def _withdraw(self, fan: FanOut, frames: list[Any], missing: int, *, everyone: bool) -> None:
         """The peers a broadcast did not reach: all of them (its exports undone) or ``missing``."""
@@ -645,8 +673,10 @@ class Channel:
 
     def abort(self) -> None:
         """Make a send waiting in another thread for ZeroMQ to queue its message give up (within
-        ~50 ms) with ``ConnectionAbortedError``, nothing sent, and every later one that has to wait:
-        the one method another thread may call while the channel is in use (before ``close``)."""
+        ~50 ms) with ``ConnectionAbortedError``, nothing sent, and every later one that has to wait;
+        one waiting for ZeroMQ to let go of the frames of a message it queued (``wait=True``) gives
+        up as soon with ``AbortedWhileHeldError``: the one method another thread may call while the
+        channel is in use (before ``close``)."""
         self._aborted.set()
 
     def close(self, linger: int | None = None) -> None:

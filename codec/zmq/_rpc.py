@@ -29,7 +29,7 @@ from tensorwire import CodecError, DecodeOptions, EncodeOptions, Registry, Trans
 from tensorwire._timeouts import LONGEST_WAIT, deadline_after
 from tensorwire.builtins import REGISTRY, rpc
 from tensorwire.transports.base import Transport
-from tensorwire.zmq._channel import Channel, Notes, kind_of
+from tensorwire.zmq._channel import AbortedWhileHeldError, Channel, Notes, kind_of
 
 __all__ = ["Client", "Handler", "Server"]
 
@@ -135,6 +135,10 @@ class Client:
                     self.channel.send(outgoing, timeout=max(0.0, deadline - time.monotonic()))
                     if first:
                         reply = self._recv(min(deadline - time.monotonic(), _SLICE))
+                except AbortedWhileHeldError:  # (queued, its frames not yet let go of by ZeroMQ)
+                    raise ConnectionAbortedError(
+                        f"the client was closed while {request.method!r} was queued, ZeroMQ still holding its frames"
+                    ) from None
                 except ConnectionAbortedError:  # (the channel's, when close() cut a waiting send short)
                     raise ConnectionAbortedError(f"the client was closed before {request.method!r} was sent") from None
                 finally:
