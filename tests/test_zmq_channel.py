@@ -186,6 +186,38 @@ def test_wait_mode_out_of_time_says_the_frames_are_still_held(ctx: Any) -> None:
         assert caught.value.sent.wait(10)
 
 
+def test_a_send_without_a_timeout_waits_for_its_frames_within_the_sockets_sndtimeo(ctx: Any) -> None:
+    """``timeout=None`` bounds a send by the socket's ``SNDTIMEO``: a message that was queued but
+    whose frames a peer that stopped reading keeps held is a ``StillHeldError`` once it is up (it
+    waited forever)."""
+    b, sender = _stalled(ctx)
+    sender.socket.setsockopt(zmq.SNDTIMEO, 300)
+    raised: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            sender.send(_request(x=torch.zeros(16 * MiB)))
+        except BaseException as exc:  # checked below
+            raised.append(exc)
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    thread.join(10)
+    alive = thread.is_alive()
+    sender.abort()  # (a send still waiting gives up)
+    thread.join(5)
+    assert not alive, "send() waited for its frames past the socket's SNDTIMEO"
+    [error] = raised
+    assert type(error) is StillHeldError
+    assert str(error) == (
+        "the message was queued, but ZeroMQ still holds 1 of its frames after the socket's SNDTIMEO of 300 ms:"
+        " its tensors must not change until .sent.wait() is True"
+    )
+    assert _drain(b, 5)[-1].kwargs["x"].shape == (16 * MiB,)
+    assert error.sent.wait(10)
+    sender.close(0)
+
+
 def test_abort_cuts_short_a_send_waiting_for_zeromq_to_let_go_of_its_frames(ctx: Any) -> None:
     """A ``send(wait=True)`` to a peer that stopped reading waited for its frames as long as its
     timeout (forever with None), whatever ``abort()`` said: a ``Client.close`` waited as long."""

@@ -165,27 +165,6 @@ class AbortedWhileHeldError(ConnectionAbortedError):
         self.sent = sent
 
 
-def _settled(sent: Sent, wait: bool, deadline: float | None, timeout: float | None, aborted: threading.Event) -> Sent:
-    """``sent``, once ZeroMQ has let go of its frames if ``wait``: ``StillHeldError`` past
-    ``deadline``, ``AbortedWhileHeldError`` once ``aborted`` is set (looked at every ``_SEND_SLICE``)."""
-    if sent is _DONE or not wait:
-        return sent
-    while not sent.wait(_SEND_SLICE if deadline is None else max(0.0, min(_SEND_SLICE, deadline - time.monotonic()))):
-        if aborted.is_set():
-            raise AbortedWhileHeldError(
-                f"the channel was closed while ZeroMQ still held {sent.held} frames of the queued message:"
-                " its tensors must not change until .sent.wait() is True",
-                sent,
-            )
-        if _past(deadline):
-            raise StillHeldError(
-                f"the message was queued, but ZeroMQ still holds {sent.held} of its frames after {timeout} s:"
-                " its tensors must not change until .sent.wait() is True",
-                sent,
-            )
-    return sent
-
-
 class Channel:
     """Messages of ``registry``'s types over ``socket`` (PUSH/PULL, PAIR, DEALER/ROUTER, PUB/SUB).
 
@@ -259,7 +238,8 @@ class Channel:
         """Send ``message`` (to ``peer``, the routing id, on a ROUTER socket); see the module for
         ``wait``. ``TimeoutError`` if it cannot be queued within ``timeout`` seconds (nothing sent;
         None: the socket's ``SNDTIMEO``, by default -1, no limit); ``StillHeldError`` if it was
-        queued but ZeroMQ still holds frames when the time is up."""
+        queued but ZeroMQ still holds frames when the time is up (with None, ``SNDTIMEO`` once it
+        was queued)."""
         if self.closed:
             raise ValueError("the channel is closed")
         if (peer is None) is self._router:
@@ -277,7 +257,7 @@ class Channel:
             raise
         if route == _TRIAL:
             self._try(peer, frames)
-        return _settled(sent, wait, deadline, timeout, self._aborted)
+        return self._settled(sent, wait, deadline, timeout)
 
     def broadcast(
         self, message: Any, peers: Sequence[bytes], *, timeout: float | None = None, wait: bool = True
@@ -315,7 +295,35 @@ class Channel:
                 done = self._ended - before
                 self._withdraw(fan, frames, len(peers) - done, everyone=done == 0)
             raise
-        return _settled(Sent(trackers) if trackers else _DONE, wait, deadline, timeout, self._aborted)
+        return self._settled(Sent(trackers) if trackers else _DONE, wait, deadline, timeout)
+
+    def _settled(self, sent: Sent, wait: bool, deadline: float | None, timeout: float | None) -> Sent:
+        """``sent``, once ZeroMQ has let go of its frames if ``wait``: ``StillHeldError`` past
+        ``deadline`` (None: the socket's ``SNDTIMEO`` from now, if it has one), ``AbortedWhileHeldError``
+        after ``abort()`` (looked at every ``_SEND_SLICE``)."""
+        if sent is _DONE or not wait:
+            return sent
+        within = f"{timeout} s"
+        if deadline is None:
+            limit = int(self.socket.getsockopt(zmq.SNDTIMEO))
+            if limit >= 0:
+                deadline, within = time.monotonic() + limit / 1000, f"the socket's SNDTIMEO of {limit} ms"
+        while not sent.wait(
+            _SEND_SLICE if deadline is None else max(0.0, min(_SEND_SLICE, deadline - time.monotonic()))
+        ):
+            if self._aborted.is_set():
+                raise AbortedWhileHeldError(
+                    f"the channel was closed while ZeroMQ still held {sent.held} frames of the queued message:"
+                    " its tensors must not change until .sent.wait() is True",
+                    sent,
+                )
+            if _past(deadline):
+                raise StillHeldError(
+                    f"the message was queued, but ZeroMQ still holds {sent.held} of its frames after {within}:"
+                    " its tensors must not change until .sent.wait() is True",
+                    sent,
+                )
+        return sent
 
     def _withdraw(self, fan: FanOut, frames: list[Any], missing: int, *, everyone: bool) -> None:
         """The peers a broadcast did not reach: all of them (its exports undone) or ``missing``."""
