@@ -1273,6 +1273,36 @@ def test_a_hello_over_tcp_is_on_trial_though_the_socket_has_an_ipc_endpoint_too(
         assert server.withheld == 1 and _in_flight(shm) == 3
 
 
+def test_a_peer_on_trial_pushed_out_of_the_peers_a_router_remembers_gets_inline_frames(
+    ctx: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ROUTER remembers what the hellos of its last peers said (4,096; 4 here): past that, the
+    oldest is forgotten, and a peer it had not heard from went by its last endpoint, so on a socket
+    bound to tcp:// and then ipc:// a remote liar that other routing ids pushed out (handshake
+    questions saying "another host" are enough) had every message in shared memory, off trial.
+    Once a peer has been forgotten, one not heard from gets inline frames."""
+    monkeypatch.setattr("tensorwire.zmq._channel._MAX_PEERS", 4)
+    router = ctx.socket(zmq.ROUTER)
+    endpoint = f"tcp://127.0.0.1:{router.bind_to_random_port('tcp://127.0.0.1')}"
+    router.bind(f"ipc://{tmp_path}/router")
+    liar = ctx.socket(zmq.DEALER)
+    liar.setsockopt(zmq.ROUTING_ID, b"liar")
+    liar.connect(endpoint)
+    liar.send_multipart(_valid(_request()))
+    with tw.transports.ShmTransport() as shm, Channel(router, REGISTRY, transport=shm) as server:
+        assert server.recv_from(timeout=5)[0] == b"liar"
+        assert server._route(b"liar") == _TRIAL
+        for other in _workers(ctx, endpoint, 4):
+            other.send(HELLO + bytes(16) + b"?")
+        with pytest.raises(TimeoutError):
+            server.recv(timeout=1)  # the four questions, answered
+        assert b"liar" not in server._peers
+        for _ in range(3):
+            server.send(_request(x=torch.randn(MiB)), peer=b"liar", timeout=5)
+        assert [len(_raw_parts(liar)) for _ in range(3)] == [3, 3, 3]  # inline: the tensor in a frame
+        assert _in_flight(shm) == 0
+
+
 def _peak_of_one_drop(channel: Channel) -> int:
     """Read the one message waiting on ``channel``'s socket, which the channel drops; the peak of the
     memory traced meanwhile."""

@@ -212,6 +212,7 @@ class Channel:
         # a channel that cannot open shared memory says so with a token no process has
         self._hello = HELLO + (host_token() if transport is not None else bytes(TOKEN_BYTES))
         self._peers: OrderedDict[bytes | None, int] = OrderedDict()  # what each peer's hello says
+        self._forgot = False  # whether a peer was ever pushed out of ``_peers`` (past _MAX_PEERS)
         self._proven: OrderedDict[bytes | None, None] = OrderedDict()  # peers that claimed a message
         self._trials: dict[bytes | None, Handle] = {}  # a message's first buffer each, waiting for its claim
         self._backlog: deque[tuple[bytes | None, Any]] = deque()  # messages read by a handshake
@@ -427,10 +428,12 @@ class Channel:
     def _route(self, peer: bytes | None) -> int:
         """How a message goes to ``peer`` (None: the socket's peers): ``_INLINE``; ``_SHARED``, when it
         can open this process's shared memory (``same_host=True``; a hello from this host that came
-        over ipc:// or inproc://, or from a peer that has claimed a message; nothing heard, and an
-        ipc:// or inproc:// endpoint); ``_TRIAL``, when only its hello says so (over a network
-        connection): through shared memory if no message of its is on trial (waiting for its claim)
-        and fewer than ``max_trials`` peers have one, otherwise inline (``withheld``)."""
+        over ipc:// or inproc://, or from a peer that has claimed a message; nothing heard, an
+        ipc:// or inproc:// endpoint, and no peer ever forgotten: past ``_MAX_PEERS`` an unknown
+        peer may be a forgotten one, whose hello said otherwise); ``_TRIAL``, when only its hello
+        says so (over a network connection): through shared memory if no message of its is on trial
+        (waiting for its claim) and fewer than ``max_trials`` peers have one, otherwise inline
+        (``withheld``)."""
         if self._shared is None:
             return _INLINE
         if self._trials:  # each looked at before this send can take a slot a claimed one left
@@ -438,7 +441,9 @@ class Channel:
         if self.same_host is not None:
             return _SHARED if self.same_host else _INLINE
         said = self._peers.get(peer)
-        if said is None:  # nothing heard: the endpoint tells
+        if said is None:  # nothing heard: the endpoint tells, unless the peer may have been forgotten
+            if self._forgot:  # (a flood of routing ids pushed it out: it may have been on trial, or remote)
+                return _INLINE
             if not self._endpoint:
                 self._endpoint = self._last_endpoint()
             return _SHARED if endpoint_is_local(self._endpoint) else _INLINE
@@ -489,6 +494,7 @@ class Channel:
         self._peers.move_to_end(key)
         if len(self._peers) > _MAX_PEERS:
             self._peers.popitem(last=False)
+            self._forgot = True
 
     # -- receiving ------------------------------------------------------------------------------
     def recv(self, *, timeout: float | None = None) -> Any:
