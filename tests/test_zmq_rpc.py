@@ -14,8 +14,9 @@ import torch
 
 zmq = pytest.importorskip("zmq")
 
+import tensorwire as tw  # noqa: E402
 from tensorwire import EncodeError  # noqa: E402
-from tensorwire.builtins import rpc  # noqa: E402
+from tensorwire.builtins import REGISTRY, rpc  # noqa: E402
 from tensorwire.zmq import Client, Server  # noqa: E402
 
 
@@ -688,6 +689,81 @@ def test_close_cuts_short_a_call_whose_large_request_a_server_does_not_read(ctx:
         assert (
             str(outcomes[name]) == f"the client was closed while {name!r} was queued, ZeroMQ still holding its frames"
         )
+    server.close(0)
+
+
+class _TimingOut(dict[str, Any]):
+    """A client's pending calls that hold the ``victim`` thread's call between its timeout and its
+    removal until another thread has looked its id up (a thread switch there, made certain)."""
+
+    def __init__(self, victim: threading.Thread) -> None:
+        super().__init__()
+        self.victim, self.key = victim, ""
+        self.removing, self.looked_up, self.removed = threading.Event(), threading.Event(), threading.Event()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if threading.current_thread() is self.victim and not self.key:
+            self.key = key
+        super().__setitem__(key, value)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = super().get(key, default)
+        if key == self.key and threading.current_thread() is not self.victim and not self.removed.is_set():
+            self.looked_up.set()
+            self.removed.wait(1)  # (the victim's removal, if it can come meanwhile)
+        return value
+
+    def pop(self, key: str, default: Any = None) -> Any:
+        if key == self.key:
+            self.removing.set()
+            self.looked_up.wait(1)
+        value = super().pop(key, default)
+        if key == self.key:
+            self.removed.set()
+        return value
+
+
+def test_a_reply_handed_over_as_its_call_times_out_is_not_kept(ctx: Any) -> None:
+    """A reply another call's read handed over in the instant its own call timed out (the lookup
+    before its removal, the store after) stayed in the client's pending calls for good, tensors
+    and all: a server answering each call just as it times out grew the client without bound."""
+    server = ctx.socket(zmq.ROUTER)
+    server.bind("inproc://timing-out")
+    socket = ctx.socket(zmq.DEALER)
+    socket.connect("inproc://timing-out")
+    client = Client(socket)
+    outcomes: dict[str, Any] = {}
+
+    def call(name: str, timeout: float) -> None:
+        try:
+            outcomes[name] = client.call(rpc.Request(method=name), timeout=timeout)
+        except BaseException as exc:  # checked below
+            outcomes[name] = exc
+
+    victim = threading.Thread(target=call, args=("victim", 0.3), daemon=True)
+    client._pending = pending = _TimingOut(victim)
+    victim.start()
+    time.sleep(0.1)
+    reader = threading.Thread(target=call, args=("reader", 10), daemon=True)
+    reader.start()
+    requests = {}
+    for _ in range(2):
+        peer, hello, *frames = server.recv_multipart()
+        request = tw.Decoder(REGISTRY).decode(frames)
+        requests[request.method] = (peer, hello, request)
+    assert pending.removing.wait(5)  # timed out; its removal waits for the reader's lookup
+    for method in ("victim", "reader"):  # the victim's reply first: the reader hands it over
+        peer, hello, request = requests[method]
+        result = rpc.Result(method=method, ok=True, rpc_id=request.rpc_id)
+        server.send_multipart([peer, hello, *tw.Encoder().encode(result)])
+    reader.join(10)
+    victim.join(5)
+    assert not victim.is_alive() and not reader.is_alive()
+    assert isinstance(outcomes["victim"], TimeoutError)
+    assert outcomes["reader"].method == "reader"
+    assert dict(pending) == {}, "a reply stayed among the pending calls"
+    assert client.late == 1
+    client.close()
     server.close(0)
 
 

@@ -151,7 +151,8 @@ class Client:
                 return reply  # type: ignore[no-any-return]
             return self._await(rpc_id, request.method, deadline, timeout)
         finally:
-            pending.pop(rpc_id, None)  # one dict operation: atomic
+            with lock:  # (a reader hands a reply over under it: it must not store one after this)
+                pending.pop(rpc_id, None)
 
     def _await(self, rpc_id: str, method: str, deadline: float, timeout: float) -> rpc.Result:
         """The reply to ``rpc_id``: one waiting call at a time reads the socket and hands each
