@@ -38,6 +38,7 @@ import msgspec
 
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.errors import DecodeError
+from tensorwire.options import Limits
 
 __all__ = [
     "BIN8",
@@ -51,6 +52,7 @@ __all__ = [
     "FRAME_LENGTH",
     "KINDS",
     "MAGIC",
+    "MAX_FRAMES",
     "SHARED",
     "WIRE_VERSION",
     "Buffer",
@@ -320,11 +322,16 @@ _ZEROS = bytes(ALIGN)
 _SINGLE = struct.Struct(f"<4sIQ{ALIGN - BLOB_PREAMBLE.size - FRAME_LENGTH.size}x")  # a one-frame blob up to its frame
 
 
-def split(blob: Buffer, *, max_frames: int | None = None) -> list[memoryview]:
+MAX_FRAMES = Limits().max_buffers + 1
+"""``split``'s default ``max_frames``: frame 0 and as many buffers as the default ``Limits`` allow."""
+
+
+def split(blob: Buffer, *, max_frames: int | None = MAX_FRAMES) -> list[memoryview]:
     """The frames of a blob made by ``join``, as zero-copy memoryviews (writable if the blob is).
 
-    ``max_frames``: the most frames taken (None: as many as the blob holds); a blob of more is a
-    ``DecodeError`` before a view is made (a view costs ~200 bytes, a frame in the table 8)."""
+    ``max_frames``: the most frames taken (``MAX_FRAMES`` by default, what a decoder with the
+    default ``Limits`` takes; None: as many as the blob holds); a blob of more is a ``DecodeError``
+    before a view is made (a view costs ~200 bytes, a frame in the table 8)."""
     try:
         view = memoryview(blob).cast("B")
     except (TypeError, ValueError) as exc:  # not a buffer, not C-contiguous, released

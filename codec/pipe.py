@@ -44,9 +44,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from tensorwire._timeouts import deadline_after, next_wait
-from tensorwire._wire import Buffer, blob_parts, join, split
+from tensorwire._wire import MAX_FRAMES, Buffer, blob_parts, join, split
 from tensorwire.errors import DecodeError
-from tensorwire.options import Limits
 
 __all__ = [
     "DEFAULT_INITIAL",
@@ -61,8 +60,8 @@ __all__ = [
 
 DEFAULT_INITIAL = 64 * 1024
 DEFAULT_MAX_BYTES = 1024**3
-DEFAULT_MAX_FRAMES = Limits().max_buffers + 1
-"""``Receiver``'s default ``max_frames``: frame 0 and as many buffers as ``Limits`` lets a message have."""
+DEFAULT_MAX_FRAMES = MAX_FRAMES
+"""``Receiver``'s default ``max_frames`` (``tw.split``'s): frame 0 and the buffers ``Limits`` allow."""
 
 
 class ByteWriter(Protocol):

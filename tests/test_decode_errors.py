@@ -164,6 +164,18 @@ def test_split_takes_at_most_max_frames() -> None:
         tw.split(blob, max_frames=len(frames) - 1)
 
 
+def test_split_takes_as_many_frames_as_the_default_limits_allow_unless_told_otherwise() -> None:
+    """Each frame costs a view of ~25 times its 8 bytes in the frame table: by default ``split``
+    takes frame 0 and as many buffers as the default ``Limits`` allow, before making any."""
+    most = tw.Limits().max_buffers + 1
+    blob = tw.join([b"x"] * most)
+    assert len(tw.split(blob)) == most
+    over = tw.join([b"x"] * (most + 1))
+    with pytest.raises(tw.DecodeError, match=rf"^blob of {most + 1} frames is over the max_frames of {most}$"):
+        tw.split(over)
+    assert len(tw.split(over, max_frames=None)) == most + 1
+
+
 def test_every_truncation_of_the_header_frame() -> None:
     for encoder in (INLINE, EMBED):
         frames = encoder.encode(_message())
