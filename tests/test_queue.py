@@ -546,3 +546,19 @@ def test_a_cuda_tensor_the_receiver_cannot_open_is_still_acknowledged(
     assert tx.export_device(torch.arange(16, dtype=torch.uint8), 0, 16, []) is not None  # room again
     tx.close()
     rx.close()
+
+
+def test_a_senders_close_leaves_a_file_a_neighbour_moved_onto_its_ack_page_name(tmp_path: Any) -> None:
+    from tensorwire.transports._ack import InFlight
+    from tensorwire.transports._reaper import next_name
+
+    acks = InFlight(tmp_path, next_name)
+    name = acks.page_name()
+    theirs = tmp_path / "neighbours-file"
+    theirs.write_bytes(b"not yours")
+    os.rename(theirs, tmp_path / name)  # the neighbour's file now holds the page's name
+    acks.close()
+    assert (tmp_path / name).read_bytes() == b"not yours"
+    acks.page_name()  # a later page is the sender's own: its close removes it
+    acks.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]

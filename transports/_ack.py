@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import stat
 import struct
 import threading
 from collections import deque
@@ -33,15 +32,18 @@ _POSITION = 8
 class AckPage:
     """The mailbox: ``position`` is what the receiver has acknowledged (0: nothing yet)."""
 
-    def __init__(self, path: Path, mapping: mmap.mmap, owner: bool) -> None:
+    def __init__(self, path: Path, mapping: mmap.mmap, owner: tuple[int, int] | None) -> None:
         self.path, self.name, self._mapping, self._owner = path, path.name, mapping, owner
 
     @classmethod
     def create(cls, path: Path) -> AckPage:
         fd, mapping = create_named(path, _SIZE)
-        os.close(fd)
+        try:
+            made = os.fstat(fd)
+        finally:
+            os.close(fd)
         mapping[: len(_MAGIC)] = _MAGIC
-        return cls(path, mapping, owner=True)
+        return cls(path, mapping, owner=(made.st_dev, made.st_ino))
 
     @classmethod
     def open(cls, path: Path) -> AckPage:
@@ -55,7 +57,7 @@ class AckPage:
         if len(mapping) != _SIZE or mapping[: len(_MAGIC)] != _MAGIC:
             mapping.close()
             raise DecodeError(f"ack page {path.name} is not a {_SIZE}-byte page with its magic")
-        return cls(path, mapping, owner=False)
+        return cls(path, mapping, owner=None)
 
     @property
     def position(self) -> int:
@@ -68,10 +70,11 @@ class AckPage:
             _WORD.pack_into(self._mapping, _POSITION, position)
 
     def close(self) -> None:
-        """Unmap; the sender's close also removes the page (a name that no longer is a regular file
-        of ours, or is gone, is left alone)."""
+        """Unmap; the sender's close also removes the page (a name that no longer names the file it
+        made, because a neighbour gave it to another file or a directory, or that is gone, is left alone)."""
         try:
-            if self._owner and stat.S_ISREG(os.lstat(self.path).st_mode):
+            there = os.lstat(self.path) if self._owner is not None else None
+            if there is not None and (there.st_dev, there.st_ino) == self._owner:
                 os.unlink(self.path)
         except OSError:
             pass
