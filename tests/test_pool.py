@@ -863,8 +863,8 @@ def test_claimed_says_whether_a_one_shot_segment_was_claimed() -> None:
             assert shm.claimed(handle) is True
         unclaimed = _handle_of(decoder, encoder.encode(diffusion.Output(output=torch.ones(40_000))))
         pending = shm._one_shots._pending
-        for name, (known, _) in list(pending.items()):
-            pending[name] = (known, time.monotonic_ns() - 1)  # both past their deadline
+        for name, (known, _, made) in list(pending.items()):
+            pending[name] = (known, time.monotonic_ns() - 1, made)  # both past their deadline
         assert (shm.claimed(unclaimed), shm.claimed(handle)) == (None, True)  # still there until swept
         shm.trim()  # swept: nothing is known of either any more
         assert (shm.claimed(unclaimed), shm.claimed(handle)) == (False, False)

@@ -670,15 +670,19 @@ def claim_file(fd: int, capability: bytes, what: str) -> None:
     _transition(fd, capability, what, CLAIMED)
 
 
-def expire_file(fd: int, what: str) -> bool:
-    """Void an unclaimed one-shot segment past its deadline (its sender then unlinks it)."""
+def expire_file(fd: int, what: str) -> None:
+    """Void a one-shot segment its sender found unclaimed past the deadline it set (the sender then
+    unlinks it): a page still in flight goes out of flight, whatever deadline it says now (a peer
+    may have pushed it on); a page out of flight, or that is not a one-shot page any more, is left
+    as it is. A page another process keeps locked is a ``TransportError`` (EAGAIN)."""
     _lock(fd, what)
     try:
-        head = _read_head(fd, what)
-        if head[_W_STATE] != IN_FLIGHT or time.monotonic_ns() <= head[_W_DEADLINE]:
-            return False
-        _finish(fd, {_W_EXPIRED: 1, _W_STATE: FREE}, what)
-        return True
+        try:
+            head = _read_head(fd, what)
+        except DecodeError:
+            return
+        if head[_W_STATE] == IN_FLIGHT:
+            _finish(fd, {_W_EXPIRED: 1, _W_STATE: FREE}, what)
     finally:
         _unlock(fd)
 

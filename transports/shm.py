@@ -114,7 +114,8 @@ _LEFT: set[_OneShots] = set()  # those with segments pending: swept while the pr
 
 
 class _OneShots:
-    """One-shot segments this transport made that may still be unclaimed: name -> (digest, deadline).
+    """One-shot segments this transport made that may still be unclaimed: name -> (digest, deadline,
+    (device, inode) of the file made: what its name must still name to be unlinked).
     The janitor sweeps them every few seconds (``prune``) until none is left pending, after the
     transport's close too. A forked child starts with none: its parent's are its parent's."""
 
@@ -126,7 +127,7 @@ class _OneShots:
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._pending: dict[str, tuple[bytes, int]] = {}
+        self._pending: dict[str, tuple[bytes, int, tuple[int, int]]] = {}
 
     def _own(self) -> None:
         """In a forked child: forget the parent's segments (and a lock a parent's thread held), and
@@ -141,22 +142,24 @@ class _OneShots:
         if not self._pending:
             _LEFT.discard(self)
 
-    def add(self, name: str, capability: bytes, deadline_ns: int) -> None:
-        """Remember ``name``, made under ``capability``, unclaimed until ``deadline_ns``."""
+    def add(self, name: str, capability: bytes, deadline_ns: int, made: tuple[int, int]) -> None:
+        """Remember ``name``, made under ``capability`` as file ``made`` (device, inode), unclaimed
+        until ``deadline_ns``."""
         self._own()
         with self._lock:
-            self._pending[name] = (digest(capability), deadline_ns)
+            self._pending[name] = (digest(capability), deadline_ns, made)
         _LEFT.add(self)
 
-    def take(self, name: str, capability: bytes) -> bool:
-        """Forget ``name`` if this transport made it under ``capability``."""
+    def take(self, name: str, capability: bytes) -> tuple[int, int] | None:
+        """Forget ``name`` if this transport made it under ``capability``: the file it made (device,
+        inode), or None."""
         self._own()
         with self._lock:
             known = self._pending.get(name)
             if known is None or known[0] != digest(capability):
-                return False
+                return None
             del self._pending[name]
-            return True
+            return known[2]
 
     def forget(self, name: str) -> None:
         """``name`` was claimed or given back by this process: nothing to sweep, and no claim to tell."""
@@ -186,7 +189,7 @@ class _OneShots:
         """
         self._own()
         now = time.monotonic_ns()
-        due: list[tuple[str, tuple[bytes, int]]] = []
+        due: list[tuple[str, tuple[bytes, int, tuple[int, int]]]] = []
         with self._lock:
             for name, known in self._pending.items():
                 if known[1] >= now:
@@ -195,11 +198,11 @@ class _OneShots:
             for name, _ in due:
                 del self._pending[name]
         swept = 0
-        locked: list[tuple[str, tuple[bytes, int]]] = []
+        locked: list[tuple[str, tuple[bytes, int, tuple[int, int]]]] = []
         with one_wait(0):
             for name, known in due:
                 try:
-                    swept += _void_one_shot(self.directory / name, expire_file, refused=True)
+                    swept += _sweep_one_shot(self.directory / name, known[2])
                 except TransportError:  # its page held by another process: the next sweep
                     locked.append((name, known))
         if locked:
@@ -386,6 +389,7 @@ class ShmTransport(Transport):
         fd = create_file(path, CONTROL_BYTES + data.nbytes)  # never mapped: written with pwrite
         deadline = time.monotonic_ns() + int(self.claim_timeout * 1e9)
         try:
+            made = _identity(os.fstat(fd))
             try:
                 write_at(fd, CONTROL_BYTES, data)
             except OSError as exc:
@@ -396,7 +400,7 @@ class ShmTransport(Transport):
             raise
         finally:
             os.close(fd)
-        self._one_shots.add(name, capability, deadline)
+        self._one_shots.add(name, capability, deadline, made)
         return ShmHandle(name=name, capability=capability)
 
     def release(self, handle: Handle) -> None:
@@ -411,8 +415,9 @@ class ShmTransport(Transport):
                 self._reader.discard(handle.name, handle.fd, handle.generation, handle.capability)
         elif isinstance(handle, ShmHandle) and _creator(handle.name) is not None:
             path = self.directory / handle.name
-            if self._one_shots.take(handle.name, handle.capability):
-                _unlink(path)  # (a name a neighbour gave to a directory meanwhile stays, never an error)
+            made = self._one_shots.take(handle.name, handle.capability)
+            if made is not None:
+                _unlink_own(path, made)  # (a name a neighbour gave to another file meanwhile stays)
             else:
                 capability = handle.capability
                 _void_one_shot(path, lambda fd, what: discard_file(fd, capability, what))
@@ -536,10 +541,9 @@ def _receive_one_shot(path: Path, capability: bytes, nbytes: int, *, borrow: boo
         os.close(fd)
 
 
-def _void_one_shot(path: Path, transition: Callable[[int, str], bool], *, refused: bool = False) -> bool:
-    """Unlink a one-shot segment if ``transition`` (expiry by its sender, or a discard that proves the
-    capability) takes its page out of flight; a segment gone or not ours is left alone. With
-    ``refused``, a page another process holds locked raises its ``TransportError`` (EAGAIN)."""
+def _void_one_shot(path: Path, transition: Callable[[int, str], bool]) -> bool:
+    """Unlink a one-shot segment if ``transition`` (a discard that proves the capability) takes its
+    page out of flight; a segment gone or not ours is left alone."""
     try:
         fd = open_named(path, "shared memory segment", min_size=CONTROL_BYTES)
     except CodecError:
@@ -549,12 +553,49 @@ def _void_one_shot(path: Path, transition: Callable[[int, str], bool], *, refuse
             return False
         _unlink(path)
         return True
-    except TransportError as exc:
-        if refused and exc.errno == errno.EAGAIN:
-            raise
-        return False
     except CodecError:
         return False
+    finally:
+        os.close(fd)
+
+
+def _identity(info: os.stat_result) -> tuple[int, int]:
+    return info.st_dev, info.st_ino
+
+
+def _unlink_own(path: Path, made: tuple[int, int]) -> bool:
+    """Remove ``path`` if it still names the file ``made`` (device, inode); True if it did. A name a
+    neighbour gave to another file or a directory meanwhile, or that is gone, is left alone."""
+    try:
+        if _identity(os.lstat(path)) != made:
+            return False
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
+
+
+def _sweep_one_shot(path: Path, made: tuple[int, int]) -> bool:
+    """Unlink one of this process's one-shot segments that nobody claimed before the deadline it set,
+    its page voided first (a late claim is refused) whatever the page says now: a peer that rewrote
+    its deadline, state or magic does not keep it. A name that no longer names the file ``made``
+    (claimed and unlinked by its receiver, or given to another file) is left alone; a page another
+    process keeps locked raises its ``TransportError`` (EAGAIN)."""
+    try:  # (the name checked before it is opened: another file put there is never opened)
+        if _identity(os.lstat(path)) != made:
+            return False
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if _identity(os.fstat(fd)) != made:
+            return False
+        try:
+            expire_file(fd, f"shared memory segment {path.name}")
+        except TransportError as exc:
+            if exc.errno == errno.EAGAIN:
+                raise
+        return _unlink_own(path, made)
     finally:
         os.close(fd)
 

@@ -16,6 +16,8 @@ import os
 import shutil
 import signal
 import struct
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -319,6 +321,41 @@ def test_a_named_slot_cut_short_before_its_sender_maps_it_is_a_transport_error(m
         assert info.value.errno == errno.EIO
         assert os.listdir(directory) == [] and set(os.listdir("/proc/self/fd")) <= before
         assert shm.pool is not None and shm.pool.slots() == []
+        shm.close()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+_REWRITE = """
+import os, struct, sys
+directory, names = sys.argv[1], sys.argv[2:]
+for name, (word, value) in zip(names, [(5, 2**64 - 1), (1, 3), (0, 0)]):  # deadline, state CLAIMED, magic
+    fd = os.open(os.path.join(directory, name), os.O_RDWR)
+    os.pwrite(fd, struct.pack("<Q", value), word * 8)
+    os.close(fd)
+for name in names[3:]:  # a file of the neighbour's own put at the sender's names
+    with open(os.path.join(directory, "mine"), "wb") as mine:
+        mine.write(b"not yours")
+    os.rename(os.path.join(directory, "mine"), os.path.join(directory, name))
+"""
+
+
+def test_unclaimed_one_shots_are_unlinked_whatever_a_neighbour_wrote_in_their_pages() -> None:
+    """A neighbour that knows one-shot names (listed in the directory) rewrites their pages' deadline,
+    state or magic: the sender still unlinks each at the claim timeout it set. A file the neighbour
+    put at one of its names is never removed, neither by the sweep nor by a release."""
+    directory = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="tw-test-rewrite-"))
+    try:
+        shm = transports.ShmTransport(directory, pool=False, claim_timeout=0.2)
+        shm._one_shots.prune = lambda: None  # type: ignore[method-assign]  # only this test's sweeps
+        handles = [shm.export(memoryview(bytes(4096)), []) for _ in range(5)]
+        names = [h.name for h in handles if isinstance(h, transports.ShmHandle)]
+        subprocess.run([sys.executable, "-c", _REWRITE, str(directory), *names], check=True, timeout=60)
+        shm.release(handles[4])  # a failed encode gives back its one-shot: the file there is not it
+        time.sleep(0.3)
+        assert shm._one_shots.sweep() == 3
+        assert sorted(os.listdir(directory)) == sorted(names[3:])
+        assert all((directory / name).read_bytes() == b"not yours" for name in names[3:])
         shm.close()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
