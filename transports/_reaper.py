@@ -1,7 +1,8 @@
 """Named tensorwire segments in /dev/shm: listing them, and removing those whose creator died.
 
-Names are ``tw-<pid>-<token>-<seq>`` (``next_name``: the token is this process's secret, so no
-neighbour can guess the names of its segments). Anything else, a pid no process can have, and anything
+Names are ``tw-<pid>-<token>-<seq>`` (``next_name``: the token is this process's secret, and each
+seq ends in 32 random bits, so a neighbour that lists the directory and sees some of a process's
+names still cannot guess its next ones and take them first). Anything else, a pid no process can have, and anything
 that is not a regular file of this process's uid (FIFOs, symlinks, directories, other users'
 files) is skipped, never fatal. memfd-backed segments have no name here: they disappear with
 their last fd and mapping, so nothing of them is ever left to reap.
@@ -70,12 +71,14 @@ def _process_token() -> str:
 
 
 def next_name() -> str:
-    """A new segment name of this process: ``tw-<pid>-<token>-<seq>``."""
+    """A new segment name of this process: ``tw-<pid>-<token>-<seq>``, seq a count (unique) then 32
+    random bits (not to be guessed from the names seen in the directory: a file a neighbour made at
+    the next name would fail the create)."""
     global _counter
     with _lock:
-        _counter += 1
-        seq = _counter
-    return f"tw-{os.getpid()}-{_process_token()}-{seq:x}"
+        _counter = (_counter + 1) % 2**32
+        count = _counter
+    return f"tw-{os.getpid()}-{_process_token()}-{count:x}{secrets.randbits(32):08x}"
 
 
 def our_segments(directory: str | os.PathLike[str] = SHM_DIR) -> list[str]:

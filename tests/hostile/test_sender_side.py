@@ -359,3 +359,29 @@ def test_unclaimed_one_shots_are_unlinked_whatever_a_neighbour_wrote_in_their_pa
         shm.close()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+_PLANT = """
+import os, sys
+directory = sys.argv[1]
+[name] = os.listdir(directory)
+stem, seq = name.rsplit("-", 1)
+for later in range(int(seq, 16) + 1, int(seq, 16) + 1001):  # the names that would come next in a count
+    open(os.path.join(directory, f"{stem}-{later:x}"), "w").close()
+"""
+
+
+def test_a_neighbour_that_saw_a_senders_name_cannot_take_its_next_ones() -> None:
+    """A neighbour lists the directory, reads a one-shot's name and makes files at the names that
+    follow it: the sender's next one-shots are made all the same (an ``EEXIST`` before)."""
+    directory = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="tw-test-plant-"))
+    try:
+        shm = transports.ShmTransport(directory, pool=False, claim_timeout=30.0)
+        shm.export(memoryview(bytes(4096)), [])
+        subprocess.run([sys.executable, "-c", _PLANT, str(directory)], check=True, timeout=60)
+        for _ in range(3):
+            assert isinstance(shm.export(memoryview(bytes(4096)), []), transports.ShmHandle)
+        assert len(os.listdir(directory)) == 1 + 1000 + 3
+        shm.close()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
