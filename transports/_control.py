@@ -180,7 +180,7 @@ def _refusal(
 class Page:
     """The control page of a mapped segment: ``fd`` (for the lock) and the mapping's first page."""
 
-    __slots__ = ("_mutex", "_pid", "_raw", "fd", "marks_claims", "name", "words")
+    __slots__ = ("_deadline", "_mutex", "_pid", "_raw", "fd", "marks_claims", "name", "words")
 
     def __init__(self, fd: int, mapping: mmap.mmap, name: str) -> None:
         self.fd, self.name = fd, name
@@ -189,6 +189,7 @@ class Page:
         self.words = self._raw.cast("Q")  # native u64 stores: one aligned write each, never torn
         self._mutex = threading.Lock()
         self._pid = os.getpid()
+        self._deadline = 2**64  # the claim deadline of this process's last hand-over (``hand_over``)
 
     # -- reading ----------------------------------------------------------------------------------
     @property
@@ -228,8 +229,9 @@ class Page:
         return int(self.words[_W_STARTED])
 
     def due(self, now_ns: int) -> bool:
-        """Whether the page is in flight past its claim deadline."""
-        return self.words[_W_STATE] == IN_FLIGHT and now_ns > self.words[_W_DEADLINE]
+        """Whether the page is in flight past its claim deadline: the one its sender set, whatever a
+        peer wrote on the page since (only an earlier one there counts)."""
+        return self.words[_W_STATE] == IN_FLIGHT and now_ns > min(self.words[_W_DEADLINE], self._deadline)
 
     def outcome(self, generation: int, capability: bytes) -> bool | None:
         """What became of hand-over ``generation`` made under ``capability``, as its sender sees it
@@ -284,7 +286,7 @@ class Page:
         if readers > 1:
             for i in range(readers):
                 words[_W_PIDS + i] = words[_W_HOLDER_STARTS + i] = 0
-        words[_W_DEADLINE] = time.monotonic_ns() + int(timeout * 1e9)
+        words[_W_DEADLINE] = self._deadline = time.monotonic_ns() + int(timeout * 1e9)
         words[_W_STATE] = IN_FLIGHT
         return capability
 

@@ -345,11 +345,12 @@ class Pool:
         return slot
 
     def _reusable(self, slot: Slot, now_ns: int, alive: Callable[[int], bool] = alive) -> bool | None:
-        """Whether ``slot`` is free, or can be made free (expired, or its receiver died: ``alive``);
-        None for a slot whose page holds no valid state (to be dropped)."""
+        """Whether ``slot``, which this process does not hold, is free, or can be made free (expired,
+        or its receiver died: ``alive``); None for a slot whose page holds no valid state (to be
+        dropped), the sender's own state included: only this process writes it, for a slot it holds."""
         page = slot.page
         current = page.state
-        if current not in STATES or not page.valid:
+        if current not in STATES or current == SENDER or not page.valid:
             return None
         if current == IN_FLIGHT:
             return page.expire(now_ns)

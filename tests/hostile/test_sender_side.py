@@ -385,3 +385,33 @@ def test_a_neighbour_that_saw_a_senders_name_cannot_take_its_next_ones() -> None
         shm.close()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+_LIE = """
+import os, struct, sys
+link, word, value = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+fd = os.open(link, os.O_RDWR)  # as a receiver given the slot's handle opens it
+os.pwrite(fd, struct.pack("<Q", value), word * 8)
+"""
+
+
+@pytest.mark.parametrize(("word", "value"), [(5, 2**64 - 1), (_W_STATE, SENDER)], ids=["deadline", "state"])
+def test_a_slot_whose_receiver_wrote_a_later_deadline_or_the_senders_state_comes_back(word: int, value: int) -> None:
+    """A receiver of an unclaimed slot writes a claim deadline far off, or the state only its sender
+    writes for a slot it holds, and exits: the slot still comes back after the claim timeout the
+    sender set (it stayed out of the pool for as long as the sender lived before)."""
+    shm = transports.ShmTransport(claim_timeout=0.1)
+    pool = shm.pool
+    assert pool is not None
+    pool.max_slots = 1
+    try:
+        handle = shm.export(memoryview(bytes(4096)), [])
+        assert isinstance(handle, transports.SlotHandle)
+        link = f"/proc/{os.getpid()}/fd/{handle.fd}"
+        subprocess.run([sys.executable, "-c", _LIE, link, str(word), str(value)], check=True, timeout=60)
+        time.sleep(0.2)
+        pool.expire()
+        assert isinstance(shm.export(memoryview(bytes(4096)), []), transports.SlotHandle)
+        assert len(pool.slots()) == 1
+    finally:
+        shm.close()
