@@ -1428,3 +1428,38 @@ def test_a_large_part_where_a_hello_goes_is_never_copied(
     )
     assert caplog.messages == [f"dropped a message from the peer: {expected}"]
     a.close(0)
+
+
+def test_a_broadcast_withdrawn_from_pages_a_receiver_keeps_locked_waits_once(
+    ctx: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A receiver keeps locked the page of every slot it has mapped: a broadcast of twenty tensors
+    that reached some of its peers withdraws the others' shares with one wait for those pages, not
+    one per buffer (5 s before)."""
+    import fcntl
+    import struct
+
+    lock = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+    with tw.transports.ShmTransport() as shm, Channel(ctx.socket(zmq.ROUTER), REGISTRY, transport=shm) as router:
+        fan = shm.fan_out(3)
+        message = _request(**{f"t{i}": torch.full((1024,), float(i)) for i in range(20)})
+        frames = tw.Encoder(fan, tw.EncodeOptions(embed_threshold=0, inline_threshold=1)).encode(message)
+        assert shm.pool is not None and len(shm.pool.slots()) == 20
+        held = [os.open(f"/proc/self/fd/{slot.fd}", os.O_RDWR) for slot in shm.pool.slots()]
+        slept: list[float] = []
+        real_sleep = time.sleep
+
+        def sleep(seconds: float) -> None:
+            slept.append(seconds)
+            real_sleep(seconds)
+
+        monkeypatch.setattr(time, "sleep", sleep)
+        try:
+            for fd in held:  # another description's lock, as a receiver's process holds it
+                fcntl.fcntl(fd, fcntl.F_OFD_SETLK, lock)
+            router._withdraw(fan, frames, 2, everyone=False)
+        finally:
+            monkeypatch.undo()
+            for fd in held:
+                os.close(fd)
+        assert sum(slept) <= 0.25 + 0.01, sum(slept)

@@ -661,6 +661,14 @@ class FanOut(Transport):
         if isinstance(handle, SlotHandle) and pool is not None:
             pool.withdraw(handle.name, handle.generation, handle.capability, readers)
 
+    def withdraw_all(self, handles: Sequence[Handle], readers: int) -> None:
+        """``withdraw`` each of ``handles``, their waits for pages another process keeps locked lasting
+        no longer together than one does (a receiver that keeps every page it mapped locked holds a
+        failed broadcast up once, not once per buffer; a page not counted goes at its claim deadline)."""
+        with one_wait():
+            for handle in handles:
+                self.withdraw(handle, readers)
+
     def verify(self, handles: Sequence[Handle], frames: Sequence[Buffer]) -> None:
         self.shm.verify(handles, frames)
 

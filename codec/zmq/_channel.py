@@ -331,9 +331,8 @@ class Channel:
         if everyone:
             self._unsend(frames)
             return
-        for _, handle in self._decoder.table.decode(frames[0]).buffers:
-            if not isinstance(handle, InlineHandle):
-                fan.withdraw(handle, missing)
+        buffers = self._decoder.table.decode(frames[0]).buffers
+        fan.withdraw_all([handle for _, handle in buffers if not isinstance(handle, InlineHandle)], missing)
 
     def _put(self, peer: bytes | None, frames: list[Any], deadline: float | None, timeout: float | None) -> Sent:
         """Queue the multipart message: only its first part can be refused (ZeroMQ takes a
