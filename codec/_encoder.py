@@ -325,10 +325,14 @@ def _entry_path(cls: type, body: bytes, path: str, problem: str, on_key: bool) -
 
 
 def _release(exported: list[tuple[Transport, Handle]]) -> None:
-    """Undo the exports of a message that will not be sent, newest first."""
+    """Undo the exports of a message that will not be sent, newest first, each transport's in one
+    ``release_all`` (whose waits for pages a peer keeps locked last no longer together than one)."""
+    grouped: dict[Transport, list[Handle]] = {}
     for transport, handle in reversed(exported):
+        grouped.setdefault(transport, []).append(handle)
+    for transport, handles in grouped.items():
         try:
-            transport.release(handle)
+            transport.release_all(handles)
         except Exception:
             pass
 

@@ -407,9 +407,7 @@ class Channel:
             table = self._decoder.table.decode(frames[0])
         except Exception:  # our own frame 0: it reads; the guard keeps the original error in sight
             return
-        for _, handle in table.buffers:
-            if not isinstance(handle, InlineHandle):
-                self.transport.release(handle)
+        self.transport.release_all([handle for _, handle in table.buffers if not isinstance(handle, InlineHandle)])
 
     def _inproc(self) -> bool:
         if not self._endpoint:

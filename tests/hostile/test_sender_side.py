@@ -28,8 +28,9 @@ import torch
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.builtins import REGISTRY, diffusion
+from tensorwire.builtins import REGISTRY, diffusion, rpc
 from tensorwire.transports._control import _W_STATE, FREE, IN_FLIGHT, SENDER
+from tensorwire.transports.base import Buffer, Handle
 from tests.hostile import sender_procs
 from tests.hostile.children import spawned
 from tests.wire_helpers import head_of
@@ -415,3 +416,38 @@ def test_a_slot_whose_receiver_wrote_a_later_deadline_or_the_senders_state_comes
         assert len(pool.slots()) == 1
     finally:
         shm.close()
+
+
+def test_a_failed_encode_gives_back_buffers_whose_pages_a_receiver_keeps_locked_with_one_wait(
+    slept: list[float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A receiver keeps locked the page of every slot it has mapped; an encode whose last export
+    fails gives back the twenty before it with one wait for those pages, not one per buffer (5 s
+    before)."""
+    shm = transports.ShmTransport()
+    encoder = tw.Encoder(transport=shm, options=OOB)
+    pool = shm.pool
+    assert pool is not None
+    tensors = {f"t{i}": torch.full((1024,), float(i)) for i in range(21)}
+    for slot in [pool.acquire(4096, SENDER) for _ in range(20)]:  # twenty warm slots, free again
+        assert slot is not None
+        pool.give_back(slot)
+    held = [_lock_page(slot.fd) for slot in pool.slots()]
+    export, calls = shm.export, [0]
+
+    def export_but_the_last(data: memoryview, frames: list[Buffer]) -> Handle:
+        calls[0] += 1
+        if calls[0] == 21:
+            raise tw.TransportError(errno.ENOSPC, "no room for the last one")
+        return export(data, frames)
+
+    monkeypatch.setattr(shm, "export", export_but_the_last)
+    try:
+        slept.clear()
+        with pytest.raises(tw.TransportError, match="no room for the last one"):
+            encoder.encode(rpc.Request(method="load", kwargs=tensors))
+        assert sum(slept) <= 0.25 + 0.01, sum(slept)
+    finally:
+        for fd in held:
+            os.close(fd)
+    shm.close()
