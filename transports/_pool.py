@@ -60,7 +60,7 @@ from tensorwire.transports._control import (
     one_wait,
 )
 from tensorwire.transports._retention import Retention
-from tensorwire.transports._segment import create_memfd, create_named, valid_pid
+from tensorwire.transports._segment import create_memfd, create_named, remove_own, valid_pid
 
 __all__ = [
     "MIN_CLASS",
@@ -582,7 +582,7 @@ def _let_go(slot: Slot, *, unmap: bool, unlink: bool = True) -> None:
         return
     try:
         if slot.path is not None and unlink:
-            _unlink_own(slot.path, slot.fd)
+            remove_own(slot.path, slot.fd)
     finally:
         slot.page.close_fd()
     if unmap:
@@ -614,17 +614,6 @@ def _leave_parents_slots() -> None:
 
 
 os.register_at_fork(after_in_child=_leave_parents_slots)
-
-
-def _unlink_own(path: Path, fd: int) -> None:
-    """Remove ``path`` if it still names the file ``fd`` is open on: a name a neighbour gave to
-    another file (or a directory) meanwhile, or that is gone, is left alone."""
-    try:
-        mine, there = os.fstat(fd), os.lstat(path)
-        if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
-            os.unlink(path)
-    except OSError:
-        pass
 
 
 def _trim_loop(pool_ref: weakref.ref[Pool], wake: threading.Event, period: float, idle: bool) -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "open_named",
     "own_start",
     "read_into",
+    "remove_own",
     "started",
     "valid_pid",
 ]
@@ -104,8 +105,8 @@ def create_named(path: Path, size: int) -> tuple[int, mmap.mmap]:
     try:
         return fd, _map(fd, size, f"{path.parent} for {path.name}")
     except BaseException:
+        remove_own(path, fd)
         os.close(fd)
-        path.unlink(missing_ok=True)
         raise
 
 
@@ -120,10 +121,21 @@ def create_file(path: Path, size: int) -> int:
     try:
         _reserve(fd, size, f"{path.parent} for {path.name}")
     except BaseException:
+        remove_own(path, fd)
         os.close(fd)
-        path.unlink(missing_ok=True)
         raise
     return fd
+
+
+def remove_own(path: Path, fd: int) -> None:
+    """Remove ``path`` if it still names the file ``fd`` is open on: a name a neighbour gave to
+    another file (or a directory) meanwhile, or that is gone, is left alone."""
+    try:
+        mine, there = os.fstat(fd), os.lstat(path)
+        if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def create_memfd(name: str, size: int) -> tuple[int, mmap.mmap]:

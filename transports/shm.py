@@ -59,7 +59,7 @@ from tensorwire.transports._parallel_copy import copy_into, write_at
 from tensorwire.transports._pool import Pool
 from tensorwire.transports._reaper import NAME, SHM_DIR, next_name, our_segments, reap
 from tensorwire.transports._retention import Retention
-from tensorwire.transports._segment import create_file, open_named, read_into, valid_pid
+from tensorwire.transports._segment import create_file, open_named, read_into, remove_own, valid_pid
 from tensorwire.transports._slots import SlotReader
 from tensorwire.transports.base import Buffer, Handle, Transport
 
@@ -396,7 +396,7 @@ class ShmTransport(Transport):
                 raise TransportError(exc.errno, f"cannot write segment {name}: {exc.strerror}") from None
             capability = init_file(fd, data.nbytes, deadline, f"segment {name}")
         except BaseException:
-            path.unlink(missing_ok=True)
+            remove_own(path, fd)
             raise
         finally:
             os.close(fd)

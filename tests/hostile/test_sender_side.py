@@ -451,3 +451,30 @@ def test_a_failed_encode_gives_back_buffers_whose_pages_a_receiver_keeps_locked_
         for fd in held:
             os.close(fd)
     shm.close()
+
+
+@pytest.mark.parametrize("pooled", [False, True], ids=["one-shot", "named-slot"])
+def test_a_create_that_fails_leaves_a_file_a_neighbour_moved_onto_its_name(
+    pooled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A neighbour moves a file of its own onto a new segment's name before its reservation fails
+    (a /dev/shm it filled): the sender's clean-up leaves that file (it removed it before)."""
+    directory = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="tw-test-swap-"))
+
+    def swap_then_full(fd: int, offset: int, length: int) -> None:
+        theirs = directory / "theirs"
+        theirs.write_bytes(b"not yours")
+        os.rename(theirs, os.readlink(f"/proc/self/fd/{fd}"))  # by name, as the neighbour would
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    try:
+        shm = transports.ShmTransport(directory, pool=pooled, backing="named")
+        monkeypatch.setattr(os, "posix_fallocate", swap_then_full)
+        with pytest.raises(tw.TransportError, match=r"^\[Errno 28\] cannot reserve"):
+            shm.export(memoryview(bytes(4096)), [])
+        monkeypatch.undo()
+        [name] = os.listdir(directory)
+        assert (directory / name).read_bytes() == b"not yours"
+        shm.close()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
