@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if stray:
         print(f"\nmodules imported under the repository's folder names instead of tensorwire: {stray}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def slept(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """Every sleep asked for with ``time.sleep`` during the test (``tensorwire.transports._control``
+    waits for a page another process keeps locked with it)."""
+    import time
+
+    asked: list[float] = []
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        asked.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    yield asked
 
 
 def shm_left_by_spawned(monkeypatch: pytest.MonkeyPatch) -> Callable[[], set[str]]:

@@ -186,22 +186,29 @@ def test_wait_mode_out_of_time_says_the_frames_are_still_held(ctx: Any) -> None:
         assert caught.value.sent.wait(10)
 
 
+def _send_on_a_thread(channel: Channel, message: Any) -> tuple[threading.Thread, list[BaseException]]:
+    """``channel.send(message)`` started on a daemon thread: the thread, and the list that gets what
+    the send raised."""
+    raised: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            channel.send(message)
+        except BaseException as exc:  # the caller checks it
+            raised.append(exc)
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread, raised
+
+
 def test_a_send_without_a_timeout_waits_for_its_frames_within_the_sockets_sndtimeo(ctx: Any) -> None:
     """``timeout=None`` bounds a send by the socket's ``SNDTIMEO``: a message that was queued but
     whose frames a peer that stopped reading keeps held is a ``StillHeldError`` once it is up (it
     waited forever)."""
     b, sender = _stalled(ctx)
     sender.socket.setsockopt(zmq.SNDTIMEO, 300)
-    raised: list[BaseException] = []
-
-    def send() -> None:
-        try:
-            sender.send(_request(x=torch.zeros(16 * MiB)))
-        except BaseException as exc:  # checked below
-            raised.append(exc)
-
-    thread = threading.Thread(target=send, daemon=True)
-    thread.start()
+    thread, raised = _send_on_a_thread(sender, _request(x=torch.zeros(16 * MiB)))
     thread.join(10)
     alive = thread.is_alive()
     sender.abort()  # (a send still waiting gives up)
@@ -222,16 +229,7 @@ def test_abort_cuts_short_a_send_waiting_for_zeromq_to_let_go_of_its_frames(ctx:
     """A ``send(wait=True)`` to a peer that stopped reading waited for its frames as long as its
     timeout (forever with None), whatever ``abort()`` said: a ``Client.close`` waited as long."""
     b, sender = _stalled(ctx)
-    raised: list[BaseException] = []
-
-    def send() -> None:
-        try:
-            sender.send(_request(x=torch.zeros(16 * MiB)))
-        except BaseException as exc:  # checked below
-            raised.append(exc)
-
-    thread = threading.Thread(target=send, daemon=True)
-    thread.start()
+    thread, raised = _send_on_a_thread(sender, _request(x=torch.zeros(16 * MiB)))
     time.sleep(0.5)  # queued, its frame held
     sender.abort()
     thread.join(5)
@@ -986,16 +984,7 @@ def test_a_send_without_a_timeout_keeps_to_the_sockets_sndtimeo(ctx: Any) -> Non
     socket.setsockopt(zmq.IMMEDIATE, 1)
     socket.connect("tcp://127.0.0.1:1")  # nobody there: nothing can be queued
     channel = Channel(socket, REGISTRY)
-    raised: list[BaseException] = []
-
-    def send() -> None:
-        try:
-            channel.send(rpc.Request(method="x"))
-        except BaseException as exc:
-            raised.append(exc)
-
-    thread = threading.Thread(target=send, daemon=True)
-    thread.start()
+    thread, raised = _send_on_a_thread(channel, rpc.Request(method="x"))
     thread.join(30)
     alive = thread.is_alive()
     channel.abort()  # (a send still waiting gives up)
@@ -1431,7 +1420,7 @@ def test_a_large_part_where_a_hello_goes_is_never_copied(
 
 
 def test_a_broadcast_withdrawn_or_unsent_from_pages_a_receiver_keeps_locked_waits_once(
-    ctx: Any, monkeypatch: pytest.MonkeyPatch
+    ctx: Any, slept: list[float]
 ) -> None:
     """A receiver keeps locked the page of every slot it has mapped: a broadcast of twenty tensors
     that reached some of its peers withdraws the others' shares, and one that reached none undoes
@@ -1446,21 +1435,14 @@ def test_a_broadcast_withdrawn_or_unsent_from_pages_a_receiver_keeps_locked_wait
         frames = tw.Encoder(fan, tw.EncodeOptions(embed_threshold=0, inline_threshold=1)).encode(message)
         assert shm.pool is not None and len(shm.pool.slots()) == 20
         held = [os.open(f"/proc/self/fd/{slot.fd}", os.O_RDWR) for slot in shm.pool.slots()]
-        slept: list[float] = []
-        real_sleep = time.sleep
-
-        def sleep(seconds: float) -> None:
-            slept.append(seconds)
-            real_sleep(seconds)
-
-        monkeypatch.setattr(time, "sleep", sleep)
+        slept.clear()
         try:
             for fd in held:  # another description's lock, as a receiver's process holds it
                 fcntl.fcntl(fd, fcntl.F_OFD_SETLK, lock)
             router._withdraw(fan, frames, 2, everyone=False)
             router._unsend(frames)  # (a message reaching nobody: its exports undone)
+            waited = sum(slept)
         finally:
-            monkeypatch.undo()
             for fd in held:
                 os.close(fd)
-        assert sum(slept) <= 2 * 0.25 + 0.01, sum(slept)
+        assert waited <= 2 * 0.25 + 0.01, waited

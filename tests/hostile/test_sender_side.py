@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,20 +43,6 @@ def _lock_page(fd: int) -> int:
     other = os.open(f"/proc/self/fd/{fd}", os.O_RDWR)
     fcntl.fcntl(other, fcntl.F_OFD_SETLK, _LOCK)
     return other
-
-
-@pytest.fixture
-def slept(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
-    """Every sleep asked for (``_control`` waits for a locked page with ``time.sleep``)."""
-    asked: list[float] = []
-    real_sleep = time.sleep
-
-    def sleep(seconds: float) -> None:
-        asked.append(seconds)
-        real_sleep(seconds)
-
-    monkeypatch.setattr(time, "sleep", sleep)
-    yield asked
 
 
 def test_in_flight_slots_a_receiver_keeps_locked_never_hold_up_expiry_or_sends(slept: list[float]) -> None:
