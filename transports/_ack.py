@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorwire.errors import DecodeError, TransportError
-from tensorwire.transports._segment import create_named, open_named
+from tensorwire.transports._segment import create_named, identity, open_named, remove_named
 
 __all__ = ["AckPage", "InFlight"]
 
@@ -43,7 +43,7 @@ class AckPage:
         finally:
             os.close(fd)
         mapping[: len(_MAGIC)] = _MAGIC
-        return cls(path, mapping, owner=(made.st_dev, made.st_ino))
+        return cls(path, mapping, owner=identity(made))
 
     @classmethod
     def open(cls, path: Path) -> AckPage:
@@ -73,11 +73,8 @@ class AckPage:
         """Unmap; the sender's close also removes the page (a name that no longer names the file it
         made, because a neighbour gave it to another file or a directory, or that is gone, is left alone)."""
         try:
-            there = os.lstat(self.path) if self._owner is not None else None
-            if there is not None and (there.st_dev, there.st_ino) == self._owner:
-                os.unlink(self.path)
-        except OSError:
-            pass
+            if self._owner is not None:
+                remove_named(self.path, self._owner)
         finally:
             self._mapping.close()
 

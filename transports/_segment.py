@@ -41,6 +41,8 @@ __all__ = [
     "open_named",
     "own_start",
     "read_into",
+    "identity",
+    "remove_named",
     "remove_own",
     "started",
     "valid_pid",
@@ -127,15 +129,30 @@ def create_file(path: Path, size: int) -> int:
     return fd
 
 
-def remove_own(path: Path, fd: int) -> None:
-    """Remove ``path`` if it still names the file ``fd`` is open on: a name a neighbour gave to
-    another file (or a directory) meanwhile, or that is gone, is left alone."""
+def identity(info: os.stat_result) -> tuple[int, int]:
+    """The file ``info`` describes, as (device, inode)."""
+    return info.st_dev, info.st_ino
+
+
+def remove_named(path: Path, made: tuple[int, int]) -> bool:
+    """Remove ``path`` if it still names the file ``made`` (``identity``); True if it did. A name a
+    neighbour gave to another file (or a directory) meanwhile, or that is gone, is left alone."""
     try:
-        mine, there = os.fstat(fd), os.lstat(path)
-        if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
-            os.unlink(path)
+        if identity(os.lstat(path)) != made:
+            return False
+        os.unlink(path)
     except OSError:
-        pass
+        return False
+    return True
+
+
+def remove_own(path: Path, fd: int) -> None:
+    """``remove_named`` for the file ``fd`` is open on."""
+    try:
+        made = identity(os.fstat(fd))
+    except OSError:
+        return
+    remove_named(path, made)
 
 
 def create_memfd(name: str, size: int) -> tuple[int, mmap.mmap]:

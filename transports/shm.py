@@ -59,7 +59,15 @@ from tensorwire.transports._parallel_copy import copy_into, write_at
 from tensorwire.transports._pool import Pool
 from tensorwire.transports._reaper import NAME, SHM_DIR, next_name, our_segments, reap
 from tensorwire.transports._retention import Retention
-from tensorwire.transports._segment import create_file, open_named, read_into, remove_own, valid_pid
+from tensorwire.transports._segment import (
+    create_file,
+    identity,
+    open_named,
+    read_into,
+    remove_named,
+    remove_own,
+    valid_pid,
+)
 from tensorwire.transports._slots import SlotReader
 from tensorwire.transports.base import Buffer, Handle, Transport
 
@@ -389,7 +397,7 @@ class ShmTransport(Transport):
         fd = create_file(path, CONTROL_BYTES + data.nbytes)  # never mapped: written with pwrite
         deadline = time.monotonic_ns() + int(self.claim_timeout * 1e9)
         try:
-            made = _identity(os.fstat(fd))
+            made = identity(os.fstat(fd))
             try:
                 write_at(fd, CONTROL_BYTES, data)
             except OSError as exc:
@@ -417,7 +425,7 @@ class ShmTransport(Transport):
             path = self.directory / handle.name
             made = self._one_shots.take(handle.name, handle.capability)
             if made is not None:
-                _unlink_own(path, made)  # (a name a neighbour gave to another file meanwhile stays)
+                remove_named(path, made)  # (a name a neighbour gave to another file meanwhile stays)
             else:
                 capability = handle.capability
                 _void_one_shot(path, lambda fd, what: discard_file(fd, capability, what))
@@ -559,22 +567,6 @@ def _void_one_shot(path: Path, transition: Callable[[int, str], bool]) -> bool:
         os.close(fd)
 
 
-def _identity(info: os.stat_result) -> tuple[int, int]:
-    return info.st_dev, info.st_ino
-
-
-def _unlink_own(path: Path, made: tuple[int, int]) -> bool:
-    """Remove ``path`` if it still names the file ``made`` (device, inode); True if it did. A name a
-    neighbour gave to another file or a directory meanwhile, or that is gone, is left alone."""
-    try:
-        if _identity(os.lstat(path)) != made:
-            return False
-        os.unlink(path)
-    except OSError:
-        return False
-    return True
-
-
 def _sweep_one_shot(path: Path, made: tuple[int, int]) -> bool:
     """Unlink one of this process's one-shot segments that nobody claimed before the deadline it set,
     its page voided first (a late claim is refused) whatever the page says now: a peer that rewrote
@@ -582,20 +574,20 @@ def _sweep_one_shot(path: Path, made: tuple[int, int]) -> bool:
     (claimed and unlinked by its receiver, or given to another file) is left alone; a page another
     process keeps locked raises its ``TransportError`` (EAGAIN)."""
     try:  # (the name checked before it is opened: another file put there is never opened)
-        if _identity(os.lstat(path)) != made:
+        if identity(os.lstat(path)) != made:
             return False
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
         return False
     try:
-        if _identity(os.fstat(fd)) != made:
+        if identity(os.fstat(fd)) != made:
             return False
         try:
             expire_file(fd, f"shared memory segment {path.name}")
         except TransportError as exc:
             if exc.errno == errno.EAGAIN:
                 raise
-        return _unlink_own(path, made)
+        return remove_named(path, made)
     finally:
         os.close(fd)
 
