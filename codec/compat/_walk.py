@@ -1,0 +1,443 @@
+"""One walk over the old and new form of a message type: every change it finds, as findings."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tensorwire.compat._finding import Finding
+from tensorwire.compat._nodes import (
+    TREE_SCALARS,
+    dim_renames,
+    dtype_names,
+    exact_as_float,
+    free_dims,
+    in_tree,
+    kind_of,
+    limit_changes,
+    moved,
+    pinned_dims,
+    same_default,
+    sole,
+    sole_held,
+    spans,
+    takes,
+    variant_id,
+    variant_pairs,
+    variant_tag,
+)
+from tensorwire.compat._rules import rule
+from tensorwire.errors import Location
+from tensorwire.schema import Message, SchemaSet
+from tensorwire.schema._source import join_pointer
+from tensorwire.schema.ir import (
+    ArrayT,
+    EnumT,
+    MapT,
+    MessageRefT,
+    Node,
+    NullableT,
+    ScalarT,
+    StructT,
+    TensorT,
+    TreeT,
+    TupleT,
+    UnionT,
+    unhandled,
+)
+
+__all__ = ["Walk"]
+
+
+class Walk:
+    """Compares the old and new IR of one message type (either missing for an added or deleted
+    type), appending a ``Finding`` per change to ``findings``."""
+
+    def __init__(self, old: SchemaSet, new: SchemaSet, old_msg: Message | None, new_msg: Message | None) -> None:
+        self.old, self.new = old, new
+        msg = new_msg or old_msg
+        assert msg is not None
+        self.type_id, self.version = msg.type_id, msg.version
+        self.findings: list[Finding] = []
+        self.dims: dict[str, str] = {}  # named dims of the struct being compared: old name -> new name
+        self.free: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # its names that tie nothing
+        self.pinned: dict[str, int] = {}  # its new names whose every axis had one fixed size
+
+    def emit(
+        self, rule_id: str, message: str, pointer: str, old_src: tuple[str, str] | None, new_src: tuple[str, str] | None
+    ) -> None:
+        r = rule(rule_id)
+        old_at = _where(self.old, *old_src) if old_src else None
+        new_at = _where(self.new, *new_src) if new_src else None
+        self.findings.append(
+            Finding(r.id, r.severity, r.side, message, self.type_id, self.version, pointer, old_at, new_at)
+        )
+
+    # -- structs ------------------------------------------------------------------------------
+    def struct(self, a: StructT, b: StructT) -> None:
+        label = f"{self.type_id} v{self.version}"
+        old_fields = {f.name: f for f in a.fields}
+        new_fields = {f.name: f for f in b.fields}
+        deleted = [n for n in old_fields if n not in new_fields]
+        added = [n for n in new_fields if n not in old_fields]
+        for name in list(deleted):
+            twin = next((n for n in added if new_fields[n].type.canonical() == old_fields[name].type.canonical()), None)
+            if twin is not None:
+                deleted.remove(name)
+                added.remove(twin)
+                self.emit(
+                    "FIELD_RENAMED",
+                    f"field {name!r} renamed to {twin!r} in {label}",
+                    self._ptr(b, twin),
+                    (a.source, self._ptr(a, name)),
+                    (b.source, self._ptr(b, twin)),
+                )
+        for name in deleted:
+            rid = "FIELD_DELETED" if old_fields[name].required else "FIELD_DELETED_OPTIONAL"
+            gone = ((a.source, self._ptr(a, name)), (b.source, b.pointer))
+            self.emit(rid, f"field {name!r} removed from {label}", self._ptr(a, name), *gone)
+            if b.closed:
+                change = f"field {name!r} removed from {label}, which now rejects unknown fields"
+                self.emit("FIELD_DELETED_FROM_CLOSED", change, self._ptr(a, name), *gone)
+        for name in added:
+            kind = "required" if new_fields[name].required else "optional"
+            fresh = ((a.source, a.pointer), (b.source, self._ptr(b, name)))
+            if new_fields[name].required:
+                self.emit("FIELD_ADDED_REQUIRED", f"{kind} field {name!r} added to {label}", self._ptr(b, name), *fresh)
+            elif not a.closed:
+                self.emit("FIELD_ADDED_OPTIONAL", f"{kind} field {name!r} added to {label}", self._ptr(b, name), *fresh)
+            if a.closed:
+                change = f"{kind} field {name!r} added to {label}, whose old readers reject unknown fields"
+                self.emit("FIELD_ADDED_TO_CLOSED", change, self._ptr(b, name), *fresh)
+        outer = self.dims, self.free, self.pinned
+        self.dims, self.free, self.pinned = dim_renames(a, b), (free_dims(a), free_dims(b)), pinned_dims(a, b)
+        for name in old_fields.keys() & new_fields.keys():
+            fa, fb = old_fields[name], new_fields[name]
+            where = ((a.source, self._ptr(a, name)), (b.source, self._ptr(b, name)))
+            ptr = self._ptr(b, name)
+            if fa.required and not fb.required:
+                self.emit("FIELD_MADE_OPTIONAL", f"field {name!r} of {label} is no longer required", ptr, *where)
+            if fb.required and not fa.required:
+                self.emit("FIELD_MADE_REQUIRED", f"field {name!r} of {label} is now required", ptr, *where)
+            if fa.has_default and fb.has_default and not same_default(fa, fb):
+                self.emit(
+                    "DEFAULT_CHANGED",
+                    f"default of {name!r} in {label} changed from {json.dumps(fa.default)} to {json.dumps(fb.default)}",
+                    ptr,
+                    *where,
+                )
+            self.node(fa.type, fb.type, f"field {name!r} of {label}", ptr, where)
+        self.dims, self.free, self.pinned = outer
+        where = ((a.source, a.pointer), (b.source, b.pointer))
+        if b.closed and not a.closed:
+            self.emit("UNKNOWN_FIELDS_REJECTED", f"{label} now rejects unknown fields", b.pointer, *where)
+        if a.closed and not b.closed:
+            self.emit("UNKNOWN_FIELDS_IGNORED", f"{label} ignores unknown fields again", b.pointer, *where)
+        old_groups = {(c.rule, tuple(sorted(c.fields))) for c in a.constraints}  # a group is a set of fields
+        new_groups = {(c.rule, tuple(sorted(c.fields))) for c in b.constraints}
+        for rule_name, fields in sorted(new_groups - old_groups):
+            self.emit("CONSTRAINT_TIGHTENED", f"{label} now has {rule_name} {list(fields)}", b.pointer, *where)
+        for rule_name, fields in sorted(old_groups - new_groups):
+            self.emit("CONSTRAINT_LOOSENED", f"{label} no longer has {rule_name} {list(fields)}", b.pointer, *where)
+        for name in sorted(set(b.validators) - set(a.validators)):
+            self.emit("VALIDATOR_ADDED", f"{label} now runs validator {name!r}", b.pointer, *where)
+        for name in sorted(set(a.validators) - set(b.validators)):
+            self.emit("VALIDATOR_REMOVED", f"{label} no longer runs validator {name!r}", b.pointer, *where)
+        if (a.tag_field, a.tag) != (b.tag_field, b.tag):
+            self.emit(
+                "STRUCT_TAG_CHANGED",
+                f"tag of {label} changed from {a.tag_field}={a.tag!r} to {b.tag_field}={b.tag!r}",
+                b.pointer,
+                *where,
+            )
+            self.tag_field(a, b, label)
+
+    def tag_field(self, a: StructT, b: StructT, label: str) -> None:
+        """What a changed tag breaks: every writer sends its tag, and a reader refuses a tag field
+        that holds another value, or (closed) one it does not know."""
+        if a.tag_field is not None and a.tag_field == b.tag_field:
+            where = ((a.source, self._ptr(a, a.tag_field)), (b.source, self._ptr(b, b.tag_field)))
+            change = f"tag field {a.tag_field!r} of {label}: const {json.dumps(a.tag)} -> {json.dumps(b.tag)}"
+            self.emit("CONST_CHANGED", change, self._ptr(b, b.tag_field), *where)
+            return
+        if a.tag_field is not None and b.closed and all(f.name != a.tag_field for f in b.fields):
+            change = f"tag field {a.tag_field!r} removed from {label}, which now rejects unknown fields"
+            gone = ((a.source, self._ptr(a, a.tag_field)), (b.source, b.pointer))
+            self.emit("FIELD_DELETED_FROM_CLOSED", change, self._ptr(a, a.tag_field), *gone)
+        if b.tag_field is not None:
+            fresh = ((a.source, a.pointer), (b.source, self._ptr(b, b.tag_field)))
+            field = next((f for f in a.fields if f.name == b.tag_field), None)
+            if field is not None:
+                if field.type != ScalarT("str", const=b.tag):  # old writers may send other values in it
+                    change = f"field {b.tag_field!r} of {label} must now be {json.dumps(b.tag)} (the tag)"
+                    self.emit("CONST_ADDED", change, self._ptr(b, b.tag_field), *fresh)
+            elif a.closed:
+                change = f"tag field {b.tag_field!r} added to {label}, whose old readers reject unknown fields"
+                self.emit("FIELD_ADDED_TO_CLOSED", change, self._ptr(b, b.tag_field), *fresh)
+
+    @staticmethod
+    def _ptr(struct: StructT, field: str) -> str:
+        return join_pointer(struct.pointer, "properties", field)
+
+    # -- nodes --------------------------------------------------------------------------------
+    def node(self, a: Node, b: Node, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        na, nb = isinstance(a, NullableT), isinstance(b, NullableT)
+        na, nb = na or isinstance(a, TreeT), nb or isinstance(b, TreeT)  # a tree holds null
+        if nb and not na:
+            self.emit("NULLABLE_ADDED", f"{what} may now be null", ptr, *where)
+        if na and not nb:
+            self.emit("NULLABLE_REMOVED", f"{what} may no longer be null", ptr, *where)
+        a = a.inner if isinstance(a, NullableT) else a
+        b = b.inner if isinstance(b, NullableT) else b
+        match a:  # each case returns when ``b`` is of the same kind; other pairs changed type
+            case ScalarT():
+                if isinstance(b, ScalarT):
+                    self.scalar(a, b, what, ptr, where)
+                    return
+                if isinstance(b, EnumT) and takes(a, b):  # the wire holds the member's string
+                    self.emit("TYPE_NARROWED", f"{what} narrowed from string to enum", ptr, *where)
+                    return
+                if isinstance(b, TreeT) and a.kind in TREE_SCALARS:
+                    self.emit("TYPE_WIDENED", f"{what} widened from {a.kind} to tree", ptr, *where)
+                    return
+            case EnumT():
+                if isinstance(b, EnumT):
+                    self.enum(a, b, what, ptr, where)
+                    return
+                if isinstance(b, ScalarT) and takes(b, a):
+                    self.emit("TYPE_WIDENED", f"{what} widened from enum to string", ptr, *where)
+                    return
+                if isinstance(b, TreeT):
+                    self.emit("TYPE_WIDENED", f"{what} widened from enum to tree", ptr, *where)
+                    return
+            case ArrayT():
+                if isinstance(b, ArrayT):
+                    if b.unique and not a.unique:
+                        self.emit("ARRAY_MADE_SET", f"{what} changed from a list to a set", ptr, *where)
+                    if a.unique and not b.unique:
+                        self.emit("SET_MADE_ARRAY", f"{what} changed from a set to a list", ptr, *where)
+                    self.limits(a, b, what, ptr, where)
+                    self.node(a.items, b.items, f"items of {what}", ptr, where)
+                    return
+                if isinstance(b, TupleT) and spans(a, b):
+                    self.emit("TYPE_NARROWED", f"{what} narrowed from array to tuple", ptr, *where)
+                    return
+                if isinstance(b, TreeT) and in_tree(a, b):  # a list travels as one, and decodes as one
+                    self.emit("TYPE_WIDENED", f"{what} widened from array to tree", ptr, *where)
+                    return
+            case TupleT():
+                if isinstance(b, TupleT):
+                    self.tuple_items(a, b, what, ptr, where)
+                    return
+                if isinstance(b, ArrayT) and spans(b, a):
+                    self.emit("TYPE_WIDENED", f"{what} widened from tuple to array", ptr, *where)
+                    return
+            case MapT():
+                if isinstance(b, MapT):
+                    self.limits(a, b, what, ptr, where)
+                    self.node(a.values, b.values, f"values of {what}", ptr, where)
+                    return
+                if isinstance(b, TreeT) and in_tree(a, b):
+                    self.emit("TYPE_WIDENED", f"{what} widened from map to tree", ptr, *where)
+                    return
+            case TensorT():
+                if isinstance(b, TensorT):
+                    self.tensor(a, b, what, ptr, where)
+                    return
+            case TreeT():
+                if isinstance(b, TreeT):
+                    self.tree_limits(a, b, what, ptr, where)
+                    return
+                if isinstance(b, EnumT) or (isinstance(b, ScalarT) and b.kind in TREE_SCALARS):
+                    self.emit("TYPE_NARROWED", f"{what} narrowed from tree to {kind_of(b)}", ptr, *where)
+                    return
+                if isinstance(b, ArrayT | MapT) and in_tree(b, a):
+                    self.emit("TYPE_NARROWED", f"{what} narrowed from tree to {kind_of(b)}", ptr, *where)
+                    return
+            case StructT():
+                if isinstance(b, StructT):
+                    self.struct(a, b)
+                    return
+            case MessageRefT():
+                if isinstance(b, MessageRefT):
+                    ka, kb = (a.target.type_id, a.target.version), (b.target.type_id, b.target.version)
+                    if ka != kb:
+                        change = f"{what} refers to {kb[0]} v{kb[1]} instead of {ka[0]} v{ka[1]}"
+                        self.emit("REF_TARGET_CHANGED", change, ptr, *where)
+                    return
+            case UnionT():
+                if isinstance(b, UnionT):
+                    self.union(a, b, what, ptr, where)
+                    return
+            case NullableT():  # unwrapped above: a nullable of a nullable
+                if isinstance(b, NullableT):
+                    self.node(a.inner, b.inner, what, ptr, where)
+                    return
+            case _:
+                unhandled(a)
+        self.emit("TYPE_CHANGED", f"{what} changed from {kind_of(a)} to {kind_of(b)}", ptr, *where)
+
+    def tuple_items(self, a: TupleT, b: TupleT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        if len(a.items) != len(b.items):
+            self.emit("TUPLE_LENGTH_CHANGED", f"{what} has {len(b.items)} items instead of {len(a.items)}", ptr, *where)
+            return
+        for i, (x, y) in enumerate(zip(a.items, b.items, strict=True)):
+            self.node(x, y, f"item {i} of {what}", ptr, where)
+
+    def tree_limits(self, a: TreeT, b: TreeT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        if b.max_depth < a.max_depth:
+            self.emit(
+                "TREE_DEPTH_DECREASED", f"{what} depth limit went from {a.max_depth} to {b.max_depth}", ptr, *where
+            )
+        if b.max_depth > a.max_depth:
+            self.emit(
+                "TREE_DEPTH_INCREASED", f"{what} depth limit went from {a.max_depth} to {b.max_depth}", ptr, *where
+            )
+        if b.json_only and not a.json_only:
+            self.emit("TREE_JSON_TIGHTENED", f"{what} became JSON-only", ptr, *where)
+        if a.json_only and not b.json_only:
+            self.emit("TREE_JSON_LOOSENED", f"{what} is no longer JSON-only", ptr, *where)
+
+    def scalar(self, a: ScalarT, b: ScalarT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        if a.kind != b.kind:
+            if (a.kind, b.kind) == ("int", "float"):
+                self.emit("TYPE_WIDENED", f"{what} widened from integer to number", ptr, *where)
+                if not exact_as_float(a):
+                    self.emit("TYPE_WIDENED_LOSSY", f"{what}: old writers' integers may exceed ±2**53", ptr, *where)
+            elif (a.kind, b.kind) == ("float", "int"):
+                self.emit("TYPE_NARROWED", f"{what} narrowed from number to integer", ptr, *where)
+                if not exact_as_float(b):
+                    self.emit("TYPE_NARROWED_LOSSY", f"{what}: new writers' integers may exceed ±2**53", ptr, *where)
+            else:
+                self.emit("TYPE_CHANGED", f"{what} changed from {a.kind} to {b.kind}", ptr, *where)
+                return
+            self.limits(a, b, what, ptr, where)  # the values both kinds hold are still bounded on each side
+            return
+        if a.const != b.const:
+            if a.const is None:
+                if sole(a) != b.const:  # bounds that held that value alone fixed it already
+                    self.emit("CONST_ADDED", f"{what} must now be {json.dumps(b.const)}", ptr, *where)
+            elif b.const is None:
+                if sole(b) != a.const:
+                    self.emit("CONST_REMOVED", f"{what} no longer has to be {json.dumps(a.const)}", ptr, *where)
+            else:
+                change = f"{what}: const {json.dumps(a.const)} -> {json.dumps(b.const)}"
+                self.emit("CONST_CHANGED", change, ptr, *where)
+        if a.pattern != b.pattern:
+            if a.pattern is None:
+                if not sole_held(a, b):
+                    self.emit("PATTERN_ADDED", f"{what} must now match {b.pattern!r}", ptr, *where)
+            elif b.pattern is None:
+                if not sole_held(b, a):
+                    self.emit("PATTERN_REMOVED", f"{what} no longer has to match {a.pattern!r}", ptr, *where)
+            else:
+                self.emit("PATTERN_CHANGED", f"{what}: pattern {a.pattern!r} -> {b.pattern!r}", ptr, *where)
+        self.limits(a, b, what, ptr, where)
+
+    def limits(
+        self, a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT, what: str, ptr: str, where: tuple[Any, Any]
+    ) -> None:
+        """Bounds, ``multipleOf`` and lengths of a scalar; item or entry counts of an array or a map.
+        A scalar that holds one value alone (its ``const``) is sent only as that value: the other
+        side's limits change nothing for it while they hold it."""
+        tighter, looser = limit_changes(a, b)
+        if isinstance(a, ScalarT) and isinstance(b, ScalarT):
+            tighter = [] if sole_held(a, b) else tighter
+            looser = [] if sole_held(b, a) else looser
+        if tighter:
+            self.emit("RANGE_TIGHTENED", f"{what}: {', '.join(tighter)}", ptr, *where)
+        if looser:
+            self.emit("RANGE_LOOSENED", f"{what}: {', '.join(looser)}", ptr, *where)
+
+    def enum(self, a: EnumT, b: EnumT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        removed = [v for v in a.values if v not in b.values]
+        added = [v for v in b.values if v not in a.values]
+        if removed and len(removed) == len(added):
+            pairs = ", ".join(f"{x!r} -> {y!r}" for x, y in zip(removed, added, strict=True))
+            self.emit("ENUM_VALUE_CHANGED", f"{what}: enum value changed ({pairs})", ptr, *where)
+            return
+        if added:
+            self.emit("ENUM_MEMBER_ADDED", f"{what}: enum gained {added}", ptr, *where)
+        if removed:
+            self.emit("ENUM_MEMBER_REMOVED", f"{what}: enum lost {removed}", ptr, *where)
+
+    def union(self, a: UnionT, b: UnionT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        if a.tag_field != b.tag_field:
+            self.emit(
+                "UNION_TAG_FIELD_CHANGED", f"{what}: discriminator {a.tag_field!r} -> {b.tag_field!r}", ptr, *where
+            )
+        kept, added, removed = variant_pairs(a, b)
+        for vid in sorted(variant_id(v) for v in added):
+            self.emit("UNION_VARIANT_ADDED", f"{what}: variant {vid} added", ptr, *where)
+        for vid in sorted(variant_id(v) for v in removed):
+            self.emit("UNION_VARIANT_REMOVED", f"{what}: variant {vid} removed", ptr, *where)
+        for va, vb in sorted(kept, key=lambda pair: variant_id(pair[0])):
+            if variant_tag(va) != variant_tag(vb):
+                change = f"{what}: tag of {variant_id(va)} {variant_tag(va)!r} -> {variant_tag(vb)!r}"
+                self.emit("UNION_TAG_CHANGED", change, ptr, *where)
+        # a variant declared in place (not a message type, which is compared as a type) is compared here
+        for va, vb in kept:
+            if isinstance(va, StructT) and isinstance(vb, StructT):
+                self.struct(va, vb)
+
+    def tensor(self, a: TensorT, b: TensorT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
+        if a.kind != b.kind:
+            self.emit("TENSOR_KIND_CHANGED", f"{what} changed from {a.kind} to {b.kind}", ptr, *where)
+        old_d, new_d = dtype_names(a), dtype_names(b)
+        if old_d != new_d and not (old_d and new_d and set(old_d) == set(new_d)):
+            if old_d and new_d and not set(old_d) & set(new_d):
+                self.emit("TENSOR_DTYPE_REPLACED", f"{what}: dtypes {sorted(old_d)} -> {sorted(new_d)}", ptr, *where)
+            else:
+                grown = new_d is None or (old_d is not None and bool(set(new_d) - set(old_d)))
+                shrunk = old_d is None or (new_d is not None and bool(set(old_d) - set(new_d)))
+                text = f"{what}: dtypes {sorted(old_d) if old_d else 'any'} -> {sorted(new_d) if new_d else 'any'}"
+                if grown:
+                    self.emit("TENSOR_DTYPES_GROWN", text, ptr, *where)
+                if shrunk:
+                    self.emit("TENSOR_DTYPES_SHRUNK", text, ptr, *where)
+        if a.shape != b.shape:
+            if a.shape is None or b.shape is None:
+                rid = "TENSOR_SHAPE_TIGHTENED" if a.shape is None else "TENSOR_SHAPE_LOOSENED"
+                self.emit(rid, f"{what}: shape {a.shape} -> {b.shape}", ptr, *where)
+            elif len(a.shape) != len(b.shape):
+                self.emit("TENSOR_RANK_CHANGED", f"{what}: rank {len(a.shape)} -> {len(b.shape)}", ptr, *where)
+            else:
+                old = [self.dims.get(d, d) if isinstance(d, str) else d for d in a.shape]  # renamed dims as new
+                if moved(a.shape, b.shape) or moved(old, b.shape):
+                    self.emit("TENSOR_DIMS_REORDERED", f"{what}: dims {list(a.shape)} -> {list(b.shape)}", ptr, *where)
+                else:
+                    free_a, free_b = self.free  # a name that ties no sizes together is a free dim
+                    old = [None if x in free_a else y for x, y in zip(a.shape, old, strict=True)]
+                    new = [None if y in free_b else y for y in b.shape]
+                    # a name whose every axis had this one fixed size ties sizes that old writers' agree on
+                    tighter = any(
+                        x != y
+                        and y is not None
+                        and not (isinstance(x, int) and isinstance(y, str) and self.pinned.get(y) == x)
+                        for x, y in zip(old, new, strict=True)
+                    )
+                    looser = any(x != y and x is not None for x, y in zip(old, new, strict=True))
+                    if tighter:
+                        self.emit(
+                            "TENSOR_SHAPE_TIGHTENED", f"{what}: shape {list(a.shape)} -> {list(b.shape)}", ptr, *where
+                        )
+                    if looser:
+                        self.emit(
+                            "TENSOR_SHAPE_LOOSENED", f"{what}: shape {list(a.shape)} -> {list(b.shape)}", ptr, *where
+                        )
+        old_dev, new_dev = set(a.devices or ("cpu", "cuda")), set(b.devices or ("cpu", "cuda"))
+        if new_dev - old_dev:
+            self.emit("TENSOR_DEVICES_GROWN", f"{what}: devices {sorted(old_dev)} -> {sorted(new_dev)}", ptr, *where)
+        if old_dev - new_dev:
+            self.emit("TENSOR_DEVICES_SHRUNK", f"{what}: devices {sorted(old_dev)} -> {sorted(new_dev)}", ptr, *where)
+        if bool(b.contiguous) and not a.contiguous:
+            self.emit("TENSOR_CONTIGUITY_REQUIRED", f"{what} must now be contiguous", ptr, *where)
+        if bool(a.contiguous) and not b.contiguous:
+            self.emit("TENSOR_CONTIGUITY_DROPPED", f"{what} no longer has to be contiguous", ptr, *where)
+
+
+def _where(schemas: SchemaSet, source: str, pointer: str) -> Location | None:
+    file = schemas.sources.get(source)
+    if file is not None:
+        return file.location(pointer)
+    return Location(source) if source else None
