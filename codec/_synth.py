@@ -26,7 +26,7 @@ import torch
 from tensorwire.dtypes import DTYPES
 from tensorwire.registry import Registry
 from tensorwire.schema import Message, SchemaSet
-from tensorwire.schema._build import value_problem
+from tensorwire.schema._values import value_problem
 from tensorwire.schema.ir import (
     ArrayT,
     EnumT,

@@ -11,7 +11,7 @@ from fractions import Fraction
 from typing import Any, TypeAlias
 
 from tensorwire.dtypes import DTYPES
-from tensorwire.schema._build import value_problem
+from tensorwire.schema._values import value_problem
 from tensorwire.schema.ir import (
     ArrayT,
     EnumT,
