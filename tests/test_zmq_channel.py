@@ -440,11 +440,11 @@ def test_a_timeout_of_infinity_or_past_one_poll_waits_as_none_does(ctx: Any, no_
         assert sender.send(_request(x=2), timeout=no_limit).wait(no_limit)
         assert receiver.recv(timeout=no_limit).kwargs == {"x": 2}
     from tensorwire._timeouts import LONGEST_WAIT
-    from tensorwire.zmq._channel import _poll_ms
+    from tensorwire.zmq._sockets import poll_ms
 
-    assert _poll_ms(time.monotonic() + 1e300) == LONGEST_WAIT * 1000 < 2**31  # within a C int
-    assert _poll_ms(time.monotonic() + 0.0004) == 1  # rounded up: no spin through the last millisecond
-    assert _poll_ms(time.monotonic() - 5) == 0 and _poll_ms(time.monotonic() - 5, 1) == 1
+    assert poll_ms(time.monotonic() + 1e300) == LONGEST_WAIT * 1000 < 2**31  # within a C int
+    assert poll_ms(time.monotonic() + 0.0004) == 1  # rounded up: no spin through the last millisecond
+    assert poll_ms(time.monotonic() - 5) == 0 and poll_ms(time.monotonic() - 5, 1) == 1
 
 
 def test_a_timeout_of_nan_is_refused_before_anything_is_sent(ctx: Any) -> None:
@@ -792,7 +792,7 @@ def test_a_garbage_flood_is_counted_whole_but_logged_at_ten_lines_a_second(
 
 
 def test_held_back_warnings_are_counted_in_the_next_line(caplog: pytest.LogCaptureFixture) -> None:
-    from tensorwire.zmq._channel import Notes
+    from tensorwire.zmq._notes import Notes
 
     now = [100.0]
     notes = Notes(logging.getLogger("tensorwire.zmq"), burst=2, clock=lambda: now[0])

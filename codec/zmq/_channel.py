@@ -51,7 +51,7 @@ import math
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -60,23 +60,16 @@ import zmq
 from tensorwire import DecodeError, DecodeOptions, EncodeOptions, Registry, TransportError
 from tensorwire._decoder import Decoder
 from tensorwire._encoder import Encoder
-from tensorwire._timeouts import deadline_after, next_wait
+from tensorwire._timeouts import deadline_after
 from tensorwire.transports.base import Handle, Transport
 from tensorwire.transports.inline import InlineHandle
 from tensorwire.transports.shm import MAX_READERS, FanOut, ShmTransport
 from tensorwire.zmq._locality import TOKEN_BYTES, endpoint_is_local, host_token
+from tensorwire.zmq._notes import Notes
+from tensorwire.zmq._sent import DONE, AbortedWhileHeldError, Sent, StillHeldError
+from tensorwire.zmq._sockets import kind_of, over_network, poll_ms, recv_parts, type_of
 
-__all__ = [
-    "COPY_BELOW",
-    "HELLO",
-    "MAX_TRIALS",
-    "AbortedWhileHeldError",
-    "Channel",
-    "Notes",
-    "Sent",
-    "StillHeldError",
-    "kind_of",
-]
+__all__ = ["COPY_BELOW", "HELLO", "MAX_TRIALS", "Channel"]
 
 HELLO = b"TWC1"
 """The first four bytes of a channel message's first frame (the sender's host token follows)."""
@@ -103,66 +96,6 @@ _FAR, _SAYS_NEAR, _NEAR = 0, 1, 2  # what a peer's hello says: another host; thi
 # connection (its word only); this host, over ipc:// or inproc:// (``Channel._learn``)
 MAX_TRIALS = 16
 """``Channel``'s default ``max_trials``."""
-
-
-def _poll_ms(deadline: float, least: int = 0) -> int:
-    """Milliseconds the next ZeroMQ poll on the way to ``deadline`` may last, at least ``least``
-    (rounded up: no spin through the last millisecond)."""
-    return max(least, math.ceil(next_wait(deadline) * 1000))
-
-
-class StillHeldError(TimeoutError):
-    """``send(wait=True)`` ran out of time after the message was queued: ZeroMQ still holds some of
-    its frames. The message is on its way; its tensors must not change until ``sent.wait()``."""
-
-    def __init__(self, message: str, sent: Sent) -> None:
-        super().__init__(message)
-        self.sent = sent
-
-
-class Sent:
-    """The frames of one sent message that ZeroMQ took without a copy, until it lets go of them."""
-
-    __slots__ = ("_trackers",)
-
-    def __init__(self, trackers: list[zmq.MessageTracker]) -> None:
-        self._trackers = trackers
-
-    @property
-    def done(self) -> bool:
-        """Whether ZeroMQ has let go of every frame (the message's tensors may change)."""
-        return all(t.done for t in self._trackers)
-
-    @property
-    def held(self) -> int:
-        """How many frames ZeroMQ still holds."""
-        return sum(not t.done for t in self._trackers)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until ``done`` (at most ``timeout`` seconds; None: as long as it takes); whether it is."""
-        deadline = deadline_after(timeout)
-        for tracker in self._trackers:
-            while not tracker.done:
-                if deadline is not None and time.monotonic() >= deadline:
-                    return False
-                try:
-                    tracker.wait(next_wait(deadline))
-                except zmq.NotDone:
-                    pass  # that wait is over: look at the deadline again
-        return True
-
-
-_DONE = Sent([])  # what a send whose frames were all copied returns: nothing to wait for
-
-
-class AbortedWhileHeldError(ConnectionAbortedError):
-    """``abort()`` cut short a ``send(wait=True)`` whose message was queued while ZeroMQ still held
-    some of its frames. The message may be on its way; its tensors must not change until
-    ``sent.wait()`` (closing the socket makes ZeroMQ let go of them)."""
-
-    def __init__(self, message: str, sent: Sent) -> None:
-        super().__init__(message)
-        self.sent = sent
 
 
 class Channel:
@@ -199,7 +132,7 @@ class Channel:
         self.registry = registry
         self.transport = transport
         self.same_host = same_host
-        self._type = _type_of(socket)
+        self._type = type_of(socket)
         self._router = self._type == zmq.ROUTER
         self._encode_options = encode_options
         self._inline = Encoder(None, encode_options)
@@ -296,13 +229,13 @@ class Channel:
                 done = self._ended - before
                 self._withdraw(fan, frames, len(peers) - done, everyone=done == 0)
             raise
-        return self._settled(Sent(trackers) if trackers else _DONE, wait, deadline, timeout)
+        return self._settled(Sent(trackers) if trackers else DONE, wait, deadline, timeout)
 
     def _settled(self, sent: Sent, wait: bool, deadline: float | None, timeout: float | None) -> Sent:
         """``sent``, once ZeroMQ has let go of its frames if ``wait``: ``StillHeldError`` past
         ``deadline`` (None: the socket's ``SNDTIMEO`` from now, if it has one), ``AbortedWhileHeldError``
         after ``abort()`` (looked at every ``_SEND_SLICE``)."""
-        if sent is _DONE or not wait:
+        if sent is DONE or not wait:
             return sent
         within = f"{timeout} s"
         if deadline is None:
@@ -358,7 +291,7 @@ class Channel:
             self._ended += 1
         socket.send(head, _MORE if last else 0, copy=inproc or len(head) < socket.copy_threshold)
         if not last:
-            return _DONE
+            return DONE
         threshold = 1 << 62 if inproc else max(self.copy_below, socket.copy_threshold)
         trackers: list[zmq.MessageTracker] = []
         for i in range(1, last + 1):
@@ -371,7 +304,7 @@ class Channel:
                 socket.send(frame, flags, copy=True)
             else:
                 trackers.append(socket.send(frame, flags, copy=False, track=True))
-        return Sent(trackers) if trackers else _DONE
+        return Sent(trackers) if trackers else DONE
 
     @contextmanager
     def _whole(self) -> Iterator[None]:
@@ -486,7 +419,7 @@ class Channel:
         key = peer if self._router else None
         said = _FAR
         if local:  # (a peer's connection does not change: looked at once)
-            said = self._peers.get(key, _FAR) or (_SAYS_NEAR if _over_network(frame) else _NEAR)
+            said = self._peers.get(key, _FAR) or (_SAYS_NEAR if over_network(frame) else _NEAR)
         self._peers[key] = said
         self._peers.move_to_end(key)
         if len(self._peers) > _MAX_PEERS:
@@ -605,11 +538,11 @@ class Channel:
         socket = self.socket
         flags = 0
         if deadline is not None:
-            while not zmq.zmq_poll([(socket, _POLLIN)], _poll_ms(deadline)):
+            while not zmq.zmq_poll([(socket, _POLLIN)], poll_ms(deadline)):
                 if time.monotonic() >= deadline:
                     return _NOTHING
             flags = _NOW
-        parts, count = _recv_parts(socket, flags, self._most_parts)
+        parts, count = recv_parts(socket, flags, self._most_parts)
         peer = parts[0].bytes if self._router and parts else None
         body = parts[1:] if self._router else parts
         if count > len(parts):
@@ -707,106 +640,6 @@ class Channel:
         kind = zmq.SocketType(self._type).name
         where = "shared memory on this host" if self._shared is not None else "inline"
         return f"Channel({kind}, {where}, dropped={self.dropped})"
-
-
-class Notes:
-    """Lines on a logger at ``level``, at most ``burst`` a second: a peer flooding garbage cannot
-    flood the log. Those held back are counted in the next line that is written. A line carries
-    what a peer sent (its strings, in a decode error): it is cut to ``_LINE`` characters and its
-    control characters escaped (a peer cannot write lines of its own)."""
-
-    __slots__ = ("_burst", "_clock", "_held", "_level", "_log", "_second", "_written")
-
-    def __init__(
-        self,
-        log: logging.Logger,
-        level: int = logging.WARNING,
-        burst: int = 10,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._log, self._level, self._burst, self._clock = log, level, burst, clock
-        self._second, self._written, self._held = -1, 0, 0
-
-    def note(self, text: str) -> None:
-        second = int(self._clock())
-        if second != self._second:
-            self._second, self._written = second, 0
-        if self._written >= self._burst:
-            self._held += 1
-            return
-        self._written += 1
-        text = _loggable(text)
-        if self._held:
-            text = f"{text} ({self._held} more held back from the log since the last line)"
-            self._held = 0
-        self._log.log(self._level, "%s", text)
-
-
-def _recv_parts(socket: zmq.Socket[Any], flags: int, most: int) -> tuple[list[zmq.Frame], int]:
-    """The first ``most`` parts of the next message, received without a copy, and how many parts it
-    has: those past ``most`` are received and dropped one by one, never kept (``recv_multipart``
-    asks the socket for ``RCVMORE`` after each part; a received frame already knows whether more
-    follow). An exception part of the way (an interrupt) drops the rest: the next receive starts at
-    a message, never takes a peer's last parts for one (a ROUTER: its routing id and frames of that
-    peer's)."""
-    try:
-        part = socket.recv(flags, copy=False)
-        parts = [part]
-        while part.more and len(parts) < most:
-            part = socket.recv(flags, copy=False)
-            parts.append(part)
-        count = len(parts)
-        while part.more:  # ZeroMQ delivers a message whole: its parts are all there
-            part = socket.recv(_NOW, copy=False)
-            count += 1
-    except BaseException:
-        _drop_rest(socket)
-        raise
-    return parts, count
-
-
-def _drop_rest(socket: zmq.Socket[Any]) -> None:
-    """Receive and drop what is left of a message read part of the way (ZeroMQ delivers a message
-    whole: its parts are all there)."""
-    try:
-        while socket.getsockopt(zmq.RCVMORE):
-            socket.recv(_NOW, copy=False)
-    except zmq.ZMQError:
-        pass
-
-
-def _over_network(frame: zmq.Frame) -> bool:
-    """Whether ``frame`` came over a network connection: ZeroMQ gives the address of a TCP peer,
-    ``localhost:<uid>:<gid>:<pid>`` for an ipc:// one and nothing for an inproc:// one."""
-    try:
-        address = frame.get("Peer-Address")
-    except zmq.ZMQError:
-        return False
-    return not str(address).startswith("localhost")
-
-
-def _type_of(socket: zmq.Socket[Any]) -> int:
-    kind = socket.getsockopt(zmq.TYPE)
-    assert isinstance(kind, int)
-    return kind
-
-
-def kind_of(socket: zmq.Socket[Any]) -> str:
-    """The socket's type by name (``"ROUTER"``)."""
-    return zmq.SocketType(_type_of(socket)).name
-
-
-_LINE = 500  # characters of a log line's text (what a peer sent in it, mostly)
-
-
-def _loggable(text: str) -> str:
-    """``text`` cut to ``_LINE`` characters, with what is not printable (newlines, escapes) escaped."""
-    shown = text[:_LINE]
-    if not shown.isprintable():
-        shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in shown)
-    if len(text) > _LINE or len(shown) > _LINE:
-        return f"{shown[:_LINE]}... (cut at {_LINE} characters)"
-    return shown
 
 
 def _past(deadline: float | None) -> bool:

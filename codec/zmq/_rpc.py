@@ -29,7 +29,10 @@ from tensorwire import CodecError, DecodeOptions, EncodeOptions, Registry, Trans
 from tensorwire._timeouts import LONGEST_WAIT, deadline_after
 from tensorwire.builtins import REGISTRY, rpc
 from tensorwire.transports.base import Transport
-from tensorwire.zmq._channel import AbortedWhileHeldError, Channel, Notes, kind_of
+from tensorwire.zmq._channel import Channel
+from tensorwire.zmq._notes import Notes
+from tensorwire.zmq._sent import AbortedWhileHeldError
+from tensorwire.zmq._sockets import kind_of
 
 __all__ = ["Client", "Handler", "Server"]
 
