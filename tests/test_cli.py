@@ -322,12 +322,12 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_failures_exit_with_their_code_and_no_traceback(
     raised: BaseException, code: int, err: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import tensorwire.cli
+    import tensorwire._schema_commands
 
     def fail(args: object) -> int:
         raise raised
 
-    monkeypatch.setattr(tensorwire.cli, "_schemas", fail)
+    monkeypatch.setattr(tensorwire._schema_commands, "schemas", fail)
     assert main(["schemas"]) == code
     assert capsys.readouterr().err == err
     if code == 3:
