@@ -234,6 +234,27 @@ def test_a_failed_export_hands_every_pool_slot_back() -> None:
     assert set(segments_of(os.getpid())) <= before
 
 
+def test_a_failed_export_leaves_an_empty_tensors_slot_to_its_tensor() -> None:
+    """A pool tensor handed over before a later buffer's export failed is still unsent: its slot
+    is not given to the next send (which would write into the caller's tensor), and the tensor
+    can be sent again."""
+    transport = _FailingShm(2, pool=True)
+    encoder = tw.Encoder(transport=transport, options=OUT_OF_BAND)
+    decoder = tw.Decoder(REGISTRY, transports=[transport])
+    tensor = transport.empty((1024,), torch.float32)
+    tensor.fill_(7.0)
+    with pytest.raises(tw.TransportError, match=r"injected failure at export 2"):
+        encoder.encode(diffusion.Output(output=[tensor, torch.ones(999)]))
+    other = decoder.decode(encoder.encode(diffusion.Output(output=[torch.full((1024,), 3.0)])))
+    assert torch.equal(tensor, torch.full((1024,), 7.0))
+    resent = decoder.decode(encoder.encode(diffusion.Output(output=[tensor])))
+    assert torch.equal(resent.output[0], torch.full((1024,), 7.0))
+    del other, resent, tensor
+    assert transport.pool is not None
+    assert all(slot.state == transports._control.FREE for slot in transport.pool.slots())
+    transport.close()
+
+
 def test_an_interrupt_while_the_header_is_built_hands_every_slot_back(monkeypatch: pytest.MonkeyPatch) -> None:
 
     calls = []

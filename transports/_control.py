@@ -16,7 +16,8 @@ dies) plus a thread lock; a lock held elsewhere for long is a ``TransportError``
 
 States: FREE -> SENDER (the sender holds it) -> IN_FLIGHT (handed over) -> CLAIMED (a receiver
 holds it) -> FREE; IN_FLIGHT -> FREE when it is discarded by a receiver that proved its
-capability, undone by its sender, or not claimed before its deadline (expired).
+capability, undone by its sender, or not claimed before its deadline (expired); IN_FLIGHT ->
+SENDER when its sender undoes the hand-over of a slot an ``empty`` tensor still lives in.
 
 A broadcast to ``readers`` receivers stays IN_FLIGHT, its capability good, until ``readers``
 claims (or discards) were made or its deadline passed; each claim records the receiver's pid, and
@@ -300,9 +301,10 @@ class Page:
         """The sender's own page back to FREE (a pool tensor dropped unsent)."""
         self.words[_W_STATE] = FREE
 
-    def undo(self, generation: int, capability: bytes) -> bool:
+    def undo(self, generation: int, capability: bytes, state: int = FREE) -> bool:
         """Take back a hand-over nobody claimed (a failed encode), if ``capability`` is the one it was
-        made under; False if it was claimed, is gone, or the capability does not match."""
+        made under, the page moving to ``state`` (``SENDER``: back to the sender's ``empty`` tensor);
+        False if it was claimed, is gone, or the capability does not match."""
 
         def unclaimed() -> bool:
             if not self._proves(generation, capability, deadline=False) or self.words[_W_CLAIMS] > 0:
@@ -311,7 +313,7 @@ class Page:
                 self.words[_W_EXPIRED] = generation  # a late claim still says why it is refused
             return True
 
-        return self._to_free(unclaimed)
+        return self._to_free(unclaimed, state)
 
     def expire(self, now_ns: int) -> bool:
         """Free the page if it is in flight past its deadline, remembering the expired generation."""
@@ -358,7 +360,8 @@ class Page:
         """Tell receivers the creator let go of this segment (they may unmap it once unused)."""
         self.words[_W_FLAGS] = self.words[_W_FLAGS] | DROPPED
 
-    def _to_free(self, condition: Callable[[], bool]) -> bool:
+    def _to_free(self, condition: Callable[[], bool], state: int = FREE) -> bool:
+        """Void the capability and move the page to ``state`` if ``condition()`` holds under its lock."""
         try:
             self._enter()
         except TransportError:
@@ -367,7 +370,7 @@ class Page:
             if not condition():
                 return False
             self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
-            self.words[_W_STATE] = FREE
+            self.words[_W_STATE] = state
             return True
         finally:
             self._leave()

@@ -127,6 +127,8 @@ class Slot:
     # tensor unsent), 0 if none: never taken, evicted or dropped while held, whatever a receiver
     # writes in its page meanwhile
     allocated: bool = False  # held for an ``empty`` tensor (not for a copy): what ``hand_over_allocated`` sends
+    lent: int = 0  # the generation ``hand_over_allocated`` sent it under while its ``empty`` tensor lives (0:
+    # none; a later take's generation differs): undoing that hand-over gives the slot back to the tensor
     settled: tuple[int, bool] = (0, False)  # the last hand-over before the current one: its generation,
     # and whether another process claimed it (``Pool.claimed``, once the slot has moved on)
 
@@ -385,8 +387,14 @@ class Pool:
         slot = self._by_name.get(name) if self.owns(name) else None
         if slot is None:
             return False
+        lent = slot.lent == generation  # an ``empty`` tensor's slot: its tensor's again, never another send's
+        if lent:  # held before the page says so: no send takes it, no walk drops it meanwhile
+            slot.sending, slot.allocated = generation, True
+        undone = False
         with suppress(ValueError):  # another thread let go of the slot meanwhile (close, trim): nothing to undo
-            slot.page.undo(generation, capability)
+            undone = slot.page.undo(generation, capability, SENDER if lent else FREE)
+        if lent and not undone:
+            slot.sending, slot.allocated = 0, False
         slot.last_used = time.monotonic()
         return True
 
@@ -414,6 +422,8 @@ class Pool:
     def unused(self, slot: Slot, generation: int) -> None:
         """A tensor allocated in ``slot`` died: free the slot if it was never sent (and is this
         process's: a forked child's copy of its parent's tensor leaves the parent's slot alone)."""
+        if slot.lent == generation:  # sent, and gone: an undone hand-over frees the slot
+            slot.lent = 0
         if self._pid == os.getpid() and self._by_name.get(slot.name) is slot and slot.sending == generation:
             self.give_back(slot)
 
@@ -447,6 +457,7 @@ class Pool:
             if address + nbytes > slot.address + slot.capacity or not slot.allocated:
                 return None  # (a slot taken since for a copy is that copy's)
             capability = page.hand_over(self.claim_timeout, readers)  # (``hand_over``, inline)
+            slot.lent = slot.sending
             slot.sending = 0
             slot.allocated = False
             slot.last_used = time.monotonic()
