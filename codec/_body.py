@@ -359,6 +359,11 @@ def _too_deep(value: Any, max_depth: int) -> _Rejected:
     return _Rejected(EncodeError(f"nesting deeper than the limit of {max_depth}"), value)
 
 
+# What the rewriters go into: each is a level of the body (an array, a map or a tuple's ext). Any
+# other value (a scalar, a tensor) is none, and passes at any depth, as a decoder counts it.
+_NESTS = (dict, list, tuple, set, frozenset, msgspec.Struct)
+
+
 Rewrite = Callable[[Any, int, int], Any]  # (value, depth, max_depth) -> value, or a rewritten copy
 
 
@@ -398,7 +403,7 @@ def _struct(obj: Any, depth: int, max_depth: int) -> Any:
         old = getattr(obj, name)
         if old is None:
             continue
-        if depth > max_depth:
+        if depth > max_depth and isinstance(old, _NESTS):
             raise _too_deep(old, max_depth)
         try:
             new = rewrite(old, depth, max_depth)
@@ -452,7 +457,7 @@ def _checked(rewrite: Rewrite) -> Rewrite:
     def item(value: Any, depth: int, max_depth: int) -> Any:
         if value is None:
             return None
-        if depth > max_depth:
+        if depth > max_depth and isinstance(value, _NESTS):
             raise _too_deep(value, max_depth)
         return rewrite(value, depth, max_depth)
 

@@ -164,6 +164,34 @@ def test_trees_deeper_than_the_limit_and_cycles() -> None:
         ENCODER.encode(message)
 
 
+def _batch_holding(output: Any) -> Any:
+    return diffusion.RunnerBatch(
+        runner_outputs=[diffusion.RunnerOutput(request_id="a", result=diffusion.Output(output=output))]
+    )
+
+
+@pytest.mark.parametrize(
+    ("max_depth", "leaf", "container", "path"),
+    [
+        (3, _batch_holding(torch.ones(2)), _batch_holding([torch.ones(2)]), "$.runner_outputs[0].result.output"),
+        (3, _batch_holding(1.5), _batch_holding({"k": 1.5}), "$.runner_outputs[0].result.output"),
+        (1, rpc.Request(method="m", kwargs={"a": 1}), rpc.Request(method="m", kwargs={"a": [1]}), "$.kwargs.a"),
+    ],
+)
+def test_a_leaf_at_the_depth_limit_adds_no_level(max_depth: int, leaf: Any, container: Any, path: str) -> None:
+    """A scalar or a tensor in a field at the limit is no level, as a decoder counts: the encoder
+    sends what a decoder with the same limits reads, and refuses a container there."""
+    limits = tw.Limits(max_depth=max_depth)
+    encoder = tw.Encoder(options=tw.EncodeOptions(limits=limits))
+    decoder = tw.Decoder(REGISTRY, options=tw.DecodeOptions(limits=limits))
+    assert type(decoder.decode(encoder.encode(leaf))) is type(leaf)
+    with pytest.raises(tw.EncodeError, match=rf"nesting deeper than the limit of {max_depth} - at") as caught:
+        encoder.encode(container)
+    assert caught.value.path == path
+    with pytest.raises(tw.DecodeError, match=r"nesting deeper than the limit"):
+        decoder.decode(tw.Encoder().encode(container))
+
+
 def test_limits() -> None:
     few = tw.Encoder(options=tw.EncodeOptions(limits=tw.Limits(max_tensors=2)))
     with pytest.raises(tw.EncodeError, match=r"more than 2 tensors in one message \(limit max_tensors\)"):
