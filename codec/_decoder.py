@@ -41,6 +41,7 @@ from tensorwire._incoming import HEADER_LEVELS, Reading
 from tensorwire._locate import entry_path, header_path, msgspec_error
 from tensorwire._plan import type_plan
 from tensorwire._scan import OPENERS, OTHERS, too_deep_for_the_stack, walk
+from tensorwire._sealed import Sealed
 from tensorwire._twin import BECOME, closed_mirror, closed_twin, structs_inside
 from tensorwire._type_tree import closed_depth
 from tensorwire._wire import EMPTY_DATA, MAGIC, WIRE_VERSION, data_span, parse_tag, tag
@@ -55,7 +56,7 @@ from tensorwire.transports.inline import InlineHandle, InlineTransport
 __all__ = ["Decoder"]
 
 
-class Decoder:
+class Decoder(Sealed):
     """Decodes messages of the types in ``registry``; immutable and safe to share between threads.
 
     ``device``: put decoded torch tensors on a device: ``"cuda:0"``, a mapping from body path to
@@ -440,11 +441,6 @@ class Decoder:
         for handle in handles:
             grouped.setdefault(self._by_type[type(handle)], []).append(handle)
         return grouped
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if hasattr(self, "_sealed"):
-            raise AttributeError(f"{type(self).__name__} is immutable; build a new one")
-        object.__setattr__(self, name, value)
 
     def __repr__(self) -> str:
         tags = sorted(str(h.__struct_config__.tag) for h in self._by_type)

@@ -34,6 +34,7 @@ from tensorwire._body import (
 )
 from tensorwire._locate import entry_path, msgspec_error
 from tensorwire._plan import TypePlan, type_plan
+from tensorwire._sealed import Sealed
 from tensorwire._tensors import BufferPlan, Outgoing, embed_room, quick_below
 from tensorwire._wire import BIN8, BIN16, data_header
 from tensorwire.errors import CodecError, DecodeError, EncodeError, TransportError
@@ -58,7 +59,7 @@ _FAILURES = (
 )
 
 
-class Encoder:
+class Encoder(Sealed):
     """Encodes generated (or run-time) message types; immutable and safe to share between threads."""
 
     __slots__ = (
@@ -275,11 +276,6 @@ class Encoder:
             if handle is not None:
                 return handle
         return transport.export(view, frames)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if hasattr(self, "_sealed"):
-            raise AttributeError(f"{type(self).__name__} is immutable; build a new one")
-        object.__setattr__(self, name, value)
 
     def __repr__(self) -> str:
         return f"Encoder(transport={type(self.transport).__name__}, options={self.options})"

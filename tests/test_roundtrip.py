@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import os
+import pickle
 from typing import Any
 
 import numpy as np
@@ -454,6 +456,18 @@ def test_encoder_and_decoder_are_immutable() -> None:
         encoder.options = tw.EncodeOptions()  # type: ignore[misc]  # mypy refuses it too (Final)
     with pytest.raises(AttributeError, match="immutable"):
         decoder.registry = REGISTRY  # type: ignore[misc]
+
+
+def test_a_copy_of_an_encoder_or_decoder_is_itself_and_pickling_is_refused() -> None:
+    """Nothing in them can change: a copy of one, or of what holds one, is the same object (it
+    raised "immutable"); what they hold is this process's, so pickling is a clear ``TypeError``."""
+    encoder, decoder = MODES["shm-copy"]
+    for codec in (encoder, decoder):
+        assert copy.copy(codec) is codec
+        assert copy.deepcopy({"codec": codec})["codec"] is codec
+        name = type(codec).__name__
+        with pytest.raises(TypeError, match=rf"^cannot pickle '{name}' object: build one in each process$"):
+            pickle.dumps(codec)
 
 
 def test_encoders_are_safe_to_share_between_threads() -> None:
