@@ -94,6 +94,26 @@ def test_options_out_of_range_are_refused_by_name_when_the_transport_is_made(
     assert str(info.value) == error
 
 
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"idle_seconds": "5"}, "idle_seconds must be a number, got '5'"),
+        ({"idle_seconds": None}, "idle_seconds must be a number, got None"),
+        ({"claim_timeout": True}, "claim_timeout must be a number, got True"),
+        ({"cache_fraction": True}, "cache_fraction must be a number, got True"),
+        ({"max_cached_bytes": "1000"}, "max_cached_bytes must be a number, got '1000'"),
+    ],
+)
+def test_options_that_are_not_numbers_are_refused_by_name_when_the_transport_is_made(
+    options: dict[str, Any], error: str
+) -> None:
+    """An idle time given as a string was taken, and every send then failed on it (a
+    ``TypeError`` from the pool's comparison); a bool was taken as 1 (a one-second claim timeout)."""
+    with pytest.raises(TypeError) as info:
+        transports.ShmTransport(**options)
+    assert str(info.value) == error
+
+
 def test_a_long_claim_timeout_still_sends() -> None:
     with transports.ShmTransport(claim_timeout=2.0**32, idle_seconds=math.inf) as shm:
         frames = tw.Encoder(shm, tw.EncodeOptions(inline_threshold=0)).encode(diffusion.Output(output=torch.ones(4096)))

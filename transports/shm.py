@@ -29,6 +29,7 @@ import ctypes
 import errno
 import math
 import mmap
+import numbers
 import operator
 import os
 import threading
@@ -278,7 +279,12 @@ class ShmTransport(Transport):
     ) -> None:
         if backing not in ("memfd", "named"):
             raise ValueError(f"backing must be 'memfd' or 'named', got {backing!r}")
-        check_options(cache_fraction=cache_fraction, max_cached_bytes=max_cached_bytes)
+        check_options(
+            cache_fraction=cache_fraction,
+            max_cached_bytes=max_cached_bytes,
+            idle_seconds=idle_seconds,
+            claim_timeout=claim_timeout,
+        )
         if not 0 < claim_timeout <= MAX_CLAIM_TIMEOUT:  # (NaN is neither)
             raise ValueError(f"claim_timeout must be > 0 and at most 2**32 seconds, got {claim_timeout}")
         if idle_seconds != idle_seconds:
@@ -512,9 +518,14 @@ MAX_CLAIM_TIMEOUT = 2.0**32
 
 
 def check_options(**options: float | None) -> None:
-    """``ValueError`` naming the first option that is out of range: a ``*_fraction`` must be in
-    [0, 1], a ``max_*_bytes`` None or >= 0 (the names are the caller's)."""
+    """``TypeError`` naming the first option that is not a number (a bool is not one; None is a
+    ``max_*_bytes``'s "no limit"), ``ValueError`` the first that is out of range: a ``*_fraction``
+    must be in [0, 1], a ``max_*_bytes`` None or >= 0 (the names are the caller's)."""
     for name, value in options.items():
+        if not (value is None and name.endswith("_bytes")) and (
+            isinstance(value, bool) or not isinstance(value, numbers.Real)
+        ):
+            raise TypeError(f"{name} must be a number, got {value!r}")
         if name.endswith("_fraction") and not (value is not None and 0 <= value <= 1):
             raise ValueError(f"{name} must be in [0, 1], got {value}")
         if name.endswith("_bytes") and value is not None and not value >= 0:
