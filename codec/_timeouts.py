@@ -2,15 +2,17 @@
 
 A call's ``timeout``: None or infinity waits without limit, any other number is how long (at most
 zero: do not wait), NaN is no number of seconds (``ValueError``). An option holding a duration
-must be a number of seconds above zero (``check_seconds``).
+must be a number of seconds above zero (``check_seconds``); one holding any number must be one,
+not a bool (``check_number``).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import time
 
-__all__ = ["LONGEST_WAIT", "check_seconds", "deadline_after", "next_wait"]
+__all__ = ["LONGEST_WAIT", "check_number", "check_seconds", "deadline_after", "next_wait"]
 
 LONGEST_WAIT = 86400.0
 """The longest one blocking wait lasts (then it looks again): OS and library waits overflow on
@@ -35,9 +37,17 @@ def next_wait(deadline: float | None) -> float:
     return max(0.0, min(deadline - time.monotonic(), LONGEST_WAIT))
 
 
+def check_number(name: str, value: object) -> None:
+    """``TypeError`` naming option ``name`` unless ``value`` is a real number (a bool is not one:
+    ``True`` would be taken as 1)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+
+
 def check_seconds(name: str, value: float, *, infinite: bool = False) -> None:
-    """``ValueError`` naming option ``name`` unless ``value`` is a number of seconds above zero
-    (finite unless ``infinite``)."""
+    """``TypeError`` naming option ``name`` unless ``value`` is a number (``check_number``),
+    ``ValueError`` unless it is a number of seconds above zero (finite unless ``infinite``)."""
+    check_number(name, value)
     if not (0 < value < math.inf or (infinite and value == math.inf)):
         limit = "" if infinite else " and finite"
         raise ValueError(f"{name} must be a number of seconds > 0{limit}, got {value!r}")

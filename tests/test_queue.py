@@ -76,6 +76,25 @@ def test_options_out_of_range_are_refused_by_name_when_the_transport_is_made(
     assert str(info.value) == error
 
 
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"timeout": True}, "timeout must be a number, got True"),
+        ({"ttl": "300"}, "ttl must be a number, got '300'"),
+        ({"max_in_flight": True}, "max_in_flight must be a number, got True"),
+        ({"max_buffered": None}, "max_buffered must be a number, got None"),
+    ],
+)
+def test_options_that_are_not_numbers_are_refused_by_name_when_the_transport_is_made(
+    options: dict[str, Any], error: str
+) -> None:
+    """A bool was taken as 1 (a one-second timeout, one CUDA tensor in flight); a string or None
+    failed a comparison with words that named no option."""
+    with pytest.raises(TypeError) as info:
+        transports.QueueTransport(_ctx().Queue(), **options)
+    assert str(info.value) == error
+
+
 def test_four_producers_three_messages_two_tensors_out_of_order() -> None:
     ctx = _ctx()
     data, frames_q, done = ctx.Queue(), ctx.Queue(), ctx.Queue()

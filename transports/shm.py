@@ -29,7 +29,6 @@ import ctypes
 import errno
 import math
 import mmap
-import numbers
 import operator
 import os
 import threading
@@ -42,6 +41,7 @@ import msgspec
 import numpy as np
 import torch
 
+from tensorwire._timeouts import check_number
 from tensorwire.errors import CodecError, DecodeError, TransportError
 from tensorwire.transports import _janitor as janitor
 from tensorwire.transports._control import (
@@ -522,10 +522,8 @@ def check_options(**options: float | None) -> None:
     ``max_*_bytes``'s "no limit"), ``ValueError`` the first that is out of range: a ``*_fraction``
     must be in [0, 1], a ``max_*_bytes`` None or >= 0 (the names are the caller's)."""
     for name, value in options.items():
-        if not (value is None and name.endswith("_bytes")) and (
-            isinstance(value, bool) or not isinstance(value, numbers.Real)
-        ):
-            raise TypeError(f"{name} must be a number, got {value!r}")
+        if not (value is None and name.endswith("_bytes")):
+            check_number(name, value)
         if name.endswith("_fraction") and not (value is not None and 0 <= value <= 1):
             raise ValueError(f"{name} must be in [0, 1], got {value}")
         if name.endswith("_bytes") and value is not None and not value >= 0:

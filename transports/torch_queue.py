@@ -68,7 +68,7 @@ from typing import Any, ClassVar
 import torch
 import torch.multiprocessing  # registers torch's tensor reductions (CUDA IPC included) with ForkingPickler
 
-from tensorwire._timeouts import check_seconds
+from tensorwire._timeouts import check_number, check_seconds
 from tensorwire.errors import DecodeError, TransportError
 from tensorwire.transports._ack import AckPage, InFlight
 from tensorwire.transports._reaper import NAME, SHM_DIR, next_name
@@ -137,6 +137,7 @@ class QueueTransport(Transport):
             ("max_buffered_bytes", max_buffered_bytes),
             ("max_in_flight", max_in_flight),
         ):
+            check_number(name, count)
             if not count >= 1:
                 raise ValueError(f"{name} must be at least 1, got {count!r}")
         self.queue = queue
