@@ -340,6 +340,8 @@ def _plan(cls: type) -> TypePlan:
     info = getattr(cls, "__tw_type__", None)
     if info is None:
         raise TypeError(f"{cls.__name__} is not a tensorwire message type (no __tw_type__)")
+    if not issubclass(cls, msgspec.Struct):  # a class given another's __tw_type__ (its plan asserted this)
+        raise TypeError(f"{cls.__name__} is not a tensorwire message type (not a msgspec Struct)")
     plan = type_plan(cls)
     if len(_PLANS) < 4096:
         _PLANS[cls] = plan

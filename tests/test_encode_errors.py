@@ -212,6 +212,12 @@ def test_not_a_message_type_is_a_usage_error_and_a_bad_value_a_value_error() -> 
     with pytest.raises(TypeError, match=r"^dict is not a tensorwire message type \(no __tw_type__\)$") as usage:
         ENCODER.encode({"a": 1})
     assert not isinstance(usage.value, tw.CodecError | ValueError)
+
+    class Lookalike:  # a class given a message type's __tw_type__ (it raised AssertionError)
+        __tw_type__ = diffusion.Output.__tw_type__
+
+    with pytest.raises(TypeError, match=r"^Lookalike is not a tensorwire message type \(not a msgspec Struct\)$"):
+        ENCODER.encode(Lookalike())
     with pytest.raises(ValueError, match=r"^rpc.Request: Expected `str`, got `int` - at `\$.method`$") as bad:
         ENCODER.encode(rpc.Request(method=3))  # type: ignore[arg-type]
     assert isinstance(bad.value, tw.EncodeError)
