@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import errno
+import gc
 import logging
 import os
 import queue as stdlib_queue
+import subprocess
+import sys
+import textwrap
 from typing import Any
 
 import pytest
@@ -16,6 +21,7 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports.base import Buffer, Handle
+from tests.conftest import REPO
 
 OOB = tw.EncodeOptions(inline_threshold=1, embed_threshold=0)
 
@@ -581,3 +587,47 @@ def test_a_senders_close_leaves_a_file_a_neighbour_moved_onto_its_ack_page_name(
     acks.page_name()  # a later page is the sender's own: its close removes it
     acks.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_senders_ack_page_goes_when_the_transport_is_dropped_without_close(tmp_path: Any) -> None:
+    """It stayed in /dev/shm for good: only ``close()`` removed it."""
+    from tests.cuda_fakes import FakeCudaRuntime
+
+    tx = transports.QueueTransport(_ctx().Queue(), runtime=FakeCudaRuntime(), directory=tmp_path)
+    tx.begin_message()
+    assert tx.export_device(_device_like(torch.ones(10)), 0, 40, []) is not None
+    assert len(list(tmp_path.iterdir())) == 1  # the stream's ack page
+    del tx
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []
+
+
+EXIT_WITH_AN_ACK_PAGE = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, {repo!r})
+    import torch, torch.multiprocessing
+    from tensorwire import transports
+    from tests.cuda_fakes import FakeCudaRuntime
+    tx = transports.QueueTransport(
+        torch.multiprocessing.get_context("spawn").Queue(), runtime=FakeCudaRuntime(), directory={directory!r}
+    )
+    tx.begin_message()
+    tx.export_device(torch.ones(10).view(torch.uint8), 0, 40, [])
+    child = os.fork()
+    if child == 0:
+        sys.exit(0)  # a forked child's exit leaves its parent's page
+    os.waitpid(child, 0)
+    print(sorted(os.listdir({directory!r})))
+    """
+)
+
+
+def test_a_senders_ack_page_goes_at_exit_and_not_at_its_forked_childs(tmp_path: Any) -> None:
+    """A sender that exited without ``close()`` left its ack page in /dev/shm."""
+    script = EXIT_WITH_AN_ACK_PAGE.format(repo=str(REPO), directory=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (page,) = ast.literal_eval(result.stdout.strip())  # there after the child's exit
+    assert page.startswith("tw-")
+    assert list(tmp_path.iterdir()) == []  # gone with its sender

@@ -5,6 +5,8 @@ dies) and reads it; the receiver opens it by name (our pattern only, exact size 
 checked) and writes the highest position it has received. A position is one 8-byte word, written
 and read whole, so no reader sees half of it; positions only grow. A page serves one stream of
 positions (one sending thread); ``InFlight`` is that stream's side: its page and what it keeps.
+The sender's page is removed by its close, or at exit or when dropped without one (never by a
+forked child: the page is its parent's).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import mmap
 import os
 import struct
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +36,9 @@ class AckPage:
     """The mailbox: ``position`` is what the receiver has acknowledged (0: nothing yet)."""
 
     def __init__(self, path: Path, mapping: mmap.mmap, owner: tuple[int, int] | None) -> None:
-        self.path, self.name, self._mapping, self._owner = path, path.name, mapping, owner
+        self.path, self.name, self._mapping = path, path.name, mapping
+        # the sender's page goes with its close, or at exit or when dropped without one
+        self._remove = None if owner is None else weakref.finalize(self, _remove, path, owner, os.getpid())
 
     @classmethod
     def create(cls, path: Path) -> AckPage:
@@ -73,10 +78,16 @@ class AckPage:
         """Unmap; the sender's close also removes the page (a name that no longer names the file it
         made, because a neighbour gave it to another file or a directory, or that is gone, is left alone)."""
         try:
-            if self._owner is not None:
-                remove_named(self.path, self._owner)
+            if self._remove is not None:
+                self._remove()
         finally:
             self._mapping.close()
+
+
+def _remove(path: Path, made: tuple[int, int], pid: int) -> None:
+    """Remove the page ``made`` at ``path`` in the process that made it (``remove_named``)."""
+    if os.getpid() == pid:
+        remove_named(path, made)
 
 
 class InFlight:
