@@ -4,7 +4,10 @@ quarantine, pool bounds and retention (the GPU itself is exercised by tests/test
 from __future__ import annotations
 
 import gc
+import signal
+import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.inspection import describe
 from tensorwire.transports._control import FREE, IN_FLIGHT
 from tensorwire.transports.shm import our_segments
+from tests.conftest import REPO
 from tests.cuda_fakes import FILL, FakeCudaRuntime
 
 MiB = 1024 * 1024
@@ -266,6 +270,56 @@ def test_a_failure_mid_message_releases_what_was_exported(tmp_path: Path, cuda_s
     assert cuda_shm._reader._maps == {}  # by its own pool, not by mapping it again as a reader
     assert cuda_shm.registrations == 1 and len(cuda_shm.registered.slots()) == 1
     assert our_segments(tmp_path) == []  # memfds: nothing named in the directory
+
+
+CLOSED_DURING_A_COPY = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {repo!r})
+    import torch
+    import tensorwire as tw
+    from tensorwire import transports
+    from tests.cuda_fakes import FakeCudaRuntime
+
+    class Closing(FakeCudaRuntime):
+        def copy_to_host(self, dst, src):
+            transport.close()  # as another thread would, while this copy runs
+            return super().copy_to_host(dst, src)
+
+    fake = Closing() if {when!r} == "copying" else FakeCudaRuntime()
+    transport = transports.CudaShmTransport({directory!r}, runtime=fake)
+    acquire = transport.registered.acquire
+    if {when!r} == "acquired":
+        def acquire_then_close(*args):
+            slot = acquire(*args)
+            transport.close()  # as another thread would, right after this send took its slot
+            return slot
+        transport.registered.acquire = acquire_then_close
+    source = torch.arange(1 << 20, dtype=torch.int32).view(torch.uint8)
+    try:
+        transport.export_device(source, 0, source.numel(), [])
+    except tw.TransportError as exc:
+        print(exc.errno, exc.strerror)
+    """
+)
+
+
+@pytest.mark.parametrize("when", ["acquired", "copying"])
+def test_a_close_during_a_device_copy_is_a_transport_error_not_a_crash(tmp_path: Path, when: str) -> None:
+    """The copy's target was made over the slot's mapping without holding it: a close by another
+    thread unmapped it under the copy (SIGSEGV), or, before the copy, made it a ``ValueError``."""
+    script = CLOSED_DURING_A_COPY.format(repo=str(REPO), directory=str(tmp_path), when=when)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, (
+        f"child {'killed by ' + signal.Signals(-result.returncode).name if result.returncode < 0 else 'failed'}: "
+        f"{result.stderr[-2000:]}"
+    )
+    error = {
+        "acquired": "9 the shared-memory pool was closed during a copy",
+        "copying": "9 the shared-memory pool was closed before pool slot tw-",
+    }[when]
+    assert result.stdout.startswith(error), result.stdout
+    assert our_segments(tmp_path) == []
 
 
 # -- the torch adapter's error handling (its device calls run in tests/test_cuda_gpu.py) -------------

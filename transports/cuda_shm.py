@@ -181,7 +181,10 @@ class CudaShmTransport(ShmTransport):
         if slot is None:
             return None
         source = storage[start : start + nbytes]
-        target = torch.frombuffer(slot.mapping, dtype=torch.uint8, count=nbytes, offset=CONTROL_BYTES)
+        try:  # over a view of the mapping, which the target keeps: a close meanwhile cannot unmap it
+            target = torch.frombuffer(memoryview(slot.mapping), dtype=torch.uint8, count=nbytes, offset=CONTROL_BYTES)
+        except ValueError:  # its mapping closed under this thread: the transport was closed meanwhile
+            raise TransportError(errno.EBADF, "the shared-memory pool was closed during a copy") from None
         try:
             token = self.runtime.copy_to_host(target, source)
         except CudaCallError as exc:
