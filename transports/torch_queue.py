@@ -68,7 +68,7 @@ from typing import Any, ClassVar
 import torch
 import torch.multiprocessing  # registers torch's tensor reductions (CUDA IPC included) with ForkingPickler
 
-from tensorwire._timeouts import check_number, check_seconds
+from tensorwire._timeouts import LONGEST_WAIT, check_number, check_seconds
 from tensorwire.errors import DecodeError, TransportError
 from tensorwire.transports._ack import AckPage, InFlight
 from tensorwire.transports._reaper import NAME, SHM_DIR, next_name
@@ -323,7 +323,9 @@ class QueueTransport(Transport):
                         f"after waiting {self.timeout}s",
                     )
                 if self._draining:
-                    self._ready.wait(left)  # another thread drains; it wakes us when it stored something
+                    # another thread drains; it wakes us when it stored something (a wait longer
+                    # than ``LONGEST_WAIT`` overflows: the loop waits again)
+                    self._ready.wait(min(left, LONGEST_WAIT))
                 else:
                     self._drain_one(min(left, _POLL))
 

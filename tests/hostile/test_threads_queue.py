@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 import torch.multiprocessing as tmp
 
@@ -54,9 +55,12 @@ def _assert_all_delivered(outcomes: list[Outcome], rx: transports.QueueTransport
     assert rx.buffered() == 0 and rx.buffered_bytes() == 0
 
 
-def test_four_threads_share_one_encoder_and_four_share_one_decoder() -> None:
+@pytest.mark.parametrize("timeout", [10.0, 1e10], ids=["10 s", "longer than one wait can last"])
+def test_four_threads_share_one_encoder_and_four_share_one_decoder(timeout: float) -> None:
+    """A receiver's ``timeout`` past ``threading.TIMEOUT_MAX`` (292 years) was the wait of a thread
+    that found another draining the queue: an ``OverflowError``."""
     data = tmp.get_context("spawn").Queue()
-    tx, rx = transports.QueueTransport(data), transports.QueueTransport(data)
+    tx, rx = transports.QueueTransport(data), transports.QueueTransport(data, timeout=timeout)
     encoder, decoder = tw.Encoder(transport=tx, options=OOB), tw.Decoder(REGISTRY, transports=[rx])
     handovers: list[stdlib_queue.Queue[Any]] = [stdlib_queue.Queue(maxsize=4) for _ in range(THREADS)]
     outcomes = [Outcome() for _ in range(THREADS)]
