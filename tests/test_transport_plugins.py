@@ -212,3 +212,47 @@ def test_a_transport_missing_a_required_method_cannot_be_made() -> None:
 
     with pytest.raises(TypeError, match=r"Can't instantiate abstract class Half"):
         Half()  # type: ignore[abstract]
+
+
+def _built_in(name: str, directory: Path) -> Transport:
+    import torch.multiprocessing as tmp
+
+    from tensorwire import transports
+    from tests.cuda_fakes import FakeCudaRuntime
+
+    if name == "inline":
+        return transports.InlineTransport()
+    if name == "shm":
+        return transports.ShmTransport(directory)
+    if name == "cuda_shm":
+        return transports.CudaShmTransport(directory, runtime=FakeCudaRuntime())
+    return transports.QueueTransport(tmp.get_context("spawn").Queue())
+
+
+@pytest.mark.parametrize("name", ["inline", "shm", "cuda_shm", "queue"])
+def test_a_built_in_transport_refuses_a_handle_of_another_kind_by_name_and_its_release_is_no_error(
+    tmp_path: Path, name: str
+) -> None:
+    """``verify`` and ``import_`` of another transport's handle were an ``AssertionError`` (and,
+    under ``python -O``, an ``AttributeError`` or worse); the queue's ``release`` of one was too."""
+    from tensorwire import transports
+
+    transport = _built_in(name, tmp_path)
+    foreign: Handle = (
+        transports.QueueHandle(sender="s", message=1, tensor=0)
+        if name in ("shm", "cuda_shm")
+        else transports.ShmHandle(name="tw-1-a-1", capability=bytes(16))
+    )
+    frames = [b"", b"frame"]
+    error = f"the {name} transport does not read {type(foreign).__name__}s"
+    try:
+        with pytest.raises(tw.DecodeError) as info:
+            transport.verify([foreign], frames)
+        assert (info.value.message, info.value.path) == (error, None)
+        with pytest.raises(tw.DecodeError) as info:
+            transport.import_(foreign, frames, 5, borrow=False)
+        assert (info.value.message, info.value.path) == (error, None)
+        transport.release(foreign)  # names nothing of this transport's
+        transport.release_all([foreign])
+    finally:
+        transport.close()

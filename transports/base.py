@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import msgspec
 
+from tensorwire.errors import DecodeError
+
 if TYPE_CHECKING:
     from typing import Self
 
     from tensorwire.transports.cuda_runtime import CudaRuntime
 
-__all__ = ["Buffer", "Handle", "Transport"]
+__all__ = ["Buffer", "Handle", "Transport", "not_read_by"]
 
 Buffer: TypeAlias = bytes | bytearray | memoryview | Any  # any object with the buffer protocol
 
@@ -106,3 +108,8 @@ class Transport(ABC):
         self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.close()
+
+
+def not_read_by(transport: Transport, handle: Handle) -> DecodeError:
+    """The error for a handle of a kind ``transport`` does not read, given to its ``verify`` or ``import_``."""
+    return DecodeError(f"the {transport.name} transport does not read {type(handle).__name__}s")

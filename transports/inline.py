@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from tensorwire.errors import DecodeError
-from tensorwire.transports.base import Buffer, Handle, Transport
+from tensorwire.transports.base import Buffer, Handle, Transport, not_read_by
 
 __all__ = ["InlineHandle", "InlineTransport"]
 
@@ -30,7 +30,8 @@ class InlineTransport(Transport):
     def verify(self, handles: Sequence[Handle], frames: Sequence[Buffer]) -> None:
         seen: set[int] = set()
         for handle in handles:
-            assert isinstance(handle, InlineHandle)
+            if not isinstance(handle, InlineHandle):
+                raise not_read_by(self, handle)
             if not 1 <= handle.frame < len(frames):
                 raise DecodeError(f"inline buffer names frame {handle.frame}; the message has {len(frames)} frames")
             if handle.frame in seen:
@@ -38,7 +39,8 @@ class InlineTransport(Transport):
             seen.add(handle.frame)
 
     def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
-        assert isinstance(handle, InlineHandle)
+        if not isinstance(handle, InlineHandle):
+            raise not_read_by(self, handle)
         try:
             frame = memoryview(frames[handle.frame]).cast("B")
         except (TypeError, ValueError) as exc:  # not a buffer, not C-contiguous, released

@@ -70,7 +70,7 @@ from tensorwire.transports._segment import (
     valid_pid,
 )
 from tensorwire.transports._slots import SlotReader
-from tensorwire.transports.base import Buffer, Handle, Transport
+from tensorwire.transports.base import Buffer, Handle, Transport, not_read_by
 
 __all__ = [
     "MAX_CLAIM_TIMEOUT",
@@ -466,7 +466,8 @@ class ShmTransport(Transport):
         owner: tuple[str, str] | None = None
         seen: set[str] = set()
         for handle in handles:
-            assert isinstance(handle, ShmHandle | SlotHandle)
+            if not isinstance(handle, ShmHandle | SlotHandle):
+                raise not_read_by(self, handle)
             sender = _creator(handle.name)
             if sender is None:
                 raise DecodeError(f"shm segment name {handle.name!r} is not a tensorwire name (tw-<pid>-<token>-<seq>)")
@@ -500,7 +501,8 @@ class ShmTransport(Transport):
                 handle.capability,
                 borrow=borrow is not False,
             )
-        assert isinstance(handle, ShmHandle)
+        if not isinstance(handle, ShmHandle):
+            raise not_read_by(self, handle)
         borrowed = bool(borrow) and named  # a memfd receiver never maps a file that can be truncated: it copies
         return _receive_one_shot(self.directory / handle.name, handle.capability, nbytes, borrow=borrowed)
 

@@ -73,7 +73,7 @@ from tensorwire.errors import DecodeError, TransportError
 from tensorwire.transports._ack import AckPage, InFlight
 from tensorwire.transports._reaper import NAME, SHM_DIR, next_name
 from tensorwire.transports._torch_shm import share
-from tensorwire.transports.base import Buffer, Handle, Transport
+from tensorwire.transports.base import Buffer, Handle, Transport, not_read_by
 from tensorwire.transports.cuda_runtime import CudaRuntime, TorchCudaRuntime
 
 __all__ = ["QueueHandle", "QueueTransport"]
@@ -273,8 +273,10 @@ class QueueTransport(Transport):
         stream.tensor += 1
 
     def release(self, handle: Handle) -> None:
-        """A sent tensor cannot be recalled; a receiver drops a buffered one it will not read."""
-        assert isinstance(handle, QueueHandle)
+        """A sent tensor cannot be recalled; a receiver drops a buffered one it will not read (a
+        handle of another kind names nothing here)."""
+        if not isinstance(handle, QueueHandle):
+            return
         self._own()
         with self._ready:
             sender = self._senders.get(handle.sender)
@@ -285,7 +287,8 @@ class QueueTransport(Transport):
     def verify(self, handles: Sequence[Handle], frames: Sequence[Buffer]) -> None:
         seen = set()
         for handle in handles:
-            assert isinstance(handle, QueueHandle)
+            if not isinstance(handle, QueueHandle):
+                raise not_read_by(self, handle)
             key = (handle.sender, handle.message, handle.tensor)
             if key in seen:
                 raise DecodeError(f"queue tensor {key} is named twice in one message")
@@ -294,7 +297,8 @@ class QueueTransport(Transport):
             seen.add(key)
 
     def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
-        assert isinstance(handle, QueueHandle)
+        if not isinstance(handle, QueueHandle):
+            raise not_read_by(self, handle)
         tensor = self._take(handle)
         if tensor.dtype != torch.uint8 or tensor.dim() != 1 or tensor.numel() != nbytes:
             raise DecodeError(
