@@ -8,6 +8,7 @@ import gc
 import logging
 import os
 import queue as stdlib_queue
+import re
 import subprocess
 import sys
 import textwrap
@@ -145,13 +146,29 @@ def test_stale_messages_are_discarded_with_a_counting_log_line(caplog: pytest.Lo
         tw.Decoder(REGISTRY, transports=[transports.QueueTransport(queue, timeout=0.2)]).decode(first)
 
 
+def test_a_message_older_than_one_read_is_refused_as_stale_without_waiting() -> None:
+    """Its receiver waited its whole timeout for tensors it had discarded (or would discard as they
+    came), then said none came: a ``TransportError`` (ETIMEDOUT)."""
+    queue = _ctx().Queue()
+    encoder, decoder, rx = _pair(queue, timeout=1.0)
+    first = encoder.encode(diffusion.Output(output=torch.ones(3)))
+    second = encoder.encode(diffusion.Output(output=torch.zeros(3)))
+    assert float(decoder.decode(second).output.sum()) == 0.0
+    with pytest.raises(tw.DecodeError) as info:
+        decoder.decode(first)
+    assert re.fullmatch(
+        r"queue tensor 0 of message 1 from sender \S+ is stale: message 2 of that sender was read already",
+        info.value.message,
+    )
+    assert info.value.path is None and rx.buffered() == 0
+    rx.close()
+
+
 def test_a_tensor_of_an_older_message_arriving_after_a_newer_one_was_read_is_not_buffered(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A sender's tensor that arrives once a newer message of that sender has been read (held up,
     or sent again) can never be asked for: it is dropped with a log line, not kept in the buffer."""
-    import re
-
     queue = _ctx().Queue()
     encoder, decoder, rx = _pair(queue, timeout=0.3)
     encoder.encode(diffusion.Output(output=torch.ones(3)))

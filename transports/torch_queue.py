@@ -47,7 +47,8 @@ workers; the message frames themselves never carry a pickle.
 
 Buffered tensors are bounded in count and bytes (going over is a ``TransportError``); when a
 sender's newer message is consumed its older buffered tensors are discarded (with one log line
-that counts them); a sender silent for ``ttl`` seconds is evicted; every wait is bounded.
+that counts them), and asking for one of them is a ``DecodeError`` at once; a sender silent for
+``ttl`` seconds is evicted; every wait is bounded.
 """
 
 from __future__ import annotations
@@ -319,6 +320,7 @@ class QueueTransport(Transport):
                 tensor = self._pop(handle)
                 if tensor is not None:
                     return tensor
+                self._refuse_stale(handle)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TransportError(
@@ -343,6 +345,16 @@ class QueueTransport(Transport):
             self._let_go(tensor)
             self._consumed(handle.sender, sender, handle.message)
         return tensor
+
+    def _refuse_stale(self, handle: QueueHandle) -> None:
+        """``DecodeError`` for a tensor of a message older than one its sender has had read: it was
+        discarded, or would be as it arrives (the lock held)."""
+        sender = self._senders.get(handle.sender)
+        if sender is not None and handle.message < sender.newest_consumed:
+            raise DecodeError(
+                f"queue tensor {handle.tensor} of message {handle.message} from sender {handle.sender} is stale: "
+                f"message {sender.newest_consumed} of that sender was read already"
+            )
 
     def _drain_one(self, timeout: float) -> None:
         """Take at most one item off the queue into the buffer, the lock released while waiting for
