@@ -213,9 +213,30 @@ def test_the_buffer_is_bounded() -> None:
     rx = transports.QueueTransport(queue, max_buffered=2)
     with pytest.raises(tw.TransportError, match=r"receive buffer full \(2 tensors, 64 bytes; limits 2 and"):
         tw.Decoder(REGISTRY, transports=[rx]).decode(frames)
+    queue.get(timeout=10)  # the wanted tensor, left on the queue
+    other.encode(diffusion.Output(output=torch.ones(8)))
+    frames = wanted.encode(diffusion.Output(output=torch.ones(8)))
     small = transports.QueueTransport(queue, max_buffered_bytes=10)
-    with pytest.raises(tw.TransportError, match=r"receive buffer full"):
+    with pytest.raises(tw.TransportError, match=r"receive buffer full \(0 tensors, 0 bytes; limits 1024 and 10\)"):
         tw.Decoder(REGISTRY, transports=[small]).decode(frames)
+
+
+def test_the_tensor_asked_for_is_taken_whatever_room_the_buffer_has() -> None:
+    """A receiver whose buffer was full dropped the very tensor it was waiting for (the buffer was
+    full, a ``TransportError``), which it never had to buffer: the message was lost for good."""
+    queue = _ctx().Queue()
+    other = tw.Encoder(transport=transports.QueueTransport(queue), options=OOB)
+    wanted = tw.Encoder(transport=transports.QueueTransport(queue), options=OOB)
+    held = other.encode(diffusion.Output(output=torch.full((8,), 1.0)))
+    rx = transports.QueueTransport(queue, max_buffered=1, max_buffered_bytes=40)
+    decoder = tw.Decoder(REGISTRY, transports=[rx])
+    for size in (8, 100):  # the buffer full by count, then too small for the tensor's bytes
+        frames = wanted.encode(diffusion.Output(output=torch.full((size,), 2.0)))
+        assert torch.equal(decoder.decode(frames).output, torch.full((size,), 2.0))
+        assert (rx.buffered(), rx.buffered_bytes()) == (1, 32)  # the other sender's tensor
+    assert torch.equal(decoder.decode(held).output, torch.full((8,), 1.0))
+    assert (rx.buffered(), rx.buffered_bytes()) == (0, 0)
+    rx.close()
 
 
 def test_the_buffer_counts_follow_every_tensor_in_and_out() -> None:

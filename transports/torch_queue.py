@@ -45,10 +45,11 @@ Trust: a ``torch.multiprocessing`` queue carries pickles (torch's tensor reducti
 queue does), so this transport is for processes that trust each other, like an engine and its
 workers; the message frames themselves never carry a pickle.
 
-Buffered tensors are bounded in count and bytes (going over is a ``TransportError``); when a
-sender's newer message is consumed its older buffered tensors are discarded (with one log line
-that counts them), and asking for one of them is a ``DecodeError`` at once; a sender silent for
-``ttl`` seconds is evicted; every wait is bounded.
+Buffered tensors are bounded in count and bytes (going over is a ``TransportError``; the tensor a
+thread waits for is taken whatever room is left); when a sender's newer message is consumed its
+older buffered tensors are discarded (with one log line that counts them), and asking for one of
+them is a ``DecodeError`` at once; a sender silent for ``ttl`` seconds is evicted; every wait is
+bounded.
 """
 
 from __future__ import annotations
@@ -333,7 +334,7 @@ class QueueTransport(Transport):
                     # than ``LONGEST_WAIT`` overflows: the loop waits again)
                     self._ready.wait(min(left, LONGEST_WAIT))
                 else:
-                    self._drain_one(min(left, _POLL))
+                    self._drain_one(min(left, _POLL), handle)
 
     def _pop(self, handle: QueueHandle) -> torch.Tensor | None:
         """Take ``handle``'s tensor out of the buffer, if it is there (the lock held)."""
@@ -356,9 +357,10 @@ class QueueTransport(Transport):
                 f"message {sender.newest_consumed} of that sender was read already"
             )
 
-    def _drain_one(self, timeout: float) -> None:
-        """Take at most one item off the queue into the buffer, the lock released while waiting for
-        it (the lock held on entry and on return); then wake every waiting thread."""
+    def _drain_one(self, timeout: float, wanted: QueueHandle) -> None:
+        """Take at most one item off the queue into the buffer (``wanted``, the tensor this thread
+        asks for, whatever room the buffer has), the lock released while waiting for it (the lock
+        held on entry and on return); then wake every waiting thread."""
         self._draining = True
         try:
             self._ready.release()
@@ -367,7 +369,7 @@ class QueueTransport(Transport):
             finally:
                 self._ready.acquire()
             if item is not None:
-                self._store(*item)
+                self._store(*item, wanted=wanted)
         finally:
             self._draining = False
             self._ready.notify_all()
@@ -400,9 +402,19 @@ class QueueTransport(Transport):
             return sender_id, message, index, None, ack_name
         return sender_id, message, index, tensor, ack_name
 
-    def _store(self, sender_id: str, message: int, index: int, tensor: torch.Tensor | None, ack_name: Any) -> None:
+    def _store(
+        self,
+        sender_id: str,
+        message: int,
+        index: int,
+        tensor: torch.Tensor | None,
+        ack_name: Any,
+        *,
+        wanted: QueueHandle,
+    ) -> None:
         """Buffer a received tensor (the lock held), acknowledging a CUDA one first (one that could
-        not be opened too, so that its sender lets go of it; it is not buffered)."""
+        not be opened too, so that its sender lets go of it; it is not buffered). Past the buffer's
+        bounds only ``wanted`` is taken: its caller takes it out again at once."""
         if ack_name is not None:
             self._acknowledge(sender_id, ack_name, message, index)
         if tensor is None:
@@ -416,7 +428,8 @@ class QueueTransport(Transport):
                 "ignoring a stale tensor from sender %s (message %d is older than the one consumed)", sender_id, message
             )
             return
-        if self._held >= self.max_buffered or self._held_bytes + tensor.numel() > self.max_buffered_bytes:
+        full = self._held >= self.max_buffered or self._held_bytes + tensor.numel() > self.max_buffered_bytes
+        if full and (sender_id, message, index) != (wanted.sender, wanted.message, wanted.tensor):
             raise TransportError(
                 errno.ENOBUFS,
                 f"receive buffer full ({self._held} tensors, {self._held_bytes} bytes; "
