@@ -197,6 +197,43 @@ def test_a_failed_copy_enqueue_gives_the_slot_back_once_the_stream_is_drained(cu
     assert _send(cuda_shm, torch.ones(100_000)) is not None and fake.calls["register"] == 1  # reused
 
 
+class _Interrupted(FakeCudaRuntime):
+    """A runtime whose ``call`` raises ``KeyboardInterrupt`` once (a Ctrl-C during it)."""
+
+    def __init__(self, call: str) -> None:
+        super().__init__()
+        self.interrupt = call
+
+    def copy_to_host(self, dst: torch.Tensor, src: torch.Tensor) -> Any:
+        token = super().copy_to_host(dst, src)
+        self._interrupted("copy_to_host")
+        return token
+
+    def synchronize(self, token: Any) -> None:
+        super().synchronize(token)
+        self._interrupted("synchronize")
+
+    def _interrupted(self, call: str) -> None:
+        if self.interrupt == call:
+            self.interrupt = ""
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("call", ["copy_to_host", "synchronize"])
+def test_an_interrupted_copy_gives_the_slot_back_once_the_stream_is_drained(tmp_path: Path, call: str) -> None:
+    """The slot stayed held by the sender for good (a registered slot more per interrupted send):
+    only a ``CudaCallError`` gave it back."""
+    fake = _Interrupted(call)
+    transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _send(transport, torch.ones(100_000))
+        assert fake.calls["drain"] == 1 and transport.healthy and _registered_states(transport) == [FREE]
+        assert _send(transport, torch.ones(100_000)) is not None and fake.calls["register"] == 1  # reused
+    finally:
+        transport.close()
+
+
 def test_an_uncertain_copy_is_quarantined_and_further_transfers_refused(tmp_path: Path, fake: Any) -> None:
     transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)
     fake.fail_next("copy_to_host", code=700)

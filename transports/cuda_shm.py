@@ -23,6 +23,8 @@ its mapping and the source tensor are kept, never unmapped under the device, and
 turns unhealthy (``healthy`` False, ``reason`` says why) and refuses further device transfers.
 The quarantine is the transport's (visible, and bounded by the transfers in flight when it turned
 unhealthy); what it holds is kept alive until the process exits, even if the transport is dropped.
+A send interrupted during the copy or its wait (``KeyboardInterrupt``) gives its slot back once
+the side stream is drained, as a failed enqueue does.
 
 Where the runtime is unusable (torch without CUDA, a ROCm build, no device) ``available`` is
 False and ``export_device`` returns None: the encoder then stages the tensor itself (a pinned
@@ -187,16 +189,22 @@ class CudaShmTransport(ShmTransport):
             raise TransportError(errno.EBADF, "the shared-memory pool was closed during a copy") from None
         try:
             token = self.runtime.copy_to_host(target, source)
-        except CudaCallError as exc:
+        except BaseException as exc:  # (an interrupt, or a runtime's other error, too)
             del target
             self._settle(slot, source, exc)
-            raise _error(exc) from None
+            if isinstance(exc, CudaCallError):
+                raise _error(exc) from None
+            raise
         try:
             self.runtime.synchronize(token)
         except CudaCallError as exc:
             del target
             self._quarantine_slot(slot, source, f"{exc} after a copy into {slot.name} was queued")
             raise _error(exc) from None
+        except BaseException as exc:  # interrupted waiting for the copy: the slot comes back once it is done
+            del target
+            self._settle(slot, source, exc)
+            raise
         generation, capability = self.registered.hand_over(slot)
         number = slot.fd if self.registered.memfd else None
         return SlotHandle(name=slot.name, offset=0, generation=generation, capability=capability, fd=number)
@@ -207,14 +215,16 @@ class CudaShmTransport(ShmTransport):
                 return
         super().release(handle)
 
-    def _settle(self, slot: Slot, source: torch.Tensor, failure: CudaCallError) -> None:
-        """After a failed enqueue: once the side stream is drained nothing writes the slot and it
-        goes back to the pool; if draining fails too, the slot is quarantined."""
+    def _settle(self, slot: Slot, source: torch.Tensor, failure: BaseException) -> None:
+        """After a failed enqueue (or an interrupted wait for a copy): once the side stream is
+        drained nothing writes the slot and it goes back to the pool; if draining fails too, the
+        slot is quarantined."""
         assert self.registered is not None
         try:
             self.runtime.drain(source.device)
         except CudaCallError as exc:
-            self._quarantine_slot(slot, source, f"{failure}; draining the copy stream then: {exc}")
+            why = str(failure) or type(failure).__name__
+            self._quarantine_slot(slot, source, f"{why}; draining the copy stream then: {exc}")
             return
         self.registered.give_back(slot)
 
