@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,6 +38,36 @@ def test_copy_into_refuses_a_read_only_target(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(bulk, "helper_count", lambda: 1)
     with pytest.raises(ValueError, match="read-only"):
         bulk.copy_into(bytes(1 << 16), bytearray(1 << 16))  # a read-only target
+
+
+def test_a_write_whose_chunk_failed_returns_once_every_other_chunk_is_done(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``write_at`` raised the first helper's error as soon as it came, leaving later helpers
+    writing to the fd its caller then closed (and whose number another file may take next)."""
+    monkeypatch.setattr(bulk, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(bulk, "helper_count", lambda: 3)
+    returned = threading.Event()
+    seen: list[bool] = []
+
+    def write_all(fd: int, offset: int, view: memoryview) -> None:
+        if offset == 1 << 12:  # the first helper's chunk: fails at once (say, ENOSPC)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        if offset > 1 << 12:  # the later helpers': still writing when it failed
+            returned.wait(1.0)
+            seen.append(returned.is_set())
+        os.pwrite(fd, view, offset)
+
+    monkeypatch.setattr(bulk, "_write_all", write_all)
+    fd = os.open(tmp_path / "segment", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(OSError) as info:
+            bulk.write_at(fd, 0, bytes(4 << 12))
+        returned.set()
+        assert info.value.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    assert seen == [False, False]  # both were done before it returned
 
 
 @pytest.mark.parametrize(("cpus", "helpers"), [(1, 0), (2, 1), (4, 3), (64, 3)])

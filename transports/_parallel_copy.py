@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -65,13 +65,20 @@ def write_at(fd: int, offset: int, src: Any) -> None:
     helpers = _helpers(count)
     step = -(-source.nbytes // (count + 1) // _CHUNK_ALIGN) * _CHUNK_ALIGN
     bounds = [(lo, min(lo + step, source.nbytes)) for lo in range(0, source.nbytes, step)]
-    pending = [helpers.submit(_write_all, fd, offset + lo, source[lo:hi]) for lo, hi in bounds[1:]]
+    pending: list[Future[None]] = [helpers.submit(_write_all, fd, offset + lo, source[lo:hi]) for lo, hi in bounds[1:]]
     try:
         lo, hi = bounds[0]
         _write_all(fd, offset + lo, source[lo:hi])
     finally:
-        for future in pending:
-            future.result()  # every chunk is written (or failed) before the file is handed on
+        _finish(pending)  # every chunk is written (or failed) before the file is handed on (or closed)
+
+
+def _finish(pending: list[Future[None]]) -> None:
+    """Wait until every one of ``pending`` is done, then raise the first one's error (if any): a
+    chunk that failed must not leave the others running into what the caller lets go of."""
+    wait(pending)
+    for future in pending:
+        future.result()
 
 
 def _write_all(fd: int, offset: int, view: memoryview) -> None:
@@ -100,5 +107,4 @@ def copy_into(dst: Any, src: Any) -> None:
         lo, hi = bounds[0]
         np.copyto(target[lo:hi], source[lo:hi])
     finally:
-        for future in pending:
-            future.result()  # every chunk is done (or failed) before the buffer is handed on
+        _finish(pending)  # every chunk is done (or failed) before the buffer is handed on (or given back)
