@@ -611,6 +611,45 @@ def test_a_cuda_tensor_the_receiver_cannot_open_is_still_acknowledged(
     rx.close()
 
 
+def test_the_ack_page_of_a_sender_whose_tensors_could_not_be_opened_goes_with_its_ttl(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Such a sender never entered the receive buffer's bookkeeping, which the ttl evicts from: its
+    ack page stayed mapped in the receiver for good (one more for each such producer)."""
+    import time
+    from multiprocessing.reduction import ForkingPickler
+
+    from tests.cuda_fakes import FakeCudaRuntime
+
+    def unopenable(data: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("CUDA error: invalid resource handle")
+
+    def mapped(name: str) -> bool:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            return any(name in line for line in maps)
+
+    queue: stdlib_queue.Queue[Any] = stdlib_queue.Queue()
+    tx = transports.QueueTransport(queue, runtime=FakeCudaRuntime(), directory=tmp_path)
+    rx = transports.QueueTransport(queue, timeout=0.3, ttl=0.2, directory=tmp_path)
+    tx.begin_message()
+    handle = tx.export_device(torch.arange(16, dtype=torch.uint8), 0, 16, [])
+    assert handle is not None
+    (page,) = (p.name for p in tmp_path.iterdir())
+    with monkeypatch.context() as patched:
+        patched.setattr(ForkingPickler, "loads", unopenable)
+        with pytest.raises(tw.TransportError, match=r"no tensor 0 of message 1 from sender \S+ after waiting"):
+            rx.import_(handle, [], 16, borrow=False)
+    assert tx.in_flight == 0 and mapped(page)  # acknowledged through its page
+    tx.close()  # the sender is done: its page's name goes, the receiver's mapping stays
+    time.sleep(0.3)
+    other = transports.QueueTransport(queue)
+    other.begin_message()
+    later = other.export_storage(torch.arange(16, dtype=torch.uint8), 0, 16, [])
+    assert bytes(rx.import_(later, [], 16, borrow=False)) == bytes(range(16))  # after the ttl: evicted
+    assert not mapped(page)
+    rx.close()
+
+
 def test_a_senders_close_leaves_a_file_a_neighbour_moved_onto_its_ack_page_name(tmp_path: Any) -> None:
     from tensorwire.transports._ack import InFlight
     from tensorwire.transports._reaper import next_name

@@ -413,16 +413,17 @@ class QueueTransport(Transport):
         wanted: QueueHandle,
     ) -> None:
         """Buffer a received tensor (the lock held), acknowledging a CUDA one first (one that could
-        not be opened too, so that its sender lets go of it; it is not buffered). Past the buffer's
-        bounds only ``wanted`` is taken: its caller takes it out again at once."""
+        not be opened too, so that its sender lets go of it; it is not buffered, but its sender is
+        seen: evicted once silent for ``ttl``, its ack page with it). Past the buffer's bounds only
+        ``wanted`` is taken: its caller takes it out again at once."""
         if ack_name is not None:
             self._acknowledge(sender_id, ack_name, message, index)
-        if tensor is None:
-            return
         now = time.monotonic()
         self._evict_silent(now)
         sender = self._senders.setdefault(sender_id, _Sender())
         sender.last_seen = now
+        if tensor is None:
+            return
         if message < sender.newest_consumed:
             log.warning(
                 "ignoring a stale tensor from sender %s (message %d is older than the one consumed)", sender_id, message
