@@ -103,8 +103,11 @@ def test_a_forked_child_never_waits_for_a_receiver_lock_a_parent_thread_held(bac
     del segment
 
     def child() -> bool:
-        frames = encoder.encode(diffusion.Output(output=_full(1000, 2.0)))
-        return bool((decoder.decode(frames).output == 2.0).all())
+        try:
+            frames = encoder.encode(diffusion.Output(output=_full(1000, 2.0)))
+            return bool((decoder.decode(frames).output == 2.0).all())
+        finally:
+            shm.close()  # the child's own slot (a named one is a file in /dev/shm): it exits with os._exit
 
     with lock:
         pid = _fork(child)
