@@ -110,6 +110,11 @@ class Incoming:
                     desc.buffer, buffer, device
                 )
             return build(desc, None, base)
+        if type(buffer) is memoryview:  # (a frame): numpy takes a view's object as an array's base and lets
+            # go of the view, so an array (or a tensor on one) would not keep the memory exported: a
+            # ``pipe.Receiver`` would read the next message into it, a bytearray could be resized or an
+            # mmap closed under it. An array over the view keeps the view, once per buffer.
+            buffer = self.buffers[desc.buffer] = np.frombuffer(buffer, np.uint8)
         if isinstance(buffer, torch.Tensor) and not buffer.is_cpu and desc.kind == "ndarray":
             buffer = self.buffers[desc.buffer] = buffer.cpu().numpy()  # delivered on a device: to the host once
         if not isinstance(buffer, torch.Tensor) and memoryview(buffer).readonly:

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
+from typing import Any
 
 import numpy as np
 import pytest
@@ -153,6 +154,45 @@ def test_a_second_message_does_not_overwrite_a_live_tensor(pipe: tuple[Connectio
     assert buffer_span(receiver)[0] == second_span[0]
     assert same_bits(out, third)
     assert same_bits(kept, first)
+
+
+def value_bits(value: Any) -> bytes:
+    """The bytes of a host tensor or array, in logical order."""
+    return (value.numpy() if isinstance(value, torch.Tensor) else value).tobytes()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda seed: payload(100 * KiB, seed).numpy(),
+        lambda seed: payload(100 * KiB, seed).view(256, -1),
+        lambda seed: payload(100 * KiB, seed).numpy().reshape(256, -1)[:, ::2],
+    ],
+    ids=["ndarray", "2-d tensor", "strided ndarray"],
+)
+def test_a_decoded_array_or_tensor_of_any_rank_keeps_its_buffer(
+    pipe: tuple[Connection, Connection], make: Callable[[int], Any]
+) -> None:
+    """numpy takes a memoryview's object as an array's base and lets go of the view itself: values
+    built by numpy on a frame must still keep the receiver's buffer exported."""
+    reader, writer = pipe
+    receiver = Receiver(reader, initial=4 * MiB)
+    sender = Sender(writer)
+    first, second = make(1), make(2)
+    expected = value_bits(first)  # (bits: the payload holds NaNs)
+    sender.send(first)
+    frames = receiver.recv(timeout=WAIT)
+    sender.wait()
+    kept = tw.Decoder(REGISTRY).decode(frames).output
+    first_span = buffer_span(receiver)
+    del frames  # only the decoded value holds the first buffer now
+
+    sender.send(second)
+    out = tw.Decoder(REGISTRY).decode(receiver.recv(timeout=WAIT)).output
+    sender.wait()
+    assert buffer_span(receiver)[0] != first_span[0], "the second message went into memory a live value uses"
+    assert type(kept) is type(first) and value_bits(kept) == expected, "the first value changed under it"
+    assert value_bits(out) == value_bits(second)
 
 
 def test_held_frames_alone_keep_their_buffer(pipe: tuple[Connection, Connection]) -> None:
