@@ -24,7 +24,7 @@ from tensorwire._tensors import BUILD, as_base, build, build_inline, verify_desc
 from tensorwire._wire import DIMS, EXT_INLINE, EXT_TENSOR, EXT_TUPLE, INLINE, SHARED, data_span, unpack_descriptor
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.errors import DecodeError
-from tensorwire.inspection import describe
+from tensorwire.inspection import tensor_paths
 from tensorwire.transports.base import Buffer, Handle
 
 __all__ = ["Incoming", "Reading"]
@@ -138,7 +138,7 @@ class Incoming:
             target = default
         else:
             if self._paths is None:
-                self._paths = [e["path"] for e in describe(self.head)["tensors"]]
+                self._paths = tensor_paths(self.head, self.decoder.registry)
             path = self._paths[index] if index < len(self._paths) else None
             target = by_path.get(path, default) if isinstance(path, str) else default
         if target is None:
@@ -151,7 +151,9 @@ class Incoming:
     def where(self, index: int) -> str:
         """The body path of tensor ``index`` (e.g. ``$.media.video.tensor``), or its position."""
         try:
-            path = describe(self.head, self.decoder.options.limits.max_depth + HEADER_LEVELS)["tensors"][index]["path"]
+            path = tensor_paths(
+                self.head, self.decoder.registry, self.decoder.options.limits.max_depth + HEADER_LEVELS
+            )[index]
         except Exception:  # the locator only improves a message; it never replaces the error
             path = None
         return path if isinstance(path, str) else f"$.<tensor {index}>"

@@ -17,12 +17,13 @@ import json
 import re
 import types
 from collections.abc import Callable, Iterator
+from functools import lru_cache
 from itertools import islice
 from typing import Annotated, Any, Union, get_args, get_origin
 
 import msgspec
 
-__all__ = ["entry_path", "header_path", "key_segment", "locate", "msgspec_error", "set_order"]
+__all__ = ["decode_order", "entry_path", "header_path", "key_segment", "locate", "msgspec_error", "set_order"]
 
 _UNSET = object()
 _LONG = 64  # characters of a key a path shows
@@ -227,6 +228,51 @@ def entry_path(
                 return out + key_segment(key)
         return None
     return out
+
+
+def decode_order(cls: type, body: Any, is_ref: Callable[[Any], bool]) -> list[Any]:
+    """The values ``is_ref`` accepts in ``body`` (a message of ``cls`` decoded untyped), in the order
+    a typed decode of ``cls`` meets them: the values of map entries that name no field of their
+    struct are left out, as that decode skips them unread. Where a union's option cannot be told
+    from its value, or the type is untyped, every one below it is taken, in order."""
+    found: list[Any] = []
+    stack: list[tuple[Any, Any]] = [(cls, body)]
+    while stack:
+        tp, value = stack.pop()
+        if is_ref(value):
+            found.append(value)
+        else:
+            stack.extend(reversed(_typed_children(_narrow(tp, value), value)))
+    return found
+
+
+def _typed_children(tp: Any, value: Any) -> list[tuple[Any, Any]]:
+    """(type, value) of each value inside untyped ``value`` that a typed decode of ``tp`` reads, in
+    order (a map's keys and values alike; ``tp`` None: untyped)."""
+    if not isinstance(value, dict | list | tuple):
+        return []
+    struct = isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+    if isinstance(value, dict):
+        if struct and not tp.__struct_config__.array_like:
+            known = _field_types(tp)
+            return [(known[k], v) for k, v in value.items() if isinstance(k, str) and k in known]
+        key, item = get_args(tp) if get_origin(tp) is dict and len(get_args(tp)) == 2 else (Any, Any)
+        return [pair for k, v in value.items() for pair in ((key, k), (item, v))]
+    if struct:  # array-like: its fields by position, after its tag
+        start = int(tp.__struct_config__.tag_field is not None)
+        return list(zip(_field_types(tp).values(), value[start:], strict=False))
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (list, set, frozenset) or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
+        return [(args[0], v) for v in value]
+    if origin is tuple:
+        return [(args[i] if i < len(args) else Any, v) for i, v in enumerate(value)]
+    return [(Any, v) for v in value]
+
+
+@lru_cache(maxsize=256)
+def _field_types(cls: type) -> dict[str, Any]:
+    """The declared type of each field of struct class ``cls`` by the name it is sent as, in order."""
+    return {f.encode_name: f.type for f in msgspec.structs.fields(cls)}
 
 
 def _failure(decode: Callable[[bytes], Any], value: Any) -> tuple[str, str, bool] | None:

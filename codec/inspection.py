@@ -14,12 +14,12 @@ import math
 import os
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from tensorwire._files import open_regular, read_at
-from tensorwire._locate import key_segment
+from tensorwire._locate import decode_order, key_segment
 from tensorwire._scan import check_depth, too_deep_for_the_stack
 from tensorwire._wire import (
     BLOB_PREAMBLE,
@@ -38,7 +38,10 @@ from tensorwire._wire import (
 from tensorwire.errors import DecodeError
 from tensorwire.options import Limits
 
-__all__ = ["describe", "read_header_frame"]
+if TYPE_CHECKING:
+    from tensorwire.registry import Registry
+
+__all__ = ["describe", "read_header_frame", "tensor_paths"]
 
 _FIELDS = Descriptor._fields  # kind, dtype, shape, strides, buffer, offset, nbytes
 _SEGMENT_CHARS = 64  # a longer map key is cut short in a path
@@ -117,6 +120,28 @@ def describe(header_frame: Buffer, max_depth: int = 66) -> dict[str, Any]:
         "tensors": tensors,
         "body": body,
     }
+
+
+def tensor_paths(header_frame: Buffer, registry: Registry, max_depth: int = 66) -> list[str | None]:
+    """The body path of each tensor of frame 0 in the order a typed decode of its message class (in
+    ``registry``) meets them: that decode skips the values of fields its class does not know (sent
+    by a newer writer, say), so their tensors are not numbered; ``describe`` numbers every one.
+    None where a tensor's path cannot be told; ``describe``'s order where the class is not known."""
+    header = _decode(header_frame, max_depth)
+    body = header[4] if len(header) > 4 else None
+    tensors: list[dict[str, Any]] = []
+    _plain(body, tensors)  # numbers the tensors of the body and finds their paths
+    parsed = parse_tag(header[0] if header else None)
+    try:
+        cls: Any = registry.type(parsed[1], parsed[2]) if parsed is not None else Any
+        refs = decode_order(cls, body, _is_ref)
+    except Exception:  # an unknown type, or a class whose fields cannot be read: every tensor
+        refs = decode_order(Any, body, _is_ref)
+    return [tensors[ref.index]["path"] if ref.index >= 0 else None for ref in refs]
+
+
+def _is_ref(value: Any) -> bool:
+    return type(value) is _Ref
 
 
 def _decode(header_frame: Buffer, max_depth: int) -> list[Any]:

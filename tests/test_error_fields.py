@@ -204,6 +204,28 @@ def test_a_bad_tensor_descriptor_has_its_tensor_path() -> None:
     assert exc.message.startswith("dtype code 200 is not in the wire dtype table")
 
 
+def _newer(head: list[Any], bad: Any = None) -> None:
+    """The body of a ``RunnerOutput`` with fields of a newer writer ahead of the known ones, in it
+    and in its result, each holding a tensor (the decode skips their values unread); ``bad``, if
+    given, stands for the result's ``output``."""
+    body = head[4]
+    result = body.pop("result")
+    latents = result["trajectory_latents"]
+    if bad is not None:
+        result["output"] = bad
+    head[4] = {"added": [latents], **body, "result": {"added": latents, **result}}
+
+
+def test_a_bad_tensor_behind_fields_the_reader_does_not_know_has_its_own_path() -> None:
+    result = diffusion.Output(output=torch.zeros(2), trajectory_latents=torch.zeros(3))
+    exc = _decode_error(
+        diffusion.RunnerOutput(request_id="a", result=result),
+        lambda h: _newer(h, msgspec.msgpack.Ext(3, b"\x00\xc8\x01\x00")),
+    )
+    assert (exc.path, exc.type_id) == ("$.result.output", "diffusion.RunnerOutput")
+    assert exc.message.startswith("dtype code 200 is not in the wire dtype table")
+
+
 def test_a_decode_error_keeps_its_fields_through_pickle() -> None:
     exc = tw.DecodeError("bad", path="$.a", type_id="t.T", version=2)
     copied = pickle.loads(pickle.dumps(exc))

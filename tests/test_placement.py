@@ -19,6 +19,7 @@ from tensorwire.transports import _retention as retention
 from tensorwire.transports._control import FREE
 from tensorwire.transports._retention import Retention
 from tests.cuda_fakes import FakeCudaRuntime
+from tests.wire_helpers import frame_of, head_of
 
 MiB = 1024 * 1024
 
@@ -88,6 +89,22 @@ def test_per_path_placement_moves_only_the_named_tensors(shm: transports.ShmTran
     assert not _on_device(fake, decoded.output["mask"])
     everything_else = _decoder(shm, fake, {"$.output.mask": "cpu", "*": "cuda:0"}).decode(frames)
     assert not _on_device(fake, everything_else.output["mask"]) and _on_device(fake, everything_else.trajectory_latents)
+
+
+def test_per_path_placement_counts_no_tensor_of_a_field_the_reader_does_not_know() -> None:
+    """A newer writer's fields ahead of the known ones (their values skipped unread by the decode)
+    hold tensors: each known tensor still goes where its own path says."""
+    fake = FakeCudaRuntime()
+    result = diffusion.Output(output=torch.ones(8), trajectory_latents=torch.zeros(3))
+    frames = tw.Encoder().encode(diffusion.RunnerOutput(request_id="a", result=result))
+    head = head_of(frames[0])
+    body = head[4]
+    sent = body.pop("result")
+    head[4] = {"added": [sent["trajectory_latents"]], **body, "result": {"added": sent["output"], **sent}}
+    decoder = tw.Decoder(REGISTRY, device={"$.result.output": "cuda:0"}, runtime=fake)
+    decoded = decoder.decode([frame_of(head), *frames[1:]]).result
+    assert _on_device(fake, decoded.output) and torch.equal(decoded.output.cpu(), torch.ones(8))
+    assert not _on_device(fake, decoded.trajectory_latents)
 
 
 def test_one_tensor_sent_twice_is_placed_per_path_or_shared_once(shm: transports.ShmTransport) -> None:
