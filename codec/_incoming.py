@@ -57,7 +57,7 @@ class Incoming:
         self._sizes: list[int] = []  # of the buffers, once imported
         self._built: dict[bytes, Any] = {}
         self._bases: dict[int, torch.Tensor] = {}
-        self._paths: list[Any] | None = None
+        self._paths: list[str | None] | None = None
         self._placed: dict[tuple[int, torch.device], torch.Tensor] = {}
 
     def ext(self, code: int, data: memoryview, index: int, inline: memoryview | None = None) -> Any:
@@ -137,9 +137,8 @@ class Incoming:
         if len(by_path) == 1 and default is not None:
             target = default
         else:
-            if self._paths is None:
-                self._paths = tensor_paths(self.head, self.decoder.registry)
-            path = self._paths[index] if index < len(self._paths) else None
+            paths = self._tensor_paths()
+            path = paths[index] if index < len(paths) else None
             target = by_path.get(path, default) if isinstance(path, str) else default
         if target is None:
             return None
@@ -148,12 +147,18 @@ class Incoming:
             return target  # type: ignore[no-any-return]
         return None
 
+    def _tensor_paths(self) -> list[str | None]:
+        """The body path of each tensor of the message, in the order the decode meets them (found
+        once, within the decoder's depth limit, as the decode itself)."""
+        if self._paths is None:
+            limit = self.decoder.options.limits.max_depth + HEADER_LEVELS
+            self._paths = tensor_paths(self.head, self.decoder.registry, limit)
+        return self._paths
+
     def where(self, index: int) -> str:
         """The body path of tensor ``index`` (e.g. ``$.media.video.tensor``), or its position."""
         try:
-            path = tensor_paths(
-                self.head, self.decoder.registry, self.decoder.options.limits.max_depth + HEADER_LEVELS
-            )[index]
+            path = self._tensor_paths()[index]
         except Exception:  # the locator only improves a message; it never replaces the error
             path = None
         return path if isinstance(path, str) else f"$.<tensor {index}>"

@@ -18,6 +18,7 @@ from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports import _retention as retention
 from tensorwire.transports._control import FREE
 from tensorwire.transports._retention import Retention
+from tests.conftest import write_schemas
 from tests.cuda_fakes import FakeCudaRuntime
 from tests.wire_helpers import frame_of, head_of
 
@@ -105,6 +106,36 @@ def test_per_path_placement_counts_no_tensor_of_a_field_the_reader_does_not_know
     decoded = decoder.decode([frame_of(head), *frames[1:]]).result
     assert _on_device(fake, decoded.output) and torch.equal(decoded.output.cpu(), torch.ones(8))
     assert not _on_device(fake, decoded.trajectory_latents)
+
+
+def test_per_path_placement_finds_paths_as_deep_as_the_decoders_limit(tmp_path: Path) -> None:
+    """A message nested past the default depth limit, decoded under a higher one, is placed by path
+    too (the paths were looked for within the default limit: the decode failed)."""
+    levels = 80
+    deep: dict[str, Any] = {"x-tensor": {}}
+    for _ in range(levels):
+        deep = {"type": "array", "items": deep}
+    doc = {
+        "$id": "deep.Deep",
+        "x-version": 1,
+        "title": "Deep",
+        "description": "A tensor inside many arrays, and one at the top.",
+        "type": "object",
+        "properties": {"deep": deep, "top": {"x-tensor": {}}},
+        "required": ["deep", "top"],
+    }
+    registry = tw.load_schemas(write_schemas(tmp_path, {"deep/Deep.v1.json": doc}))
+    value: Any = torch.zeros(2)
+    for _ in range(levels):
+        value = [value]
+    limits = tw.Limits(max_depth=levels + 10)
+    frames = tw.Encoder(options=tw.EncodeOptions(limits=limits)).encode(
+        registry.type("deep.Deep")(deep=value, top=torch.ones(4))
+    )
+    fake = FakeCudaRuntime()
+    options = tw.DecodeOptions(limits=limits)
+    decoded = tw.Decoder(registry, options=options, device={"$.top": "cuda:0"}, runtime=fake).decode(frames)
+    assert _on_device(fake, decoded.top) and torch.equal(decoded.top.cpu(), torch.ones(4))
 
 
 def test_one_tensor_sent_twice_is_placed_per_path_or_shared_once(shm: transports.ShmTransport) -> None:
