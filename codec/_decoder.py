@@ -137,104 +137,112 @@ class Decoder(Sealed):
 
     def decode(self, frames: Sequence[Buffer]) -> Any:
         """The message carried by ``frames`` (as returned by ``Encoder.encode`` or ``tw.split``)."""
-        if not frames:
-            raise DecodeError("no frames: a message has at least its header frame")
         try:
-            head = frames[0]
-        except (TypeError, KeyError):
-            raise DecodeError(
-                f"frames must be a sequence of buffers (as Encoder.encode returns them), got {type(frames).__name__}"
-            ) from None
-        flat = head if type(head) is bytes and len(head) <= _SMALL else self._flat(head)  # bytes to count in
-        data = None
-        if flat is None:  # large: walked first, counted only if it holds many values
-            if type(head) is bytes and len(frames) == 1:  # unless its type bounds it (see below)
-                message = self._bounded(head)
-                if message is not _UNREAD:
-                    return message
-            data = self._check_depth(head, False)
-        else:
-            size = len(flat)
-            if size > self._max_header:
-                raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
-            first = flat[1] if size > 72 else 0  # where the data's bin header is if the tag and the
-            at = first - 0x5C if 0xA0 <= first <= 0xBF else flat[2] + 69 if first == 0xD9 else 0  # fingerprint are
-            # as encoders write them, else the count bounds it (``_body_at``, inline: a call costs more)
-            if size <= self._counted or (flat[at] == 0xC4 and flat[at + 1] < 64):  # counted whole: small, or
-                # little data (or a frame that fools the guess above: counting all of it bounds it as well)
-                if at and at + 3 < size and flat[at + 1] == 0 and len(frames) == 1:
-                    # No data, no buffers: if frame 0 up to here (its empty data and buffer table
-                    # included) is that of a type that holds no tensor, tree or untyped value, its body
-                    # is decoded alone, its level openers counted first (the quicker way for its size)
-                    # unless the type (or its closed twin) bounds its depth; too many, its closed
-                    # mirror decodes it first where that bounds it (``_PlainBody``), else it is not
-                    # read here. A failure takes the full decode below, which names what is wrong (a
-                    # named validator runs again there).
-                    found = self._plain.get(flat[: at + 3])
-                    if found is not None:
-                        read, bounded, cls, guard = found
-                        body = flat[at + 3 :]
-                        try:
-                            if not bounded:
-                                n = len(body)
-                                if (
-                                    n - len(body.translate(None, OPENERS))
-                                    if n <= _COUNTED
-                                    else len(body.translate(None, OTHERS))
-                                ) > self._plain_budget:
-                                    guard(body)
-                            message = read(body)
-                            if cls is not None:  # decoded as the class's closed twin: now its own
-                                BECOME(message, cls)
-                            return message
-                        except Exception:
-                            pass
-                if (
-                    size - len(flat.translate(None, OPENERS)) if size <= _COUNTED else len(flat.translate(None, OTHERS))
-                ) > self._depth:
-                    data = self._check_depth(head, True)
+            if not frames:
+                raise DecodeError("no frames: a message has at least its header frame")
+            try:
+                head = frames[0]
+            except (TypeError, KeyError):
+                raise DecodeError(
+                    "frames must be a sequence of buffers (as Encoder.encode returns them), "
+                    f"got {type(frames).__name__}"
+                ) from None
+            flat = head if type(head) is bytes and len(head) <= _SMALL else self._flat(head)  # bytes to count in
+            data = None
+            if flat is None:  # large: walked first, counted only if it holds many values
+                if type(head) is bytes and len(frames) == 1:  # unless its type bounds it (see below)
+                    message = self._bounded(head)
+                    if message is not _UNREAD:
+                        return message
+                data = self._check_depth(head, False)
             else:
-                span = data_span(flat)
-                if span is None:
-                    data = self._check_depth(head, False)
+                size = len(flat)
+                if size > self._max_header:
+                    raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
+                first = flat[1] if size > 72 else 0  # where the data's bin header is if the tag and the
+                at = first - 0x5C if 0xA0 <= first <= 0xBF else flat[2] + 69 if first == 0xD9 else 0  # fingerprint are
+                # as encoders write them, else the count bounds it (``_body_at``, inline: a call costs more)
+                if size <= self._counted or (flat[at] == 0xC4 and flat[at + 1] < 64):  # counted whole: small, or
+                    # little data (or a frame that fools the guess above: counting all of it bounds it as well)
+                    if at and at + 3 < size and flat[at + 1] == 0 and len(frames) == 1:
+                        # No data, no buffers: if frame 0 up to here (its empty data and buffer table
+                        # included) is that of a type that holds no tensor, tree or untyped value, its body
+                        # is decoded alone, its level openers counted first (the quicker way for its size)
+                        # unless the type (or its closed twin) bounds its depth; too many, its closed
+                        # mirror decodes it first where that bounds it (``_PlainBody``), else it is not
+                        # read here. A failure takes the full decode below, which names what is wrong (a
+                        # named validator runs again there).
+                        found = self._plain.get(flat[: at + 3])
+                        if found is not None:
+                            read, bounded, cls, guard = found
+                            body = flat[at + 3 :]
+                            try:
+                                if not bounded:
+                                    n = len(body)
+                                    if (
+                                        n - len(body.translate(None, OPENERS))
+                                        if n <= _COUNTED
+                                        else len(body.translate(None, OTHERS))
+                                    ) > self._plain_budget:
+                                        guard(body)
+                                message = read(body)
+                                if cls is not None:  # decoded as the class's closed twin: now its own
+                                    BECOME(message, cls)
+                                return message
+                            except Exception:
+                                pass
+                    if (
+                        size - len(flat.translate(None, OPENERS))
+                        if size <= _COUNTED
+                        else len(flat.translate(None, OTHERS))
+                    ) > self._depth:
+                        data = self._check_depth(head, True)
                 else:
-                    start, end = span
-                    rest = flat[end:]  # its openers counted only if it has enough bytes to nest too deep
-                    n = len(rest)
-                    if n >= self._depth and 1 + n - len(rest.translate(None, OPENERS)) > self._depth:
+                    span = data_span(flat)
+                    if span is None:
                         data = self._check_depth(head, False)
-                    elif start < end:
-                        data = memoryview(head).cast("B")[start:end]
-        free = self._free
-        try:
-            reading = free.pop()
-        except IndexError:
-            reading = Reading(self, partial(_frame_decoder, self._frame))
-        reading.state = frames  # made into an Incoming by a tensor that needs one
-        reading.data = data
-        try:
-            frame = reading.decode(head)
-            if len(frames) != 1 or len(frame.buffers) != 1:  # 1 byte: the empty table
-                reading.incoming().finish(len(frame.buffers) != 1)
-        except BaseException as exc:
-            reading.incoming().fail()
-            # The failed frames below this one held the imported buffers as locals, and the error
-            # keeps its frames while the caller keeps the error: a sender's slot stayed claimed.
-            _clear_locals(exc, sys._getframe())
-            if isinstance(exc, msgspec.MsgspecError):
-                raise self._error(head, exc) from None
-            if isinstance(exc, DecodeError):
-                raise self._locate(head, exc) from None
-            if isinstance(exc, RecursionError):  # a max_depth past what the stack holds
-                raise self._locate(head, too_deep_for_the_stack(self.options.limits.max_depth)) from None
-            raise  # a transport's own error (with its errno), or not ours
-        finally:
-            reading.state = reading.data = None  # nothing of this call's frames stays referenced
-            if reading.count:
-                reading.count = reading.taken = 0
-            if len(free) < KEEP:
-                free.append(reading)
-        return frame.body
+                    else:
+                        start, end = span
+                        rest = flat[end:]  # its openers counted only if it has enough bytes to nest too deep
+                        n = len(rest)
+                        if n >= self._depth and 1 + n - len(rest.translate(None, OPENERS)) > self._depth:
+                            data = self._check_depth(head, False)
+                        elif start < end:
+                            data = memoryview(head).cast("B")[start:end]
+            free = self._free
+            try:
+                reading = free.pop()
+            except IndexError:
+                reading = Reading(self, partial(_frame_decoder, self._frame))
+            reading.state = frames  # made into an Incoming by a tensor that needs one
+            reading.data = data
+            try:
+                frame = reading.decode(head)
+                if len(frames) != 1 or len(frame.buffers) != 1:  # 1 byte: the empty table
+                    reading.incoming().finish(len(frame.buffers) != 1)
+            except BaseException as exc:
+                reading.incoming().fail()
+                if isinstance(exc, msgspec.MsgspecError):
+                    raise self._error(head, exc) from None
+                if isinstance(exc, DecodeError):
+                    raise self._locate(head, exc) from None
+                if isinstance(exc, RecursionError):  # a max_depth past what the stack holds
+                    raise self._locate(head, too_deep_for_the_stack(self.options.limits.max_depth)) from None
+                raise  # a transport's own error (with its errno), or not ours
+            finally:
+                reading.state = reading.data = None  # nothing of this call's frames stays referenced
+                if reading.count:
+                    reading.count = reading.taken = 0
+                if len(free) < KEEP:
+                    free.append(reading)
+            return frame.body
+        except BaseException as failure:
+            # The error keeps its frames while the caller keeps the error, and with them their locals:
+            # those below this one held the imported buffers (a sender's slot stayed claimed), this
+            # one the message's frames (a pipe.Receiver read the next message into a fresh buffer).
+            frames = head = flat = data = body = None  # type: ignore[assignment]
+            _clear_locals(failure, sys._getframe())
+            raise
 
     def _bounded(self, head: bytes) -> Any:
         """The message of a large frame 0 as the shorter path reads it where its type, its closed twin

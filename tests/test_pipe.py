@@ -18,6 +18,7 @@ import torch
 import tensorwire as tw
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.pipe import Receiver, send
+from tests.wire_helpers import edit_descriptor, frame_of, head_of
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -193,6 +194,43 @@ def test_a_decoded_array_or_tensor_of_any_rank_keeps_its_buffer(
     assert buffer_span(receiver)[0] != first_span[0], "the second message went into memory a live value uses"
     assert type(kept) is type(first) and value_bits(kept) == expected, "the first value changed under it"
     assert value_bits(out) == value_bits(second)
+
+
+def _unknown_type(frames: list[bytes]) -> list[bytes]:
+    return [frames[0].replace(b"diffusion.Output", b"diffusion.Outpuu"), *frames[1:]]
+
+
+def _too_deep(frames: list[bytes]) -> list[bytes]:
+    head = head_of(frames[0])
+    for _ in range(100):  # a body nested past the depth limit: refused before it is read
+        head[4] = [head[4]]
+    return [frame_of(head), *frames[1:]]
+
+
+def _bad_descriptor(frames: list[bytes]) -> list[bytes]:
+    head = head_of(frames[0])
+    head[4]["output"] = edit_descriptor(head[4]["output"], nbytes=3)  # refused once its buffer is imported
+    return [frame_of(head), *frames[1:]]
+
+
+@pytest.mark.parametrize("damage", [_unknown_type, _too_deep, _bad_descriptor])
+def test_a_kept_decode_error_keeps_nothing_of_the_receivers_buffer(
+    pipe: tuple[Connection, Connection], damage: Callable[[list[bytes]], list[bytes]]
+) -> None:
+    reader, writer = pipe
+    receiver = Receiver(reader, initial=4 * MiB)
+    encoder = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))
+    frames = [bytes(f) for f in encoder.encode(diffusion.Output(output=payload(100 * KiB, seed=1)))]
+    sender = Sender(writer)
+    sender.send_raw(lambda: send(writer, damage(frames)))
+    with pytest.raises(tw.DecodeError) as caught:
+        tw.Decoder(REGISTRY).decode(receiver.recv(timeout=WAIT))
+    sender.wait()
+    span = buffer_span(receiver)
+    kept = caught.value  # (the error and its traceback, as a caller that reports it later keeps them)
+    _, out = roundtrip(receiver, sender, payload(100 * KiB, seed=2))
+    assert buffer_span(receiver)[0] == span[0], "the kept error kept the failed message's buffer"
+    assert same_bits(out, payload(100 * KiB, seed=2)) and kept.__traceback__ is not None
 
 
 def test_held_frames_alone_keep_their_buffer(pipe: tuple[Connection, Connection]) -> None:
