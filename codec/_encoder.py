@@ -32,8 +32,9 @@ from tensorwire._body import (
     text_error,
     unsupported_error,
 )
-from tensorwire._locate import entry_path, msgspec_error
+from tensorwire._locate import entry_path, msgspec_error, too_deep
 from tensorwire._plan import TypePlan, type_plan
+from tensorwire._scan import OPENERS, walk
 from tensorwire._sealed import Sealed
 from tensorwire._tensors import BufferPlan, Outgoing, embed_room, quick_below
 from tensorwire._wire import BIN8, BIN16, data_header
@@ -66,6 +67,7 @@ class Encoder(Sealed):
         "_embed_room",
         "_max_header",
         "_nothing_to_begin",
+        "_plain_levels",
         "_quick_below",
         "_sealed",
         "_takes_storage",
@@ -90,6 +92,9 @@ class Encoder(Sealed):
         self._nothing_to_begin = type(self.transport).begin_message is Transport.begin_message
         self._max_header = self.options.limits.max_header_bytes
         self._validate = self.options.validate
+        # the levels below the message a type's typed part may reach for its one-encode path, which
+        # is taken only with the schema check (-1: never) and needs no count of the body's nesting
+        self._plain_levels = self.options.limits.max_depth if self._validate else -1
         self._sealed = True
 
     def encode(self, message: Any) -> list[Buffer]:
@@ -99,7 +104,8 @@ class Encoder(Sealed):
         if plan is None:
             plan = _plan(cls)
         check = plan.plain
-        if check is not None and self._validate:  # nothing to rewrite, no tensor: one encode, one C check
+        if check is not None and plan.levels <= self._plain_levels:  # nothing to rewrite, no tensor, no
+            # nesting past the limit: one encode, one C check
             try:
                 body = _PLAIN.encode(message)
                 check(body)
@@ -118,6 +124,8 @@ class Encoder(Sealed):
                 )
                 if options.validate:
                     plan.check.plain(body)
+                if plan.levels > options.limits.max_depth:
+                    _check_levels(body, message, options.limits.max_depth)
             except OverflowError as exc:  # an int msgpack cannot hold: named with its path
                 raise _failure(plan, cls, int_error(message, options.limits.max_depth, exc), body) from None
             except UnicodeEncodeError as exc:  # a string that is not UTF-8: named with its path
@@ -168,6 +176,8 @@ class Encoder(Sealed):
                     checking.values = []
                     if len(free) < KEEP:
                         free.append(checking)
+            if plan.levels > limits.max_depth:
+                _check_levels(body, message, limits.max_depth)
         except _FAILURES as exc:
             raise _failure(plan, cls, exc, body) from exc.__cause__
         except MemoryError:
@@ -318,6 +328,18 @@ def _entry_path(cls: type, body: bytes, path: str, problem: str, on_key: bool) -
         return entry_path(cls, msgspec.msgpack.decode(body), path, problem, on_key, stand_in)
     except Exception:  # the locator only improves a message; it never replaces the error
         return None
+
+
+def _check_levels(body: bytes, message: Any, max_depth: int) -> None:
+    """``EncodeError`` if ``body`` nests more than ``max_depth`` levels below the message, as a
+    decoder with the same limit counts them (a message's trees are bounded as they are rewritten:
+    this is for its typed part, where its type lets it nest that deep)."""
+    if len(body) - len(body.translate(None, OPENERS)) <= max_depth + 1:
+        return  # fewer bytes that could open a level than the body's own and ``max_depth`` more
+    try:
+        walk(body, max_depth + 1)
+    except DecodeError:
+        raise EncodeError(f"nesting deeper than the limit of {max_depth}", path=too_deep(message, max_depth)) from None
 
 
 def _release(exported: list[tuple[Transport, Handle]]) -> None:

@@ -23,7 +23,16 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 import msgspec
 
-__all__ = ["decode_order", "entry_path", "header_path", "key_segment", "locate", "msgspec_error", "set_order"]
+__all__ = [
+    "decode_order",
+    "entry_path",
+    "header_path",
+    "key_segment",
+    "locate",
+    "msgspec_error",
+    "set_order",
+    "too_deep",
+]
 
 _UNSET = object()
 _LONG = 64  # characters of a key a path shows
@@ -73,6 +82,30 @@ def _locate(message: Any, match: Callable[[Any], bool], max_depth: int) -> tuple
             break
         else:
             stack.pop()
+    return None
+
+
+def too_deep(message: Any, max_depth: int) -> str | None:
+    """The path of the first container (array, map, struct) in ``message`` (depth first, in the
+    order it is encoded) more than ``max_depth`` levels below it: the message itself is at none,
+    a list in one of its fields at one. None if there is none, or if the caller's code raises on
+    the way (the walk goes no deeper than ``max_depth + 1``)."""
+    try:
+        children = _children(message)
+        stack: list[tuple[_Children, _Where, int]] = [] if children is None else [(children, None, 0)]
+        while stack:
+            items, where, depth = stack[-1]
+            for segment, value in items:  # one child per turn of the outer loop
+                inner = _children(value)
+                if inner is not None:
+                    if depth >= max_depth:
+                        return _path((where, segment))
+                    stack.append((inner, (where, segment), depth + 1))
+                break
+            else:
+                stack.pop()
+    except Exception:  # the locator only improves a message; it never replaces the error
+        return None
     return None
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import msgspec.inspect as mi
 
 from tensorwire._body import Checker, preparer
-from tensorwire._type_tree import children, closed_depth
+from tensorwire._type_tree import children, closed_depth, typed_depth
 from tensorwire._wire import EMPTY_DATA, prefix
 
-__all__ = ["TypePlan", "type_plan"]
+__all__ = ["UNBOUNDED", "TypePlan", "type_plan"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +23,9 @@ class TypePlan:
     ``plain``: ``check.plain`` where a value holds no tensor and nothing to rewrite (its message is
     one encode and this check), else None; ``depth``: where a value holds no tensor, the most levels
     its body is read from if the type leaves msgspec nothing to skip
-    (``tensorwire._type_tree.closed_depth``), else None."""
+    (``tensorwire._type_tree.closed_depth``), else None; ``levels``: the most levels the typed part
+    of a value nests below the message (``tensorwire._type_tree.typed_depth``; ``UNBOUNDED`` for a
+    recursive type), which the encoder checks against its limit only where this is over it."""
 
     type_id: str
     version: int
@@ -34,6 +36,10 @@ class TypePlan:
     check: Checker
     plain: Callable[[bytes], Any] | None
     depth: int | None
+    levels: int
+
+
+UNBOUNDED = 2**63  # the ``levels`` of a recursive type
 
 
 def type_plan(cls: Any) -> TypePlan:
@@ -41,6 +47,7 @@ def type_plan(cls: Any) -> TypePlan:
     info_type = mi.type_info(cls)
     head = prefix(info.type_id, info.version, info.fingerprint)
     tensors, prepare, check = _holds_custom(info_type, set()), preparer(cls), Checker(cls)
+    typed = typed_depth(info_type)
     return TypePlan(
         info.type_id,
         info.version,
@@ -51,6 +58,7 @@ def type_plan(cls: Any) -> TypePlan:
         check,
         None if tensors or prepare is not None else check.plain,
         None if tensors else closed_depth(info_type),
+        UNBOUNDED if typed is None else typed - 1,
     )
 
 

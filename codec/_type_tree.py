@@ -1,5 +1,5 @@
-"""Walks over declared types (``msgspec.inspect`` types): the types one level inside one, and how
-deep a value of one can nest when msgspec can skip nothing in it."""
+"""Walks over declared types (``msgspec.inspect`` types): the types one level inside one, how deep
+a value of one can nest when msgspec can skip nothing in it, and how deep its typed part nests."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec.inspect as mi
 
-__all__ = ["children", "closed_depth"]
+__all__ = ["children", "closed_depth", "typed_depth"]
 
 
 def children(t: Any) -> list[Any]:
@@ -61,6 +61,29 @@ def closed_depth(t: Any, inside: frozenset[type] = frozenset()) -> int | None:
     deepest = 0
     for child in children(t):
         depth = closed_depth(child, inside)
+        if depth is None:
+            return None
+        deepest = max(deepest, depth)
+    return deepest if isinstance(t, mi.UnionType) else 1 + deepest
+
+
+def typed_depth(t: Any, inside: frozenset[type] = frozenset()) -> int | None:
+    """The most levels (arrays and maps, a struct's own included) the typed part of a value of ``t``
+    nests: an untyped value (a tree), a tensor or an extension adds none (the encoder bounds a
+    tree's nesting as it rewrites it). None for a recursive type (a value nests without bound)."""
+    if isinstance(t, mi.Metadata):
+        return typed_depth(t.type, inside)
+    if isinstance(t, mi.StructType):
+        if t.cls in inside:
+            return None
+        inside = inside | {t.cls}
+    elif not isinstance(
+        t, mi.UnionType | mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType | mi.TupleType | mi.DictType
+    ):
+        return 0
+    deepest = 0
+    for child in children(t):
+        depth = typed_depth(child, inside)
         if depth is None:
             return None
         deepest = max(deepest, depth)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import mmap
 import os
 from types import SimpleNamespace
@@ -190,6 +191,83 @@ def test_a_leaf_at_the_depth_limit_adds_no_level(max_depth: int, leaf: Any, cont
     assert caught.value.path == path
     with pytest.raises(tw.DecodeError, match=r"nesting deeper than the limit"):
         decoder.decode(tw.Encoder().encode(container))
+
+
+def _levels_cases() -> list[Any]:
+    return [
+        diffusion.Output(stage_durations={"a": 1.0}),
+        _batch_holding(1),
+        _batch_holding([1]),
+        diffusion.RunnerBatch(
+            runner_outputs=[diffusion.RunnerOutput(request_id="a", result=diffusion.Output(stage_durations={"a": 1.0}))]
+        ),
+        rpc.Request(method="m", kwargs={"a": [1]}),
+        rpc.Result(method="m", ok=True, rank_statuses=[rpc.RankStatus(rank=0, ok=True)]),
+        rpc.Result(method="m", ok=True, payload=rpc.Value(value=[1])),
+    ]
+
+
+@pytest.mark.parametrize("max_depth", range(5))
+@pytest.mark.parametrize("message", _levels_cases(), ids=lambda m: type(m).__name__)
+def test_the_encoder_sends_exactly_what_a_decoder_with_the_same_limits_reads(message: Any, max_depth: int) -> None:
+    """Typed fields (a map, a list of structs) count as levels as a tree does: the encoder refused
+    none of them, and a decoder with the same ``max_depth`` refused what it sent."""
+    limits = tw.Limits(max_depth=max_depth)
+    frames = tw.Encoder().encode(message)
+    try:
+        tw.Decoder(REGISTRY, options=tw.DecodeOptions(limits=limits)).decode(frames)
+        read = True
+    except tw.DecodeError as exc:
+        assert "nesting deeper than the limit" in str(exc)
+        read = False
+    try:
+        tw.Encoder(options=tw.EncodeOptions(limits=limits)).encode(message)
+        sent = True
+    except tw.EncodeError as exc:
+        assert (
+            exc.message == f"nesting deeper than the limit of {max_depth}"
+            and exc.type_id == message.__tw_type__.type_id
+        )
+        sent = False
+    assert sent == read
+
+
+def _nested_arrays(tmp_path: Any, levels: int) -> Any:
+    """A loaded type ``t.Deep`` whose one field ``v`` is ``levels`` arrays nested, of integers."""
+    items: dict[str, Any] = {"type": "integer"}
+    for _ in range(levels):
+        items = {"type": "array", "items": items}
+    schema = {"$id": "t.Deep", "x-version": 1, "type": "object", "properties": {"v": items}, "required": ["v"]}
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "Deep.v1.json").write_text(json.dumps(schema))
+    return tw.load_schemas(tmp_path)
+
+
+def _arrays(levels: int) -> Any:
+    """``levels`` lists nested, the innermost empty."""
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_a_typed_field_nested_past_the_limit_is_refused_by_the_encoder_with_its_path(tmp_path: Any) -> None:
+    """A schema may nest types deeper than ``Limits.max_depth`` (64): a value that used those
+    levels was sent, and every decoder with the same limits refused it."""
+    registry = _nested_arrays(tmp_path, 70)
+    deep = registry.type("t.Deep")
+    at_the_limit = deep(v=_arrays(64))  # 64 levels below the message: sent and read
+    assert tw.Decoder(registry).decode(tw.Encoder().encode(at_the_limit)).v == at_the_limit.v
+    over = deep(v=_arrays(65))
+    with pytest.raises(tw.EncodeError) as caught:
+        tw.Encoder().encode(over)
+    assert caught.value.message == "nesting deeper than the limit of 64"
+    assert caught.value.path == "$.v" + "[0]" * 64 and caught.value.type_id == "t.Deep"
+    roomy = tw.Limits(max_depth=70)
+    frames = tw.Encoder(options=tw.EncodeOptions(limits=roomy)).encode(over)
+    with pytest.raises(tw.DecodeError, match=r"nesting deeper than the limit"):
+        tw.Decoder(registry).decode(frames)
+    assert tw.Decoder(registry, options=tw.DecodeOptions(limits=roomy)).decode(frames).v == over.v
 
 
 def test_limits() -> None:

@@ -1,5 +1,6 @@
 """``closed_depth``: how deep a value of a declared type is read when msgspec can skip nothing in it,
-and None wherever msgspec may read (skip) a value nested without bound."""
+and None wherever msgspec may read (skip) a value nested without bound; ``typed_depth``: how deep
+the typed part of a value nests, whatever msgspec skips."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import msgspec
 import msgspec.inspect as mi
 import pytest
 
-from tensorwire._type_tree import closed_depth
+from tensorwire._type_tree import closed_depth, typed_depth
 
 
 class Leaf(msgspec.Struct, forbid_unknown_fields=True):
@@ -63,6 +64,29 @@ def _closed(name: str, field: Any) -> Any:
 def test_the_levels_of_a_closed_struct_holding_a_field(field: Any, expected: int | None) -> None:
     """The struct's own map, and the levels its field's value is read from."""
     assert closed_depth(mi.type_info(_closed("Holder", field))) == expected
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        (int, 1),
+        (Optional[str], 1),  # noqa: UP045 (a union of leaves)
+        (list[dict[str, int]], 3),
+        (tuple[int, Leaf], 3),
+        (dict[tuple[int, int], int], 3),
+        (Open, 2),  # an open struct nests as deep as its fields: what it skips is not its own
+        (list[Open], 3),
+        (Circle | Square, 2),  # a union adds no level of its own
+        (Annotated[list[int], msgspec.Meta(max_length=3)], 2),
+        (Any, 1),  # a tree: bounded as the encoder rewrites it, not by its type
+        (msgspec.Raw, 1),
+        (Node, None),  # recursive: as deep as the value
+    ],
+)
+def test_the_typed_levels_of_a_struct_holding_a_field(field: Any, expected: int | None) -> None:
+    """The struct's own map, and the levels its field's declared type nests."""
+    holder = msgspec.defstruct("Holder", [("f", field)])
+    assert typed_depth(mi.type_info(holder)) == expected
 
 
 def test_an_open_struct_bounds_nothing() -> None:
