@@ -37,14 +37,14 @@ import msgspec
 import msgspec.inspect as mi
 
 from tensorwire._body import KEEP, stand_in
-from tensorwire._incoming import HEADER_LEVELS, Reading
+from tensorwire._incoming import Reading
 from tensorwire._locate import entry_path, header_path, msgspec_error
 from tensorwire._plan import type_plan
 from tensorwire._scan import OPENERS, OTHERS, too_deep_for_the_stack, walk
 from tensorwire._sealed import Sealed
 from tensorwire._twin import BECOME, closed_mirror, closed_twin, structs_inside
 from tensorwire._type_tree import closed_depth
-from tensorwire._wire import EMPTY_DATA, MAGIC, WIRE_VERSION, data_span, parse_tag, tag
+from tensorwire._wire import EMPTY_DATA, HEADER_LEVELS, MAGIC, WIRE_VERSION, data_span, parse_tag, tag
 from tensorwire.errors import DecodeError
 from tensorwire.options import DecodeOptions
 from tensorwire.placement import DeviceSpec, Placement
@@ -326,7 +326,7 @@ class Decoder(Sealed):
         values without reaching its end."""
         pos = start
         for _ in range(values):
-            pos = walk(data, self._depth, depth, pos, budget)
+            pos = walk(data, self._depth, depth, pos, budget, above=HEADER_LEVELS)
             if pos < 0:
                 return False
         return True

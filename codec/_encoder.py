@@ -337,7 +337,7 @@ def _check_levels(body: bytes, message: Any, max_depth: int) -> None:
     if len(body) - len(body.translate(None, OPENERS)) <= max_depth + 1:
         return  # fewer bytes that could open a level than the body's own and ``max_depth`` more
     try:
-        walk(body, max_depth + 1)
+        walk(body, max_depth + 1, above=1)
     except DecodeError:
         raise EncodeError(f"nesting deeper than the limit of {max_depth}", path=too_deep(message, max_depth)) from None
 

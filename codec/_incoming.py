@@ -21,15 +21,23 @@ import torch
 from tensorwire._body import tree_tuple
 from tensorwire._locate import header_path, msgspec_error
 from tensorwire._tensors import BUILD, as_base, build, build_inline, verify_descriptor
-from tensorwire._wire import DIMS, EXT_INLINE, EXT_TENSOR, EXT_TUPLE, INLINE, SHARED, data_span, unpack_descriptor
+from tensorwire._wire import (
+    DIMS,
+    EXT_INLINE,
+    EXT_TENSOR,
+    EXT_TUPLE,
+    HEADER_LEVELS,
+    INLINE,
+    SHARED,
+    data_span,
+    unpack_descriptor,
+)
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.errors import DecodeError
 from tensorwire.inspection import tensor_paths
 from tensorwire.transports.base import Buffer, Handle
 
 __all__ = ["Incoming", "Reading"]
-
-HEADER_LEVELS = 2  # frame 0's array and the body sit above the message's own nesting
 
 
 class Incoming:

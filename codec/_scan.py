@@ -52,19 +52,24 @@ _TUPLE = 2  # a tuple extension's payload: one level, exactly one value filling 
 _TUPLE_ARRAY = 3  # the array a tuple's payload holds: the tuple's own level, not another one
 
 
-def check_depth(data: Buffer, max_depth: int) -> None:
+def check_depth(data: Buffer, max_depth: int, *, above: int = 0) -> None:
     """Raise ``DecodeError`` if ``data`` nests deeper than ``max_depth`` levels (or is malformed on
-    the way: truncated, an invalid byte, a tuple payload that its value does not fill exactly)."""
+    the way: truncated, an invalid byte, a tuple payload that its value does not fill exactly);
+    ``above`` as for ``walk``."""
     head = data if type(data) is bytes else bytes(memoryview(data).cast("B"))
     if len(head) - len(head.translate(None, OPENERS)) <= max_depth:
         return  # fewer bytes that could open a level than the limit: cannot be too deep
-    walk(head, max_depth)
+    walk(head, max_depth, above=above)
 
 
-def walk(data: bytes | memoryview, max_depth: int, depth: int = 0, start: int = 0, budget: int = -1) -> int:
+def walk(
+    data: bytes | memoryview, max_depth: int, depth: int = 0, start: int = 0, budget: int = -1, *, above: int = 0
+) -> int:
     """Walk the one value at offset ``start`` of ``data`` (bytes, or a view of unsigned bytes), found
     ``depth`` levels down; raise ``DecodeError`` as ``check_depth`` does, else return the offset
     after it, or -1 if it read ``budget`` values without reaching the end (negative: no bound).
+    ``above``: the levels of ``max_depth`` above the message (frame 0's array, the body's own map),
+    which the error leaves out: it names the limit as ``Limits.max_depth`` says it.
 
     The frame being read is in locals (values still to read, end offset, kind, whether inside a
     tuple); the ones it is inside wait on the stack. A leaf that runs past its frame's end is
@@ -134,14 +139,14 @@ def walk(data: bytes | memoryview, max_depth: int, depth: int = 0, start: int = 
                     continue
                 pos += 1
                 if depth >= max_depth:
-                    raise DecodeError(f"nesting deeper than the limit of {max_depth}")
+                    raise DecodeError(f"nesting deeper than the limit of {max_depth - above}")
                 depth += 1
                 stack.append((remaining, end, kind, bounded))
                 remaining, end, kind, bounded = 1, pos + length, _TUPLE, True
                 continue
         if inner == _CONTAINER:
             if depth >= max_depth:
-                raise DecodeError(f"nesting deeper than the limit of {max_depth}")
+                raise DecodeError(f"nesting deeper than the limit of {max_depth - above}")
             if count == 0:
                 continue  # an empty container: a level, but nothing to walk
             depth += 1

@@ -44,6 +44,7 @@ __all__ = [
     "BIN8",
     "BIN16",
     "BLOB_MAGIC",
+    "HEADER_LEVELS",
     "BLOB_PREAMBLE",
     "DATA_MAX",
     "EXT_INLINE",
@@ -75,6 +76,7 @@ __all__ = [
 
 MAGIC = "tensorwire"
 WIRE_VERSION = 3
+HEADER_LEVELS = 2  # frame 0's array and the body sit above the message's own nesting
 EXT_TENSOR = 1
 EXT_TUPLE = 2
 EXT_INLINE = 3

@@ -27,6 +27,7 @@ from tensorwire._wire import (
     EXT_TENSOR,
     EXT_TUPLE,
     FRAME_LENGTH,
+    HEADER_LEVELS,
     WIRE_VERSION,
     Buffer,
     Descriptor,
@@ -99,7 +100,8 @@ def read_header_frame(path: str | os.PathLike[str], limits: Limits | None = None
 
 def describe(header_frame: Buffer, max_depth: int = 66) -> dict[str, Any]:
     """Type, version, fingerprint, the size of frame 0's data, each buffer (transport, size, handle)
-    and each tensor with its body path."""
+    and each tensor with its body path. ``max_depth``: the levels frame 0 may nest, its own array
+    and the body's map included (66: the 64 levels below a message of ``Limits``' default)."""
     header = _decode(header_frame, max_depth)
     parsed = parse_tag(header[0] if header else None)
     if parsed is not None and parsed[0] != WIRE_VERSION:
@@ -150,7 +152,7 @@ def _decode(header_frame: Buffer, max_depth: int) -> list[Any]:
         view = memoryview(header_frame).cast("B")
     except (TypeError, ValueError) as exc:
         raise DecodeError(f"invalid header: {exc}") from None
-    check_depth(view, max_depth)
+    check_depth(view, max_depth, above=HEADER_LEVELS)
     try:
         header = msgspec.msgpack.decode(view, ext_hook=_ext_hook)
     except msgspec.MsgspecError as exc:

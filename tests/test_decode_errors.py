@@ -722,7 +722,7 @@ def test_nesting_deeper_than_the_limit_is_rejected_without_recursion() -> None:
     finally:
         threading.stack_size(0)
     assert len(results) == 4
-    assert all(r.startswith("nesting deeper than the limit of 66") for r in results), results
+    assert all(r.startswith("nesting deeper than the limit of 64") for r in results), results
 
 
 def test_a_tree_at_the_depth_limit_decodes_and_one_level_more_does_not() -> None:

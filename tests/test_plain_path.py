@@ -404,7 +404,7 @@ def test_a_limit_below_a_closed_types_depth_counts_its_body(registry: tw.Registr
         assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))  # noqa: B023
         assert got[0] == expected, got
     if max_depth == 2:
-        assert _outcome(lambda: decoder.decode(deep))[2] == "nesting deeper than the limit of 4"
+        assert _outcome(lambda: decoder.decode(deep))[2] == "nesting deeper than the limit of 2"
 
 
 def _flat(registry: tw.Registry, **fields: Any) -> Any:
@@ -466,7 +466,7 @@ def test_an_unknown_field_in_a_twin_read_body_gets_the_full_paths_answer(registr
     got = _outcome(lambda: decoder.decode(frames))
     assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))
     if 2 + depth > 64 + 2:
-        assert got[0:3] == ("error", tw.DecodeError, f"nesting deeper than the limit of {64 + 2}"), got
+        assert got[0:3] == ("error", tw.DecodeError, "nesting deeper than the limit of 64"), got
     elif _closed(registry):
         assert got[2:4] == ("Object contains unknown field `zz`", "$"), got
     else:
@@ -556,7 +556,7 @@ def test_an_unknown_field_in_a_long_list_gets_the_full_paths_answer(registry: tw
     got = _outcome(lambda: decoder.decode(frames))
     assert got == _outcome(lambda: _full_decoder(decoder).decode(frames))
     if 4 + depth > 64 + 2:
-        assert got[0:3] == ("error", tw.DecodeError, f"nesting deeper than the limit of {64 + 2}"), got
+        assert got[0:3] == ("error", tw.DecodeError, "nesting deeper than the limit of 64"), got
     elif _closed(registry):
         assert got[2:4] == ("Object contains unknown field `zz`", f"$.items[{at}]"), got
     else:

@@ -32,7 +32,7 @@ from tests.wire_helpers import frame_of, head_of, tensor_exts
 
 DECODER = tw.Decoder(REGISTRY)
 INLINE = tw.Encoder()
-NESTING = "nesting deeper than the limit of 66"
+NESTING = "nesting deeper than the limit of 64"
 DEEP = 100_000
 
 # -- frames, from the inside out -----------------------------------------------------------------
