@@ -24,7 +24,8 @@ number of threads on either side:
 
 Aliasing is explicit. By default a tensor's storage is moved into shared memory in place
 (``share_memory_()``): the sender's tensor now lives there, and writes it makes after encoding
-are visible to the receiver. ``snapshot=True`` copies each buffer on export instead, so the
+are visible to the receiver (a tensor from ``torch.from_numpy`` leaves its array behind: the array
+keeps the old memory, no longer shared with the tensor). ``snapshot=True`` copies each buffer on export instead, so the
 sender may go on writing. The queue keeps a shared tensor alive only while it is in the queue:
 the producer must outlive the hand-over. A storage that /dev/shm has no room for is a
 ``TransportError`` (ENOSPC, or the errno of torch's failure) naming the bytes, checked before
