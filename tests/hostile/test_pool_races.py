@@ -73,12 +73,12 @@ def test_undoing_a_send_while_another_thread_trims_its_slot_never_raises(monkeyp
         resume.wait(JOIN)
         real_close_fd(page)
 
-    def undo(page: Page, generation: int, capability: bytes) -> bool:  # the releasing thread, slot found
+    def undo(page: Page, generation: int, capability: bytes, state: int) -> bool:  # the releasing thread, slot found
         trimmer = threading.Thread(target=pool.trim, args=(0,))
         trimmer.start()
         try:
             assert dropped.wait(JOIN)
-            return real_undo(page, generation, capability)
+            return real_undo(page, generation, capability, state)
         finally:
             resume.set()
             trimmer.join(JOIN)
