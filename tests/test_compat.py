@@ -551,6 +551,30 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         lambda reg: reg.type("p.Msg")(kind="z", n=1),
     ),
     (
+        "tag-made-a-field-of-another-type",  # old writers send the tag "a" where new readers want an integer
+        _msg({"kind": {"const": "a"}, "n": {"type": "integer"}}, ["n"]),
+        _msg({"kind": {"type": "integer", "default": 0}, "n": {"type": "integer"}}, ["n"]),
+        "backward",
+        "TYPE_CHANGED",
+        lambda reg: reg.type("p.Msg")(n=1),
+    ),
+    (
+        "tag-made-a-string-field",  # old readers take no value but their tag there
+        _msg({"kind": {"const": "a"}, "n": {"type": "integer"}}, ["n"]),
+        _msg({"kind": {"type": "string", "default": "a"}, "n": {"type": "integer"}}, ["n"]),
+        "forward",
+        "CONST_REMOVED",
+        lambda reg: reg.type("p.Msg")(kind="z", n=1),
+    ),
+    (
+        "field-of-another-type-made-the-tag",  # new writers send the tag "a" where old readers want an integer
+        _msg({"kind": {"type": "integer", "default": 0}, "n": {"type": "integer"}}, ["n"]),
+        _msg({"kind": {"const": "a"}, "n": {"type": "integer"}}, ["n"]),
+        "forward",
+        "TYPE_CHANGED",
+        lambda reg: reg.type("p.Msg")(n=1),
+    ),
+    (
         "tensor-contiguity-dropped",
         _msg({"t": {"x-tensor": {"contiguous": True}}}, ["t"]),
         _msg({"t": {"x-tensor": {}}}, ["t"]),

@@ -78,8 +78,9 @@ class Walk:
         label = f"{self.type_id} v{self.version}"
         old_fields = {f.name: f for f in a.fields}
         new_fields = {f.name: f for f in b.fields}
-        deleted = [n for n in old_fields if n not in new_fields]
-        added = [n for n in new_fields if n not in old_fields]
+        # a field that became the tag, or a tag that became a field, is on every message: ``tag_field``
+        deleted = [n for n in old_fields if n not in new_fields and n != b.tag_field]
+        added = [n for n in new_fields if n not in old_fields and n != a.tag_field]
         for name in list(deleted):
             twin = next((n for n in added if new_fields[n].type.canonical() == old_fields[name].type.canonical()), None)
             if twin is not None:
@@ -164,13 +165,18 @@ class Walk:
             change = f"tag field {a.tag_field!r} removed from {label}, which now rejects unknown fields"
             gone = ((a.source, self._ptr(a, a.tag_field)), (b.source, b.pointer))
             self.emit("FIELD_DELETED_FROM_CLOSED", change, self._ptr(a, a.tag_field), *gone)
+        old_field = next((f for f in b.fields if f.name == a.tag_field), None)
+        if a.tag_field is not None and old_field is not None:  # old writers send their tag in it, old
+            # readers take no other value there
+            where = ((a.source, self._ptr(a, a.tag_field)), (b.source, self._ptr(b, a.tag_field)))
+            what = f"field {a.tag_field!r} of {label} (the tag {json.dumps(a.tag)} before)"
+            self.node(ScalarT("str", const=a.tag), old_field.type, what, self._ptr(b, a.tag_field), where)
         if b.tag_field is not None:
             fresh = ((a.source, a.pointer), (b.source, self._ptr(b, b.tag_field)))
             field = next((f for f in a.fields if f.name == b.tag_field), None)
-            if field is not None:
-                if field.type != ScalarT("str", const=b.tag):  # old writers may send other values in it
-                    change = f"field {b.tag_field!r} of {label} must now be {json.dumps(b.tag)} (the tag)"
-                    self.emit("CONST_ADDED", change, self._ptr(b, b.tag_field), *fresh)
+            if field is not None:  # new writers send their tag in it; old writers may send other values
+                what = f"field {b.tag_field!r} of {label} (now the tag {json.dumps(b.tag)})"
+                self.node(field.type, ScalarT("str", const=b.tag), what, self._ptr(b, b.tag_field), fresh)
             elif a.closed:
                 change = f"tag field {b.tag_field!r} added to {label}, whose old readers reject unknown fields"
                 self.emit("FIELD_ADDED_TO_CLOSED", change, self._ptr(b, b.tag_field), *fresh)
