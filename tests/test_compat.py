@@ -1024,6 +1024,27 @@ KEPT_ONE_WAY: list[tuple[str, dict[str, Any], dict[str, Any], str, Callable[[tw.
         "forward",
         lambda reg: msgspec.convert({"x": "b"}, reg.type("p.Msg")),
     ),
+    (
+        "bytes-made-a-tree",  # a tree that is not JSON-only holds bytes as they are
+        _msg({"x": {"type": "string", "format": "bytes"}}, ["x"]),
+        _msg({"x": {"x-tree": {}}}, ["x"]),
+        "backward",
+        lambda reg: reg.type("p.Msg")(x=b"\x00\xff"),
+    ),
+    (
+        "tensor-made-a-tree",  # ... and tensors
+        _msg({"x": {"x-tensor": {}}}, ["x"]),
+        _msg({"x": {"x-tree": {}}}, ["x"]),
+        "backward",
+        lambda reg: reg.type("p.Msg")(x=_tensor(3)),
+    ),
+    (
+        "tree-made-a-tensor",
+        _msg({"x": {"x-tree": {}}}, ["x"]),
+        _msg({"x": {"x-tensor": {}}}, ["x"]),
+        "forward",
+        lambda reg: reg.type("p.Msg")(x=_tensor(3)),
+    ),
 ]
 
 

@@ -91,15 +91,15 @@ _CATALOGUE = [
         "TYPE_WIDENED",
         READERS,
         "error",
-        "the type accepts more (integer to number, enum to string, a scalar, an array or a map to x-tree, tuple "
-        "to array): old readers reject the new values",
+        "the type accepts more (integer to number, enum to string, a scalar, a tensor, an array or a map to x-tree, "
+        "tuple to array): old readers reject the new values",
     ),
     Rule(
         "TYPE_NARROWED",
         WRITERS,
         "error",
-        "the type accepts less (number to integer, string to enum, x-tree to a scalar, an array or a map, array "
-        "to tuple): old writers' values are rejected",
+        "the type accepts less (number to integer, string to enum, x-tree to a scalar, a tensor, an array or a map, "
+        "array to tuple): old writers' values are rejected",
     ),
     Rule(
         "TYPE_WIDENED_LOSSY",

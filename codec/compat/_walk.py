@@ -7,7 +7,6 @@ from typing import Any
 
 from tensorwire.compat._finding import Finding
 from tensorwire.compat._nodes import (
-    TREE_SCALARS,
     dim_renames,
     dtype_names,
     exact_as_float,
@@ -203,7 +202,7 @@ class Walk:
                 if isinstance(b, EnumT) and takes(a, b):  # the wire holds the member's string
                     self.emit("TYPE_NARROWED", f"{what} narrowed from string to enum", ptr, *where)
                     return
-                if isinstance(b, TreeT) and a.kind in TREE_SCALARS:
+                if isinstance(b, TreeT) and in_tree(a, b):  # bytes too, where the tree is not JSON-only
                     self.emit("TYPE_WIDENED", f"{what} widened from {a.kind} to tree", ptr, *where)
                     return
             case EnumT():
@@ -250,14 +249,14 @@ class Walk:
                 if isinstance(b, TensorT):
                     self.tensor(a, b, what, ptr, where)
                     return
+                if isinstance(b, TreeT) and in_tree(a, b):
+                    self.emit("TYPE_WIDENED", f"{what} widened from {a.kind} to tree", ptr, *where)
+                    return
             case TreeT():
                 if isinstance(b, TreeT):
                     self.tree_limits(a, b, what, ptr, where)
                     return
-                if isinstance(b, EnumT) or (isinstance(b, ScalarT) and b.kind in TREE_SCALARS):
-                    self.emit("TYPE_NARROWED", f"{what} narrowed from tree to {kind_of(b)}", ptr, *where)
-                    return
-                if isinstance(b, ArrayT | MapT) and in_tree(b, a):
+                if in_tree(b, a):  # a scalar, a member, a tensor, a list or a map the tree holds as it is
                     self.emit("TYPE_NARROWED", f"{what} narrowed from tree to {kind_of(b)}", ptr, *where)
                     return
             case StructT():
