@@ -770,6 +770,12 @@ def _two_tensors(t: list[Any], u: list[Any]) -> dict[str, Any]:
 # (id, old p.Msg, new p.Msg, a message either side sends, or a list of them)
 KEPT: list[tuple[str, dict[str, Any], dict[str, Any], Callable[[tw.Registry], Any]]] = [
     (
+        "ndarray-pinned-to-the-cpu",  # a numpy array lives on the cpu: the same as no devices
+        _msg({"t": {"x-ndarray": {}}}, ["t"]),
+        _msg({"t": {"x-ndarray": {"devices": ["cpu"]}}}, ["t"]),
+        lambda reg: reg.type("p.Msg")(t=_tensor(3).numpy()),
+    ),
+    (
         "named-dim-renamed",  # a name only says which sizes agree
         _two_tensors(["c", "h"], ["c"]),
         _two_tensors(["k", "h"], ["k"]),

@@ -30,6 +30,7 @@ from tensorwire.schema.ir import (
 
 __all__ = [
     "TREE_SCALARS",
+    "device_names",
     "dim_renames",
     "dtype_names",
     "exact_as_float",
@@ -57,6 +58,14 @@ def dtype_names(node: TensorT) -> tuple[str, ...] | None:
         return None
     every = {d.name for d in DTYPES.values() if node.kind == "tensor" or d.numpy_name is not None}
     return None if set(node.dtypes) >= every else node.dtypes
+
+
+def device_names(node: TensorT) -> frozenset[str]:
+    """The devices ``node`` allows: those it lists, else every device its kind lives on (a numpy
+    array only on the cpu, so ``["cpu"]`` on one allows what an unset list does)."""
+    if node.devices is not None:
+        return frozenset(node.devices)
+    return frozenset({"cpu"} if node.kind == "ndarray" else {"cpu", "cuda"})
 
 
 # IR limit -> (its JSON Schema keyword, whether a higher value accepts less)

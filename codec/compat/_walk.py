@@ -7,6 +7,7 @@ from typing import Any
 
 from tensorwire.compat._finding import Finding
 from tensorwire.compat._nodes import (
+    device_names,
     dim_renames,
     dtype_names,
     exact_as_float,
@@ -430,7 +431,7 @@ class Walk:
                         self.emit(
                             "TENSOR_SHAPE_LOOSENED", f"{what}: shape {list(a.shape)} -> {list(b.shape)}", ptr, *where
                         )
-        old_dev, new_dev = set(a.devices or ("cpu", "cuda")), set(b.devices or ("cpu", "cuda"))
+        old_dev, new_dev = device_names(a), device_names(b)
         if new_dev - old_dev:
             self.emit("TENSOR_DEVICES_GROWN", f"{what}: devices {sorted(old_dev)} -> {sorted(new_dev)}", ptr, *where)
         if old_dev - new_dev:
