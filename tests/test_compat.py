@@ -336,6 +336,12 @@ def _tagged(**variants: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     return _msg({"u": union}, ["u"], **{"$defs": defs})
 
 
+def _variant_alone(tag: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """``p.Msg`` whose field ``u`` is struct ``A`` of its ``$defs``, tagged ``kind=tag``: no union."""
+    variant = {"type": "object", "title": "A", "properties": {"kind": {"const": tag}, **fields}, "required": [*fields]}
+    return _msg({"u": {"$ref": "#/$defs/A"}}, ["u"], **{"$defs": {"A": variant}})
+
+
 def _each_variant(registry: tw.Registry) -> list[Any]:
     """A ``p.Msg`` holding each variant of its union ``u`` (``n=2**63 - 1`` or ``s="héllo"``)."""
     out = []
@@ -549,6 +555,22 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         "backward",
         "CONST_ADDED",
         lambda reg: reg.type("p.Msg")(kind="z", n=1),
+    ),
+    (
+        "struct-made-a-union-beside-another",  # old readers know no tag "b"
+        _variant_alone("a", _N),
+        _tagged(A=("a", _N), B=("b", _S)),
+        "forward",
+        "UNION_VARIANT_ADDED",
+        lambda reg: _each_variant(reg)[-1],
+    ),
+    (
+        "union-made-one-of-its-variants",  # new readers know no tag "b"
+        _tagged(A=("a", _N), B=("b", _S)),
+        _variant_alone("a", _N),
+        "backward",
+        "UNION_VARIANT_REMOVED",
+        lambda reg: _each_variant(reg)[-1],
     ),
     (
         "tag-made-a-field-of-another-type",  # old writers send the tag "a" where new readers want an integer
@@ -1029,6 +1051,20 @@ KEPT_ONE_WAY: list[tuple[str, dict[str, Any], dict[str, Any], str, Callable[[tw.
         _msg({"x": _MODE}, ["x"]),
         "forward",
         lambda reg: msgspec.convert({"x": "b"}, reg.type("p.Msg")),
+    ),
+    (
+        "struct-made-a-union-beside-another",  # its tag names it among the variants
+        _variant_alone("a", _N),
+        _tagged(A=("a", _N), B=("b", _S)),
+        "backward",
+        _each_variant,
+    ),
+    (
+        "union-made-one-of-its-variants",
+        _tagged(A=("a", _N), B=("b", _S)),
+        _variant_alone("a", _N),
+        "forward",
+        _each_variant,
     ),
     (
         "bytes-made-a-tree",  # a tree that is not JSON-only holds bytes as they are

@@ -30,6 +30,7 @@ from tensorwire.schema.ir import (
 
 __all__ = [
     "TREE_SCALARS",
+    "alone",
     "device_names",
     "dim_renames",
     "dtype_names",
@@ -344,6 +345,15 @@ def variant_pairs(a: UnionT, b: UnionT) -> tuple[list[tuple[_Variant, _Variant]]
     order = {id(v): i for i, v in enumerate(b.variants)}
     pairs.sort(key=lambda p: order[id(p[1])])
     return pairs, new, old
+
+
+def alone(node: Node, union: UnionT) -> UnionT | None:
+    """``node`` as a union of itself alone beside ``union``: a struct or a message whose tag is in
+    ``union``'s discriminator travels as that variant would (else ``None``)."""
+    if not isinstance(node, StructT | MessageRefT):
+        return None
+    struct = node.target if isinstance(node, MessageRefT) else node
+    return UnionT(union.tag_field, (node,)) if struct.tag_field == union.tag_field else None
 
 
 def variant_tag(node: StructT | MessageRefT) -> str | None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from tensorwire.compat._finding import Finding
 from tensorwire.compat._nodes import (
+    alone,
     device_names,
     dim_renames,
     dtype_names,
@@ -264,6 +265,9 @@ class Walk:
                 if isinstance(b, StructT):
                     self.struct(a, b)
                     return
+                if isinstance(b, UnionT) and (one := alone(a, b)) is not None:  # variants added beside it
+                    self.union(one, b, what, ptr, where)
+                    return
             case MessageRefT():
                 if isinstance(b, MessageRefT):
                     ka, kb = (a.target.type_id, a.target.version), (b.target.type_id, b.target.version)
@@ -271,9 +275,15 @@ class Walk:
                         change = f"{what} refers to {kb[0]} v{kb[1]} instead of {ka[0]} v{ka[1]}"
                         self.emit("REF_TARGET_CHANGED", change, ptr, *where)
                     return
+                if isinstance(b, UnionT) and (one := alone(a, b)) is not None:
+                    self.union(one, b, what, ptr, where)
+                    return
             case UnionT():
                 if isinstance(b, UnionT):
                     self.union(a, b, what, ptr, where)
+                    return
+                if (one := alone(b, a)) is not None:  # every variant but one removed
+                    self.union(a, one, what, ptr, where)
                     return
             case NullableT():  # unwrapped above: a nullable of a nullable
                 if isinstance(b, NullableT):
