@@ -862,6 +862,22 @@ def test_a_change_whose_bytes_decode_the_same_both_ways_is_no_error(
     assert [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), "full") if f.severity == "error"] == []
 
 
+def test_a_nested_message_made_a_struct_of_its_fields_is_no_change(tmp_path: Path) -> None:
+    """A message type nested in another travels as its struct: declared in place instead, or the
+    reverse, its fields are compared, not called another type."""
+    nested = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    docs = {"p/A.v1.json": {"$id": "p.A", "x-version": 1, **nested}}
+    ref = _msg({"s": {"$ref": "A.v1.json"}}, ["s"])
+    inline = _msg({"s": nested}, ["s"])
+    for i, (old_doc, new_doc) in enumerate(((ref, inline), (inline, ref))):
+        old_dir = write_schemas(tmp_path / str(i) / "old", {**docs, "p/Msg.v1.json": old_doc})
+        new_dir = write_schemas(tmp_path / str(i) / "new", {**docs, "p/Msg.v1.json": new_doc})
+        for writer, reader in ((old_dir, new_dir), (new_dir, old_dir)):
+            sent = msgspec.convert({"s": {"n": 3}}, tw.load_schemas(writer).type("p.Msg"))
+            assert _value(tw.Decoder(tw.load_schemas(reader)).decode(tw.Encoder().encode(sent))) == {"s": {"n": 3}}
+        assert [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), "full") if f.severity != "info"] == []
+
+
 def test_an_integer_and_a_number_default_are_compared_by_value(tmp_path: Path) -> None:
     """An old writer omits its default 0; a new reader fills in 0.0, the same value."""
     bounded = {"minimum": 0, "maximum": 10}

@@ -262,8 +262,8 @@ class Walk:
                     self.emit("TYPE_NARROWED", f"{what} narrowed from tree to {kind_of(b)}", ptr, *where)
                     return
             case StructT():
-                if isinstance(b, StructT):
-                    self.struct(a, b)
+                if isinstance(b, StructT | MessageRefT):  # a message type nested in another is its struct
+                    self.struct(a, b.target if isinstance(b, MessageRefT) else b)
                     return
                 if isinstance(b, UnionT) and (one := alone(a, b)) is not None:  # variants added beside it
                     self.union(one, b, what, ptr, where)
@@ -274,6 +274,9 @@ class Walk:
                     if ka != kb:
                         change = f"{what} refers to {kb[0]} v{kb[1]} instead of {ka[0]} v{ka[1]}"
                         self.emit("REF_TARGET_CHANGED", change, ptr, *where)
+                    return
+                if isinstance(b, StructT):
+                    self.struct(a.target, b)
                     return
                 if isinstance(b, UnionT) and (one := alone(a, b)) is not None:
                     self.union(one, b, what, ptr, where)
