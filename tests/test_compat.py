@@ -158,6 +158,29 @@ def test_a_suppression_is_read_in_the_file_that_declares_the_changed_type(tmp_pa
     ]
 
 
+def test_a_suppression_on_a_variant_declared_in_place_covers_its_changes_alone(tmp_path: Path) -> None:
+    """A finding's pointer into a ``oneOf`` list was not followed: an ignore on a variant declared
+    in the list itself was never read. It now covers that variant's changes, not its sibling's."""
+
+    def variant(tag: str, fields: dict[str, Any]) -> dict[str, Any]:
+        props = {"kind": {"const": tag}, "n": {"type": "integer"}, **fields}
+        return {"type": "object", "properties": props, "required": ["n", *fields]}
+
+    def doc(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        return _msg({"u": {"oneOf": [a, b], "discriminator": {"propertyName": "kind"}}}, ["u"])
+
+    size = {"size": {"type": "integer"}}
+    old = load_dir(write_schemas(tmp_path / "old", {"p/Msg.v1.json": doc(variant("a", {}), variant("b", {}))}))
+    accepted = {**variant("a", size), "x-compat-ignore": [{"rule": "FIELD_ADDED_REQUIRED", "reason": "no writer left"}]}
+    new_dir = write_schemas(tmp_path / "new", {"p/Msg.v1.json": doc(accepted, variant("b", size))})
+    found = [(f.rule, f.pointer, f.suppressed) for f in compare(old, load_dir(new_dir), "backward")]
+    assert found == [
+        ("FIELD_ADDED_REQUIRED", "/properties/u/oneOf/0/properties/size", "no writer left"),
+        ("FIELD_ADDED_REQUIRED", "/properties/u/oneOf/1/properties/size", None),
+        ("VERSION_NOT_BUMPED", "/x-version", None),
+    ]
+
+
 def test_a_suppression_needs_a_reason(tmp_path: Path) -> None:
     docs = copy.deepcopy(BASE)
     _props(docs["t/Thing.v1.json"])["mode"]["x-compat-ignore"] = [{"rule": "ENUM_MEMBER_ADDED", "reason": ""}]

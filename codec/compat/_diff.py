@@ -40,7 +40,10 @@ def _ignores(schemas: SchemaSet, source: str, pointer: str) -> list[dict[str, st
     node: Any = file.data
     found += node.get("x-compat-ignore", []) if isinstance(node, dict) else []
     for token in [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]:
-        node = node.get(token) if isinstance(node, dict) else None
+        if isinstance(node, list):  # an item of a oneOf or a prefixItems: a variant or a tuple item declared there
+            node = node[int(token)] if token.isdigit() and int(token) < len(node) else None
+        else:
+            node = node.get(token) if isinstance(node, dict) else None
         if isinstance(node, dict):
             found += node.get("x-compat-ignore", [])
     return found
