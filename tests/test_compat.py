@@ -580,6 +580,14 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         lambda reg: reg.type("p.Msg")(kind="z", n=1),
     ),
     (
+        "string-const-made-an-enum-holding-it",  # old readers take "a" alone
+        _msg({"kind": {"const": "t"}, "x": {"type": "string", "const": "a"}}, ["x"]),
+        _msg({"kind": {"const": "t"}, "x": {"type": "string", "enum": ["a", "b"], "x-enum-name": "Two"}}, ["x"]),
+        "forward",
+        "CONST_REMOVED",
+        lambda reg: msgspec.convert({"x": "b"}, reg.type("p.Msg")),
+    ),
+    (
         "struct-made-a-union-beside-another",  # old readers know no tag "b"
         _variant_alone("a", _N),
         _tagged(A=("a", _N), B=("b", _S)),
@@ -814,6 +822,12 @@ def _two_tensors(t: list[Any], u: list[Any]) -> dict[str, Any]:
 
 # (id, old p.Msg, new p.Msg, a message either side sends, or a list of them)
 KEPT: list[tuple[str, dict[str, Any], dict[str, Any], Callable[[tw.Registry], Any]]] = [
+    (
+        "one-member-enum-made-its-const",  # (the first string const is the tag: kind)
+        _msg({"kind": {"const": "t"}, "x": {"type": "string", "enum": ["a"], "x-enum-name": "One"}}, ["x"]),
+        _msg({"kind": {"const": "t"}, "x": {"type": "string", "const": "a"}}, ["x"]),
+        lambda reg: msgspec.convert({"x": "a"}, reg.type("p.Msg")),
+    ),
     (
         "ndarray-pinned-to-the-cpu",  # a numpy array lives on the cpu: the same as no devices
         _msg({"t": {"x-ndarray": {}}}, ["t"]),
@@ -1090,6 +1104,13 @@ KEPT_ONE_WAY: list[tuple[str, dict[str, Any], dict[str, Any], str, Callable[[tw.
         _msg({"x": _MODE}, ["x"]),
         "forward",
         lambda reg: msgspec.convert({"x": "b"}, reg.type("p.Msg")),
+    ),
+    (
+        "string-const-made-an-enum-holding-it",
+        _msg({"kind": {"const": "t"}, "x": {"type": "string", "const": "a"}}, ["x"]),
+        _msg({"kind": {"const": "t"}, "x": {"type": "string", "enum": ["a", "b"], "x-enum-name": "Two"}}, ["x"]),
+        "backward",
+        lambda reg: reg.type("p.Msg")(x="a"),
     ),
     (
         "struct-made-a-union-beside-another",  # its tag names it among the variants

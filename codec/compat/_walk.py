@@ -201,6 +201,10 @@ class Walk:
                 if isinstance(b, ScalarT):
                     self.scalar(a, b, what, ptr, where)
                     return
+                if isinstance(b, EnumT) and sole(a) in b.values:  # one member, sent as its string
+                    if b.values != (sole(a),):
+                        self.emit("CONST_REMOVED", f"{what} no longer has to be {json.dumps(sole(a))}", ptr, *where)
+                    return
                 if isinstance(b, EnumT) and takes(a, b):  # the wire holds the member's string
                     self.emit("TYPE_NARROWED", f"{what} narrowed from string to enum", ptr, *where)
                     return
@@ -210,6 +214,10 @@ class Walk:
             case EnumT():
                 if isinstance(b, EnumT):
                     self.enum(a, b, what, ptr, where)
+                    return
+                if isinstance(b, ScalarT) and sole(b) in a.values:
+                    if a.values != (sole(b),):
+                        self.emit("CONST_ADDED", f"{what} must now be {json.dumps(sole(b))}", ptr, *where)
                     return
                 if isinstance(b, ScalarT) and takes(b, a):
                     self.emit("TYPE_WIDENED", f"{what} widened from enum to string", ptr, *where)
