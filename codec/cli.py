@@ -105,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
         "--rpc", action="store_true", help="instead: RPC calls to an engine process over ZeroMQ (the zmq extra)"
     )
     inspect = sub.add_parser("inspect", help="print a joined message blob's header as JSON")
-    inspect.add_argument("file", type=Path, help="a blob written by codec.join(frames)")
+    inspect.add_argument("file", type=Path, help="a blob written by tensorwire.join(frames)")
     shm = sub.add_parser("shm", help="shared-memory housekeeping")
     shm_sub = shm.add_subparsers(dest="shm_command", required=True, parser_class=_Parser)
     reap = shm_sub.add_parser(

@@ -5,9 +5,9 @@
 keeps, and returns ``tw.split`` views of it: writable frames, so a ``Decoder`` builds tensors
 straight on the received bytes instead of copying them out of read-only ``bytes``::
 
-    send(conn, codec.Encoder().encode(message))             # one end
+    send(conn, tw.Encoder().encode(message))                # one end
     receiver = Receiver(conn)                               # the other end
-    message = codec.Decoder(REGISTRY).decode(receiver.recv(timeout=5.0))
+    message = tw.Decoder(REGISTRY).decode(receiver.recv(timeout=5.0))
 
 The reuse rule: the frames of one ``recv``, and every tensor or array decoded from them, are views
 of the receiver's buffer. ``recv`` writes into that buffer again only when nothing views it any
