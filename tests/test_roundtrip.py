@@ -8,6 +8,7 @@ import os
 import pickle
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 import torch
@@ -367,6 +368,27 @@ def test_every_builtin_type_round_trips_with_all_its_fields(mode: str) -> None:
     for message in builtin_messages():
         out = roundtrip(message, mode)
         assert same(out, message), type(message).__name__
+
+
+@pytest.mark.parametrize("mode", [mode for mode in MODES if mode != "queue"])  # the queue's own channel pickles
+def test_no_pickle_is_written_or_read_and_frame_0_is_plain_msgpack(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("pickle used")
+
+    for name in ("dumps", "loads", "dump", "load", "Pickler", "Unpickler"):
+        monkeypatch.setattr(pickle, name, refused)
+    exts = {1, 2, 3}  # a tensor in a buffer, a tuple, a tensor in frame 0's data
+
+    def plain_ext(code: int, data: memoryview) -> Any:
+        assert code in exts, code
+        return code
+
+    encoder, decoder = MODES[mode]
+    for message in builtin_messages():
+        frames = encoder.encode(message)
+        head = msgspec.msgpack.Decoder(ext_hook=plain_ext).decode(frames[0])
+        assert isinstance(head, list) and len(head) == 5 and head[0].startswith("tensorwire:3:")
+        assert same(decoder.decode(frames), message), type(message).__name__
 
 
 def test_tuples_stay_tuples_and_dict_keys_are_kept() -> None:
