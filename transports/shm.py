@@ -14,7 +14,8 @@ proves it against the segment's control page (``transports._control``) before re
 bytes, claiming, freeing or unlinking anything. A handle that fails leaves its file as it was.
 
 Named segments are ``tw-<pid>-<token>-<seq>`` (the creator's pid, a random token per process, a
-counter). A one-shot segment is a control page then exactly the buffer; the receiver opens it (a
+counter followed by 32 random bits, so the next name cannot be guessed from the ones in the
+directory). A one-shot segment is a control page then exactly the buffer; the receiver opens it (a
 regular file of its own uid, of the exact size), claims it, unlinks it, and reads a private copy
 with ``pread`` (never a SIGBUS). Only a receiver that asked for named segments (``backing="named"``)
 maps one (``borrow``) or a named pool slot: a memfd receiver maps nothing another process can
