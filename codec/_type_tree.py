@@ -3,6 +3,7 @@ a value of one can nest when msgspec can skip nothing in it, and how deep its ty
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec.inspect as mi
@@ -58,13 +59,7 @@ def closed_depth(t: Any, inside: frozenset[type] = frozenset()) -> int | None:
             return None
     elif not isinstance(t, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType | mi.TupleType | mi.DictType):
         return None
-    deepest = 0
-    for child in children(t):
-        depth = closed_depth(child, inside)
-        if depth is None:
-            return None
-        deepest = max(deepest, depth)
-    return deepest if isinstance(t, mi.UnionType) else 1 + deepest
+    return _below(t, inside, closed_depth)
 
 
 def typed_depth(t: Any, inside: frozenset[type] = frozenset()) -> int | None:
@@ -81,9 +76,15 @@ def typed_depth(t: Any, inside: frozenset[type] = frozenset()) -> int | None:
         t, mi.UnionType | mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType | mi.TupleType | mi.DictType
     ):
         return 0
+    return _below(t, inside, typed_depth)
+
+
+def _below(t: Any, inside: frozenset[type], depth_of: Callable[[Any, frozenset[type]], int | None]) -> int | None:
+    """``t``'s own level (none for a union) and the deepest of the types inside it by ``depth_of``;
+    None if one of them is None."""
     deepest = 0
     for child in children(t):
-        depth = typed_depth(child, inside)
+        depth = depth_of(child, inside)
         if depth is None:
             return None
         deepest = max(deepest, depth)
