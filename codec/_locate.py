@@ -64,24 +64,9 @@ def locate(message: Any, match: Callable[[Any], bool], max_depth: int) -> tuple[
 def _locate(message: Any, match: Callable[[Any], bool], max_depth: int) -> tuple[str, Any] | None:
     if match(message):
         return "$", message
-    children = _children(message)
-    if children is None:
-        return None
-    stack: list[tuple[_Children, _Where, int]] = [(children, None, 0)]
-    seen = {id(message)}
-    while stack:
-        items, where, depth = stack[-1]
-        for segment, value in items:  # one child per turn of the outer loop
-            if match(value):
-                return _path((where, segment)), value
-            if depth < max_depth and id(value) not in seen:
-                inner = _children(value)
-                if inner is not None:
-                    seen.add(id(value))
-                    stack.append((inner, (where, segment), depth + 1))
-            break
-        else:
-            stack.pop()
+    for where, value, _ in _inside(message, max_depth):
+        if match(value):
+            return _path(where), value
     return None
 
 
@@ -91,22 +76,36 @@ def too_deep(message: Any, max_depth: int) -> str | None:
     a list in one of its fields at one. None if there is none, or if the caller's code raises on
     the way (the walk goes no deeper than ``max_depth + 1``)."""
     try:
-        children = _children(message)
-        stack: list[tuple[_Children, _Where, int]] = [] if children is None else [(children, None, 0)]
-        while stack:
-            items, where, depth = stack[-1]
-            for segment, value in items:  # one child per turn of the outer loop
-                inner = _children(value)
-                if inner is not None:
-                    if depth >= max_depth:
-                        return _path((where, segment))
-                    stack.append((inner, (where, segment), depth + 1))
-                break
-            else:
-                stack.pop()
+        for where, value, level in _inside(message, max_depth):
+            if level > max_depth and _children(value) is not None:
+                return _path(where)
     except Exception:  # the locator only improves a message; it never replaces the error
         return None
     return None
+
+
+def _inside(message: Any, max_depth: int) -> Iterator[tuple[_Where, Any, int]]:
+    """Each value inside ``message``, its path as links and its level (1: a field of the message),
+    depth first in the order it is encoded; a container is entered once, at level ``max_depth`` at
+    the deepest."""
+    children = _children(message)
+    if children is None:
+        return
+    stack: list[tuple[_Children, _Where, int]] = [(children, None, 1)]
+    seen = {id(message)}
+    while stack:
+        items, where, level = stack[-1]
+        for segment, value in items:  # one child per turn of the outer loop
+            link = (where, segment)
+            yield link, value, level
+            if level <= max_depth and id(value) not in seen:
+                inner = _children(value)
+                if inner is not None:
+                    seen.add(id(value))
+                    stack.append((inner, link, level + 1))
+            break
+        else:
+            stack.pop()
 
 
 def _path(where: _Where) -> str:
