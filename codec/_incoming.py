@@ -118,17 +118,17 @@ class Incoming:
                     desc.buffer, buffer, device
                 )
             return build(desc, None, base)
-        if type(buffer) is memoryview:  # (a frame): numpy takes a view's object as an array's base and lets
-            # go of the view, so an array (or a tensor on one) would not keep the memory exported: a
-            # ``pipe.Receiver`` would read the next message into it, a bytearray could be resized or an
-            # mmap closed under it. An array over the view keeps the view, once per buffer.
-            buffer = self.buffers[desc.buffer] = np.frombuffer(buffer, np.uint8)
         if isinstance(buffer, torch.Tensor) and not buffer.is_cpu and desc.kind == "ndarray":
             buffer = self.buffers[desc.buffer] = buffer.cpu().numpy()  # delivered on a device: to the host once
         if not isinstance(buffer, torch.Tensor) and memoryview(buffer).readonly:
             if self.decoder.options.copy_readonly or desc.kind == "tensor":  # torch has no read-only tensors
                 buffer = self.buffers[desc.buffer] = bytearray(buffer)
                 self._bases.pop(desc.buffer, None)
+        if type(buffer) is memoryview:  # (a frame not copied above): numpy takes a view's object as an
+            # array's base and lets go of the view, so an array (or a tensor on one) would not keep the
+            # memory exported: a ``pipe.Receiver`` would read the next message into it, a bytearray could
+            # be resized or an mmap closed under it. An array over the view keeps the view, once per buffer.
+            buffer = self.buffers[desc.buffer] = np.frombuffer(buffer, np.uint8)
         if desc.kind == "ndarray":
             return build(desc, buffer, None)
         if shared or isinstance(buffer, torch.Tensor):
