@@ -877,6 +877,24 @@ KEPT: list[tuple[str, dict[str, Any], dict[str, Any], Callable[[tw.Registry], An
         lambda reg: reg.type("p.Msg")(x=5),
     ),
     (
+        "integer-bounds-at-the-ends-of-the-wire-added",  # no integer the wire carries is past them
+        _msg({"x": {"type": "integer"}}, ["x"]),
+        _msg({"x": {"type": "integer", "minimum": -(2**63), "maximum": 2**64 - 1}}, ["x"]),
+        lambda reg: [reg.type("p.Msg")(x=x) for x in (-(2**63), 0, 2**64 - 1)],
+    ),
+    (
+        "integer-bounds-past-the-ends-of-the-wire-removed",
+        _msg({"x": {"type": "integer", "exclusiveMinimum": -(2**63) - 1, "maximum": 2**70}}, ["x"]),
+        _msg({"x": {"type": "integer"}}, ["x"]),
+        lambda reg: [reg.type("p.Msg")(x=x) for x in (-(2**63), 0, 2**64 - 1)],
+    ),
+    (
+        "integer-from-0-made-format-uint64",  # its upper bound is the wire's
+        _msg({"x": {"type": "integer", "minimum": 0}}, ["x"]),
+        _msg({"x": {"type": "integer", "format": "uint64"}}, ["x"]),
+        lambda reg: [reg.type("p.Msg")(x=x) for x in (0, 2**64 - 1)],
+    ),
+    (
         "ndarray-dtypes-unset-made-every-numpy-dtype",  # numpy has no bfloat16 or float8
         _msg({"t": {"x-ndarray": {}}}, ["t"]),
         _msg({"t": {"x-ndarray": {"dtypes": [d.name for d in DTYPES.values() if d.numpy_name]}}}, ["t"]),

@@ -11,7 +11,7 @@ from fractions import Fraction
 from typing import Any, TypeAlias
 
 from tensorwire.dtypes import DTYPES
-from tensorwire.schema._values import value_problem
+from tensorwire.schema._values import WIRE_INT, value_problem
 from tensorwire.schema.ir import (
     ArrayT,
     EnumT,
@@ -78,13 +78,13 @@ def limit_changes(a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT) -> tup
     """What got tighter and what got looser between the limits of ``a`` and ``b`` (same kind)."""
     tighter: list[str] = []
     looser: list[str] = []
+    integers = getattr(a, "kind", None) == getattr(b, "kind", None) == "int"
     for attr, keyword in (*_LOWER.items(), *_UPPER.items()):
         if not hasattr(a, attr):
             continue
         lower = attr in _LOWER
         flag = {"minimum": "exclusive_minimum", "maximum": "exclusive_maximum"}.get(attr, "")
-        old = (getattr(a, attr), getattr(a, flag, False))
-        new = (getattr(b, attr), getattr(b, flag, False))
+        old, new = _limit(a, attr, flag, integers), _limit(b, attr, flag, integers)
         if old == new:
             continue
         old_text, new_text = _bound_text(keyword, *old), _bound_text(keyword, *new)
@@ -117,6 +117,17 @@ def limit_changes(a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT) -> tup
                 tighter.append(change)
                 looser.append(change)
     return tighter, looser
+
+
+def _limit(node: ScalarT | ArrayT | MapT, attr: str, flag: str, integers: bool) -> tuple[Any, bool]:
+    """``node``'s limit ``attr`` and whether it is exclusive (``flag``). Between two integers
+    (``integers``), whose bounds are inclusive, a bound at or past the end of the integers the wire
+    carries holds every one of them: ``None``."""
+    value = getattr(node, attr)
+    if integers and value is not None:
+        if (attr == "minimum" and value <= WIRE_INT[0]) or (attr == "maximum" and value >= WIRE_INT[1]):
+            return None, False
+    return value, getattr(node, flag, False)
 
 
 def sole(node: ScalarT) -> bool | int | str | None:
