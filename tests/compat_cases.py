@@ -80,7 +80,15 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
     ("FIELD_ADDED_OPTIONAL", _thing(lambda t: _props(t).update(size={"type": "integer", "default": 1}))),
     ("FIELD_DELETED", _thing(lambda t: (_props(t).pop("ratio"), t["required"].remove("ratio")))),
     ("FIELD_DELETED_OPTIONAL", _thing(lambda t: _props(t).pop("note"))),
-    ("FIELD_RENAMED", _thing(lambda t: _props(t).update(remark=_props(t).pop("note")))),
+    (
+        "FIELD_RENAMED",
+        _thing(
+            lambda t: (
+                _props(t).update(scale=_props(t).pop("ratio")),
+                t.update(required=["scale" if n == "ratio" else n for n in t["required"]]),
+            )
+        ),
+    ),
     ("FIELD_MADE_REQUIRED", _thing(lambda t: (_props(t)["note"].pop("default"), t["required"].append("note")))),
     ("FIELD_MADE_OPTIONAL", _thing(lambda t: (_props(t)["ratio"].update(default=1.0), t["required"].remove("ratio")))),
     ("DEFAULT_CHANGED", _thing(lambda t: _props(t)["mode"].update(default="slow"))),

@@ -1183,6 +1183,34 @@ def test_a_change_whose_bytes_decode_the_same_in_one_mode_is_no_error_there(
     assert [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), mode) if f.severity == "error"] == []
 
 
+def test_a_field_replaced_by_an_optional_one_of_its_type_is_a_deletion_and_an_addition(tmp_path: Path) -> None:
+    """Only a required field replaced by a required one breaks both sides as a rename: where
+    either is optional, each side decodes the other's messages as the deletion and the addition say
+    (the optional field falls back to its default), and only those are reported."""
+    optional = {"type": "integer", "default": 0}
+    required = {"type": "integer"}
+    for old_required, new_required, errors in (
+        (False, False, {"backward": [], "forward": []}),
+        (True, False, {"backward": [], "forward": ["FIELD_DELETED"]}),
+        (False, True, {"backward": ["FIELD_ADDED_REQUIRED"], "forward": []}),
+        (True, True, {"backward": ["FIELD_RENAMED"], "forward": ["FIELD_RENAMED"]}),
+    ):
+        root = tmp_path / f"{old_required}-{new_required}"
+        old_doc = _msg({"a": required if old_required else optional}, ["a"] if old_required else [])
+        new_doc = _msg({"b": required if new_required else optional}, ["b"] if new_required else [])
+        old_dir = write_schemas(root / "old", {"p/Msg.v1.json": old_doc})
+        new_dir = write_schemas(root / "new", {"p/Msg.v1.json": new_doc})
+        for mode, writer, reader, name in (("backward", old_dir, new_dir, "a"), ("forward", new_dir, old_dir, "b")):
+            found = compare(load_dir(old_dir), load_dir(new_dir), mode)
+            assert [f.rule for f in found if f.severity == "error" and f.rule != "VERSION_NOT_BUMPED"] == errors[mode]
+            sent = tw.load_schemas(writer).type("p.Msg")(**{name: 5})
+            if not errors[mode]:
+                got = tw.Decoder(tw.load_schemas(reader)).decode(tw.Encoder().encode(sent))
+                assert _value(got) == {"b" if name == "a" else "a": 0}
+        if not old_required:
+            assert [f.rule for f in found if f.severity == "warning"] == ["FIELD_DELETED_OPTIONAL"]
+
+
 def _value(value: Any) -> Any:
     """A message as plain data: its structs' fields (not their class names), tensors' values, a
     tuple's items as a list's."""

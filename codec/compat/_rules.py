@@ -76,7 +76,12 @@ _CATALOGUE = [
     Rule(
         "UNKNOWN_FIELDS_IGNORED", NONE, "info", "additionalProperties: false dropped: unknown fields are ignored again"
     ),
-    Rule("FIELD_RENAMED", BOTH, "error", "a field removed and one of the same type added; names are the wire keys"),
+    Rule(
+        "FIELD_RENAMED",
+        BOTH,
+        "error",
+        "a required field removed and a required one of the same type added; names are the wire keys",
+    ),
     Rule("FIELD_MADE_REQUIRED", WRITERS, "error", "old writers omit the field when it equals its default"),
     Rule(
         "FIELD_MADE_OPTIONAL",

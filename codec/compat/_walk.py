@@ -82,8 +82,17 @@ class Walk:
         # a field that became the tag, or a tag that became a field, is on every message: ``tag_field``
         deleted = [n for n in old_fields if n not in new_fields and n != b.tag_field]
         added = [n for n in new_fields if n not in old_fields and n != a.tag_field]
-        for name in list(deleted):
-            twin = next((n for n in added if new_fields[n].type.canonical() == old_fields[name].type.canonical()), None)
+        # a required field gone and a required one of its type added break both sides as one rename;
+        # an optional one on either side is what its deletion or addition alone says
+        for name in [n for n in deleted if old_fields[n].required]:
+            twin = next(
+                (
+                    n
+                    for n in added
+                    if new_fields[n].required and new_fields[n].type.canonical() == old_fields[name].type.canonical()
+                ),
+                None,
+            )
             if twin is not None:
                 deleted.remove(name)
                 added.remove(twin)
