@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from tensorwire.schema import meta_schema
+from tensorwire.schema._meta import MAX_META_ERRORS
 from tensorwire.schema._source import read_source
-from tests.conftest import BUILTIN_SCHEMAS
+from tests.conftest import BUILTIN_SCHEMAS, write_schemas
 
 BUILTIN_FILES = sorted(p for p in BUILTIN_SCHEMAS.rglob("*.json") if p.parent.name != "meta")
 
@@ -31,6 +35,43 @@ def test_meta_schema_rejects_a_keyword_outside_the_subset() -> None:
     doc = {"$id": "a.B", "x-version": 1, "type": "object", "properties": {"x": {"type": "string", "if": {}}}}
     with pytest.raises(jsonschema.ValidationError, match=r"'if' was unexpected"):
         jsonschema.Draft202012Validator(meta_schema()).validate(doc)
+
+
+def test_a_file_with_more_problems_than_are_reported_gives_the_same_ones_whatever_the_hash_seed(
+    tmp_path: Path,
+) -> None:
+    """Checking stops at MAX_META_ERRORS problems: those are the file's first ones, not the first
+    of a walk whose order the hash seed picks."""
+    fields = {f"f{i}": {"type": "integer", f"odd{i}": 1, "minimum": "x"} for i in range(150)}
+    doc = {"$id": "p.Msg", "x-version": 1, "type": "object", "properties": fields}
+    write_schemas(tmp_path, {"p/Msg.v1.json": doc})
+    script = (
+        "import json, sys\n"
+        "from tensorwire.errors import SchemaError\n"
+        "from tensorwire.schema import load_dir\n"
+        "try:\n"
+        "    load_dir(sys.argv[1])\n"
+        "except SchemaError as exc:\n"
+        "    print(json.dumps([[p.pointer, p.message, p.line, p.col] for p in exc.errors]))\n"
+    )
+    reports = [
+        subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    ]
+    assert reports[0] == reports[1]
+    problems = json.loads(reports[0])
+    assert len(problems) == MAX_META_ERRORS
+    assert [p[:2] for p in problems[:2]] == [
+        ["/properties/f0/odd0", "keyword 'odd0' is not in the tensorwire subset"],
+        ["/properties/f0/minimum", "'x' is not of type 'number'"],
+    ]
+    assert {p[0].split("/")[2] for p in problems} == {f"f{i}" for i in range(MAX_META_ERRORS // 2)}
 
 
 def test_source_positions(tmp_path: Path) -> None:

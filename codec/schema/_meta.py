@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from functools import cache
 from importlib import resources
@@ -54,8 +55,28 @@ def meta_schema() -> dict[str, Any]:
 
 @cache
 def _validator() -> Any:
-    checks = {"uniqueItems": _unique_items}  # jsonschema's compares unsortable items pairwise
+    checks = {
+        "uniqueItems": _unique_items,  # jsonschema's compares unsortable items pairwise
+        "additionalProperties": _additional_properties,  # jsonschema's walks a set
+    }
     return jsonschema.validators.extend(jsonschema.Draft202012Validator, checks)(meta_schema())
+
+
+_ADDITIONAL_PROPERTIES = jsonschema.Draft202012Validator.VALIDATORS["additionalProperties"]
+
+
+def _additional_properties(validator: Any, extra: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """``additionalProperties`` checking an object's other keys in the file's order: jsonschema's
+    walks them as a set, in an order the hash seed picks, so which errors came before the
+    ``MAX_META_ERRORS`` cut depended on it."""
+    if not validator.is_type(extra, "object") or not validator.is_type(instance, "object"):
+        yield from _ADDITIONAL_PROPERTIES(validator, extra, instance, schema)  # one error, keys sorted
+        return
+    known = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    for key in instance:
+        if key not in known and not any(re.search(pattern, key) for pattern in patterns):
+            yield from validator.descend(instance[key], extra, path=key)
 
 
 def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
