@@ -1211,6 +1211,34 @@ def test_a_field_replaced_by_an_optional_one_of_its_type_is_a_deletion_and_an_ad
             assert [f.rule for f in found if f.severity == "warning"] == ["FIELD_DELETED_OPTIONAL"]
 
 
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"type": "integer", "const": 5},
+        {"type": "integer", "minimum": 3, "maximum": 3, "default": 3},
+        {"type": "boolean", "const": False},
+        {"type": "string", "enum": ["only"], "x-enum-name": "One", "default": "only"},
+    ],
+    ids=["const", "bounds-of-one-value", "boolean-const", "one-member-enum"],
+)
+def test_an_optional_field_of_one_value_added_to_or_removed_from_a_closed_struct_is_no_error(
+    tmp_path: Path, field: dict[str, Any]
+) -> None:
+    """A writer omits a field at its default, and such a field holds nothing else: no message
+    carries it, so a reader that rejects unknown fields never meets it."""
+    without = _msg({"a": {"type": "integer"}}, ["a"], additionalProperties=False)
+    with_it = _msg({"a": {"type": "integer"}, "b": field}, ["a"], additionalProperties=False)
+    for name, old_doc, new_doc in (("added", without, with_it), ("removed", with_it, without)):
+        old_dir = write_schemas(tmp_path / name / "old", {"p/Msg.v1.json": old_doc})
+        new_dir = write_schemas(tmp_path / name / "new", {"p/Msg.v1.json": new_doc})
+        for writer, reader in ((old_dir, new_dir), (new_dir, old_dir)):
+            sent = tw.load_schemas(writer).type("p.Msg")(a=1)
+            got = tw.Decoder(tw.load_schemas(reader)).decode(tw.Encoder().encode(sent))
+            assert got.a == 1
+        errors = [f.rule for f in compare(load_dir(old_dir), load_dir(new_dir), "full") if f.severity == "error"]
+        assert errors == [], name
+
+
 def _value(value: Any) -> Any:
     """A message as plain data: its structs' fields (not their class names), tensors' values, a
     tuple's items as a list's."""

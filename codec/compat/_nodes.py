@@ -40,6 +40,7 @@ __all__ = [
     "kind_of",
     "limit_changes",
     "moved",
+    "never_sent",
     "pinned_dims",
     "same_default",
     "sole",
@@ -138,6 +139,15 @@ def sole(node: ScalarT) -> bool | int | str | None:
     if node.kind == "int" and isinstance(node.minimum, int) and node.minimum == node.maximum:
         return node.minimum if _holds(node, node.minimum) else None
     return None
+
+
+def never_sent(field: Field) -> bool:
+    """Whether no writer sends ``field``: an optional one whose type holds one value alone (a
+    scalar's ``sole``, an enum's one member), its default: a writer omits a field at its default,
+    and refuses to encode any other value."""
+    node = field.type
+    one = (isinstance(node, ScalarT) and sole(node) is not None) or (isinstance(node, EnumT) and len(node.values) == 1)
+    return not field.required and one
 
 
 def sole_held(writer: ScalarT, reader: ScalarT) -> bool:

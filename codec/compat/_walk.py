@@ -17,6 +17,7 @@ from tensorwire.compat._nodes import (
     kind_of,
     limit_changes,
     moved,
+    never_sent,
     pinned_dims,
     same_default,
     sole,
@@ -107,17 +108,18 @@ class Walk:
             rid = "FIELD_DELETED" if old_fields[name].required else "FIELD_DELETED_OPTIONAL"
             gone = ((a.source, self._ptr(a, name)), (b.source, b.pointer))
             self.emit(rid, f"field {name!r} removed from {label}", self._ptr(a, name), *gone)
-            if b.closed:
+            if b.closed and not never_sent(old_fields[name]):
                 change = f"field {name!r} removed from {label}, which now rejects unknown fields"
                 self.emit("FIELD_DELETED_FROM_CLOSED", change, self._ptr(a, name), *gone)
         for name in added:
             kind = "required" if new_fields[name].required else "optional"
             fresh = ((a.source, a.pointer), (b.source, self._ptr(b, name)))
+            unknown = a.closed and not never_sent(new_fields[name])  # to old readers, which reject one
             if new_fields[name].required:
                 self.emit("FIELD_ADDED_REQUIRED", f"{kind} field {name!r} added to {label}", self._ptr(b, name), *fresh)
-            elif not a.closed:
+            elif not unknown:
                 self.emit("FIELD_ADDED_OPTIONAL", f"{kind} field {name!r} added to {label}", self._ptr(b, name), *fresh)
-            if a.closed:
+            if unknown:
                 change = f"{kind} field {name!r} added to {label}, whose old readers reject unknown fields"
                 self.emit("FIELD_ADDED_TO_CLOSED", change, self._ptr(b, name), *fresh)
         outer = self.dims, self.free, self.pinned
