@@ -508,6 +508,14 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         lambda reg: reg.type("p.Msg")(t=_tensor(2, 3), u=_tensor(5)),
     ),
     (
+        "named-dim-renamed-onto-another-that-kept-its-name",  # t's and u's sizes now have to agree
+        _msg({"t": {"x-tensor": {"shape": ["a", "a"]}}, "u": {"x-tensor": {"shape": ["b", "b"]}}}, ["t", "u"]),
+        _msg({"t": {"x-tensor": {"shape": ["b", "b"]}}, "u": {"x-tensor": {"shape": ["b", "b"]}}}, ["t", "u"]),
+        "backward",
+        "TENSOR_SHAPE_TIGHTENED",
+        lambda reg: reg.type("p.Msg")(t=_tensor(2, 2), u=_tensor(3, 3)),
+    ),
+    (
         "inline-union-variant-retitled-and-its-field-retyped",
         _retitled("B", {"n": {"type": "integer"}}),
         _retitled("Bee", {"n": {"type": "string"}}),
@@ -839,6 +847,18 @@ KEPT: list[tuple[str, dict[str, Any], dict[str, Any], Callable[[tw.Registry], An
         _two_tensors(["c", "h"], ["c"]),
         _two_tensors(["k", "h"], ["k"]),
         lambda reg: reg.type("p.Msg")(t=_tensor(2, 3), u=_tensor(2)),
+    ),
+    (
+        "named-dims-renamed-along-a-chain",  # a -> b while b -> c: each size agrees with the same others
+        _two_tensors(["a", "a"], ["b", "b"]),
+        _two_tensors(["b", "b"], ["c", "c"]),
+        lambda reg: reg.type("p.Msg")(t=_tensor(2, 2), u=_tensor(3, 3)),
+    ),
+    (
+        "named-dims-swapped-between-tensors",
+        _two_tensors(["a", "a"], ["b", "b"]),
+        _two_tensors(["b", "b"], ["a", "a"]),
+        lambda reg: reg.type("p.Msg")(t=_tensor(2, 2), u=_tensor(3, 3)),
     ),
     (
         "free-dim-named",  # a name on one axis of one tensor ties no sizes together

@@ -172,8 +172,9 @@ def _divides(step: int | float, value: int) -> bool:
 
 def dim_renames(a: StructT, b: StructT) -> dict[str, str]:
     """The named dims of ``a`` that ``b`` renamed: the name is paired, axis for axis, with only one
-    new name and that one with no other, which names no dim of ``a`` (two names swapped is a
-    reorder). A name only says which sizes of a struct's tensors agree, so a new one keeps the wire."""
+    new name and that one with no other. The new name may be one ``a`` gave other axes (a -> b
+    while b -> c): a name only says which sizes of a struct's tensors agree, so a one-to-one
+    renaming keeps the wire; a name moved to another axis of one tensor is a reorder (``moved``)."""
     new_types = {f.name: f.type for f in b.fields}
     pairs = {
         (x, y)
@@ -182,12 +183,7 @@ def dim_renames(a: StructT, b: StructT) -> dict[str, str]:
         for x, y in _dims(f.type, new_types[f.name])
         if isinstance(x, str) and isinstance(y, str)
     }
-    old_names = {x for f in a.fields for x in _dim_uses(f.type)}
-    return {
-        x: y
-        for x, y in pairs
-        if x != y and y not in old_names and [p for p in pairs if x == p[0] or y == p[1]] == [(x, y)]
-    }
+    return {x: y for x, y in pairs if x != y and [p for p in pairs if x == p[0] or y == p[1]] == [(x, y)]}
 
 
 def _dims(a: Node, b: Node) -> Iterator[tuple[int | str | None, int | str | None]]:
