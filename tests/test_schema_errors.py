@@ -88,6 +88,23 @@ def test_an_unsupported_keyword_names_the_supported_way_to_say_it(
     assert info.value.pointer == pointer and info.value.errors[0].message.startswith(f"keyword {keyword!r}")
 
 
+def test_a_large_value_of_the_wrong_kind_is_shown_cut_short(schema_dir: Path) -> None:
+    """jsonschema writes the whole value into its message: a title of a megabyte made an error of
+    a megabyte."""
+    text = (
+        '{"$id": "p.Msg", "x-version": 1, "type": "object",\n'
+        f' "title": {json.dumps({f"k{i}": "v" * 10 for i in range(20000)})},\n'
+        ' "properties": {"a": {"type": "integer", "description": "x"}}, "required": ["a"]}\n'
+    )
+    with pytest.raises(SchemaError) as info:
+        _load(schema_dir, {"p/Msg.v1.json": text})
+    assert str(info.value) == (
+        f"{schema_dir / 'p/Msg.v1.json'}:2:11: /title: "
+        '{"k0": "vvvvvvvvvv", "k1": "vvvvvvvvvv", "k2": "vvvvvvvvv... is not of type \'string\''
+    )
+    assert [(p.pointer, p.line, p.col) for p in info.value.errors] == [("/title", 2, 11)]
+
+
 def test_a_union_at_the_root_of_a_file_says_where_a_union_goes(schema_dir: Path) -> None:
     union = {"$id": "audio.Either", "x-version": 1, "oneOf": [{"$ref": "Clip.v1.json"}, {"$ref": "Clip.v1.json"}]}
     with pytest.raises(SchemaError) as info:

@@ -161,5 +161,14 @@ def _explain(error: Any) -> list[tuple[str, str, bool]]:
         missing = [name for name in error.validator_value if name not in error.instance]
         return [(pointer, f"missing required keyword {name!r}", False) for name in missing]
     if kind == "propertyNames":
-        return [(pointer, f"invalid name: {error.message}", False)]
-    return [(pointer, error.message, False)]
+        return [(pointer, f"invalid name: {_message(error)}", False)]
+    return [(pointer, _message(error), False)]
+
+
+def _message(error: Any, limit: int = 60) -> str:
+    """jsonschema's message for ``error``, with the value it shows cut at ``limit`` characters: it
+    writes the whole value, so a wrong one of a megabyte made a message of a megabyte."""
+    shown = repr(error.instance)
+    if len(shown) <= limit:
+        return str(error.message)
+    return str(error.message).replace(shown, _short(error.instance, limit), 1)
