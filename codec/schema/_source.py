@@ -88,12 +88,12 @@ def read_source(path: Path, display: str, *, follow: bool = False) -> SourceFile
     except UnicodeDecodeError as exc:
         raise SchemaError(f"cannot read schema file: {exc}", file=display) from None
 
+    repeats: list[bool] = []  # an object with a key twice: refused at its place by ``_index``
+
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
-        for k, v in pairs:
-            if k in seen:
-                raise ValueError(f"duplicate key {k!r}")
-            seen[k] = v
+        seen = dict(pairs)
+        if len(seen) != len(pairs):
+            repeats.append(True)
         return seen
 
     deep = _too_deep(text)
@@ -108,7 +108,7 @@ def read_source(path: Path, display: str, *, follow: bool = False) -> SourceFile
     except ValueError as exc:
         raise SchemaError(f"invalid JSON: {exc}", file=display) from None
     source = SourceFile(display, text, data)
-    _index(text, _skip(text, 0), "", source)
+    _index(text, _skip(text, 0), "", source, refuse_repeats=bool(repeats))
     _check_values(source)
     return source
 
@@ -168,8 +168,9 @@ def _skip(text: str, pos: int) -> int:
     return match.end() if match else pos
 
 
-def _index(text: str, pos: int, pointer: str, source: SourceFile) -> int:
-    """Record the position of the value at ``pos`` (and of its children); return the end offset."""
+def _index(text: str, pos: int, pointer: str, source: SourceFile, *, refuse_repeats: bool = False) -> int:
+    """Record the position of the value at ``pos`` (and of its children); return the end offset.
+    With ``refuse_repeats``, a key an object already has is a ``SchemaError`` at its second place."""
     source._values[pointer] = pos
     char = text[pos]
     if char == "{":
@@ -177,11 +178,15 @@ def _index(text: str, pos: int, pointer: str, source: SourceFile) -> int:
         while text[pos] != "}":
             match = _STRING.match(text, pos)
             assert match is not None
-            child = join_pointer(pointer, json.loads(match.group()))
+            key = json.loads(match.group())
+            child = join_pointer(pointer, key)
+            repeated = refuse_repeats and child in source._keys
             source._keys[child] = pos
+            if repeated:
+                raise source.error(child, f"invalid JSON: duplicate key {key!r}", key=True)
             pos = _skip(text, match.end())
             pos = _skip(text, pos + 1)  # the colon
-            pos = _skip(text, _index(text, pos, child, source))
+            pos = _skip(text, _index(text, pos, child, source, refuse_repeats=refuse_repeats))
             if text[pos] == ",":
                 pos = _skip(text, pos + 1)
         return pos + 1
@@ -189,7 +194,7 @@ def _index(text: str, pos: int, pointer: str, source: SourceFile) -> int:
         pos = _skip(text, pos + 1)
         index = 0
         while text[pos] != "]":
-            pos = _skip(text, _index(text, pos, join_pointer(pointer, index), source))
+            pos = _skip(text, _index(text, pos, join_pointer(pointer, index), source, refuse_repeats=refuse_repeats))
             index += 1
             if text[pos] == ",":
                 pos = _skip(text, pos + 1)
