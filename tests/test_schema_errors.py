@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -361,6 +362,17 @@ def test_nested_name_clashing_with_a_message_class(schema_dir: Path) -> None:
 def test_invalid_json_reports_line_and_column(schema_dir: Path) -> None:
     with pytest.raises(SchemaError, match=r"Clip.v1.json:3:1: invalid JSON: Expecting property name"):
         _load(schema_dir, {"audio/Clip.v1.json": '{"$id": "audio.Clip",\n  "x-version": 1,\n}'})
+
+
+def test_an_integer_longer_than_python_reads_is_named_at_its_place(schema_dir: Path) -> None:
+    limit = sys.get_int_max_str_digits()
+    number = "1" + "0" * limit
+    text = f'{{"$id": "p.Msg", "x-version": 1, "type": "object",\n "properties": {{"a": {{"maximum": {number}}}}}}}'
+    with pytest.raises(SchemaError) as info:
+        _load(schema_dir, {"p/Msg.v1.json": text})
+    message = f"invalid JSON: an integer of {limit + 1} digits (Python reads integers of at most {limit})"
+    assert str(info.value) == f"{schema_dir / 'p/Msg.v1.json'}:2:34: {message}"
+    assert (info.value.line, info.value.col) == (2, 34)
 
 
 def test_duplicate_json_keys(schema_dir: Path) -> None:

@@ -11,6 +11,7 @@ import errno
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,8 +106,15 @@ def read_source(path: Path, display: str, *, follow: bool = False) -> SourceFile
         data = json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as exc:
         raise SchemaError(f"invalid JSON: {exc.msg}", file=display, line=exc.lineno, col=exc.colno) from None
-    except ValueError as exc:
-        raise SchemaError(f"invalid JSON: {exc}", file=display) from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        long = _long_integer(text)
+        if long is None:
+            raise SchemaError(f"invalid JSON: {exc}", file=display) from None
+        line = text.count("\n", 0, long.start()) + 1
+        col = long.start() - (text.rfind("\n", 0, long.start()) + 1) + 1
+        digits, limit = len(long.group().lstrip("-")), sys.get_int_max_str_digits()
+        message = f"invalid JSON: an integer of {digits} digits (Python reads integers of at most {limit})"
+        raise SchemaError(message, file=display, line=line, col=col) from None
     source = SourceFile(display, text, data)
     _index(text, _skip(text, 0), "", source, refuse_repeats=bool(repeats))
     _check_values(source)
@@ -160,6 +168,20 @@ def _too_deep(text: str) -> int | None:
                 return match.start()
         elif token in "]}":
             depth -= 1
+    return None
+
+
+_NUMBER = re.compile(r'"(?:[^"\\]|\\.)*"|-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?', re.DOTALL)
+
+
+def _long_integer(text: str) -> re.Match[str] | None:
+    """The first integer of ``text`` (a JSON document) with more digits than Python converts."""
+    limit = sys.get_int_max_str_digits()
+    for match in _NUMBER.finditer(text):
+        token = match.group()
+        if token[0] != '"' and match.group(1) is None and match.group(2) is None:
+            if limit and len(token.lstrip("-")) > limit:
+                return match
     return None
 
 
