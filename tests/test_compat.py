@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -1308,6 +1310,28 @@ def test_cli_text_json_github_and_exit_codes(tmp_path: Path, capsys: pytest.Capt
     assert main(["compat", str(old), str(new), "--mode", "backward"]) == 0  # a deleted field only breaks old readers
     capsys.readouterr()
     assert main(["compat", str(old), str(old)]) == 0 and capsys.readouterr().out == ""
+
+
+def test_cli_reports_the_same_findings_in_the_same_order_whatever_the_hash_seed(tmp_path: Path) -> None:
+    """The fields both versions have are compared in the file's order: a set's order changed the
+    report from one run to the next."""
+    fields = {f"f{i}": {"type": "integer", "maximum": 10} for i in range(30)}
+    old = write_schemas(tmp_path / "old", {"p/Msg.v1.json": _msg(fields, list(fields))})
+    tighter = {name: {"type": "integer", "maximum": 5} for name in fields}
+    new = write_schemas(tmp_path / "new", {"p/Msg.v1.json": _msg(tighter, list(fields))})
+    script = "import sys\nfrom tensorwire.cli import main\nsys.exit(main(['compat', sys.argv[1], sys.argv[2]]))\n"
+    reports = [
+        subprocess.run(
+            [sys.executable, "-c", script, str(old), str(new)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    ]
+    assert reports[0] == reports[1]
+    named = [line.split("field '")[1].split("'")[0] for line in reports[0].splitlines() if "RANGE_TIGHTENED" in line]
+    assert named == list(fields)
 
 
 def test_cli_fail_on_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

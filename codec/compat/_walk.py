@@ -124,7 +124,7 @@ class Walk:
                 self.emit("FIELD_ADDED_TO_CLOSED", change, self._ptr(b, name), *fresh)
         outer = self.dims, self.free, self.pinned
         self.dims, self.free, self.pinned = dim_renames(a, b), (free_dims(a), free_dims(b)), pinned_dims(a, b)
-        for name in old_fields.keys() & new_fields.keys():
+        for name in [n for n in new_fields if n in old_fields]:  # in the file's order, not a set's
             fa, fb = old_fields[name], new_fields[name]
             where = ((a.source, self._ptr(a, name)), (b.source, self._ptr(b, name)))
             ptr = self._ptr(b, name)
