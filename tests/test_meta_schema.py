@@ -11,7 +11,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tensorwire.schema import meta_schema
+from tensorwire.errors import SchemaError
+from tensorwire.schema import load_dir, meta_schema
 from tensorwire.schema._meta import MAX_META_ERRORS
 from tensorwire.schema._source import read_source
 from tests.conftest import BUILTIN_SCHEMAS, write_schemas
@@ -72,6 +73,17 @@ def test_a_file_with_more_problems_than_are_reported_gives_the_same_ones_whateve
         ["/properties/f0/minimum", "'x' is not of type 'number'"],
     ]
     assert {p[0].split("/")[2] for p in problems} == {f"f{i}" for i in range(MAX_META_ERRORS // 2)}
+
+
+def test_one_object_of_many_unknown_keywords_is_reported_up_to_the_limit(tmp_path: Path) -> None:
+    """One jsonschema error names every unknown key of an object, and each problem found costs a
+    walk over the file's text: the report stops at MAX_META_ERRORS problems, as across errors."""
+    field = {"type": "integer", **{f"odd{i}": 1 for i in range(MAX_META_ERRORS + 50)}}
+    doc = {"$id": "p.Msg", "x-version": 1, "type": "object", "properties": {"a": field}, "required": ["a"]}
+    with pytest.raises(SchemaError) as info:
+        load_dir(write_schemas(tmp_path, {"p/Msg.v1.json": doc}))
+    assert [p.pointer for p in info.value.errors] == [f"/properties/a/odd{i}" for i in range(MAX_META_ERRORS)]
+    assert info.value.errors[0].message == "keyword 'odd0' is not in the tensorwire subset"
 
 
 def test_source_positions(tmp_path: Path) -> None:

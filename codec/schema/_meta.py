@@ -112,9 +112,9 @@ def check_against_meta(source: SourceFile) -> None:
     """Raise a ``SchemaError`` with the file's meta-schema violations as its ``errors``, in file
     order (its text lists the first five); checking stops at ``MAX_META_ERRORS`` of them."""
     found: set[SchemaProblem] = set()  # a set: branches of the meta-schema repeat an error
-    for error in _validator().iter_errors(source.data):
-        for pointer, message, on_key in _explain(error):
-            found.add(source.problem(pointer, message, key=on_key))
+    explained = (entry for error in _validator().iter_errors(source.data) for entry in _explain(error))
+    for pointer, message, on_key in explained:  # one error may name every key of an object
+        found.add(source.problem(pointer, message, key=on_key))  # each a walk over the text
         if len(found) >= MAX_META_ERRORS:
             break
     if found and isinstance(source.data, dict) and "oneOf" in source.data and "properties" not in source.data:
