@@ -518,6 +518,14 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         lambda reg: reg.type("p.Msg")(t=_tensor(2, 2), u=_tensor(3, 3)),
     ),
     (
+        "free-dim-of-a-kept-field-made-a-name-other-axes-have",  # u's size now has to agree with t's
+        _msg({"t": {"x-tensor": {"shape": ["a", "a"]}}, "u": {"x-tensor": {"shape": [None]}}}, ["t", "u"]),
+        _msg({"t": {"x-tensor": {"shape": ["b", "b"]}}, "u": {"x-tensor": {"shape": ["b"]}}}, ["t", "u"]),
+        "backward",
+        "TENSOR_SHAPE_TIGHTENED",
+        lambda reg: reg.type("p.Msg")(t=_tensor(2, 2), u=_tensor(3)),
+    ),
+    (
         "inline-union-variant-retitled-and-its-field-retyped",
         _retitled("B", {"n": {"type": "integer"}}),
         _retitled("Bee", {"n": {"type": "string"}}),
@@ -1165,6 +1173,20 @@ KEPT_ONE_WAY: list[tuple[str, dict[str, Any], dict[str, Any], str, Callable[[tw.
         _variant_alone("a", _N),
         "forward",
         _each_variant,
+    ),
+    (
+        "named-dim-ties-merged",  # what new writers send agrees in every old tie
+        _two_tensors(["a", "a"], ["b", "b"]),
+        _two_tensors(["b", "b"], ["b", "b"]),
+        "forward",
+        lambda reg: reg.type("p.Msg")(t=_tensor(2, 2), u=_tensor(2, 2)),
+    ),
+    (
+        "named-dim-tie-split",  # what old writers send agrees in every new tie
+        _two_tensors(["c", "c"], ["c", "c"]),
+        _two_tensors(["a", "a"], ["b", "b"]),
+        "backward",
+        lambda reg: reg.type("p.Msg")(t=_tensor(2, 2), u=_tensor(2, 2)),
     ),
     (
         "bytes-made-a-tree",  # a tree that is not JSON-only holds bytes as they are

@@ -37,6 +37,7 @@ __all__ = [
     "exact_as_float",
     "free_dims",
     "in_tree",
+    "kept_ties",
     "kind_of",
     "limit_changes",
     "moved",
@@ -223,6 +224,33 @@ def pinned_dims(a: StructT, b: StructT) -> dict[str, int]:
         if not others and isinstance(size, int) and paired[name] == axes[name]:
             found[name] = size
     return found
+
+
+def kept_ties(a: StructT, b: StructT) -> tuple[dict[str, str], dict[str, str]]:
+    """The ties between sizes that hold on both sides: the names of ``a`` at whose every axis
+    ``b`` still has (a kept field's, of the same rank) ``b`` has one name, by that name (the sizes
+    the old name tied agree in ``b``'s messages too); and the names of ``b`` at whose every axis
+    ``a`` had one name, by that name (the sizes the new name ties agreed in ``a``'s messages)."""
+    old_types = {f.name: f.type for f in a.fields}
+    axes: Counter[str] = Counter()  # how many axes of ``b`` each name is on
+    paired: Counter[str] = Counter()  # how many of them ``a`` has
+    news: dict[str, set[int | str | None]] = {}  # the dims of ``b`` at each old name's axes
+    olds: dict[str, set[int | str | None]] = {}  # the dims of ``a`` at each new name's axes
+    for f in b.fields:
+        axes.update(y for _, y in _dims(f.type, f.type) if isinstance(y, str))
+        for x, y in _dims(old_types[f.name], f.type) if f.name in old_types else ():
+            if isinstance(x, str):
+                news.setdefault(x, set()).add(y)
+            if isinstance(y, str):
+                paired[y] += 1
+                olds.setdefault(y, set()).add(x)
+    kept = {x: y for x, seen in news.items() if len(seen) == 1 and isinstance(y := next(iter(seen)), str)}
+    held = {
+        y: x
+        for y, seen in olds.items()
+        if len(seen) == 1 and isinstance(x := next(iter(seen)), str) and paired[y] == axes[y]
+    }
+    return kept, held
 
 
 def moved(old: Sequence[int | str | None], new: Sequence[int | str | None]) -> bool:

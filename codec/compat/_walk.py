@@ -14,6 +14,7 @@ from tensorwire.compat._nodes import (
     exact_as_float,
     free_dims,
     in_tree,
+    kept_ties,
     kind_of,
     limit_changes,
     moved,
@@ -64,6 +65,7 @@ class Walk:
         self.dims: dict[str, str] = {}  # named dims of the struct being compared: old name -> new name
         self.free: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # its names that tie nothing
         self.pinned: dict[str, int] = {}  # its new names whose every axis had one fixed size
+        self.ties: tuple[dict[str, str], dict[str, str]] = ({}, {})  # its ties both sides keep (kept_ties)
 
     def emit(
         self, rule_id: str, message: str, pointer: str, old_src: tuple[str, str] | None, new_src: tuple[str, str] | None
@@ -122,8 +124,9 @@ class Walk:
             if unknown:
                 change = f"{kind} field {name!r} added to {label}, whose old readers reject unknown fields"
                 self.emit("FIELD_ADDED_TO_CLOSED", change, self._ptr(b, name), *fresh)
-        outer = self.dims, self.free, self.pinned
+        outer = self.dims, self.free, self.pinned, self.ties
         self.dims, self.free, self.pinned = dim_renames(a, b), (free_dims(a), free_dims(b)), pinned_dims(a, b)
+        self.ties = kept_ties(a, b)
         for name in [n for n in new_fields if n in old_fields]:  # in the file's order, not a set's
             fa, fb = old_fields[name], new_fields[name]
             where = ((a.source, self._ptr(a, name)), (b.source, self._ptr(b, name)))
@@ -140,7 +143,7 @@ class Walk:
                     *where,
                 )
             self.node(fa.type, fb.type, f"field {name!r} of {label}", ptr, where)
-        self.dims, self.free, self.pinned = outer
+        self.dims, self.free, self.pinned, self.ties = outer
         where = ((a.source, a.pointer), (b.source, b.pointer))
         if b.closed and not a.closed:
             self.emit("UNKNOWN_FIELDS_REJECTED", f"{label} now rejects unknown fields", b.pointer, *where)
@@ -447,14 +450,24 @@ class Walk:
                     free_a, free_b = self.free  # a name that ties no sizes together is a free dim
                     old = [None if x in free_a else y for x, y in zip(a.shape, old, strict=True)]
                     new = [None if y in free_b else y for y in b.shape]
-                    # a name whose every axis had this one fixed size ties sizes that old writers' agree on
+                    kept, held = self.ties
+                    axes = list(zip(a.shape, b.shape, old, new, strict=True))
+                    # a name whose every axis had this one fixed size, or one old name, ties sizes
+                    # that old writers' agree on; an old name whose every axis has one new name
+                    # ties sizes that new writers' agree on
                     tighter = any(
                         x != y
                         and y is not None
                         and not (isinstance(x, int) and isinstance(y, str) and self.pinned.get(y) == x)
-                        for x, y in zip(old, new, strict=True)
+                        and not (isinstance(p, str) and isinstance(q, str) and held.get(q) == p)
+                        for p, q, x, y in axes
                     )
-                    looser = any(x != y and x is not None for x, y in zip(old, new, strict=True))
+                    looser = any(
+                        x != y
+                        and x is not None
+                        and not (isinstance(p, str) and isinstance(q, str) and kept.get(p) == q)
+                        for p, q, x, y in axes
+                    )
                     if tighter:
                         self.emit(
                             "TENSOR_SHAPE_TIGHTENED", f"{what}: shape {list(a.shape)} -> {list(b.shape)}", ptr, *where
