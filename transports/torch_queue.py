@@ -49,8 +49,8 @@ workers; the message frames themselves never carry a pickle.
 Buffered tensors are bounded in count and bytes (going over is a ``TransportError``; the tensor a
 thread waits for is taken whatever room is left); when a sender's newer message is consumed its
 older buffered tensors are discarded (with one log line that counts them), and asking for one of
-them is a ``DecodeError`` at once; a sender silent for ``ttl`` seconds is evicted; every wait is
-bounded.
+them, or again for one already taken (a message decoded twice), is a ``DecodeError`` at once; a
+sender silent for ``ttl`` seconds is evicted; every wait is bounded.
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ class _Sender:
     """What one producer has in the receiver's buffer."""
 
     newest_consumed: int = -1
+    taken: set[int] = field(default_factory=set)  # tensor ids of message ``newest_consumed`` taken out
     messages: dict[int, dict[int, torch.Tensor]] = field(default_factory=dict)
     last_seen: float = field(default_factory=time.monotonic)
 
@@ -346,16 +347,25 @@ class QueueTransport(Transport):
         if tensor is not None:
             self._let_go(tensor)
             self._consumed(handle.sender, sender, handle.message)
+            sender.taken.add(handle.tensor)
         return tensor
 
     def _refuse_stale(self, handle: QueueHandle) -> None:
-        """``DecodeError`` for a tensor of a message older than one its sender has had read: it was
-        discarded, or would be as it arrives (the lock held)."""
+        """``DecodeError`` for a tensor of a message older than one its sender has had read (it was
+        discarded, or would be as it arrives), or one already taken out of the newest one read (a
+        message decoded twice): neither ever comes (the lock held)."""
         sender = self._senders.get(handle.sender)
-        if sender is not None and handle.message < sender.newest_consumed:
+        if sender is None:
+            return
+        if handle.message < sender.newest_consumed:
             raise DecodeError(
                 f"queue tensor {handle.tensor} of message {handle.message} from sender {handle.sender} is stale: "
                 f"message {sender.newest_consumed} of that sender was read already"
+            )
+        if handle.message == sender.newest_consumed and handle.tensor in sender.taken:
+            raise DecodeError(
+                f"queue tensor {handle.tensor} of message {handle.message} from sender {handle.sender} "
+                "was taken already: that message was read"
             )
 
     def _drain_one(self, timeout: float, wanted: QueueHandle) -> None:
@@ -455,6 +465,7 @@ class QueueTransport(Transport):
         if message <= sender.newest_consumed:
             return
         sender.newest_consumed = message
+        sender.taken.clear()
         stale = [m for m in sender.messages if m < message]
         count = 0
         for old in stale:
