@@ -12,6 +12,8 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -421,6 +423,34 @@ def test_a_full_queue_fails_the_export_after_its_timeout() -> None:
     with pytest.raises(tw.TransportError, match=r"queue full for 0.2s sending") as info:
         encoder.encode(diffusion.Output(output=torch.ones(4)))
     assert info.value.errno == errno.EAGAIN
+
+
+def test_a_send_on_a_full_queue_with_a_timeout_longer_than_a_wait_can_last_waits() -> None:
+    """A ``timeout`` past what the queue's semaphore takes (``1e20``) was passed to it whole: a send
+    that found the queue full failed at once with a ``TransportError`` (EINVAL), not waiting at all."""
+    queue = _ctx().Queue(maxsize=1)
+    tx = transports.QueueTransport(queue, timeout=1e20)
+    encoder = tw.Encoder(transport=tx, options=OOB)
+    encoder.encode(diffusion.Output(output=torch.ones(4)))  # the queue is full
+    put, putting = queue.put, threading.Event()
+
+    def noted_put(*args: Any, **kwargs: Any) -> None:
+        putting.set()
+        put(*args, **kwargs)
+
+    def take_one() -> None:
+        putting.wait()
+        time.sleep(0.1)  # let the put start waiting for room
+        taken.append(queue.get(timeout=60))
+
+    taken: list[Any] = []
+    queue.put = noted_put
+    taker = threading.Thread(target=take_one, daemon=True)
+    taker.start()
+    encoder.encode(diffusion.Output(output=torch.full((4,), 2.0)))  # waits until the first item is taken
+    taker.join(60)
+    assert [item[:3] for item in taken] == [(tx.sender_id, 1, 0)]
+    assert torch.equal(queue.get(timeout=60)[3].view(torch.float32), torch.full((4,), 2.0))
 
 
 class _FlakyQueue:

@@ -270,10 +270,17 @@ class QueueTransport(Transport):
             self._streams.remove(stream)
 
     def _send(self, stream: _Stream, item: tuple[Any, ...], handle: QueueHandle) -> None:
-        try:
-            self.queue.put(item, timeout=self.timeout)
-        except stdlib_queue.Full:
-            raise TransportError(errno.EAGAIN, f"queue full for {self.timeout}s sending {handle}") from None
+        """Put ``item`` on the queue within ``timeout``, in waits of at most ``LONGEST_WAIT`` (a
+        queue's semaphore or lock fails on a longer one: EINVAL, or ``OverflowError``)."""
+        left = self.timeout
+        while True:
+            try:
+                self.queue.put(item, timeout=min(left, LONGEST_WAIT))
+                break
+            except stdlib_queue.Full:
+                left -= LONGEST_WAIT  # a put that found the queue full waited its whole timeout
+                if left <= 0:
+                    raise TransportError(errno.EAGAIN, f"queue full for {self.timeout}s sending {handle}") from None
         stream.tensor += 1
 
     def release(self, handle: Handle) -> None:
