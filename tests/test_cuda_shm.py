@@ -3,6 +3,7 @@ quarantine, pool bounds and retention (the GPU itself is exercised by tests/test
 
 from __future__ import annotations
 
+import ast
 import gc
 import signal
 import subprocess
@@ -356,6 +357,57 @@ def test_a_close_during_a_device_copy_is_a_transport_error_not_a_crash(tmp_path:
         "copying": "9 the shared-memory pool was closed before pool slot tw-",
     }[when]
     assert result.stdout.startswith(error), result.stdout
+    assert our_segments(tmp_path) == []
+
+
+FORKED_AFTER_REGISTERING = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, {repo!r})
+    import torch
+    from tensorwire import transports
+    from tests.cuda_fakes import FakeCudaRuntime
+
+    torch.set_num_threads(1)  # a forked child's parallel copy would wait for the parent's threads
+    fake = FakeCudaRuntime()
+    transport = transports.CudaShmTransport({directory!r}, runtime=fake, idle_seconds=0)
+    source = torch.ones(100_000).view(torch.uint8)
+    transport.release(transport.export_device(source, 0, source.numel(), []))
+    fake.fail_next("synchronize", code=999)
+    try:
+        transport.export_device(source, 0, source.numel(), [])  # the slot again: quarantined
+    except OSError:
+        pass
+
+    def view():
+        return [transport.registrations, transport.registered_bytes, transport.healthy, len(transport.quarantined)]
+
+    child = os.fork()
+    if child == 0:
+        seen = [view()]
+        fake.registered.clear()  # the child's own runtime has registered nothing
+        transport.release(transport.export_device(source, 0, source.numel(), []))
+        seen.append(view())
+        transport.close()
+        seen.append(view())
+        print(seen, flush=True)
+        os._exit(0)
+    os.waitpid(child, 0)
+    print(view())
+    transport.close()
+    """
+)
+
+
+def test_a_forked_childs_registrations_are_its_own(tmp_path: Path) -> None:
+    """A forked child reported its parent's registrations, bytes and quarantine as its own (and was
+    refused device transfers for its parent's uncertain copy); its close left them counted."""
+    script = FORKED_AFTER_REGISTERING.format(repo=str(REPO), directory=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    child, parent = (ast.literal_eval(line) for line in result.stdout.splitlines())
+    assert child == [[0, 0, True, 0], [1, 458752, True, 0], [0, 0, True, 0]]
+    assert parent == [1, 458752, False, 1]  # the quarantined slot, still registered
     assert our_segments(tmp_path) == []
 
 

@@ -23,6 +23,8 @@ its mapping and the source tensor are kept, never unmapped under the device, and
 turns unhealthy (``healthy`` False, ``reason`` says why) and refuses further device transfers.
 The quarantine is the transport's (visible, and bounded by the transfers in flight when it turned
 unhealthy); what it holds is kept alive until the process exits, even if the transport is dropped.
+A forked child starts with neither registrations nor quarantine: they are its parent's (its
+registered pool starts empty, as the plain one does).
 A send interrupted during the copy or its wait (``KeyboardInterrupt``) gives its slot back once
 the side stream is drained, as a failed enqueue does.
 
@@ -36,6 +38,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -109,8 +112,7 @@ class CudaShmTransport(ShmTransport):
         )
         self.runtime: CudaRuntime = runtime if runtime is not None else TorchCudaRuntime()
         self.unavailable_reason = self.runtime.unavailable_reason()
-        registrations = _Registrations(self.runtime)
-        self._lock = registrations.lock
+        registrations = self._registrations = _Registrations(self.runtime)
         self._quarantine = registrations.quarantine
         self._registered_slots = registrations.slots
         self.registered: Pool | None = None
@@ -231,7 +233,7 @@ class CudaShmTransport(ShmTransport):
     def _quarantine_slot(self, slot: Slot, source: torch.Tensor | None, reason: str) -> None:
         assert self.registered is not None
         keep_forever(slot.mapping, source)  # outlives this transport too
-        with self._lock:
+        with self._registrations.lock:
             self._quarantine.append(Quarantined(slot.name, slot.capacity, reason, slot.mapping, source))
         self.registered.forget(slot)
 
@@ -255,13 +257,22 @@ class _Registrations:
     """The registered pool's slots as the runtime knows them, and the quarantine: the pool's
     ``prepare`` and ``retire`` hooks are this object's, which refers to neither the pool nor the
     transport, so that the pool's finalizer (a transport dropped without ``close()``) can still
-    unregister each slot before it is unmapped."""
+    unregister each slot before it is unmapped. A forked child starts with none of either (its
+    pool starts empty; the parent's registrations and their uncertain cleanups stay the parent's)."""
 
     def __init__(self, runtime: CudaRuntime) -> None:
         self.runtime = runtime
         self.lock = threading.Lock()
         self.quarantine: list[Quarantined] = []
         self.slots: dict[str, int] = {}  # slot name -> registered bytes
+        _REGISTRATIONS.add(self)
+
+    def _forsake(self) -> None:
+        """In a forked child, at the fork: forget the parent's (emptied in place: the transport
+        holds these containers), with a fresh lock (a parent's thread may have held this one)."""
+        self.lock = threading.Lock()
+        self.quarantine.clear()
+        self.slots.clear()
 
     def register(self, slot: Slot) -> None:
         try:
@@ -287,6 +298,18 @@ class _Registrations:
         with self.lock:
             self.slots.pop(slot.name, None)
         return True
+
+
+_REGISTRATIONS: weakref.WeakSet[_Registrations] = weakref.WeakSet()  # every live one, for a forked child
+
+
+def _leave_parents_registrations() -> None:
+    """In a forked child: every transport's registrations start empty (``_Registrations._forsake``)."""
+    for registrations in list(_REGISTRATIONS):
+        registrations._forsake()
+
+
+os.register_at_fork(after_in_child=_leave_parents_registrations)
 
 
 def _error(exc: CudaCallError) -> TransportError:
