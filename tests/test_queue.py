@@ -479,6 +479,30 @@ def test_an_item_that_cannot_be_received_is_skipped(caplog: pytest.LogCaptureFix
     assert "dropping a queue item that could not be received: the producer is gone" in caplog.text
 
 
+class _Unpicklable:
+    """An application's item that its receiver cannot unpickle."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (int, ("not a number",))
+
+
+def test_an_item_that_does_not_unpickle_or_a_closed_queue_is_a_transport_error() -> None:
+    """Their errors (here a ``ValueError`` each) came out of a decode: no ``CodecError``. The item
+    that does not unpickle is gone: the same message decodes next time."""
+    queue = _ctx().Queue()
+    encoder, decoder, rx = _pair(queue)
+    queue.put(_Unpicklable())
+    frames = encoder.encode(diffusion.Output(output=torch.arange(3.0)))
+    with pytest.raises(tw.TransportError, match=r"cannot take an item off the queue: ValueError\(\"invalid literal"):
+        decoder.decode(frames)
+    assert decoder.decode(frames).output.tolist() == [0.0, 1.0, 2.0]
+    frames = encoder.encode(diffusion.Output(output=torch.arange(3.0)))
+    queue.close()
+    with pytest.raises(tw.TransportError, match=r"off the queue: ValueError\('Queue .* is closed'\)"):
+        decoder.decode(frames)  # at once, not a warning for each try until the timeout
+    assert rx.buffered() == 0
+
+
 def test_items_that_are_not_tensorwire_items_are_dropped_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     """Anything else on the queue (an application's stop sentinel, a tuple of other types) escaped
     ``decode`` as TypeError, ValueError or AttributeError."""

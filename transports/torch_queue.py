@@ -403,6 +403,8 @@ class QueueTransport(Transport):
         except (OSError, EOFError, RuntimeError) as exc:  # e.g. its producer died before we took its fds
             log.warning("dropping a queue item that could not be received: %s", exc)
             return None
+        except Exception as exc:  # an item that does not unpickle here (it is gone), or a closed queue
+            raise TransportError(errno.EIO, f"cannot take an item off the queue: {exc!r}") from None
         if not _is_item(item):
             log.warning("dropping a queue item that is not a tensorwire item: %.200r", item)
             return None
