@@ -681,6 +681,41 @@ def test_a_cuda_tensor_the_receiver_cannot_open_is_still_acknowledged(
     rx.close()
 
 
+@pytest.mark.parametrize(
+    ("message", "index"), [(1 << 60, 0), (1, 1 << 20)], ids=["past the page's word", "a tensor id past a message's"]
+)
+def test_a_cuda_item_whose_ids_no_ack_page_holds_is_dropped_unacknowledged(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture, message: int, index: int
+) -> None:
+    """Its position on the sender's ack page was written as given: past 64 bits a ``struct.error``
+    came out of the decode; a tensor id past a message's acknowledged a later tensor of the sender,
+    which let go of it unread."""
+    from tests.cuda_fakes import FakeCudaRuntime
+
+    queue: stdlib_queue.Queue[Any] = stdlib_queue.Queue()
+    tx = transports.QueueTransport(queue, runtime=FakeCudaRuntime(), directory=tmp_path)
+    rx = transports.QueueTransport(queue, timeout=0.3, directory=tmp_path)
+    tx.begin_message()
+    tx.export_device(torch.arange(16, dtype=torch.uint8), 0, 16, [])
+    tx.begin_message()
+    tx.export_device(torch.arange(16, dtype=torch.uint8), 0, 16, [])
+    assert tx.in_flight == 2
+    first, second = queue.get(), queue.get()
+    queue.put((first[0], message, index, *first[3:]))
+    forged = transports.QueueHandle(sender=first[0], message=message, tensor=index)
+    with caplog.at_level(logging.WARNING, logger="tensorwire.queue"):
+        with pytest.raises(tw.TransportError, match=rf"no tensor {index} of message {message} from sender \S+"):
+            rx.import_(forged, [], 16, borrow=False)
+    assert f"dropping a CUDA item from sender {first[0]} whose ids no ack page holds: {message}/{index}" in caplog.text
+    assert tx.in_flight == 2 and rx.buffered() == 0  # nothing acknowledged
+    queue.put(second)
+    taken = rx.import_(transports.QueueHandle(sender=first[0], message=2, tensor=0), [], 16, borrow=False)
+    assert bytes(taken) == bytes(range(16))
+    assert tx.in_flight == 0  # the next item still reads (its position covers the first's)
+    tx.close()
+    rx.close()
+
+
 def test_the_ack_page_of_a_sender_whose_tensors_could_not_be_opened_goes_with_its_ttl(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:

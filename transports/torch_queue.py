@@ -412,6 +412,14 @@ class QueueTransport(Transport):
             sender_id, message, index, tensor = item
             return sender_id, message, index, tensor, None
         sender_id, message, index, payload, ack_name = item  # a CUDA tensor, pickled on export, and its ack page
+        if index >= _TENSORS_PER_MESSAGE or _position(message, index) > _LAST_POSITION:
+            log.warning(
+                "dropping a CUDA item from sender %s whose ids no ack page holds: %d/%d",
+                sender_id,
+                message,
+                index,
+            )
+            return None
         try:
             tensor = ForkingPickler.loads(payload)
         except Exception as exc:  # any item that cannot be opened (bad pickle, IPC failure) is dropped, not fatal
@@ -545,6 +553,7 @@ class QueueTransport(Transport):
 
 
 _TENSORS_PER_MESSAGE = 1 << 20
+_LAST_POSITION = (1 << 64) - 1  # the largest an ack page's word holds
 
 
 def _next_handle(stream: _Stream) -> QueueHandle:
