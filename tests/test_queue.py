@@ -239,6 +239,23 @@ def test_the_buffer_is_bounded() -> None:
         tw.Decoder(REGISTRY, transports=[small]).decode(frames)
 
 
+def test_the_buffer_counts_the_bytes_of_a_tensor_of_wider_elements() -> None:
+    """A queued tensor was counted by its elements: one of 8-byte elements took eight times the
+    bytes ``buffered_bytes()`` said, and went past ``max_buffered_bytes``."""
+    queue: stdlib_queue.Queue[Any] = stdlib_queue.Queue()
+    rx = transports.QueueTransport(queue, timeout=0.2, max_buffered_bytes=4000)
+    nobody = transports.QueueHandle(sender="nobody", message=1, tensor=0)
+    queue.put(("s", 1, 0, torch.zeros(400, dtype=torch.float64)))
+    with pytest.raises(tw.TransportError, match="no tensor 0 of message 1 from sender nobody"):
+        rx.import_(nobody, [], 8, borrow=False)
+    assert rx.buffered() == 1 and rx.buffered_bytes() == 3200
+    queue.put(("s", 1, 1, torch.zeros(200, dtype=torch.float64)))
+    with pytest.raises(tw.TransportError, match=r"receive buffer full \(1 tensors, 3200 bytes; limits 1024 and 4000\)"):
+        rx.import_(nobody, [], 8, borrow=False)
+    assert rx.buffered() == 1 and rx.buffered_bytes() == 3200
+    rx.close()
+
+
 def test_the_tensor_asked_for_is_taken_whatever_room_the_buffer_has() -> None:
     """A receiver whose buffer was full dropped the very tensor it was waiting for (the buffer was
     full, a ``TransportError``), which it never had to buffer: the message was lost for good."""

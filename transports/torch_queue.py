@@ -457,7 +457,7 @@ class QueueTransport(Transport):
                 "ignoring a stale tensor from sender %s (message %d is older than the one consumed)", sender_id, message
             )
             return
-        full = self._held >= self.max_buffered or self._held_bytes + tensor.numel() > self.max_buffered_bytes
+        full = self._held >= self.max_buffered or self._held_bytes + tensor.nbytes > self.max_buffered_bytes
         if full and (sender_id, message, index) != (wanted.sender, wanted.message, wanted.tensor):
             raise TransportError(
                 errno.ENOBUFS,
@@ -468,14 +468,14 @@ class QueueTransport(Transport):
         self._let_go(tensors.get(index))  # a tensor sent twice: the second replaces the first
         tensors[index] = tensor
         self._held += 1
-        self._held_bytes += tensor.numel()
+        self._held_bytes += tensor.nbytes
 
     def _let_go(self, *tensors: torch.Tensor | None) -> None:
         """Take ``tensors``, just removed from the buffer (None: nothing was), off its counts."""
         for tensor in tensors:
             if tensor is not None:
                 self._held -= 1
-                self._held_bytes -= tensor.numel()
+                self._held_bytes -= tensor.nbytes
 
     def _consumed(self, sender_id: str, sender: _Sender, message: int) -> None:
         """The sender's ``message`` is being read: everything older it still has here is stale."""
