@@ -163,6 +163,7 @@ class QueueTransport(Transport):
         self._local = threading.local()
         self._streams: list[_Stream] = []
         self._streams_drawn = 0
+        self._sending = 0  # CUDA tensors being sent, with room taken for them (``_wait_for_room``)
         self._streams_lock = threading.Lock()
         # receiving: the buffer, its lock, and whether a thread is draining the queue
         self._senders: dict[str, _Sender] = {}
@@ -216,15 +217,21 @@ class QueueTransport(Transport):
         if self.snapshot:
             part = part.clone()
         self._wait_for_room()
-        stream = self._stream()
-        handle = _next_handle(stream)
         try:
-            payload = bytes(ForkingPickler.dumps(part))  # now, so that a failure to share fails this call
-        except (RuntimeError, TypeError, ValueError, OSError) as exc:
-            raise TransportError(errno.EINVAL, f"cannot share a {nbytes}-byte buffer on {part.device}: {exc}") from None
-        page = stream.acks.page_name()
-        self._send(stream, (handle.sender, handle.message, handle.tensor, payload, page), handle)
-        stream.acks.keep(_position(handle.message, handle.tensor), part)
+            stream = self._stream()
+            handle = _next_handle(stream)
+            try:
+                payload = bytes(ForkingPickler.dumps(part))  # now, so that a failure to share fails this call
+            except (RuntimeError, TypeError, ValueError, OSError) as exc:
+                raise TransportError(
+                    errno.EINVAL, f"cannot share a {nbytes}-byte buffer on {part.device}: {exc}"
+                ) from None
+            page = stream.acks.page_name()
+            self._send(stream, (handle.sender, handle.message, handle.tensor, payload, page), handle)
+            stream.acks.keep(_position(handle.message, handle.tensor), part)
+        finally:
+            with self._streams_lock:
+                self._sending -= 1  # kept (counted in flight now), or not sent
         return handle
 
     @property
@@ -235,8 +242,15 @@ class QueueTransport(Transport):
             return sum(stream.acks.count() for stream in self._streams)
 
     def _wait_for_room(self) -> None:
+        """Take room for one more CUDA tensor in flight, counted in ``_sending`` until it is kept:
+        threads sending at once take one each, never more than ``max_in_flight`` in all."""
         deadline = time.monotonic() + self.timeout
-        while self.in_flight >= self.max_in_flight:
+        while True:
+            self._own()
+            with self._streams_lock:
+                if sum(stream.acks.count() for stream in self._streams) + self._sending < self.max_in_flight:
+                    self._sending += 1
+                    return
             if time.monotonic() >= deadline:
                 raise TransportError(
                     errno.EAGAIN,

@@ -131,3 +131,30 @@ def test_each_sending_thread_has_its_own_stream_and_ack_page(tmp_path: Path) -> 
         tx.close()
         rx.close()
     assert our_segments(tmp_path) == []
+
+
+def test_threads_sending_cuda_tensors_at_once_keep_to_max_in_flight(tmp_path: Path) -> None:
+    """Each thread saw room and sent: eight threads at once put eight CUDA tensors in flight past a
+    ``max_in_flight`` of one."""
+    from tests.cuda_fakes import FakeCudaRuntime  # takes host tensors for device ones
+
+    data: stdlib_queue.Queue[Any] = stdlib_queue.Queue()  # nobody receives: nothing is acknowledged
+    tx = transports.QueueTransport(data, runtime=FakeCudaRuntime(), max_in_flight=1, timeout=0.2, directory=tmp_path)
+    start = threading.Barrier(2 * THREADS)
+    refused: list[str] = []
+
+    def send() -> None:
+        tx.begin_message()
+        start.wait(JOIN)
+        try:
+            tx.export_device(torch.arange(16, dtype=torch.uint8), 0, 16, [])
+        except tw.TransportError as exc:
+            refused.append(str(exc.strerror))
+
+    try:
+        _run([threading.Thread(target=send, daemon=True) for _ in range(2 * THREADS)])
+        assert tx.in_flight == data.qsize() == 1
+        assert len(refused) == 2 * THREADS - 1
+        assert all(r.endswith("not acknowledged by the receiver after 0.2s (max_in_flight 1)") for r in refused)
+    finally:
+        tx.close()
