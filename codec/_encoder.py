@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import msgspec
 
+from tensorwire._blocks import BufferPlan
 from tensorwire._body import (
     KEEP,
     Foreign,
@@ -36,7 +37,7 @@ from tensorwire._locate import entry_path, msgspec_error, too_deep
 from tensorwire._plan import TypePlan, type_plan
 from tensorwire._scan import OPENERS, walk
 from tensorwire._sealed import Sealed
-from tensorwire._tensors import BufferPlan, Outgoing, embed_room, quick_below
+from tensorwire._tensors import Outgoing, embed_room, quick_below
 from tensorwire._wire import BIN8, BIN16, data_header
 from tensorwire.errors import CodecError, DecodeError, EncodeError, TransportError
 from tensorwire.options import EncodeOptions, Limits

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from tensorwire._body import tree_tuple
+from tensorwire._descriptors import BUILD, as_base, build, build_inline, verify_descriptor
 from tensorwire._locate import header_path, msgspec_error
-from tensorwire._tensors import BUILD, as_base, build, build_inline, verify_descriptor
 from tensorwire._wire import (
     DIMS,
     EXT_INLINE,

@@ -1,4 +1,4 @@
-"""Tensors and ndarrays <-> wire descriptors: the only module that knows how tensors become bytes.
+"""Tensors and ndarrays -> wire descriptors: the only module that knows how tensors become bytes.
 
 Encoding (``Outgoing``, one per encode call) turns each tensor into the extension the body
 carries (see ``tensorwire._wire``). A small host tensor travels inside frame 0; the others travel in
@@ -14,13 +14,13 @@ their buffer carries the device storage and no host view.
 
 Whether a storage is shared is known only once the whole body is written, so the first pass
 assumes every tensor is alone; if one is not, the body is written again with the shared
-extents known (``Outgoing.rerun``). Decoding (``Incoming``) checks each descriptor against its
-buffer and the limits before it builds anything on it.
+extents known (``Outgoing.rerun``). The blocks and the buffers cut from them are
+``tensorwire._blocks``; decoding checks each descriptor against its buffer and the limits before it
+builds anything on it (``tensorwire._descriptors``).
 """
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -30,134 +30,27 @@ import numpy as np
 import torch
 
 from tensorwire import _memory as memory
-from tensorwire._wire import DATA_MAX, EXT_INLINE, EXT_TENSOR, INLINE_DIMS, Descriptor, pack_descriptor, pack_inline
+from tensorwire._blocks import BufferPlan, Group, compact, compact_array, host_bytes, numpy_group
+from tensorwire._shape import c_strides, extent, shape_problem
+from tensorwire._wire import DATA_MAX, EXT_INLINE, EXT_TENSOR, INLINE_DIMS, pack_descriptor, pack_inline
 from tensorwire.dtypes import DTYPE_NAMES, DTYPES
 from tensorwire.errors import EncodeError
 from tensorwire.options import Limits
 
-__all__ = [
-    "BUILD",
-    "BufferPlan",
-    "Outgoing",
-    "as_base",
-    "build",
-    "build_inline",
-    "embed_room",
-    "quick_below",
-    "shape_problem",
-    "verify_descriptor",
-]
+__all__ = ["Outgoing", "embed_room", "quick_below"]
 
-_ALIGN = 16  # the largest itemsize in the table (complex128)
 # The types of the views of small tensors' bytes that the join of frame 0 copies straight from their
-# memory (one copy, made while the encode call holds the tensor), and, kept apart so that neither
-# crowds the other out, of every other byte view of a host tensor (``_host_view``: a buffer to send,
-# mostly); a size past those kept goes through numpy.
+# memory (one copy, made while the encode call holds the tensor), kept apart from those of every
+# other byte view of a host tensor (``_blocks._VIEWS``) so that neither crowds the other out; a size
+# past those kept goes through numpy.
 _CHARS = memory.Chars()
-_VIEWS = memory.Chars()
 _CODES = {name: code for code, name in enumerate(DTYPE_NAMES)}
 _TORCH = {getattr(torch, d.torch_name): (_CODES[d.name], d.itemsize) for d in DTYPES.values()}
 _NUMPY = {np.dtype(d.numpy_name): (_CODES[d.name], d.itemsize) for d in DTYPES.values() if d.numpy_name}
-BUILD = {  # name -> (torch dtype, numpy dtype or None, itemsize), for building tensors quickly
-    d.name: (getattr(torch, d.torch_name), np.dtype(d.numpy_name) if d.numpy_name else None, d.itemsize)
-    for d in DTYPES.values()
-}
 _COMPLEX = frozenset(getattr(torch, d.torch_name) for d in DTYPES.values() if d.name.startswith("complex"))
 SPARSE = 2  # a lone strided view reaching at least this many times its own bytes sends only its elements
 Ext = msgspec.msgpack.Ext
 _AGAIN = Ext(EXT_TENSOR, b"")  # a placeholder for a view of a shared block, replaced in the second pass
-
-
-class BufferPlan:
-    """One buffer to send: a flat byte view of host memory (None for device memory: see ``storage``)."""
-
-    __slots__ = ("_storage", "_untyped", "nbytes", "start", "view")
-
-    def __init__(
-        self, view: memoryview | None, nbytes: int, untyped: torch.UntypedStorage | None = None, start: int = 0
-    ) -> None:
-        self.view = view
-        self.nbytes = nbytes
-        self.start = start  # byte offset of the buffer in ``storage``
-        self._untyped = untyped
-        self._storage: torch.Tensor | None = None
-
-    @property
-    def storage(self) -> torch.Tensor | None:
-        """A uint8 tensor over the whole torch storage the buffer is cut from (None for numpy memory);
-        made on first use: most transports only read ``view``."""
-        if self._storage is None and self._untyped is not None:
-            whole = torch.empty(0, dtype=torch.uint8, device=self._untyped.device)
-            self._storage = whole.set_(self._untyped) if self._untyped.nbytes() else whole
-        return self._storage
-
-
-class _HostBlock:
-    """Exposes ``size`` bytes of a host torch storage from ``address`` to numpy, keeping the storage alive."""
-
-    __slots__ = ("__array_interface__", "storage")
-
-    def __init__(self, storage: torch.UntypedStorage, address: int, size: int) -> None:
-        self.storage = storage
-        self.__array_interface__ = memory.byte_interface(address, size)
-
-
-class _Group:
-    """One memory block tensors of a message live in: the bytes they reach and the buffer sent for it."""
-
-    __slots__ = (
-        "base",
-        "buffer",
-        "compact",
-        "count",
-        "first",
-        "hi",
-        "host",
-        "index",
-        "lo",
-        "raw",
-        "repeated",
-        "storage",
-    )
-
-    def __init__(self, raw: Any, base: int, storage: torch.UntypedStorage | None = None, host: bool = True) -> None:
-        self.raw = raw  # uint8 array over a numpy block (keeping it alive); None for a torch storage
-        self.base = base  # address of the block's first byte
-        self.storage = storage
-        self.host = host  # False: device memory, which has no host view (the transport moves it)
-        self.lo = 2**63  # [lo, hi): addresses the message's views reach
-        self.hi = 0
-        self.count = 0  # distinct views of this block in the message (the same view again counts once)
-        self.first: Any = None  # its first view (None: not kept, for one that went inside frame 0 quickly)
-        self.repeated = False  # whether a view of it stands more than once in the message
-        self.compact = False  # whether its first view, alone, travels as a compact copy (a sparse host view)
-        self.buffer: BufferPlan | None = None  # second pass: the one buffer of a shared block
-        self.index = 0  # and its index
-
-    @property
-    def shareable(self) -> bool:
-        """Whether its views can travel as one buffer: a torch storage, or numpy memory that is one
-        flat run of bytes (else each view travels as bytes of its own)."""
-        return self.raw is not None or self.storage is not None
-
-    def reach(self, lo: int, hi: int) -> None:
-        self.lo = min(self.lo, lo)
-        self.hi = max(self.hi, hi)
-
-    def plan(self, lo: int, hi: int) -> BufferPlan:
-        """The buffer of bytes [lo, hi) (addresses) of the block."""
-        lo -= (lo - self.base) % _ALIGN
-        start, end = lo - self.base, hi - self.base
-        if self.raw is not None:
-            view: memoryview | None = memoryview(self.raw[start:end])
-        elif not self.host:
-            view = None
-        elif end == start:
-            view = memoryview(bytearray())
-        else:
-            assert self.storage is not None
-            view = _host_view(self.storage, lo, end - start)
-        return BufferPlan(view, end - start, self.storage, start)
 
 
 def embed_room(limits: Limits) -> int:
@@ -202,7 +95,7 @@ class Outgoing:
         embed_below: int,
         quick: int,
         room: int,
-        shared: dict[Any, _Group] | None = None,
+        shared: dict[Any, Group] | None = None,
         runtime: Callable[[], Any] | None = None,
     ) -> None:
         self.limits = limits
@@ -213,7 +106,7 @@ class Outgoing:
         self.data: list[Any] = []  # the bytes of the tensors inside frame 0, in order (bytes, or views the join copies)
         self.data_bytes = 0  # their total
         self._room = room  # ``embed_room(limits)``: the most bytes of tensors frame 0 takes (the rest: buffers)
-        self._groups: dict[Any, Any] = {}  # block key -> _Group, or (lo, hi, storage) of one embedded view
+        self._groups: dict[Any, Any] = {}  # block key -> Group, or (lo, hi, storage) of one embedded view
         self._shared = shared  # second pass: blocks with several views, their full extents known
         self.rerun = False  # first pass: some block holds several views (the body must be written again)
         self._runtime = runtime  # the transport's ``device_runtime`` (None: torch's own)
@@ -223,7 +116,7 @@ class Outgoing:
         shared = {
             key: g
             for key, g in self._groups.items()
-            if type(g) is _Group and (g.count > 1 or g.repeated) and g.shareable
+            if type(g) is Group and (g.count > 1 or g.repeated) and g.shareable
         }
         return Outgoing(self.limits, self.embed_below, self._quick_below, self._room, shared, self._runtime)
 
@@ -281,7 +174,7 @@ class Outgoing:
                 offset = self.data_bytes
                 self.data_bytes = offset + nbytes
                 chars = (_CHARS.types.get(nbytes) or _CHARS.type(nbytes)) if type(t) is torch.Tensor else None
-                self.data.append(bytes(_host_bytes(t, nbytes)) if chars is None else chars.from_address(start))
+                self.data.append(bytes(host_bytes(t, nbytes)) if chars is None else chars.from_address(start))
                 return Ext(EXT_INLINE, INLINE_DIMS[rank].pack(0, code, rank, 0, offset, nbytes, *shape))
         strides = t.stride()
         limit = self.limits.max_tensor_bytes
@@ -297,7 +190,7 @@ class Outgoing:
         key = (cpu or t.device, address, size) if size and address else id(t)
         start = address + int(t.storage_offset()) * itemsize
         layout = None if contiguous and 1 not in shape else _layout(shape, strides, contiguous, limit)
-        lo, hi = (start, start + nbytes) if contiguous else _extent(start, shape, strides, itemsize)
+        lo, hi = (start, start + nbytes) if contiguous else extent(start, shape, strides, itemsize)
         if lo < address or hi > address + size:
             raise EncodeError(
                 f"the tensor's elements reach {hi - address} bytes into a storage of {size} bytes "
@@ -308,13 +201,13 @@ class Outgoing:
         shared = self._shared.get(key) if self._shared is not None else None
         if shared is not None:
             if shared.count == 1 and shared.compact:  # one sparse view, repeated: one compact copy
-                return self._shared_ext(shared, 0, code, shape, None, 0, nbytes, lambda: _compact(t, nbytes))
+                return self._shared_ext(shared, 0, code, shape, None, 0, nbytes, lambda: compact(t, nbytes))
             return self._shared_ext(shared, 0, code, shape, _within(layout, limit), start, nbytes)
         group = self._groups.get(key)
         if group is not None:  # a later view of its block: written again in the second pass
             self._note(key, None, lo, hi, t)
             return _AGAIN
-        group = self._groups[key] = _Group(None, address, storage, cpu)  # its first view (what ``_note`` counts)
+        group = self._groups[key] = Group(None, address, storage, cpu)  # its first view (what ``_note`` counts)
         group.count, group.lo, group.hi, group.first = 1, lo, hi, t
         # a view reaching far more than its bytes, or with strides no decoder takes, is sparse
         sparse = not contiguous and (hi - lo >= SPARSE * nbytes or _within(layout, limit, False) is None)
@@ -324,8 +217,8 @@ class Outgoing:
             if embed:  # a lone sparse view: only its own elements
                 c = t.contiguous() if sparse else t
                 own = None if sparse else layout
-                return Ext(EXT_INLINE, pack_inline(0, code, shape, self._embed(_host_bytes(c, nbytes)), nbytes, own))
-            return self._placed(0, code, shape, None, _compact(t, nbytes), 0, nbytes)
+                return Ext(EXT_INLINE, pack_inline(0, code, shape, self._embed(host_bytes(c, nbytes)), nbytes, own))
+            return self._placed(0, code, shape, None, compact(t, nbytes), 0, nbytes)
         plan = group.plan(lo, hi)
         return self._placed(0, code, shape, _within(layout, limit), plan, start - group.base - plan.start, nbytes)
 
@@ -368,12 +261,12 @@ class Outgoing:
         shared = self._shared.get(key) if self._shared is not None else None
         if shared is not None:
             if shared.count == 1 and shared.compact:  # one sparse view, repeated: one compact copy
-                copy = lambda: _compact_array(array, nbytes)  # noqa: E731
+                copy = lambda: compact_array(array, nbytes)  # noqa: E731
                 return self._shared_ext(shared, 1, code, shape, None, 0, nbytes, copy)
             return self._shared_ext(shared, 1, code, shape, _within(layout, limit), start, nbytes)
-        lo, hi = (start, start + nbytes) if contiguous else _extent(start, shape, strides, itemsize)
+        lo, hi = (start, start + nbytes) if contiguous else extent(start, shape, strides, itemsize)
         first = key not in self._groups
-        group = self._note(key, lambda: _numpy_group(root, lo, hi), lo, hi, array)
+        group = self._note(key, lambda: numpy_group(root, lo, hi), lo, hi, array)
         if not first and group.raw is not None:
             return _AGAIN  # written again in the second pass
         # a view reaching far more than its bytes, or with strides no decoder takes, is sparse
@@ -387,7 +280,7 @@ class Outgoing:
                 c = array if contiguous else np.ascontiguousarray(array)
                 own = layout if contiguous else None
                 return Ext(EXT_INLINE, pack_inline(1, code, shape, self._embed(c.data.cast("B")), nbytes, own))
-            return self._placed(1, code, shape, None, _compact_array(array, nbytes), 0, nbytes)
+            return self._placed(1, code, shape, None, compact_array(array, nbytes), 0, nbytes)
         plan = group.plan(lo, hi)
         return self._placed(1, code, shape, layout, plan, start - group.base - plan.start, nbytes)
 
@@ -398,7 +291,7 @@ class Outgoing:
         self.data.append(bytes(data))
         return offset
 
-    def _note(self, key: Any, make: Any, lo: int, hi: int, view: Any) -> _Group:
+    def _note(self, key: Any, make: Any, lo: int, hi: int, view: Any) -> Group:
         """Count one more occurrence of ``view`` of block ``key``, reaching [lo, hi) (``make()``: the
         group of a block not seen before); the same view as the block's first counts once."""
         group = self._groups.get(key)
@@ -407,11 +300,11 @@ class Outgoing:
             group.first = view
         elif type(group) is tuple:  # a torch storage whose first view went inside frame 0
             first_lo, first_hi, storage = group
-            group = self._groups[key] = _Group(None, storage.data_ptr(), storage, True)
+            group = self._groups[key] = Group(None, storage.data_ptr(), storage, True)
             group.count = 1
             group.reach(first_lo, first_hi)
         elif _same_view(view, group.first):  # still one view, written again in the second pass
-            same: _Group = group
+            same: Group = group
             same.repeated = True
             if self._shared is None and same.shareable:
                 self.rerun = True
@@ -431,7 +324,7 @@ class Outgoing:
 
     def _shared_ext(
         self,
-        group: _Group,
+        group: Group,
         kind: int,
         code: int,
         shape: Any,
@@ -475,7 +368,7 @@ def _fit(shape: Any, strides: Any, limit: int) -> tuple[int, ...]:
     limit takes) replaced by its canonical one: no index moves along such a dim."""
     if all(-limit <= s <= limit for s in strides):
         return tuple(strides)
-    canonical = _c(tuple(shape))
+    canonical = c_strides(tuple(shape))
     return tuple(
         c if n == 1 and not -limit <= s <= limit else s for n, s, c in zip(shape, strides, canonical, strict=True)
     )
@@ -485,7 +378,7 @@ def _layout(shape: Any, strides: Any, contiguous: bool, limit: int) -> tuple[int
     """The strides a non-empty view travels with (``_fit``), None for a C-contiguous one whose
     strides are then the canonical ones."""
     fitted = _fit(shape, strides, limit)
-    return None if contiguous and list(fitted) == _c(tuple(shape)) else fitted
+    return None if contiguous and list(fitted) == c_strides(tuple(shape)) else fitted
 
 
 def _within(layout: Any, limit: int, refuse: bool = True) -> Any:
@@ -513,89 +406,10 @@ def _same_view(a: Any, b: Any) -> bool:
     return bool(same and a.dtype == b.dtype and a.shape == b.shape)
 
 
-def _compact(t: torch.Tensor, nbytes: int) -> BufferPlan:
-    """A buffer of a host tensor's own elements, C-contiguous (a copy if it is not)."""
-    c = t.contiguous()
-    return BufferPlan(_host_bytes(c, nbytes), nbytes, c.untyped_storage(), 0)
-
-
-def _compact_array(array: np.ndarray, nbytes: int) -> BufferPlan:
-    """A buffer of an array's own elements, C-contiguous (a copy if it is not)."""
-    c = np.ascontiguousarray(array)
-    return BufferPlan(memoryview(c.reshape(-1).view(np.uint8)), nbytes)  # type: ignore[arg-type]
-
-
 def _own_strides(shape: Any, strides: Any) -> tuple[int, ...] | None:
     """``strides`` of a contiguous view if they differ from the canonical ones (in dims of size 1)."""
-    canonical = _c(tuple(shape))
+    canonical = c_strides(tuple(shape))
     return None if list(strides) == canonical else tuple(strides)
-
-
-def _host_bytes(t: torch.Tensor, nbytes: int) -> memoryview:
-    """The bytes of a C-contiguous host tensor, without a copy."""
-    if not nbytes:
-        return memoryview(b"")
-    return _host_view(t.untyped_storage(), t.data_ptr(), nbytes)
-
-
-def _host_view(storage: torch.UntypedStorage, address: int, nbytes: int) -> memoryview:
-    """A byte view of the ``nbytes`` bytes at ``address`` in host ``storage``, keeping it alive."""
-    buffer = _VIEWS.view(address, nbytes, storage)
-    if buffer is None:  # no ctypes type kept for this size
-        buffer = np.asarray(_HostBlock(storage, address, nbytes))
-    return memoryview(buffer).cast("B")
-
-
-def _numpy_group(root: Any, lo: int, hi: int) -> _Group:
-    """The block a numpy view reaching bytes [lo, hi) lives in (``root``: the end of its chain of
-    bases). Its ``raw`` is None if that block is not one flat run of bytes holding the view, or does
-    not start on a 16-byte boundary (a view's offset in it could then be off a whole element): each
-    view of it travels as bytes of its own."""
-    try:
-        if isinstance(root, np.ndarray):
-            block = root
-        elif hasattr(root, "__array_interface__"):
-            block = np.asarray(root)  # e.g. a lease over a shared-memory mapping
-        else:
-            block = np.frombuffer(root, dtype=np.uint8)
-        raw = block.reshape(-1, order="A").view(np.uint8) if block.size else np.empty(0, np.uint8)
-        base = raw.ctypes.data
-    except (TypeError, ValueError, BufferError, AttributeError):
-        return _Group(None, 0)
-    if base % _ALIGN or not (base <= lo and hi <= base + raw.nbytes):
-        return _Group(None, 0)
-    return _Group(raw, base)
-
-
-def _extent(start: int, shape: Any, strides: Any, itemsize: int) -> tuple[int, int]:
-    """[lo, hi) byte range reached by a non-empty view starting at address ``start``."""
-    low = high = 0
-    for n, s in zip(shape, strides, strict=True):
-        if s < 0:
-            low += (n - 1) * s
-        else:
-            high += (n - 1) * s
-    return start + low * itemsize, start + (high + 1) * itemsize
-
-
-def shape_problem(shape: list[int], itemsize: int, limit: int) -> tuple[str, str] | None:
-    """Why ``shape`` is out of bounds, as ``(".shape[axis]", reason)``; None if it is within them.
-
-    Every dimension, and the product of the non-zero ones times the itemsize, must be at most
-    ``limit`` (``max_tensor_bytes``), for an empty tensor too: torch and numpy then never meet a
-    size they cannot compute.
-    """
-    running = itemsize
-    for axis, dim in enumerate(shape):
-        if dim > limit:
-            return f".shape[{axis}]", f"dimension {dim} is larger than the limit of {limit}"
-        if dim:
-            running *= dim
-            if running > limit:
-                return f".shape[{axis}]", f"{dim} makes the tensor larger than the limit of {limit} bytes"
-    if running > limit:
-        return ".dtype", f"an element of {itemsize} bytes is larger than the limit of {limit} bytes"
-    return None
 
 
 def _type_name(cls: type) -> str:
@@ -606,123 +420,3 @@ def _type_name(cls: type) -> str:
         if module is not None and getattr(module, cls.__qualname__, None) is cls:
             return f"{'.'.join(parts[:end])}.{cls.__qualname__}"
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def verify_descriptor(
-    desc: Descriptor, buffer_sizes: list[int], limits: Limits, data_size: int = 0
-) -> tuple[str, str] | None:
-    """Why ``desc`` cannot be trusted, as ``(path suffix like ".shape[2]", reason)``; None if it is sound.
-
-    ``buffer_sizes`` are the sizes of the message's buffers; an inline descriptor (``buffer`` -1)
-    is checked against frame 0's data, of ``data_size`` bytes.
-    """
-    known = BUILD[desc.dtype]
-    numpy_dtype, itemsize = known[1], known[2]
-    kind = desc.kind
-    if kind == "ndarray" and numpy_dtype is None:
-        return ".dtype", f"numpy has no dtype {desc.dtype!r}"
-    shape, strides = desc.shape, desc.strides
-    rank = len(shape)
-    if rank > limits.max_rank:
-        return ".shape", f"rank {rank} is over the limit of {limits.max_rank}"
-    numel = math.prod(shape)  # of at most 255 dims (the wire holds a rank in a byte): a bounded product
-    if not 0 < numel * itemsize <= limits.max_tensor_bytes:  # else no dim can be over the limit either
-        problem = shape_problem(list(shape), itemsize, limits.max_tensor_bytes)
-        if problem is not None:
-            return problem
-    if desc.nbytes != numel * itemsize:
-        return ".nbytes", f"{desc.nbytes} != prod(shape) * itemsize = {numel * itemsize}"
-    if desc.buffer < 0:  # inside frame 0: its bytes are in frame 0's data
-        if desc.offset + desc.nbytes > data_size:
-            return ".offset", (
-                f"bytes [{desc.offset}, {desc.offset + desc.nbytes}) are outside frame 0's {data_size} bytes of data"
-            )
-        if strides is not None:
-            canonical = _c(shape)
-            for axis, stride in enumerate(strides):
-                if stride != canonical[axis] and shape[axis] != 1 and numel:
-                    return f".strides[{axis}]", f"{stride} is not the stride of a contiguous tensor"
-                if abs(stride) > limits.max_tensor_bytes:
-                    return f".strides[{axis}]", f"{stride} is out of range"
-                if stride < 0 and kind == "tensor":
-                    return f".strides[{axis}]", f"torch tensors have no negative strides, got {stride}"
-        return None
-    if desc.buffer >= len(buffer_sizes):
-        return ".buffer", f"{desc.buffer} names no buffer (the message has {len(buffer_sizes)})"
-    size = buffer_sizes[desc.buffer]
-    offset = desc.offset
-    if offset % itemsize:
-        return ".offset", f"{offset} is not a multiple of the itemsize {itemsize}"
-    if strides is not None:
-        for axis, stride in enumerate(strides):
-            if abs(stride) > limits.max_tensor_bytes:
-                return f".strides[{axis}]", f"{stride} is out of range"
-            if stride < 0 and kind == "tensor":
-                return f".strides[{axis}]", f"torch tensors have no negative strides, got {stride}"
-    if numel == 0:
-        return None if offset <= size else (".offset", f"{offset} is past the end of a {size}-byte buffer")
-    lo, hi = (offset, offset + desc.nbytes) if strides is None else _extent(offset, shape, strides, itemsize)
-    if lo < 0 or hi > size:
-        return ".strides", f"elements reach bytes [{lo}, {hi}) outside the {size}-byte buffer {desc.buffer}"
-    return None
-
-
-def build(desc: Descriptor, buffer: Any, base: torch.Tensor | None) -> Any:
-    """The tensor or array ``desc`` (verified) describes on ``buffer``; ``base``: a uint8 torch tensor
-    over the buffer shared by the message's tensors in it (None: the tensor is alone in it, or inline)."""
-    torch_dtype, numpy_dtype, itemsize = BUILD[desc.dtype]
-    shape, strides = desc.shape, desc.strides
-    if desc.kind == "ndarray":
-        byte_strides = None if strides is None else [s * itemsize for s in strides]
-        return np.ndarray(shape, dtype=numpy_dtype, buffer=buffer, offset=desc.offset, strides=byte_strides)
-    if base is None and strides is None and desc.nbytes and not memoryview(buffer).readonly:
-        if numpy_dtype is not None and len(shape) != 1:  # faster than torch.frombuffer + view
-            return torch.from_numpy(np.ndarray(shape, numpy_dtype, buffer, desc.offset))
-        flat = torch.frombuffer(buffer, dtype=torch_dtype, count=desc.nbytes // itemsize, offset=desc.offset)
-        return flat if len(shape) == 1 else flat.view(shape)
-    if base is None:
-        base = as_base(buffer)
-    offset = base.storage_offset() + desc.offset  # a delivered tensor may start inside its storage
-    out = torch.empty(0, dtype=torch_dtype, device=base.device)
-    return out.set_(base.untyped_storage(), offset // itemsize, shape, strides if strides is not None else _c(shape))
-
-
-def as_base(buffer: Any) -> torch.Tensor:
-    """A uint8 tensor over a received buffer (a tensor a transport delivered is used as it is)."""
-    if isinstance(buffer, torch.Tensor):
-        return buffer.clone() if buffer.storage_offset() % _ALIGN else buffer
-    if memoryview(buffer).nbytes:
-        return torch.frombuffer(buffer, dtype=torch.uint8)
-    return torch.empty(0, dtype=torch.uint8)
-
-
-def _c(shape: tuple[int, ...]) -> list[int]:
-    """The element strides of a C-contiguous ``shape``."""
-    strides = [1] * len(shape)
-    for axis in range(len(shape) - 2, -1, -1):
-        strides[axis] = strides[axis + 1] * max(shape[axis + 1], 1)
-    return strides
-
-
-def build_inline(desc: Descriptor, data: memoryview) -> Any:
-    """A private copy of the tensor or array carried inside frame 0 (``data``: frame 0's data, the
-    descriptor verified against it)."""
-    torch_dtype, numpy_dtype, itemsize = BUILD[desc.dtype]
-    shape, strides = desc.shape, desc.strides
-    own = data[desc.offset : desc.offset + desc.nbytes]
-    if desc.kind == "ndarray":
-        if not desc.nbytes:
-            byte_strides = None if strides is None else [s * itemsize for s in strides]
-            return np.ndarray(shape, dtype=numpy_dtype, strides=byte_strides)
-        if strides is not None:
-            byte_strides = [s * itemsize for s in strides]
-            return np.ndarray(shape, numpy_dtype, bytearray(own), 0, byte_strides)
-        return np.frombuffer(bytearray(own), dtype=numpy_dtype).reshape(shape)
-    if not desc.nbytes:
-        return torch.empty_strided(shape, strides if strides is not None else _c(shape), dtype=torch_dtype)
-    if strides is None and numpy_dtype is not None:  # the quickest way to a private tensor
-        return torch.from_numpy(np.ndarray(shape, numpy_dtype, bytearray(own)))
-    flat = torch.frombuffer(bytearray(own), dtype=torch_dtype)
-    if strides is not None:
-        return flat.as_strided(shape, strides)
-    return flat if len(shape) == 1 else flat.view(shape)

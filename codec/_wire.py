@@ -252,7 +252,7 @@ def pack_inline(
 
 def unpack_descriptor(code: int, data: Buffer) -> Descriptor:
     """The descriptor in an ``ext(1)`` or ``ext(3)`` payload; ``DecodeError`` if it is malformed
-    (its sizes are checked against buffers and limits by ``tensorwire._tensors``)."""
+    (its sizes are checked against buffers and limits by ``tensorwire._descriptors``)."""
     size = len(data)
     if code == EXT_TENSOR and size >= PLACED.size:  # the common one, contiguous: one unpack, no more checks
         rank = data[2]

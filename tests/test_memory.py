@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import tensorwire as tw
-from tensorwire import _tensors
+from tensorwire import _blocks
 from tensorwire._memory import Chars
 from tensorwire.builtins import REGISTRY, diffusion
 
@@ -60,7 +60,7 @@ def test_a_view_is_the_memory_at_its_address_and_keeps_its_owner_alive() -> None
 @pytest.mark.parametrize("kept", [256, 0], ids=["ctypes view", "numpy view"])
 def test_a_sent_buffer_outlives_the_tensor_it_views(monkeypatch: pytest.MonkeyPatch, kept: int) -> None:
     views = Chars(kept)
-    monkeypatch.setattr(_tensors, "_VIEWS", views)
+    monkeypatch.setattr(_blocks, "_VIEWS", views)
     tensor = torch.arange(100_000, dtype=torch.float32)
     storage = weakref.ref(tensor.untyped_storage())
     want = tensor.numpy().tobytes()

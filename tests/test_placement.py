@@ -378,7 +378,7 @@ def test_retention_fractions_are_checked() -> None:
 
 
 def test_a_buffer_delivered_as_a_tensor_view_keeps_its_offset() -> None:
-    from tensorwire._tensors import as_base, build
+    from tensorwire._descriptors import as_base, build
     from tensorwire._wire import Descriptor
 
     storage = torch.arange(40, dtype=torch.uint8)

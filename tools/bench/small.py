@@ -431,8 +431,9 @@ def _tensor_floor(message: Any) -> Callable[[], Any]:
 
     from tensorwire._body import Checking
     from tensorwire._decoder import _frame_type
+    from tensorwire._descriptors import BUILD
     from tensorwire._plan import type_plan
-    from tensorwire._tensors import _TORCH, BUILD
+    from tensorwire._tensors import _TORCH
     from tensorwire._wire import DIMS, EXT_INLINE, INLINE, INLINE_DIMS, data_header, data_span
     from tensorwire.dtypes import DTYPE_NAMES
 
