@@ -28,27 +28,24 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache, partial
-from traceback import clear_frames
-from types import FrameType, TracebackType
-from typing import Annotated, Any, Final, Literal, NamedTuple, Union
+from functools import partial
+from typing import Any, Final
 
 import msgspec
-import msgspec.inspect as mi
 
-from tensorwire._body import KEEP, stand_in
+from tensorwire._body import KEEP
+from tensorwire._decode_errors import clear_locals, decode_error, typed_error
+from tensorwire._frame_types import frame_type, table_decoder
 from tensorwire._incoming import Reading
-from tensorwire._locate import entry_path, header_path, msgspec_error
-from tensorwire._plan import type_plan
+from tensorwire._plain import body_at, plain_bodies, unguarded
 from tensorwire._scan import OPENERS, OTHERS, too_deep_for_the_stack, walk
 from tensorwire._sealed import Sealed
-from tensorwire._twin import BECOME, closed_mirror, closed_twin, structs_inside
-from tensorwire._type_tree import closed_depth
-from tensorwire._wire import EMPTY_DATA, HEADER_LEVELS, MAGIC, WIRE_VERSION, data_span, parse_tag, tag
+from tensorwire._twin import BECOME
+from tensorwire._wire import HEADER_LEVELS, data_span
 from tensorwire.errors import DecodeError
 from tensorwire.options import DecodeOptions
 from tensorwire.placement import DeviceSpec, Placement
-from tensorwire.registry import Registry, UnknownTypeError
+from tensorwire.registry import Registry
 from tensorwire.transports.base import Buffer, Handle, Transport
 from tensorwire.transports.cuda_runtime import CudaRuntime
 from tensorwire.transports.inline import InlineHandle, InlineTransport
@@ -115,20 +112,20 @@ class Decoder(Sealed):
         self._by_type = {h: known[str(h.__struct_config__.tag)] for h in handle_types}  # handle class -> reader
         self._max_header = self.options.limits.max_header_bytes
         self._counted = min(_COUNTED, self._max_header)  # bytes of frame 0 counted at once, with no other check
-        self._frame = _frame_type(registry, self.options.strict_fingerprint)
+        self._frame = frame_type(registry, self.options.strict_fingerprint)
         self._free: list[Reading] = []  # idle frame 0 decoders, each used by one call at a time
-        self.table: Final = _table_decoder(handle_types)
+        self.table: Final = table_decoder(handle_types)
         self._depth = self.options.limits.max_depth + HEADER_LEVELS
-        bodies, openers = _plain_bodies(registry)
+        bodies, openers = plain_bodies(registry)
         self._plain = {  # frame 0 up to the body -> the body's typed decode, whether it is read within
             # the limit uncounted, the class a closed twin's instance is made one of, and the guard
-            # decode where the count finds too many openers (see ``_PlainBody``) if within the limit,
-            # else one that refuses every body (``_unguarded``: the full decode reads it)
+            # decode where the count finds too many openers (see ``PlainBody``) if within the limit,
+            # else one that refuses every body (``unguarded``: the full decode reads it)
             bare: (
                 body.read,
                 body.depth is not None and 1 + body.depth <= self._depth,
                 body.become,
-                body.guard if body.guard is not None and 1 + body.guard_depth <= self._depth else _unguarded,
+                body.guard if body.guard is not None and 1 + body.guard_depth <= self._depth else unguarded,
             )
             for bare, body in bodies.items()
         }
@@ -161,7 +158,7 @@ class Decoder(Sealed):
                     raise DecodeError(f"header frame of {size} bytes is over the limit of {self._max_header}")
                 first = flat[1] if size > 72 else 0  # where the data's bin header is if the tag and the
                 at = first - 0x5C if 0xA0 <= first <= 0xBF else flat[2] + 69 if first == 0xD9 else 0  # fingerprint are
-                # as encoders write them, else the count bounds it (``_body_at``, inline: a call costs more)
+                # as encoders write them, else the count bounds it (``body_at``, inline: a call costs more)
                 if size <= self._counted or (flat[at] == 0xC4 and flat[at + 1] < 64):  # counted whole: small, or
                     # little data (or a frame that fools the guess above: counting all of it bounds it as well)
                     if at and at + 3 < size and flat[at + 1] == 0 and len(frames) == 1:
@@ -169,7 +166,7 @@ class Decoder(Sealed):
                         # included) is that of a type that holds no tensor, tree or untyped value, its body
                         # is decoded alone, its level openers counted first (the quicker way for its size)
                         # unless the type (or its closed twin) bounds its depth; too many, its closed
-                        # mirror decodes it first where that bounds it (``_PlainBody``), else it is not
+                        # mirror decodes it first where that bounds it (``PlainBody``), else it is not
                         # read here. A failure takes the full decode below, which names what is wrong (a
                         # named validator runs again there).
                         found = self._plain.get(flat[: at + 3])
@@ -223,11 +220,11 @@ class Decoder(Sealed):
             except BaseException as exc:
                 reading.incoming().fail()
                 if isinstance(exc, msgspec.MsgspecError):
-                    raise self._error(head, exc) from None
+                    raise decode_error(head, exc, self.registry, self.options.strict_fingerprint) from None
                 if isinstance(exc, DecodeError):
-                    raise self._locate(head, exc) from None
+                    raise typed_error(head, exc) from None
                 if isinstance(exc, RecursionError):  # a max_depth past what the stack holds
-                    raise self._locate(head, too_deep_for_the_stack(self.options.limits.max_depth)) from None
+                    raise typed_error(head, too_deep_for_the_stack(self.options.limits.max_depth)) from None
                 raise  # a transport's own error (with its errno), or not ours
             finally:
                 reading.state = reading.data = None  # nothing of this call's frames stays referenced
@@ -241,7 +238,7 @@ class Decoder(Sealed):
             # those below this one held the imported buffers (a sender's slot stayed claimed), this
             # one the message's frames (a pipe.Receiver read the next message into a fresh buffer).
             frames = head = flat = data = body = None  # type: ignore[assignment]
-            _clear_locals(failure, sys._getframe())
+            clear_locals(failure, sys._getframe())
             raise
 
     def _bounded(self, head: bytes) -> Any:
@@ -249,7 +246,7 @@ class Decoder(Sealed):
         or its closed mirror bound its depth: no data, no buffers, frame 0 up to the body that type's
         own, the body decoded alone uncounted (by the mirror first where neither of the others bounds
         it); else, or if a decode fails, ``_UNREAD`` (the full decode names what is wrong)."""
-        at = _body_at(head)
+        at = body_at(head)
         found = self._plain.get(head[:at]) if at else None
         if found is not None:
             read, bounded, cls, guard = found
@@ -331,89 +328,6 @@ class Decoder(Sealed):
                 return False
         return True
 
-    def _error(self, head: Any, exc: Exception) -> DecodeError:
-        """The error for a frame 0 msgspec rejected: what its tag or fingerprint says is wrong, else
-        msgspec's own words with the path into the body (a map entry by its key)."""
-        refused = self._diagnose(head)
-        if refused is not None:
-            return refused
-        ident = self._ident(head)
-        problem, path, on_key = msgspec_error(str(exc))
-        message = f"invalid map key: {problem}" if on_key else problem
-        if path is not None:
-            if ident is not None and path.startswith("$[4]") and ("[...]" in path or on_key):
-                path = self._entry_path(head, ident, path, problem, on_key)
-            path = header_path(path)
-        if ident is None:
-            return DecodeError(f"invalid header: {message}", path=path)
-        return DecodeError(message, path=path, type_id=ident[0], version=ident[1])
-
-    def _entry_path(self, head: Any, ident: tuple[str, int], path: str, problem: str, on_key: bool) -> str:
-        """msgspec's ``path`` into frame 0 with the map entries it names ``[...]`` found by their keys."""
-        try:
-            frame = msgspec.msgpack.decode(head)  # its nesting was bounded before the typed decode
-            cls = self.registry.type(*ident)
-            found = entry_path(cls, frame[4], "$" + path[4:], problem, on_key, stand_in)
-        except Exception:  # the locator only improves a message; it never replaces the error
-            return path
-        return path if found is None else "$[4]" + found[1:]
-
-    def _locate(self, head: Any, exc: DecodeError) -> DecodeError:
-        """``exc`` with the type and version of the message it is about, where frame 0's tag names them."""
-        if exc.type_id is not None:
-            return exc
-        ident = self._ident(head)
-        if ident is None:
-            return exc
-        return DecodeError(exc.message, path=exc.path, type_id=ident[0], version=ident[1])
-
-    def _ident(self, head: Any) -> tuple[str, int] | None:
-        """``(type_id, version)`` of a frame 0 whose tag reads well, else None."""
-        try:
-            parsed = parse_tag(_PEEK.decode(head).tag)
-        except (msgspec.MsgspecError, RecursionError):  # (msgspec skips the rest of the frame recursively)
-            return None
-        return None if parsed is None else (parsed[1], parsed[2])
-
-    def _diagnose(self, head: Any) -> DecodeError | None:
-        """Why frame 0's tag or fingerprint is refused; None if they are not the problem."""
-        try:
-            peek = _PEEK.decode(head)
-        except (msgspec.MsgspecError, RecursionError):
-            try:
-                old = msgspec.msgpack.decode(head)
-            except (msgspec.MsgspecError, RecursionError):
-                return None
-            if isinstance(old, dict) and old.get("magic") == MAGIC:
-                return DecodeError(
-                    f"wire format version {old.get('wire')!r} is not supported (this reader: {WIRE_VERSION})",
-                    path="$.wire",
-                )
-            expected = "a msgpack array of [tag, fingerprint, data, buffers, body]"
-            return DecodeError(f"invalid header: frame 0 is not {expected}, got {type(old).__name__}")
-        parsed = parse_tag(peek.tag)
-        if parsed is None:
-            return DecodeError(f"not a tensorwire message: tag {peek.tag!r}", path="$[0]")
-        wire, type_id, version = parsed
-        if wire != WIRE_VERSION:
-            return DecodeError(
-                f"wire format version {wire} is not supported (this reader: {WIRE_VERSION})", path="$[0]"
-            )
-        try:
-            cls = self.registry.type(type_id, version)
-        except UnknownTypeError as exc:
-            return DecodeError(str(exc), path="$[0]")
-        fingerprint = cls.__tw_type__.fingerprint
-        if self.options.strict_fingerprint and peek.fingerprint != fingerprint:
-            shown = peek.fingerprint[:16] if isinstance(peek.fingerprint, str) else repr(peek.fingerprint)
-            return DecodeError(
-                f"schema fingerprint {shown}... differs from this reader's {fingerprint[:16]}...",
-                path="$[1]",
-                type_id=type_id,
-                version=version,
-            )
-        return None
-
     def reader(self, handle: Handle) -> Transport:
         """The transport that reads ``handle``."""
         return self._by_type[type(handle)]
@@ -458,146 +372,8 @@ class Decoder(Sealed):
 _COUNTED = 512  # frame 0 up to this many bytes: all its level openers counted at once, first
 _SMALL = 2048  # frame 0 up to this many bytes after its data: counting its level openers is cheaper than a walk
 _BUDGET = 256  # values a large frame 0's first walk reads before its level openers are counted
-
-
-class _Peek(msgspec.Struct, array_like=True):
-    """The first two items of frame 0, whatever they hold (for error messages)."""
-
-    tag: Any
-    fingerprint: Any = None
-
-
-_PEEK = msgspec.msgpack.Decoder(_Peek)
-
-
-def _clear_locals(exc: BaseException, here: FrameType) -> None:
-    """Clear the locals of the finished frames in the tracebacks of ``exc`` and of the errors it was
-    raised from or during that were raised inside the call running in frame ``here`` (not an error
-    its caller was handling, nor one a validator chained from elsewhere). Their lines stay printable."""
-    seen: set[int] = set()  # a chain set by hand may loop
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        error = pending.pop()
-        if error is None or id(error) in seen:
-            continue
-        seen.add(id(error))
-        tb = error.__traceback__
-        if error is not exc and not _raised_below(tb, here):
-            continue
-        pending += (error.__cause__, error.__context__)
-        clear_frames(tb)
-
-
-def _raised_below(tb: TracebackType | None, here: FrameType) -> bool:
-    """Whether the error with traceback ``tb`` was caught in a frame that ``here`` called."""
-    frame = tb.tb_frame if tb is not None else None
-    while frame is not None:
-        if frame is here:
-            return True
-        frame = frame.f_back
-    return False
-
-
-@lru_cache(maxsize=64)
-def _frame_type(registry: Registry, strict: bool) -> Any:
-    """Frame 0 as a tagged union of every type of ``registry``."""
-    frames = []
-    for cls in registry:
-        info = cls.__tw_type__
-        fingerprint: Any = Literal[info.fingerprint] if strict else str
-        frames.append(
-            msgspec.defstruct(
-                f"Frame_{info.type_id}_v{info.version}",
-                [("fingerprint", fingerprint), ("data", memoryview), ("buffers", msgspec.Raw), ("body", cls)],
-                array_like=True,
-                forbid_unknown_fields=True,
-                gc=False,  # dropped as soon as its body is taken: never part of a cycle
-                tag=tag(info.type_id, info.version),
-            )
-        )
-    return Union[tuple(frames)] if len(frames) > 1 else frames[0]  # noqa: UP007
-
-
-_NOTHING_ELSE = EMPTY_DATA + b"\x90"  # frame 0 of a message with no data and no buffers, up to its body
 _UNREAD = object()  # what ``Decoder._bounded`` gives for a frame the full decode reads
-
-
-def _body_at(frame: bytes) -> int:
-    """Where the body of frame 0 ``frame`` (over 72 bytes) starts if it opens as encoders write a
-    message with no data and no buffers, its fingerprint 64 characters (a SHA-256 in hex); else 0."""
-    first = frame[1]  # the tag's str header: then the data's bin header is at ``at``
-    at = first - 0x5C if 0xA0 <= first <= 0xBF else frame[2] + 69 if first == 0xD9 else 0
-    return at + 3 if at and frame.startswith(_NOTHING_ELSE, at) else 0
-
-
-class _PlainBody(NamedTuple):
-    """How the body of a plain type (``_plain_bodies``) is read: ``read`` decodes it; ``depth``:
-    the most levels that decode reads (None: unbounded, the body is counted first); ``become``:
-    the class a closed twin's instance ``read`` gives is made one of (None: ``read`` decodes the
-    class itself); ``guard``: where the count finds too many level openers, a decode by the type's
-    closed mirror (``tensorwire._twin.closed_mirror``) that reads at most ``guard_depth`` levels
-    and refuses what the class would skip, run before ``read`` (None: none)."""
-
-    read: Callable[[bytes], Any]
-    depth: int | None
-    become: type | None = None
-    guard: Callable[[bytes], Any] | None = None
-    guard_depth: int = 0
-
-
-@lru_cache(maxsize=64)
-def _plain_bodies(registry: Registry) -> tuple[dict[bytes, _PlainBody], int]:
-    """The body decoders of the types of ``registry`` whose values hold no tensor, tree or untyped
-    value (``_PlainBody``), by frame 0 up to the body (``TypePlan.bare``) where the decoder finds
-    where the body starts (``_body_at``: the fingerprint is 64 characters); and the most level
-    openers one of those holds.
-
-    A type that does not bound its depth (``TypePlan.depth``) but whose closed mirror does
-    (``tensorwire._twin``: no struct inside itself, no union of two structs) is read through it:
-    frame 0 up to the body names the type's fingerprint, so an encoder of the same fields wrote it,
-    which writes no field the mirror does not know. A type that holds no struct is decoded as its
-    closed twin, uncounted, and the instance made one of the class itself; a type that holds
-    structs is counted as before, and where the count finds too many level openers (a long list of
-    structs) the mirror decodes the body first, in place of walking it."""
-    plain: dict[bytes, _PlainBody] = {}
-    for cls in registry:
-        plan = type_plan(cls)
-        if plan.tensors or _body_at(plan.bare) != len(plan.bare):
-            continue
-        mirror = closed_mirror(cls) if plan.depth is None else None
-        depth = None if mirror is None else closed_depth(mi.type_info(mirror))
-        twin = closed_twin(cls) if depth is not None and not structs_inside(cls) else None
-        if depth is None:
-            plain[plan.bare] = _PlainBody(plan.check.plain, plan.depth)
-        elif twin is not None:  # no struct inside it: its twin's instance becomes the class's
-            plain[plan.bare] = _PlainBody(msgspec.msgpack.Decoder(twin).decode, depth, cls)
-        else:
-            plain[plan.bare] = _PlainBody(plan.check.plain, None, None, msgspec.msgpack.Decoder(mirror).decode, depth)
-    return plain, max((len(bare.translate(None, OTHERS)) for bare in plain), default=0)
-
-
-class _Unguarded(Exception):
-    """A plain body with more level openers than the count lets through, and no guard."""
-
-
-def _unguarded(body: bytes) -> None:
-    """The guard of a plain body no closed mirror bounds within the limit: too many level openers
-    there, it is read by the full decode."""
-    raise _Unguarded
 
 
 def _frame_decoder(frame: Any, hook: Callable[[int, memoryview], Any]) -> msgspec.msgpack.Decoder[Any]:
     return msgspec.msgpack.Decoder(frame, ext_hook=hook)
-
-
-@lru_cache(maxsize=64)
-def _table_decoder(handle_types: tuple[type[Any], ...]) -> msgspec.msgpack.Decoder[Any]:
-    """Frame 0's buffer table (the body after it is skipped unread)."""
-    handle: Any = handle_types[0] if len(handle_types) == 1 else Union[handle_types]  # noqa: UP007
-    entry = tuple[Annotated[int, msgspec.Meta(ge=0)], handle]  # [nbytes, handle]
-    table = msgspec.defstruct(
-        "BufferTable",
-        [("tag", str), ("fingerprint", Any), ("data", memoryview), ("buffers", list[entry])],
-        array_like=True,
-    )
-    return msgspec.msgpack.Decoder(table)

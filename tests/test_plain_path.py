@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorwire as tw
-from tensorwire._decoder import _unguarded
+from tensorwire._plain import unguarded
 from tests.conftest import write_schemas
 
 RULE = "plain_path.not_thirteen"
@@ -394,7 +394,7 @@ def test_a_limit_below_a_closed_types_depth_counts_its_body(registry: tw.Registr
     decoder = tw.Decoder(registry, options=tw.DecodeOptions(limits=limits))
     _, bounded, twin_of, guard = decoder._plain[type_plan(registry.type("plain.Ticket")).bare]
     assert twin_of is None  # open: Inner inside it lets unknown fields through; closed: its own class
-    assert (guard is not _unguarded) is (not _closed(registry) and max_depth == 3)  # its mirror's depth: Ticket's
+    assert (guard is not unguarded) is (not _closed(registry) and max_depth == 3)  # its mirror's depth: Ticket's
     assert bounded is (_closed(registry) and max_depth == 3)
     inner = registry.type("plain.Inner")
     flat = tw.Encoder(options=tw.EncodeOptions(limits=limits)).encode(_ticket(registry, inner=inner(level=1, rows=[])))
@@ -429,7 +429,7 @@ def test_an_open_type_with_no_open_struct_inside_is_read_as_its_closed_twin(regi
     twinned = name != "plain.Ticket" and not _closed(registry)
     assert twin_of is (cls if twinned else None)
     assert bounded is (twinned or _closed(registry))
-    assert (guard is not _unguarded) is (name == "plain.Ticket" and not _closed(registry))  # counted, else guarded
+    assert (guard is not unguarded) is (name == "plain.Ticket" and not _closed(registry))  # counted, else guarded
     decodes_as = read.__self__.type  # type: ignore[attr-defined]  # (a msgspec Decoder's decode)
     assert (decodes_as is cls) is not twinned
     assert issubclass(decodes_as, cls) and decodes_as.__struct_config__.forbid_unknown_fields is (

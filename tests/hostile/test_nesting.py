@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import tensorwire as tw
-from tensorwire._decoder import _unguarded
+from tensorwire._plain import unguarded
 from tensorwire._scan import OPENERS, OTHERS, check_depth, walk
 from tensorwire._wire import data_span
 from tensorwire.builtins import REGISTRY, diffusion, media
@@ -468,7 +468,7 @@ def test_a_long_list_of_open_structs_at_the_limit_gets_the_full_paths_verdict(tm
 
     decoder = tw.Decoder(closed_registry(tmp_path))
     _, bounded, twin_of, guard = decoder._plain[type_plan(decoder.registry.type("open.Many")).bare]
-    assert not bounded and twin_of is None and guard is not _unguarded  # counted; too many openers: guarded
+    assert not bounded and twin_of is None and guard is not unguarded  # counted; too many openers: guarded
     full = tw.Decoder(decoder.registry)
     object.__setattr__(full, "_plain", {})
     for levels, expected in ((62, "ok"), (63, NESTING)):  # frame 0, the body, the list, the item: 4

@@ -394,12 +394,12 @@ def _floor(message: Any) -> Callable[[], Any]:
     them: the body's encode, the schema check (a typed decode of the body), frame 0 joined, the
     count that bounds its nesting (none where the decoder reads the body uncounted), the typed
     decode of frame 0."""
-    from tensorwire._decoder import _frame_type
+    from tensorwire._frame_types import frame_type
     from tensorwire._plan import type_plan
 
     plan = type_plan(type(message))
     body_encoder = msgspec.msgpack.Encoder()
-    frame_decoder = msgspec.msgpack.Decoder(_frame_type(bench_registry(), False))
+    frame_decoder = msgspec.msgpack.Decoder(frame_type(bench_registry(), False))
     check, bare = plan.check.plain, plan.bare
     table = _count_table(len(bare + body_encoder.encode(message)))
 
@@ -430,8 +430,8 @@ def _tensor_floor(message: Any) -> Callable[[], Any]:
     import numpy as np
 
     from tensorwire._body import Checking
-    from tensorwire._decoder import _frame_type
     from tensorwire._descriptors import BUILD
+    from tensorwire._frame_types import frame_type
     from tensorwire._plan import type_plan
     from tensorwire._tensors import _TORCH
     from tensorwire._wire import DIMS, EXT_INLINE, INLINE, INLINE_DIMS, data_header, data_span
@@ -463,7 +463,7 @@ def _tensor_floor(message: Any) -> Callable[[], Any]:
         return torch.from_numpy(np.ndarray(shape, numpy_dtype, bytearray(frame_data[offset : offset + nbytes])))
 
     body_encoder = msgspec.msgpack.Encoder(enc_hook=describe)
-    frame_decoder = msgspec.msgpack.Decoder(_frame_type(bench_registry(), False), ext_hook=build)
+    frame_decoder = msgspec.msgpack.Decoder(frame_type(bench_registry(), False), ext_hook=build)
 
     def floor() -> Any:
         nonlocal total, frame_data
@@ -514,10 +514,10 @@ def _checks(message: Any) -> Callable[[], Any]:
 def _uncounted(message: Any) -> bool:
     """Whether the decoder reads the body of ``message`` (as encoders write it) without counting
     its nesting: its type, or the closed twin it is read as, bounds its depth."""
-    from tensorwire._decoder import _plain_bodies
+    from tensorwire._plain import plain_bodies
     from tensorwire._plan import type_plan
 
-    found = _plain_bodies(bench_registry())[0].get(type_plan(type(message)).bare)
+    found = plain_bodies(bench_registry())[0].get(type_plan(type(message)).bare)
     return found is not None and found.depth is not None
 
 
