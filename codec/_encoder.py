@@ -23,16 +23,8 @@ from typing import Any, Final
 import msgspec
 
 from tensorwire._blocks import BufferPlan
-from tensorwire._body import (
-    KEEP,
-    Foreign,
-    encode_body,
-    foreign_error,
-    int_error,
-    stand_in,
-    text_error,
-    unsupported_error,
-)
+from tensorwire._body import KEEP, encode_body, stand_in
+from tensorwire._encode_errors import Foreign, foreign_error, int_error, text_error, unsupported_error
 from tensorwire._locate import entry_path, msgspec_error, too_deep
 from tensorwire._plan import TypePlan, type_plan
 from tensorwire._scan import OPENERS, walk

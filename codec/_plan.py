@@ -8,7 +8,8 @@ from typing import Any
 
 import msgspec.inspect as mi
 
-from tensorwire._body import Checker, preparer
+from tensorwire._body import Checker
+from tensorwire._prepare import preparer
 from tensorwire._type_tree import children, closed_depth, typed_depth
 from tensorwire._wire import EMPTY_DATA, prefix
 
@@ -18,7 +19,7 @@ __all__ = ["UNBOUNDED", "TypePlan", "type_plan"]
 @dataclass(frozen=True, slots=True)
 class TypePlan:
     """``prefix``: frame 0 up to its data (``bare``: with no data and an empty buffer table); ``tensors``: whether
-    a value may hold a tensor (or a tree, which may); ``prepare``: ``tensorwire._body.prepare`` for
+    a value may hold a tensor (or a tree, which may); ``prepare``: ``tensorwire._prepare.prepare`` for
     the class, None if it holds no tree or set to rewrite; ``check``: the decoder of the encoder's schema check;
     ``plain``: ``check.plain`` where a value holds no tensor and nothing to rewrite (its message is
     one encode and this check), else None; ``depth``: where a value holds no tensor, the most levels

@@ -1,4 +1,4 @@
-"""The encoder's rewrite of trees and sets (``tensorwire._body.prepare``), and its quick form."""
+"""The encoder's rewrite of trees and sets (``tensorwire._prepare.prepare``), and its quick form."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tensorwire._body import TupleMarker, prepare, preparer
+from tensorwire._prepare import TupleMarker, prepare, preparer
 from tensorwire.builtins import rpc
 from tensorwire.errors import EncodeError
 

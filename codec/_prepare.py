@@ -1,0 +1,290 @@
+"""The rewrite of a message before it is encoded: tuples inside trees wrapped, sets sorted.
+
+msgpack has no tuple, so a tuple inside an ``x-tree`` value becomes a ``TupleMarker`` (written as
+ext(2, list)), and sets are written in sorted order so that equal messages give equal bytes; both
+on shallow copies: the caller's object is never touched. ``preparer(cls)`` gives the rewrite for
+messages of ``cls`` (None if they hold no tree or set), each field's rewriter built once.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+import msgspec
+import msgspec.inspect as mi
+
+from tensorwire._compile import build, read_field
+from tensorwire._contract import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
+from tensorwire._encode_errors import Rejected, located
+from tensorwire._locate import set_order
+from tensorwire.errors import EncodeError
+
+__all__ = ["TupleMarker", "prepare", "preparer"]
+
+
+class TupleMarker:
+    """A tuple inside a tree, on its way to the wire."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+
+def preparer(cls: type) -> Callable[[Any, int], Any] | None:
+    """``prepare`` for messages of ``cls``; None if they hold no tree or set (nothing to rewrite).
+
+    When every field it may rewrite is a tree, a map of trees, a list of trees or an optional
+    struct, the function first checks, at C speed per field, whether each holds a leaf, a flat list
+    or a flat map of leaves, or None: then there is nothing to rewrite and the message is returned
+    as it is.
+    """
+    plan = _plan(cls)
+    if not plan:
+        return None
+    kinds = {f.name: _flat_kind(f.type) for f in mi.type_info(cls).fields}  # type: ignore[attr-defined]
+    fields = tuple((name, kinds[name]) for name, _ in plan)
+    if any(kind is None for _, kind in fields):
+        return prepare
+    return _quick_preparer(fields)
+
+
+# What a field of each kind may hold for ``prepare`` to have nothing to rewrite in it (``v``: its value).
+# An empty list or map is let through before ``LEAVES_ONLY``, which first makes a set of what it is given.
+_NOTHING_TO_REWRITE = {
+    "tree": "v is None or type(v) in LEAF_TYPES or (type(v) is list and (not v or LEAVES_ONLY(map(type, v))))"
+    " or (type(v) is dict and (not v or LEAVES_ONLY(map(type, v.values()))))",
+    "map": "v is None or (type(v) is dict and (not v or LEAVES_ONLY(map(type, v.values()))))",
+    "list": "v is None or (type(v) is list and (not v or LEAVES_ONLY(map(type, v))))",
+    "optional": "v is None",
+}
+
+
+def _quick_preparer(fields: tuple[tuple[str, str | None], ...]) -> Callable[[Any, int], Any]:
+    """``prepare`` that first checks, in one straight-line function (``tensorwire._compile``),
+    whether each field holds None, a leaf, a flat list or a flat map of leaves (as its kind
+    allows; an optional struct: None only): then the message is returned as it is."""
+    bound: dict[str, Any] = {"LEAF_TYPES": LEAF_TYPES, "LEAVES_ONLY": LEAVES_ONLY, "prepare": prepare}
+    lines = ["def quick(message, max_depth):", "    if max_depth < 2:", "        return prepare(message, max_depth)"]
+    # past the check above, a flat container (two levels down) cannot be in the way of the limit
+    for i, (name, kind) in enumerate(fields):
+        assert kind is not None
+        lines.append(f"    v = {read_field('message', name, f'N{i}', bound)}")
+        lines.append(f"    if not ({_NOTHING_TO_REWRITE[kind]}):")
+        lines.append("        return prepare(message, max_depth)")
+    lines.append("    return message")
+    return build(lines, bound, "quick")
+
+
+def _flat_kind(t: Any) -> str | None:
+    """``"tree"``, ``"map"`` (of trees), ``"list"`` (of trees) or ``"optional"`` (structs or None) for
+    a field type of that shape."""
+    if isinstance(t, mi.UnionType) and all(isinstance(u, mi.StructType | mi.NoneType) for u in t.types):
+        return "optional" if any(isinstance(u, mi.NoneType) for u in t.types) else None
+    if isinstance(t, mi.AnyType):
+        return "tree"
+    if isinstance(t, mi.DictType) and isinstance(t.value_type, mi.AnyType):
+        return "map"
+    if isinstance(t, mi.ListType) and isinstance(t.item_type, mi.AnyType):
+        return "list"
+    return None
+
+
+def prepare(message: Any, max_depth: int) -> Any:
+    """``message`` with tree tuples wrapped and sets sorted, copying only the structs and containers
+    on the way. A value a tree may not hold, or one nested deeper than ``max_depth``, is an
+    ``EncodeError`` with its path."""
+    try:
+        return _struct(message, 0, max_depth)
+    except Rejected as exc:
+        raise located(message, exc, max_depth) from exc.__cause__
+
+
+def _too_deep(value: Any, max_depth: int) -> Rejected:
+    return Rejected(EncodeError(f"nesting deeper than the limit of {max_depth}"), value)
+
+
+# What the rewriters go into: each is a level of the body (an array, a map or a tuple's ext). Any
+# other value (a scalar, a tensor) is none, and passes at any depth, as a decoder counts it.
+_NESTS = (dict, list, tuple, set, frozenset, msgspec.Struct)
+
+
+Rewrite = Callable[[Any, int, int], Any]  # (value, depth, max_depth) -> value, or a rewritten copy
+
+
+@cache
+def _plan(cls: type) -> tuple[tuple[str, Rewrite], ...]:
+    """Fields of ``cls`` whose values ``prepare`` may rewrite, each with its rewriter."""
+    info = mi.type_info(cls)
+    assert isinstance(info, mi.StructType)
+    seen = frozenset({cls})
+    return tuple((f.name, _rewriter(f.type)) for f in info.fields if _rewritable(f.type, seen))
+
+
+def _rewritable(t: Any, seen: frozenset[type]) -> bool:
+    """Whether values of ``t`` may hold a tree or a set (both are rewritten before encoding)."""
+    if isinstance(t, mi.AnyType | mi.SetType | mi.FrozenSetType):
+        return True
+    if isinstance(t, mi.StructType):
+        return t.cls not in seen and any(_rewritable(f.type, seen | {t.cls}) for f in t.fields)
+    if isinstance(t, mi.UnionType):
+        return any(_rewritable(u, seen) for u in t.types)
+    if isinstance(t, mi.ListType | mi.VarTupleType):
+        return _rewritable(t.item_type, seen)
+    if isinstance(t, mi.TupleType):
+        return any(_rewritable(u, seen) for u in t.item_types)
+    if isinstance(t, mi.DictType):
+        return _rewritable(t.value_type, seen)
+    return False
+
+
+def _struct(obj: Any, depth: int, max_depth: int) -> Any:
+    plan = _plan(type(obj))  # type: ignore[arg-type]
+    if not plan:
+        return obj
+    depth += 1
+    changes = None
+    for name, rewrite in plan:
+        old = getattr(obj, name)
+        if old is None:
+            continue
+        if depth > max_depth and isinstance(old, _NESTS):
+            raise _too_deep(old, max_depth)
+        try:
+            new = rewrite(old, depth, max_depth)
+        except (Rejected, MemoryError):
+            raise
+        except Exception as exc:  # the caller's code (a container's ``__getitem__``, ``items``) raised
+            raise Rejected(EncodeError(f"reading the value raised {type(exc).__name__}: {exc}"), old) from exc
+        if new is not old:
+            if changes is None:
+                changes = {}
+            changes[name] = new
+    if changes is None:
+        return obj
+    clone = copy.copy(obj)
+    for name, value in changes.items():
+        msgspec.structs.force_setattr(clone, name, value)
+    return clone
+
+
+def _rewriter(t: Any) -> Rewrite:
+    """The function that rewrites a value of declared type ``t`` (built once per field).
+
+    Each rewriter takes a non-None value at ``depth`` (its caller checked the depth limit);
+    anything that does not have the declared shape is left as it is (the schema check reports it).
+    """
+    if isinstance(t, mi.AnyType):
+        return _tree
+    if isinstance(t, mi.StructType):
+        cls = t.cls
+        return lambda value, depth, max_depth: _struct(value, depth, max_depth) if isinstance(value, cls) else value
+    if isinstance(t, mi.UnionType):
+        return _union_rewriter(t)
+    if isinstance(t, mi.SetType | mi.FrozenSetType):
+        return lambda value, depth, max_depth: set_order(value) if isinstance(value, set | frozenset) else value
+    if isinstance(t, mi.DictType):
+        return _dict_rewriter(_rewriter(t.value_type))
+    if isinstance(t, mi.ListType | mi.VarTupleType):
+        return _sequence_rewriter(_rewriter(t.item_type))
+    if isinstance(t, mi.TupleType):
+        return _tuple_rewriter(tuple(_rewriter(u) for u in t.item_types))
+    return _same
+
+
+def _same(value: Any, depth: int, max_depth: int) -> Any:
+    return value
+
+
+def _checked(rewrite: Rewrite) -> Rewrite:
+    """``rewrite`` for an item one level down: None passes, the depth limit is enforced."""
+
+    def item(value: Any, depth: int, max_depth: int) -> Any:
+        if value is None:
+            return None
+        if depth > max_depth and isinstance(value, _NESTS):
+            raise _too_deep(value, max_depth)
+        return rewrite(value, depth, max_depth)
+
+    return item
+
+
+def _union_rewriter(t: Any) -> Rewrite:
+    structs = tuple(option.cls for option in t.types if isinstance(option, mi.StructType))
+    has_tree = any(isinstance(option, mi.AnyType) for option in t.types)
+
+    def union(value: Any, depth: int, max_depth: int) -> Any:
+        if structs and isinstance(value, structs):
+            return _struct(value, depth, max_depth)
+        if has_tree:
+            return _tree(value, depth, max_depth)
+        return value
+
+    return union
+
+
+def _dict_rewriter(inner: Rewrite) -> Rewrite:
+    item = _checked(inner)
+    trees = inner is _tree
+
+    def rewrite(value: Any, depth: int, max_depth: int) -> Any:
+        if not isinstance(value, dict):
+            return value
+        if trees and depth < max_depth and LEAVES_ONLY(map(type, value.values())):
+            return value  # leaves only: nothing to rewrite
+        items = {k: item(v, depth + 1, max_depth) for k, v in value.items()}
+        return items if any(items[k] is not value[k] for k in value) else value
+
+    return rewrite
+
+
+def _sequence_rewriter(inner: Rewrite) -> Rewrite:
+    item = _checked(inner)
+    trees = inner is _tree
+
+    def rewrite(value: Any, depth: int, max_depth: int) -> Any:
+        if not isinstance(value, list | tuple):
+            return value
+        if trees and depth < max_depth and LEAVES_ONLY(map(type, value)):
+            return value
+        seq = [item(v, depth + 1, max_depth) for v in value]
+        return type(value)(seq) if any(a is not b for a, b in zip(seq, value, strict=True)) else value
+
+    return rewrite
+
+
+def _tuple_rewriter(inners: tuple[Rewrite, ...]) -> Rewrite:
+    items = tuple(_checked(inner) for inner in inners)
+
+    def rewrite(value: Any, depth: int, max_depth: int) -> Any:
+        if not isinstance(value, tuple) or len(value) != len(items):
+            return value
+        seq = [item(v, depth + 1, max_depth) for v, item in zip(value, items, strict=True)]
+        return tuple(seq) if any(a is not b for a, b in zip(seq, value, strict=True)) else value
+
+    return rewrite
+
+
+def _tree(value: Any, depth: int, max_depth: int) -> Any:
+    if type(value) in LEAF_TYPES:
+        return value
+    if depth > max_depth:
+        raise _too_deep(value, max_depth)
+    if isinstance(value, tuple):
+        return TupleMarker([_tree(v, depth + 1, max_depth) for v in value])
+    if isinstance(value, list):
+        if LEAVES_ONLY(map(type, value)):
+            return value  # the common leaf list, checked at C speed
+        seq = [_tree(v, depth + 1, max_depth) for v in value]
+        return seq if any(a is not b for a, b in zip(seq, value, strict=True)) else value
+    if isinstance(value, dict):
+        if LEAVES_ONLY(map(type, value.values())):
+            return value
+        items = {k: _tree(v, depth + 1, max_depth) for k, v in value.items()}
+        return items if any(items[k] is not value[k] for k in value) else value
+    if not isinstance(value, TREE_LEAVES):
+        raise Rejected(EncodeError(f"{type(value).__name__} is not allowed in a tree"), value)
+    return value
