@@ -15,24 +15,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any, NamedTuple, TypeAlias
-
-import numpy as np
-import torch
+from typing import Any, TypeAlias
 
 from tensorwire._compile import build, read_field
-from tensorwire._locate import key_segment
-from tensorwire.dtypes import DTYPES, dtype_of
-from tensorwire.errors import CodecError, ValidationError
-from tensorwire.rules import (
-    Check,
-    EachCheck,
-    StructRules,
-    TensorCheck,
-    TreeCheck,
-    TupleCheck,
-    validator,
+from tensorwire._leaf_types import JSON_LEAVES, LEAF_TYPES, LEAVES_ONLY, SCALAR_TYPES, TREE_LEAVES
+from tensorwire._quick_rules import (
+    Quick,
+    check_fields,
+    fields_ok,
+    leaves_of,
+    quick_check,
+    quick_predicates,
+    tensor_kind,
+    tree_ok,
 )
+from tensorwire.errors import CodecError, ValidationError
+from tensorwire.rules import Check, EachCheck, StructRules, TensorCheck, TreeCheck, validator
 
 __all__ = ["JSON_LEAVES", "LEAF_TYPES", "LEAVES_ONLY", "SCALAR_TYPES", "TREE_LEAVES", "check_struct", "struct_check"]
 
@@ -78,7 +76,7 @@ def _compile(rules: StructRules) -> Compiled:
     predicate; a breach calls ``_breached``, which finds it with its path. Each group rule counts
     its set fields inline (a breach calls ``_rest`` for its words); named validators run last
     (``tensorwire._compile`` says what the source may hold)."""
-    quick = _quick(rules) if rules.fields else ()
+    quick = quick_predicates(rules) if rules.fields else ()
     if quick is None:  # a named dim: the general walk compares them across fields
         return partial(_interpreted, rules)
     if not quick and not rules.groups and not rules.validators:
@@ -88,7 +86,7 @@ def _compile(rules: StructRules) -> Compiled:
         "breached": _breached,
         "rest": _rest,
         "validate": _validate,
-        "tree_ok": _tree_ok,
+        "tree_ok": tree_ok,
     }
     lines = ["def check(obj):"]
     for i, ((name, predicate), (_, check)) in enumerate(zip(quick, rules.fields, strict=True)):
@@ -116,11 +114,11 @@ def _inline(check: Check, predicate: Quick, i: int, bound: dict[str, Any]) -> st
             return tensor if type(check) is TensorCheck else f"v is None or ({tensor})"
     if type(inner) is not TreeCheck:
         if type(check) is EachCheck and check.container == "nullable":  # None passes without a call
-            bound[f"Q{i}"] = _quick_check(inner)
+            bound[f"Q{i}"] = quick_check(inner)
             return f"v is None or Q{i}(v)"
         bound[f"Q{i}"] = predicate
         return f"Q{i}(v)"
-    bound[f"L{i}"], bound[f"C{i}"] = _leaves(inner), inner
+    bound[f"L{i}"], bound[f"C{i}"] = leaves_of(inner), inner
     # a flat list at C speed (an empty one at once: ``issuperset`` makes a set of what it is given)
     flat = f" or (type(v) is list and (not v or L{i}.issuperset(map(type, v))))" if inner.max_depth > 0 else ""
     tree = f"type(v) in L{i}{flat} or tree_ok(C{i}, v, 0, L{i})"
@@ -129,17 +127,18 @@ def _inline(check: Check, predicate: Quick, i: int, bound: dict[str, Any]) -> st
     assert isinstance(check, EachCheck)
     if check.container == "nullable":
         return f"v is None or {tree}"
-    bound[f"I{i}"] = _quick_check(inner)
+    bound[f"I{i}"] = quick_check(inner)
     values, kind = ("v.values()", "dict") if check.container == "map" else ("v", "list")
     return f"(type(v) is {kind} and not v) or L{i}.issuperset(map(type, {values})) or all(map(I{i}, {values}))"
 
 
 def _inline_tensor(check: TensorCheck, i: int, bound: dict[str, Any]) -> str | None:
-    """``_quick_tensor`` of field ``i`` on ``v`` as an expression; None where the schema names a
-    device or contiguity (the bound predicate reads those)."""
+    """The quick check of tensor rule ``check`` (``tensorwire._quick_rules``) of field ``i`` on ``v``
+    as an expression; None where the schema names a device or contiguity (the bound predicate reads
+    those)."""
     if check.devices is not None or check.contiguous:
         return None
-    cls, allowed = _tensor_kind(check)
+    cls, allowed = tensor_kind(check)
     bound[f"K{i}"], bound[f"D{i}"] = cls, allowed
     terms = [f"isinstance(v, K{i})", f"v.dtype in D{i}"]
     if check.shape is not None:
@@ -157,14 +156,14 @@ def _nothing(obj: Any) -> None:
 
 def _interpreted(rules: StructRules, obj: Any) -> None:
     """``check_struct`` without compiling: the general walk of the field rules, then the rest."""
-    if rules.fields and not _fields_ok(rules, obj):
-        _check_fields(rules, obj)
+    if rules.fields and not fields_ok(rules, obj):
+        check_fields(rules, obj)
     _rest(rules, obj)
 
 
 def _breached(rules: StructRules, obj: Any) -> None:
     """A quick predicate failed: raise the breach with its path (then the rest, as the general walk would)."""
-    _check_fields(rules, obj)
+    check_fields(rules, obj)
     _rest(rules, obj)
 
 
@@ -208,298 +207,3 @@ def _validate(rules: StructRules, obj: Any) -> None:
             raise ValidationError(
                 f"validator {name!r} raised {type(exc).__name__}: {exc}", type_id=rules.type_name
             ) from exc
-
-
-def _skips_none(check: Check) -> bool:
-    """None is a tree leaf and fills a nullable field: nothing to check."""
-    return type(check) is TreeCheck or (type(check) is EachCheck and check.container == "nullable")
-
-
-def _check_fields(rules: StructRules, obj: Any) -> None:
-    dims: dict[str, tuple[int, str]] = {}
-    for name, check, skips_none, _ in _field_plan(rules):
-        value = getattr(obj, name)
-        if value is None and skips_none:
-            continue
-        _check(check, value, f"{rules.type_name}.{name}", dims, _At(rules.type_name, f"$.{name}"))
-
-
-class _At(NamedTuple):
-    """Where a field rule looks: the struct's type and the path in it (``$`` is the struct)."""
-
-    type_id: str | None
-    path: str
-
-    def item(self, index: int) -> _At:
-        return _At(self.type_id, f"{self.path}[{index}]")
-
-    def entry(self, key: Any) -> _At:
-        return _At(self.type_id, self.path + key_segment(key))
-
-
-_NOWHERE = _At(None, "$")
-
-
-def _breach(path: str, at: _At, message: str) -> ValidationError:
-    """The error for a field rule's breach: ``path`` is the field as the text names it."""
-    return ValidationError(message, type_id=at.type_id, path=at.path if at.type_id is not None else None, where=path)
-
-
-_FieldPlan: TypeAlias = tuple[tuple[str, Check, bool, frozenset[type] | None], ...]  # name, check, skips None, leaves
-_FIELD_PLANS: dict[int, tuple[StructRules, _FieldPlan]] = {}  # by id: hashing the rules costs more than the check
-
-
-def _field_plan(rules: StructRules) -> _FieldPlan:
-    known = _FIELD_PLANS.get(id(rules))
-    if known is not None and known[0] is rules:  # the entry holds its rules: their id cannot be reused
-        return known[1]
-    plan = tuple((name, check, _skips_none(check), _leaves(check)) for name, check in rules.fields)
-    if len(_FIELD_PLANS) < 4096:  # one per message type in practice
-        _FIELD_PLANS[id(rules)] = (rules, plan)
-    return plan
-
-
-def _fields_ok(rules: StructRules, obj: Any) -> bool:
-    """Whether every field rule holds (``_check_fields`` without paths: it says nothing about where)."""
-    dims: dict[str, tuple[int, str]] = {}
-    for name, check, skips_none, leaves in _field_plan(rules):
-        value = getattr(obj, name)
-        if value is None:
-            if skips_none:
-                continue
-        elif leaves is not None and type(value) in leaves:
-            continue  # a leaf passes its tree rule
-        if not _ok(check, value, dims):
-            return False
-    return True
-
-
-Quick: TypeAlias = Callable[[Any], bool]
-
-
-def _quick(rules: StructRules) -> tuple[tuple[str, Quick], ...] | None:
-    """One predicate per field rule, each with its constants bound once; None if a rule names a
-    dim (named dims are compared across fields: the general walk does that)."""
-    checks = []
-    for name, check in rules.fields:
-        quick = _quick_check(check)
-        if quick is None:
-            return None
-        checks.append((name, quick))
-    return tuple(checks)
-
-
-def _quick_check(check: Check) -> Quick | None:
-    kind = type(check)
-    if kind is TensorCheck:
-        return _quick_tensor(check)  # type: ignore[arg-type]
-    if kind is TreeCheck:
-        tree_leaves = _leaves(check)
-        assert tree_leaves is not None
-        nests = check.max_depth > 0  # type: ignore[union-attr]
-        return lambda v: (
-            type(v) in tree_leaves
-            or (nests and type(v) is list and tree_leaves.issuperset(map(type, v)))  # a flat list, at C speed
-            or _tree_ok(check, v, 0, tree_leaves)  # type: ignore[arg-type]
-        )
-    if kind is TupleCheck:
-        items = [None if c is None else _quick_check(c) for c in check.items]  # type: ignore[union-attr]
-        if any(q is None for q, c in zip(items, check.items, strict=True) if c is not None):  # type: ignore[union-attr]
-            return None
-        return lambda v: all(q is None or q(x) for q, x in zip(items, v, strict=False))
-    assert isinstance(check, EachCheck)
-    inner = _quick_check(check.inner)
-    if inner is None:
-        return None
-    leaves = _leaves(check.inner)
-    if check.container == "nullable":
-        return lambda v: v is None or inner(v)
-    if check.container == "map":
-        if leaves is not None:
-            return lambda v: leaves.issuperset(map(type, v.values())) or all(map(inner, v.values()))
-        return lambda v: all(map(inner, v.values()))
-    if leaves is not None:
-        return lambda v: leaves.issuperset(map(type, v)) or all(map(inner, v))
-    return lambda v: all(map(inner, v))
-
-
-def _quick_tensor(check: TensorCheck) -> Quick | None:
-    if check.shape is not None and any(isinstance(d, str) for d in check.shape):
-        return None
-    cls, allowed = _tensor_kind(check)
-    rank = None if check.shape is None else len(check.shape)
-    fixed = () if check.shape is None else tuple((a, d) for a, d in enumerate(check.shape) if isinstance(d, int))
-    devices, contiguous = check.devices, check.contiguous
-
-    def ok(v: Any) -> bool:
-        if not isinstance(v, cls) or v.dtype not in allowed:  # type: ignore[attr-defined]
-            return False
-        if rank is not None:
-            shape = v.shape  # type: ignore[attr-defined]
-            if len(shape) != rank:
-                return False
-            for axis, want in fixed:
-                if shape[axis] != want:
-                    return False
-        if devices is not None or contiguous:  # read only when the schema asks
-            return _ok(check, v, {})
-        return True
-
-    return ok
-
-
-def _tensor_kind(check: TensorCheck) -> tuple[type, frozenset[Any]]:
-    """The class a value of ``check`` must be, and the dtypes (torch's or numpy's) it may have."""
-    names = check.dtypes if check.dtypes is not None else tuple(DTYPES)
-    if check.kind == "tensor":
-        return torch.Tensor, frozenset(getattr(torch, DTYPES[n].torch_name) for n in names)
-    return np.ndarray, frozenset(np.dtype(DTYPES[n].numpy_name) for n in names if DTYPES[n].numpy_name)
-
-
-def _ok(check: Check, value: Any, dims: dict[str, tuple[int, str]]) -> bool:
-    kind = type(check)
-    if kind is TreeCheck:
-        return _tree_ok(check, value, 0, _leaves(check))  # type: ignore[arg-type]
-    if kind is TensorCheck:
-        try:
-            _check_tensor(check, value, "", dims)  # type: ignore[arg-type]
-        except ValidationError:
-            return False
-        return True
-    if kind is TupleCheck:
-        for item_check, item in zip(check.items, value, strict=False):  # type: ignore[union-attr]
-            if item_check is not None and not _ok(item_check, item, dims):
-                return False
-        return True
-    assert isinstance(check, EachCheck)
-    if check.container == "nullable":
-        return value is None or _ok(check.inner, value, dims)
-    items = value.values() if check.container == "map" else value
-    inner = check.inner
-    leaves = _leaves(inner)
-    if leaves is not None and leaves.issuperset(map(type, items)):
-        return True  # a leaf passes every tree rule
-    for item in items:
-        if not _ok(inner, item, dims):
-            return False
-    return True
-
-
-def _leaves(check: Check) -> frozenset[type] | None:
-    """Exact types that pass tree rule ``check`` with nothing to walk; None for other rules."""
-    if type(check) is not TreeCheck:
-        return None
-    return SCALAR_TYPES if check.json_only else LEAF_TYPES
-
-
-def _tree_ok(check: TreeCheck, value: Any, depth: int, leaves: frozenset[type]) -> bool:
-    """``_check_tree`` without paths; ``leaves`` is ``_leaves(check)``."""
-    if type(value) in leaves:
-        return True
-    if isinstance(value, dict | list | tuple):
-        if depth >= check.max_depth:
-            return False
-        if isinstance(value, dict):
-            if _STR_ONLY(map(type, value)) and leaves.issuperset(map(type, value.values())):
-                return True  # the common flat map, checked at C speed
-            for key, item in value.items():
-                if not isinstance(key, str) or not (type(item) in leaves or _tree_ok(check, item, depth + 1, leaves)):
-                    return False
-            return True
-        if check.json_only and isinstance(value, tuple):
-            return False
-        if leaves.issuperset(map(type, value)):
-            return True
-        for item in value:
-            if not (type(item) in leaves or _tree_ok(check, item, depth + 1, leaves)):
-                return False
-        return True
-    return isinstance(value, JSON_LEAVES if check.json_only else TREE_LEAVES)
-
-
-def _check(check: Check, value: Any, path: str, dims: dict[str, tuple[int, str]], at: _At = _NOWHERE) -> None:
-    """Raise the ``ValidationError`` of the first breach of ``check`` by ``value`` (``path`` names
-    the value in the error's text, ``at`` in its fields)."""
-    if isinstance(check, TensorCheck):
-        _check_tensor(check, value, path, dims, at)
-    elif isinstance(check, TreeCheck):
-        _check_tree(check, value, path, 0, at)
-    elif isinstance(check, TupleCheck):
-        for i, (item_check, item) in enumerate(zip(check.items, value, strict=False)):
-            if item_check is not None:
-                _check(item_check, item, f"{path}[{i}]", dims, at.item(i))
-    elif check.container == "nullable":
-        if value is not None:
-            _check(check.inner, value, path, dims, at)
-    elif check.container == "map":
-        for key, item in value.items():
-            _check(check.inner, item, f"{path}[{key!r}]", dims, at.entry(key))
-    else:
-        for i, item in enumerate(value):
-            _check(check.inner, item, f"{path}[{i}]", dims, at.item(i))
-
-
-def _check_tensor(
-    check: TensorCheck, value: Any, path: str, dims: dict[str, tuple[int, str]], at: _At = _NOWHERE
-) -> None:
-    expected = torch.Tensor if check.kind == "tensor" else np.ndarray
-    if not isinstance(value, expected):
-        label = "torch.Tensor" if check.kind == "tensor" else "numpy.ndarray"
-        raise _breach(path, at, f"expected {label}, got {type(value).__name__}")
-    dtype = dtype_of(value)
-    if dtype is None:
-        raise _breach(path, at, f"dtype {value.dtype} is not in the wire dtype table")
-    if check.dtypes is not None and dtype not in check.dtypes:
-        raise _breach(path, at, f"dtype {dtype} is not allowed; expected one of {', '.join(check.dtypes)}")
-    shape = tuple(value.shape)
-    if check.shape is not None:
-        if len(shape) != len(check.shape):
-            raise _breach(path, at, f"expected rank {len(check.shape)}, got shape {shape}")
-        for axis, (want, got) in enumerate(zip(check.shape, shape, strict=True)):
-            if isinstance(want, int) and want != got:
-                raise _breach(path, at, f"dim {axis} must be {want}, got shape {shape}")
-            if isinstance(want, str):
-                seen = dims.setdefault(want, (got, path))
-                if seen[0] != got:
-                    raise _breach(
-                        path, at, f"dim {want!r} is {got}, but {seen[0]} in {seen[1]} (named dims must agree)"
-                    )
-    if isinstance(value, torch.Tensor):
-        device, contiguous = value.device.type, value.is_contiguous()
-    else:
-        device, contiguous = "cpu", bool(value.flags.c_contiguous)
-    if check.devices is not None and device not in check.devices:
-        raise _breach(path, at, f"device {device} is not allowed; expected {', '.join(check.devices)}")
-    if check.contiguous and not contiguous:
-        raise _breach(path, at, "must be contiguous")
-
-
-JSON_LEAVES = (type(None), bool, int, float, str)  # what a JSON-only tree may hold besides containers
-TREE_LEAVES = (*JSON_LEAVES, bytes, torch.Tensor, np.ndarray)  # what any tree may hold
-SCALAR_TYPES = frozenset(JSON_LEAVES)  # exact types: the fast path of the tree walks
-LEAF_TYPES = frozenset(TREE_LEAVES)  # exact types of every leaf of a (non-JSON) tree: nothing in them to walk
-LEAVES_ONLY = LEAF_TYPES.issuperset  # ``LEAVES_ONLY(map(type, items))``: every item a leaf (one C call)
-_STR_ONLY = frozenset({str}).issuperset
-
-
-def _check_tree(check: TreeCheck, value: Any, path: str, depth: int, at: _At = _NOWHERE) -> None:
-    if type(value) in SCALAR_TYPES:
-        return  # the common leaf, allowed in every tree
-    if isinstance(value, dict | list | tuple):
-        if depth >= check.max_depth:
-            raise _breach(path, at, f"tree is deeper than its limit of {check.max_depth}")
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    raise _breach(path, at, f"tree dict keys must be str, got {type(key).__name__}")
-                _check_tree(check, item, f"{path}[{key!r}]", depth + 1, at.entry(key))
-            return
-        if check.json_only and isinstance(value, tuple):
-            raise _breach(path, at, "a JSON tree has no tuples")
-        for i, item in enumerate(value):
-            _check_tree(check, item, f"{path}[{i}]", depth + 1, at.item(i))
-        return
-    leaves = JSON_LEAVES if check.json_only else TREE_LEAVES
-    if not isinstance(value, leaves):
-        kind = "a JSON tree" if check.json_only else "a tree"
-        raise _breach(path, at, f"{type(value).__name__} is not allowed in {kind}")

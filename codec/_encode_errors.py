@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from tensorwire._contract import SCALAR_TYPES
+from tensorwire._leaf_types import SCALAR_TYPES
 from tensorwire._locate import locate
 from tensorwire.errors import EncodeError
 

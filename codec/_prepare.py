@@ -17,8 +17,8 @@ import msgspec
 import msgspec.inspect as mi
 
 from tensorwire._compile import build, read_field
-from tensorwire._contract import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
 from tensorwire._encode_errors import Rejected, located
+from tensorwire._leaf_types import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
 from tensorwire._locate import set_order
 from tensorwire.errors import EncodeError
 

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorwire import ValidationError
-from tensorwire._contract import _check, check_struct
+from tensorwire._breaches import find_breach
+from tensorwire._contract import check_struct
 from tensorwire.rules import EachCheck, GroupRule, StructRules, TensorCheck, TreeCheck, register_validator
 from tests.test_rule_paths import CHECKS, TREES
 
@@ -53,7 +54,7 @@ def _holder(rules: StructRules, **values: Any) -> Any:
 
 def _walk_breach(check: Any, value: Any, where: str) -> str | None:
     try:
-        _check(check, value, where, {})
+        find_breach(check, value, where, {})
     except ValidationError as exc:
         return str(exc)
     return None

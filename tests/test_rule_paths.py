@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorwire import ValidationError
-from tensorwire._contract import _check, _ok
+from tensorwire._breaches import find_breach
+from tensorwire._quick_rules import _ok
 from tensorwire.rules import EachCheck, TensorCheck, TreeCheck
 
 LEAVES = st.one_of(
@@ -49,7 +50,7 @@ CHECKS = st.one_of(
 
 def _reported(check: Any, value: Any) -> bool:
     try:
-        _check(check, value, "T.f", {})
+        find_breach(check, value, "T.f", {})
     except ValidationError:
         return True
     return False
@@ -78,7 +79,7 @@ def test_quick_tensor_check_agrees_with_the_reported_breach(value: Any, reason: 
     assert _ok(check, value, {}) is (reason is None)
     if reason is not None:
         with pytest.raises(ValidationError, match=reason):
-            _check(check, value, "T.f", {})
+            find_breach(check, value, "T.f", {})
 
 
 def test_dtype_names_are_exact_whichever_was_seen_first() -> None:
