@@ -14,6 +14,7 @@ import math
 import os
 from collections.abc import Iterator
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -53,13 +54,15 @@ _Where = tuple[Any, Any] | None
 
 
 class _Ref:
-    """A tensor extension: its descriptor as JSON data, numbered in body order."""
+    """A tensor extension: its descriptor as JSON data, numbered in body order (``index``; -1 while
+    it is in no body value) and, where one decode gathers them, in frame 0's order (``seq``)."""
 
-    __slots__ = ("desc", "index")
+    __slots__ = ("desc", "index", "seq")
 
     def __init__(self, desc: dict[str, Any]) -> None:
         self.desc = desc
         self.index = -1
+        self.seq = -1
 
 
 class _Ext:
@@ -128,33 +131,38 @@ def tensor_paths(header_frame: Buffer, registry: Registry, max_depth: int = 66) 
     """The body path of each tensor of frame 0 in the order a typed decode of its message class (in
     ``registry``) meets them: that decode skips the values of fields its class does not know (sent
     by a newer writer, say), so their tensors are not numbered; ``describe`` numbers every one.
-    None where a tensor's path cannot be told; ``describe``'s order where the class is not known."""
-    header = _decode(header_frame, max_depth)
+    None where a tensor's path cannot be told (from the first tensor of a value a later one of a
+    repeated map key replaces on); ``describe``'s order where the class is not known."""
+    made: list[_Ref] = []  # every tensor extension of frame 0, in its order
+    header = _decode(header_frame, max_depth, made)
     body = header[4] if len(header) > 4 else None
     tensors: list[dict[str, Any]] = []
     _plain(body, tensors)  # numbers the tensors of the body and finds their paths
+    # A map that repeats a key keeps its last value, but a typed decode reads (and numbers) the
+    # tensors of the earlier ones too: from the first such tensor on, the numbers cannot be told.
+    lost = next((ref.seq for ref in made if ref.index < 0), len(made))
     parsed = parse_tag(header[0] if header else None)
     try:
         cls: Any = registry.type(parsed[1], parsed[2]) if parsed is not None else Any
         refs = decode_order(cls, body, _is_ref)
     except Exception:  # an unknown type, or a class whose fields cannot be read: every tensor
         refs = decode_order(Any, body, _is_ref)
-    return [tensors[ref.index]["path"] if ref.index >= 0 else None for ref in refs]
+    return [tensors[ref.index]["path"] if 0 <= ref.index and ref.seq < lost else None for ref in refs]
 
 
 def _is_ref(value: Any) -> bool:
     return type(value) is _Ref
 
 
-def _decode(header_frame: Buffer, max_depth: int) -> list[Any]:
-    """Frame 0 as an array, its nesting bounded first."""
+def _decode(header_frame: Buffer, max_depth: int, made: list[_Ref] | None = None) -> list[Any]:
+    """Frame 0 as an array, its nesting bounded first; ``made`` gathers its tensor extensions."""
     try:
         view = memoryview(header_frame).cast("B")
     except (TypeError, ValueError) as exc:
         raise DecodeError(f"invalid header: {exc}") from None
     check_depth(view, max_depth, above=HEADER_LEVELS)
     try:
-        header = msgspec.msgpack.decode(view, ext_hook=_ext_hook)
+        header = msgspec.msgpack.decode(view, ext_hook=_ext_hook if made is None else partial(_ext_hook, made=made))
     except msgspec.MsgspecError as exc:
         raise DecodeError(f"invalid header: {exc}") from None
     except RecursionError:  # a max_depth past what the stack holds
@@ -168,23 +176,31 @@ def _decode(header_frame: Buffer, max_depth: int) -> list[Any]:
     return header
 
 
-def _ext_hook(code: int, data: memoryview) -> Any:
+def _ext_hook(code: int, data: memoryview, made: list[_Ref] | None = None) -> Any:
+    """What an extension of frame 0 reads as; ``made`` gathers the tensors, numbered in its order."""
     if code == EXT_TENSOR or code == EXT_INLINE:
         try:
             desc = unpack_descriptor(code, data)
         except DecodeError as exc:
-            return _Ref({"error": str(exc)})
+            return _made(_Ref({"error": str(exc)}), made)
         out: dict[str, Any] = dict(zip(_FIELDS, desc, strict=True))
         out["shape"], out["strides"] = list(desc.shape), None if desc.strides is None else list(desc.strides)
         if code == EXT_INLINE:
             out["buffer"] = None  # its bytes are in frame 0's data, from ``offset``
-        return _Ref(out)
+        return _made(_Ref(out), made)
     if code == EXT_TUPLE:  # nesting bounded by check_depth
-        items = msgspec.msgpack.decode(data, ext_hook=_ext_hook)
+        items = msgspec.msgpack.decode(data, ext_hook=_ext_hook if made is None else partial(_ext_hook, made=made))
         if not isinstance(items, list):
             raise DecodeError("invalid header: a tree tuple must hold an array")
         return tuple(items)
     return _Ext(code)
+
+
+def _made(ref: _Ref, made: list[_Ref] | None) -> _Ref:
+    if made is not None:
+        ref.seq = len(made)
+        made.append(ref)
+    return ref
 
 
 def _data_size(value: Any) -> int:

@@ -108,6 +108,23 @@ def test_per_path_placement_counts_no_tensor_of_a_field_the_reader_does_not_know
     assert not _on_device(fake, decoded.trajectory_latents)
 
 
+def test_per_path_placement_puts_no_tensor_of_a_map_that_repeats_a_key_on_another_tensors_device() -> None:
+    """A map that repeats a key keeps its last value, but the decode reads the earlier value's
+    tensor too: the paths found in the body would be one tensor off from there on."""
+    fake = FakeCudaRuntime()
+    result = diffusion.Output(output=torch.ones(8), trajectory_latents=torch.zeros(3))
+    encoder = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))  # each tensor in a buffer of its own
+    frames = encoder.encode(diffusion.RunnerOutput(request_id="a", result=result))
+    head = head_of(frames[0])
+    sent = head[4]["result"]
+    head[4]["result"] = {"outpuz": sent["output"], **sent}
+    repeated = frame_of(head).replace(b"\xa6outpuz", b"\xa6output")  # output: twice, the last kept
+    decoder = tw.Decoder(REGISTRY, device={"$.result.trajectory_latents": "cuda:0"}, runtime=fake)
+    decoded = decoder.decode([repeated, *frames[1:]]).result
+    assert torch.equal(decoded.output.cpu(), torch.ones(8))
+    assert not _on_device(fake, decoded.output)  # (it went to cuda:0 as the path the next tensor had)
+
+
 def test_per_path_placement_finds_paths_as_deep_as_the_decoders_limit(tmp_path: Path) -> None:
     """A message nested past the default depth limit, decoded under a higher one, is placed by path
     too (the paths were looked for within the default limit: the decode failed)."""

@@ -26,7 +26,7 @@ from tensorwire._wire import pack_descriptor, pack_inline
 from tensorwire.builtins import REGISTRY, diffusion, rpc
 from tensorwire.cli import main
 from tensorwire.dtypes import DTYPE_NAMES
-from tensorwire.inspection import describe
+from tensorwire.inspection import describe, tensor_paths
 from tests.wire_helpers import damage, edit_descriptor, ext_data, frame_of, head_of
 
 INLINE = tw.Encoder(options=tw.EncodeOptions(embed_threshold=0))  # each tensor in a buffer of its own
@@ -277,6 +277,27 @@ def test_a_decode_error_names_the_body_path_the_locator_finds(
     assert describe(frame_of(header))["tensors"][0]["path"] == '$.kwargs["a b"]'
     with pytest.raises(tw.DecodeError, match=rf"^rpc\.Request v1: {error} - at `\$\.kwargs\[\"a b\"\]{suffix}`$"):
         tw.Decoder(REGISTRY).decode([frame_of(header), *frames[1:]])
+
+
+def test_a_map_that_repeats_a_key_holding_a_tensor_names_no_path_it_cannot_tell() -> None:
+    """The body keeps a repeated key's last value, but the decode reads (and numbers) the earlier
+    tensors too: a path taken from the body would name another tensor than the one that failed."""
+    message = rpc.Request(method="m", kwargs={"k1": torch.zeros(2), "k2": torch.zeros(64), "k3": torch.zeros(2)})
+    frames = INLINE.encode(message)
+    head = bytes(frames[0])
+    assert head.count(b"\xa2k2") == 1
+    repeated = head.replace(b"\xa2k2", b"\xa2k1")  # k1: the 2 elements, then the 64 it keeps; k3
+    assert tensor_paths(head, REGISTRY) == ["$.kwargs.k1", "$.kwargs.k2", "$.kwargs.k3"]
+    assert tensor_paths(repeated, REGISTRY) == [None, None]
+    small = tw.Decoder(REGISTRY, options=tw.DecodeOptions(limits=tw.Limits(max_tensor_bytes=100)))
+    with pytest.raises(
+        tw.DecodeError, match=r"larger than the limit of 100 bytes - at `\$\.<tensor 1>\.shape\[0\]`$"
+    ) as info:
+        small.decode([repeated, *frames[1:]])
+    assert info.value.path == "$.<tensor 1>.shape[0]"  # (it was $.kwargs.k3's)
+    with pytest.raises(tw.DecodeError) as info:
+        small.decode(frames)
+    assert info.value.path == "$.kwargs.k2.shape[0]"  # keys that do not repeat: each its own path
 
 
 # -- any bytes ------------------------------------------------------------------------------------
