@@ -8,6 +8,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -940,6 +941,43 @@ def test_zeromq_disconnects_a_peer_whose_frame_is_over_the_receivers_limits(ctx:
     own.setsockopt(zmq.MAXMSGSIZE, 123)
     with Channel(own, REGISTRY, options=tw.DecodeOptions(limits=limits)):
         assert own.getsockopt(zmq.MAXMSGSIZE) == 123  # the caller's own bound stays
+
+
+@pytest.mark.parametrize("way", ["bind", "connect"])
+def test_a_channel_made_on_a_socket_bound_or_connected_already_warns_that_its_frame_bound_does_not_hold_there(
+    ctx: Any, way: str
+) -> None:
+    """ZeroMQ takes MAXMSGSIZE at bind and connect: set later, it bounds no frame of an endpoint the
+    socket has, though the socket reports it."""
+    limits = tw.Limits(max_header_bytes=64 * 1024, max_message_bytes=MiB)
+    b, peer = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    if way == "bind":
+        port = b.bind_to_random_port("tcp://127.0.0.1")
+        peer.connect(f"tcp://127.0.0.1:{port}")
+    else:
+        port = peer.bind_to_random_port("tcp://127.0.0.1")
+        b.connect(f"tcp://127.0.0.1:{port}")
+    with pytest.warns(
+        UserWarning,
+        match=rf"^the socket is bound or connected already \(tcp://127\.0\.0\.1:{port}\): ZeroMQ takes the"
+        rf" MAXMSGSIZE of {MiB} bytes the channel sets only at a later bind or connect",
+    ):
+        receiver = Channel(b, REGISTRY, options=tw.DecodeOptions(limits=limits))
+    with receiver:
+        assert b.getsockopt(zmq.MAXMSGSIZE) == MiB
+        peer.send_multipart([HELLO + bytes(16), _valid(_request())[1], bytes(MiB + 1)])
+        with pytest.raises(TimeoutError):
+            receiver.recv(timeout=0.5)
+        assert receiver.dropped == 1  # ZeroMQ took the whole frame: the channel dropped it
+    peer.close(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fresh, own, inproc = ctx.socket(zmq.PULL), ctx.socket(zmq.PULL), ctx.socket(zmq.PULL)
+        own.setsockopt(zmq.MAXMSGSIZE, MiB)
+        own.bind("tcp://127.0.0.1:*")
+        inproc.bind("inproc://bounded-by-nothing")
+        for socket in (fresh, own, inproc):
+            Channel(socket, REGISTRY).close(0)
 
 
 def test_a_bare_handshake_frame_with_this_hosts_token_gives_no_shared_memory(ctx: Any) -> None:

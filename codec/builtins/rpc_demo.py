@@ -46,8 +46,8 @@ def _engine(endpoint: str, ready: Any) -> None:
 
     context = zmq.Context()
     socket = context.socket(zmq.ROUTER)
-    socket.bind(endpoint)
     with transports.ShmTransport() as shm, Server(socket, transport=shm) as server:
+        socket.bind(endpoint)  # (after the server is made: ZeroMQ bounds frames from its MAXMSGSIZE at bind)
         ready.send("ready")
         while not ready.poll(0):
             server.serve_one(handle, timeout=0.05)
@@ -82,8 +82,8 @@ def run(out: TextIO = sys.stdout, calls: int = 200) -> int:
         parent.recv()
         context = zmq.Context()
         socket = context.socket(zmq.DEALER)
-        socket.connect(endpoint)
         with transports.ShmTransport() as shm, Client(socket, transport=shm) as client:
+            socket.connect(endpoint)
             start = time.perf_counter()
             for seed in range(calls):
                 sent = time.perf_counter()

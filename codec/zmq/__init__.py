@@ -12,8 +12,8 @@ DEALER/ROUTER with the built-in ``rpc.Request`` / ``rpc.Result`` envelopes::
     from tensorwire.zmq import Channel
 
     socket = zmq.Context.instance().socket(zmq.PUSH)
-    socket.connect("ipc:///tmp/engine")
     channel = Channel(socket, REGISTRY, transport=tw.transports.ShmTransport())
+    socket.connect("ipc:///tmp/engine")  # after the channel: it sets the socket's MAXMSGSIZE
     channel.send(message)          # returns once ZeroMQ holds no frame of it: tensors may change
 
 See ``tensorwire.zmq._channel`` for the frame layout and the lifetime rule.

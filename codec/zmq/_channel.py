@@ -30,15 +30,16 @@ socket's ``MAXMSGSIZE`` (unless the caller did) to the largest frame its ``Decod
 through (``max_header_bytes`` or ``max_message_bytes``, the larger), so ZeroMQ disconnects a peer
 that sends a larger one. That bounds each frame, and holds only over ``tcp://`` and ``ipc://``
 endpoints bound or connected after the channel is made (ZeroMQ takes a socket's options at ``bind``
-and ``connect``); ZeroMQ bounds no message's number of parts. The channel keeps at most as many as
-a message can have (a ROUTER's routing id, the hello, frame 0 and ``max_buffers`` buffer frames):
-a message of more is received to its end, the rest of its parts dropped as they come, and dropped
-whole. Frames are received without a copy (pyzmq frames are writable memory the decoder builds
-tensors on; a decoded tensor keeps its frame alive). A message that does not decode (garbage, a
-forged handle, a limit of ``DecodeOptions`` exceeded) is dropped with a log line and counted in
-``dropped``; ``recv`` goes on waiting for the next one, within its timeout however many are
-dropped. A message whose handles this process cannot open is a ``TransportError`` naming the
-peer. A receive interrupted part of the way drops the rest of that message.
+and ``connect``: a channel made on a socket bound or connected already warns); ZeroMQ bounds no
+message's number of parts. The channel keeps at most as many as a message can have (a ROUTER's
+routing id, the hello, frame 0 and ``max_buffers`` buffer frames): a message of more is received to
+its end, the rest of its parts dropped as they come, and dropped whole. Frames are received without
+a copy (pyzmq frames are writable memory the decoder builds tensors on; a decoded tensor keeps its
+frame alive). A message that does not decode (garbage, a forged handle, a limit of ``DecodeOptions``
+exceeded) is dropped with a log line and counted in ``dropped``; ``recv`` goes on waiting for the
+next one, within its timeout however many are dropped. A message whose handles this process cannot
+open is a ``TransportError`` naming the peer. A receive interrupted part of the way drops the rest
+of that message.
 
 A channel is not thread-safe (nor is a ZeroMQ socket), except ``abort()``: it makes a send that
 waits in another thread give up; ``tensorwire.zmq.Client`` is thread-safe.
@@ -50,6 +51,7 @@ import logging
 import math
 import threading
 import time
+import warnings
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -141,7 +143,18 @@ class Channel:
         limits = self._decoder.options.limits
         self._most_parts = int(self._router) + 2 + limits.max_buffers  # routing id, hello, frame 0, buffers
         if int(socket.getsockopt(zmq.MAXMSGSIZE)) == -1:  # the caller's own bound stays
-            socket.setsockopt(zmq.MAXMSGSIZE, max(limits.max_header_bytes, limits.max_message_bytes))
+            most = max(limits.max_header_bytes, limits.max_message_bytes)
+            socket.setsockopt(zmq.MAXMSGSIZE, most)
+            endpoint = self._last_endpoint()
+            if endpoint and not endpoint.startswith("inproc://"):  # (ZeroMQ bounds no inproc:// frame)
+                warnings.warn(
+                    f"the socket is bound or connected already ({endpoint}): ZeroMQ takes the MAXMSGSIZE of"
+                    f" {most} bytes the channel sets only at a later bind or connect, so a peer of an"
+                    " endpoint it has now can send frames of any size; make the channel first, or set"
+                    " zmq.MAXMSGSIZE before bind and connect",
+                    UserWarning,
+                    stacklevel=2,
+                )
         # a channel that cannot open shared memory says so with a token no process has
         self._hello = HELLO + (host_token() if transport is not None else bytes(TOKEN_BYTES))
         self._peers: OrderedDict[bytes | None, int] = OrderedDict()  # what each peer's hello says
