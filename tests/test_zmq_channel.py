@@ -1362,9 +1362,37 @@ def test_a_message_of_more_parts_than_a_channel_message_has_is_dropped_without_k
         who, message = server.recv_from(timeout=5)
         assert who == b"peer" and torch.equal(message.kwargs["x"], torch.arange(2))
     assert caplog.messages == [
-        f"dropped a message from peer {b'peer'.hex()}: it has 100001 parts, over the limit of 4099"
+        f"dropped a message from peer {b'peer'.hex()}: it has at least 8192 parts, over the limit of 4099"
         " (a routing id, the hello, frame 0 and max_buffers=4096 buffer frames)"
     ]
+
+
+def test_a_message_of_many_parts_holds_recv_no_longer_than_its_timeout(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The parts past the limit were all dropped before the timeout was looked at again: two million
+    empty parts held a recv with a timeout of 0.1 s for ~7 s. Those left when the time is up are
+    dropped by the next receive, before anything else is read."""
+    b, a = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    b.setsockopt(zmq.RCVHWM, 0)
+    a.setsockopt(zmq.SNDHWM, 0)
+    options = tw.DecodeOptions(limits=tw.Limits(max_buffers=2))
+    with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"), Channel(b, REGISTRY, options=options) as receiver:
+        b.bind("inproc://many-parts-in-time")
+        a.connect("inproc://many-parts-in-time")
+        a.send_multipart([b""] * 3 * 4096)
+        a.send_multipart(_valid(_request(x=torch.arange(2))))
+        assert b.poll(5000)
+        with pytest.raises(TimeoutError):
+            receiver.recv(timeout=0)  # past its deadline at the first look at the clock
+        assert b.getsockopt(zmq.RCVMORE) == 1  # the rest of that message is left
+        got = receiver.recv(timeout=5)
+        assert torch.equal(got.kwargs["x"], torch.arange(2)) and receiver.dropped == 1
+    assert caplog.messages == [
+        "dropped a message from the peer: it has at least 4096 parts, over the limit of 4"
+        " (the hello, frame 0 and max_buffers=2 buffer frames)"
+    ]
+    a.close(0)
 
 
 def test_a_message_of_as_many_parts_as_max_buffers_allows_arrives_and_one_more_is_dropped(

@@ -33,13 +33,14 @@ endpoints bound or connected after the channel is made (ZeroMQ takes a socket's 
 and ``connect``: a channel made on a socket bound or connected already warns); ZeroMQ bounds no
 message's number of parts. The channel keeps at most as many as a message can have (a ROUTER's
 routing id, the hello, frame 0 and ``max_buffers`` buffer frames): a message of more is received to
-its end, the rest of its parts dropped as they come, and dropped whole. Frames are received without
-a copy (pyzmq frames are writable memory the decoder builds tensors on; a decoded tensor keeps its
-frame alive). A message that does not decode (garbage, a forged handle, a limit of ``DecodeOptions``
-exceeded) is dropped with a log line and counted in ``dropped``; ``recv`` goes on waiting for the
-next one, within its timeout however many are dropped. A message whose handles this process cannot
-open is a ``TransportError`` naming the peer. A receive interrupted part of the way drops the rest
-of that message.
+its end, the rest of its parts dropped as they come (those left when ``recv``'s timeout is up
+dropped by the next receive first), and dropped whole. Frames are received without a copy (pyzmq
+frames are writable memory the decoder builds tensors on; a decoded tensor keeps its frame alive). A
+message that does not decode (garbage, a forged handle, a limit of ``DecodeOptions`` exceeded) is
+dropped with a log line and counted in ``dropped``; ``recv`` goes on waiting for the next one,
+within its timeout however many are dropped. A message whose handles this process cannot open is a
+``TransportError`` naming the peer. A receive interrupted part of the way drops the rest of that
+message.
 
 A channel is not thread-safe (nor is a ZeroMQ socket), except ``abort()``: it makes a send that
 waits in another thread give up; ``tensorwire.zmq.Client`` is thread-safe.
@@ -69,7 +70,7 @@ from tensorwire.transports.shm import MAX_READERS, FanOut, ShmTransport
 from tensorwire.zmq._locality import TOKEN_BYTES, endpoint_is_local, host_token
 from tensorwire.zmq._notes import Notes
 from tensorwire.zmq._sent import DONE, AbortedWhileHeldError, Sent, StillHeldError
-from tensorwire.zmq._sockets import kind_of, over_network, poll_ms, recv_parts, type_of
+from tensorwire.zmq._sockets import drop_rest, kind_of, over_network, poll_ms, recv_parts, type_of
 
 __all__ = ["COPY_BELOW", "HELLO", "MAX_TRIALS", "Channel"]
 
@@ -172,6 +173,7 @@ class Channel:
         self._unanswered = Notes(_LOG, logging.INFO)
         self._aborted = threading.Event()
         self._open = False  # whether a part of a message may be queued without its last part (``_cut``)
+        self._unread = False  # whether parts of a message of too many are left to drop (``_next``)
         self._ended = 0  # messages whose last part was handed to ZeroMQ (``_put_parts``, ``broadcast``)
         self.buffer_frames = 0
         """Buffer frames received: tensors that came inline, each in a frame of its own."""
@@ -547,23 +549,29 @@ class Channel:
 
     def _next(self, deadline: float | None) -> Any:
         """Read one ZeroMQ message: ``(peer, message)``, None for one that was not a message (a
-        control message, or one dropped), ``_NOTHING`` if none came before ``deadline``."""
+        control message, or one dropped), ``_NOTHING`` if none came before ``deadline``. The parts
+        of a message of too many that are left at the deadline are dropped first by the next call."""
         socket = self.socket
+        if self._unread:
+            self._unread = drop_rest(socket, deadline)
+            if self._unread:
+                return _NOTHING
         flags = 0
         if deadline is not None:
             while not zmq.zmq_poll([(socket, _POLLIN)], poll_ms(deadline)):
                 if time.monotonic() >= deadline:
                     return _NOTHING
             flags = _NOW
-        parts, count = recv_parts(socket, flags, self._most_parts)
+        parts, count, self._unread = recv_parts(socket, flags, self._most_parts, deadline)
         peer = parts[0].bytes if self._router and parts else None
         body = parts[1:] if self._router else parts
         if count > len(parts):
             routed = "a routing id, " if self._router else ""
             self._drop(
                 peer,
-                f"it has {count} parts, over the limit of {len(parts)} ({routed}the hello, frame 0 and"
-                f" max_buffers={self._decoder.options.limits.max_buffers} buffer frames)",
+                f"it has {'at least ' if self._unread else ''}{count} parts, over the limit of {len(parts)}"
+                f" ({routed}the hello, frame 0 and max_buffers={self._decoder.options.limits.max_buffers}"
+                " buffer frames)",
             )
             return None
         if len(body) == 1 and self._answer(peer, body[0]):

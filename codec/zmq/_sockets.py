@@ -4,6 +4,7 @@ dropping the rest of one, where a frame came from, a socket's type, poll timeout
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import zmq
@@ -13,6 +14,7 @@ from tensorwire._timeouts import next_wait
 __all__ = ["drop_rest", "kind_of", "over_network", "poll_ms", "recv_parts", "type_of"]
 
 _NOW = int(zmq.NOBLOCK)
+_LOOK = 4096  # parts of a message dropped between two looks at the clock
 
 
 def poll_ms(deadline: float, least: int = 0) -> int:
@@ -21,13 +23,16 @@ def poll_ms(deadline: float, least: int = 0) -> int:
     return max(least, math.ceil(next_wait(deadline) * 1000))
 
 
-def recv_parts(socket: zmq.Socket[Any], flags: int, most: int) -> tuple[list[zmq.Frame], int]:
-    """The first ``most`` parts of the next message, received without a copy, and how many parts it
-    has: those past ``most`` are received and dropped one by one, never kept (``recv_multipart``
-    asks the socket for ``RCVMORE`` after each part; a received frame already knows whether more
-    follow). An exception part of the way (an interrupt) drops the rest: the next receive starts at
-    a message, never takes a peer's last parts for one (a ROUTER: its routing id and frames of that
-    peer's)."""
+def recv_parts(
+    socket: zmq.Socket[Any], flags: int, most: int, deadline: float | None = None
+) -> tuple[list[zmq.Frame], int, bool]:
+    """The first ``most`` parts of the next message, received without a copy, how many parts of it
+    were received, and whether some are left: those past ``most`` are received and dropped one by
+    one, never kept (``recv_multipart`` asks the socket for ``RCVMORE`` after each part; a received
+    frame already knows whether more follow), until ``deadline`` (None: all of them; the clock is
+    looked at every ``_LOOK`` parts), past which ``drop_rest`` drops the others. An exception part
+    of the way (an interrupt) drops the rest: the next receive starts at a message, never takes a
+    peer's last parts for one (a ROUTER: its routing id and frames of that peer's)."""
     try:
         part = socket.recv(flags, copy=False)
         parts = [part]
@@ -36,22 +41,30 @@ def recv_parts(socket: zmq.Socket[Any], flags: int, most: int) -> tuple[list[zmq
             parts.append(part)
         count = len(parts)
         while part.more:  # ZeroMQ delivers a message whole: its parts are all there
+            if deadline is not None and not count % _LOOK and time.monotonic() >= deadline:
+                return parts, count, True
             part = socket.recv(_NOW, copy=False)
             count += 1
     except BaseException:
         drop_rest(socket)
         raise
-    return parts, count
+    return parts, count, False
 
 
-def drop_rest(socket: zmq.Socket[Any]) -> None:
+def drop_rest(socket: zmq.Socket[Any], deadline: float | None = None) -> bool:
     """Receive and drop what is left of a message read part of the way (ZeroMQ delivers a message
-    whole: its parts are all there)."""
+    whole: its parts are all there) until ``deadline`` (None: all of it; ``_LOOK`` parts at least
+    however early it is, so that each call gets on); whether some is left."""
+    dropped = 0
     try:
         while socket.getsockopt(zmq.RCVMORE):
+            if deadline is not None and dropped and not dropped % _LOOK and time.monotonic() >= deadline:
+                return True
             socket.recv(_NOW, copy=False)
+            dropped += 1
     except zmq.ZMQError:
         pass
+    return False
 
 
 def over_network(frame: zmq.Frame) -> bool:
