@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import torch
 
 from tensorwire.transports.cuda_runtime import CudaCallError
@@ -70,8 +71,8 @@ class FakeCudaRuntime:
         self._enter("copy_to_host")
         if src.is_meta:
             dst.fill_(FILL)
-        else:
-            dst.copy_(src)
+        else:  # a device copy runs on no CPU thread: numpy's, not torch's (not fork-safe) thread pool
+            np.copyto(dst.numpy(), src.numpy(), casting="no")
         return "copy"
 
     def copy_to_device(self, src: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, Any]:

@@ -368,7 +368,6 @@ FORKED_AFTER_REGISTERING = textwrap.dedent(
     from tensorwire import transports
     from tests.cuda_fakes import FakeCudaRuntime
 
-    torch.set_num_threads(1)  # a forked child's parallel copy would wait for the parent's threads
     fake = FakeCudaRuntime()
     transport = transports.CudaShmTransport({directory!r}, runtime=fake, idle_seconds=0)
     source = torch.ones(100_000).view(torch.uint8)
