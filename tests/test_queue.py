@@ -221,6 +221,39 @@ def test_a_silent_sender_is_evicted_after_its_ttl(caplog: pytest.LogCaptureFixtu
     assert rx.buffered() == 0
 
 
+def test_storing_a_tensor_looks_at_no_more_senders_than_it_evicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each tensor stored looked at every sender's last sighting to find the silent ones: draining
+    ``n`` senders' tensors took ``n**2`` looks. Senders are kept in the order last seen, so that the
+    look stops at the first one heard from within the ttl."""
+    from tensorwire.transports import torch_queue
+
+    looks = 0
+
+    class _Counted(torch_queue._Sender):
+        def __getattribute__(self, name: str) -> Any:
+            if name == "last_seen":
+                nonlocal looks
+                looks += 1
+            return super().__getattribute__(name)
+
+    monkeypatch.setattr(torch_queue, "_Sender", _Counted)
+    items: stdlib_queue.Queue[Any] = stdlib_queue.Queue()
+    tensor = torch.ones(1, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]
+    senders = 500
+    for number in range(senders):
+        items.put((f"{number}-quiet", 0, 0, tensor))
+    items.put(("0-quiet", 1, 0, tensor))  # the first sender, heard from again: now the last but one
+    items.put(("talker", 0, 0, tensor))
+    rx = transports.QueueTransport(items, timeout=5.0)
+    wanted = transports.QueueHandle(sender="talker", message=0, tensor=0)
+    assert bytes(rx.import_(wanted, [], 1, borrow=False)) == b"\x01"
+    assert rx.buffered() == senders + 1
+    assert looks <= 2 * (senders + 1)  # one look each store (was one per sender each store)
+    seen = [sender.last_seen for sender in rx._senders.values()]
+    assert seen == sorted(seen) and list(rx._senders)[-2:] == ["0-quiet", "talker"]
+    rx.close()
+
+
 def test_the_buffer_is_bounded() -> None:
     queue = _ctx().Queue()
     other = tw.Encoder(transport=transports.QueueTransport(queue), options=OOB)

@@ -62,6 +62,7 @@ import queue as stdlib_queue
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
@@ -166,7 +167,7 @@ class QueueTransport(Transport):
         self._sending = 0  # CUDA tensors being sent, with room taken for them (``_wait_for_room``)
         self._streams_lock = threading.Lock()
         # receiving: the buffer, its lock, and whether a thread is draining the queue
-        self._senders: dict[str, _Sender] = {}
+        self._senders: OrderedDict[str, _Sender] = OrderedDict()  # the longest silent first
         self._held = self._held_bytes = 0  # tensors and bytes in ``_senders``, kept as they come and go
         self._peer_acks: dict[str, AckPage] = {}  # senders' pages
         self._ready = threading.Condition(threading.Lock())
@@ -464,6 +465,7 @@ class QueueTransport(Transport):
         self._evict_silent(now)
         sender = self._senders.setdefault(sender_id, _Sender())
         sender.last_seen = now
+        self._senders.move_to_end(sender_id)  # kept in the order last seen: ``_evict_silent`` stops early
         if tensor is None:
             return
         if message < sender.newest_consumed:
@@ -525,7 +527,14 @@ class QueueTransport(Transport):
         page.acknowledge(_position(message, index))
 
     def _evict_silent(self, now: float) -> None:
-        for sender_id in [s for s, v in self._senders.items() if now - v.last_seen > self.ttl]:
+        """Drop the senders silent for over ``ttl``: the first ones of ``_senders`` (longest silent
+        first), so that only those and one more are looked at."""
+        silent = []
+        for sender_id, sender in self._senders.items():
+            if now - sender.last_seen <= self.ttl:
+                break
+            silent.append(sender_id)
+        for sender_id in silent:
             page = self._peer_acks.pop(sender_id, None)
             if page is not None:
                 page.close()
