@@ -21,6 +21,11 @@ number of threads on either side:
   messages must be decoded in the order they were encoded: two threads decoding two messages of
   one sending thread at once may find the older one discarded.
 - ``close()`` must not run while other threads use the transport. A forked child makes its own.
+  Sharing a CPU tensor (``share_memory_()``, and the copy ``snapshot=True`` makes) runs torch's
+  own CPU copy, on its thread pool: in a child forked after its parent used that pool it waits for
+  threads the child does not have, for ever (torch's own behaviour, any parallel op of it too).
+  Start senders with ``spawn`` or ``forkserver``, or call ``torch.set_num_threads(1)`` in a
+  forked child before its first send.
 
 Aliasing is explicit. By default a tensor's storage is moved into shared memory in place
 (``share_memory_()``): the sender's tensor now lives there, and writes it makes after encoding
