@@ -23,7 +23,7 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tensorwire.transports import _control as control
+from tensorwire.transports import _one_shot_page, _page
 
 __all__ = ["KINDS", "install"]
 
@@ -35,10 +35,11 @@ _MAX_UINT = b"\xcf" + b"\xff" * 8  # msgpack of 2**64 - 1
 
 def _without_proof() -> None:
     """Every hand-over's check passes in this process (the transport's claim proves nothing)."""
-    if hasattr(control, "_refusal"):
-        setattr(control, "_refusal", lambda *args, **kwargs: None)  # noqa: B010
-    else:  # a later layout of the module: at least the comparison always succeeds
-        setattr(hmac, "compare_digest", lambda a, b: True)  # noqa: B010
+    for module in (_page, _one_shot_page):  # where a mapped page's and a one-shot page's checks look it up
+        if hasattr(module, "_refusal"):
+            setattr(module, "_refusal", lambda *args, **kwargs: None)  # noqa: B010
+        else:  # a later layout of the module: at least the comparison always succeeds
+            setattr(hmac, "compare_digest", lambda a, b: True)  # noqa: B010
 
 
 def install(kinds: str, decode: Decode, key: Callable[[], int]) -> Decode:

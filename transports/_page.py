@@ -1,0 +1,489 @@
+"""A mapped segment's control page (``Page``): its sender's transitions (take, hand over, undo,
+expire, reclaim) and its receivers' (claim, discard, free), each made under the page's lock, with
+a broadcast's bookkeeping of its receivers' claims.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hmac
+import mmap
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from tensorwire.errors import DecodeError, TransportError
+from tensorwire.transports._page_layout import (
+    _DIGEST,
+    _HEAD,
+    _MAGIC_WORD,
+    _NO_DIGEST,
+    _W_CAPACITY,
+    _W_CLAIMS,
+    _W_DEADLINE,
+    _W_EXPIRED,
+    _W_FLAGS,
+    _W_GENERATION,
+    _W_HOLDER_STARTS,
+    _W_HOLDERS,
+    _W_MAGIC,
+    _W_PIDS,
+    _W_READERS,
+    _W_RECEIVER,
+    _W_RECEIVER_STARTED,
+    _W_STARTED,
+    _W_STATE,
+    CAPABILITY_BYTES,
+    CLAIMED,
+    CONTROL_BYTES,
+    DROPPED,
+    FREE,
+    IN_FLIGHT,
+    MAX_READERS,
+    RECEIVER_BYTE,
+    _refusal,
+    digest,
+)
+from tensorwire.transports._page_lock import _FLOCK, _LOCK, _UNLOCK, _lock, _unlock, marked
+from tensorwire.transports._segment import own_start, started_as_said
+
+__all__ = ["Page"]
+
+
+class Page:
+    """The control page of a mapped segment: ``fd`` (for the lock) and the mapping's first page."""
+
+    __slots__ = ("_deadline", "_mutex", "_pid", "_raw", "fd", "marks_claims", "name", "words")
+
+    def __init__(self, fd: int, mapping: mmap.mmap, name: str) -> None:
+        self.fd, self.name = fd, name
+        self.marks_claims = False  # a receiver's page of a named segment: each claim also marks it
+        self._raw = memoryview(mapping)[:CONTROL_BYTES]
+        self.words = self._raw.cast("Q")  # native u64 stores: one aligned write each, never torn
+        self._mutex = threading.Lock()
+        self._pid = os.getpid()
+        self._deadline = 2**64  # the claim deadline of this process's last hand-over (``hand_over``)
+
+    # -- reading ----------------------------------------------------------------------------------
+    @property
+    def valid(self) -> bool:
+        """Whether the page has the magic of this protocol."""
+        return bool(self.words[_W_MAGIC] == _MAGIC_WORD)
+
+    @property
+    def state(self) -> int:
+        return int(self.words[_W_STATE])
+
+    @property
+    def is_free(self) -> bool:
+        """Whether the page is valid and free (one look, no lock: the sender's quick test)."""
+        words = self.words
+        return bool(words[_W_STATE] == FREE and words[_W_MAGIC] == _MAGIC_WORD)
+
+    @property
+    def generation(self) -> int:
+        return int(self.words[_W_GENERATION])
+
+    @property
+    def receiver(self) -> int:
+        return int(self.words[_W_RECEIVER])
+
+    @property
+    def capacity(self) -> int:
+        return int(self.words[_W_CAPACITY])
+
+    @property
+    def flags(self) -> int:
+        return int(self.words[_W_FLAGS])
+
+    @property
+    def creator_started(self) -> int:
+        """When the segment's creator started, as the page says (``_segment.started``; 0: not said)."""
+        return int(self.words[_W_STARTED])
+
+    def due(self, now_ns: int) -> bool:
+        """Whether the page is in flight past its claim deadline: the one its sender set, whatever a
+        peer wrote on the page since (only an earlier one there counts)."""
+        return self.words[_W_STATE] == IN_FLIGHT and now_ns > min(self.words[_W_DEADLINE], self._deadline)
+
+    def outcome(self, generation: int, capability: bytes) -> bool | None:
+        """What became of hand-over ``generation`` made under ``capability``, as its sender sees it
+        (one look, no lock): None while it is in flight (past its deadline too, until it is brought
+        back), True once a receiver of another process claimed it (``claimed_elsewhere``), False
+        otherwise, or once the page moved on to another hand-over."""
+        words = self.words
+        if words[_W_GENERATION] != generation:
+            return False
+        if words[_W_STATE] == IN_FLIGHT:  # (a digest cleared: a transition under way, which the next look sees done)
+            stored = bytes(self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES])
+            if stored != _NO_DIGEST and not hmac.compare_digest(stored, digest(capability)):
+                return False
+            return None
+        return self.claimed_elsewhere()
+
+    def claimed_elsewhere(self) -> bool:
+        """Whether the current hand-over, out of flight, was claimed by a receiver of another process
+        (it holds the page, or held it and let go); not if it expired, was undone or given back, or
+        was claimed by this process."""
+        words = self.words
+        if words[_W_RECEIVER] in (0, os.getpid()):
+            return False
+        state = words[_W_STATE]
+        return state == CLAIMED or (state == FREE and words[_W_EXPIRED] != words[_W_GENERATION])
+
+    # -- the sender's transitions -------------------------------------------------------------------
+    def init(self, capacity: int, flags: int = 0) -> None:
+        """Lay out a new page: free, generation 0."""
+        words = self.words
+        words[_W_CAPACITY], words[_W_FLAGS], words[_W_STATE] = capacity, flags, FREE
+        words[_W_STARTED] = own_start()
+        words[_W_MAGIC] = _MAGIC_WORD
+
+    def take(self, state: int) -> int:
+        """Move a free page to ``state`` under a new generation; return it."""
+        words = self.words
+        generation = (int(words[_W_GENERATION]) + 1) % 2**63 or 1  # whatever a receiver wrote there
+        words[_W_RECEIVER], words[_W_RECEIVER_STARTED] = 0, 0
+        words[_W_GENERATION], words[_W_STATE] = generation, state
+        return generation
+
+    def hand_over(self, timeout: float, readers: int = 1) -> bytes:
+        """Put the page in flight for ``timeout`` seconds under a fresh capability, for ``readers``
+        receivers; return the capability."""
+        if not 1 <= readers <= MAX_READERS:
+            raise ValueError(f"a hand-over is for 1 to {MAX_READERS} receivers, not {readers}")
+        capability = os.urandom(CAPABILITY_BYTES)  # what secrets.token_bytes draws, two calls fewer
+        words = self.words
+        self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = digest(capability)
+        words[_W_READERS], words[_W_CLAIMS], words[_W_HOLDERS] = readers, 0, 0
+        if readers > 1:
+            for i in range(readers):
+                words[_W_PIDS + i] = words[_W_HOLDER_STARTS + i] = 0
+        words[_W_DEADLINE] = self._deadline = time.monotonic_ns() + int(timeout * 1e9)
+        words[_W_STATE] = IN_FLIGHT
+        return capability
+
+    def _readers(self) -> int:
+        """The receivers of the current hand-over (1 for an ordinary one; whatever a receiver
+        wrote there is bounded)."""
+        readers = int(self.words[_W_READERS])
+        return readers if 1 < readers <= MAX_READERS else 1
+
+    def give_back(self) -> None:
+        """The sender's own page back to FREE (a pool tensor dropped unsent)."""
+        self.words[_W_STATE] = FREE
+
+    def undo(self, generation: int, capability: bytes, state: int = FREE) -> bool:
+        """Take back a hand-over nobody claimed (a failed encode), if ``capability`` is the one it was
+        made under, the page moving to ``state`` (``SENDER``: back to the sender's ``empty`` tensor);
+        False if it was claimed, is gone, or the capability does not match."""
+
+        def unclaimed() -> bool:
+            if not self._proves(generation, capability, deadline=False) or self.words[_W_CLAIMS] > 0:
+                return False
+            if self.due(time.monotonic_ns()):
+                self.words[_W_EXPIRED] = generation  # a late claim still says why it is refused
+            return True
+
+        return self._to_free(unclaimed, state)
+
+    def expire(self, now_ns: int) -> bool:
+        """Free the page if it is in flight past its deadline, remembering the expired generation."""
+        if not self.due(now_ns):
+            return False  # the common case, seen without taking the lock
+
+        def due() -> bool:
+            if not self.due(now_ns):
+                return False
+            self.words[_W_EXPIRED] = self.words[_W_GENERATION]
+            if self._readers() > 1 and self.words[_W_HOLDERS] > 0:  # its holders free it when done
+                self._close_claims()
+                return False
+            return True
+
+        return self._to_free(due)
+
+    def reclaim(self, alive: Callable[[int], bool]) -> bool:
+        """Free a claimed page whose receivers are gone (``alive(pid)`` False); True if it is free now."""
+        state = self.words[_W_STATE]
+        if state == FREE:
+            return True
+        if state != CLAIMED:
+            return False
+        if self._readers() == 1:
+            if self._lives(self.receiver, self.words[_W_RECEIVER_STARTED], alive):  # else maybe of another
+                return False  # pid namespace: its mark, read with the page held (a receiver marks a
+                # page it claims before it lets go of it)
+            return self._to_free(lambda: self.words[_W_STATE] == CLAIMED and not self._marked(RECEIVER_BYTE))
+
+        def none_alive() -> bool:
+            if self.words[_W_STATE] != CLAIMED:
+                return False
+            dead = [pid for pid, said in self._holders_started() if not self._lives(pid, said, alive)]
+            if dead and self._marked(RECEIVER_BYTE):  # a receiver holds it, in another pid
+                return False  # namespace maybe: none is taken for dead while one does
+            for pid in dead:
+                self._drop_holder(pid)
+            return self.words[_W_HOLDERS] == 0
+
+        return self._to_free(none_alive)
+
+    def mark_dropped(self) -> None:
+        """Tell receivers the creator let go of this segment (they may unmap it once unused)."""
+        self.words[_W_FLAGS] = self.words[_W_FLAGS] | DROPPED
+
+    def _to_free(self, condition: Callable[[], bool], state: int = FREE) -> bool:
+        """Void the capability and move the page to ``state`` if ``condition()`` holds under its lock."""
+        try:
+            self._enter()
+        except TransportError:
+            return False  # let go of, or locked by another process for long: not now
+        try:
+            if not condition():
+                return False
+            self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+            self.words[_W_STATE] = state
+            return True
+        finally:
+            self._leave()
+
+    def _enter(self) -> None:
+        """Hold the page against this process's threads and other processes (``_leave`` undoes it)."""
+        self._mutex.acquire()
+        try:
+            if self.fd < 0:
+                raise TransportError(errno.EBADF, f"{self.name} was let go")
+            _lock(self.fd, self.name)
+        except BaseException:
+            self._mutex.release()
+            raise
+
+    def _leave(self) -> None:
+        try:
+            _unlock(self.fd)
+        finally:
+            self._mutex.release()
+
+    def mark(self, byte: int, held: bool) -> None:
+        """Take (``held``) or drop this description's shared lock on ``byte`` of the page's file
+        (``RECEIVER_BYTE``, ``CREATOR_BYTE``); an fd let go of, or a lock refused, leaves the pid
+        written in the page as the only word on who is alive, as for a peer that does not mark."""
+        with self._mutex:
+            self._mark(byte, held)
+
+    def _mark(self, byte: int, held: bool) -> None:
+        """``mark``, the page's mutex held by the caller."""
+        if self.fd >= 0:
+            kind = fcntl.F_RDLCK if held else fcntl.F_UNLCK
+            try:
+                fcntl.fcntl(self.fd, fcntl.F_OFD_SETLK, _FLOCK.pack(kind, os.SEEK_SET, byte, 1, 0))
+            except OSError:
+                pass
+
+    def marked_elsewhere(self, byte: int) -> bool:
+        """Whether another open description of the page's file (another process, or another reader
+        of this one) holds ``byte`` marked (see ``mark``)."""
+        with self._mutex:
+            return self._marked(byte)
+
+    def _marked(self, byte: int) -> bool:
+        """``marked_elsewhere``, the page's mutex held by the caller."""
+        return self.fd >= 0 and marked(self.fd, byte)
+
+    def close_fd(self) -> None:
+        """Close the fd the lock is taken on, once no transition is using it (in a forked child, at
+        once: the parent's threads, one of which may have held the mutex at the fork, are not here)."""
+        if self._pid != os.getpid():
+            self._close_fd()
+            return
+        with self._mutex:
+            self._close_fd()
+
+    def _close_fd(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    # -- the receiver's transitions -----------------------------------------------------------------
+    def claim(self, generation: int, capability: bytes) -> None:
+        """Claim the hand-over the handle names (proving its capability) or raise ``DecodeError``
+        naming the page.
+
+        The common case runs in this one frame (``_enter``, ``_leave`` and the proof inline: a
+        receiver's per-message cost is mostly Python calls); anything else is judged and worded by
+        ``_refusal``, as ``_check`` does."""
+        mutex = self._mutex
+        mutex.acquire()
+        try:
+            fd = self.fd
+            if fd < 0:
+                raise TransportError(errno.EBADF, f"{self.name} was let go")
+            try:
+                fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _LOCK)  # a page nobody else holds: one call
+            except OSError:
+                _lock(fd, self.name)  # held by another process: wait for it a while (or the error)
+        except BaseException:
+            mutex.release()
+            raise
+        try:
+            head = _HEAD.unpack_from(self._raw)  # the words and the digest in one read (the page is held)
+            stored = head[8]
+            if (  # the common case proven here; anything else is judged (and worded) by ``_refusal``
+                head[_W_STATE] != IN_FLIGHT
+                or head[_W_GENERATION] != generation
+                or stored == _NO_DIGEST
+                or not hmac.compare_digest(stored, digest(capability))
+                or time.monotonic_ns() > head[_W_DEADLINE]
+            ):
+                reason = _refusal(
+                    self.name,
+                    head[_W_STATE],
+                    head[_W_GENERATION],
+                    head[_W_EXPIRED],
+                    stored,
+                    head[_W_DEADLINE],
+                    generation,
+                    capability,
+                )
+                if reason is not None:
+                    raise DecodeError(reason)
+            if self.marks_claims:  # proven: held from now on, told to the sender by the mark (taken
+                self._mark(RECEIVER_BYTE, True)  # with the page held, so the sender never misses it)
+            words = self.words
+            readers = words[_W_READERS]
+            if not 1 < readers <= MAX_READERS:  # (``_readers``, inline)
+                self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+                words[_W_RECEIVER] = os.getpid()
+                words[_W_RECEIVER_STARTED] = own_start()
+                words[_W_STATE] = CLAIMED
+                return
+            holders = int(words[_W_HOLDERS])
+            if holders >= readers:
+                raise DecodeError(
+                    f"{self.name} generation {generation} is no longer in flight (every receiver claimed it)"
+                )
+            words[_W_PIDS + holders] = os.getpid()
+            words[_W_HOLDER_STARTS + holders] = own_start()
+            words[_W_HOLDERS] = holders + 1
+            self._count_claim()
+        finally:
+            try:  # (``_leave``, inline)
+                fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _UNLOCK)
+            finally:
+                mutex.release()
+
+    def discard(self, generation: int, capability: bytes, readers: int = 1) -> bool:
+        """Give back a hand-over this receiver (or ``readers`` of a broadcast's receivers, in one
+        transition) will not read, if the handle proves its capability."""
+        if self._readers() == 1:
+            return self._to_free(lambda: self._proves(generation, capability))
+
+        def last() -> bool:  # of a broadcast: ``readers`` receivers fewer to wait for
+            for _ in range(min(readers, self._readers())):
+                if not self._proves(generation, capability):
+                    break
+                self._count_claim()
+            return self.words[_W_STATE] == CLAIMED and self.words[_W_HOLDERS] == 0
+
+        return self._to_free(last)
+
+    def free(self, generation: int) -> bool:
+        """Hand back a page this process claimed as ``generation`` (its last view died)."""
+        words = self.words
+        if words[_W_GENERATION] != generation:
+            return False
+        readers = words[_W_READERS]
+        if not 1 < readers <= MAX_READERS:  # (``_readers``, inline)
+            if words[_W_STATE] != CLAIMED or words[_W_RECEIVER] != os.getpid():
+                return False
+            words[_W_STATE] = FREE
+            return True
+
+        def done() -> bool:  # of a broadcast: free once its last holder let go of it
+            if words[_W_GENERATION] != generation or not self._drop_holder(os.getpid()):
+                return False
+            return words[_W_STATE] == CLAIMED and words[_W_HOLDERS] == 0
+
+        return self._to_free(done)
+
+    def held_by_another(self, alive: Callable[[int], bool]) -> bool:
+        """Whether a live process other than this one holds the claimed page."""
+        if self.words[_W_STATE] != CLAIMED:
+            return False
+        if self._readers() == 1:
+            holders = [(self.receiver, int(self.words[_W_RECEIVER_STARTED]))]
+        else:
+            holders = self._holders_started()
+        others = [(pid, said) for pid, said in holders if pid != os.getpid()]
+        return any(self._lives(pid, said, alive) for pid, said in others) or (
+            bool(others) and self.marked_elsewhere(RECEIVER_BYTE)
+        )
+
+    @staticmethod
+    def _lives(pid: int, said: int, alive: Callable[[int], bool]) -> bool:
+        """Whether receiver ``pid``, which its claim says started at ``said``, is alive (``alive``):
+        a pid another process took since names that process, not the receiver."""
+        return alive(pid) and started_as_said(pid, said)
+
+    # -- a broadcast's bookkeeping (the page held) -------------------------------------------------------
+    def _count_claim(self) -> None:
+        """One more of a broadcast's receivers claimed or discarded it; after the last, no more can."""
+        claims = int(self.words[_W_CLAIMS]) + 1
+        self.words[_W_CLAIMS] = claims
+        if claims >= self._readers():
+            self._close_claims()
+
+    def _close_claims(self) -> None:
+        self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+        self.words[_W_CLAIMS] = self._readers()
+        self.words[_W_STATE] = CLAIMED
+
+    def _holders_started(self) -> list[tuple[int, int]]:
+        """A broadcast's holders: (pid, when it started) for each."""
+        words = self.words
+        count = min(int(words[_W_HOLDERS]), self._readers())
+        return [(int(words[_W_PIDS + i]), int(words[_W_HOLDER_STARTS + i])) for i in range(count)]
+
+    def _drop_holder(self, pid: int) -> bool:
+        """Take one entry of ``pid`` off the holders; False if it holds none."""
+        holders = self._holders_started()
+        pids = [held for held, _ in holders]
+        if pid not in pids:
+            return False
+        del holders[pids.index(pid)]
+        words = self.words
+        for i, (held, said) in enumerate(holders):
+            words[_W_PIDS + i], words[_W_HOLDER_STARTS + i] = held, said
+        words[_W_PIDS + len(holders)], words[_W_HOLDER_STARTS + len(holders)] = 0, 0
+        words[_W_HOLDERS] = len(holders)
+        return True
+
+    def _proves(self, generation: int, capability: bytes, *, deadline: bool = True) -> bool:
+        """Whether the handle may act on the page now (``_check`` without the error)."""
+        try:
+            self._check(generation, capability, self.name, deadline=deadline)
+        except DecodeError:
+            return False
+        return True
+
+    def _check(self, generation: int, capability: bytes, what: str, *, deadline: bool = True) -> None:
+        head = _HEAD.unpack_from(self._raw)  # the words and the digest in one read (the page is held)
+        reason = _refusal(
+            what,
+            head[_W_STATE],
+            head[_W_GENERATION],
+            head[_W_EXPIRED],
+            head[8],
+            head[_W_DEADLINE] if deadline else 2**64,
+            generation,
+            capability,
+        )
+        if reason is not None:
+            raise DecodeError(reason)
+
+    def release(self) -> None:
+        """Let go of the views of the mapping (before it is closed)."""
+        self.words.release()
+        self._raw.release()
