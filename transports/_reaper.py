@@ -96,6 +96,23 @@ def creator_pid(name: str) -> int:
     return int(match.group(1)) if match is not None else 0
 
 
+_CREATORS: dict[str, tuple[str, str]] = {}  # names already checked (pool slot names recur) -> (pid, token)
+
+
+def _creator(name: str) -> tuple[str, str] | None:
+    """(pid, token) of a segment name of our pattern (a pid a process can have); None for any other name."""
+    known = _CREATORS.get(name)
+    if known is not None:
+        return known
+    match = NAME.fullmatch(name)
+    if match is None or not valid_pid(int(match.group(1))):
+        return None
+    if len(_CREATORS) >= 4096:
+        _CREATORS.clear()
+    known = _CREATORS[name] = (match.group(1), match.group(2))
+    return known
+
+
 def held_memfds(holder: int | str = "self") -> set[str]:
     """Names of the tensorwire memfds process ``holder`` has open or mapped (empty if it is gone):
     a memfd lives exactly as long as some process holds it."""

@@ -22,6 +22,9 @@ maps one (``borrow``) or a named pool slot: a memfd receiver maps nothing anothe
 resize. Unclaimed one-shots are unlinked by their sender within a few seconds of the claim
 timeout (the janitor sweeps them, after the transport's close too, while the process lives);
 ``tensorwire shm reap`` removes those of dead creators.
+
+The handles are ``_shm_handles``'s; the bookkeeping, receipt and sweep of one-shot segments are
+``_one_shots``'s; a broadcast's transport (``fan_out``) is ``_fan_out``'s.
 """
 
 from __future__ import annotations
@@ -29,47 +32,27 @@ from __future__ import annotations
 import ctypes
 import errno
 import math
-import mmap
 import operator
 import os
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-import msgspec
 import numpy as np
 import torch
 
 from tensorwire._timeouts import check_number
-from tensorwire.errors import CodecError, DecodeError, TransportError
-from tensorwire.transports import _janitor as janitor
-from tensorwire.transports._control import (
-    CAPABILITY_BYTES,
-    CONTROL_BYTES,
-    MAX_READERS,
-    SENDER,
-    claim_file,
-    digest,
-    discard_file,
-    expire_file,
-    init_file,
-    one_wait,
-)
+from tensorwire.errors import DecodeError, TransportError
+from tensorwire.transports._control import CONTROL_BYTES, MAX_READERS, SENDER, discard_file, init_file, one_wait
+from tensorwire.transports._fan_out import FanOut
+from tensorwire.transports._one_shots import _OneShots, _receive_one_shot, _void_one_shot
 from tensorwire.transports._parallel_copy import copy_into, write_at
 from tensorwire.transports._pool import Pool
-from tensorwire.transports._reaper import NAME, SHM_DIR, next_name, our_segments, reap
+from tensorwire.transports._reaper import SHM_DIR, _creator, next_name, our_segments, reap
 from tensorwire.transports._retention import Retention
-from tensorwire.transports._segment import (
-    create_file,
-    identity,
-    open_named,
-    read_into,
-    remove_named,
-    remove_own,
-    valid_pid,
-)
+from tensorwire.transports._segment import create_file, identity, remove_named, remove_own
+from tensorwire.transports._shm_handles import Capability, ShmHandle, SlotHandle
 from tensorwire.transports._slots import SlotReader
 from tensorwire.transports.base import Buffer, Handle, Transport, not_read_by
 
@@ -89,136 +72,6 @@ __all__ = [
 ]
 
 Backing = Literal["memfd", "named"]
-Capability = Annotated[bytes, msgspec.Meta(min_length=CAPABILITY_BYTES, max_length=CAPABILITY_BYTES)]
-
-
-class ShmHandle(Handle, tag="shm", frozen=True):
-    """A one-shot segment in /dev/shm (a control page, then exactly the buffer); the receiver unlinks it."""
-
-    name: str
-    capability: Capability
-
-    def __repr__(self) -> str:
-        return f"ShmHandle(name={self.name!r}, capability=<{len(self.capability)} bytes>)"
-
-
-class SlotHandle(Handle, tag="shm-slot", frozen=True, omit_defaults=True):
-    """Bytes ``[offset, offset + nbytes)`` of a pool slot, handed over as ``generation``; ``fd``: the
-    creator's fd of a memfd-backed slot (None: a named segment in /dev/shm)."""
-
-    name: str
-    offset: int
-    generation: int
-    capability: Capability
-    fd: int | None = None
-
-    def __repr__(self) -> str:
-        return (
-            f"SlotHandle(name={self.name!r}, offset={self.offset}, generation={self.generation}, "
-            f"capability=<{len(self.capability)} bytes>, fd={self.fd})"
-        )
-
-
-_LEFT: set[_OneShots] = set()  # those with segments pending: swept while the process lives,
-# whether their transport is still used, closed or dropped
-
-
-class _OneShots:
-    """One-shot segments this transport made that may still be unclaimed: name -> (digest, deadline,
-    (device, inode) of the file made: what its name must still name to be unlinked).
-    The janitor sweeps them every few seconds (``prune``) until none is left pending, after the
-    transport's close too. A forked child starts with none: its parent's are its parent's."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self._reset()
-        janitor.watch(self)
-
-    def _reset(self) -> None:
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-        self._pending: dict[str, tuple[bytes, int, tuple[int, int]]] = {}
-
-    def _own(self) -> None:
-        """In a forked child: forget the parent's segments (and a lock a parent's thread held), and
-        have this process's janitor sweep the child's own."""
-        if self._pid != os.getpid():
-            self._reset()
-            janitor.watch(self)
-
-    def prune(self) -> None:
-        """Sweep (the janitor's call); let go once nothing is pending."""
-        self.sweep()
-        if not self._pending:
-            _LEFT.discard(self)
-
-    def add(self, name: str, capability: bytes, deadline_ns: int, made: tuple[int, int]) -> None:
-        """Remember ``name``, made under ``capability`` as file ``made`` (device, inode), unclaimed
-        until ``deadline_ns``."""
-        self._own()
-        with self._lock:
-            self._pending[name] = (digest(capability), deadline_ns, made)
-        _LEFT.add(self)
-
-    def take(self, name: str, capability: bytes) -> tuple[int, int] | None:
-        """Forget ``name`` if this transport made it under ``capability``: the file it made (device,
-        inode), or None."""
-        self._own()
-        with self._lock:
-            known = self._pending.get(name)
-            if known is None or known[0] != digest(capability):
-                return None
-            del self._pending[name]
-            return known[2]
-
-    def forget(self, name: str) -> None:
-        """``name`` was claimed or given back by this process: nothing to sweep, and no claim to tell."""
-        self._own()
-        with self._lock:
-            self._pending.pop(name, None)
-
-    def claimed(self, name: str, capability: bytes) -> bool | None:
-        """Whether ``name``, made under ``capability``, was claimed: True once its receiver (another
-        process) unlinked it (as it claims it), None while it waits (past its deadline too, until it
-        is swept), False once swept, if this process claimed it, or if not ours."""
-        self._own()
-        with self._lock:
-            known = self._pending.get(name)
-        if known is None or known[0] != digest(capability):
-            return False
-        return None if os.path.lexists(self.directory / name) else True
-
-    def sweep(self) -> int:
-        """Unlink the segments nobody claimed before their deadline; return how many.
-
-        Deadlines come in the order they were added (one claim timeout per transport), so the walk
-        stops at the first that is not due: a sweep costs what it sweeps, not what is pending (every
-        segment sent within the timeout, claimed or not: a receiver's claim is not seen here). A
-        segment whose page another process holds locked is never waited for: it stays pending, first
-        in line for the next sweep.
-        """
-        self._own()
-        now = time.monotonic_ns()
-        due: list[tuple[str, tuple[bytes, int, tuple[int, int]]]] = []
-        with self._lock:
-            for name, known in self._pending.items():
-                if known[1] >= now:
-                    break
-                due.append((name, known))
-            for name, _ in due:
-                del self._pending[name]
-        swept = 0
-        locked: list[tuple[str, tuple[bytes, int, tuple[int, int]]]] = []
-        with one_wait(0):
-            for name, known in due:
-                try:
-                    swept += _sweep_one_shot(self.directory / name, known[2])
-                except TransportError:  # its page held by another process: the next sweep
-                    locked.append((name, known))
-        if locked:
-            with self._lock:
-                self._pending = {**dict(locked), **self._pending}
-        return swept
 
 
 def _dims(what: str, shape: Sequence[int]) -> tuple[int, ...]:
@@ -537,153 +390,3 @@ def _retention(memfd: bool, fraction: float, max_bytes: int | None) -> Retention
     if memfd:
         return Retention(shm_fraction=None, host_fraction=fraction, max_bytes=max_bytes)
     return Retention(shm_fraction=fraction, max_bytes=max_bytes)
-
-
-def _receive_one_shot(path: Path, capability: bytes, nbytes: int, *, borrow: bool) -> Any:
-    """Claim a one-shot segment, unlink it, and return its bytes (a private copy, or mapped)."""
-    what = f"shared memory segment {path.name}"
-    fd = open_named(path, "shared memory segment", exact=CONTROL_BYTES + nbytes)
-    try:
-        claim_file(fd, capability, what)
-        _unlink(path)  # read once
-        if borrow:
-            try:
-                mapping = mmap.mmap(fd, CONTROL_BYTES + nbytes, flags=mmap.MAP_SHARED)
-            except OSError as exc:
-                raise TransportError(exc.errno, f"cannot map {what}: {exc.strerror}") from None
-            except ValueError as exc:  # cut short since it was opened (mmap checks the file's size)
-                raise DecodeError(f"{what} cannot be mapped: {exc}") from None
-            return np.frombuffer(mapping, dtype=np.uint8, offset=CONTROL_BYTES)  # lives while a view does
-        data = np.empty(nbytes, dtype=np.uint8)
-        read_into(fd, memoryview(data), CONTROL_BYTES, what)  # type: ignore[arg-type]
-        return data
-    finally:
-        os.close(fd)
-
-
-def _void_one_shot(path: Path, transition: Callable[[int, str], bool]) -> bool:
-    """Unlink a one-shot segment if ``transition`` (a discard that proves the capability) takes its
-    page out of flight; a segment gone or not ours is left alone."""
-    try:
-        fd = open_named(path, "shared memory segment", min_size=CONTROL_BYTES)
-    except CodecError:
-        return False  # claimed and unlinked by its receiver, or not a file of ours
-    try:
-        if not transition(fd, f"shared memory segment {path.name}"):
-            return False
-        _unlink(path)
-        return True
-    except CodecError:
-        return False
-    finally:
-        os.close(fd)
-
-
-def _sweep_one_shot(path: Path, made: tuple[int, int]) -> bool:
-    """Unlink one of this process's one-shot segments that nobody claimed before the deadline it set,
-    its page voided first (a late claim is refused) whatever the page says now: a peer that rewrote
-    its deadline, state or magic does not keep it. A name that no longer names the file ``made``
-    (claimed and unlinked by its receiver, or given to another file) is left alone; a page another
-    process keeps locked raises its ``TransportError`` (EAGAIN)."""
-    try:  # (the name checked before it is opened: another file put there is never opened)
-        if identity(os.lstat(path)) != made:
-            return False
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        if identity(os.fstat(fd)) != made:
-            return False
-        try:
-            expire_file(fd, f"shared memory segment {path.name}")
-        except TransportError as exc:
-            if exc.errno == errno.EAGAIN:
-                raise
-        return remove_named(path, made)
-    finally:
-        os.close(fd)
-
-
-def _unlink(path: Path) -> None:
-    """Remove a received segment's name; one already gone (or that cannot go) is not an error. One
-    this process made is forgotten by its transport: a claim of our own proves no peer's."""
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-    creator = _creator(path.name)
-    if creator is not None and creator[0] == str(os.getpid()):
-        for shots in list(_LEFT):
-            shots.forget(path.name)
-
-
-_CREATORS: dict[str, tuple[str, str]] = {}  # names already checked (pool slot names recur) -> (pid, token)
-
-
-def _creator(name: str) -> tuple[str, str] | None:
-    """(pid, token) of a segment name of our pattern (a pid a process can have); None for any other name."""
-    known = _CREATORS.get(name)
-    if known is not None:
-        return known
-    match = NAME.fullmatch(name)
-    if match is None or not valid_pid(int(match.group(1))):
-        return None
-    if len(_CREATORS) >= 4096:
-        _CREATORS.clear()
-    known = _CREATORS[name] = (match.group(1), match.group(2))
-    return known
-
-
-class FanOut(Transport):
-    """``ShmTransport.fan_out(readers)``: exports to pool slots that ``readers`` receivers each
-    claim (one buffer for every receiver of a broadcast; freed when the last has let go). Reading
-    and closing are the ``ShmTransport``'s."""
-
-    name: ClassVar[str] = "shm"
-    handle_types: ClassVar[tuple[type[Handle], ...]] = (ShmHandle, SlotHandle)
-
-    def __init__(self, shm: ShmTransport, readers: int) -> None:
-        if shm.pool is None:
-            raise ValueError("a broadcast needs the pool (ShmTransport(pool=True))")
-        if not 1 <= readers <= MAX_READERS:
-            raise ValueError(f"a broadcast is for 1 to {MAX_READERS} receivers, not {readers}")
-        self.shm, self.readers = shm, readers
-
-    def export(self, data: memoryview, frames: list[Buffer]) -> Handle:
-        if data.nbytes == 0:
-            raise TransportError(errno.EINVAL, "a 0-byte buffer never gets a segment; send it inline")
-        handle = self.shm._export_pooled(data, self.readers)
-        if handle is None:
-            raise TransportError(
-                errno.ENOMEM, f"the pool's memory budget has no room for a {data.nbytes}-byte broadcast buffer"
-            )
-        return handle
-
-    def withdraw(self, handle: Handle, readers: int) -> None:
-        """``readers`` of the receivers ``handle`` was broadcast to will never get it."""
-        pool = self.shm.pool
-        if isinstance(handle, SlotHandle) and pool is not None:
-            pool.withdraw(handle.name, handle.generation, handle.capability, readers)
-
-    def withdraw_all(self, handles: Sequence[Handle], readers: int) -> None:
-        """``withdraw`` each of ``handles``, their waits for pages another process keeps locked lasting
-        no longer together than one does (a receiver that keeps every page it mapped locked holds a
-        failed broadcast up once, not once per buffer; a page not counted goes at its claim deadline)."""
-        with one_wait():
-            for handle in handles:
-                self.withdraw(handle, readers)
-
-    def verify(self, handles: Sequence[Handle], frames: Sequence[Buffer]) -> None:
-        self.shm.verify(handles, frames)
-
-    def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
-        return self.shm.import_(handle, frames, nbytes, borrow=borrow)
-
-    def release(self, handle: Handle) -> None:
-        self.shm.release(handle)
-
-    def release_all(self, handles: Sequence[Handle]) -> None:
-        self.shm.release_all(handles)
-
-    def close(self) -> None:
-        """Nothing: the pool is the ``ShmTransport``'s."""

@@ -146,8 +146,8 @@ class Worker:
 
     def freeze_receive(self, frames: list[bytes]) -> NoReturn:
         """Decode ``frames`` (a copy-receive) and freeze halfway through copying the buffer out."""
-        shm, slots = patchable("tensorwire.transports.shm"), patchable("tensorwire.transports._slots")
-        real_read = shm.read_into
+        one_shots, slots = patchable("tensorwire.transports._one_shots"), patchable("tensorwire.transports._slots")
+        real_read = one_shots.read_into
 
         def copy_half(source: Any) -> bytearray:  # stands in for ``bytearray(slot bytes)``
             data = np.frombuffer(source, dtype=np.uint8)
@@ -160,7 +160,7 @@ class Worker:
             self._freeze({"copied": target.nbytes // 2})
 
         slots.bytearray = copy_half  # shadows the builtin in that module only
-        shm.read_into = read_half
+        one_shots.read_into = read_half
         self.decoder.decode(frames)
         raise AssertionError("the receive finished: the copy hooks never ran")
 

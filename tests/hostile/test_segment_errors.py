@@ -21,8 +21,7 @@ import torch
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
-from tensorwire.transports import _slots
-from tensorwire.transports import shm as shm_module
+from tensorwire.transports import _one_shots, _slots
 from tensorwire.transports._control import IN_FLIGHT, claim_file
 from tensorwire.transports._segment import open_named
 from tests.wire_helpers import head_of, memfds_held
@@ -125,7 +124,7 @@ def test_a_borrowed_one_shot_cut_short_after_its_claim_is_a_decode_error(monkeyp
         real(fd, capability, what)  # claimed; the peer's truncate lands now
         os.ftruncate(fd, 4096 + 100)
 
-    monkeypatch.setattr(shm_module, "claim_file", cut_short)
+    monkeypatch.setattr(_one_shots, "claim_file", cut_short)
     receiver = tw.Decoder(
         REGISTRY,  # a receiver that maps one-shots
         transports=[transports.ShmTransport(pool=False, backing="named")],
