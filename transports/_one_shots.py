@@ -12,7 +12,6 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import numpy as np
 
 from tensorwire.errors import CodecError, DecodeError, TransportError
 from tensorwire.transports import _janitor as janitor
-from tensorwire.transports._control import CONTROL_BYTES, claim_file, digest, expire_file, one_wait
+from tensorwire.transports._control import CONTROL_BYTES, claim_file, digest, discard_file, expire_file, one_wait
 from tensorwire.transports._reaper import _creator
 from tensorwire.transports._segment import identity, open_named, read_into, remove_named
 
@@ -148,15 +147,15 @@ def _receive_one_shot(path: Path, capability: bytes, nbytes: int, *, borrow: boo
         os.close(fd)
 
 
-def _void_one_shot(path: Path, transition: Callable[[int, str], bool]) -> bool:
-    """Unlink a one-shot segment if ``transition`` (a discard that proves the capability) takes its
-    page out of flight; a segment gone or not ours is left alone."""
+def _void_one_shot(path: Path, capability: bytes) -> bool:
+    """Unlink a one-shot segment if a discard that proves ``capability`` takes its page out of
+    flight; a segment gone or not ours is left alone."""
     try:
         fd = open_named(path, "shared memory segment", min_size=CONTROL_BYTES)
     except CodecError:
         return False  # claimed and unlinked by its receiver, or not a file of ours
     try:
-        if not transition(fd, f"shared memory segment {path.name}"):
+        if not discard_file(fd, capability, f"shared memory segment {path.name}"):
             return False
         _unlink(path)
         return True

@@ -44,7 +44,7 @@ import torch
 
 from tensorwire._timeouts import check_number
 from tensorwire.errors import DecodeError, TransportError
-from tensorwire.transports._control import CONTROL_BYTES, MAX_READERS, SENDER, discard_file, init_file, one_wait
+from tensorwire.transports._control import CONTROL_BYTES, MAX_READERS, SENDER, init_file, one_wait
 from tensorwire.transports._fan_out import FanOut
 from tensorwire.transports._one_shots import _OneShots, _receive_one_shot, _void_one_shot
 from tensorwire.transports._parallel_copy import copy_into, write_at
@@ -287,8 +287,7 @@ class ShmTransport(Transport):
             if made is not None:
                 remove_named(path, made)  # (a name a neighbour gave to another file meanwhile stays)
             else:
-                capability = handle.capability
-                _void_one_shot(path, lambda fd, what: discard_file(fd, capability, what))
+                _void_one_shot(path, handle.capability)
 
     def claimed(self, handle: Handle) -> bool | None:
         """What became of one of this transport's exports (``Transport.claimed``): read from a pool
