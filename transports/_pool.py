@@ -25,14 +25,15 @@ it is unmapped (returning False keeps the mapping alive: the owner holds on to i
 Thread-safe. A forked child starts with an empty pool (the parent's slots stay the parent's): at
 the fork it closes its copies of their fds and unmaps them (one a view of the child still uses goes
 with that view), so the child holds none of the parent's memory and no mark of it.
+
+A slot, its size classes and letting go of one are ``_pool_slot``'s; how pools live with their
+process (the trimming thread, exit, a fork) is ``_pool_lifetime``'s.
 """
 
 from __future__ import annotations
 
 import bisect
 import errno
-import functools
-import mmap
 import os
 import resource
 import threading
@@ -40,7 +41,6 @@ import time
 import weakref
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +59,10 @@ from tensorwire.transports._control import (
     Page,
     one_wait,
 )
+from tensorwire.transports._pool_lifetime import _POOLS, _finalize, _trim_loop
+from tensorwire.transports._pool_slot import MIN_CLASS, Slot, _let_go, _let_go_copy, _SenderLease, size_class
 from tensorwire.transports._retention import Retention
-from tensorwire.transports._segment import create_memfd, create_named, remove_own, valid_pid
+from tensorwire.transports._segment import alive, create_memfd, create_named
 
 __all__ = [
     "MIN_CLASS",
@@ -74,90 +76,12 @@ __all__ = [
     "size_class",
 ]
 
-MIN_CLASS = 64 * 1024
 PASSED = 64  # a slot found busy by this many sends in a row is parked at the back of its class
 WALK_EVERY = 0.05  # seconds between two close walks of a class that found nothing to reuse
 WALK_ALWAYS = 16  # a class of at most this many slots is walked closely whenever none is free
 # The types of the views of slots allocated with ``Pool.empty_array``, by size.
 _VIEWS = memory.Chars()
 _HELD = frozenset({CLAIMED, SENDER})  # states a slot may keep for long: parked once PASSED
-
-
-@functools.lru_cache(maxsize=1024)  # (a send asks for the same few sizes again and again)
-def size_class(nbytes: int) -> int:
-    """The smallest class holding ``nbytes``: 4, 5, 6 or 7 times a power of two, page aligned."""
-    if nbytes <= MIN_CLASS:
-        return MIN_CLASS
-    top = 1 << (nbytes - 1).bit_length()  # the power of two at or above
-    for numerator in (5, 6, 7):
-        candidate = top // 8 * numerator
-        if candidate >= nbytes:
-            return -(-candidate // 4096) * 4096
-    return top
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (ours or not); a number no pid can be is no process."""
-    if not valid_pid(pid):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-@dataclass(eq=False)
-class Slot:
-    """One pooled segment as its creator sees it (``path`` None: a memfd)."""
-
-    name: str
-    fd: int
-    mapping: mmap.mmap
-    page: Page
-    capacity: int
-    address: int  # of the data area
-    path: Path | None
-    last_used: float = field(default_factory=time.monotonic)
-    passed: int = 0  # sends in a row that found it busy on their way to a free slot
-    parked: bool = False  # at the back of its class, looked at only by close walks
-    sending: int = 0  # the generation this process holds it under (being written, or an ``empty``
-    # tensor unsent), 0 if none: never taken, evicted or dropped while held, whatever a receiver
-    # writes in its page meanwhile
-    allocated: bool = False  # held for an ``empty`` tensor (not for a copy): what ``hand_over_allocated`` sends
-    lent: int = 0  # the generation ``hand_over_allocated`` sent it under while its ``empty`` tensor lives (0:
-    # none; a later take's generation differs): undoing that hand-over gives the slot back to the tensor
-    settled: tuple[int, bool] = (0, False)  # the last hand-over before the current one: its generation,
-    # and whether another process claimed it (``Pool.claimed``, once the slot has moved on)
-
-    @property
-    def state(self) -> int:
-        return self.page.state
-
-    @property
-    def generation(self) -> int:
-        return self.page.generation
-
-
-class _SenderLease:
-    """Backs a tensor from ``Pool.empty_array``: holds a view of the mapping (so it is never closed
-    under the tensor) and frees the slot if the tensor dies without being sent."""
-
-    __slots__ = ("_generation", "_mapped", "_nbytes", "_pool", "_slot")
-
-    def __init__(self, pool: Pool, slot: Slot, nbytes: int) -> None:
-        self._pool, self._slot, self._generation, self._nbytes = pool, slot, slot.sending, nbytes
-        self._mapped = memoryview(slot.mapping)  # an export: the mapping cannot be closed while it lives
-
-    @property
-    def __array_interface__(self) -> dict[str, Any]:
-        """The slot's bytes to numpy (where no ctypes type of their size is kept)."""
-        return memory.byte_interface(self._slot.address, self._nbytes)
-
-    def __del__(self) -> None:
-        self._pool.unused(self._slot, self._generation)
 
 
 def default_max_slots() -> int:
@@ -581,92 +505,3 @@ class Pool:
             for slots in list(self._slots.values()):
                 for slot in list(slots):
                     self._drop(slot)
-
-
-def _let_go(slot: Slot, *, unmap: bool, unlink: bool = True) -> None:
-    """Tell receivers the slot is dropped, unlink its name, close its fd and (``unmap``) its mapping,
-    unless a view of it is still alive in this process (then the mapping goes with the last one)."""
-    try:
-        slot.page.mark_dropped()
-        slot.page.release()
-    except ValueError:  # already let go
-        return
-    try:
-        if slot.path is not None and unlink:
-            remove_own(slot.path, slot.fd)
-    finally:
-        slot.page.close_fd()
-    if unmap:
-        try:
-            slot.mapping.close()
-        except BufferError:
-            pass  # a tensor of this process still points into it
-
-
-def _let_go_copy(slot: Slot) -> None:
-    """A forked child's copy of its parent's slot: close its fd (and with it the child's share of the
-    parent's mark on a named file) and unmap it, unless a view of it is alive here (then the mapping
-    goes with the last one)."""
-    with suppress(OSError):  # (closed by a parent thread as it forked)
-        slot.page.close_fd()
-    with suppress(ValueError):
-        slot.page.release()
-    with suppress(BufferError):
-        slot.mapping.close()
-
-
-_POOLS: weakref.WeakSet[Pool] = weakref.WeakSet()  # every live pool, for a forked child to leave
-
-
-def _leave_parents_slots() -> None:
-    """In a forked child: every pool lets go of its parent's slots (``Pool._forsake``)."""
-    for pool in list(_POOLS):
-        pool._forsake()
-
-
-os.register_at_fork(after_in_child=_leave_parents_slots)
-
-
-def _trim_loop(pool_ref: weakref.ref[Pool], wake: threading.Event, period: float, idle: bool) -> None:
-    """Expire (and with ``idle``, trim) every ``period`` until the pool is closed or dropped (holds no
-    strong reference)."""
-    while not wake.wait(period):
-        pool = pool_ref()
-        if pool is None:
-            return
-        try:
-            if idle:
-                pool.trim()
-            else:
-                pool.expire()
-        except Exception:  # (a pool closed meanwhile, say): tried again next period, or the loop ends
-            pass
-        del pool
-
-
-def _finalize(
-    slots: dict[int, list[Slot]], wake: threading.Event, pid: int, retire: Callable[[Slot], bool] | None
-) -> None:
-    """At exit (or when the pool is dropped): let go of every slot, leaving the names of those a
-    receiver may still want (in flight, or claimed by another live process); never in a forked child.
-    A slot is unmapped only once the owner's ``retire`` (if any) undid its ``prepare``."""
-    wake.set()
-    if os.getpid() != pid:
-        return
-    for group in slots.values():
-        for slot in group:
-            try:
-                keep = slot.state == IN_FLIGHT or slot.page.held_by_another(alive)
-            except ValueError:  # already let go
-                continue
-            _let_go(slot, unmap=_retired(retire, slot), unlink=not keep)
-
-
-def _retired(retire: Callable[[Slot], bool] | None, slot: Slot) -> bool:
-    """Whether ``slot`` may be unmapped: its owner's ``retire`` (if any) succeeded."""
-    if retire is None:
-        return True
-    try:
-        return retire(slot)
-    except Exception:  # e.g. a device runtime already torn down at exit: kept mapped
-        return False

@@ -33,6 +33,7 @@ __all__ = [
     "PID_MAX",
     "POPULATE",
     "SEALS",
+    "alive",
     "create_file",
     "create_memfd",
     "create_named",
@@ -57,6 +58,19 @@ _OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC |
 def valid_pid(pid: int) -> bool:
     """Whether ``pid`` can name a process at all (1 .. PID_MAX)."""
     return 0 < pid <= PID_MAX
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (ours or not); a number no pid can be is no process."""
+    if not valid_pid(pid):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def started(pid: int | str = "self") -> int:
