@@ -534,6 +534,14 @@ UNSOUND: list[tuple[str, dict[str, Any], dict[str, Any], str, str, Callable[[tw.
         lambda reg: reg.type("p.Msg")(u=_nested(reg, "B", n=3)),
     ),
     (
+        "tie-of-one-tensor-split",  # old readers want a square
+        _msg({"t": {"x-tensor": {"shape": ["a", "a"]}}}, ["t"]),
+        _msg({"t": {"x-tensor": {"shape": ["a", "b"]}}}, ["t"]),
+        "forward",
+        "TENSOR_SHAPE_LOOSENED",
+        lambda reg: reg.type("p.Msg")(t=_tensor(2, 3)),
+    ),
+    (
         "free-dim-of-the-tensors-of-an-array-named",  # the items' sizes must now agree
         _msg({"t": {"type": "array", "items": {"x-tensor": {"shape": [None]}}}}, ["t"]),
         _msg({"t": {"type": "array", "items": {"x-tensor": {"shape": ["n"]}}}}, ["t"]),
@@ -1131,6 +1139,13 @@ KEPT_ONE_WAY: list[tuple[str, dict[str, Any], dict[str, Any], str, Callable[[tw.
         _msg({"x": {"x-tree": {"max_depth": 2}}, "b": {"x-tree": {"max_depth": 1}}}, ["x", "b"]),
         "backward",
         lambda reg: reg.type("p.Msg")(x={"a": [_tensor(2), _tensor(3)], "b": []}, b=[b"\x00\xff", b""]),
+    ),
+    (
+        "tie-of-one-tensor-split",  # no dim name left its axis: a square is a shape [a, b]
+        _msg({"t": {"x-tensor": {"shape": ["a", "a"]}}}, ["t"]),
+        _msg({"t": {"x-tensor": {"shape": ["a", "b"]}}}, ["t"]),
+        "backward",
+        lambda reg: reg.type("p.Msg")(t=_tensor(2, 2)),
     ),
     (
         "tree-made-an-array-of-strings",

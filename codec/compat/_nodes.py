@@ -254,8 +254,10 @@ def kept_ties(a: StructT, b: StructT) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def moved(old: Sequence[int | str | None], new: Sequence[int | str | None]) -> bool:
-    """Whether a dim name of ``old`` names another axis in ``new``."""
-    return any(isinstance(x, str) and x != y and x in new for x, y in zip(old, new, strict=True))
+    """Whether a dim name leaves an axis of ``old`` and names another axis in ``new``. A name that
+    only gains axes or only loses some ties more sizes or fewer, which the shape rules judge."""
+    changed = [(x, y) for x, y in zip(old, new, strict=True) if x != y]
+    return bool({x for x, _ in changed if isinstance(x, str)} & {y for _, y in changed if isinstance(y, str)})
 
 
 def free_dims(struct: StructT) -> frozenset[str]:
