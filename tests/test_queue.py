@@ -225,18 +225,18 @@ def test_storing_a_tensor_looks_at_no_more_senders_than_it_evicts(monkeypatch: p
     """Each tensor stored looked at every sender's last sighting to find the silent ones: draining
     ``n`` senders' tensors took ``n**2`` looks. Senders are kept in the order last seen, so that the
     look stops at the first one heard from within the ttl."""
-    from tensorwire.transports import torch_queue
+    from tensorwire.transports import _queue_buffer
 
     looks = 0
 
-    class _Counted(torch_queue._Sender):
+    class _Counted(_queue_buffer._Sender):
         def __getattribute__(self, name: str) -> Any:
             if name == "last_seen":
                 nonlocal looks
                 looks += 1
             return super().__getattribute__(name)
 
-    monkeypatch.setattr(torch_queue, "_Sender", _Counted)
+    monkeypatch.setattr(_queue_buffer, "_Sender", _Counted)
     items: stdlib_queue.Queue[Any] = stdlib_queue.Queue()
     tensor = torch.ones(1, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]
     senders = 500

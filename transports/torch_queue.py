@@ -61,7 +61,6 @@ sender silent for ``ttl`` seconds is evicted; every wait is bounded.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import queue as stdlib_queue
 import threading
@@ -69,7 +68,6 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any, ClassVar
@@ -80,48 +78,17 @@ import torch.multiprocessing  # registers torch's tensor reductions (CUDA IPC in
 from tensorwire._timeouts import LONGEST_WAIT, check_number, check_seconds
 from tensorwire.errors import DecodeError, TransportError
 from tensorwire.transports._ack import AckPage, InFlight
-from tensorwire.transports._reaper import NAME, SHM_DIR, next_name
+from tensorwire.transports._queue_buffer import _ReceiveBuffer, _Sender
+from tensorwire.transports._queue_ids import QueueHandle, _next_handle, _position, _Stream
+from tensorwire.transports._reaper import SHM_DIR, next_name
 from tensorwire.transports._torch_shm import share
 from tensorwire.transports.base import Buffer, Handle, Transport, not_read_by
 from tensorwire.transports.cuda_runtime import CudaRuntime, TorchCudaRuntime
 
 __all__ = ["QueueHandle", "QueueTransport"]
 
-log = logging.getLogger("tensorwire.queue")
 
-_POLL = 0.1  # seconds a draining thread waits on the queue before it looks at the buffer again
-
-
-class QueueHandle(Handle, tag="queue", frozen=True):
-    """Tensor ``tensor`` of message ``message`` from sender ``sender``."""
-
-    sender: str
-    message: int
-    tensor: int
-
-
-@dataclass
-class _Sender:
-    """What one producer has in the receiver's buffer."""
-
-    newest_consumed: int = -1
-    taken: set[int] = field(default_factory=set)  # tensor ids of message ``newest_consumed`` taken out
-    messages: dict[int, dict[int, torch.Tensor]] = field(default_factory=dict)
-    last_seen: float = field(default_factory=time.monotonic)
-
-
-@dataclass
-class _Stream:
-    """One sending thread's stream: its sender id, its counters, its CUDA tensors in flight."""
-
-    sender: str
-    thread: threading.Thread
-    acks: InFlight
-    message: int = 0
-    tensor: int = 0
-
-
-class QueueTransport(Transport):
+class QueueTransport(_ReceiveBuffer, Transport):
     """Out-of-band buffers through a ``torch.multiprocessing`` queue shared by producers and a consumer."""
 
     name: ClassVar[str] = "queue"
@@ -341,216 +308,6 @@ class QueueTransport(Transport):
         array = tensor.numpy()
         return array if borrow is not False else array.copy()
 
-    def _take(self, handle: QueueHandle) -> torch.Tensor:
-        """The tensor ``handle`` names: from the buffer, or drained into it (by this thread or another)."""
-        self._own()
-        deadline = time.monotonic() + self.timeout
-        with self._ready:
-            while True:
-                tensor = self._pop(handle)
-                if tensor is not None:
-                    return tensor
-                self._refuse_stale(handle)
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TransportError(
-                        errno.ETIMEDOUT,
-                        f"no tensor {handle.tensor} of message {handle.message} from sender {handle.sender} "
-                        f"after waiting {self.timeout}s",
-                    )
-                if self._draining:
-                    # another thread drains; it wakes us when it stored something (a wait longer
-                    # than ``LONGEST_WAIT`` overflows: the loop waits again)
-                    self._ready.wait(min(left, LONGEST_WAIT))
-                else:
-                    self._drain_one(min(left, _POLL), handle)
-
-    def _pop(self, handle: QueueHandle) -> torch.Tensor | None:
-        """Take ``handle``'s tensor out of the buffer, if it is there (the lock held)."""
-        sender = self._senders.get(handle.sender)
-        if sender is None:
-            return None
-        tensor = sender.messages.get(handle.message, {}).pop(handle.tensor, None)
-        if tensor is not None:
-            self._let_go(tensor)
-            self._consumed(handle.sender, sender, handle.message)
-            sender.taken.add(handle.tensor)
-        return tensor
-
-    def _refuse_stale(self, handle: QueueHandle) -> None:
-        """``DecodeError`` for a tensor of a message older than one its sender has had read (it was
-        discarded, or would be as it arrives), or one already taken out of the newest one read (a
-        message decoded twice): neither ever comes (the lock held)."""
-        sender = self._senders.get(handle.sender)
-        if sender is None:
-            return
-        if handle.message < sender.newest_consumed:
-            raise DecodeError(
-                f"queue tensor {handle.tensor} of message {handle.message} from sender {handle.sender} is stale: "
-                f"message {sender.newest_consumed} of that sender was read already"
-            )
-        if handle.message == sender.newest_consumed and handle.tensor in sender.taken:
-            raise DecodeError(
-                f"queue tensor {handle.tensor} of message {handle.message} from sender {handle.sender} "
-                "was taken already: that message was read"
-            )
-
-    def _drain_one(self, timeout: float, wanted: QueueHandle) -> None:
-        """Take at most one item off the queue into the buffer (``wanted``, the tensor this thread
-        asks for, whatever room the buffer has), the lock released while waiting for it (the lock
-        held on entry and on return); then wake every waiting thread."""
-        self._draining = True
-        try:
-            self._ready.release()
-            try:
-                item = self._receive(timeout)
-            finally:
-                self._ready.acquire()
-            if item is not None:
-                self._store(*item, wanted=wanted)
-        finally:
-            self._draining = False
-            self._ready.notify_all()
-
-    def _receive(self, timeout: float) -> tuple[str, int, int, torch.Tensor | None, Any] | None:
-        """The next item of the queue as ``(sender, message, tensor id, tensor, ack page name or
-        None)``; the tensor is None for a CUDA item that could not be opened (still acknowledged:
-        nothing here holds it); None if nothing came within ``timeout`` or the item is no item."""
-        try:
-            item = self.queue.get(timeout=timeout)
-        except stdlib_queue.Empty:
-            return None
-        except (OSError, EOFError, RuntimeError) as exc:  # e.g. its producer died before we took its fds
-            log.warning("dropping a queue item that could not be received: %s", exc)
-            return None
-        except Exception as exc:  # an item that does not unpickle here (it is gone), or a closed queue
-            raise TransportError(errno.EIO, f"cannot take an item off the queue: {exc!r}") from None
-        if not _is_item(item):
-            log.warning("dropping a queue item that is not a tensorwire item: %.200r", item)
-            return None
-        if len(item) != 5:
-            sender_id, message, index, tensor = item
-            return sender_id, message, index, tensor, None
-        sender_id, message, index, payload, ack_name = item  # a CUDA tensor, pickled on export, and its ack page
-        if index >= _TENSORS_PER_MESSAGE or _position(message, index) > _LAST_POSITION:
-            log.warning(
-                "dropping a CUDA item from sender %s whose ids no ack page holds: %d/%d",
-                sender_id,
-                message,
-                index,
-            )
-            return None
-        try:
-            tensor = ForkingPickler.loads(payload)
-        except Exception as exc:  # any item that cannot be opened (bad pickle, IPC failure) is dropped, not fatal
-            log.warning("dropping a CUDA tensor from sender %s that could not be opened: %r", sender_id, exc)
-            return sender_id, message, index, None, ack_name
-        if not isinstance(tensor, torch.Tensor):
-            log.warning("dropping a CUDA item from sender %s that is no tensor: %.200r", sender_id, tensor)
-            return sender_id, message, index, None, ack_name
-        return sender_id, message, index, tensor, ack_name
-
-    def _store(
-        self,
-        sender_id: str,
-        message: int,
-        index: int,
-        tensor: torch.Tensor | None,
-        ack_name: Any,
-        *,
-        wanted: QueueHandle,
-    ) -> None:
-        """Buffer a received tensor (the lock held), acknowledging a CUDA one first (one that could
-        not be opened too, so that its sender lets go of it; it is not buffered, but its sender is
-        seen: evicted once silent for ``ttl``, its ack page with it). Past the buffer's bounds only
-        ``wanted`` is taken: its caller takes it out again at once."""
-        if ack_name is not None:
-            self._acknowledge(sender_id, ack_name, message, index)
-        now = time.monotonic()
-        self._evict_silent(now)
-        sender = self._senders.setdefault(sender_id, _Sender())
-        sender.last_seen = now
-        self._senders.move_to_end(sender_id)  # kept in the order last seen: ``_evict_silent`` stops early
-        if tensor is None:
-            return
-        if message < sender.newest_consumed:
-            log.warning(
-                "ignoring a stale tensor from sender %s (message %d is older than the one consumed)", sender_id, message
-            )
-            return
-        full = self._held >= self.max_buffered or self._held_bytes + tensor.nbytes > self.max_buffered_bytes
-        if full and (sender_id, message, index) != (wanted.sender, wanted.message, wanted.tensor):
-            raise TransportError(
-                errno.ENOBUFS,
-                f"receive buffer full ({self._held} tensors, {self._held_bytes} bytes; "
-                f"limits {self.max_buffered} and {self.max_buffered_bytes}) taking a tensor from {sender_id}",
-            )
-        tensors = sender.messages.setdefault(message, {})
-        self._let_go(tensors.get(index))  # a tensor sent twice: the second replaces the first
-        tensors[index] = tensor
-        self._held += 1
-        self._held_bytes += tensor.nbytes
-
-    def _let_go(self, *tensors: torch.Tensor | None) -> None:
-        """Take ``tensors``, just removed from the buffer (None: nothing was), off its counts."""
-        for tensor in tensors:
-            if tensor is not None:
-                self._held -= 1
-                self._held_bytes -= tensor.nbytes
-
-    def _consumed(self, sender_id: str, sender: _Sender, message: int) -> None:
-        """The sender's ``message`` is being read: everything older it still has here is stale."""
-        if message <= sender.newest_consumed:
-            return
-        sender.newest_consumed = message
-        sender.taken.clear()
-        stale = [m for m in sender.messages if m < message]
-        count = 0
-        for old in stale:
-            dropped = sender.messages.pop(old)
-            count += len(dropped)
-            self._let_go(*dropped.values())
-        if count:
-            log.warning(
-                "discarding %d stale tensor(s) of %d older message(s) from sender %s", count, len(stale), sender_id
-            )
-        if not sender.messages.get(message):
-            sender.messages.pop(message, None)
-
-    def _acknowledge(self, sender_id: str, ack_name: Any, message: int, index: int) -> None:
-        """Tell the sender its tensor arrived (it may let go of it now)."""
-        page = self._peer_acks.get(sender_id)
-        if page is None:
-            if not isinstance(ack_name, str) or not NAME.fullmatch(ack_name):
-                log.warning("sender %s names an ack page %r that is not a tensorwire name", sender_id, ack_name)
-                return
-            try:
-                page = self._peer_acks[sender_id] = AckPage.open(self.directory / ack_name)
-            except (TransportError, DecodeError) as exc:
-                log.warning("cannot acknowledge sender %s: %s", sender_id, exc)
-                return
-        page.acknowledge(_position(message, index))
-
-    def _evict_silent(self, now: float) -> None:
-        """Drop the senders silent for over ``ttl``: the first ones of ``_senders`` (longest silent
-        first), so that only those and one more are looked at."""
-        silent = []
-        for sender_id, sender in self._senders.items():
-            if now - sender.last_seen <= self.ttl:
-                break
-            silent.append(sender_id)
-        for sender_id in silent:
-            page = self._peer_acks.pop(sender_id, None)
-            if page is not None:
-                page.close()
-            messages = self._senders.pop(sender_id).messages.values()
-            dropped = sum(len(t) for t in messages)
-            for tensors in messages:
-                self._let_go(*tensors.values())
-            log.warning(
-                "evicting sender %s, silent for over %ss (%d buffered tensor(s) dropped)", sender_id, self.ttl, dropped
-            )
-
     def buffered(self) -> int:
         """Tensors waiting in the receive buffer."""
         self._own()
@@ -578,29 +335,3 @@ class QueueTransport(Transport):
                 stream.acks.close()
             self._streams.clear()
             self._local = threading.local()
-
-
-_TENSORS_PER_MESSAGE = 1 << 20
-_LAST_POSITION = (1 << 64) - 1  # the largest an ack page's word holds
-
-
-def _next_handle(stream: _Stream) -> QueueHandle:
-    if stream.tensor >= _TENSORS_PER_MESSAGE:
-        raise TransportError(errno.E2BIG, f"more than {_TENSORS_PER_MESSAGE} queue tensors in one message")
-    return QueueHandle(sender=stream.sender, message=stream.message, tensor=stream.tensor)
-
-
-def _is_item(item: Any) -> bool:
-    """Whether ``item`` has the shape of what ``_put`` or ``export_device`` sends: ``(sender id,
-    message id, tensor id, tensor)``, or with the pickled CUDA tensor's bytes and its ack page's
-    name instead of the tensor (anything else sharing the queue, a stop sentinel, is not)."""
-    if type(item) is not tuple or len(item) not in (4, 5):
-        return False
-    sender, message, index, body = item[:4]
-    ids = all(type(number) is int and number >= 0 for number in (message, index))
-    return type(sender) is str and ids and isinstance(body, torch.Tensor if len(item) == 4 else bytes)
-
-
-def _position(message: int, tensor: int) -> int:
-    """A tensor's place in its sender's stream, as written on the ack page (0 means none)."""
-    return message * _TENSORS_PER_MESSAGE + tensor + 1
