@@ -31,7 +31,7 @@ import torch
 
 from tensorwire import _memory as memory
 from tensorwire._blocks import BufferPlan, Group, compact, compact_array, host_bytes, numpy_group
-from tensorwire._shape import c_strides, extent, shape_problem
+from tensorwire._shape import extent, fit_strides, own_strides, shape_problem, strides_within, travel_strides
 from tensorwire._wire import DATA_MAX, EXT_INLINE, EXT_TENSOR, INLINE_DIMS, pack_descriptor, pack_inline
 from tensorwire.dtypes import DTYPE_NAMES, DTYPES
 from tensorwire.errors import EncodeError
@@ -179,17 +179,17 @@ class Outgoing:
         strides = t.stride()
         limit = self.limits.max_tensor_bytes
         if not nbytes or rank > self.limits.max_rank or nbytes > limit:  # (only then is there anything to refuse)
-            strides = _fit(shape, strides, limit)
+            strides = fit_strides(shape, strides, limit)
             self._check(shape, nbytes, itemsize, strides)
         if not nbytes:
-            return Ext(EXT_INLINE, pack_inline(0, code, shape, 0, 0, _own_strides(shape, strides)))
+            return Ext(EXT_INLINE, pack_inline(0, code, shape, 0, 0, own_strides(shape, strides)))
         cpu = t.is_cpu
         contiguous = t.is_contiguous()
         storage = t.untyped_storage()
         size, address = storage.nbytes(), storage.data_ptr()
         key = (cpu or t.device, address, size) if size and address else id(t)
         start = address + int(t.storage_offset()) * itemsize
-        layout = None if contiguous and 1 not in shape else _layout(shape, strides, contiguous, limit)
+        layout = None if contiguous and 1 not in shape else travel_strides(shape, strides, contiguous, limit)
         lo, hi = (start, start + nbytes) if contiguous else extent(start, shape, strides, itemsize)
         if lo < address or hi > address + size:
             raise EncodeError(
@@ -202,7 +202,7 @@ class Outgoing:
         if shared is not None:
             if shared.count == 1 and shared.compact:  # one sparse view, repeated: one compact copy
                 return self._shared_ext(shared, 0, code, shape, None, 0, nbytes, lambda: compact(t, nbytes))
-            return self._shared_ext(shared, 0, code, shape, _within(layout, limit), start, nbytes)
+            return self._shared_ext(shared, 0, code, shape, strides_within(layout, limit), start, nbytes)
         group = self._groups.get(key)
         if group is not None:  # a later view of its block: written again in the second pass
             self._note(key, None, lo, hi, t)
@@ -210,7 +210,7 @@ class Outgoing:
         group = self._groups[key] = Group(None, address, storage, cpu)  # its first view (what ``_note`` counts)
         group.count, group.lo, group.hi, group.first = 1, lo, hi, t
         # a view reaching far more than its bytes, or with strides no decoder takes, is sparse
-        sparse = not contiguous and (hi - lo >= SPARSE * nbytes or _within(layout, limit, False) is None)
+        sparse = not contiguous and (hi - lo >= SPARSE * nbytes or strides_within(layout, limit, False) is None)
         group.compact = cpu and sparse
         embed = nbytes < self.embed_below and self.data_bytes + nbytes <= self._room
         if cpu and (sparse or (contiguous and embed)):
@@ -220,7 +220,9 @@ class Outgoing:
                 return Ext(EXT_INLINE, pack_inline(0, code, shape, self._embed(host_bytes(c, nbytes)), nbytes, own))
             return self._placed(0, code, shape, None, compact(t, nbytes), 0, nbytes)
         plan = group.plan(lo, hi)
-        return self._placed(0, code, shape, _within(layout, limit), plan, start - group.base - plan.start, nbytes)
+        return self._placed(
+            0, code, shape, strides_within(layout, limit), plan, start - group.base - plan.start, nbytes
+        )
 
     def array(self, array: np.ndarray) -> Ext:
         """The extension for one numpy array of the body."""
@@ -248,12 +250,12 @@ class Outgoing:
         nbytes = array.size * itemsize
         limit = self.limits.max_tensor_bytes
         if not nbytes:
-            strides = _fit(shape, strides, limit)
+            strides = fit_strides(shape, strides, limit)
         self._check(shape, nbytes, itemsize, strides)
         if not nbytes:
-            return Ext(EXT_INLINE, pack_inline(1, code, shape, 0, 0, _own_strides(shape, strides)))
+            return Ext(EXT_INLINE, pack_inline(1, code, shape, 0, 0, own_strides(shape, strides)))
         contiguous = bool(array.flags.c_contiguous)
-        layout = None if contiguous and 1 not in shape else _layout(shape, strides, contiguous, limit)
+        layout = None if contiguous and 1 not in shape else travel_strides(shape, strides, contiguous, limit)
         root: Any = array
         while isinstance(root, np.ndarray) and root.base is not None:
             root = root.base
@@ -263,14 +265,14 @@ class Outgoing:
             if shared.count == 1 and shared.compact:  # one sparse view, repeated: one compact copy
                 copy = lambda: compact_array(array, nbytes)  # noqa: E731
                 return self._shared_ext(shared, 1, code, shape, None, 0, nbytes, copy)
-            return self._shared_ext(shared, 1, code, shape, _within(layout, limit), start, nbytes)
+            return self._shared_ext(shared, 1, code, shape, strides_within(layout, limit), start, nbytes)
         lo, hi = (start, start + nbytes) if contiguous else extent(start, shape, strides, itemsize)
         first = key not in self._groups
         group = self._note(key, lambda: numpy_group(root, lo, hi), lo, hi, array)
         if not first and group.raw is not None:
             return _AGAIN  # written again in the second pass
         # a view reaching far more than its bytes, or with strides no decoder takes, is sparse
-        lone_sparse = not contiguous and (hi - lo >= SPARSE * nbytes or _within(layout, limit, False) is None)
+        lone_sparse = not contiguous and (hi - lo >= SPARSE * nbytes or strides_within(layout, limit, False) is None)
         if first:
             group.compact = lone_sparse
         embed = nbytes < self.embed_below and self.data_bytes + nbytes <= self._room
@@ -363,36 +365,6 @@ class Outgoing:
                 raise EncodeError(f"{problem[0][1:]}: {problem[1]}")
 
 
-def _fit(shape: Any, strides: Any, limit: int) -> tuple[int, ...]:
-    """``strides`` with the stride of each dim of size 1 past ``limit`` (which no decoder with that
-    limit takes) replaced by its canonical one: no index moves along such a dim."""
-    if all(-limit <= s <= limit for s in strides):
-        return tuple(strides)
-    canonical = c_strides(tuple(shape))
-    return tuple(
-        c if n == 1 and not -limit <= s <= limit else s for n, s, c in zip(shape, strides, canonical, strict=True)
-    )
-
-
-def _layout(shape: Any, strides: Any, contiguous: bool, limit: int) -> tuple[int, ...] | None:
-    """The strides a non-empty view travels with (``_fit``), None for a C-contiguous one whose
-    strides are then the canonical ones."""
-    fitted = _fit(shape, strides, limit)
-    return None if contiguous and list(fitted) == c_strides(tuple(shape)) else fitted
-
-
-def _within(layout: Any, limit: int, refuse: bool = True) -> Any:
-    """``layout`` if a decoder with limit ``limit`` takes each of its strides; else an
-    ``EncodeError`` naming the first that is out of range (None if not ``refuse``)."""
-    if layout is not None:
-        for axis, stride in enumerate(layout):
-            if not -limit <= stride <= limit:
-                if not refuse:
-                    return None
-                raise EncodeError(f"strides[{axis}]: {stride} is out of range (over the limit of {limit})")
-    return layout
-
-
 def _same_view(a: Any, b: Any) -> bool:
     """Whether tensors (or arrays) ``a`` and ``b`` are one view: the same memory, dtype, shape and strides."""
     if a is b:
@@ -404,12 +376,6 @@ def _same_view(a: Any, b: Any) -> bool:
     else:
         same = a.data_ptr() == b.data_ptr() and a.stride() == b.stride()
     return bool(same and a.dtype == b.dtype and a.shape == b.shape)
-
-
-def _own_strides(shape: Any, strides: Any) -> tuple[int, ...] | None:
-    """``strides`` of a contiguous view if they differ from the canonical ones (in dims of size 1)."""
-    canonical = c_strides(tuple(shape))
-    return None if list(strides) == canonical else tuple(strides)
 
 
 def _type_name(cls: type) -> str:
