@@ -6,23 +6,18 @@ import json
 from typing import Any
 
 from tensorwire.compat._finding import Finding
+from tensorwire.compat._leaves import enum, limits, scalar, tensor, tree_limits
 from tensorwire.compat._nodes import (
     alone,
-    device_names,
     dim_renames,
-    dtype_names,
-    exact_as_float,
     free_dims,
     in_tree,
     kept_ties,
     kind_of,
-    limit_changes,
-    moved,
     never_sent,
     pinned_dims,
     same_default,
     sole,
-    sole_held,
     spans,
     takes,
     variant_id,
@@ -213,7 +208,7 @@ class Walk:
         match a:  # each case returns when ``b`` is of the same kind; other pairs changed type
             case ScalarT():
                 if isinstance(b, ScalarT):
-                    self.scalar(a, b, what, ptr, where)
+                    scalar(self, a, b, what, ptr, where)
                     return
                 if isinstance(b, EnumT) and sole(a) in b.values:  # one member, sent as its string
                     if b.values != (sole(a),):
@@ -227,7 +222,7 @@ class Walk:
                     return
             case EnumT():
                 if isinstance(b, EnumT):
-                    self.enum(a, b, what, ptr, where)
+                    enum(self, a, b, what, ptr, where)
                     return
                 if isinstance(b, ScalarT) and sole(b) in a.values:
                     if a.values != (sole(b),):
@@ -245,7 +240,7 @@ class Walk:
                         self.emit("ARRAY_MADE_SET", f"{what} changed from a list to a set", ptr, *where)
                     if a.unique and not b.unique:
                         self.emit("SET_MADE_ARRAY", f"{what} changed from a set to a list", ptr, *where)
-                    self.limits(a, b, what, ptr, where)
+                    limits(self, a, b, what, ptr, where)
                     self.node(a.items, b.items, f"items of {what}", ptr, where)
                     return
                 if isinstance(b, TupleT) and spans(a, b):
@@ -263,7 +258,7 @@ class Walk:
                     return
             case MapT():
                 if isinstance(b, MapT):
-                    self.limits(a, b, what, ptr, where)
+                    limits(self, a, b, what, ptr, where)
                     self.node(a.values, b.values, f"values of {what}", ptr, where)
                     return
                 if isinstance(b, TreeT) and in_tree(a, b):
@@ -271,14 +266,14 @@ class Walk:
                     return
             case TensorT():
                 if isinstance(b, TensorT):
-                    self.tensor(a, b, what, ptr, where)
+                    tensor(self, a, b, what, ptr, where)
                     return
                 if isinstance(b, TreeT) and in_tree(a, b):
                     self.emit("TYPE_WIDENED", f"{what} widened from {a.kind} to tree", ptr, *where)
                     return
             case TreeT():
                 if isinstance(b, TreeT):
-                    self.tree_limits(a, b, what, ptr, where)
+                    tree_limits(self, a, b, what, ptr, where)
                     return
                 if in_tree(b, a):  # a scalar, a member, a tensor, a list or a map the tree holds as it is
                     self.emit("TYPE_NARROWED", f"{what} narrowed from tree to {kind_of(b)}", ptr, *where)
@@ -325,83 +320,6 @@ class Walk:
         for i, (x, y) in enumerate(zip(a.items, b.items, strict=True)):
             self.node(x, y, f"item {i} of {what}", ptr, where)
 
-    def tree_limits(self, a: TreeT, b: TreeT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
-        if b.max_depth < a.max_depth:
-            self.emit(
-                "TREE_DEPTH_DECREASED", f"{what} depth limit went from {a.max_depth} to {b.max_depth}", ptr, *where
-            )
-        if b.max_depth > a.max_depth:
-            self.emit(
-                "TREE_DEPTH_INCREASED", f"{what} depth limit went from {a.max_depth} to {b.max_depth}", ptr, *where
-            )
-        if b.json_only and not a.json_only:
-            self.emit("TREE_JSON_TIGHTENED", f"{what} became JSON-only", ptr, *where)
-        if a.json_only and not b.json_only:
-            self.emit("TREE_JSON_LOOSENED", f"{what} is no longer JSON-only", ptr, *where)
-
-    def scalar(self, a: ScalarT, b: ScalarT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
-        if a.kind != b.kind:
-            if (a.kind, b.kind) == ("int", "float"):
-                self.emit("TYPE_WIDENED", f"{what} widened from integer to number", ptr, *where)
-                if not exact_as_float(a):
-                    self.emit("TYPE_WIDENED_LOSSY", f"{what}: old writers' integers may exceed ±2**53", ptr, *where)
-            elif (a.kind, b.kind) == ("float", "int"):
-                self.emit("TYPE_NARROWED", f"{what} narrowed from number to integer", ptr, *where)
-                if not exact_as_float(b):
-                    self.emit("TYPE_NARROWED_LOSSY", f"{what}: new writers' integers may exceed ±2**53", ptr, *where)
-            else:
-                self.emit("TYPE_CHANGED", f"{what} changed from {a.kind} to {b.kind}", ptr, *where)
-                return
-            self.limits(a, b, what, ptr, where)  # the values both kinds hold are still bounded on each side
-            return
-        if a.const != b.const:
-            if a.const is None:
-                if sole(a) != b.const:  # bounds that held that value alone fixed it already
-                    self.emit("CONST_ADDED", f"{what} must now be {json.dumps(b.const)}", ptr, *where)
-            elif b.const is None:
-                if sole(b) != a.const:
-                    self.emit("CONST_REMOVED", f"{what} no longer has to be {json.dumps(a.const)}", ptr, *where)
-            else:
-                change = f"{what}: const {json.dumps(a.const)} -> {json.dumps(b.const)}"
-                self.emit("CONST_CHANGED", change, ptr, *where)
-        if a.pattern != b.pattern:
-            if a.pattern is None:
-                if not sole_held(a, b):
-                    self.emit("PATTERN_ADDED", f"{what} must now match {b.pattern!r}", ptr, *where)
-            elif b.pattern is None:
-                if not sole_held(b, a):
-                    self.emit("PATTERN_REMOVED", f"{what} no longer has to match {a.pattern!r}", ptr, *where)
-            else:
-                self.emit("PATTERN_CHANGED", f"{what}: pattern {a.pattern!r} -> {b.pattern!r}", ptr, *where)
-        self.limits(a, b, what, ptr, where)
-
-    def limits(
-        self, a: ScalarT | ArrayT | MapT, b: ScalarT | ArrayT | MapT, what: str, ptr: str, where: tuple[Any, Any]
-    ) -> None:
-        """Bounds, ``multipleOf`` and lengths of a scalar; item or entry counts of an array or a map.
-        A scalar that holds one value alone (its ``const``) is sent only as that value: the other
-        side's limits change nothing for it while they hold it."""
-        tighter, looser = limit_changes(a, b)
-        if isinstance(a, ScalarT) and isinstance(b, ScalarT):
-            tighter = [] if sole_held(a, b) else tighter
-            looser = [] if sole_held(b, a) else looser
-        if tighter:
-            self.emit("RANGE_TIGHTENED", f"{what}: {', '.join(tighter)}", ptr, *where)
-        if looser:
-            self.emit("RANGE_LOOSENED", f"{what}: {', '.join(looser)}", ptr, *where)
-
-    def enum(self, a: EnumT, b: EnumT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
-        removed = [v for v in a.values if v not in b.values]
-        added = [v for v in b.values if v not in a.values]
-        if removed and len(removed) == len(added):
-            pairs = ", ".join(f"{x!r} -> {y!r}" for x, y in zip(removed, added, strict=True))
-            self.emit("ENUM_VALUE_CHANGED", f"{what}: enum value changed ({pairs})", ptr, *where)
-            return
-        if added:
-            self.emit("ENUM_MEMBER_ADDED", f"{what}: enum gained {added}", ptr, *where)
-        if removed:
-            self.emit("ENUM_MEMBER_REMOVED", f"{what}: enum lost {removed}", ptr, *where)
-
     def union(self, a: UnionT, b: UnionT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
         if a.tag_field != b.tag_field:
             self.emit(
@@ -420,71 +338,6 @@ class Walk:
         for va, vb in kept:
             if isinstance(va, StructT) and isinstance(vb, StructT):
                 self.struct(va, vb)
-
-    def tensor(self, a: TensorT, b: TensorT, what: str, ptr: str, where: tuple[Any, Any]) -> None:
-        if a.kind != b.kind:
-            self.emit("TENSOR_KIND_CHANGED", f"{what} changed from {a.kind} to {b.kind}", ptr, *where)
-        old_d, new_d = dtype_names(a), dtype_names(b)
-        if old_d != new_d and not (old_d and new_d and set(old_d) == set(new_d)):
-            if old_d and new_d and not set(old_d) & set(new_d):
-                self.emit("TENSOR_DTYPE_REPLACED", f"{what}: dtypes {sorted(old_d)} -> {sorted(new_d)}", ptr, *where)
-            else:
-                grown = new_d is None or (old_d is not None and bool(set(new_d) - set(old_d)))
-                shrunk = old_d is None or (new_d is not None and bool(set(old_d) - set(new_d)))
-                text = f"{what}: dtypes {sorted(old_d) if old_d else 'any'} -> {sorted(new_d) if new_d else 'any'}"
-                if grown:
-                    self.emit("TENSOR_DTYPES_GROWN", text, ptr, *where)
-                if shrunk:
-                    self.emit("TENSOR_DTYPES_SHRUNK", text, ptr, *where)
-        if a.shape != b.shape:
-            if a.shape is None or b.shape is None:
-                rid = "TENSOR_SHAPE_TIGHTENED" if a.shape is None else "TENSOR_SHAPE_LOOSENED"
-                self.emit(rid, f"{what}: shape {a.shape} -> {b.shape}", ptr, *where)
-            elif len(a.shape) != len(b.shape):
-                self.emit("TENSOR_RANK_CHANGED", f"{what}: rank {len(a.shape)} -> {len(b.shape)}", ptr, *where)
-            else:
-                old = [self.dims.get(d, d) if isinstance(d, str) else d for d in a.shape]  # renamed dims as new
-                if moved(a.shape, b.shape) or moved(old, b.shape):
-                    self.emit("TENSOR_DIMS_REORDERED", f"{what}: dims {list(a.shape)} -> {list(b.shape)}", ptr, *where)
-                else:
-                    free_a, free_b = self.free  # a name that ties no sizes together is a free dim
-                    old = [None if x in free_a else y for x, y in zip(a.shape, old, strict=True)]
-                    new = [None if y in free_b else y for y in b.shape]
-                    kept, held = self.ties
-                    axes = list(zip(a.shape, b.shape, old, new, strict=True))
-                    # a name whose every axis had this one fixed size, or one old name, ties sizes
-                    # that old writers' agree on; an old name whose every axis has one new name
-                    # ties sizes that new writers' agree on
-                    tighter = any(
-                        x != y
-                        and y is not None
-                        and not (isinstance(x, int) and isinstance(y, str) and self.pinned.get(y) == x)
-                        and not (isinstance(p, str) and isinstance(q, str) and held.get(q) == p)
-                        for p, q, x, y in axes
-                    )
-                    looser = any(
-                        x != y
-                        and x is not None
-                        and not (isinstance(p, str) and isinstance(q, str) and kept.get(p) == q)
-                        for p, q, x, y in axes
-                    )
-                    if tighter:
-                        self.emit(
-                            "TENSOR_SHAPE_TIGHTENED", f"{what}: shape {list(a.shape)} -> {list(b.shape)}", ptr, *where
-                        )
-                    if looser:
-                        self.emit(
-                            "TENSOR_SHAPE_LOOSENED", f"{what}: shape {list(a.shape)} -> {list(b.shape)}", ptr, *where
-                        )
-        old_dev, new_dev = device_names(a), device_names(b)
-        if new_dev - old_dev:
-            self.emit("TENSOR_DEVICES_GROWN", f"{what}: devices {sorted(old_dev)} -> {sorted(new_dev)}", ptr, *where)
-        if old_dev - new_dev:
-            self.emit("TENSOR_DEVICES_SHRUNK", f"{what}: devices {sorted(old_dev)} -> {sorted(new_dev)}", ptr, *where)
-        if bool(b.contiguous) and not a.contiguous:
-            self.emit("TENSOR_CONTIGUITY_REQUIRED", f"{what} must now be contiguous", ptr, *where)
-        if bool(a.contiguous) and not b.contiguous:
-            self.emit("TENSOR_CONTIGUITY_DROPPED", f"{what} no longer has to be contiguous", ptr, *where)
 
 
 def _where(schemas: SchemaSet, source: str, pointer: str) -> Location | None:
