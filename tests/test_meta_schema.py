@@ -111,10 +111,10 @@ def test_the_meta_schema_s_dtypes_are_the_dtype_table_s() -> None:
 def test_every_keyword_the_compiler_applies_is_one_the_meta_schema_allows_and_back() -> None:
     import json as _json
 
-    from tensorwire.schema import _build as build
+    from tensorwire.schema import _keywords as keywords
     from tensorwire.schema._meta import meta_schema_text
 
     node = set(_json.loads(meta_schema_text())["$defs"]["node"]["properties"])
-    applied = set().union(*build._APPLIES.values()) | build._DOC
+    applied = set().union(*keywords._APPLIES.values()) | keywords._DOC
     assert applied <= node, applied - node
     assert node - applied == {"$ref", "const", "x-tensor", "x-ndarray", "x-tree"}  # node kinds of their own

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import keyword
 import posixpath
 import re
 import unicodedata
@@ -12,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorwire.rules import known_validators
-from tensorwire.schema._scalars import BOUNDS, const_node, counts, number_node, string_node
+from tensorwire.schema._keywords import _APPLIES, _DOC, _only
+from tensorwire.schema._names import _CLASS_NAME, _field_name_problem, _member_problem, _pascal
+from tensorwire.schema._scalars import const_node, counts, number_node, string_node
 from tensorwire.schema._source import SourceFile, join_pointer
 from tensorwire.schema._values import value_problem
 from tensorwire.schema.ir import (
@@ -37,40 +38,6 @@ from tensorwire.schema.ir import (
 
 __all__ = ["Builder", "FileEntry", "fingerprint_of"]
 
-_DOC = frozenset(
-    {
-        "$comment",
-        "title",
-        "description",
-        "examples",
-        "default",
-        "deprecated",
-        "readOnly",
-        "writeOnly",
-        "x-compat-ignore",
-    }
-)
-_APPLIES: dict[str, frozenset[str]] = {
-    "boolean": frozenset({"type"}),
-    "integer": frozenset({"type", "format"}) | BOUNDS,
-    "number": frozenset({"type", "format"}) | BOUNDS,
-    "string": frozenset({"type", "minLength", "maxLength", "pattern", "format", "contentEncoding"}),
-    "array": frozenset({"type", "items", "prefixItems", "uniqueItems", "minItems", "maxItems"}),
-    "object": frozenset(
-        {
-            "type",
-            "properties",
-            "required",
-            "additionalProperties",
-            "minProperties",
-            "maxProperties",
-            "x-constraints",
-            "x-validators",
-        }
-    ),
-    "enum": frozenset({"type", "enum", "x-enum-name"}),
-    "oneOf": frozenset({"oneOf", "discriminator"}),
-}
 MAX_TYPE_DEPTH = 200  # nested schema nodes of one message, through $refs: a $ref and its target are two
 _TOO_DEEP = (
     f"types nested deeper than {MAX_TYPE_DEPTH} levels, counting through $ref "
@@ -80,8 +47,6 @@ _NON_ASCII_TAG = (
     "tag {tag!r} (the object's first string const) is not ASCII: msgspec's MessagePack decoder refuses "
     "a struct whose tag is not ASCII (until it has encoded one); use ASCII"
 )
-_CLASS_NAME = re.compile(r"[A-Z][A-Za-z0-9]*")  # fullmatch: a name, never a name and a newline
-_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def fingerprint_of(canonical: Any) -> str:
@@ -99,10 +64,6 @@ class FileEntry:
     namespace: str
     name: str
     version: int
-
-
-def _pascal(name: str) -> str:
-    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[_\W]+", name) if part)
 
 
 class Builder:
@@ -165,37 +126,30 @@ class Builder:
     def _node_of(self, entry: FileEntry, schema: dict[str, Any], ptr: str, hint: str) -> Node:
         src = entry.source
         if "$ref" in schema:
-            self._only(entry, schema, ptr, _DOC | {"$ref"}, "$ref")
+            _only(entry, schema, ptr, _DOC | {"$ref"}, "$ref")
             node = self._ref(entry, schema["$ref"], ptr)
         elif "x-tensor" in schema or "x-ndarray" in schema:
             kind = "tensor" if "x-tensor" in schema else "ndarray"
-            self._only(entry, schema, ptr, _DOC | {f"x-{kind}"}, f"x-{kind}")
+            _only(entry, schema, ptr, _DOC | {f"x-{kind}"}, f"x-{kind}")
             node = self._tensor(entry, kind, schema[f"x-{kind}"], join_pointer(ptr, f"x-{kind}"))
         elif "x-tree" in schema:
-            self._only(entry, schema, ptr, _DOC | {"x-tree"}, "x-tree")
+            _only(entry, schema, ptr, _DOC | {"x-tree"}, "x-tree")
             spec = schema["x-tree"]
             node = TreeT(max_depth=spec.get("max_depth", 64), json_only=spec.get("json", False))
         elif "oneOf" in schema:
-            self._only(entry, schema, ptr, _DOC | _APPLIES["oneOf"], "oneOf")
+            _only(entry, schema, ptr, _DOC | _APPLIES["oneOf"], "oneOf")
             node = self._one_of(entry, schema, ptr, hint)
         elif "enum" in schema:
-            self._only(entry, schema, ptr, _DOC | _APPLIES["enum"], "enum")
+            _only(entry, schema, ptr, _DOC | _APPLIES["enum"], "enum")
             node = self._enum(entry, schema, ptr)
         elif "const" in schema:
-            self._only(entry, schema, ptr, _DOC | {"const", "type"}, "const")
+            _only(entry, schema, ptr, _DOC | {"const", "type"}, "const")
             node = const_node(entry.source, schema, ptr)
         elif "type" in schema:
             node = self._typed(entry, schema, ptr, hint)
         else:
             raise src.error(ptr, "no type: expected one of type, $ref, enum, const, oneOf, x-tensor, x-ndarray, x-tree")
         return node
-
-    def _only(self, entry: FileEntry, schema: dict[str, Any], ptr: str, allowed: frozenset[str], what: str) -> None:
-        for key in schema:
-            if key not in allowed:
-                raise entry.source.error(
-                    join_pointer(ptr, key), f"keyword {key!r} cannot be combined with {what!r}", key=True
-                )
 
     def _typed(self, entry: FileEntry, schema: dict[str, Any], ptr: str, hint: str) -> Node:
         src = entry.source
@@ -299,7 +253,7 @@ class Builder:
             if problem is not None:
                 raise src.error(fptr, problem, key=True)
             if tag_field is None and isinstance(prop.get("const"), str) and prop.get("type", "string") == "string":
-                self._only(entry, prop, fptr, _DOC | {"const", "type"}, "const")
+                _only(entry, prop, fptr, _DOC | {"const", "type"}, "const")
                 tag_field, tag = field_name, prop["const"]  # the first string const: the struct's tag
                 if not tag.isascii():
                     raise src.error(join_pointer(fptr, "const"), _NON_ASCII_TAG.format(tag=tag))
@@ -541,29 +495,3 @@ class Builder:
 
 def _hashable(node: Node) -> bool:
     return isinstance(node, EnumT) or (isinstance(node, ScalarT) and node.kind != "bytes")
-
-
-def _member_problem(value: str, member: str) -> str | None:
-    """Why enum value ``value`` cannot be a member of an enum class named ``member``, or None."""
-    if not member.isidentifier():
-        return f"enum value {value!r} makes the member name {member!r}, which is not a Python name"
-    if member.startswith("__") or (len(member) > 2 and member[0] == member[-1] == "_"):
-        return (
-            f"enum value {value!r} makes the member name {member!r}: Python's enum takes a name starting with "
-            "'__', or starting and ending with '_', for one of its own, not for a member"
-        )
-    return None
-
-
-def _field_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot name a field of a message class, or None."""
-    if not _FIELD_NAME.fullmatch(name):
-        return f"field name {name!r} must be ASCII letters, digits and underscores, not starting with a digit"
-    if keyword.iskeyword(name):
-        return f"field name {name!r} is a Python keyword, which a generated class cannot declare"
-    if name.startswith("__"):
-        return (
-            f"field name {name!r} starts with '__': Python renames such a name in a class body (and "
-            "tensorwire's own class attributes are dunders); rename the field"
-        )
-    return None
