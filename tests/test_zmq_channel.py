@@ -22,7 +22,7 @@ import tensorwire as tw  # noqa: E402
 from tensorwire.builtins import REGISTRY, rpc  # noqa: E402
 from tensorwire.transports._control import FREE, IN_FLIGHT  # noqa: E402
 from tensorwire.zmq import HELLO, AbortedWhileHeldError, Channel, StillHeldError, host_token  # noqa: E402
-from tensorwire.zmq._channel import _INLINE, _SHARED, _TRIAL  # noqa: E402
+from tensorwire.zmq._peers import _INLINE, _SHARED, _TRIAL, route_for  # noqa: E402
 from tests.wire_helpers import held_elsewhere  # noqa: E402
 
 MiB = 1024 * 1024
@@ -614,7 +614,7 @@ def test_a_receiving_channel_answers_a_handshake_and_takes_it_as_no_message(ctx:
         peer, got = server.recv_from(timeout=5)
         assert got.kwargs["n"].shape == (1,) and server.dropped == 0
         assert _raw_parts(a) == [HELLO + host_token() + b"!"]
-        assert server._route(peer) == _TRIAL  # learned from its message, which came after the question
+        assert route_for(server, peer) == _TRIAL  # learned from its message, which came after the question
     a.close(0)
 
 
@@ -992,9 +992,9 @@ def test_a_bare_handshake_frame_with_this_hosts_token_gives_no_shared_memory(ctx
             a.send_multipart([HELLO + host_token() + kind])
             with pytest.raises(TimeoutError):
                 server.recv(timeout=0.2)
-            assert server._route(b"claims") == _INLINE
+            assert route_for(server, b"claims") == _INLINE
         a.send_multipart(_valid(_request()))  # a message that decodes, with the same hello
-        assert server.recv_from(timeout=5)[0] == b"claims" and server._route(b"claims") == _TRIAL
+        assert server.recv_from(timeout=5)[0] == b"claims" and route_for(server, b"claims") == _TRIAL
     a.close(0)
 
 
@@ -1271,7 +1271,7 @@ def test_a_recv_interrupted_between_the_parts_drops_the_rest_of_that_message(ctx
         assert who == b"peer" and torch.equal(message.kwargs["x"], torch.arange(2))
         assert server.dropped == 0 and server.unanswered == 0
         assert other.poll(200) == 0  # no answer to a question it never asked
-        assert server._route(b"other") == _SHARED  # (inproc: local) not taught otherwise by another peer's frames
+        assert route_for(server, b"other") == _SHARED  # (inproc: local) not taught otherwise by another peer's frames
     peer.close(0)
     other.close(0)
 
@@ -1308,7 +1308,7 @@ def test_a_peer_on_trial_pushed_out_of_the_peers_a_router_remembers_gets_inline_
     bound to tcp:// and then ipc:// a remote liar that other routing ids pushed out (handshake
     questions saying "another host" are enough) had every message in shared memory, off trial.
     Once a peer has been forgotten, one not heard from gets inline frames."""
-    monkeypatch.setattr("tensorwire.zmq._channel._MAX_PEERS", 4)
+    monkeypatch.setattr("tensorwire.zmq._peers._MAX_PEERS", 4)
     router = ctx.socket(zmq.ROUTER)
     endpoint = f"tcp://127.0.0.1:{router.bind_to_random_port('tcp://127.0.0.1')}"
     router.bind(f"ipc://{tmp_path}/router")
@@ -1318,7 +1318,7 @@ def test_a_peer_on_trial_pushed_out_of_the_peers_a_router_remembers_gets_inline_
     liar.send_multipart(_valid(_request()))
     with tw.transports.ShmTransport() as shm, Channel(router, REGISTRY, transport=shm) as server:
         assert server.recv_from(timeout=5)[0] == b"liar"
-        assert server._route(b"liar") == _TRIAL
+        assert route_for(server, b"liar") == _TRIAL
         for other in _workers(ctx, endpoint, 4):
             other.send(HELLO + bytes(16) + b"?")
         with pytest.raises(TimeoutError):

@@ -67,10 +67,11 @@ from tensorwire._timeouts import deadline_after
 from tensorwire.transports.base import Handle, Transport
 from tensorwire.transports.inline import InlineHandle
 from tensorwire.transports.shm import MAX_READERS, FanOut, ShmTransport
-from tensorwire.zmq._locality import TOKEN_BYTES, endpoint_is_local, host_token
+from tensorwire.zmq._locality import TOKEN_BYTES, host_token
 from tensorwire.zmq._notes import Notes
+from tensorwire.zmq._peers import _FAR, _INLINE, _SHARED, _TRIAL, learn, route_for, start_trial
 from tensorwire.zmq._sent import DONE, AbortedWhileHeldError, Sent, StillHeldError
-from tensorwire.zmq._sockets import drop_rest, kind_of, over_network, poll_ms, recv_parts, type_of
+from tensorwire.zmq._sockets import drop_rest, kind_of, poll_ms, recv_parts, type_of
 
 __all__ = ["COPY_BELOW", "HELLO", "MAX_TRIALS", "Channel"]
 
@@ -82,7 +83,6 @@ COPY_BELOW = 512 * 1024
 waiting for ZeroMQ to let go of a frame costs more than copying it (``tools.bench.copy_below``)."""
 
 _LOG = logging.getLogger("tensorwire.zmq")
-_MAX_PEERS = 4096  # peers whose locality a ROUTER channel remembers (the oldest is forgotten first)
 _FAN_OUT = frozenset({zmq.PUB, zmq.XPUB})  # one message, many receivers: never through shared memory
 _SMALL_HEAD = 64 * 1024  # frame 0 up to this size is taken as bytes (the decoder's quickest input)
 _ASK, _ANSWER = b"?", b"!"  # the last byte of a handshake's one frame: a question, an answer
@@ -94,9 +94,6 @@ _BACKLOG = 1000  # messages a handshake keeps for recv when the socket's receive
 _MORE, _NOW, _POLLIN, _POLLOUT = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.POLLIN), int(zmq.POLLOUT)
 _SEND_SLICE = 0.05  # seconds a refused send waits before it looks at abort() again
 _FIRST_PAUSE, _LONGEST_PAUSE = 0.001, 0.05  # a ROUTER's pauses between tries to queue for a full peer
-_INLINE, _SHARED, _TRIAL = 0, 1, 2  # how a message goes to its peer (``Channel._route``)
-_FAR, _SAYS_NEAR, _NEAR = 0, 1, 2  # what a peer's hello says: another host; this host, over a network
-# connection (its word only); this host, over ipc:// or inproc:// (``Channel._learn``)
 MAX_TRIALS = 16
 """``Channel``'s default ``max_trials``."""
 
@@ -159,7 +156,7 @@ class Channel:
         # a channel that cannot open shared memory says so with a token no process has
         self._hello = HELLO + (host_token() if transport is not None else bytes(TOKEN_BYTES))
         self._peers: OrderedDict[bytes | None, int] = OrderedDict()  # what each peer's hello says
-        self._forgot = False  # whether a peer was ever pushed out of ``_peers`` (past _MAX_PEERS)
+        self._forgot = False  # whether a peer was ever pushed out of ``_peers`` (past ``_peers._MAX_PEERS``)
         self._proven: OrderedDict[bytes | None, None] = OrderedDict()  # peers that claimed a message
         self._trials: dict[bytes | None, Handle] = {}  # a message's first buffer each, waiting for its claim
         self._backlog: deque[tuple[bytes | None, Any]] = deque()  # messages read by a handshake
@@ -196,7 +193,7 @@ class Channel:
                 raise ValueError("a ROUTER channel sends to one peer: send(message, peer=routing_id)")
             raise ValueError("peer= is for ROUTER sockets; this socket routes messages itself")
         deadline = deadline_after(timeout)
-        route = self._route(peer)
+        route = route_for(self, peer)
         frames = (self._inline if route == _INLINE else self._shared_encoder()).encode(message)
         try:
             sent = self._put(peer, frames, deadline, timeout)
@@ -205,7 +202,7 @@ class Channel:
                 self._unsend(frames)
             raise
         if route == _TRIAL:
-            self._try(peer, frames)
+            start_trial(self, peer, frames)
         return self._settled(sent, wait, deadline, timeout)
 
     def broadcast(
@@ -228,7 +225,7 @@ class Channel:
         deadline = deadline_after(timeout)
         shm = self.transport
         fan: FanOut | None = None
-        if isinstance(shm, ShmTransport) and shm.pool is not None and all(self._route(p) == _SHARED for p in peers):
+        if isinstance(shm, ShmTransport) and shm.pool is not None and all(route_for(self, p) == _SHARED for p in peers):
             if len(peers) > MAX_READERS:
                 raise ValueError(f"a shared-memory broadcast reaches {MAX_READERS} peers at most, not {len(peers)}")
             fan = shm.fan_out(len(peers))
@@ -369,77 +366,6 @@ class Channel:
     def _shared_encoder(self) -> Encoder:
         assert self._shared is not None
         return self._shared
-
-    def _route(self, peer: bytes | None) -> int:
-        """How a message goes to ``peer`` (None: the socket's peers): ``_INLINE``; ``_SHARED``, when it
-        can open this process's shared memory (``same_host=True``; a hello from this host that came
-        over ipc:// or inproc://, or from a peer that has claimed a message; nothing heard, an
-        ipc:// or inproc:// endpoint, and no peer ever forgotten: past ``_MAX_PEERS`` an unknown
-        peer may be a forgotten one, whose hello said otherwise); ``_TRIAL``, when only its hello
-        says so (over a network connection): through shared memory if no message of its is on trial
-        (waiting for its claim) and fewer than ``max_trials`` peers have one, otherwise inline
-        (``withheld``)."""
-        if self._shared is None:
-            return _INLINE
-        if self._trials:  # each looked at before this send can take a slot a claimed one left
-            self._settle()
-        if self.same_host is not None:
-            return _SHARED if self.same_host else _INLINE
-        said = self._peers.get(peer)
-        if said is None:  # nothing heard: the endpoint tells, unless the peer may have been forgotten
-            if self._forgot:  # (a flood of routing ids pushed it out: it may have been on trial, or remote)
-                return _INLINE
-            if not self._endpoint:
-                self._endpoint = self._last_endpoint()
-            return _SHARED if endpoint_is_local(self._endpoint) else _INLINE
-        if said == _FAR:
-            return _INLINE
-        if said == _NEAR or peer in self._proven:
-            return _SHARED
-        if peer in self._trials or len(self._trials) >= self.max_trials:
-            self.withheld += 1
-            return _INLINE
-        return _TRIAL
-
-    def _settle(self) -> None:
-        """End the trials whose message was claimed (its peer is proven: it opened this process's
-        shared memory) or can no longer be; those still waiting stay. A message is judged by its
-        first shared-memory buffer: a receiver claims a message's buffers in order, as it decodes."""
-        assert self.transport is not None
-        claimed = self.transport.claimed
-        for peer, handle in list(self._trials.items()):
-            outcome = claimed(handle)
-            if outcome is None:
-                continue
-            del self._trials[peer]
-            if outcome:
-                self._proven[peer] = None
-                if len(self._proven) > _MAX_PEERS:
-                    self._proven.popitem(last=False)
-
-    def _try(self, peer: bytes | None, frames: list[Any]) -> None:
-        """Put ``peer`` on trial with the message just sent to it, if it has a shared-memory buffer."""
-        for _, handle in self._decoder.table.decode(frames[0]).buffers:
-            if not isinstance(handle, InlineHandle):
-                self._trials[peer] = handle
-                return
-
-    def _learn(self, peer: bytes | None, local: bool, frame: zmq.Frame) -> None:
-        """Remember what ``peer``'s hello (in ``frame``) said, and whether it came over a network
-        connection (then it is only its word). A ROUTER knows which peer it sends to, a PAIR has one;
-        any other socket may route a message to a peer it has not heard from, so there a hello can
-        only take shared memory away (``same_host=True`` or an ``ipc://`` endpoint gives it)."""
-        if not self._router and self._type != zmq.PAIR and local:
-            return
-        key = peer if self._router else None
-        said = _FAR
-        if local:  # (a peer's connection does not change: looked at once)
-            said = self._peers.get(key, _FAR) or (_SAYS_NEAR if over_network(frame) else _NEAR)
-        self._peers[key] = said
-        self._peers.move_to_end(key)
-        if len(self._peers) > _MAX_PEERS:
-            self._peers.popitem(last=False)
-            self._forgot = True
 
     # -- receiving ------------------------------------------------------------------------------
     def recv(self, *, timeout: float | None = None) -> Any:
@@ -600,7 +526,7 @@ class Channel:
         # a question (or an answer nobody asked for) takes shared memory away, never gives it: its
         # sender has not shown a message that decodes; the answer to this channel's question does
         if not local or (frame[-1:] == _ANSWER and (peer if self._router else None) in self._asked):
-            self._learn(peer, local, part)
+            learn(self, peer, local, part)
         if frame[-1:] == _ASK and self._type in _ANSWERING:
             try:
                 self._control(peer, _ANSWER, time.monotonic(), 0)
@@ -628,7 +554,7 @@ class Channel:
             self.buffer_frames += len(parts) - 2
         message = self._decoder.decode(frames)
         if self._router or self._type == zmq.PAIR or hello != self._hello:
-            self._learn(peer, hello == self._hello, parts[0])
+            learn(self, peer, hello == self._hello, parts[0])
         return message
 
     # -- life -----------------------------------------------------------------------------------
