@@ -183,3 +183,36 @@ def test_the_in_flight_pipeline_sends_to_a_receiver_process() -> None:
     assert [row["in_flight"] for row in rows] == [1, 4] and rows[0]["slots"] == 1 and 1 <= rows[1]["slots"] <= 4
     assert all(0 < row["min_us"] <= row["median_us"] <= row["max_us"] and row["sender_cpu_us"] > 0 for row in rows)
     assert "| messages allowed in flight | one 64 KiB message |" in render_pipeline(rows, 64 * 1024)
+
+
+@pytest.mark.parametrize(
+    ("argv", "counts"),
+    [(["--pipeline"], [1, 8, 64, 512]), ([], [0, 8, 64, 512]), (["--pipeline", "--in-flight", "2,3"], [2, 3])],
+)
+def test_the_in_flight_probe_runs_as_the_readme_shows_it(
+    argv: list[str], counts: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tools.bench.in_flight as probe
+
+    asked: list[list[int]] = []
+
+    def measured(windows: list[int], *args: object, **kwargs: object) -> list[dict[str, object]]:
+        asked.append(list(windows))
+        return []
+
+    monkeypatch.setattr(probe, "measure_pipeline", measured)
+    monkeypatch.setattr(probe, "measure", measured)
+    monkeypatch.setattr(probe, "render_pipeline", lambda rows, size: "")
+    monkeypatch.setattr(probe, "render", lambda rows, size, **kwargs: "")
+    assert probe.main(argv) == 0
+    assert asked == [counts]
+
+
+@pytest.mark.parametrize("argv", [["--pipeline", "--in-flight", "0,8"], ["--in-flight", "x"], ["--in-flight", ""]])
+def test_the_in_flight_probe_refuses_counts_it_cannot_run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from tools.bench.in_flight import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "--in-flight takes counts of 0 or more (1 or more with --pipeline)" in capsys.readouterr().err

@@ -263,7 +263,7 @@ def render(rows: Sequence[dict[str, Any]], size: int, *, one_shot: bool = False,
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench.in_flight", description=__doc__.splitlines()[0])
-    parser.add_argument("--in-flight", default="0,8,64,512", help="comma-separated counts (default 0,8,64,512)")
+    parser.add_argument("--in-flight", help="comma-separated counts (default 0,8,64,512; with --pipeline 1,8,64,512)")
     parser.add_argument("--size", default="64K", help="the tensor's size (default 64K)")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
     parser.add_argument("--number", type=int, default=50, help="round trips per sample (default 50)")
@@ -273,7 +273,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--held", action="store_true", help="the receiver keeps N tensors, and each one sent")
     mode.add_argument("--pipeline", action="store_true", help="to a receiver process, N messages unacknowledged")
     args = parser.parse_args(argv)
-    counts = [int(n) for n in args.in_flight.split(",")]
+    default = "1,8,64,512" if args.pipeline else "0,8,64,512"  # a pipeline of 0 messages sends nothing
+    try:
+        counts = [int(n) for n in (default if args.in_flight is None else args.in_flight).split(",")]
+    except ValueError:
+        counts = []
     if not counts or min(counts) < (1 if args.pipeline else 0):
         parser.error("--in-flight takes counts of 0 or more (1 or more with --pipeline)")
     size = parse_size(args.size)
