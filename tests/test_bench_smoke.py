@@ -6,6 +6,7 @@ import gc
 import io
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -216,3 +217,41 @@ def test_the_in_flight_probe_refuses_counts_it_cannot_run(argv: list[str], capsy
         main(argv)
     assert info.value.code == 2
     assert "--in-flight takes counts of 0 or more (1 or more with --pipeline)" in capsys.readouterr().err
+
+
+def test_the_threshold_sweep_answers_help_without_measuring(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tools.bench.threshold as threshold
+
+    def measure_mode(*args: object) -> None:
+        raise AssertionError("measured")
+
+    monkeypatch.setattr(threshold, "measure_mode", measure_mode)
+    with pytest.raises(SystemExit) as info:
+        threshold.main(["--help"])
+    assert info.value.code == 0 and "usage: python -m tools.bench.threshold" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        threshold.main(["--sizes", "4K"])
+    assert info.value.code == 2
+
+
+def test_the_readme_writer_replaces_the_bench_section_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tools.bench.readme import END, START, main
+
+    results = REPO / "docs" / "bench.json"
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{START}\nold table\n{END}\nafter\n")
+    assert main([str(results), str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith(f"before\n{START}\n| size | mode | median ms |") and text.endswith(f"\n{END}\nafter\n")
+    assert "old table" not in text
+    plain = tmp_path / "NOTES.md"
+    plain.write_text("no bench section\n")
+    with pytest.raises(SystemExit) as info:
+        main([str(results), str(plain)])
+    assert info.value.code == 2 and plain.read_text() == "no bench section\n"
+    assert f"{plain} has no {START} ... {END} section" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2

@@ -6,8 +6,10 @@ python -m tools.bench.readme bench.json README.md
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +36,18 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-    results = json.loads(Path(argv[0]).read_text())
-    readme = Path(argv[1])
-    text = readme.read_text()
-    head, _, rest = text.partition(START)
-    _, _, tail = rest.partition(END)
-    readme.write_text(f"{head}{START}\n{markdown(results)}\n{END}{tail}")
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.readme", description=__doc__.splitlines()[0])
+    parser.add_argument("results", type=Path, help="the benchmark's JSON")
+    parser.add_argument("readme", type=Path, help="the file to write the tables into, between the bench markers")
+    args = parser.parse_args(argv)
+    results = json.loads(args.results.read_text())
+    text = args.readme.read_text()
+    head, start, rest = text.partition(START)
+    _, end, tail = rest.partition(END)
+    if not (start and end):  # a file without the markers is left as it is, not appended to
+        parser.error(f"{args.readme} has no {START} ... {END} section")
+    args.readme.write_text(f"{head}{START}\n{markdown(results)}\n{END}{tail}")
     return 0
 
 

@@ -8,8 +8,10 @@ the default ``EncodeOptions.inline_threshold``.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
+from collections.abc import Sequence
 
 from tools.bench.harness import measure_mode
 from tools.bench.modes import TwInline, TwPool
@@ -17,7 +19,9 @@ from tools.bench.modes import TwInline, TwPool
 SWEEP = [4 * 1024 * 2**i for i in range(9)]  # 4 KiB .. 1 MiB
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.threshold", description=__doc__.splitlines()[0])
+    parser.parse_args(argv)  # no options: --help, or anything else, before minutes of measuring
     inline = measure_mode(TwInline.name, SWEEP)
     pool = measure_mode(TwPool.name, SWEEP)
     crossover = None
@@ -32,4 +36,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
