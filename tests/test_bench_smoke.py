@@ -255,3 +255,22 @@ def test_the_readme_writer_replaces_the_bench_section_only(tmp_path: Path, capsy
     with pytest.raises(SystemExit) as info:
         main([])
     assert info.value.code == 2
+
+
+_COMMANDS = ["backing", "channels", "copy_below", "cuda", "idle", "in_flight", "instructions", "readme"]
+_COMMANDS += ["shm_roundtrip", "small", "stages", "threshold"]
+
+
+@pytest.mark.parametrize("name", _COMMANDS)
+def test_each_bench_command_answers_help_under_the_name_the_readme_runs_it_by(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib
+
+    if name in ("channels", "copy_below"):
+        pytest.importorskip("zmq")
+    module = importlib.import_module(f"tools.bench.{name}")
+    with pytest.raises(SystemExit) as info:
+        module.main(["--help"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: python -m tools.bench.{name} ")

@@ -119,7 +119,9 @@ def render(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.bench.backing", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", help="comma-separated sizes, e.g. 1M,256M (default: 64K,1M,16M,256M,1G)")
     parser.add_argument("--rounds", type=int, default=20, help="measured rounds per size (default: 20)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")

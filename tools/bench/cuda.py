@@ -193,7 +193,7 @@ def _end_to_end(nbytes: int, reps: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.cuda", description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=1024, help="tensor size in MiB (default 1024)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", help="also write the results to this file")

@@ -118,7 +118,11 @@ def run(mib: int, reps: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.bench.shm_roundtrip",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--json", action="store_true")
