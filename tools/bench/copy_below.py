@@ -36,8 +36,8 @@ def _child(port: int) -> None:
 
     context = zmq.Context()
     socket = context.socket(zmq.PAIR)
-    socket.connect(f"tcp://127.0.0.1:{port}")
-    with Channel(socket, REGISTRY) as channel:
+    with Channel(socket, REGISTRY) as channel:  # before connect: the channel sets the socket's MAXMSGSIZE
+        socket.connect(f"tcp://127.0.0.1:{port}")
         while True:
             message = channel.recv(timeout=60)
             if message.method == "stop":
@@ -54,11 +54,11 @@ def measure(sizes: Sequence[int], rounds: int, seed: int) -> list[tuple[int, flo
 
     context = zmq.Context()
     socket = context.socket(zmq.PAIR)
-    port = socket.bind_to_random_port("tcp://127.0.0.1")
+    copying, handing = Channel(socket, REGISTRY, copy_below=1 << 62), Channel(socket, REGISTRY, copy_below=0)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")  # after the channels, which set MAXMSGSIZE
     child = mp.get_context("spawn").Process(target=_child, args=(port,), daemon=True)
     child.start()
     shuffle = random.Random(seed)
-    copying, handing = Channel(socket, REGISTRY, copy_below=1 << 62), Channel(socket, REGISTRY, copy_below=0)
     rows = []
     try:
         for size in sizes:
