@@ -6,6 +6,7 @@ run leaves no child process, shared-memory file or ipc socket folder behind.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import math
 import multiprocessing as mp
@@ -61,12 +62,27 @@ def leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], Non
     yield check
 
 
+@contextlib.contextmanager
+def channels_made_first(capfd: pytest.CaptureFixture[str]) -> Iterator[None]:
+    """Fails if a channel of the benchmark, here or in a child it spawns, was made on a socket bound or
+    connected already (its MAXMSGSIZE would not hold on that endpoint: the channel warns)."""
+    late = "bound or connected already"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    assert not [str(w.message) for w in caught if late in str(w.message)]
+    assert late not in capfd.readouterr().err
+
+
 def positive(*values: Any) -> bool:
     return all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in values)
 
 
-def test_transfers_report_every_implementation_on_both_transports(leaves_nothing: Callable[[], None]) -> None:
-    rows = measure_transfers(SIZES, (TCP, IPC), rounds=1, warmup=1)
+def test_transfers_report_every_implementation_on_both_transports(
+    leaves_nothing: Callable[[], None], capfd: pytest.CaptureFixture[str]
+) -> None:
+    with channels_made_first(capfd):
+        rows = measure_transfers(SIZES, (TCP, IPC), rounds=1, warmup=1)
     leaves_nothing()
     expected = {
         TCP: {TENSORWIRE, PICKLE, PICKLE_INBAND, HOOKS, RAW},
@@ -124,8 +140,9 @@ def test_copy_threshold_sweep_rows_and_crossover(leaves_nothing: Callable[[], No
     assert "beats copy=True" in text
 
 
-def test_rpc_rows_and_target(leaves_nothing: Callable[[], None]) -> None:
-    rpc = measure_rpc(calls=40, blocks=2, number=5)
+def test_rpc_rows_and_target(leaves_nothing: Callable[[], None], capfd: pytest.CaptureFixture[str]) -> None:
+    with channels_made_first(capfd):
+        rpc = measure_rpc(calls=40, blocks=2, number=5)
     leaves_nothing()
     assert [row["implementation"] for row in rpc["rows"]] == [TENSORWIRE, RAW]
     for row in rpc["rows"]:
@@ -151,11 +168,7 @@ def test_schedule_and_usage_errors() -> None:
 def test_the_copy_below_sweep_reports_both_channels_per_size(capfd: pytest.CaptureFixture[str]) -> None:
     from tools.bench.copy_below import measure
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with channels_made_first(capfd):
         rows = measure([64 * 1024, 1024 * 1024], rounds=1, seed=0)
     assert [size for size, _, _ in rows] == [64 * 1024, 1024 * 1024]
     assert all(copy_us > 0 and zero_us > 0 for _, copy_us, zero_us in rows)
-    # each channel is made before its socket binds or connects (its MAXMSGSIZE holds), in the child too
-    assert not [str(w.message) for w in caught if "bound or connected already" in str(w.message)]
-    assert "bound or connected already" not in capfd.readouterr().err

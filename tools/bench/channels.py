@@ -333,8 +333,8 @@ def _child(endpoints: list[tuple[str, str, str]], control: Connection) -> None:
         poller = zmq.Poller()
         for name, kind, address in endpoints:
             socket = context.socket(zmq.PAIR)
+            stations[socket] = _STATIONS[name](socket, kind)  # before connect: a channel sets MAXMSGSIZE
             socket.connect(address)
-            stations[socket] = _STATIONS[name](socket, kind)
             poller.register(socket, zmq.POLLIN)
             socket.send(b"ready")
         stop = control.fileno()
@@ -363,13 +363,15 @@ class _Child:
         self.process: Any = None
         self._control: Connection | None = None
 
-    def bind(self, name: str, kind: str) -> zmq.Socket[Any]:
-        """A PAIR socket bound for station ``name`` on ``kind`` (the child connects at ``start``)."""
+    def bind(self, name: str, kind: str) -> _Peer:
+        """Station ``name``'s peer on a PAIR socket bound on ``kind`` (the child connects at ``start``);
+        the peer is made first, so a channel's MAXMSGSIZE holds at the bind."""
         socket = self.context.socket(zmq.PAIR)
         self.sockets.append(socket)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.SNDTIMEO, _TIMEOUT_MS)
         socket.setsockopt(zmq.RCVTIMEO, _TIMEOUT_MS)
+        peer = _STATIONS[name](socket, kind)
         if kind == TCP:
             port = socket.bind_to_random_port("tcp://127.0.0.1")
             address = f"tcp://127.0.0.1:{port}"
@@ -379,7 +381,7 @@ class _Child:
             address = f"ipc://{self.folder}/{len(self.endpoints)}.sock"
             socket.bind(address)
         self.endpoints.append((name, kind, address))
-        return socket
+        return peer
 
     def start(self) -> None:
         """Spawn the child and wait for every socket's greeting."""
@@ -447,7 +449,7 @@ def measure_transfers(
         for kind in kinds:
             for peer in _PEERS:
                 if kind in peer.kinds:
-                    senders[kind, peer.name] = peer(child.bind(peer.name, kind), kind)
+                    senders[kind, peer.name] = child.bind(peer.name, kind)
         child.start()
         for nbytes in sizes:
             if not fits(nbytes, 2):
@@ -562,7 +564,7 @@ def measure_copy_threshold(
     ``max_us`` per message, ``gb_per_s``, ``x_copy``: median / copy=True's) and ``crossover``
     (per zero-copy variant: the size from which it beats copy=True, or None)."""
     child = _Child()
-    sockets = {variant: child.bind(_Sink.name, TCP) for variant in VARIANTS}
+    sockets = {variant: child.bind(_Sink.name, TCP).socket for variant in VARIANTS}
     samples: dict[tuple[int, str], list[float]] = {}
     counts: dict[int, int] = {}
     try:
@@ -725,8 +727,8 @@ def measure_rpc(
             raise RuntimeError(f"the RPC child did not start (exit code {process.exitcode})")
         port, raw_port = control.recv()
         dealer = context.socket(zmq.DEALER)
+        client = Client(dealer)  # before connect: it sets the socket's MAXMSGSIZE
         dealer.connect(f"tcp://127.0.0.1:{port}")
-        client = Client(dealer)
         raw.setsockopt(zmq.RCVTIMEO, _TIMEOUT_MS)
         raw.connect(f"tcp://127.0.0.1:{raw_port}")
         frames = _wire(_rpc_messages(x)[0])
