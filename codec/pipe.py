@@ -100,7 +100,8 @@ def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
     send on a ``Connection`` once it may have written part of the message (an interrupt, or a write
     that fails part of the way) leaves the stream in the middle of it: every later ``send`` on that
     connection is an ``OSError`` saying so (its peer's ``Receiver`` never reads the next message as
-    the rest of that one; close the connection)."""
+    the rest of that one; close the connection). A frame ``writev`` cannot take (one that is not
+    C-contiguous) is refused with nothing written, and the connection stays usable."""
     if _DIRECT and type(conn) is Connection:
         if conn in _cut_off:
             raise OSError(_SEND_CUT_OFF)
@@ -117,7 +118,8 @@ def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
                 _cut_off.add(conn)
             raise
         except BaseException:  # an interrupt: it may come as a write returns, before it is counted
-            _cut_off.add(conn)
+            if written.bytes or all(memoryview(part).c_contiguous for part in parts):
+                _cut_off.add(conn)  # (a piece writev cannot take, not C-contiguous: nothing was written)
             raise
         return
     conn.send_bytes(join(frames))

@@ -452,6 +452,30 @@ def test_a_send_that_fails_before_writing_leaves_the_connection_usable(pipe: tup
         send(writer, frames_of(64, seed=5))
 
 
+@pytest.mark.parametrize(
+    ("pieces", "error", "message"),
+    [
+        (1, BufferError, "memoryview: underlying buffer is not C-contiguous"),
+        (2, BufferError, "memoryview: underlying buffer is not C-contiguous"),
+        (1500, TypeError, "memoryview: casts are restricted to C-contiguous views"),
+    ],
+    ids=["alone", "after frame 0", "past one writev"],
+)
+def test_a_frame_that_is_not_contiguous_is_refused_and_leaves_the_connection_usable(
+    pipe: tuple[Connection, Connection], pieces: int, error: type[Exception], message: str
+) -> None:
+    """``writev`` takes no strided buffer: nothing of the message is written, so the connection is
+    not marked as cut off in the middle of one (every later send failed as if it were)."""
+    reader, writer = pipe
+    strided = memoryview(bytes(range(100)))[::2]
+    with pytest.raises(error, match=rf"^{message}$"):
+        send(writer, [b"frame"] * (pieces - 1) + [strided])
+    assert not reader.poll(0)
+    frames = frames_of(64, seed=6)
+    send(writer, frames)
+    assert same_bits(decoded(Receiver(reader).recv(timeout=WAIT)), decoded(frames))
+
+
 @pytest.mark.parametrize("timeout", [None, WAIT], ids=["blocking", "timeout"])
 def test_an_exception_while_no_message_has_started_leaves_the_stream_readable(
     pipe: tuple[Connection, Connection], timeout: float | None
