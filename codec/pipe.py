@@ -12,9 +12,11 @@ straight on the received bytes instead of copying them out of read-only ``bytes`
 The reuse rule: the frames of one ``recv``, and every tensor or array decoded from them, are views
 of the receiver's buffer. ``recv`` writes into that buffer again only when nothing views it any
 more; while any view, frame or decoded value of the previous message is alive, the next message
-goes into a fresh buffer of the same size (which then becomes the one that is reused). So a
-message never changes under values decoded from an earlier one, and a consumer that lets go of
-each message before asking for the next reads every message into the same memory. Views are
+goes into a fresh buffer sized for it as the first one is (``initial``, or the next power of two
+that holds it), which then becomes the one that is reused. So a message never changes under values
+decoded from an earlier one, values kept from one large message do not make each later one take
+as much memory, and a consumer that lets go of each message before asking for the next reads
+every message into the same memory. Views are
 detected the way CPython enforces them: a bytearray with exported buffers refuses to resize.
 Memory held some other way is not seen: a raw address (``data_ptr()``, ``ctypes``) kept after
 its tensor is gone, or a frame closed with ``memoryview.release()`` while a tensor still uses it.
@@ -186,8 +188,11 @@ class Receiver:
     """Receives messages sent with ``send`` into a buffer it reuses; see the module for the reuse rule.
 
     ``initial``: the first buffer's size in bytes. A larger message grows it to the next power of
-    two that holds it, at most ``max_bytes``. A message over ``max_bytes`` is a ``DecodeError``;
-    it has been read off the connection by then, so the next ``recv`` gets the message after it.
+    two that holds it, at most ``max_bytes``; a fresh buffer (the current one still in use) is
+    sized the same way for the message read into it, at least ``initial`` (through another
+    reader, which tells a message's size only once it is read, for the message before it). A message over
+    ``max_bytes`` is a ``DecodeError``; it has been read off the connection by then, so the next
+    ``recv`` gets the message after it.
     On a ``Connection`` it is read off in 64 KiB chunks and dropped, so ``max_bytes`` bounds what a
     message can make the receiver hold; through another reader's ``recv_bytes_into`` (which reads
     a message whole before it can tell it does not fit) it bounds only the memory kept.
@@ -213,7 +218,9 @@ class Receiver:
         self._conn = conn
         self._max_bytes = max_bytes
         self._max_frames = max_frames
-        self._buffer = bytearray(min(initial, max_bytes))
+        self._initial = min(initial, max_bytes)
+        self._buffer = bytearray(self._initial)
+        self._last = 0  # the size of the last message read through another reader (its next one's guess)
         self._direct = conn if _DIRECT and type(conn) is Connection else None  # read off its descriptor
         self._head = bytearray(_LARGE.size)  # a message's size, as it arrives
         self._broken = ""  # why the stream can no longer be read: a message stopped part of the way
@@ -277,7 +284,7 @@ class Receiver:
                 raise TimeoutError(f"a message did not arrive in full within {timeout} s: {stalled}") from None
         buffer = self._buffer
         if _in_use(buffer):
-            buffer = self._buffer = bytearray(len(buffer))
+            buffer = self._fresh(self._last)  # (its size is known once it is read: a larger one grows it)
         try:
             size = conn.recv_bytes_into(buffer)
         except BufferTooShort as exc:
@@ -287,9 +294,16 @@ class Receiver:
                 raise DecodeError(
                     f"message of {size} bytes is over the receiver's max_bytes of {self._max_bytes}"
                 ) from None
-            buffer = self._buffer = bytearray(min(1 << (size - 1).bit_length(), self._max_bytes))
+            buffer = self._fresh(size)
             buffer[:size] = message
+        self._last = size
         return split(memoryview(buffer)[:size], max_frames=self._max_frames)
+
+    def _fresh(self, size: int) -> bytearray:
+        """A new buffer, made the one reused, for a message of ``size`` bytes: the next power of two
+        that holds it, at least ``initial``, at most ``max_bytes``."""
+        buffer = self._buffer = bytearray(min(max(1 << (size - 1).bit_length(), self._initial), self._max_bytes))
+        return buffer
 
     def _read_message(self, conn: Connection, deadline: float | None) -> memoryview:
         """The next message on ``conn``, read off its descriptor as ``Connection.recv_bytes`` reads
@@ -328,10 +342,8 @@ class Receiver:
             _drain(fd, size, deadline)
             raise DecodeError(f"message of {size} bytes is over the receiver's max_bytes of {self._max_bytes}")
         buffer = self._buffer
-        if size > len(buffer):
-            buffer = self._buffer = bytearray(min(1 << (size - 1).bit_length(), self._max_bytes))
-        elif _in_use(buffer):
-            buffer = self._buffer = bytearray(len(buffer))
+        if size > len(buffer) or _in_use(buffer):
+            buffer = self._fresh(size)
         view = memoryview(buffer)[:size]
         _read_into(fd, view, deadline)
         return view

@@ -327,6 +327,37 @@ def test_through_another_reader_a_second_message_does_not_overwrite_a_live_tenso
     assert same_bits(got, second)
 
 
+@pytest.mark.parametrize("through", ["connection", "another reader"])
+def test_a_message_read_while_a_large_one_is_held_takes_a_buffer_sized_for_it(
+    pipe: tuple[Connection, Connection], through: str
+) -> None:
+    """While frames of a large message are held, the next message goes into a fresh buffer sized
+    for it (``initial`` here), not one as large as the held one: each small message kept after a
+    large one took a buffer of the large one's size, up to ``max_bytes`` each. Another reader
+    reads a message before its size is known: its fresh buffer is sized for the message before it
+    (so only the first small one takes one of the large one's size)."""
+    reader, writer = pipe
+    conn: Any = reader if through == "connection" else Proxy(reader)
+    receiver = Receiver(conn, initial=1 * KiB, max_bytes=16 * MiB)
+    big, smalls = frames_of(3 * MiB, seed=1), [frames_of(16, seed=seed) for seed in range(2, 6)]
+    sender = Sender(writer)
+
+    def send_all() -> None:
+        for frames in [big, *smalls]:
+            send(writer, frames)
+
+    sender.send_raw(send_all)
+    fresh = [1 * KiB] * len(smalls) if through == "connection" else [4 * MiB] + [1 * KiB] * (len(smalls) - 1)
+    held = [receiver.recv(timeout=WAIT)]
+    assert receiver.capacity == 4 * MiB
+    for capacity in fresh:
+        held.append(receiver.recv(timeout=WAIT))
+        assert receiver.capacity == capacity
+    sender.wait()
+    assert [len(frames[0].obj) for frames in held] == [4 * MiB, *fresh]  # type: ignore[arg-type]
+    assert [[bytes(f) for f in frames] for frames in held] == [[bytes(f) for f in m] for m in [big, *smalls]]
+
+
 def test_a_socket_connection_takes_the_same_path() -> None:
     """A ``multiprocessing.connection`` Client/Listener pair (a Unix socket) is a Connection too."""
     from multiprocessing.connection import Client, Listener
