@@ -43,6 +43,7 @@ import weakref
 from collections.abc import Sequence
 from multiprocessing import BufferTooShort
 from multiprocessing.connection import Connection
+from traceback import clear_frames
 from typing import Any, Protocol
 
 from tensorwire._timeouts import deadline_after, next_wait
@@ -282,6 +283,9 @@ class Receiver:
                 if not self._broken:  # not a byte of it read: another reader of the descriptor took it
                     raise TimeoutError(f"no message arrived within {timeout} s") from None
                 raise TimeoutError(f"a message did not arrive in full within {timeout} s: {stalled}") from None
+            except DecodeError as exc:  # (the frames of its traceback had the buffer's view as a local)
+                clear_frames(exc.__traceback__)  # so a caller that keeps the error keeps none of the buffer
+                raise
         buffer = self._buffer
         if _in_use(buffer):
             buffer = self._fresh(self._last)  # (its size is known once it is read: a larger one grows it)
@@ -297,7 +301,11 @@ class Receiver:
             buffer = self._fresh(size)
             buffer[:size] = message
         self._last = size
-        return split(memoryview(buffer)[:size], max_frames=self._max_frames)
+        try:
+            return split(memoryview(buffer)[:size], max_frames=self._max_frames)
+        except DecodeError as exc:
+            clear_frames(exc.__traceback__)  # (as above)
+            raise
 
     def _fresh(self, size: int) -> bytearray:
         """A new buffer, made the one reused, for a message of ``size`` bytes: the next power of two

@@ -18,7 +18,7 @@ import torch
 import tensorwire as tw
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.pipe import Receiver, frame_header, send
-from tests.test_pipe import WAIT, KiB, MiB, Sender, payload, same_bits
+from tests.test_pipe import WAIT, KiB, MiB, Sender, buffer_span, payload, same_bits
 
 
 @pytest.fixture
@@ -356,6 +356,39 @@ def test_a_message_read_while_a_large_one_is_held_takes_a_buffer_sized_for_it(
     sender.wait()
     assert [len(frames[0].obj) for frames in held] == [4 * MiB, *fresh]  # type: ignore[arg-type]
     assert [[bytes(f) for f in frames] for frames in held] == [[bytes(f) for f in m] for m in [big, *smalls]]
+
+
+@pytest.mark.parametrize("through", ["connection", "another reader"])
+@pytest.mark.parametrize(
+    ("blob", "error"),
+    [
+        (b"not a blob", r"^not a tensorwire blob: magic b'not ', expected b'TWB1'$"),
+        (
+            struct.pack("<4sIQ", b"TWB1", 1, 2**40),
+            r"^blob truncated: frame 0 needs 1099511627776 bytes at 64, blob has 16$",
+        ),
+        (tw.join([b""] * 3), r"^blob of 3 frames is over the max_frames of 2$"),
+    ],
+    ids=["not a blob", "frame table past the blob", "too many frames"],
+)
+def test_a_kept_error_of_a_blob_that_does_not_split_keeps_nothing_of_the_buffer(
+    pipe: tuple[Connection, Connection], through: str, blob: bytes, error: str
+) -> None:
+    """The error's traceback held the view of the buffer that the split was given: while the
+    caller kept the error (to report it later), every later message went into a fresh buffer."""
+    reader, writer = pipe
+    conn: Any = reader if through == "connection" else Proxy(reader)
+    receiver = Receiver(conn, max_frames=2)
+    frames = frames_of(64, seed=9)
+    writer.send_bytes(blob)
+    send(writer, frames)
+    span = buffer_span(receiver)
+    with pytest.raises(tw.DecodeError, match=error) as caught:
+        receiver.recv(timeout=WAIT)
+    kept = caught.value
+    assert same_bits(decoded(receiver.recv(timeout=WAIT)), decoded(frames))
+    assert buffer_span(receiver) == span, "the kept error kept the buffer the blob was read into"
+    assert kept.__traceback__ is not None
 
 
 def test_a_socket_connection_takes_the_same_path() -> None:
