@@ -261,7 +261,8 @@ class Receiver:
         message must arrive within it too: one whose sender stops part of the way is a
         ``TimeoutError`` that leaves the stream in the middle of that message, so every later
         ``recv`` is an ``OSError`` saying so (close the connection); so is every ``recv`` after
-        one that an exception (``KeyboardInterrupt``, a signal handler's) stopped part of the way.
+        one that an exception (``KeyboardInterrupt``, a signal handler's whatever its type, a read
+        that failed) stopped part of the way.
         ``EOFError`` when the other end is closed and nothing is left to read; ``OSError`` when it
         closes in the middle of a message. ``DecodeError`` for a message over ``max_bytes``, one
         whose header announces a negative size, one that is not a blob, or one of more than
@@ -331,9 +332,12 @@ class Receiver:
         except _Stalled as stalled:
             self._broken = f"the connection stopped in the middle of a message: {stalled}"
             raise
-        except (DecodeError, OSError):  # read off to its end, or the connection is at its end (or failed)
+        except DecodeError:  # read off to its end
             self._broken = ""
             raise
+        except _Ended as ended:  # the connection is at its end (any other OSError, a failed read's or one
+            self._broken = ""  # a signal handler raised, leaves the stream in the middle of the message)
+            raise OSError(*ended.args) from None
         self._broken = ""
         return view
 
@@ -364,10 +368,15 @@ class _Stalled(Exception):
     """A message stopped arriving part of the way, past the caller's deadline."""
 
 
+class _Ended(Exception):
+    """The connection ended in the middle of a message (``recv`` raises it as ``Connection`` does:
+    an ``OSError``)."""
+
+
 def _read_into(
     fd: int, view: memoryview, deadline: float | None, got: int = 0, *, before: int = 0, whole: int = 0
 ) -> None:
-    """Fill ``view`` (its first ``got`` bytes are there) from ``fd``; ``OSError`` if it ends part of
+    """Fill ``view`` (its first ``got`` bytes are there) from ``fd``; ``_Ended`` if it ends part of
     the way, ``_Stalled`` if the bytes still missing have not come by ``deadline`` (None: wait for
     them however long it takes). Each read waits for its bytes first: a sender that stops between a
     message's size and its bytes holds no read past ``deadline``. Errors count the bytes of a
@@ -379,7 +388,7 @@ def _read_into(
             _wait_for(fd, select.POLLIN, deadline, progress)
         more = _readv(fd, view[got:], deadline, progress)
         if not more:
-            raise OSError(f"got end of file during message ({before + got} of {whole} bytes)")
+            raise _Ended(f"got end of file during message ({before + got} of {whole} bytes)")
         got += more
 
 

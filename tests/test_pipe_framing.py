@@ -442,36 +442,38 @@ class Interrupted(Exception):
     """What the signal handler of ``interrupted_after`` raises."""
 
 
-def interrupted_after(seconds: float, action: Callable[[], object]) -> None:
-    """``action()``, which must be stopped by an exception a SIGALRM handler raises ``seconds`` in."""
+def interrupted_after(seconds: float, action: Callable[[], object], error: type[Exception] = Interrupted) -> None:
+    """``action()``, which must be stopped by an ``error`` a SIGALRM handler raises ``seconds`` in."""
 
     def interrupt(signum: int, frame: object) -> None:
-        raise Interrupted
+        raise error("interrupted")
 
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
         signal.setitimer(signal.ITIMER_REAL, seconds)
-        with pytest.raises(Interrupted):
+        with pytest.raises(error, match=r"^interrupted$"):
             action()
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
 
+@pytest.mark.parametrize("error", [Interrupted, TimeoutError], ids=["exception", "os error"])
 @pytest.mark.parametrize("timeout", [None, WAIT], ids=["blocking", "timeout"])
 def test_a_message_an_exception_stops_part_of_the_way_is_not_read_on(
-    pipe: tuple[Connection, Connection], timeout: float | None
+    pipe: tuple[Connection, Connection], timeout: float | None, error: type[Exception]
 ) -> None:
     """An exception that stops ``recv`` in the middle of a message leaves the stream there: the next
     ``recv`` says so, instead of reading the rest as a message of its own (here a blob that the
-    stopped message carried, which was never sent)."""
+    stopped message carried, which was never sent). An ``OSError`` too (a ``TimeoutError`` from an
+    alarm, say), which was taken for the connection's end."""
     reader, writer = pipe
     carried = tw.join(frames_of(64, seed=1))
     rest = frame_header(len(carried)) + carried
     blob = tw.join([b"x" * 100 + rest])
     write_raw(writer, (frame_header(len(blob)) + blob)[: -len(rest)])
     receiver = Receiver(reader)
-    interrupted_after(0.2, lambda: receiver.recv(timeout=timeout))
+    interrupted_after(0.2, lambda: receiver.recv(timeout=timeout), error)
     write_raw(writer, rest)
     with pytest.raises(OSError, match=r"^an earlier recv was interrupted in the middle of a message"):
         receiver.recv(timeout=WAIT)
