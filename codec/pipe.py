@@ -100,11 +100,12 @@ def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
     On a ``multiprocessing.connection.Connection`` the blob's pieces (the frames themselves, not
     copied) go to its file descriptor in one ``writev``, framed as ``send_bytes`` frames them;
     elsewhere the frames are joined once and sent with ``send_bytes``. An exception that stops a
-    send on a ``Connection`` once it may have written part of the message (an interrupt, or a write
-    that fails part of the way) leaves the stream in the middle of it: every later ``send`` on that
-    connection is an ``OSError`` saying so (its peer's ``Receiver`` never reads the next message as
-    the rest of that one; close the connection). A frame ``writev`` cannot take (one that is not
-    C-contiguous) is refused with nothing written, and the connection stays usable."""
+    send on a ``Connection`` once it may have written part of the message (an interrupt, an error a
+    signal handler raises whatever its type, or a write that fails part of the way) leaves the
+    stream in the middle of it: every later ``send`` on that connection is an ``OSError`` saying so
+    (its peer's ``Receiver`` never reads the next message as the rest of that one; close the
+    connection). A frame ``writev`` cannot take (one that is not C-contiguous) is refused with
+    nothing written, and the connection stays usable."""
     if _DIRECT and type(conn) is Connection:
         if conn in _cut_off:
             raise OSError(_SEND_CUT_OFF)
@@ -116,13 +117,9 @@ def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
         written = _Written()
         try:
             _write_all(fd, [header, *parts], len(header) + size, written)
-        except OSError:
-            if written.bytes:  # (a write that fails writes nothing: ``written`` counts what went)
+        except BaseException as exc:  # (``written`` counts what went; an interrupt may come as a write
+            if written.bytes or not _wrote_nothing(exc, parts):  # returns, before it is counted)
                 _cut_off.add(conn)
-            raise
-        except BaseException:  # an interrupt: it may come as a write returns, before it is counted
-            if written.bytes or all(memoryview(part).c_contiguous for part in parts):
-                _cut_off.add(conn)  # (a piece writev cannot take, not C-contiguous: nothing was written)
             raise
         return
     conn.send_bytes(join(frames))
@@ -160,6 +157,18 @@ def _write_all(fd: int, parts: list[Buffer], total: int, done: _Written) -> None
             views[first] = views[first][written:]
         written = _writev(fd, views[first : first + _IOV_MAX])
         done.bytes += written
+
+
+def _wrote_nothing(exc: BaseException, parts: list[Buffer]) -> bool:
+    """Whether ``exc``, which stopped a send before a write of it was counted, says that nothing was
+    written: a write's own failure (an ``OSError`` raised by ``os.writev`` itself, not one a signal
+    handler raised as a write returned), or a piece ``writev`` cannot take (not C-contiguous)."""
+    if isinstance(exc, OSError):
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        return tb is not None and tb.tb_frame.f_code is _writev.__code__  # (a handler's frame is below)
+    return not all(memoryview(part).c_contiguous for part in parts)
 
 
 def _writev(fd: int, parts: Sequence[Buffer]) -> int:
