@@ -302,14 +302,15 @@ class Receiver:
         try:
             size = conn.recv_bytes_into(buffer)
         except BufferTooShort as exc:
-            message = exc.args[0]
-            size = len(message)
-            if size > self._max_bytes:
+            size = len(exc.args[0])
+            if size > self._max_bytes:  # (``exc`` stays the error's context: kept with the error, it
+                exc.args = ()  # keeps none of the message, nor the frames of the read that holds it)
+                exc.__traceback__ = None
                 raise DecodeError(
                     f"message of {size} bytes is over the receiver's max_bytes of {self._max_bytes}"
                 ) from None
             buffer = self._fresh(size)
-            buffer[:size] = message
+            buffer[:size] = exc.args[0]
         self._last = size
         try:
             return split(memoryview(buffer)[:size], max_frames=self._max_frames)

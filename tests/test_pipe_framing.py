@@ -144,6 +144,31 @@ def test_an_oversized_message_is_read_off_in_bounded_memory(pipe: tuple[Connecti
     sender.wait()
 
 
+def test_a_kept_error_of_a_message_over_max_bytes_through_another_reader_keeps_none_of_it(
+    pipe: tuple[Connection, Connection],
+) -> None:
+    """Another reader's ``recv_bytes_into`` reads a message whole before it can tell it does not fit;
+    the error kept that message (its context, the ``BufferTooShort`` carrying it, and a local of its
+    traceback's frame), so each error a caller kept held a message over ``max_bytes``."""
+    reader, writer = pipe
+    receiver = Receiver(Proxy(reader), initial=64 * KiB, max_bytes=1 * MiB)
+    big = frames_of(8 * MiB, seed=3)
+    size = len(tw.join(big))
+    sender = Sender(writer)
+    sender.send_raw(lambda: send(writer, big))
+    tracemalloc.start()
+    try:
+        over = rf"^message of {size} bytes is over the receiver's max_bytes of {MiB}$"
+        with pytest.raises(tw.DecodeError, match=over) as caught:
+            receiver.recv(timeout=WAIT)
+        sender.wait()
+        kept, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert caught.value.__traceback__ is not None
+    assert kept < 1 * MiB, f"the kept error of a {size}-byte message held {kept} bytes"
+
+
 @pytest.mark.parametrize("through", ["connection", "another reader"])
 def test_a_message_of_max_bytes_is_read_into_max_bytes_and_one_byte_more_is_refused(
     pipe: tuple[Connection, Connection], through: str
