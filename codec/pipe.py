@@ -232,7 +232,8 @@ class Receiver:
         self._buffer = bytearray(self._initial)
         self._last = 0  # the size of the last message read through another reader (its next one's guess)
         self._direct = conn if _DIRECT and type(conn) is Connection else None  # read off its descriptor
-        self._head = bytearray(_LARGE.size)  # a message's size, as it arrives
+        self._head = memoryview(bytearray(_LARGE.size))  # a message's size, as it arrives
+        self._short = self._head[: _SIZE.size]  # its first 4 bytes (-1 past 2 GiB: 8 more follow)
         self._broken = ""  # why the stream can no longer be read: a message stopped part of the way
 
     @property
@@ -332,13 +333,20 @@ class Receiver:
         fd = conn.fileno()  # OSError("handle is closed") as Connection says it
         if not conn.readable:
             raise OSError("connection is write-only")
-        head = memoryview(self._head)
-        got = _readv(fd, head[: _SIZE.size], deadline, "0 of 4 bytes read")  # (raising, it read nothing)
-        if not got:
-            raise EOFError
+        short = self._short
+        short[0] = _UNREAD
         self._broken = _CUT_OFF  # until the message is read to its end: an exception may stop it anywhere
         try:
-            view = self._read_rest(fd, head, got, deadline)
+            got = _readv(fd, short, deadline, "0 of 4 bytes read")
+        except BaseException:  # (an interrupt may come as a read returns: the first byte says if it read)
+            if short[0] == _UNREAD:
+                self._broken = ""
+            raise
+        if not got:
+            self._broken = ""
+            raise EOFError
+        try:
+            view = self._read_rest(fd, got, deadline)
         except _Stalled as stalled:
             self._broken = f"the connection stopped in the middle of a message: {stalled}"
             raise
@@ -351,9 +359,10 @@ class Receiver:
         self._broken = ""
         return view
 
-    def _read_rest(self, fd: int, head: memoryview, got: int, deadline: float | None) -> memoryview:
-        """The message whose first ``got`` bytes of its size are in ``head``, read as ``_read_message`` says."""
-        _read_into(fd, head[: _SIZE.size], deadline, got)
+    def _read_rest(self, fd: int, got: int, deadline: float | None) -> memoryview:
+        """The message whose first ``got`` bytes of its size are read, read as ``_read_message`` says."""
+        head = self._head
+        _read_into(fd, self._short, deadline, got)
         (size,) = _SIZE.unpack_from(head)
         if size == -1:
             _read_into(fd, head, deadline)
@@ -372,6 +381,7 @@ class Receiver:
 
 
 _CUT_OFF = "an earlier recv was interrupted in the middle of a message, so the stream cannot be read on"
+_UNREAD = 0x80  # no size begins with this byte (one up to 0x7FFFFFFF begins with 0x00-0x7F, -1 with 0xFF)
 
 
 class _Stalled(Exception):

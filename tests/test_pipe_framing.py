@@ -504,6 +504,31 @@ def test_a_message_an_exception_stops_part_of_the_way_is_not_read_on(
         receiver.recv(timeout=WAIT)
 
 
+@pytest.mark.parametrize("timeout", [None, WAIT], ids=["blocking", "timeout"])
+def test_an_exception_as_the_read_of_a_size_returns_leaves_the_stream_marked(
+    pipe: tuple[Connection, Connection], monkeypatch: pytest.MonkeyPatch, timeout: float | None
+) -> None:
+    """A signal whose handler raises can land as the read of a message's size returns with its
+    bytes (the handler runs once the read is back): the stream was then past them, unmarked, and
+    the next ``recv`` read the message's own bytes as the size of one."""
+    reader, writer = pipe
+    for seed in (1, 2):
+        send(writer, frames_of(64, seed=seed))
+    readv = os.readv
+
+    def read_then_interrupt(fd: int, buffers: Any) -> int:
+        readv(fd, buffers)
+        monkeypatch.setattr(os, "readv", readv)
+        raise Interrupted("interrupted")  # (what the handler of a signal that came during the read raises)
+
+    monkeypatch.setattr(os, "readv", read_then_interrupt)
+    receiver = Receiver(reader)
+    with pytest.raises(Interrupted, match=r"^interrupted$"):
+        receiver.recv(timeout=timeout)
+    with pytest.raises(OSError, match=r"^an earlier recv was interrupted in the middle of a message"):
+        receiver.recv(timeout=1.0)
+
+
 @pytest.mark.parametrize("error", [Interrupted, TimeoutError], ids=["exception", "os error"])
 def test_a_send_an_exception_stops_part_of_the_way_is_not_written_on(
     pipe: tuple[Connection, Connection], error: type[Exception]
