@@ -297,7 +297,8 @@ def unpack_descriptor(code: int, data: Buffer) -> Descriptor:
 
 
 def join(frames: Sequence[Buffer]) -> bytes:
-    """One blob: ``TWB1``, frame count, frame lengths, then the frames, each at a 64-byte boundary."""
+    """One blob: ``TWB1``, frame count, frame lengths, then the frames, each at a 64-byte boundary
+    (``ValueError`` for no frames: a blob holds one at least)."""
     return b"".join(blob_parts(frames)[0])  # one copy of each frame
 
 
@@ -309,6 +310,8 @@ def blob_parts(frames: Sequence[Buffer]) -> tuple[list[Buffer], int]:
         size = len(frame) if type(frame) is bytes else memoryview(frame).nbytes
         return [_SINGLE.pack(BLOB_MAGIC, 1, size), frame], _SINGLE.size + size
     sizes = [memoryview(f).nbytes for f in frames]
+    if not sizes:  # (``split`` refuses a blob of none: every message has frame 0)
+        raise ValueError("a blob holds at least one frame, got none")
     parts: list[Buffer] = [BLOB_PREAMBLE.pack(BLOB_MAGIC, len(frames)), *(FRAME_LENGTH.pack(n) for n in sizes)]
     pos = BLOB_PREAMBLE.size + FRAME_LENGTH.size * len(frames)
     for frame, size in zip(frames, sizes, strict=True):

@@ -154,6 +154,11 @@ def test_a_blob_of_no_frames_or_a_frame_cut_short_is_a_decode_error_naming_it() 
         tw.split(blob[:-1])
 
 
+def test_join_refuses_no_frames_which_split_would_refuse() -> None:
+    with pytest.raises(ValueError, match=r"^a blob holds at least one frame, got none$"):
+        tw.join([])
+
+
 def test_split_takes_at_most_max_frames() -> None:
     frames = INLINE.encode(_message())
     blob = tw.join(frames)

@@ -573,6 +573,16 @@ def test_a_send_that_fails_before_writing_leaves_the_connection_usable(pipe: tup
         send(writer, frames_of(64, seed=5))
 
 
+def test_a_message_of_no_frames_is_refused_with_nothing_written(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    with pytest.raises(ValueError, match=r"^a blob holds at least one frame, got none$"):
+        send(writer, [])
+    assert not reader.poll(0)
+    frames = frames_of(64, seed=7)
+    send(writer, frames)
+    assert same_bits(decoded(Receiver(reader).recv(timeout=WAIT)), decoded(frames))
+
+
 @pytest.mark.parametrize(
     ("pieces", "error", "message"),
     [
