@@ -49,7 +49,8 @@ _FIELDS = Descriptor._fields  # kind, dtype, shape, strides, buffer, offset, nby
 _SEGMENT_CHARS = 64  # a longer map key is cut short in a path
 
 # A body path, built only for the tensor references whose path is wanted: None for ``$``, else
-# (parent, step), a step being an array index (int) or a map key (wrapped in a 1-tuple).
+# (parent, step), a step being an array index (int), a string map key (in a 1-tuple) or the JSON
+# text of any other map key (in a 2-tuple after None: made once per entry, not once per tensor).
 _Where = tuple[Any, Any] | None
 
 
@@ -256,7 +257,7 @@ def _place(
     if isinstance(item, dict) and item:
         entries: dict[str, Any] = {}  # (filled in order: keys keep it)
         into[slot] = entries
-        stack.append((((k if isinstance(k, str) else _key(k), (k,), v) for k, v in item.items()), entries, where))
+        stack.append((_entries(item), entries, where))
         return True
     if isinstance(item, list | tuple) and item:
         into[slot] = values = [None] * len(item)
@@ -270,6 +271,16 @@ def _place(
         tensors.append({"index": item.index, "path": _path(where), **item.desc})
     into[slot] = _leaf(item)
     return False
+
+
+def _entries(item: dict[Any, Any]) -> Iterator[tuple[str, Any, Any]]:
+    """Each entry of ``item`` as (its name in the description, its path step, its value)."""
+    for key, value in item.items():
+        if isinstance(key, str):
+            yield key, (key,), value
+        else:
+            text = _key(key)
+            yield text, (None, text), value
 
 
 def _leaf(value: Any) -> Any:
@@ -297,13 +308,14 @@ def _path(where: _Where) -> str:
     steps = []
     while where is not None:
         where, step = where
-        steps.append(_segment(step[0]) if isinstance(step, tuple) else f"[{step}]")
+        steps.append(_segment(step) if isinstance(step, tuple) else f"[{step}]")
     return "$" + "".join(reversed(steps))
 
 
-def _segment(key: Any) -> str:
+def _segment(step: tuple[str] | tuple[None, str]) -> str:
     """The path segment of a map entry: ``.name``, ``["other text"]`` or ``[<JSON of a non-string key>]``."""
-    if isinstance(key, str):
+    if len(step) == 1:
+        key = step[0]
         return key_segment(key if len(key) <= _SEGMENT_CHARS else key[: _SEGMENT_CHARS - 3] + "...")
-    text = _key(key)
+    text = step[1]
     return f"[{text if len(text) <= _SEGMENT_CHARS else text[: _SEGMENT_CHARS - 3] + '...'}]"

@@ -120,6 +120,29 @@ def test_inspect_gives_a_nested_tensor_its_path_among_containers() -> None:
     assert [t["path"] for t in info["tensors"]] == ["$.output[0].b[0]", "$.output[2][0]"]
 
 
+def test_inspect_makes_the_text_of_a_map_key_once_however_many_tensors_lie_under_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The JSON text of a key that is not a string was made again for the path of every tensor
+    under it: a 100 KB blob, a key of 100,000 items over 1,000 tensors, took minutes."""
+    from tensorwire import inspection
+
+    keys: list[Any] = []
+    key_text = inspection._key
+
+    def counted(key: Any) -> str:
+        keys.append(key)
+        return key_text(key)
+
+    monkeypatch.setattr(inspection, "_key", counted)
+    broken = msgspec.msgpack.Ext(1, b"")  # a tensor whose descriptor does not read still has a path
+    frame = msgspec.msgpack.encode(["x", b"", b"", [], {(0, 1): [broken] * 50}])
+    info = inspection.describe(frame)
+    assert [t["path"] for t in info["tensors"]] == [f"$[[0, 1]][{i}]" for i in range(50)]
+    assert info["body"] == {"[0, 1]": [{"$tensor": i} for i in range(50)]}
+    assert keys == [(0, 1)]
+
+
 def test_inspect_prints_a_float_json_cannot_hold_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A NaN or infinite float in frame 0 was printed as ``NaN`` or ``Infinity``, which no JSON
     reader takes."""
