@@ -47,6 +47,7 @@ __all__ = ["describe", "read_header_frame", "tensor_paths"]
 
 _FIELDS = Descriptor._fields  # kind, dtype, shape, strides, buffer, offset, nbytes
 _SEGMENT_CHARS = 64  # a longer map key is cut short in a path
+_MAX_TENSORS = Limits().max_tensors
 
 # A body path, built only for the tensor references whose path is wanted: None for ``$``, else
 # (parent, step), a step being an array index (int), a string map key (in a 1-tuple) or the JSON
@@ -102,11 +103,13 @@ def read_header_frame(path: str | os.PathLike[str], limits: Limits | None = None
         return frame
 
 
-def describe(header_frame: Buffer, max_depth: int = 66) -> dict[str, Any]:
+def describe(header_frame: Buffer, max_depth: int = 66, max_tensors: int = _MAX_TENSORS) -> dict[str, Any]:
     """Type, version, fingerprint, the size of frame 0's data, each buffer (transport, size, handle)
     and each tensor with its body path. ``max_depth``: the levels frame 0 may nest, its own array
-    and the body's map included (66: the 64 levels below a message of ``Limits``' default)."""
-    header = _decode(header_frame, max_depth)
+    and the body's map included (66: the 64 levels below a message of ``Limits``' default);
+    ``max_tensors``: the tensor extensions it may hold (``Limits``' default), past which it is a
+    ``DecodeError``, as a decode refuses it, before a description is made of any."""
+    header = _decode(header_frame, max_depth, [], max_tensors)
     parsed = parse_tag(header[0] if header else None)
     if parsed is not None and parsed[0] != WIRE_VERSION:
         raise DecodeError(
@@ -155,15 +158,18 @@ def _is_ref(value: Any) -> bool:
     return type(value) is _Ref
 
 
-def _decode(header_frame: Buffer, max_depth: int, made: list[_Ref] | None = None) -> list[Any]:
-    """Frame 0 as an array, its nesting bounded first; ``made`` gathers its tensor extensions."""
+def _decode(
+    header_frame: Buffer, max_depth: int, made: list[_Ref] | None = None, max_tensors: int | None = None
+) -> list[Any]:
+    """Frame 0 as an array, its nesting bounded first; ``made`` gathers its tensor extensions, of
+    which there may be ``max_tensors`` (None: any number)."""
     try:
         view = memoryview(header_frame).cast("B")
     except (TypeError, ValueError) as exc:
         raise DecodeError(f"invalid header: {exc}") from None
     check_depth(view, max_depth, above=HEADER_LEVELS)
     try:
-        header = msgspec.msgpack.decode(view, ext_hook=_ext_hook if made is None else partial(_ext_hook, made=made))
+        header = msgspec.msgpack.decode(view, ext_hook=_hook(made, max_tensors))
     except msgspec.MsgspecError as exc:
         raise DecodeError(f"invalid header: {exc}") from None
     except RecursionError:  # a max_depth past what the stack holds
@@ -177,9 +183,17 @@ def _decode(header_frame: Buffer, max_depth: int, made: list[_Ref] | None = None
     return header
 
 
-def _ext_hook(code: int, data: memoryview, made: list[_Ref] | None = None) -> Any:
-    """What an extension of frame 0 reads as; ``made`` gathers the tensors, numbered in its order."""
+def _hook(made: list[_Ref] | None, max_tensors: int | None) -> Any:
+    """The extension hook that gathers tensors in ``made`` (up to ``max_tensors``), if given."""
+    return _ext_hook if made is None else partial(_ext_hook, made=made, max_tensors=max_tensors)
+
+
+def _ext_hook(code: int, data: memoryview, made: list[_Ref] | None = None, max_tensors: int | None = None) -> Any:
+    """What an extension of frame 0 reads as; ``made`` gathers the tensors, numbered in its order,
+    and holds at most ``max_tensors`` (None: any number): one more is a ``DecodeError``."""
     if code == EXT_TENSOR or code == EXT_INLINE:
+        if made is not None and max_tensors is not None and len(made) >= max_tensors:
+            raise DecodeError(f"more than {max_tensors} tensors in one message (limit max_tensors)")
         try:
             desc = unpack_descriptor(code, data)
         except DecodeError as exc:
@@ -190,7 +204,7 @@ def _ext_hook(code: int, data: memoryview, made: list[_Ref] | None = None) -> An
             out["buffer"] = None  # its bytes are in frame 0's data, from ``offset``
         return _made(_Ref(out), made)
     if code == EXT_TUPLE:  # nesting bounded by check_depth
-        items = msgspec.msgpack.decode(data, ext_hook=_ext_hook if made is None else partial(_ext_hook, made=made))
+        items = msgspec.msgpack.decode(data, ext_hook=_hook(made, max_tensors))
         if not isinstance(items, list):
             raise DecodeError("invalid header: a tree tuple must hold an array")
         return tuple(items)
