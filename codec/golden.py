@@ -152,13 +152,13 @@ def record(root: Path, cases: Cases) -> list[Path]:
                     raise ValueError(f"{what} {name!r} is not a plain file name: it would be written outside {root}")
             message = build()
             version = type(message).__tw_type__.version
-            base = root / type_id / f"v{version}" / case
-            if base.with_suffix(".bin").exists():
+            folder = root / type_id / f"v{version}"  # (a case named "a.b" is a.b.bin, not a.bin)
+            if (folder / f"{case}.bin").exists():
                 continue  # released: never rewritten
             description = json.dumps(describe(message), indent=2, sort_keys=True) + "\n"
             pending += [
-                (base.with_suffix(".bin"), join(encoder.encode(message))),
-                (base.with_suffix(".json"), description.encode()),
+                (folder / f"{case}.bin", join(encoder.encode(message))),
+                (folder / f"{case}.json", description.encode()),
             ]
     written: list[Path] = []
     for path, data in pending:

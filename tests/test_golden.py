@@ -296,6 +296,25 @@ def test_the_built_in_schemas_record_the_built_in_cases(tmp_path: Path, monkeypa
     assert not (tmp_path / "edited").exists()
 
 
+def test_a_case_name_with_a_dot_keeps_its_whole_name(tmp_path: Path) -> None:
+    """A case's files were named with ``with_suffix``, which replaces what follows a dot: cases
+    ``run.1`` and ``run.2`` were both written to ``run.bin`` (the second over the first), and once
+    it existed a case ``run.3`` was taken as released and never written."""
+    from tensorwire.builtins import diffusion
+
+    root = tmp_path / "golden"
+    runs = [(f"run.{i}", lambda i=i: diffusion.Output(error=str(i))) for i in range(1, 4)]
+    written = record(root, {"diffusion.Output": runs[:2]})
+    assert [p.relative_to(root).as_posix() for p in written] == [
+        f"diffusion.Output/v1/run.{i}.{ext}" for i in (1, 2) for ext in ("bin", "json")
+    ]
+    assert [p.name for p in record(root, {"diffusion.Output": runs})] == ["run.3.bin", "run.3.json"]
+    for i in range(1, 4):
+        blob = (root / "diffusion.Output" / "v1" / f"run.{i}.bin").read_bytes()
+        assert tw.Decoder(REGISTRY).decode(tw.split(blob)).error == str(i)
+    assert read_manifest(root) == manifest_lines(root)
+
+
 @pytest.mark.parametrize(
     ("cases", "bad"),
     [
