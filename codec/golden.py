@@ -26,7 +26,16 @@ from tensorwire._encoder import Encoder
 from tensorwire._files import find, read_text
 from tensorwire._wire import join
 
-__all__ = ["MANIFEST", "MAX_MANIFEST_BYTES", "Cases", "describe", "manifest_lines", "read_manifest", "record"]
+__all__ = [
+    "MANIFEST",
+    "MAX_MANIFEST_BYTES",
+    "Cases",
+    "describe",
+    "description_text",
+    "manifest_lines",
+    "read_manifest",
+    "record",
+]
 
 MANIFEST = "MANIFEST.sha256"
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024  # the largest manifest read (some 500,000 fixtures)
@@ -71,6 +80,12 @@ def describe(value: Any) -> Any:
     if isinstance(value, float) and value != value:
         return {"$float": "nan"}
     return value
+
+
+def description_text(value: Any) -> str:
+    """``describe(value)`` as a fixture's ``.json`` file holds it. A decode of the fixture must give
+    this text exactly: compared as Python values, ``1``, ``1.0`` and ``true`` are equal."""
+    return json.dumps(describe(value), indent=2, sort_keys=True) + "\n"
 
 
 def manifest_lines(root: Path) -> dict[str, str]:
@@ -155,10 +170,9 @@ def record(root: Path, cases: Cases) -> list[Path]:
             folder = root / type_id / f"v{version}"  # (a case named "a.b" is a.b.bin, not a.bin)
             if (folder / f"{case}.bin").exists():
                 continue  # released: never rewritten
-            description = json.dumps(describe(message), indent=2, sort_keys=True) + "\n"
             pending += [
                 (folder / f"{case}.bin", join(encoder.encode(message))),
-                (folder / f"{case}.json", description.encode()),
+                (folder / f"{case}.json", description_text(message).encode()),
             ]
     written: list[Path] = []
     for path, data in pending:

@@ -14,9 +14,16 @@ from typing import Any
 import pytest
 
 import tensorwire as tw
-from tensorwire.builtins import REGISTRY
+from tensorwire.builtins import REGISTRY, rpc
 from tensorwire.builtins.golden import cases
-from tensorwire.golden import MANIFEST, MAX_MANIFEST_BYTES, describe, manifest_lines, read_manifest, record
+from tensorwire.golden import (
+    MANIFEST,
+    MAX_MANIFEST_BYTES,
+    description_text,
+    manifest_lines,
+    read_manifest,
+    record,
+)
 from tests.conftest import NOT_REGULAR, REPO, make_not_regular
 
 GOLDEN = REPO / "tests" / "golden"
@@ -32,10 +39,18 @@ def test_the_manifest_pins_every_fixture() -> None:
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.relative_to(GOLDEN).as_posix() for p in FIXTURES])
 def test_every_fixture_decodes_to_its_described_value(path: Path) -> None:
     message = tw.Decoder(REGISTRY).decode(tw.split(path.read_bytes()))
-    expected = json.loads(path.with_suffix(".json").read_text())
-    assert json.loads(json.dumps(describe(message), sort_keys=True)) == expected
+    assert description_text(message) == path.with_suffix(".json").read_text()
     type_id, version = path.parent.parent.name, int(path.parent.name[1:])
     assert type(message).__tw_type__.type_id == type_id and type(message).__tw_type__.version == version
+
+
+def test_a_value_of_another_type_does_not_match_a_fixture_s_description() -> None:
+    """Descriptions were compared as Python values, where ``True == 1 == 1.0``: a decode of the
+    ``tree`` fixture that gave ``{"ok": 1, "n": [True, 2.0, (3,)]}`` passed."""
+    fixture = (GOLDEN / "rpc.Value" / "v1" / "tree.json").read_text()
+    assert description_text(rpc.Value(value={"ok": True, "n": [1, 2, (3,)]})) == fixture
+    for wrong in ({"ok": 1, "n": [1, 2, (3,)]}, {"ok": True, "n": [True, 2.0, (3,)]}):
+        assert description_text(rpc.Value(value=wrong)) != fixture
 
 
 def test_todays_encoder_writes_the_released_bytes_of_every_case() -> None:
@@ -186,9 +201,7 @@ def test_record_a_user_schema_directory_writes_minimal_fixtures_that_decode(
     registry = tw.load_schemas(tmp_path / "schemas")
     for path in golden.rglob("*.bin"):
         message = tw.Decoder(registry).decode(tw.split(path.read_bytes()))
-        assert json.loads(json.dumps(describe(message), sort_keys=True)) == json.loads(
-            path.with_suffix(".json").read_text()
-        )
+        assert description_text(message) == path.with_suffix(".json").read_text()
         assert type(message).__tw_type__.type_id == path.parent.parent.name
         assert type(message).__tw_type__.version == int(path.parent.name[1:])
     sample = json.loads((golden / "lab.Sample" / "v1" / "minimal.json").read_text())
