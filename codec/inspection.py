@@ -288,13 +288,23 @@ def _place(
 
 
 def _entries(item: dict[Any, Any]) -> Iterator[tuple[str, Any, Any]]:
-    """Each entry of ``item`` as (its name in the description, its path step, its value)."""
+    """Each entry of ``item`` as (its name in the description, its path step, its value). A key
+    that is not a string is named by its JSON text; where that names another entry too (two bin
+    keys of one length, ``1`` and ``"1"``), `` #2``, `` #3``... is added until no other is named so."""
+    used: set[str] = set()  # the names given to its other keys (``name in item``: a string key's)
+    last: dict[str, int] = {}  # the suffix last given to each text (so that each is tried once)
     for key, value in item.items():
         if isinstance(key, str):
             yield key, (key,), value
-        else:
-            text = _key(key)
-            yield text, (None, text), value
+            continue
+        text = name = _key(key)
+        n = last.get(text, 1)
+        while name in item or name in used:
+            n += 1
+            name = f"{text} #{n}"
+        last[text] = n
+        used.add(name)
+        yield name, (None, text), value
 
 
 def _leaf(value: Any) -> Any:

@@ -163,6 +163,26 @@ def test_inspect_refuses_more_tensors_than_a_message_holds_before_describing_the
     assert capsys.readouterr() == ("", "tensorwire: more than 65536 tensors in one message (limit max_tensors)\n")
 
 
+def test_inspect_shows_every_entry_of_a_map_whose_keys_read_alike() -> None:
+    """A key that is not a string is named by its JSON text, and an entry whose name another had
+    already was dropped from the description: bin keys of one length (``{"$bytes": 2}``), and
+    ``1`` beside ``"1"``, showed one entry of several."""
+    from tensorwire.inspection import describe
+
+    broken = msgspec.msgpack.Ext(1, b"")
+    body = {b"ab": "a", b"cd": "c", 1: "int", "1": "str", b"ef": {"t": broken}, '{"$bytes": 2} #3': "s"}
+    info = describe(msgspec.msgpack.encode(["x", b"", b"", [], body]))
+    assert info["body"] == {
+        '{"$bytes": 2}': "a",
+        '{"$bytes": 2} #2': "c",
+        "1 #2": "int",
+        "1": "str",
+        '{"$bytes": 2} #4': {"t": {"$tensor": 0}},
+        '{"$bytes": 2} #3': "s",
+    }
+    assert info["tensors"][0]["path"] == '$[{"$bytes": 2}].t'
+
+
 def test_inspect_prints_a_float_json_cannot_hold_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A NaN or infinite float in frame 0 was printed as ``NaN`` or ``Infinity``, which no JSON
     reader takes."""
