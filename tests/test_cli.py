@@ -308,6 +308,28 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
+    ("size", "why"),
+    [
+        ("nan", "is not a size (4K, 16M, 1G or a byte count)"),
+        ("4Q", "is not a size (4K, 16M, 1G or a byte count)"),
+        ("", "is not a size (4K, 16M, 1G or a byte count)"),
+        ("-1", "is not a positive multiple of 4 bytes (a float32 tensor's)"),
+        ("0", "is not a positive multiple of 4 bytes (a float32 tensor's)"),
+        ("6", "is not a positive multiple of 4 bytes (a float32 tensor's)"),
+    ],
+)
+def test_bench_refuses_a_size_it_cannot_send_before_it_starts(
+    size: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--sizes=nan`` was an internal error (exit 3), and ``--sizes=-1`` started the processes of
+    every mode to fail in the first (``wrong data received at -1 bytes``, exit 3)."""
+    with pytest.raises(SystemExit) as info:
+        main(["bench", f"--sizes=4K,{size}"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.endswith(f"tensorwire bench: error: argument --sizes: {size!r} {why}\n")
+
+
+@pytest.mark.parametrize(
     ("raised", "code", "err"),
     [
         (

@@ -127,18 +127,32 @@ def plot(results: dict[str, Any], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _sizes(text: str) -> list[int]:
+    """``--sizes``: each a positive multiple of 4 bytes (a float32 tensor's); else a usage error."""
+    sizes = []
+    for word in text.split(","):
+        try:
+            size = parse_size(word)
+        except (ValueError, IndexError):
+            raise argparse.ArgumentTypeError(f"{word!r} is not a size (4K, 16M, 1G or a byte count)") from None
+        if size < 4 or size % 4:
+            raise argparse.ArgumentTypeError(f"{word!r} is not a positive multiple of 4 bytes (a float32 tensor's)")
+        sizes.append(size)
+    return sizes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tensorwire bench", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--plot", metavar="FILE", help="write a PNG plot (GB/s vs size, log axes)")
-    parser.add_argument("--sizes", help="comma-separated sizes, e.g. 4K,1M,256M (default: 4K..1G)")
+    parser.add_argument("--sizes", type=_sizes, help="comma-separated sizes, e.g. 4K,1M,256M (default: 4K..1G)")
     parser.add_argument("--modes", help="semicolon-separated mode names (default: all)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument(
         "--interleave", action="store_true", help="all modes alive together, one transfer each per round"
     )
     args = parser.parse_args(argv)
-    sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else SIZES
+    sizes = args.sizes or SIZES
     names = args.modes.split(";") if args.modes else [m.name for m in [*TENSORWIRE, *PEERS, *FLOORS]]
     unknown = [n for n in names if n not in MODES]
     if unknown:
