@@ -135,7 +135,9 @@ def record(root: Path, cases: Cases) -> list[Path]:
     ``ValueError``, and so is anything under it that is neither a file nor a directory (a FIFO
     would hold a read or a write forever), a name that is not UTF-8 (the manifest could not list
     it) and a released fixture that was edited or removed. Every new message is built and encoded
-    before the first file is written; the manifest is rewritten only when it changes.
+    before the first file is written, and a case's ``.bin`` after its ``.json``, so that a record
+    stopped part of the way leaves no case that the next one takes as recorded and is not whole;
+    the manifest is rewritten only when it changes.
     """
     if root.is_symlink():
         raise ValueError(f"{root}: the fixture directory is a symbolic link; give the directory it points to")
@@ -170,14 +172,18 @@ def record(root: Path, cases: Cases) -> list[Path]:
             folder = root / type_id / f"v{version}"  # (a case named "a.b" is a.b.bin, not a.bin)
             if (folder / f"{case}.bin").exists():
                 continue  # released: never rewritten
-            pending += [
-                (folder / f"{case}.bin", join(encoder.encode(message))),
+            pending += [  # the .bin last: it says a case was recorded
                 (folder / f"{case}.json", description_text(message).encode()),
+                (folder / f"{case}.bin", join(encoder.encode(message))),
             ]
     written: list[Path] = []
     for path, data in pending:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        try:
+            path.write_bytes(data)
+        except BaseException:  # (a full disk, Ctrl-C) no part of a file is left to read as whole
+            path.unlink(missing_ok=True)
+            raise
         written.append(path)
     pinned.update({name: digest for name, digest in manifest_lines(root).items() if name not in pinned})
     text = "".join(f"{digest}  {name}\n" for name, digest in sorted(pinned.items()))

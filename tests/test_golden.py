@@ -83,7 +83,7 @@ def test_record_adds_only_what_is_missing_and_refuses_edited_fixtures(tmp_path: 
             line + "\n" for line in (root / MANIFEST).read_text().splitlines() if "rpc.Value/v1/tree.bin" not in line
         )
     )
-    assert [p.name for p in record(root, cases())] == ["tree.bin", "tree.json"]
+    assert [p.name for p in record(root, cases())] == ["tree.json", "tree.bin"]
     assert read_manifest(root) == manifest_lines(root)
     victim = root / "media.Video" / "v1" / "uint8_frames.bin"
     victim.write_bytes(victim.read_bytes()[:-1] + b"\xff")
@@ -319,12 +319,44 @@ def test_a_case_name_with_a_dot_keeps_its_whole_name(tmp_path: Path) -> None:
     runs = [(f"run.{i}", lambda i=i: diffusion.Output(error=str(i))) for i in range(1, 4)]
     written = record(root, {"diffusion.Output": runs[:2]})
     assert [p.relative_to(root).as_posix() for p in written] == [
-        f"diffusion.Output/v1/run.{i}.{ext}" for i in (1, 2) for ext in ("bin", "json")
+        f"diffusion.Output/v1/run.{i}.{ext}" for i in (1, 2) for ext in ("json", "bin")
     ]
-    assert [p.name for p in record(root, {"diffusion.Output": runs})] == ["run.3.bin", "run.3.json"]
+    assert [p.name for p in record(root, {"diffusion.Output": runs})] == ["run.3.json", "run.3.bin"]
     for i in range(1, 4):
         blob = (root / "diffusion.Output" / "v1" / f"run.{i}.bin").read_bytes()
         assert tw.Decoder(REGISTRY).decode(tw.split(blob)).error == str(i)
+    assert read_manifest(root) == manifest_lines(root)
+
+
+@pytest.mark.parametrize("stop", ["json", "bin"])
+def test_a_record_stopped_part_of_the_way_is_finished_by_the_next(
+    stop: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``.bin`` was written first and says that a case was recorded: a record stopped before
+    the ``.json`` (Ctrl-C), or while a full disk cut the ``.bin`` short, left a case that every
+    later record skipped and pinned as it was, without its description or with half its bytes."""
+    from tensorwire.builtins import diffusion
+
+    root = tmp_path / "golden"
+    one = {"diffusion.Output": [("one", lambda: diffusion.Output(error="one"))]}
+    write_bytes = Path.write_bytes
+
+    def stopped(path: Path, data: Any) -> int:
+        if path.suffix == f".{stop}":
+            if stop == "bin":
+                write_bytes(path, bytes(data)[:10])
+                raise OSError(28, "No space left on device")
+            raise KeyboardInterrupt
+        return write_bytes(path, data)
+
+    monkeypatch.setattr(Path, "write_bytes", stopped)
+    with pytest.raises(KeyboardInterrupt if stop == "json" else OSError):
+        record(root, one)
+    monkeypatch.undo()
+    assert not (root / "diffusion.Output" / "v1" / "one.bin").exists()
+    assert [p.name for p in record(root, one)] == ["one.json", "one.bin"]
+    blob = (root / "diffusion.Output" / "v1" / "one.bin").read_bytes()
+    assert tw.Decoder(REGISTRY).decode(tw.split(blob)).error == "one"
     assert read_manifest(root) == manifest_lines(root)
 
 
