@@ -42,6 +42,7 @@ MAX_MANIFEST_BYTES = 64 * 1024 * 1024  # the largest manifest read (some 500,000
 Cases = Mapping[str, Sequence[tuple[str, Callable[[], Any]]]]
 """Fixture builders per type id: ``(case name, a function that builds the message)``."""
 
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # one path component: no separator, never . or ..
 
 
@@ -110,7 +111,8 @@ def _utf8(name: str) -> bool:
 
 def read_manifest(root: Path) -> dict[str, str]:
     """The pinned checksums: relative path -> SHA-256. ``ValueError`` for a manifest that is not a
-    regular file of at most ``MAX_MANIFEST_BYTES``."""
+    regular file of at most ``MAX_MANIFEST_BYTES``, or that has a line (blank ones aside) other than
+    ``<SHA-256 in hex>  <path>``, naming it."""
     path = root / MANIFEST
     try:
         text = read_text(path, MAX_MANIFEST_BYTES)
@@ -121,9 +123,12 @@ def read_manifest(root: Path) -> dict[str, str]:
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: cannot read it: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     pinned = {}
-    for line in text.splitlines():
+    for number, line in enumerate(text.split("\n"), 1):
         digest, _, name = line.partition("  ")
-        pinned[name] = digest
+        if _DIGEST.fullmatch(digest) and name:
+            pinned[name] = digest
+        elif line.strip():
+            raise ValueError(f"{path}:{number}: not a line of '<sha256>  <path>': {line[:200]!r}")
     return pinned
 
 

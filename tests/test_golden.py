@@ -464,6 +464,24 @@ def test_a_manifest_that_is_not_utf8_is_named(tmp_path: Path) -> None:
         record(root, cases())
 
 
+def test_a_manifest_line_that_pins_nothing_is_named_and_a_blank_one_skipped(tmp_path: Path) -> None:
+    """Each line was split at its first two spaces whatever it held: a blank line pinned a file
+    named "" (record then refused with ``released fixtures were edited or removed: ; restore
+    them``), and a line of ``sha256sum --binary`` (``<digest> *<path>``) the same."""
+    root = tmp_path / "golden"
+    shutil.copytree(GOLDEN, root)
+    manifest = root / MANIFEST
+    lines = manifest.read_text().splitlines()
+    manifest.write_text("\n".join(["", *lines, "", ""]))
+    assert read_manifest(root) == manifest_lines(root)
+    assert record(root, cases()) == []
+    binary = lines[1].replace("  ", " *")
+    manifest.write_text("\n".join([lines[0], binary, *lines[2:]]) + "\n")
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(manifest))}:2: not a line of '<sha256>  <path>': ") as info:
+        record(root, cases())
+    assert str(info.value).endswith(repr(binary))
+
+
 def test_record_reads_large_files_in_bounded_memory(tmp_path: Path) -> None:
     """Every file was read whole to be hashed, and the manifest too: a large (here sparse) file in
     the fixture directory made ``record`` hold all of it."""
