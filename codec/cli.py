@@ -132,7 +132,8 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"tensorwire: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return 2
     info = describe(frame)
-    print(json.dumps(info, indent=2, default=str))
+    json.dump(info, sys.stdout, indent=2, default=str)  # a piece at a time: the text can be large
+    sys.stdout.write("\n")
     return 0
 
 

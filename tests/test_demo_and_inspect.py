@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -233,14 +234,22 @@ def _sparse_blob(path: Path, frame0: bytes, lengths: list[int]) -> None:
         file.truncate(end)
 
 
-def _inspect_in_a_small_address_space(path: Path) -> subprocess.CompletedProcess[str]:
+def _inspect_in_a_small_address_space(
+    path: Path, limit: int = 1 << 30, out: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``tensorwire inspect path`` in ``limit`` bytes of address space; its output in ``out``, if given."""
     script = (
         "import resource, sys\n"
-        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))\n"
         "from tensorwire.cli import main\n"
         "sys.exit(main(['inspect', sys.argv[1]]))\n"
     )
-    return subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120)
+    if out is None:
+        return subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120)
+    with out.open("w") as file:
+        return subprocess.run(
+            [sys.executable, "-c", script, str(path)], stdout=file, stderr=subprocess.PIPE, text=True, timeout=120
+        )
 
 
 def test_inspect_reads_frame_0_and_not_the_frames_after_it(tmp_path: Path) -> None:
@@ -252,6 +261,24 @@ def test_inspect_reads_frame_0_and_not_the_frames_after_it(tmp_path: Path) -> No
     done = _inspect_in_a_small_address_space(path)
     assert (done.returncode, done.stderr) == (0, "")
     assert json.loads(done.stdout)["type"] == "diffusion.Output"
+
+
+def test_inspect_prints_a_large_description_without_holding_its_text(tmp_path: Path) -> None:
+    """The JSON text was made whole before it was printed, as large again as the description: 30,000
+    tensors under 62 keys of 64 characters (a 100 KB blob, 130 MB of text) did not fit in 500 MiB
+    of address space (a MemoryError, exit 3); they now print in 250."""
+    body: Any = [msgspec.msgpack.Ext(1, b"")] * 30_000
+    for _ in range(62):
+        body = {"k" * 64: body}
+    path, out = tmp_path / "many.tw", tmp_path / "out.json"
+    path.write_bytes(tw.join([msgspec.msgpack.encode(["x", b"", b"", [], body])]))
+    done = _inspect_in_a_small_address_space(path, 400 << 20, out)
+    assert (done.returncode, done.stderr) == (0, "")
+    with out.open("rb") as file:
+        assert file.read(2) == b"{\n"
+        file.seek(-2, os.SEEK_END)
+        assert file.read() == b"}\n"
+        assert file.tell() > 30_000 * 62 * 66
 
 
 def test_inspect_refuses_a_frame_0_over_the_header_limit_before_reading_it(tmp_path: Path) -> None:
