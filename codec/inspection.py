@@ -57,14 +57,16 @@ _Where = tuple[Any, Any] | None
 
 class _Ref:
     """A tensor extension: its descriptor as JSON data, numbered in body order (``index``; -1 while
-    it is in no body value) and, where one decode gathers them, in frame 0's order (``seq``)."""
+    it is in no body value) with where it is there (``where``), and, where one decode gathers them,
+    in frame 0's order (``seq``)."""
 
-    __slots__ = ("desc", "index", "seq")
+    __slots__ = ("desc", "index", "seq", "where")
 
     def __init__(self, desc: dict[str, Any]) -> None:
         self.desc = desc
         self.index = -1
         self.seq = -1
+        self.where: _Where = None
 
 
 class _Ext:
@@ -115,8 +117,9 @@ def describe(header_frame: Buffer, max_depth: int = 66, max_tensors: int = _MAX_
         raise DecodeError(
             f"wire format version {parsed[0]} is not supported (this reader: {WIRE_VERSION})", path="$[0]"
         )
-    tensors: list[dict[str, Any]] = []
-    body = _plain(header[4] if len(header) > 4 else None, tensors)
+    refs: list[_Ref] = []
+    body = _plain(header[4] if len(header) > 4 else None, refs)
+    tensors = [{"index": ref.index, "path": _path(ref.where), **ref.desc} for ref in refs]
     data = header[2] if len(header) > 2 else b""
     return {
         "type": parsed[1] if parsed else None,
@@ -140,8 +143,7 @@ def tensor_paths(header_frame: Buffer, registry: Registry, max_depth: int = 66) 
     made: list[_Ref] = []  # every tensor extension of frame 0, in its order
     header = _decode(header_frame, max_depth, made)
     body = header[4] if len(header) > 4 else None
-    tensors: list[dict[str, Any]] = []
-    _plain(body, tensors)  # numbers the tensors of the body and finds their paths
+    _plain(body, [])  # numbers the tensors of the body and finds where they are
     # A map that repeats a key keeps its last value, but a typed decode reads (and numbers) the
     # tensors of the earlier ones too: from the first such tensor on, the numbers cannot be told.
     lost = next((ref.seq for ref in made if ref.index < 0), len(made))
@@ -151,7 +153,8 @@ def tensor_paths(header_frame: Buffer, registry: Registry, max_depth: int = 66) 
         refs = decode_order(cls, body, _is_ref)
     except Exception:  # an unknown type, or a class whose fields cannot be read: every tensor
         refs = decode_order(Any, body, _is_ref)
-    return [tensors[ref.index]["path"] if 0 <= ref.index and ref.seq < lost else None for ref in refs]
+    # (a path is made only for these: a typed decode skips fields it does not know, with any number of tensors)
+    return [_path(ref.where) if 0 <= ref.index and ref.seq < lost else None for ref in refs]
 
 
 def _is_ref(value: Any) -> bool:
@@ -241,9 +244,9 @@ def _buffers(entries: list[Any] | tuple[Any, ...]) -> list[dict[str, Any]]:
     return buffers
 
 
-def _plain(value: Any, tensors: list[dict[str, Any]] | None = None) -> Any:
+def _plain(value: Any, tensors: list[_Ref] | None = None) -> Any:
     """``value`` as JSON data, without recursion; with ``tensors``, each tensor extension is
-    numbered in body order and its descriptor and body path appended there. A container's items
+    numbered in body order, told where it is and appended there. A container's items
     are taken one at a time, so what the walk holds besides the result is one entry per level."""
     root: list[Any] = [None]
     stack: list[tuple[Iterator[tuple[Any, Any, Any]], Any, _Where]] = []
@@ -264,7 +267,7 @@ def _place(
     slot: Any,
     where: _Where,
     stack: list[tuple[Iterator[tuple[Any, Any, Any]], Any, _Where]],
-    tensors: list[dict[str, Any]] | None,
+    tensors: list[_Ref] | None,
 ) -> bool:
     """Put ``item`` (at body path ``where``) as JSON data at ``into[slot]``; a container that has
     items is put there empty and pushed on ``stack`` to be filled (True)."""
@@ -281,8 +284,8 @@ def _place(
         into[slot] = {} if isinstance(item, dict) else []
         return False
     if tensors is not None and isinstance(item, _Ref):
-        item.index = len(tensors)
-        tensors.append({"index": item.index, "path": _path(where), **item.desc})
+        item.index, item.where = len(tensors), where
+        tensors.append(item)
     into[slot] = _leaf(item)
     return False
 
