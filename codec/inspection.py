@@ -47,7 +47,7 @@ __all__ = ["describe", "read_header_frame", "tensor_paths"]
 
 _FIELDS = Descriptor._fields  # kind, dtype, shape, strides, buffer, offset, nbytes
 _SEGMENT_CHARS = 64  # a longer map key is cut short in a path
-_MAX_TENSORS = Limits().max_tensors
+_MAX_TENSORS, _MAX_BUFFERS = Limits().max_tensors, Limits().max_buffers
 
 # A body path, built only for the tensor references whose path is wanted: None for ``$``, else
 # (parent, step), a step being an array index (int), a string map key (in a 1-tuple) or the JSON
@@ -105,30 +105,34 @@ def read_header_frame(path: str | os.PathLike[str], limits: Limits | None = None
         return frame
 
 
-def describe(header_frame: Buffer, max_depth: int = 66, max_tensors: int = _MAX_TENSORS) -> dict[str, Any]:
+def describe(
+    header_frame: Buffer, max_depth: int = 66, max_tensors: int = _MAX_TENSORS, max_buffers: int = _MAX_BUFFERS
+) -> dict[str, Any]:
     """Type, version, fingerprint, the size of frame 0's data, each buffer (transport, size, handle)
     and each tensor with its body path. ``max_depth``: the levels frame 0 may nest, its own array
     and the body's map included (66: the 64 levels below a message of ``Limits``' default);
-    ``max_tensors``: the tensor extensions it may hold (``Limits``' default), past which it is a
-    ``DecodeError``, as a decode refuses it, before a description is made of any."""
+    ``max_tensors`` and ``max_buffers``: the tensor extensions and buffers it may hold (``Limits``'
+    defaults), past which it is a ``DecodeError``, as a decode refuses it, before a description is
+    made of any."""
     header = _decode(header_frame, max_depth, [], max_tensors)
     parsed = parse_tag(header[0] if header else None)
     if parsed is not None and parsed[0] != WIRE_VERSION:
         raise DecodeError(
             f"wire format version {parsed[0]} is not supported (this reader: {WIRE_VERSION})", path="$[0]"
         )
+    data = _data_size(header[2] if len(header) > 2 else b"")
+    buffers = _buffers(_array(header[3] if len(header) > 3 else [], "buffers"), max_buffers)
     refs: list[_Ref] = []
     body = _plain(header[4] if len(header) > 4 else None, refs)
     tensors = [{"index": ref.index, "path": _path(ref.where), **ref.desc} for ref in refs]
-    data = header[2] if len(header) > 2 else b""
     return {
         "type": parsed[1] if parsed else None,
         "version": parsed[2] if parsed else None,
         "fingerprint": _plain(header[1] if len(header) > 1 else None),
         "wire": parsed[0] if parsed else None,
         "tag": _plain(header[0] if header else None),
-        "data": _data_size(data),
-        "buffers": _buffers(_array(header[3] if len(header) > 3 else [], "buffers")),
+        "data": data,
+        "buffers": buffers,
         "tensors": tensors,
         "body": body,
     }
@@ -233,7 +237,9 @@ def _array(value: Any, name: str) -> list[Any] | tuple[Any, ...]:
     return value
 
 
-def _buffers(entries: list[Any] | tuple[Any, ...]) -> list[dict[str, Any]]:
+def _buffers(entries: list[Any] | tuple[Any, ...], max_buffers: int) -> list[dict[str, Any]]:
+    if len(entries) > max_buffers:  # (as a decode says it)
+        raise DecodeError(f"{len(entries)} buffers is over the limit of {max_buffers}", path="$.buffers")
     buffers = []
     for i, entry in enumerate(entries):
         handle = entry[1] if isinstance(entry, list | tuple) and len(entry) == 2 else None

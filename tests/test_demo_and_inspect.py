@@ -184,6 +184,24 @@ def test_inspect_shows_every_entry_of_a_map_whose_keys_read_alike() -> None:
     assert info["tensors"][0]["path"] == '$[{"$bytes": 2}].t'
 
 
+def test_inspect_refuses_more_buffers_than_a_message_holds_before_describing_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each entry of the buffer table, three bytes, was described (a map of four entries, a line of
+    JSON each): a 6 MB blob of 2,000,000 took 920 MB of RSS and printed 200 MB."""
+    from tensorwire.inspection import describe
+
+    frame = msgspec.msgpack.encode(["x", b"", b"", [[0, {}]] * 3, {}])
+    assert [b["index"] for b in describe(frame, max_buffers=3)["buffers"]] == [0, 1, 2]
+    with pytest.raises(tw.DecodeError, match=r"^3 buffers is over the limit of 2 - at `\$\.buffers`$") as info:
+        describe(frame, max_buffers=2)
+    assert info.value.path == "$.buffers"
+    path = tmp_path / "many.tw"
+    path.write_bytes(tw.join([msgspec.msgpack.encode(["x", b"", b"", [[0, {}]] * 4097, {}])]))
+    assert main(["inspect", str(path)]) == 2
+    assert capsys.readouterr() == ("", "tensorwire: 4097 buffers is over the limit of 4096 - at `$.buffers`\n")
+
+
 def test_inspect_prints_a_float_json_cannot_hold_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A NaN or infinite float in frame 0 was printed as ``NaN`` or ``Infinity``, which no JSON
     reader takes."""
