@@ -148,6 +148,18 @@ def _enum_doc(values: list[str]) -> dict[str, Any]:
             "'__', or starting and ending with '_', for one of its own, not for a member",
         ),
         (
+            ["_e__x", "y"],
+            0,
+            "enum value '_e__x' makes the member name '_E__X': Python's enum takes a name starting with '_E__' for "
+            "a private attribute of class E, not for a member",
+        ),
+        (
+            ["\U0001d426\U0001d42b\U0001d428", "x"],
+            0,
+            "enum value '\U0001d426\U0001d42b\U0001d428' makes the member name '\U0001d426\U0001d42b\U0001d428', "
+            "read as 'mro', which Python's enum refuses",
+        ),
+        (
             ["H", "\u210c"],
             1,
             "enum values 'H' and '\u210c' map to the same member name '\u210c' "
@@ -159,7 +171,9 @@ def test_an_enum_value_whose_member_python_would_not_make_is_refused(
     schema_dir: Path, values: list[str], index: int, message: str
 ) -> None:
     """The generated enum failed at import (``½`` is no name; ``_MISSING_`` is reserved; ``H`` and
-    ``\u210c`` are one name to Python) or silently had no member for the value (``__INIT__``)."""
+    ``\u210c`` are one name to Python; ``\U0001d426\U0001d42b\U0001d428`` is ``mro`` to Python) or
+    silently had no member for the value, so neither back end encoded or decoded it (``__INIT__``;
+    ``_E__X`` in enum ``E``, a private name)."""
     error = _error(schema_dir, {"h/Msg.v1.json": _enum_doc(values)})
     assert (error.pointer, error.message) == (f"/properties/e/enum/{index}", message)
 

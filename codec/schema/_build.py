@@ -352,7 +352,7 @@ class Builder:
         seen: dict[str, str] = {}
         for i, value in enumerate(enum.values):
             member = member_name(value)
-            problem = _member_problem(value, member)
+            problem = _member_problem(value, member, name)
             if problem is not None:
                 raise src.error(join_pointer(ptr, "enum", i), problem)
             same = seen.setdefault(unicodedata.normalize("NFKC", member), value)
