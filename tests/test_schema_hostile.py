@@ -178,6 +178,22 @@ def test_an_enum_value_whose_member_python_would_not_make_is_refused(
     assert (error.pointer, error.message) == (f"/properties/e/enum/{index}", message)
 
 
+def test_an_enum_member_has_the_name_python_reads_in_both_back_ends(schema_dir: Path) -> None:
+    """A name Python reads NFKC-normalized (a bold ``a`` is ``a``) named its member ``a`` in the
+    generated module and the bold ``a`` in the class ``load_schemas`` built, so ``E.a`` (as a
+    caller's source reads either spelling) worked with one back end and not the other."""
+    bold_a = "\U0001d41a"
+    doc = _enum_doc([bold_a, "b"])
+    root = write_schemas(schema_dir, {"h/Msg.v1.json": doc})
+    module = ast.parse(render_package(load_dir(root))["h.py"])
+    (enum_class,) = [n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "E"]
+    assigns = [s for s in enum_class.body if isinstance(s, ast.Assign)]
+    generated = [t.id for s in assigns for t in s.targets if isinstance(t, ast.Name)]
+    loaded = type(tw.load_schemas(root).type("h.Msg")(value=1).e)
+    assert generated == list(loaded.__members__) == ["a", "B"]
+    assert loaded.a.value == bold_a
+
+
 @pytest.mark.parametrize(
     ("where", "pointer", "message"),
     [

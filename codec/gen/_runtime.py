@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import unicodedata
 from typing import Annotated, Any, Literal, Optional, Union
 
 import msgspec
@@ -44,7 +45,9 @@ class _Types:
     def enum_class(self, node: EnumT) -> type[enum.Enum]:
         key = (node.namespace, node.name)
         if key not in self.enums:
-            members = [(member_name(v), v) for v in node.values]
+            # each name as Python reads the generated module's (NFKC-normalized), so that the two
+            # back ends' classes have the same members (a bold 'a' in a caller's source is 'a')
+            members = [(unicodedata.normalize("NFKC", member_name(v)), v) for v in node.values]
             cls = enum.Enum(node.name, members, type=str, module=f"tensorwire.loaded.{node.namespace}")  # type: ignore[misc]
             cls.__doc__ = node.description or f"Enum {node.namespace}.{node.name}."
             self.enums[key] = cls
