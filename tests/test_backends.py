@@ -264,3 +264,33 @@ def test_characters_past_the_basic_plane_are_the_same_in_generated_code(tmp_path
             {"\U0001f600": ["\U0001f600"]},
         )
         assert msgspec.msgpack.encode(note) == msgspec.msgpack.encode(runtime.type("astral.Note")())
+
+
+def test_a_tuple_default_holding_a_list_or_a_map_is_fresh_per_instance(tmp_path: Path) -> None:
+    """msgspec makes a fresh copy of a default only for an empty list or map; a tuple default
+    holding one was shared by every instance in both back ends, so changing one instance's list
+    changed the default of every later instance."""
+    doc = {
+        "$id": "tup.Pair",
+        "x-version": 1,
+        "type": "object",
+        "properties": {
+            "listed": {
+                "type": "array",
+                "prefixItems": [{"type": "array", "items": {"type": "integer"}}, {"type": "integer"}],
+                "default": [[1], 2],
+            },
+            "mapped": {
+                "type": "array",
+                "prefixItems": [{"type": "object", "additionalProperties": {"type": "integer"}}],
+                "default": [{}],
+            },
+        },
+    }
+    with _generated(tmp_path, {"tup/Pair.v1.json": doc}, "twgen_tup", "tup") as (module, runtime):
+        for cls in (module.Pair, runtime.type("tup.Pair")):
+            changed = cls()
+            changed.listed[0].append(3)
+            changed.mapped[0]["a"] = 1
+            assert (cls().listed, cls().mapped) == (([1], 2), ({},)), cls
+        assert _norm(mi.type_info(module.Pair)) == _norm(mi.type_info(runtime.type("tup.Pair")))

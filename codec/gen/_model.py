@@ -33,7 +33,16 @@ from tensorwire.schema.ir import (
     unhandled,
 )
 
-__all__ = ["check_for", "default_value", "member_name", "meta_of", "rules_for", "type_info", "untracked"]
+__all__ = [
+    "check_for",
+    "default_value",
+    "made_per_instance",
+    "member_name",
+    "meta_of",
+    "rules_for",
+    "type_info",
+    "untracked",
+]
 
 
 def type_info(schemas: SchemaSet, struct: StructT) -> TypeInfo | None:
@@ -141,6 +150,23 @@ def default_value(node: Node, value: Any, enum_member: Callable[[EnumT, str], An
             raise AssertionError(f"no default for {node!r}")  # the builder only lets null through here
         case _:
             unhandled(node)
+
+
+def made_per_instance(value: Any) -> bool:
+    """Whether a field's default (``default_value``) must be made afresh for each instance: a list
+    or a map that is not empty (msgspec copies an empty one itself), or a tuple holding a list or a
+    map at any depth (which msgspec would share between instances, so that changing one instance's
+    would change every later instance's default)."""
+    if isinstance(value, list | dict):
+        return bool(value)
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, list | dict):
+            return True
+        if isinstance(item, tuple):
+            pending.extend(item)
+    return False
 
 
 def untracked(struct: StructT) -> bool:

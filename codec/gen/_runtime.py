@@ -13,7 +13,15 @@ import torch
 
 from tensorwire._contract import struct_check
 from tensorwire.gen._docs import class_doc
-from tensorwire.gen._model import default_value, member_name, meta_of, rules_for, type_info, untracked
+from tensorwire.gen._model import (
+    default_value,
+    made_per_instance,
+    member_name,
+    meta_of,
+    rules_for,
+    type_info,
+    untracked,
+)
 from tensorwire.registry import Registry
 from tensorwire.schema import SchemaSet, class_name
 from tensorwire.schema.ir import (
@@ -118,7 +126,7 @@ class _Types:
         if not f.has_default:
             return (f.name, annotation)
         value = default_value(f.type, f.default, lambda e, v: self.enum_class(e)(v))
-        if isinstance(value, list | dict) and value:
+        if made_per_instance(value):
             return (f.name, annotation, msgspec.field(default_factory=_copier(value)))
         return (f.name, annotation, value)
 

@@ -14,7 +14,15 @@ from typing import Any
 
 from tensorwire._api import API, SINCE
 from tensorwire.gen._docs import class_doc
-from tensorwire.gen._model import default_value, member_name, meta_of, rules_for, type_info, untracked
+from tensorwire.gen._model import (
+    default_value,
+    made_per_instance,
+    member_name,
+    meta_of,
+    rules_for,
+    type_info,
+    untracked,
+)
 from tensorwire.schema import SchemaSet, class_name
 from tensorwire.schema.ir import (
     ArrayT,
@@ -313,7 +321,7 @@ class _Module:
             return line
         value = self.default(f.type, f.default)
         python_value = default_value(f.type, f.default, lambda _enum, v: v)
-        if isinstance(python_value, list | dict) and python_value:
+        if made_per_instance(python_value):
             value = f"msgspec.field(default_factory=lambda: {value})"
         for read in _names(value):
             self.readers.setdefault(read, f.name)
