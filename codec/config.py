@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorwire._files import as_text, open_regular, read_at
-from tensorwire.errors import CodecError
+from tensorwire.errors import CodecError, printable
 
 __all__ = [
     "CONFIG_FILE",
@@ -166,7 +166,9 @@ class _Reader:
         self.file, self.where = path, where
 
     def error(self, key: str, problem: str) -> ConfigError:
-        return ConfigError(f"{self.file}: {self.where}{key}: {problem}")
+        """The error ``problem`` at ``key``, whose characters a terminal would act on (a key the
+        file spells with escapes: ESC, a bidirectional override) are shown escaped."""
+        return ConfigError(f"{self.file}: {self.where}{printable(key)}: {problem}")
 
     def known(self, table: dict[str, Any], keys: tuple[str, ...], prefix: str) -> None:
         for key in table:

@@ -66,6 +66,9 @@ def test_pyproject_s_table_is_read_and_tensorwire_toml_wins_beside_it(tmp_path: 
         ("out = \n", "cannot read it: "),
         ('out = "p\\u0000kg"\n', "out: expected a path, got 'p\\x00kg': a path holds no NUL character"),
         ('schemas = "\\u0000"\n', "schemas: expected a path, got '\\x00': a path holds no NUL character"),
+        ('"o\\u001b]0;t\\u0007" = 1\n', "o\\x1b]0;t\\x07: unknown key"),
+        ('[compat]\n"\\u202em" = 1\n', "compat.\\u202em: unknown key"),
+        ("[lint]\nignore = [{rule = 'X', file = 'f', \"\\u001b[2J\" = 1}]\n", "lint.ignore[0].\\x1b[2J: unknown key"),
     ],
 )
 def test_a_bad_file_names_itself_and_the_key(tmp_path: Path, text: str, error: str) -> None:
