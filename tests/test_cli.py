@@ -204,6 +204,28 @@ def test_gen_leaves_modules_that_are_not_regular_files_alone(tmp_path: Path) -> 
     assert {"fifo.py", "zero.py", "folder.py", "also.py", "latin.py"} <= {p.name for p in out.iterdir()}
 
 
+def test_gen_that_fails_part_way_through_a_module_leaves_it_as_it_was(tmp_path: Path) -> None:
+    """A write that failed part way (here a file size limit; a full disk alike) left the module
+    truncated, a file that no longer compiled in place of the one that did."""
+    doc = minimal("h.Msg")
+    schemas = write_schemas(tmp_path / "schemas", {"h/Msg.v1.json": doc})
+    out = tmp_path / "pkg"
+    assert main(["gen", str(schemas), "-o", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    write_schemas(schemas, {"h/Msg.v1.json": {**doc, "description": "long " * 4000}})
+    child = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))\n"
+        "from tensorwire.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    gen = [sys.executable, "-B", "-c", child, "gen", str(schemas), "-o", str(out)]
+    result = subprocess.run(gen, capture_output=True, text=True, timeout=120, check=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert (result.returncode, result.stderr) == (2, f"tensorwire: cannot write {out / 'h.py'}: File too large\n")
+
+
 def test_gen_check_names_a_generated_module_that_is_not_utf8(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,15 +11,19 @@ read a device; a module in the package that is not a regular file is never taken
 A file in the way that ``gen`` did not write (a module without its header) is never replaced but
 with ``force``. A package directory or an extension module that Python would import in place of a
 generated module (``rpc/__init__.py`` or ``rpc.cpython-311-x86_64-linux-gnu.so`` beside ``rpc.py``)
-is a ``ValueError`` for both: ``--check`` never calls such a tree up to date.
+is a ``ValueError`` for both: ``--check`` never calls such a tree up to date. Each file is written
+whole or not at all (a new file beside it, renamed over it once complete).
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.machinery
 import json
 import os
+import secrets
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -137,11 +141,35 @@ def generate(schema_dir: Path, out_dir: Path, registry: str = "__init__", *, for
             changed.append(path)
     for path in changed:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(expected[path], encoding="utf-8")
+        _write(path, expected[path])
     for path in _stale(out_dir, expected):
         path.unlink()
         changed.append(path)
     return changed
+
+
+def _write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: into a new file beside it (with the
+    permissions of the file it replaces), renamed over it once complete, so a write that fails
+    part way (a full disk, a file size limit) leaves the file as it was and no file behind."""
+    data = memoryview(text.encode("utf-8"))
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.fchmod(fd, stat.S_IMODE(os.lstat(path).st_mode))
+            while data:
+                data = data[os.write(fd, data) :]
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        if isinstance(exc, OSError) and exc.filename is None:  # a write's: name the file it was for
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
 
 
 def check(schema_dir: Path, out_dir: Path, registry: str = "__init__") -> str:
