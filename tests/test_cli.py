@@ -452,6 +452,31 @@ def test_gen_refuses_a_field_that_hides_a_name_the_class_reads(
     assert not (tmp_path / "out").exists()  # nothing written
 
 
+def test_gen_refuses_a_field_whose_type_nests_deeper_than_python_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A type the schema language allows (arrays 120 deep through a $ref, each with minItems:
+    ``Annotated[list[...], ...]``, two brackets a level) was an internal error (exit 3, a
+    ``SyntaxError`` from Python's parser, which reads 200 brackets deep) for gen and gen --check."""
+
+    def arrays(levels: int, leaf: dict[str, Any]) -> dict[str, Any]:
+        for _ in range(levels):
+            leaf = {"type": "array", "items": leaf, "minItems": 1}
+        return leaf
+
+    doc = minimal("deep.T", a=arrays(60, {"$ref": "#/$defs/D"}))
+    doc["$defs"] = {"D": arrays(60, {"type": "integer"})}
+    schemas = write_schemas(tmp_path / "schemas", {"deep/T.v1.json": doc})
+    for command in (["gen"], ["gen", "--check"]):
+        assert main([*command, str(schemas), "-o", str(tmp_path / "out")]) == 2
+        assert capsys.readouterr().err == (
+            "tensorwire: T: field 'a' has a type or default nested deeper than Python reads in source (too many "
+            "nested parentheses); make part of it an object type, or build the classes with load_schemas\n"
+        )
+    assert not (tmp_path / "out").exists()  # nothing written
+    assert tw.load_schemas(schemas).type("deep.T").__name__ == "T"  # the classes built at run time have no limit
+
+
 @pytest.mark.parametrize(
     ("files", "hidden"),
     [

@@ -289,7 +289,14 @@ class _Module:
         if info is not None or rules is not None:
             lines.append("")
         self.readers = {}
-        lines += [self.render_field(f) for f in struct.fields]
+        for f in struct.fields:
+            try:
+                lines.append(self.render_field(f))
+            except SyntaxError as exc:  # from reading the names: Python's parser takes ~200 brackets deep
+                raise ValueError(
+                    f"{name}: field {f.name!r} has a type or default nested deeper than Python reads in source "
+                    f"({exc.msg}); make part of it an object type, or build the classes with load_schemas"
+                ) from None
         for f in struct.fields:  # a field's name is bound in the class body, where msgspec reads the types too
             reader = self.readers.get(f.name)
             if reader is not None:
