@@ -66,6 +66,30 @@ def test_a_number_default_written_as_an_integer_past_a_double_is_refused(schema_
     )
 
 
+@pytest.mark.parametrize(
+    ("prop", "pointer", "where", "value"),
+    [
+        ({"x-tree": {}, "default": {"a": [1, 2**64]}}, "/properties/t/default", 'at ["a"][1]: ', 2**64),
+        ({"x-tree": {}, "default": [-(2**63) - 1]}, "/properties/t/default", "at [0]: ", -(2**63) - 1),
+        ({"x-tree": {}, "default": None, "examples": [{"n": 2**70}]}, "/properties/t/examples/0", 'at ["n"]: ', 2**70),
+    ],
+    ids=["default", "least", "example"],
+)
+def test_an_integer_in_a_tree_that_the_wire_cannot_carry_is_refused(
+    schema_dir: Path, prop: dict[str, Any], pointer: str, where: str, value: int
+) -> None:
+    """A tree's default or example was checked for its depth only: one holding an integer past
+    msgpack's range loaded, and every message holding the default failed to encode (an
+    ``EncodeError`` from ``Encoder.encode(Msg())``), as did the example."""
+    error = _error(schema_dir, {"h/Msg.v1.json": minimal("h.Msg", t=prop)})
+    what = "default of wrong type" if pointer.endswith("default") else "example does not fit the schema"
+    assert (error.pointer, error.message) == (
+        pointer,
+        f"{what}: {where}{value} is outside the integers the wire carries "
+        "(-9223372036854775808 .. 18446744073709551615)",
+    )
+
+
 def test_an_integer_bound_past_a_double_is_checked_as_an_integer(schema_dir: Path) -> None:
     """The check that an integer's bound is whole turned it into a float first: ``maximum:
     1000...0`` (309 digits) failed with an OverflowError instead of loading (it bounds nothing the

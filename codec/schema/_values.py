@@ -75,7 +75,9 @@ def _problem(node: Node, value: Any, whole: bool) -> _Problem:
         case NullableT():
             return None if value is None else _problem(node.inner, value, whole)
         case TreeT():
-            return None if _json_depth(value) <= node.max_depth else ("", f"deeper than max_depth {node.max_depth}")
+            if _json_depth(value) > node.max_depth:
+                return "", f"deeper than max_depth {node.max_depth}"
+            return _tree_int_problem(value)
         case _ if value is None:
             return "", "null is not allowed here (the type is not nullable)"
         case ScalarT():
@@ -186,6 +188,24 @@ def _tensor_problem(node: TensorT, value: Any) -> _Problem:
     return None
 
 
+_OFF_THE_WIRE = f"{{value}} is outside the integers the wire carries ({WIRE_INT[0]} .. {WIRE_INT[1]})"
+
+
+def _tree_int_problem(value: Any) -> _Problem:
+    """The first integer of the JSON ``value`` (a tree's) that the wire cannot carry, and where
+    (msgpack refuses it, so no message holding it encodes), or None; without recursion."""
+    pending: list[tuple[str, Any]] = [("", value)]
+    while pending:
+        path, item = pending.pop()
+        if isinstance(item, int) and not isinstance(item, bool) and not WIRE_INT[0] <= item <= WIRE_INT[1]:
+            return path, _OFF_THE_WIRE.format(value=item)
+        if isinstance(item, dict):
+            pending.extend((f"{path}[{json.dumps(k)}]", v) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            pending.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
 def _json_depth(value: Any) -> int:
     """Levels of arrays and objects in a JSON value (a scalar has none), without recursion."""
     depth, level = 0, [value]
@@ -228,7 +248,7 @@ def _scalar_problem(node: ScalarT, value: Any, whole: bool) -> str | None:
     if not ok:
         return f"expected {node.kind}, got {describe(value)}"
     if node.kind == "int" and not WIRE_INT[0] <= value <= WIRE_INT[1]:
-        return f"{value} is outside the integers the wire carries ({WIRE_INT[0]} .. {WIRE_INT[1]})"
+        return _OFF_THE_WIRE.format(value=value)
     if node.kind == "float" and not fits_double(value):
         return f"{value} is out of a double's range"
     if node.const is not None and (value != node.const or type(value) is not type(node.const)):
