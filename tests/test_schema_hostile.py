@@ -462,6 +462,22 @@ _OVERLAP = "a repeated part holds an alternation whose branches can start with t
 
 
 @pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        ("a{99999999999}", "the repetition number is too large"),
+        ("(" * 1000 + "a" + ")" * 1000, "groups nested too deeply"),
+    ],
+    ids=["repeat", "groups"],
+)
+def test_a_pattern_python_cannot_compile_is_refused_at_its_keyword(schema_dir: Path, pattern: str, why: str) -> None:
+    """Only ``re.error`` was taken for an invalid pattern: a repeat count past what ``re`` takes
+    (``OverflowError``) and groups nested past the recursion limit of its parser
+    (``RecursionError``) escaped ``load_schemas`` and were an internal error (exit 3) of the tools."""
+    error = _error(schema_dir, {"h/Msg.v1.json": minimal("h.Msg", s={"type": "string", "pattern": pattern})})
+    assert (error.pointer, error.message) == ("/properties/s/pattern", f"invalid pattern (Python re): {why}")
+
+
+@pytest.mark.parametrize(
     ("pattern", "example", "why"),
     [
         ("^(a+)+$", "a" * 12 + "!", _NESTED),

@@ -101,9 +101,13 @@ def string_node(src: SourceFile, schema: dict[str, Any], ptr: str) -> ScalarT:
             raise src.error(join_pointer(ptr, "pattern"), "pattern applies to text, not to bytes")
         try:
             re.compile(pattern)
-        except re.error as exc:
+            problem = pattern_problem(pattern)
+        except (re.error, OverflowError) as exc:  # OverflowError: a repeat count past what re takes
             raise src.error(join_pointer(ptr, "pattern"), f"invalid pattern (Python re): {exc}") from None
-        problem = pattern_problem(pattern)
+        except RecursionError:  # re's parser, and the check of its parse, read groups by recursion
+            raise src.error(
+                join_pointer(ptr, "pattern"), "invalid pattern (Python re): groups nested too deeply"
+            ) from None
         if problem is not None:
             raise src.error(join_pointer(ptr, "pattern"), problem)
     return ScalarT("bytes" if is_bytes else "str", max_length=high, min_length=low, pattern=pattern)
