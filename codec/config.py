@@ -28,6 +28,7 @@ FIFO or a device is refused unread).
 from __future__ import annotations
 
 import os
+import reprlib
 import stat
 import tomllib
 from dataclasses import dataclass, field
@@ -159,6 +160,16 @@ def load_config(path: Path) -> Config | None:
     )
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 80, 80
+
+
+def _shown(value: Any) -> str:
+    """``value`` as an error shows it: its ``repr``, cut short (a value the file nests thousands
+    of levels deep through dotted keys, which ``repr`` cannot write, or one of megabytes)."""
+    return _REPR.repr(value)
+
+
 class _Reader:
     """Typed reads of one file's keys, each error naming the file and the key."""
 
@@ -178,29 +189,29 @@ class _Reader:
     def text(self, table: dict[str, Any], key: str, prefix: str = "") -> str | None:
         value = table.get(key)
         if value is not None and (not isinstance(value, str) or not value):
-            raise self.error(f"{prefix}{key}", f"expected a non-empty string, got {value!r}")
+            raise self.error(f"{prefix}{key}", f"expected a non-empty string, got {_shown(value)}")
         return value
 
     def path(self, table: dict[str, Any], key: str) -> Path | None:
         value = self.text(table, key)
         if value is not None and "\0" in value:  # no file system call takes it
-            raise self.error(key, f"expected a path, got {value!r}: a path holds no NUL character")
+            raise self.error(key, f"expected a path, got {_shown(value)}: a path holds no NUL character")
         return None if value is None else self.file.parent / value
 
     def choice(self, table: dict[str, Any], key: str, options: tuple[str, ...], prefix: str) -> str | None:
         value = self.text(table, key, prefix)
         if value is not None and value not in options:
-            raise self.error(f"{prefix}{key}", f"expected one of {', '.join(options)}, got {value!r}")
+            raise self.error(f"{prefix}{key}", f"expected one of {', '.join(options)}, got {_shown(value)}")
         return value
 
     def ignores(self, entries: Any) -> tuple[CompatIgnore, ...]:
         if not isinstance(entries, list):
-            raise self.error("compat.ignore", f"expected an array of tables, got {entries!r}")
+            raise self.error("compat.ignore", f"expected an array of tables, got {_shown(entries)}")
         out = []
         for i, entry in enumerate(entries):
             key = f"compat.ignore[{i}]"
             if not isinstance(entry, dict):
-                raise self.error(key, f"expected a table {{rule, reason[, type]}}, got {entry!r}")
+                raise self.error(key, f"expected a table {{rule, reason[, type]}}, got {_shown(entry)}")
             self.known(entry, ("rule", "reason", "type"), f"{key}.")
             rule, reason = self.text(entry, "rule", f"{key}."), self.text(entry, "reason", f"{key}.")
             if rule is None or reason is None:
@@ -210,17 +221,17 @@ class _Reader:
 
     def names(self, value: Any, key: str) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise self.error(key, f"expected an array of rule IDs, got {value!r}")
+            raise self.error(key, f"expected an array of rule IDs, got {_shown(value)}")
         return tuple(value)
 
     def lint_ignores(self, entries: Any) -> tuple[LintIgnore, ...]:
         if not isinstance(entries, list):
-            raise self.error("lint.ignore", f"expected an array of tables, got {entries!r}")
+            raise self.error("lint.ignore", f"expected an array of tables, got {_shown(entries)}")
         out = []
         for i, entry in enumerate(entries):
             key = f"lint.ignore[{i}]"
             if not isinstance(entry, dict):
-                raise self.error(key, f"expected a table {{rule, file}}, got {entry!r}")
+                raise self.error(key, f"expected a table {{rule, file}}, got {_shown(entry)}")
             self.known(entry, ("rule", "file"), f"{key}.")
             rule, pattern = self.text(entry, "rule", f"{key}."), self.text(entry, "file", f"{key}.")
             if rule is None or pattern is None:

@@ -78,6 +78,24 @@ def test_a_bad_file_names_itself_and_the_key(tmp_path: Path, text: str, error: s
     assert str(info.value).startswith(f"{tmp_path / 'tensorwire.toml'}: ") and error in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ("schemas." + ".".join(["a"] * 5000) + " = 1", "{'a': {'a': {'a': {...}}}}"),
+        ("schemas = [" + ", ".join(["'x'"] * 100_000) + "]", "['x', 'x', 'x', 'x', 'x', 'x', ...]"),
+    ],
+    ids=["nested", "long"],
+)
+def test_a_value_of_the_wrong_type_is_shown_cut_short(tmp_path: Path, line: str, shown: str) -> None:
+    """Dotted keys nest a table as deep as the file makes them, with no recursion in tomllib: the
+    error's ``repr`` of such a value raised a RecursionError (an internal error, exit 3); a long
+    value was printed whole (the file's megabytes)."""
+    (tmp_path / "tensorwire.toml").write_text(line + "\n")
+    with pytest.raises(ConfigError) as info:
+        find_config(tmp_path)
+    assert str(info.value) == f"{tmp_path / 'tensorwire.toml'}: schemas: expected a non-empty string, got {shown}"
+
+
 @pytest.mark.parametrize("kind", NOT_READ)
 def test_only_a_regular_configuration_file_of_a_bounded_size_is_read(kind: str, tmp_path: Path) -> None:
     """``load_config`` takes any path: a FIFO would block the read, /dev/zero never end it."""
