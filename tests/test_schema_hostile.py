@@ -323,11 +323,14 @@ def test_a_title_with_a_trailing_newline_is_not_a_class_name(schema_dir: Path) -
         'three """ inside and one at the end"',
         "a NUL \x00, a CR \r, a DEL \x7f",
         "\\",
+        "an override \u202e }; x = 1 { \u2066, a mark \u200f, separators \u2028 \u2029 \x85",
     ],
 )
 def test_a_description_is_the_generated_docstring_exactly(tmp_path: Path, description: str) -> None:
     """A description ending with a quote ended the generated docstring early (a SyntaxError at
-    import), two quotes there were lost, and a NUL made the module uncompilable."""
+    import), two quotes there were lost, and a NUL made the module uncompilable. A bidirectional
+    control was written as it is, which makes an editor show the line reordered ("trojan source"),
+    and a line separator, at which an editor breaks a line that Python reads as one."""
     doc = minimal("h.Msg")
     doc["$defs"] = {"E": {"type": "string", "enum": ["x"], "x-enum-name": "E", "description": description}}
     doc["properties"]["e"] = {"$ref": "#/$defs/E", "default": "x"}
@@ -336,6 +339,7 @@ def test_a_description_is_the_generated_docstring_exactly(tmp_path: Path, descri
     module = ast.parse(source)
     (enum_class,) = [n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "E"]
     assert ast.get_docstring(enum_class, clean=False) == description
+    assert re.search("[\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\x85]", source) is None
 
 
 def test_a_uint64_field_builds_in_both_back_ends_and_keeps_its_range(tmp_path: Path) -> None:

@@ -417,22 +417,30 @@ def _all(names: list[str]) -> str:
     return "__all__ = [\n" + "".join(f"    {json.dumps(n)},\n" for n in names) + "]"
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x85\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+"""Characters a docstring holds escaped: control characters, and those an editor shows otherwise
+than Python reads them (bidirectional controls, which can reorder what a line shows: "trojan
+source"; line separators, which an editor breaks a line at and Python does not)."""
 
 
 def _docstring(text: str) -> str:
     """``text`` as a docstring holding exactly it: backslashes, quotes that would end it (three in
-    a row, or one at its end) and control characters (NUL, which Python source cannot hold; CR,
-    which it reads as a newline) escaped."""
+    a row, or one at its end) and ``_CONTROL`` characters (NUL, which Python source cannot hold;
+    CR, which it reads as a newline; a bidirectional override) escaped."""
     body = text.replace("\\", "\\\\")
     inner = body.rstrip('"')
     body = inner.replace('"""', '\\"\\"\\"') + '\\"' * (len(body) - len(inner))
-    body = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", body)
+    body = _CONTROL.sub(_escape, body)
     lines = body.split("\n")
     if len(lines) == 1 and len(lines[0]) + 10 <= WIDTH:
         return f'    """{lines[0]}"""'
     indented = "\n".join(f"    {line}" if line else "" for line in lines)
     return f'    """{indented.lstrip()}\n    """'
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _tree_literal(value: Any) -> str:
