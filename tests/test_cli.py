@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import importlib.util
 import json
+import py_compile
 import shutil
 import subprocess
 import sys
@@ -115,6 +117,32 @@ def test_gen_and_its_check_refuse_a_tree_where_python_imports_another_file_than_
         )
     (out / shadow).unlink()
     assert main(["gen", "--check", str(schemas), "-o", str(out)]) == 0
+
+
+def test_gen_and_its_check_refuse_bytecode_python_runs_without_reading_a_generated_module(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unchecked hash-based ``.pyc`` in ``__pycache__`` (PEP 552), which a checkout can carry,
+    is what ``import`` runs for a module whatever the module holds: ``gen --check`` called such a
+    tree up to date. Bytecode that Python checks against the module (a timestamp or a checked
+    hash, as an import writes it) is no reason to refuse."""
+    schemas, out = _copy_project(tmp_path)
+    module = out / "rpc.py"
+    cached = Path(importlib.util.cache_from_source(str(module)))
+    for mode in (py_compile.PycInvalidationMode.TIMESTAMP, py_compile.PycInvalidationMode.CHECKED_HASH):
+        py_compile.compile(str(module), cfile=str(cached), invalidation_mode=mode, doraise=True)
+        assert main(["gen", "--check", str(schemas), "-o", str(out)]) == 0
+    other = tmp_path / "other.py"
+    other.write_text("HIDDEN = True\n")
+    unchecked = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    py_compile.compile(str(other), cfile=str(cached), invalidation_mode=unchecked, doraise=True)
+    capsys.readouterr()
+    for check in (["--check"], []):
+        assert main(["gen", *check, str(schemas), "-o", str(out)]) == 2
+        assert capsys.readouterr().err == (
+            f"tensorwire: {cached} is bytecode that Python runs for {module} without reading that file (an "
+            "unchecked hash-based .pyc): remove it\n"
+        )
 
 
 def test_gen_check_exits_1_with_a_diff_after_a_schema_edit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,8 +11,10 @@ read a device; a module in the package that is not a regular file is never taken
 A file in the way that ``gen`` did not write (a module without its header) is never replaced but
 with ``force``. A package directory or an extension module that Python would import in place of a
 generated module (``rpc/__init__.py`` or ``rpc.cpython-311-x86_64-linux-gnu.so`` beside ``rpc.py``)
-is a ``ValueError`` for both: ``--check`` never calls such a tree up to date. Each file is written
-whole or not at all (a new file beside it, renamed over it once complete).
+is a ``ValueError`` for both, and so is an unchecked hash-based ``.pyc`` of a generated module in
+``__pycache__`` (Python runs it without reading the module): ``--check`` never calls such a tree
+up to date. Each file is written whole or not at all (a new file beside it, renamed over it once
+complete).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tensorwire._files import read_text
+from tensorwire._files import open_regular, read_at, read_text
 from tensorwire.gen._source import HEADER_PREFIX, render_package
 from tensorwire.schema import META_DIR, load_dir
 from tensorwire.schema._meta import META_SCHEMA_NAME, meta_schema, meta_schema_text
@@ -77,7 +79,8 @@ def _on_disk(path: Path) -> str | None:
 
 def _refuse_shadows(out_dir: Path, expected: dict[Path, str]) -> None:
     """``ValueError`` naming the first file that Python would import in place of a generated module
-    (an import finds a package directory, then an extension module, before a source file)."""
+    (an import finds a package directory, then an extension module, before a source file), or run
+    in place of its source (bytecode in ``__pycache__`` that Python does not check against it)."""
     for path in expected:
         if path.parent != out_dir or path.suffix != ".py":
             continue
@@ -88,6 +91,23 @@ def _refuse_shadows(out_dir: Path, expected: dict[Path, str]) -> None:
         for place in places:
             if os.path.lexists(place):
                 raise ValueError(f"{place} hides the generated module {path} (Python imports it instead): move it away")
+        for cached in sorted(out_dir.glob(f"__pycache__/{path.stem}.*.pyc")):
+            if _unchecked(cached):
+                raise ValueError(
+                    f"{cached} is bytecode that Python runs for {path} without reading that file (an unchecked "
+                    "hash-based .pyc): remove it"
+                )
+
+
+def _unchecked(pyc: Path) -> bool:
+    """Whether ``pyc`` is a regular file of bytecode that Python imports without checking it against
+    its source: PEP 552's unchecked hash-based form (a timestamp or a checked hash makes it look)."""
+    try:
+        with open_regular(pyc) as (fd, _):
+            header = read_at(fd, 0, 8)
+    except OSError:
+        return False
+    return len(header) == 8 and int.from_bytes(header[4:8], "little") & 0b11 == 0b01
 
 
 def _stale(out_dir: Path, expected: dict[Path, str]) -> dict[Path, str]:
