@@ -12,6 +12,7 @@ import json
 import math
 import re
 import sys
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ class SourceFile:
     data: Any
     _values: dict[str, int] = field(default_factory=dict)
     _keys: dict[str, int] = field(default_factory=dict)
+    _blocks: tuple[array[int], array[int]] | None = field(default=None, repr=False, compare=False)
 
     def position(self, pointer: str, *, key: bool = False) -> tuple[int, int]:
         """``(line, col)`` of the value (or key) at ``pointer``; the nearest known ancestor otherwise."""
@@ -55,9 +57,20 @@ class SourceFile:
         while probe not in table and probe:
             probe = probe.rsplit("/", 1)[0]  # a JSON pointer's parent, not a message
         offset = table.get(probe, self._values.get(probe, 0))
-        line = self.text.count("\n", 0, offset) + 1
-        col = offset - (self.text.rfind("\n", 0, offset) + 1) + 1
-        return line, col
+        return self._line_col(offset)
+
+    def _line_col(self, offset: int) -> tuple[int, int]:
+        """``(line, col)`` of ``offset``, reading the text from the start of its block only: each of
+        a lint's findings once read the whole text before it (quadratic in a large file)."""
+        if self._blocks is None:
+            self._blocks = _newlines_before_blocks(self.text)
+        counts, lasts = self._blocks
+        start = offset - offset % _BLOCK
+        line = counts[start // _BLOCK] + self.text.count("\n", start, offset) + 1
+        newline = self.text.rfind("\n", start, offset)
+        if newline < 0:
+            newline = lasts[start // _BLOCK]
+        return line, offset - newline
 
     def location(self, pointer: str, *, key: bool = False) -> Location:
         """This file and the ``position`` of the value (or key) at ``pointer``."""
@@ -76,6 +89,24 @@ class SourceFile:
     def error(self, pointer: str, message: str, *, key: bool = False) -> SchemaError:
         """A ``SchemaError`` of the form ``file:line:col: /pointer: message``."""
         return SchemaError(errors=(self.problem(pointer, message, key=key),))
+
+
+_BLOCK = 4096  # characters of a schema file's text after which ``position`` keeps a count of lines
+
+
+def _newlines_before_blocks(text: str) -> tuple[array[int], array[int]]:
+    """For each ``_BLOCK`` of ``text``: how many newlines come before it, and the offset of the last
+    of them (-1: none)."""
+    counts, lasts = array("q"), array("q")
+    count, last = 0, -1
+    for start in range(0, len(text) + 1, _BLOCK):
+        counts.append(count)
+        lasts.append(last)
+        found = text.count("\n", start, start + _BLOCK)
+        if found:
+            count += found
+            last = text.rfind("\n", start, start + _BLOCK)
+    return counts, lasts
 
 
 def read_source(path: Path, display: str, *, follow: bool = False) -> SourceFile:
