@@ -90,6 +90,31 @@ def test_an_integer_in_a_tree_that_the_wire_cannot_carry_is_refused(
     )
 
 
+@pytest.mark.parametrize(
+    ("where", "pointer", "message"),
+    [
+        ("$id", "/$id", '$id "' + "x" * 56 + "... must have the form <namespace>.<Name>, e.g. media.Video"),
+        ("dtype", "/properties/t/x-tensor/dtypes/0", 'unknown dtype "' + "x" * 56 + "...; expected one of bool, int8"),
+        ("enum", "/properties/e/enum/0", 'enum members must be strings, got ["' + "x" * 55 + "..."),
+    ],
+)
+def test_a_long_value_a_meta_schema_error_names_is_cut_short(
+    schema_dir: Path, where: str, pointer: str, message: str
+) -> None:
+    """Other meta-schema errors cut the value they show at 60 characters, but a wrong ``$id``,
+    dtype or enum member was shown whole: a value of a megabyte made a message of a megabyte."""
+    big = "x" * 1_000_000
+    if where == "$id":
+        doc = minimal(big)
+    elif where == "dtype":
+        doc = minimal("h.Msg", t={"x-tensor": {"dtypes": [big]}})
+    else:
+        doc = minimal("h.Msg", e={"type": "string", "enum": [[big]], "x-enum-name": "E", "default": "x"})
+    error = _error(schema_dir, {"h/Msg.v1.json": doc})
+    assert error.pointer == pointer and error.message.startswith(message)
+    assert len(str(error)) < 500
+
+
 def test_an_integer_bound_past_a_double_is_checked_as_an_integer(schema_dir: Path) -> None:
     """The check that an integer's bound is whole turned it into a float first: ``maximum:
     1000...0`` (309 digits) failed with an OverflowError instead of loading (it bounds nothing the

@@ -150,13 +150,15 @@ def _explain(error: Any) -> list[tuple[str, str, bool]]:
             if key not in allowed
         ]
     if kind == "enum" and "dtypes" in error.absolute_path:
-        return [(pointer, f"unknown dtype {error.instance!r}; expected one of {', '.join(DTYPE_NAMES)}", False)]
+        return [(pointer, f"unknown dtype {_shown(error.instance)}; expected one of {', '.join(DTYPE_NAMES)}", False)]
     if kind == "type" and len(error.absolute_path) >= 2 and error.absolute_path[-2] == "enum":
-        return [(pointer, f"enum members must be strings, got {json.dumps(error.instance)}", False)]
+        return [(pointer, f"enum members must be strings, got {_short(error.instance)}", False)]
     if kind == "maximum" and last == "max_depth":
         return [(pointer, f"tree depth {error.instance} is over the limit of {error.validator_value}", False)]
     if kind == "pattern" and last == "$id":
-        return [(pointer, f"$id {error.instance!r} must have the form <namespace>.<Name>, e.g. media.Video", False)]
+        return [
+            (pointer, f"$id {_shown(error.instance)} must have the form <namespace>.<Name>, e.g. media.Video", False)
+        ]
     if kind == "required":
         missing = [name for name in error.validator_value if name not in error.instance]
         return [(pointer, f"missing required keyword {name!r}", False) for name in missing]
@@ -165,10 +167,17 @@ def _explain(error: Any) -> list[tuple[str, str, bool]]:
     return [(pointer, _message(error), False)]
 
 
+def _shown(value: Any, limit: int = 60) -> str:
+    """``value`` as a message shows it: its ``repr``, or past ``limit`` characters its JSON text cut
+    there (a value of a megabyte would make a message of a megabyte)."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else _short(value, limit)
+
+
 def _message(error: Any, limit: int = 60) -> str:
-    """jsonschema's message for ``error``, with the value it shows cut at ``limit`` characters: it
-    writes the whole value, so a wrong one of a megabyte made a message of a megabyte."""
+    """jsonschema's message for ``error``, with the value it shows cut at ``limit`` characters (it
+    writes the whole value, as ``_shown`` would not)."""
     shown = repr(error.instance)
     if len(shown) <= limit:
         return str(error.message)
-    return str(error.message).replace(shown, _short(error.instance, limit), 1)
+    return str(error.message).replace(shown, _shown(error.instance, limit), 1)
