@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 _LISTED = 5  # problems a SchemaError's text lists; the rest are counted
+_LONGEST = 1000  # characters of an EncodeError's or DecodeError's message kept (a peer's value can be megabytes)
 
 
 def printable(text: str) -> str:
@@ -158,11 +159,15 @@ class ValidationError(CodecError, ValueError):
 
 
 class _InMessage(CodecError, ValueError):
-    """An error about one message: ``[<label>: ]<message>[ - at `<path>`]``."""
+    """An error about one message: ``[<label>: ]<message>[ - at `<path>`]``. A message of more than
+    1,000 characters (one quoting a value a peer sent, which may be megabytes) keeps its first ones
+    and says how long it was."""
 
     def __init__(
         self, message: str, *, path: str | None = None, type_id: str | None = None, version: int | None = None
     ) -> None:
+        if len(message) > _LONGEST:
+            message = f"{message[: _LONGEST - 40]}... (cut: {len(message)} characters)"
         self.message = message
         self.path = path
         self.type_id = type_id

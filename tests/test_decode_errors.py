@@ -962,3 +962,40 @@ def test_a_string_that_is_not_utf_8_is_a_decode_error_wherever_it_is() -> None:
             DECODER.decode([frame])
         with pytest.raises(tw.DecodeError, match=rf"^invalid header: {not_utf_8}"):
             describe(frame)
+
+
+def _video() -> Any:
+    from tensorwire.builtins import media
+
+    return media.Video(
+        tensor=torch.zeros(1, 3, 1, 2, 2),
+        layout=media.VideoTensorLayout.BCTHW,
+        encoding=media.VideoTensorEncoding("normalized_float"),
+        value_range=media.VideoValueRange("zero_to_one"),
+    )
+
+
+def test_a_peer_s_long_value_is_quoted_cut_short_in_the_error() -> None:
+    from tensorwire.builtins import REGISTRY as BUILTINS
+
+    frames = EMBED.encode(_video())
+    frame = msgspec.msgpack.decode(frames[0], ext_hook=lambda code, data: Ext(code, bytes(data)))
+    value = "\x1b]52;c;QUFB\x07" + "x" * 100_000  # a terminal escape, then a megabyte's worth
+    frame[4]["layout"] = value
+    with pytest.raises(tw.DecodeError) as caught:
+        tw.Decoder(BUILTINS).decode([msgspec.msgpack.encode(frame), *frames[1:]])
+    error = caught.value
+    whole = len(f"Invalid enum value {value!r}")
+    assert error.message.startswith("Invalid enum value '\\x1b]52;c;QUFB\\x07xxx")
+    assert error.message.endswith(f"xxx... (cut: {whole} characters)") and len(error.message) <= 1000
+    assert (error.path, error.type_id, error.version) == ("$.layout", "media.Video", 1)
+    frame[0] = "tw:" + "t" * 100_000  # a tag of no message: quoted, cut as well
+    cut = r"^not a tensorwire message: tag 'tw:ttt+\.\.\. \(cut: 100035 characters\) - at `\$\[0\]`$"
+    with pytest.raises(tw.DecodeError, match=cut):
+        tw.Decoder(BUILTINS).decode([msgspec.msgpack.encode(frame), *frames[1:]])
+
+
+def test_a_short_message_is_kept_whole() -> None:
+    text = "x" * 1000
+    assert tw.DecodeError(text, path="$.a").message == text
+    assert tw.EncodeError(text + "y").message == "x" * 960 + "... (cut: 1001 characters)"
