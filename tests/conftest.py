@@ -104,7 +104,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture
 def slept(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
-    """Every sleep asked for with ``time.sleep`` during the test (``tensorwire.transports._control``
+    """Every sleep asked for with ``time.sleep`` during the test (``tensorwire.transports._page_lock``
     waits for a page another process keeps locked with it)."""
     import time
 

@@ -14,7 +14,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire.builtins import REGISTRY, rpc
-from tensorwire.transports._control import _W_PIDS, CLAIMED, FREE, IN_FLIGHT, MAX_READERS
+from tensorwire.transports._page_layout import _W_PIDS, CLAIMED, FREE, IN_FLIGHT, MAX_READERS
 
 MiB = 1024 * 1024
 

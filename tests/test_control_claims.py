@@ -13,17 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from tensorwire.errors import DecodeError, TransportError
-from tensorwire.transports._control import (
-    CLAIMED,
-    CONTROL_BYTES,
-    FREE,
-    IN_FLIGHT,
-    SENDER,
-    Page,
-    claim_file,
-    digest,
-    init_file,
-)
+from tensorwire.transports._one_shot_page import claim_file, init_file
+from tensorwire.transports._page import Page
+from tensorwire.transports._page_layout import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, digest
 from tensorwire.transports._segment import create_memfd
 
 _LOCK = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)

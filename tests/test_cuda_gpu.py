@@ -19,7 +19,7 @@ import torch
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
-from tensorwire.transports._control import FREE
+from tensorwire.transports._page_layout import FREE
 from tests import procs
 from tests.wire_helpers import segments_of
 

@@ -20,7 +20,7 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.inspection import describe
-from tensorwire.transports._control import FREE, IN_FLIGHT
+from tensorwire.transports._page_layout import FREE, IN_FLIGHT
 from tensorwire.transports.shm import our_segments
 from tests.conftest import REPO
 from tests.cuda_fakes import FILL, FakeCudaRuntime

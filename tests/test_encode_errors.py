@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import tensorwire as tw
-import tensorwire.transports._control
+import tensorwire.transports._page_layout
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion, media, rpc
 from tests.wire_helpers import segments_of
@@ -341,7 +341,7 @@ def test_a_failed_export_hands_every_pool_slot_back() -> None:
         with pytest.raises(tw.TransportError, match=rf"injected failure at export {k}"):
             encoder.encode(message)
         assert transport.pool is not None
-        assert all(slot.state == transports._control.FREE for slot in transport.pool.slots())
+        assert all(slot.state == transports._page_layout.FREE for slot in transport.pool.slots())
         transport.close()
     assert set(segments_of(os.getpid())) <= before
 
@@ -363,7 +363,7 @@ def test_a_failed_export_leaves_an_empty_tensors_slot_to_its_tensor() -> None:
     assert torch.equal(resent.output[0], torch.full((1024,), 7.0))
     del other, resent, tensor
     assert transport.pool is not None
-    assert all(slot.state == transports._control.FREE for slot in transport.pool.slots())
+    assert all(slot.state == transports._page_layout.FREE for slot in transport.pool.slots())
     transport.close()
 
 
@@ -386,7 +386,7 @@ def test_an_interrupt_while_the_header_is_built_hands_every_slot_back(monkeypatc
         encoder.encode(diffusion.Output(output=[torch.ones(256), torch.zeros(256)]))
     assert len(calls) == 1 and len(calls[0]) == 2  # interrupted with both buffers exported
     assert transport.pool is not None and len(transport.pool.slots()) == 2
-    assert all(slot.state == transports._control.FREE for slot in transport.pool.slots())
+    assert all(slot.state == transports._page_layout.FREE for slot in transport.pool.slots())
     transport.close()
     assert set(segments_of(os.getpid())) <= before
 

@@ -17,7 +17,7 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports import _retention as retention
-from tensorwire.transports._control import FREE
+from tensorwire.transports._page_layout import FREE
 from tensorwire.transports._retention import Retention
 from tests.conftest import write_schemas
 from tests.cuda_fakes import FakeCudaRuntime

@@ -25,7 +25,8 @@ from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
 from tensorwire.transports import _pool, _segment
 from tensorwire.transports import _slots as slot_reader
-from tensorwire.transports._control import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, RECEIVER_BYTE, SENDER, Page
+from tensorwire.transports._page import Page
+from tensorwire.transports._page_layout import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, RECEIVER_BYTE, SENDER
 from tensorwire.transports._pool import PASSED, Pool, Slot, size_class
 from tensorwire.transports._retention import Retention
 from tensorwire.transports.shm import SHM_DIR, Backing

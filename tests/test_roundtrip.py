@@ -20,7 +20,7 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire._wire import EXT_INLINE, unpack_descriptor
 from tensorwire.builtins import REGISTRY, diffusion, media, rpc
-from tensorwire.transports._control import FREE
+from tensorwire.transports._page_layout import FREE
 from tests.wire_helpers import bits, ext_data, frame_of, head_of, same, segments_of, tensor_exts
 
 SHM = transports.ShmTransport(pool=False)

@@ -154,7 +154,7 @@ def test_a_kept_decode_error_holds_no_tensor_of_the_message(tmp_path: Path) -> N
     import torch
 
     from tensorwire import transports
-    from tensorwire.transports._control import CLAIMED, FREE
+    from tensorwire.transports._page_layout import CLAIMED, FREE
 
     name = _name()
 
@@ -263,7 +263,7 @@ def test_a_validator_that_raises_an_error_of_its_own_is_a_codec_error_naming_it(
     import torch
 
     from tensorwire import transports
-    from tensorwire.transports._control import FREE
+    from tensorwire.transports._page_layout import FREE
 
     name = _name()
 

@@ -20,7 +20,7 @@ zmq = pytest.importorskip("zmq")
 
 import tensorwire as tw  # noqa: E402
 from tensorwire.builtins import REGISTRY, rpc  # noqa: E402
-from tensorwire.transports._control import FREE, IN_FLIGHT  # noqa: E402
+from tensorwire.transports._page_layout import FREE, IN_FLIGHT  # noqa: E402
 from tensorwire.zmq import HELLO, AbortedWhileHeldError, Channel, StillHeldError, host_token  # noqa: E402
 from tensorwire.zmq._peers import _INLINE, _SHARED, _TRIAL, route_for  # noqa: E402
 from tests.wire_helpers import held_elsewhere  # noqa: E402

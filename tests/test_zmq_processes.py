@@ -35,7 +35,7 @@ zmq = pytest.importorskip("zmq")
 import tensorwire as tw  # noqa: E402
 from tensorwire.builtins import REGISTRY, rpc  # noqa: E402
 from tensorwire.inspection import describe  # noqa: E402
-from tensorwire.transports._control import FREE  # noqa: E402
+from tensorwire.transports._page_layout import FREE  # noqa: E402
 from tensorwire.transports._reaper import held_memfds, our_segments  # noqa: E402
 from tensorwire.transports.shm import Backing  # noqa: E402
 from tensorwire.zmq import HELLO, Channel, Sent, host_token  # noqa: E402

@@ -832,7 +832,7 @@ def test_a_client_that_echoes_this_hosts_token_but_never_reads_pins_one_reply_no
     """Every large reply to a remote peer that echoed this host's token stayed pinned in shared
     memory for the claim timeout; now one does, and the others go inline."""
     import tensorwire as tw
-    from tensorwire.transports._control import IN_FLIGHT
+    from tensorwire.transports._page_layout import IN_FLIGHT
     from tensorwire.zmq import HELLO, host_token
 
     socket = ctx.socket(zmq.ROUTER)

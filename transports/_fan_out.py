@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from tensorwire.errors import TransportError
-from tensorwire.transports._control import MAX_READERS, one_wait
+from tensorwire.transports._page_layout import MAX_READERS
+from tensorwire.transports._page_lock import one_wait
 from tensorwire.transports._shm_handles import ShmHandle, SlotHandle
 from tensorwire.transports.base import Buffer, Handle, Transport
 

@@ -19,7 +19,9 @@ import numpy as np
 
 from tensorwire.errors import CodecError, DecodeError, TransportError
 from tensorwire.transports import _janitor as janitor
-from tensorwire.transports._control import CONTROL_BYTES, claim_file, digest, discard_file, expire_file, one_wait
+from tensorwire.transports._one_shot_page import claim_file, discard_file, expire_file
+from tensorwire.transports._page_layout import CONTROL_BYTES, digest
+from tensorwire.transports._page_lock import one_wait
 from tensorwire.transports._reaper import _creator
 from tensorwire.transports._segment import identity, open_named, read_into, remove_named
 

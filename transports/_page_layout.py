@@ -1,8 +1,34 @@
 """The layout of a segment's control page: its words (little-endian u64 at fixed indices), states and
 flags, the bytes of its file that are marks of who is alive, the digest a hand-over's capability is
 kept as, and why a handle is refused against the page's words (``_refusal``: one judgment for the
-mapped page, ``_page``, and for a one-shot segment's, ``_one_shot_page``). The protocol these words
-carry is described in ``transports._control``.
+mapped page, ``_page``, and for a one-shot segment's, ``_one_shot_page``); and the cross-process
+protocol of hand-over, claim and release these words carry, below.
+
+Every shared-memory segment starts with a 4 KiB control page (the data follows it). Its words
+(little-endian u64): magic, state, generation, receiver pid, data capacity, claim deadline
+(``CLOCK_MONOTONIC`` ns), the last expired generation, flags (one-shot, dropped by its creator);
+then the 16-byte digest of the current hand-over's capability; when its creator started and when
+its receiver did (a reused pid is told by them); then, for a hand-over to several receivers (a
+broadcast), their number, the claims made, the receivers holding it, their pids and their starts.
+
+A hand-over draws a fresh capability (128 random bits) that travels only in the message's handle;
+the page keeps its BLAKE2b digest, never the capability itself. A receiver proves the capability
+(constant-time comparison) before any side effect, and a claim clears the digest: a handle is good
+for one claim. Transitions that race across processes (claim, discard, expiry, undo) happen under
+an open-file-description lock on the page (``F_OFD_SETLK``, released by the kernel if its holder
+dies) plus a thread lock; a lock held elsewhere for long is a ``TransportError``, never a hang.
+
+States: FREE -> SENDER (the sender holds it) -> IN_FLIGHT (handed over) -> CLAIMED (a receiver
+holds it) -> FREE; IN_FLIGHT -> FREE when it is discarded by a receiver that proved its
+capability, undone by its sender, or not claimed before its deadline (expired); IN_FLIGHT ->
+SENDER when its sender undoes the hand-over of a slot an ``empty`` tensor still lives in.
+
+A broadcast to ``readers`` receivers stays IN_FLIGHT, its capability good, until ``readers``
+claims (or discards) were made or its deadline passed; each claim records the receiver's pid, and
+the page is FREE once the last receiver holding it has let go (a dead one is taken off by its
+sender's reclaim). So one buffer is read by every receiver and freed when the last is done.
+
+The page's lock is ``_page_lock``.
 """
 
 from __future__ import annotations

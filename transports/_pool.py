@@ -1,7 +1,7 @@
 """A warm pool of shared-memory slots, as their sender sees them: created and mapped once, then reused.
 
 Each slot is one segment (a sealed memfd by default, or a named file in /dev/shm): a control
-page (``transports._control``) then the data area of one size class (quarter octaves from 64 KiB,
+page (``transports._page_layout``) then the data area of one size class (quarter octaves from 64 KiB,
 so at most 25% is wasted). The sender copies into a free slot (or hands over a slot it allocated
 with ``empty``: no copy at all) and hands it over under a fresh capability; a receiver claims it
 and frees it when its last view dies. A slot nobody claims within ``claim_timeout`` comes back
@@ -48,17 +48,9 @@ import numpy as np
 
 from tensorwire import _memory as memory
 from tensorwire.errors import TransportError
-from tensorwire.transports._control import (
-    CLAIMED,
-    CONTROL_BYTES,
-    CREATOR_BYTE,
-    FREE,
-    IN_FLIGHT,
-    SENDER,
-    STATES,
-    Page,
-    one_wait,
-)
+from tensorwire.transports._page import Page
+from tensorwire.transports._page_layout import CLAIMED, CONTROL_BYTES, CREATOR_BYTE, FREE, IN_FLIGHT, SENDER, STATES
+from tensorwire.transports._page_lock import one_wait
 from tensorwire.transports._pool_lifetime import _POOLS, _finalize, _trim_loop
 from tensorwire.transports._pool_slot import MIN_CLASS, Slot, _let_go, _let_go_copy, _SenderLease, size_class
 from tensorwire.transports._retention import Retention

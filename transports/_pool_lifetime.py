@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tensorwire.transports._control import IN_FLIGHT
+from tensorwire.transports._page_layout import IN_FLIGHT
 from tensorwire.transports._pool_slot import Slot, _let_go
 from tensorwire.transports._segment import alive
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tensorwire import _memory as memory
-from tensorwire.transports._control import Page
+from tensorwire.transports._page import Page
 from tensorwire.transports._segment import remove_own
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ that is not a regular file of this process's uid (FIFOs, symlinks, directories, 
 files) is skipped, never fatal. memfd-backed segments have no name here: they disappear with
 their last fd and mapping, so nothing of them is ever left to reap.
 
-A pool slot's creator keeps a shared lock on one byte of its file (``_control.CREATOR_BYTE``) while
+A pool slot's creator keeps a shared lock on one byte of its file (``_page_layout.CREATOR_BYTE``) while
 it holds the slot: a named file whose creator's pid names no process here is opened (never
 following a link, never blocking) to read that lock before it counts as its creator's leftover,
 so a creator in another pid namespace is not taken for dead. A one-shot segment carries no lock:
@@ -28,7 +28,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tensorwire.transports._control import CREATOR_BYTE, claimable, creator_started, marked
+from tensorwire.transports._one_shot_page import claimable, creator_started
+from tensorwire.transports._page_layout import CREATOR_BYTE
+from tensorwire.transports._page_lock import marked
 from tensorwire.transports._pool import alive
 from tensorwire.transports._segment import started_as_said, valid_pid
 
@@ -243,7 +245,7 @@ def _open_listed(path: Path, info: os.stat_result) -> int | None:
 
 def _claimable(path: Path, info: os.stat_result) -> bool:
     """Whether the file at ``path`` (that ``info`` describes) is a one-shot segment in flight before
-    its claim deadline (``_control.claimable``): a message on its way, whether its creator lives or not."""
+    its claim deadline (``_one_shot_page.claimable``): a message on its way, whether its creator lives or not."""
     fd = _open_listed(path, info)
     if fd is None:
         return False

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import msgspec
 
-from tensorwire.transports._control import CAPABILITY_BYTES
+from tensorwire.transports._page_layout import CAPABILITY_BYTES
 from tensorwire.transports.base import Handle
 
 __all__ = ["Capability", "ShmHandle", "SlotHandle"]

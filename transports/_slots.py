@@ -3,7 +3,7 @@
 A segment is opened only after the checks of ``transports._segment`` (a memfd through its creator's
 ``/proc/<pid>/fd`` and sealed, or a regular file of ours in /dev/shm) and mapped only if its
 control page is valid for its size. A claim proves the handle's capability before anything
-changes (``transports._control``); the claimed bytes come back as a lease-backed view (the slot is
+changes (``transports._page``); the claimed bytes come back as a lease-backed view (the slot is
 freed when the last view dies) or a private copy (freed at once). Mapped segments are bounded in
 number; those their creator dropped, or whose creator died, are forgotten within a few seconds
 (``transports._janitor``). A forgotten segment's fd and mapping go with the last reference to it
@@ -30,7 +30,8 @@ import numpy as np
 from tensorwire import _memory as memory
 from tensorwire.errors import CodecError, DecodeError
 from tensorwire.transports import _janitor as janitor
-from tensorwire.transports._control import CONTROL_BYTES, CREATOR_BYTE, DROPPED, ONE_SHOT, RECEIVER_BYTE, Page
+from tensorwire.transports._page import Page
+from tensorwire.transports._page_layout import CONTROL_BYTES, CREATOR_BYTE, DROPPED, ONE_SHOT, RECEIVER_BYTE
 from tensorwire.transports._pool import alive
 from tensorwire.transports._reaper import creator_pid
 from tensorwire.transports._segment import open_memfd, open_named, started_as_said

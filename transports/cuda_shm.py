@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 import torch
 
 from tensorwire.errors import TransportError
-from tensorwire.transports._control import CONTROL_BYTES, SENDER
+from tensorwire.transports._page_layout import CONTROL_BYTES, SENDER
 from tensorwire.transports._pool import Pool, Slot
 from tensorwire.transports._reaper import next_name
 from tensorwire.transports._retention import Retention

@@ -10,7 +10,7 @@ them. No copy at all for tensors from ``empty()``. A buffer the pool cannot take
 or past the pool's memory budget) gets a one-shot named segment.
 
 Every handle carries a fresh capability (128 random bits, in the handle only); the receiver
-proves it against the segment's control page (``transports._control``) before reading payload
+proves it against the segment's control page (``transports._page_layout``) before reading payload
 bytes, claiming, freeing or unlinking anything. A handle that fails leaves its file as it was.
 
 Named segments are ``tw-<pid>-<token>-<seq>`` (the creator's pid, a random token per process, a
@@ -44,9 +44,11 @@ import torch
 
 from tensorwire._timeouts import check_number
 from tensorwire.errors import DecodeError, TransportError
-from tensorwire.transports._control import CONTROL_BYTES, MAX_READERS, SENDER, init_file, one_wait
 from tensorwire.transports._fan_out import FanOut
+from tensorwire.transports._one_shot_page import init_file
 from tensorwire.transports._one_shots import _OneShots, _receive_one_shot, _void_one_shot
+from tensorwire.transports._page_layout import CONTROL_BYTES, MAX_READERS, SENDER
+from tensorwire.transports._page_lock import one_wait
 from tensorwire.transports._parallel_copy import copy_into, write_at
 from tensorwire.transports._pool import Pool
 from tensorwire.transports._reaper import SHM_DIR, _creator, next_name, our_segments, reap

@@ -29,7 +29,8 @@ import tensorwire as tw
 from tensorwire import _wire as wire
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
-from tensorwire.transports._control import CONTROL_BYTES, SENDER, Page
+from tensorwire.transports._page import Page
+from tensorwire.transports._page_layout import CONTROL_BYTES, SENDER
 from tensorwire.transports._segment import SEALS
 from tests.hostile import victim as victim_module
 from tests.hostile.children import spawned
@@ -189,7 +190,7 @@ def test_a_memfd_receiver_refuses_named_slots_and_maps_no_one_shot(directory: Pa
     receiver = transports.ShmTransport(directory)
     with pytest.raises(tw.DecodeError, match=r"is a named segment, which a same-uid process can truncate"):
         tw.Decoder(REGISTRY, transports=[receiver]).decode(frames)
-    assert named.pool is not None and [s.state for s in named.pool.slots()] == [transports._control.IN_FLIGHT]
+    assert named.pool is not None and [s.state for s in named.pool.slots()] == [transports._page_layout.IN_FLIGHT]
     one_shot = transports.ShmTransport(directory, pool=False)
     frames = tw.Encoder(transport=one_shot, options=OOB).encode(diffusion.Output(output=victim_module.PAYLOAD))
     name = head_of(frames[0])[3][0][1]["name"]

@@ -26,7 +26,7 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports import _janitor, _reaper
-from tensorwire.transports._control import CLAIMED, FREE
+from tensorwire.transports._page_layout import CLAIMED, FREE
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through shared memory
 HUNG = -signal.SIGALRM

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tensorwire.transports._control import CONTROL_BYTES, FREE
+from tensorwire.transports._page_layout import CONTROL_BYTES, FREE
 from tests.hostile import private_shm
 from tests.hostile.kill_procs import BIG, LEFT, SMALL
 

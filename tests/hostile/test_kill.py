@@ -29,7 +29,7 @@ import pytest
 
 import tensorwire as tw
 from tensorwire import transports
-from tensorwire.transports._control import CLAIMED, FREE, IN_FLIGHT, MAGIC, SENDER
+from tensorwire.transports._page_layout import CLAIMED, FREE, IN_FLIGHT, MAGIC, SENDER
 from tests.hostile import kill_procs
 from tests.wire_helpers import head_of, memfds_held
 

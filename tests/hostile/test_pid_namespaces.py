@@ -1,7 +1,7 @@
 """Named pool slots between processes of different pid namespaces (what ``backing="named"`` is for).
 
 A pid one side writes names another process, or none, on the other side; who is alive is told by
-the locks each side keeps on the slot's file (``_control.RECEIVER_BYTE``, ``CREATOR_BYTE``). The
+the locks each side keeps on the slot's file (``_page_layout.RECEIVER_BYTE``, ``CREATOR_BYTE``). The
 peer runs under ``unshare -p`` (root only) with a pid no process of this namespace has.
 """
 

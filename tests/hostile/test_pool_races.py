@@ -21,7 +21,7 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import diffusion
 from tensorwire.transports import shm as shm_module
-from tensorwire.transports._control import Page
+from tensorwire.transports._page import Page
 from tensorwire.transports._parallel_copy import copy_into
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through shared memory

@@ -28,7 +28,8 @@ from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.cli import main
 from tensorwire.transports import _reaper
-from tensorwire.transports._control import CONTROL_BYTES, CREATOR_BYTE, RECEIVER_BYTE, init_file
+from tensorwire.transports._one_shot_page import init_file
+from tensorwire.transports._page_layout import CONTROL_BYTES, CREATOR_BYTE, RECEIVER_BYTE
 from tensorwire.transports._reaper import _creator_lives
 from tensorwire.transports.shm import SHM_DIR
 

@@ -22,7 +22,8 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.transports import _one_shots, _slots
-from tensorwire.transports._control import IN_FLIGHT, claim_file
+from tensorwire.transports._one_shot_page import claim_file
+from tensorwire.transports._page_layout import IN_FLIGHT
 from tensorwire.transports._segment import open_named
 from tests.wire_helpers import head_of, memfds_held
 
@@ -178,7 +179,7 @@ def test_pages_a_peer_keeps_locked_hold_a_failed_decode_up_once_not_once_per_buf
         slept.append(seconds)
         real_sleep(seconds)
 
-    monkeypatch.setattr(time, "sleep", sleep)  # (_control calls time.sleep)
+    monkeypatch.setattr(time, "sleep", sleep)  # (_page_lock calls time.sleep)
     receiver = tw.Decoder(REGISTRY, transports=[transports.ShmTransport(pool=False)])
     try:
         with pytest.raises(tw.TransportError, match=r"has been locked by another process for over 0.25s") as info:

@@ -28,7 +28,7 @@ import torch
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion, rpc
-from tensorwire.transports._control import _W_STATE, FREE, IN_FLIGHT, SENDER
+from tensorwire.transports._page_layout import _W_STATE, FREE, IN_FLIGHT, SENDER
 from tensorwire.transports.base import Buffer, Handle
 from tests.hostile import sender_procs
 from tests.hostile.children import spawned

@@ -21,7 +21,7 @@ import tensorwire as tw
 from tensorwire import _wire as wire
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
-from tensorwire.transports._control import CLAIMED, FREE, IN_FLIGHT
+from tensorwire.transports._page_layout import CLAIMED, FREE, IN_FLIGHT
 from tests.hostile import claimers
 from tests.wire_helpers import frame_of, head_of
 

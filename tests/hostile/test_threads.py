@@ -26,7 +26,7 @@ import pytest
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY
-from tensorwire.transports._control import FREE
+from tensorwire.transports._page_layout import FREE
 from tests.cuda_fakes import FakeCudaRuntime
 from tests.hostile import messages
 from tests.wire_helpers import head_of, segments_of

@@ -41,7 +41,7 @@ def make_decoys(directory: Path) -> dict[str, str]:
     if os.geteuid() == 0:
         os.chown(foreign, 65534, 65534)
     # a file that looks like a one-shot segment's control page, for a capability nobody knows
-    from tensorwire.transports._control import init_file
+    from tensorwire.transports._one_shot_page import init_file
 
     like = directory / names["control_like"]
     like.write_bytes(bytes(DECOY_SIZE))  # zero-filled, as a new segment's

@@ -31,7 +31,7 @@ import torch
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import rpc
-from tensorwire.transports._control import CAPABILITY_BYTES, CONTROL_BYTES, IN_FLIGHT, MAGIC, ONE_SHOT, digest
+from tensorwire.transports._page_layout import CAPABILITY_BYTES, CONTROL_BYTES, IN_FLIGHT, MAGIC, ONE_SHOT, digest
 from tools.fuzz import seeds, targets
 from tools.fuzz.channel import Child, ChildDied, Endpoint
 
@@ -39,7 +39,7 @@ __all__ = ["Victim", "VictimProcess", "main"]
 
 _HOUR = 3600.0
 _PAST = 1_000_000_000 * 10**9  # September 2001, in ns: any read that updates atime shows
-_PAGE = struct.Struct("<8Q16s")  # the control page's words and digest (transports._control)
+_PAGE = struct.Struct("<8Q16s")  # the control page's words and digest (transports._page_layout)
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
 
 
