@@ -113,9 +113,10 @@ def test_only_the_zmq_layer_imports_pyzmq_and_nothing_imports_that_layer() -> No
     graph = _graph()
     known = set(files) | {"zmq"}
     with_pyzmq = {name for name, path in files.items() if "zmq" in _imported_at_load(path, known)}
-    assert with_pyzmq == {f"tensorwire.zmq.{n}" for n in ("_channel", "_peers", "_rpc", "_sent", "_sockets")}
+    pyzmq_modules = ("_channel", "_incoming", "_outgoing", "_peers", "_rpc", "_sent", "_sockets")
+    assert with_pyzmq == {f"tensorwire.zmq.{n}" for n in pyzmq_modules}
     layer = {m for m in graph if m == "tensorwire.zmq" or m.startswith("tensorwire.zmq.")}
-    assert len(layer) == 8
+    assert len(layer) == 10
     for module, deps in graph.items():
         if module not in layer:
             assert not deps & layer, module

@@ -22,6 +22,7 @@ import tensorwire as tw  # noqa: E402
 from tensorwire.builtins import REGISTRY, rpc  # noqa: E402
 from tensorwire.transports._page_layout import FREE, IN_FLIGHT  # noqa: E402
 from tensorwire.zmq import HELLO, AbortedWhileHeldError, Channel, StillHeldError, host_token  # noqa: E402
+from tensorwire.zmq._outgoing import unsend, withdraw  # noqa: E402
 from tensorwire.zmq._peers import _INLINE, _SHARED, _TRIAL, route_for  # noqa: E402
 from tests.wire_helpers import held_elsewhere  # noqa: E402
 
@@ -1505,8 +1506,8 @@ def test_a_broadcast_withdrawn_or_unsent_from_pages_a_receiver_keeps_locked_wait
         try:
             for fd in held:  # another description's lock, as a receiver's process holds it
                 fcntl.fcntl(fd, fcntl.F_OFD_SETLK, lock)
-            router._withdraw(fan, frames, 2, everyone=False)
-            router._unsend(frames)  # (a message reaching nobody: its exports undone)
+            withdraw(router, fan, frames, 2, everyone=False)
+            unsend(router, frames)  # (a message reaching nobody: its exports undone)
             waited = sum(slept)
         finally:
             for fd in held:

@@ -19,7 +19,8 @@ DEALER/ROUTER with the built-in ``rpc.Request`` / ``rpc.Result`` envelopes::
 See ``tensorwire.zmq._channel`` for the frame layout and the lifetime rule.
 """
 
-from tensorwire.zmq._channel import COPY_BELOW, HELLO, MAX_TRIALS, Channel
+from tensorwire.zmq._channel import COPY_BELOW, MAX_TRIALS, Channel
+from tensorwire.zmq._incoming import HELLO
 from tensorwire.zmq._locality import host_token
 from tensorwire.zmq._rpc import Client, Handler, Server
 from tensorwire.zmq._sent import AbortedWhileHeldError, Sent, StillHeldError

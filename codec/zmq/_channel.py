@@ -49,34 +49,30 @@ waits in another thread give up; ``tensorwire.zmq.Client`` is thread-safe.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 import warnings
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import zmq
 
-from tensorwire import DecodeError, DecodeOptions, EncodeOptions, Registry, TransportError
+from tensorwire import DecodeOptions, EncodeOptions, Registry
 from tensorwire._decoder import Decoder
 from tensorwire._encoder import Encoder
 from tensorwire._timeouts import deadline_after
 from tensorwire.transports.base import Handle, Transport
-from tensorwire.transports.inline import InlineHandle
 from tensorwire.transports.shm import MAX_READERS, FanOut, ShmTransport
+from tensorwire.zmq._incoming import _ASK, _NOTHING, HELLO, next_message
 from tensorwire.zmq._locality import TOKEN_BYTES, host_token
 from tensorwire.zmq._notes import Notes
-from tensorwire.zmq._peers import _FAR, _INLINE, _SHARED, _TRIAL, learn, route_for, start_trial
+from tensorwire.zmq._outgoing import _SEND_SLICE, put_parts, send_control, unsend, whole, withdraw
+from tensorwire.zmq._peers import _FAR, _INLINE, _SHARED, _TRIAL, route_for, start_trial
 from tensorwire.zmq._sent import DONE, AbortedWhileHeldError, Sent, StillHeldError
-from tensorwire.zmq._sockets import drop_rest, kind_of, poll_ms, recv_parts, type_of
+from tensorwire.zmq._sockets import kind_of, type_of
 
-__all__ = ["COPY_BELOW", "HELLO", "MAX_TRIALS", "Channel"]
-
-HELLO = b"TWC1"
-"""The first four bytes of a channel message's first frame (the sender's host token follows)."""
+__all__ = ["COPY_BELOW", "MAX_TRIALS", "Channel"]
 
 COPY_BELOW = 512 * 1024
 """Frames smaller than this are copied into ZeroMQ rather than handed over and tracked: below it,
@@ -84,16 +80,8 @@ waiting for ZeroMQ to let go of a frame costs more than copying it (``tools.benc
 
 _LOG = logging.getLogger("tensorwire.zmq")
 _FAN_OUT = frozenset({zmq.PUB, zmq.XPUB})  # one message, many receivers: never through shared memory
-_SMALL_HEAD = 64 * 1024  # frame 0 up to this size is taken as bytes (the decoder's quickest input)
-_ASK, _ANSWER = b"?", b"!"  # the last byte of a handshake's one frame: a question, an answer
-_ANSWERING = frozenset({zmq.PAIR, zmq.DEALER, zmq.ROUTER})  # sockets that can reply to their peer
 _ASKING = frozenset({zmq.PAIR, zmq.ROUTER})  # sockets that know which peer an answer is from
-_NOTHING = object()
 _BACKLOG = 1000  # messages a handshake keeps for recv when the socket's receive high-water mark is 0
-# ZeroMQ's flags as plain ints: combining pyzmq's enum members costs more than the send itself
-_MORE, _NOW, _POLLIN, _POLLOUT = int(zmq.SNDMORE), int(zmq.NOBLOCK), int(zmq.POLLIN), int(zmq.POLLOUT)
-_SEND_SLICE = 0.05  # seconds a refused send waits before it looks at abort() again
-_FIRST_PAUSE, _LONGEST_PAUSE = 0.001, 0.05  # a ROUTER's pauses between tries to queue for a full peer
 MAX_TRIALS = 16
 """``Channel``'s default ``max_trials``."""
 
@@ -169,9 +157,9 @@ class Channel:
         """Handshake questions that could not be answered (the asker's queue was full, or it had left)."""
         self._unanswered = Notes(_LOG, logging.INFO)
         self._aborted = threading.Event()
-        self._open = False  # whether a part of a message may be queued without its last part (``_cut``)
-        self._unread = False  # whether parts of a message of too many are left to drop (``_next``)
-        self._ended = 0  # messages whose last part was handed to ZeroMQ (``_put_parts``, ``broadcast``)
+        self._open = False  # whether a part of a message may be queued without its last part (``cut``)
+        self._unread = False  # whether parts of a message of too many are left to drop (``next_message``)
+        self._ended = 0  # messages whose last part was handed to ZeroMQ (``put_parts``, ``broadcast``)
         self.buffer_frames = 0
         """Buffer frames received: tensors that came inline, each in a frame of its own."""
         self.withheld = 0
@@ -199,7 +187,7 @@ class Channel:
             sent = self._put(peer, frames, deadline, timeout)
         except BaseException:
             if route != _INLINE:
-                self._unsend(frames)
+                unsend(self, frames)
             raise
         if route == _TRIAL:
             start_trial(self, peer, frames)
@@ -239,7 +227,7 @@ class Channel:
             if fan is not None:  # a peer is reached once its last part goes to ZeroMQ: an interrupt as
                 # that send returns leaves its message whole, its claim to make
                 done = self._ended - before
-                self._withdraw(fan, frames, len(peers) - done, everyone=done == 0)
+                withdraw(self, fan, frames, len(peers) - done, everyone=done == 0)
             raise
         return self._settled(Sent(trackers) if trackers else DONE, wait, deadline, timeout)
 
@@ -271,88 +259,12 @@ class Channel:
                 )
         return sent
 
-    def _withdraw(self, fan: FanOut, frames: list[Any], missing: int, *, everyone: bool) -> None:
-        """The peers a broadcast did not reach: all of them (its exports undone) or ``missing``."""
-        if everyone:
-            self._unsend(frames)
-            return
-        buffers = self._decoder.table.decode(frames[0]).buffers
-        fan.withdraw_all([handle for _, handle in buffers if not isinstance(handle, InlineHandle)], missing)
-
     def _put(self, peer: bytes | None, frames: list[Any], deadline: float | None, timeout: float | None) -> Sent:
         """Queue the multipart message: only its first part can be refused (ZeroMQ takes a
         multipart message whole or not at all), so a timeout there sends nothing; an exception
-        once a part is queued (an interrupt) ends the message there (``_whole``)."""
-        with self._whole():
-            return self._put_parts(peer, frames, deadline, timeout)
-
-    def _put_parts(self, peer: bytes | None, frames: list[Any], deadline: float | None, timeout: float | None) -> Sent:
-        """``_put``'s sends, part by part; ``_ended`` counts the message just before its last part
-        (ZeroMQ takes the rest of a message whose first part it took)."""
-        socket = self.socket
-        first = peer if peer is not None else self._hello
-        if not self._send_first(first, deadline):
-            within = f"{timeout} s" if timeout is not None else "the socket's SNDTIMEO"
-            raise TimeoutError(f"the message could not be queued within {within} (no peer ready)")
-        if peer is not None:
-            socket.send(self._hello, _MORE)
-        head = frames[0]  # the encoder's own bytes, never changed: handed over untracked when large
-        last = len(frames) - 1
-        inproc = self._inproc()
-        if not last:
-            self._ended += 1
-        socket.send(head, _MORE if last else 0, copy=inproc or len(head) < socket.copy_threshold)
-        if not last:
-            return DONE
-        threshold = 1 << 62 if inproc else max(self.copy_below, socket.copy_threshold)
-        trackers: list[zmq.MessageTracker] = []
-        for i in range(1, last + 1):
-            frame = frames[i]
-            flags = _MORE
-            if i == last:
-                flags = 0
-                self._ended += 1
-            if memoryview(frame).nbytes < threshold:
-                socket.send(frame, flags, copy=True)
-            else:
-                trackers.append(socket.send(frame, flags, copy=False, track=True))
-        return Sent(trackers) if trackers else DONE
-
-    @contextmanager
-    def _whole(self) -> Iterator[None]:
-        """Around the sends of one message: if an exception breaks it off after a part others were
-        to follow was queued (an interrupt between two sends), it is ended there (``_cut``), as is
-        one that an exception broke off inside ``_cut`` itself, before the next."""
-        if self._open:
-            self._cut()
-        try:
-            yield
-        except BaseException:
-            if self._open:
-                self._cut()
-            raise
-        self._open = False
-
-    def _cut(self) -> None:
-        """End a message broken off after some of its parts were queued (an interrupt between two
-        sends): ZeroMQ cannot take them back, and the next message's parts would follow them, glued
-        on (from a ROUTER, sent to this message's peer). An empty last part ends it; its peer
-        drops a message that does not decode. Where nothing was queued after all, a ROUTER routes
-        the empty part nowhere; another socket sends it as a message of its own, dropped as well."""
-        try:
-            self.socket.send(b"", _NOW)
-        except zmq.ZMQError:
-            pass
-        self._open = False
-
-    def _unsend(self, frames: list[Any]) -> None:
-        """Release what the shared-memory transport exported for a message that was not sent."""
-        assert self.transport is not None
-        try:
-            table = self._decoder.table.decode(frames[0])
-        except Exception:  # our own frame 0: it reads; the guard keeps the original error in sight
-            return
-        self.transport.release_all([handle for _, handle in table.buffers if not isinstance(handle, InlineHandle)])
+        once a part is queued (an interrupt) ends the message there (``whole``)."""
+        with whole(self):
+            return put_parts(self, peer, frames, deadline, timeout)
 
     def _inproc(self) -> bool:
         if not self._endpoint:
@@ -379,7 +291,7 @@ class Channel:
             return self._backlog.popleft()
         deadline = deadline_after(timeout)
         while True:
-            got = self._next(deadline)
+            got = next_message(self, deadline)
             if got is not None and got is not _NOTHING:
                 message: tuple[bytes | None, Any] = got
                 return message
@@ -400,7 +312,7 @@ class Channel:
         key = peer if self._router else None
         self._peers.pop(key, None)
         deadline = deadline_after(timeout)
-        self._control(peer, _ASK, deadline, timeout)
+        send_control(self, peer, _ASK, deadline, timeout)
         self._asked.add(key)
         try:
             return self._answered(key, deadline, timeout)
@@ -414,7 +326,7 @@ class Channel:
         while key not in self._peers:
             if len(self._backlog) >= limit:
                 raise TimeoutError(f"no answer to the handshake among the {limit} messages that came first")
-            got = self._next(deadline)
+            got = next_message(self, deadline)
             if got is not None and got is not _NOTHING:
                 self._backlog.append(got)
             elif key in self._peers:
@@ -422,140 +334,6 @@ class Channel:
             elif got is _NOTHING or _past(deadline):
                 raise TimeoutError(f"no answer to the handshake within {timeout} s")
         return self._peers[key] != _FAR
-
-    def _control(self, peer: bytes | None, kind: bytes, deadline: float | None, timeout: float | None) -> None:
-        """Send a one-frame control message (a handshake's question or answer)."""
-        frame = self._hello + kind
-        with self._whole():
-            if peer is None:
-                sent = self._send_first(frame, deadline, more=False)
-            else:
-                sent = self._send_first(peer, deadline)
-                if sent:
-                    self.socket.send(frame)
-        if not sent:
-            raise TimeoutError(f"the handshake could not be sent within {timeout} s (no peer ready)")
-
-    def _send_first(self, data: bytes, deadline: float | None, *, more: bool = True) -> bool:
-        """Send the first part of a message (``more``: others follow) by ``deadline`` (None: within
-        the socket's ``SNDTIMEO``, as a blocking send would, however long it takes if that is -1);
-        False if the socket took none by then, ``ConnectionAbortedError`` after ``abort()``. It
-        never blocks in ZeroMQ: a refused try waits at most ``_SEND_SLICE`` for the next. A ROUTER
-        (``ROUTER_MANDATORY``) is writable when any of its peers has room, not the one this is for:
-        it pauses between tries (1 ms doubling to 50 ms) rather than spin on a poll."""
-        socket, flags = self.socket, (_MORE if more else 0) | _NOW
-        pause = _FIRST_PAUSE
-        tried = False
-        while True:
-            self._open = more  # from here a part others follow may be queued: ``_cut`` ends it
-            try:
-                socket.send(data, flags)
-                return True
-            except zmq.ZMQError as exc:
-                self._open = False  # refused: nothing was queued
-                if not isinstance(exc, zmq.Again):
-                    raise
-            if deadline is None and not tried:  # refused once: the socket's own bound, if it has one
-                tried = True
-                limit = int(socket.getsockopt(zmq.SNDTIMEO))
-                if limit >= 0:
-                    deadline = time.monotonic() + limit / 1000
-            if self._aborted.is_set():
-                raise ConnectionAbortedError("the channel was closed while a message waited to be queued")
-            wait = _SEND_SLICE
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0:
-                    return False
-            if self._router:
-                time.sleep(min(pause, wait))
-                pause = min(2 * pause, _LONGEST_PAUSE)
-            else:
-                zmq.zmq_poll([(socket, _POLLOUT)], max(1, math.ceil(wait * 1000)))
-
-    def _next(self, deadline: float | None) -> Any:
-        """Read one ZeroMQ message: ``(peer, message)``, None for one that was not a message (a
-        control message, or one dropped), ``_NOTHING`` if none came before ``deadline``. The parts
-        of a message of too many that are left at the deadline are dropped first by the next call."""
-        socket = self.socket
-        if self._unread:
-            self._unread = drop_rest(socket, deadline)
-            if self._unread:
-                return _NOTHING
-        flags = 0
-        if deadline is not None:
-            while not zmq.zmq_poll([(socket, _POLLIN)], poll_ms(deadline)):
-                if time.monotonic() >= deadline:
-                    return _NOTHING
-            flags = _NOW
-        parts, count, self._unread = recv_parts(socket, flags, self._most_parts, deadline)
-        peer = parts[0].bytes if self._router and parts else None
-        body = parts[1:] if self._router else parts
-        if count > len(parts):
-            routed = "a routing id, " if self._router else ""
-            self._drop(
-                peer,
-                f"it has {'at least ' if self._unread else ''}{count} parts, over the limit of {len(parts)}"
-                f" ({routed}the hello, frame 0 and max_buffers={self._decoder.options.limits.max_buffers}"
-                " buffer frames)",
-            )
-            return None
-        if len(body) == 1 and self._answer(peer, body[0]):
-            return None
-        try:
-            return peer, self._decode(peer, body)
-        except DecodeError as exc:
-            self._drop(peer, str(exc))
-            return None
-        except TransportError as exc:
-            raise TransportError(exc.errno, f"a message from {_name(peer)}: {exc.strerror or exc}") from None
-
-    def _drop(self, peer: bytes | None, why: str) -> None:
-        """Count a message of ``peer``'s that is dropped, and log ``why`` (ten lines a second at most)."""
-        self.dropped += 1
-        self._drops.note(f"dropped a message from {_name(peer)}: {why}")
-
-    def _answer(self, peer: bytes | None, part: zmq.Frame) -> bool:
-        """Whether ``part`` is a handshake's question or answer; learn from it, answer a question."""
-        if len(part) != len(self._hello) + 1:  # (looked at before the part is copied: a peer sets its size)
-            return False
-        frame = part.bytes
-        if not frame.startswith(HELLO) or frame[-1:] not in (_ASK, _ANSWER):
-            return False
-        local = frame[:-1] == self._hello
-        # a question (or an answer nobody asked for) takes shared memory away, never gives it: its
-        # sender has not shown a message that decodes; the answer to this channel's question does
-        if not local or (frame[-1:] == _ANSWER and (peer if self._router else None) in self._asked):
-            learn(self, peer, local, part)
-        if frame[-1:] == _ASK and self._type in _ANSWERING:
-            try:
-                self._control(peer, _ANSWER, time.monotonic(), 0)
-            except (TimeoutError, ConnectionAbortedError, zmq.ZMQError) as exc:  # (ROUTER_MANDATORY: the
-                # asker may have left; after abort(): no send waits)
-                self.unanswered += 1
-                why = "its socket is not ready" if isinstance(exc, TimeoutError) else str(exc)
-                self._unanswered.note(f"could not answer a handshake from {_name(peer)}: {why}")
-        return True
-
-    def _decode(self, peer: bytes | None, parts: list[zmq.Frame]) -> Any:
-        if len(parts) < 2:
-            raise DecodeError(
-                f"a channel message has a hello frame and frame 0 at least; this one has {len(parts)} frames"
-            )
-        first = parts[0]  # its size looked at before it is copied: a peer sets it
-        hello = first.bytes if len(first) == len(HELLO) + TOKEN_BYTES else b""
-        if not hello.startswith(HELLO):
-            shown = bytes(first.buffer[:24])
-            raise DecodeError(f"not a tensorwire channel message: its first frame is {shown!r}")
-        head = parts[1]
-        frames: list[Any] = [head.bytes if len(head) <= _SMALL_HEAD else head.buffer]
-        if len(parts) > 2:
-            frames.extend(p.buffer for p in parts[2:])
-            self.buffer_frames += len(parts) - 2
-        message = self._decoder.decode(frames)
-        if self._router or self._type == zmq.PAIR or hello != self._hello:
-            learn(self, peer, hello == self._hello, parts[0])
-        return message
 
     # -- life -----------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -591,7 +369,3 @@ class Channel:
 
 def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
-
-
-def _name(peer: bytes | None) -> str:
-    return "the peer" if peer is None else f"peer {peer.hex()}"
