@@ -15,6 +15,7 @@ import torch
 import tensorwire as tw
 from tensorwire.builtins import REGISTRY, rpc
 from tensorwire.transports._page_layout import _W_PIDS, CLAIMED, FREE, IN_FLIGHT, MAX_READERS
+from tensorwire.transports._pool_choice import reusable
 
 MiB = 1024 * 1024
 
@@ -123,7 +124,7 @@ def test_a_dead_holder_is_taken_off_by_the_senders_reclaim(reused: bool) -> None
             del held
             gc.collect()
             assert _states(shm) == [CLAIMED]  # the dead holder's hold is still on the page
-            assert shm.pool._reusable(slot, time.monotonic_ns())  # reclaimed: its last holder is gone
+            assert reusable(slot, time.monotonic_ns())  # reclaimed: its last holder is gone
             assert _states(shm) == [FREE]
         finally:
             if later is not None:

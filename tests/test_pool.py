@@ -23,11 +23,12 @@ from tensorwire import transports
 from tensorwire._memory import Chars
 from tensorwire.builtins import REGISTRY, diffusion
 from tensorwire.dtypes import DTYPE_NAMES
-from tensorwire.transports import _pool, _segment
+from tensorwire.transports import _pool, _pool_choice, _segment
 from tensorwire.transports import _slots as slot_reader
 from tensorwire.transports._page import Page
 from tensorwire.transports._page_layout import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, RECEIVER_BYTE, SENDER
-from tensorwire.transports._pool import PASSED, Pool, Slot, size_class
+from tensorwire.transports._pool import Pool, Slot, size_class
+from tensorwire.transports._pool_choice import PASSED
 from tensorwire.transports._retention import Retention
 from tensorwire.transports.shm import SHM_DIR, Backing
 from tests.wire_helpers import edit_descriptor, frame_of, head_of, held_elsewhere, segments_of, tensor_exts
@@ -553,14 +554,14 @@ def _counting_looks(shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatc
         glances.append(next(slot.name for slot in pool._by_name.values() if slot.page is page))
         return bool(quick(page))
 
-    close = pool._reusable
+    close = _pool_choice.reusable
 
-    def reusable(slot: Any, now_ns: int, alive: Any = _pool.alive) -> bool | None:
+    def reusable(slot: Any, now_ns: int, alive: Any = _segment.alive) -> bool | None:
         looks.append(slot.name)
         return close(slot, now_ns, alive)
 
     monkeypatch.setattr(Page, "is_free", property(is_free))
-    monkeypatch.setattr(pool, "_reusable", reusable)
+    monkeypatch.setattr(_pool_choice, "reusable", reusable)
     return glances, looks
 
 
@@ -762,7 +763,7 @@ def test_a_busy_class_is_walked_closely_at_most_every_walk_every(
         checked.append(pid)
         return pid != 999_999_999
 
-    monkeypatch.setattr(_pool, "alive", alive)
+    monkeypatch.setattr(_pool_choice, "alive", alive)
     monkeypatch.setattr(pool, "retention", Retention(max_bytes=pool.cached_bytes))  # no room to grow
     glances.clear()
     frames = encoder.encode(diffusion.Output(output=tensor))  # so the walk comes at once

@@ -26,8 +26,9 @@ Thread-safe. A forked child starts with an empty pool (the parent's slots stay t
 the fork it closes its copies of their fds and unmaps them (one a view of the child still uses goes
 with that view), so the child holds none of the parent's memory and no mark of it.
 
-A slot, its size classes and letting go of one are ``_pool_slot``'s; how pools live with their
-process (the trimming thread, exit, a fork) is ``_pool_lifetime``'s.
+A slot, its size classes and letting go of one are ``_pool_slot``'s; which slot of its class a
+send takes (a glance at those in use, a close walk) is ``_pool_choice``'s; how pools live with
+their process (the trimming thread, exit, a fork) is ``_pool_lifetime``'s.
 """
 
 from __future__ import annotations
@@ -49,31 +50,28 @@ import numpy as np
 from tensorwire import _memory as memory
 from tensorwire.errors import TransportError
 from tensorwire.transports._page import Page
-from tensorwire.transports._page_layout import CLAIMED, CONTROL_BYTES, CREATOR_BYTE, FREE, IN_FLIGHT, SENDER, STATES
+from tensorwire.transports._page_layout import CONTROL_BYTES, CREATOR_BYTE, FREE, SENDER
 from tensorwire.transports._page_lock import one_wait
+from tensorwire.transports._pool_choice import first_free, take, walk
 from tensorwire.transports._pool_lifetime import _POOLS, _finalize, _trim_loop
 from tensorwire.transports._pool_slot import MIN_CLASS, Slot, _let_go, _let_go_copy, _SenderLease, size_class
 from tensorwire.transports._retention import Retention
-from tensorwire.transports._segment import alive, create_memfd, create_named
+from tensorwire.transports._segment import create_memfd, create_named
 
 __all__ = [
     "MIN_CLASS",
-    "PASSED",
     "WALK_ALWAYS",
     "WALK_EVERY",
     "Pool",
     "Slot",
-    "alive",
     "default_max_slots",
     "size_class",
 ]
 
-PASSED = 64  # a slot found busy by this many sends in a row is parked at the back of its class
 WALK_EVERY = 0.05  # seconds between two close walks of a class that found nothing to reuse
 WALK_ALWAYS = 16  # a class of at most this many slots is walked closely whenever none is free
 # The types of the views of slots allocated with ``Pool.empty_array``, by size.
 _VIEWS = memory.Chars()
-_HELD = frozenset({CLAIMED, SENDER})  # states a slot may keep for long: parked once PASSED
 
 
 def default_max_slots() -> int:
@@ -169,112 +167,24 @@ class Pool:
             group = self._slots.get(capacity)
             walked = False
             if group:
-                found = self._first_free(group, capacity, state)
+                found = first_free(self, group, capacity, state)
                 if found is not None:
                     return found
                 now = time.monotonic_ns()
                 if len(group) <= WALK_ALWAYS or now - self._walked.get(capacity, -(1 << 62)) >= WALK_EVERY * 1e9:
-                    found = self._walk(group, capacity, state, now)
+                    found = walk(self, group, capacity, state, now)
                     if found is not None:
                         return found
                     walked = True
             grown = self._grow(capacity)
             if grown is None and group and not walked:  # the budget forbids growth: look now
-                found = self._walk(group, capacity, state, time.monotonic_ns())
+                found = walk(self, group, capacity, state, time.monotonic_ns())
                 if found is not None:
                     return found
                 grown = self._grow(capacity)  # the walk may have dropped garbage
             if grown is not None:
-                self._take(grown, state)
+                take(grown, state)
             return grown
-
-    def _first_free(self, group: list[Slot], capacity: int, state: int) -> Slot | None:
-        """The first free slot before the parked ones, each looked at once: the slots in use stay
-        a compact warm set and the others idle out. One found busy by PASSED sends in a row moves
-        out of their way: parked if a receiver (or an unsent ``empty`` tensor) holds it, so that
-        sends stop looking at it; if in flight, to the back of those they look at."""
-        found: Slot | None = None
-        passed: list[Slot] = []
-        for slot in group:
-            if slot.parked:
-                break
-            if slot.page.is_free and not slot.sending:
-                found = self._take(slot, state)
-                break
-            slot.passed += 1
-            if slot.passed >= PASSED:
-                passed.append(slot)
-        if passed:
-            parked = self._parked.get(capacity, 0)
-            for slot in passed:
-                slot.passed = 0
-                group.remove(slot)
-                if slot.page.state in _HELD:  # held by a receiver (or by this process, unsent): parked
-                    slot.parked = True
-                    group.append(slot)
-                    parked += 1
-                else:  # in flight (a pipeline, or lost): at the back of those still looked at
-                    group.insert(len(group) - parked, slot)
-            self._parked[capacity] = parked
-        return found
-
-    def _walk(self, group: list[Slot], capacity: int, state: int, now_ns: int) -> Slot | None:
-        """The first slot of the class that is free or can be made free (expired, or its receivers
-        dead: each receiver's liveness checked once), parked ones too; slots whose page holds
-        garbage are dropped. A parked slot taken moves back among those in use."""
-        living: dict[int, bool] = {}
-
-        def alive_once(pid: int) -> bool:
-            known = living.get(pid)
-            if known is None:
-                known = living[pid] = alive(pid)
-            return known
-
-        garbage: list[Slot] = []
-        try:
-            with one_wait(0):  # a page another process keeps locked is not free now: never waited for
-                for slot in group:
-                    if slot.sending:
-                        continue
-                    usable = self._reusable(slot, now_ns, alive_once)
-                    if usable:
-                        if slot.parked:
-                            slot.parked = False
-                            self._parked[capacity] -= 1
-                            group.remove(slot)
-                            group.insert(len(group) - self._parked[capacity], slot)
-                        return self._take(slot, state)
-                    if usable is None:
-                        garbage.append(slot)
-        finally:
-            for slot in garbage:
-                self._drop(slot)
-        self._walked[capacity] = now_ns
-        return None
-
-    def _take(self, slot: Slot, state: int) -> Slot:
-        page = slot.page
-        slot.settled = (page.generation, page.claimed_elsewhere())
-        generation = page.take(state)
-        slot.sending = generation if state == SENDER else 0
-        slot.allocated = False
-        slot.last_used = time.monotonic()
-        slot.passed = 0
-        return slot
-
-    def _reusable(self, slot: Slot, now_ns: int, alive: Callable[[int], bool] = alive) -> bool | None:
-        """Whether ``slot``, which this process does not hold, is free, or can be made free (expired,
-        or its receiver died: ``alive``); None for a slot whose page holds no valid state (to be
-        dropped), the sender's own state included: only this process writes it, for a slot it holds."""
-        page = slot.page
-        current = page.state
-        if current not in STATES or current == SENDER or not page.valid:
-            return None
-        if current == IN_FLIGHT:
-            return page.expire(now_ns)
-        if current == CLAIMED:
-            return page.reclaim(alive)
-        return current == FREE
 
     def hand_over(self, slot: Slot, readers: int = 1) -> tuple[int, bytes]:
         """Put ``slot`` in flight for ``readers`` receivers; return its generation and the capability

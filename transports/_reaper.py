@@ -31,8 +31,7 @@ from pathlib import Path
 from tensorwire.transports._one_shot_page import claimable, creator_started
 from tensorwire.transports._page_layout import CREATOR_BYTE
 from tensorwire.transports._page_lock import marked
-from tensorwire.transports._pool import alive
-from tensorwire.transports._segment import started_as_said, valid_pid
+from tensorwire.transports._segment import alive, started_as_said, valid_pid
 
 __all__ = [
     "NAME",

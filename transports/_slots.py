@@ -32,9 +32,8 @@ from tensorwire.errors import CodecError, DecodeError
 from tensorwire.transports import _janitor as janitor
 from tensorwire.transports._page import Page
 from tensorwire.transports._page_layout import CONTROL_BYTES, CREATOR_BYTE, DROPPED, ONE_SHOT, RECEIVER_BYTE
-from tensorwire.transports._pool import alive
 from tensorwire.transports._reaper import creator_pid
-from tensorwire.transports._segment import open_memfd, open_named, started_as_said
+from tensorwire.transports._segment import alive, open_memfd, open_named, started_as_said
 from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, keep_forever
 
 __all__ = ["SlotReader"]
