@@ -22,7 +22,7 @@ value of the wrong type or an ignore without a reason is a ``ConfigError`` namin
 key (an unknown rule ID too, when the command that uses the rules reads it), and so is a file another user
 owns: the search goes up through directories others may write to (``/tmp``), and a planted file
 would choose where ``gen`` writes. Only a regular file of at most ``MAX_FILE_BYTES`` is read (a
-FIFO or a device is refused unread).
+FIFO or a device is refused unread, and the search stops at it rather than looking past it).
 """
 
 from __future__ import annotations
@@ -97,14 +97,17 @@ class Config:
 
 
 def find_config(start: Path | None = None) -> Config | None:
-    """The configuration of ``start`` (default: the current directory) or its nearest parent that has one."""
+    """The configuration of ``start`` (default: the current directory) or its nearest parent that has one.
+
+    A name that is there is read as ``load_config`` reads it: one that is not a regular file (a FIFO,
+    a directory, a dangling link) is a ``ConfigError``, not passed over for a parent's file."""
     here = (start or Path.cwd()).resolve()
     for directory in (here, *here.parents):
         own = directory / CONFIG_FILE
-        if own.is_file():
+        if os.path.lexists(own):
             return load_config(own)
         project = directory / "pyproject.toml"
-        if project.is_file():
+        if os.path.lexists(project):
             config = load_config(project)
             if config is not None:
                 return config

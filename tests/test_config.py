@@ -13,7 +13,7 @@ import pytest
 from tensorwire.cli import main
 from tensorwire.config import MAX_FILE_BYTES, CompatIgnore, ConfigError, find_config, load_config
 from tests.compat_cases import BASE
-from tests.conftest import NOT_READ, make_not_read, write_schemas
+from tests.conftest import NOT_READ, NOT_REGULAR, make_not_read, make_not_regular, write_schemas
 
 CONFIG = """
 schemas = "defs"
@@ -103,6 +103,27 @@ def test_only_a_regular_configuration_file_of_a_bounded_size_is_read(kind: str, 
     why = make_not_read(path, kind, MAX_FILE_BYTES)
     with pytest.raises(ConfigError) as info:
         load_config(path)
+    assert str(info.value) == f"{path}: cannot read it: {why}"
+
+
+@pytest.mark.parametrize("name", ["tensorwire.toml", "pyproject.toml"])
+@pytest.mark.parametrize("kind", [*NOT_REGULAR, "a dangling link"])
+def test_a_configuration_that_is_not_a_regular_file_is_refused_not_looked_past(
+    kind: str, name: str, tmp_path: Path
+) -> None:
+    """The search skipped such a name and read a parent directory's file instead, silently: it is
+    refused as ``load_config`` refuses it (a link is followed, so one to nothing is refused too)."""
+    (tmp_path / "tensorwire.toml").write_text("out = 'from_the_parent'\n")
+    path = tmp_path / "sub" / name
+    path.parent.mkdir()
+    if kind == "a dangling link":
+        path.symlink_to(tmp_path / "nothing")
+        why = "No such file or directory"
+    else:
+        make_not_regular(path, kind)
+        why = "not a regular file"
+    with pytest.raises(ConfigError) as info:
+        find_config(path.parent)
     assert str(info.value) == f"{path}: cannot read it: {why}"
 
 
