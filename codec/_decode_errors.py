@@ -2,13 +2,17 @@
 
 ``decode_error`` words the error for a frame 0 msgspec rejected: what its tag or fingerprint says
 is wrong (``refusal``), else msgspec's own words with the path into the body (a map entry by its
-key); ``typed_error`` adds the type and version frame 0's tag names to an error raised while the
-body was read. ``clear_locals`` clears the locals of the failed frames in an error's traceback, so
-the error, kept by the caller, holds none of the imported buffers or the message's frames.
+key); ``table_error`` words the error for a buffer table msgspec rejected (a handle of a transport
+the decoder does not have named as such); ``typed_error`` adds the type and version frame 0's tag
+names to an error raised while the body was read. ``clear_locals`` clears the locals of the failed
+frames in an error's traceback, so the error, kept by the caller, holds none of the imported
+buffers or the message's frames.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from traceback import clear_frames
 from types import FrameType, TracebackType
 from typing import Any
@@ -18,10 +22,10 @@ import msgspec
 from tensorwire._body import stand_in
 from tensorwire._locate import entry_path, header_path, msgspec_error
 from tensorwire._wire import MAGIC, WIRE_VERSION, parse_tag
-from tensorwire.errors import DecodeError
+from tensorwire.errors import DecodeError, printable
 from tensorwire.registry import Registry, UnknownTypeError
 
-__all__ = ["clear_locals", "decode_error", "refusal", "typed_error"]
+__all__ = ["clear_locals", "decode_error", "refusal", "table_error", "typed_error"]
 
 
 class _Peek(msgspec.Struct, array_like=True):
@@ -32,6 +36,19 @@ class _Peek(msgspec.Struct, array_like=True):
 
 
 _PEEK = msgspec.msgpack.Decoder(_Peek)
+
+
+class _Table(msgspec.Struct, array_like=True):
+    """The first four items of frame 0: the buffer table last, as it is (for error messages)."""
+
+    tag: Any
+    fingerprint: Any
+    data: Any
+    buffers: Any
+
+
+_TABLE = msgspec.msgpack.Decoder(_Table)
+_TRANSPORT_AT = re.compile(r"\$\[3\]\[(\d+)\]\[1\]\.transport")  # msgspec's path to a handle's tag
 
 
 def decode_error(head: Any, exc: Exception, registry: Registry, strict: bool) -> DecodeError:
@@ -61,6 +78,35 @@ def _entry_path(head: Any, ident: tuple[str, int], path: str, problem: str, on_k
     except Exception:  # the locator only improves a message; it never replaces the error
         return path
     return path if found is None else "$[4]" + found[1:]
+
+
+def table_error(head: Any, exc: Exception, transports: Sequence[str]) -> DecodeError:
+    """The error for a buffer table msgspec rejected: msgspec's own words with the path into the
+    table, or, for a handle of a transport not among ``transports`` (the tags this decoder reads),
+    which transport the buffer needs and which the decoder has."""
+    problem, path, on_key = msgspec_error(str(exc))
+    if path is None:
+        return DecodeError(f"invalid buffer table: {problem}")
+    found = None if on_key else _TRANSPORT_AT.fullmatch(path)
+    if found is not None and problem.startswith("Invalid value"):
+        name = _transport(head, int(found.group(1)))
+        if name is not None and name not in transports:
+            return DecodeError(
+                f"buffer {found.group(1)} travels by {printable(name)}, a transport this decoder does not have"
+                f" (it has: {', '.join(transports)})",
+                path=header_path(path),
+            )
+    key = "invalid map key: " if on_key else ""
+    return DecodeError(f"invalid buffer table: {key}{problem}", path=header_path(path))
+
+
+def _transport(head: Any, index: int) -> str | None:
+    """The transport that buffer ``index``'s handle in frame 0 names, if it names one by a string."""
+    try:
+        name = _TABLE.decode(head).buffers[index][1]["transport"]
+    except Exception:  # the locator only improves a message; it never replaces the error
+        return None
+    return name if isinstance(name, str) else None
 
 
 def typed_error(head: Any, exc: DecodeError) -> DecodeError:

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from tensorwire._body import tree_tuple
+from tensorwire._decode_errors import table_error
 from tensorwire._descriptors import BUILD, as_base, build, build_inline, verify_descriptor
-from tensorwire._locate import header_path, msgspec_error
 from tensorwire._wire import (
     DIMS,
     EXT_INLINE,
@@ -177,11 +177,7 @@ class Incoming:
         try:
             entries = decoder.table.decode(self.head).buffers
         except Exception as exc:  # msgspec's errors: the envelope was checked, the table was not
-            problem, path, on_key = msgspec_error(str(exc))
-            raise DecodeError(
-                f"invalid buffer table: {'invalid map key: ' if on_key else ''}{problem}",
-                path=None if path is None else header_path(path),
-            ) from None
+            raise table_error(self.head, exc, decoder.transport_names()) from None
         handles: list[Handle] = []
         sizes: list[int] = []
         for size, handle in entries:

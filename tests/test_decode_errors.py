@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -285,7 +286,17 @@ def _handle(index: int, key: str, value: Any) -> Callable[[list[Any]], None]:
         (_handle(1, "frame", 1), r"frame 1 is named by two buffers"),
         (
             _handle(0, "transport", "pipe"),
-            r"invalid buffer table: Invalid value 'pipe' - at `\$.buffers\[0\]\[1\].transport`",
+            r"buffer 0 travels by pipe, a transport this decoder does not have \(it has: inline, shm, shm-slot\)"
+            r" - at `\$.buffers\[0\]\[1\].transport`",
+        ),
+        (
+            _handle(1, "transport", "p\x1b[2J\n"),  # a peer's name, shown escaped
+            r"buffer 1 travels by p\\x1b\[2J\\n, a transport this decoder does not have"
+            r" \(it has: inline, shm, shm-slot\) - at `\$.buffers\[1\]\[1\].transport`",
+        ),
+        (
+            _handle(0, "transport", 5),
+            r"invalid buffer table: Expected `str`, got `int` - at `\$.buffers\[0\]\[1\].transport`",
         ),
         (  # a bare handle where an [nbytes, handle] pair belongs
             _entry(0, lambda e: e[1]),
@@ -854,14 +865,33 @@ def test_a_failure_before_any_tensor_is_read_releases_every_segment(
 
 
 def test_a_decoder_without_the_shm_transport_rejects_shm_handles() -> None:
+    """The error names the transport the message needs and those the decoder has (it said only
+    ``invalid buffer table: Invalid value 'shm'``)."""
     frames = _shm_frames()
     names = [h["name"] for h in _shm_handles(frames)]
-    with pytest.raises(
-        tw.DecodeError, match=r"invalid buffer table: Invalid value 'shm' - at `\$.buffers\[0\]\[1\].transport`"
-    ):
-        tw.Decoder(REGISTRY).decode(frames)
-    assert all((SHM_DIR / n).exists() for n in names)
-    _release_segments(frames)
+    try:
+        with pytest.raises(tw.DecodeError) as info:
+            tw.Decoder(REGISTRY).decode(frames)
+        error = info.value
+        assert error.message == "buffer 0 travels by shm, a transport this decoder does not have (it has: inline)"
+        assert (error.path, error.type_id, error.version) == ("$.buffers[0][1].transport", "diffusion.Output", 1)
+        assert all((SHM_DIR / n).exists() for n in names)
+    finally:
+        _release_segments(frames)
+    pool = transports.ShmTransport()
+    try:
+        frames = tw.Encoder(transport=pool, options=tw.EncodeOptions(inline_threshold=1, embed_threshold=0)).encode(
+            _message()
+        )
+        receiver = transports.QueueTransport(queue.Queue())  # nothing is put on it
+        with pytest.raises(tw.DecodeError) as info:
+            tw.Decoder(REGISTRY, transports=[receiver]).decode(frames)
+        assert info.value.message == (
+            "buffer 0 travels by shm-slot, a transport this decoder does not have (it has: inline, queue)"
+        )
+        assert info.value.path == "$.buffers[0][1].transport"
+    finally:
+        pool.close()
 
 
 def test_an_inline_frame_received_as_bytes_is_copied_unless_asked() -> None:
