@@ -4,6 +4,7 @@ get wrong is a ``SchemaError`` naming file, line:col, JSON pointer and what is e
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import re
@@ -695,3 +696,26 @@ def test_a_tag_that_is_not_ascii_is_refused(schema_dir: Path, tag: str) -> None:
         f"tag {tag!r} (the object's first string const) is not ASCII: msgspec's MessagePack decoder refuses "
         "a struct whose tag is not ASCII (until it has encoded one); use ASCII",
     )
+
+
+class _CountedReads(tuple):  # type: ignore[type-arg]
+    """A tuple that counts the passes over it."""
+
+    passes = 0
+
+    def __iter__(self) -> Any:
+        type(self).passes += 1
+        return super().__iter__()
+
+
+@pytest.mark.parametrize("count", [20, 80])
+def test_gen_reads_the_messages_a_fixed_number_of_times_however_many_there_are(schema_dir: Path, count: int) -> None:
+    """Each message's class name and type info looked for its type's latest version and its own
+    entry through every message: 2,000 messages took over a second to render. The set now indexes
+    them once."""
+    files = {f"h/M{i}.v{v}.json": minimal(f"h.M{i}", v) for i in range(count // 2) for v in (1, 2)}
+    schemas = load_dir(write_schemas(schema_dir, files))
+    counted = dataclasses.replace(schemas, messages=_CountedReads(schemas.messages))
+    _CountedReads.passes = 0
+    assert render_package(counted) == render_package(schemas)
+    assert _CountedReads.passes <= 3  # the namespaces, the namespace's messages, the index: not one per message

@@ -10,6 +10,7 @@ import keyword
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from tensorwire._files import find
@@ -71,13 +72,29 @@ class SchemaSet:
         return sorted({m.struct.namespace for m in self.messages})
 
     def latest_version(self, type_id: str) -> int:
-        return max(m.version for m in self.messages if m.type_id == type_id)
+        return self._latest[type_id]
 
     def message(self, type_id: str, version: int) -> Message:
+        try:
+            return self._by_id[type_id, version]
+        except KeyError:
+            raise KeyError(f"{type_id} v{version}") from None
+
+    @cached_property
+    def _by_id(self) -> dict[tuple[str, int], Message]:
+        """Each message by its type id and version (found once: gen asks for every message's)."""
+        found: dict[tuple[str, int], Message] = {}
         for m in self.messages:
-            if m.type_id == type_id and m.version == version:
-                return m
-        raise KeyError(f"{type_id} v{version}")
+            found.setdefault((m.type_id, m.version), m)
+        return found
+
+    @cached_property
+    def _latest(self) -> dict[str, int]:
+        """Each type id's latest version."""
+        latest: dict[str, int] = {}
+        for type_id, version in self._by_id:
+            latest[type_id] = max(version, latest.get(type_id, version))
+        return latest
 
 
 def class_name(schemas: SchemaSet, struct: StructT) -> str:
