@@ -105,7 +105,9 @@ def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
     stream in the middle of it: every later ``send`` on that connection is an ``OSError`` saying so
     (its peer's ``Receiver`` never reads the next message as the rest of that one; close the
     connection). A frame ``writev`` cannot take (one that is not C-contiguous) is refused with
-    nothing written, and the connection stays usable."""
+    nothing written, and the connection stays usable. A send to a peer that closed its end is a
+    ``BrokenPipeError`` only while SIGPIPE is ignored, as Python sets it at start-up: a process that
+    restored its default action (``signal.SIG_DFL``) is killed by it, as by ``send_bytes``."""
     if _DIRECT and type(conn) is Connection:
         if conn in _cut_off:
             raise OSError(_SEND_CUT_OFF)
