@@ -5,9 +5,12 @@ memory and returns a unified diff of every drifted file (empty when the tree is 
 ``registry`` names the module that holds ``REGISTRY`` (the package's ``__init__`` by default).
 
 A file ``gen`` owns is read and written only as a plain file: a symbolic link there (or at its
-directory) or anything but a regular file is a ``ValueError``, before anything is written, so
-a checkout cannot make ``gen`` write outside the package, or ``gen --check`` block on a FIFO or
-read a device; a module in the package that is not a regular file is never taken for a stale one.
+directory: the output directory itself, the schema directory's ``meta``) or anything but a
+regular file is a ``ValueError``, before anything is written, so a link at those places cannot
+make ``gen`` write elsewhere, or ``gen --check`` block on a FIFO or read a device; a module in the
+package that is not a regular file is never taken for a stale one. The directories above them
+are not checked: a link among them (``src`` -> ``../elsewhere`` with ``-o src/messages``; ``/tmp``
+or a home directory may be one) is followed, and ``gen`` writes where it leads.
 A file in the way that ``gen`` did not write (a module without its header) is never replaced but
 with ``force``. A package directory or an extension module that Python would import in place of a
 generated module (``rpc/__init__.py`` or ``rpc.cpython-311-x86_64-linux-gnu.so`` beside ``rpc.py``)
