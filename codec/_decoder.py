@@ -364,12 +364,12 @@ class Decoder(Sealed):
             grouped.setdefault(self._by_type[type(handle)], []).append(handle)
         return grouped
 
-    def transport_names(self) -> list[str]:
+    def _transport_names(self) -> list[str]:
         """The transports whose handles this decoder reads, by the tags the wire names them with, sorted."""
         return sorted(str(h.__struct_config__.tag) for h in self._by_type)
 
     def __repr__(self) -> str:
-        return f"Decoder({self.registry!r}, transports={self.transport_names()}, options={self.options})"
+        return f"Decoder({self.registry!r}, transports={self._transport_names()}, options={self.options})"
 
 
 _COUNTED = 512  # frame 0 up to this many bytes: all its level openers counted at once, first

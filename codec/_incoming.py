@@ -177,7 +177,7 @@ class Incoming:
         try:
             entries = decoder.table.decode(self.head).buffers
         except Exception as exc:  # msgspec's errors: the envelope was checked, the table was not
-            raise table_error(self.head, exc, decoder.transport_names()) from None
+            raise table_error(self.head, exc, decoder._transport_names()) from None
         handles: list[Handle] = []
         sizes: list[int] = []
         for size, handle in entries:
