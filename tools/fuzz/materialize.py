@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 import tensorwire as tw
+from tensorwire._wire import BLOB_MAGIC, BLOB_PREAMBLE
 from tools.fuzz import rawmp
 from tools.fuzz.case import Binding, Case
 from tools.fuzz.damage import apply
@@ -176,8 +177,8 @@ def materialize(case: Case, context: dict[str, Any]) -> Delivery:
     damage = case.damage
     if damage is not None and 0 <= damage.target < len(frames):
         frames[damage.target] = apply(frames[damage.target], damage)
-    if case.joined:
-        blob = tw.join(frames)
+    if case.joined:  # (a blob of no frames, which ``tw.join`` refuses to make, by hand: a reader refuses it)
+        blob = tw.join(frames) if frames else BLOB_PREAMBLE.pack(BLOB_MAGIC, 0)
         if damage is not None and damage.target < 0:
             blob = apply(blob, damage)
         return Delivery([], bytearray(blob) if case.writable else blob)
