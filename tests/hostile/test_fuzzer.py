@@ -17,10 +17,12 @@ from typing import Any
 import msgspec
 import pytest
 
+import tensorwire as tw
 from tensorwire._wire import EXT_INLINE, MAGIC, WIRE_VERSION, unpack_descriptor
 from tests.wire_helpers import ext_data, tensor_exts
 from tools.fuzz import cases, known, rawmp
-from tools.fuzz.case import dump, file_name, load
+from tools.fuzz.case import Case, dump, file_name, load
+from tools.fuzz.materialize import materialize
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -63,6 +65,15 @@ def test_a_case_file_round_trips() -> None:
         case = cases.generate(9, index)
         again, found = load(dump(case))
         assert dump(again) == dump(case) and found is None
+
+
+def test_a_joined_case_without_frames_is_delivered_as_a_blob_of_no_frames() -> None:
+    """A case with no frames at all, in the joined form: the receiver splits a blob whose table says
+    no frames (made by hand: ``tw.join`` refuses to make one), which ``tw.split`` refuses."""
+    delivery = materialize(Case("buffers", "no frames at all; joined", [], joined=True), {})
+    assert delivery.blob == b"TWB1\x00\x00\x00\x00" and delivery.frames == []
+    with pytest.raises(tw.DecodeError, match=r"frame table \(0 frames\)"):
+        tw.split(delivery.blob)
 
 
 def test_raw_msgpack_walk_handles_100000_nested_extensions() -> None:
