@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,9 @@ import pytest
 import tensorwire as tw
 from tensorwire._wire import EXT_INLINE, MAGIC, WIRE_VERSION, unpack_descriptor
 from tests.wire_helpers import ext_data, tensor_exts
-from tools.fuzz import cases, known, rawmp
+from tools.fuzz import cases, known, ops_table, rawmp, seeds
 from tools.fuzz.case import Case, dump, file_name, load
+from tools.fuzz.draft import start
 from tools.fuzz.materialize import materialize
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,6 +76,16 @@ def test_a_joined_case_without_frames_is_delivered_as_a_blob_of_no_frames() -> N
     assert delivery.blob == b"TWB1\x00\x00\x00\x00" and delivery.frames == []
     with pytest.raises(tw.DecodeError, match=r"frame table \(0 frames\)"):
         tw.split(delivery.blob)
+
+
+def test_labels_name_no_address() -> None:
+    """A label is the same in every process (a case file's name is its content's hash): a value's
+    repr that names where it lives in memory (a msgpack Ext's) never goes into one."""
+    labels = set()
+    for rng in range(100):
+        d = start(random.Random(rng), "buffers", seeds.template(0, seeds.LAYOUTS[0]), [])
+        labels.add(ops_table._buffers_type(d))
+    assert "buffers = ext(2, 90)" in labels and not [label for label in labels if " at 0x" in label]
 
 
 def test_raw_msgpack_walk_handles_100000_nested_extensions() -> None:

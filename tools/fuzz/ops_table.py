@@ -337,7 +337,8 @@ def _buffers_type(d: Draft) -> str:
             del d.items[BUFFERS]  # the body moves into its place
     else:
         d.put(BUFFERS, value)
-    return f"buffers = {value!r}"
+    shown = f"ext({value.code}, {bytes(value.data).hex()})" if isinstance(value, msgspec.msgpack.Ext) else repr(value)
+    return f"buffers = {shown}"  # (an Ext's repr names its address: the label would differ per process)
 
 
 def _buffers_many(d: Draft) -> str:
