@@ -19,11 +19,11 @@ import msgspec
 import pytest
 
 import tensorwire as tw
-from tensorwire._wire import EXT_INLINE, MAGIC, WIRE_VERSION, unpack_descriptor
+from tensorwire._wire import EMPTY_DATA, EXT_INLINE, MAGIC, WIRE_VERSION, prefix, unpack_descriptor
 from tests.wire_helpers import ext_data, tensor_exts
-from tools.fuzz import cases, known, ops_table, rawmp, seeds
+from tools.fuzz import cases, known, ops_table, ops_tensors, rawmp, seeds
 from tools.fuzz.case import Case, dump, file_name, load
-from tools.fuzz.draft import start
+from tools.fuzz.draft import BODY, Draft, finish, start
 from tools.fuzz.materialize import materialize
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,6 +140,82 @@ def test_the_data_family_reaches_every_kind_of_data_damage() -> None:
     )
     kinds += ("ext(3) reading one range", "ext(3) range moved", "frame 0 of wire format 2", "after the data")
     assert [k for k in kinds if k not in labels] == []
+
+
+def _seed(name: str, rng: int = 0, layout: seeds.Layout = seeds.LAYOUTS[0]) -> Draft:
+    """A draft of the seed ``name`` (every tensor out of band by default), its buffers unbound."""
+    index = [n for n, _ in seeds.SEEDS].index(name)
+    return start(random.Random(rng), "test", seeds.template(index, layout), [])
+
+
+def _plain_decoders(tmp_path: Path) -> list[Any]:
+    """What the fuzzer's decoders make of each seed of ``seeds.PLAIN``: the message, and whether the
+    full decode ran (a decoder keeps its frame 0 decoders once one has)."""
+    from tools.fuzz import decoders
+
+    built, receivers = decoders.build(tmp_path)
+    try:
+        outcomes = []
+        for name, _ in seeds.SEEDS:
+            if name.startswith(("plain-", "closed-")):
+                frames = finish(_seed(name), name).frames
+                assert len(frames) == 1  # no out-of-band buffer, no inline frame
+                outcomes += [(name, decoder.decode(frames), bool(decoder._free)) for decoder in built]
+        return outcomes
+    finally:
+        for receiver in receivers:
+            receiver.close()
+
+
+def test_every_decoder_reads_the_types_whose_bodies_are_read_alone_on_the_shorter_path(tmp_path: Path) -> None:
+    """The seeds of ``seeds.PLAIN`` (closed types uncounted, open ones as their closed twin or through
+    their closed mirror) decode with every configuration without the full decode."""
+    outcomes = _plain_decoders(tmp_path)
+    assert {name for name, _, _ in outcomes} >= {"plain-flat", "plain-many", "closed-ticket", "plain-flat-large"}
+    assert [(name, full) for name, _, full in outcomes if full] == []
+    assert all(type(message).__tw_type__.type_id.startswith(("plain.", "closed.")) for _, message, _ in outcomes)
+
+
+def test_a_frame_0_is_made_that_of_a_type_whose_body_is_read_alone() -> None:
+    d = _seed("views")
+    label = ops_table._plain_prefix(d)
+    case = finish(d, label)
+    bare = {prefix(i.type_id, i.version, i.fingerprint) + EMPTY_DATA + b"\x90" for i in seeds.PLAIN.infos()}
+    assert case.frames[0].startswith(tuple(bare)) and len(case.frames) == 1, label
+
+
+@pytest.mark.parametrize("name", ["plain-flat", "plain-many", "video", "rpc-tensors", "video-embedded"])
+def test_frame_0_is_grown_to_each_size_where_the_decoder_changes_strategy(name: str) -> None:
+    """Each of ``SIZES`` reached exactly, by a string of the body (no data) or the data's padding."""
+    name, embedded, _ = name.partition("-embedded")
+    layout = seeds.EMBEDDED[1] if embedded else seeds.LAYOUTS[0]
+    sizes = set()
+    for rng in range(60):
+        d = _seed(name, rng, layout)
+        label = ops_table._sized(d)
+        if label is not None and "grown to" in label:
+            sizes.add(len(finish(d, label).frames[0]))
+    assert sizes >= {n for n in ops_table.SIZES if n > ops_table.size(_seed(name, 0, layout))}
+
+
+def test_a_field_of_the_body_nests_past_the_limit() -> None:
+    depths = set()
+    for rng in range(40):
+        d = _seed("closed-ticket", rng)
+        label = ops_tensors._field_deep(d)
+        body = finish(d, label or "").frames[0]
+        depths.add(len(body) - len(body.translate(None, bytes([0x91, 0x81, 0x92, 0xC7, 0xC8, 0xC9]))))
+    assert max(depths) >= 100_000 and min(depths) < 200
+
+
+def test_a_list_of_the_body_is_made_of_many_copies_of_a_struct() -> None:
+    d = _seed("plain-ticket")
+    label = ops_tensors._struct_list(d)
+    body = msgspec.msgpack.decode(finish(d, label or "").frames[0])[BODY]
+    lists = [v for v in body.values() if isinstance(v, list)] + [
+        v for v in body["inner"].values() if isinstance(v, list)
+    ]
+    assert any(len(v) >= 32 for v in lists), label
 
 
 def test_the_corpus_holds_every_known_bug_case() -> None:

@@ -1,5 +1,8 @@
 """Case generation: a valid seed message, then structural mutations of one family, deterministically.
 
+The seeds are messages of the built-in types and of types that hold no tensor (``seeds.PLAIN``,
+open and closed), whose bodies the decoder reads on its shorter path.
+
 ``generate(seed, index)`` depends on nothing but its two arguments (no pid, no clock, no victim):
 every process builds the same case, and what is live (names, fds, capabilities) is bound when the
 case is materialized. Families:
@@ -7,6 +10,8 @@ case is materialized. Families:
 - ``legit``: a valid message, unchanged (it must decode: the harness's own check);
 - ``header``: the tag (magic, wire version, type id, version), the fingerprint, frame 0's items
   dropped, added, duplicated, reordered, retyped; frame 0 not an array (a wire-1 map among others);
+  frame 0 up to the body made that of a type whose body the decoder reads alone (``seeds.PLAIN``);
+  frame 0 grown to a byte under, at or over a size where the decoder changes how it bounds it;
 - ``buffers``: ``[nbytes, handle]`` entries added, removed, duplicated, swapped, misshapen, retyped,
   nbytes edges; inline frames;
 - ``handles``: transport tag, name, fd, generation, offset, capability, fields, victim targets;
@@ -18,7 +23,8 @@ case is materialized. Families:
 - ``data``: frame 0's data under its ``ext(3)`` ranges: cut, grown, shifted, retyped, its bin
   header non-canonical or lying, opener bytes, one range read many times, ranges overlapping,
   the data item dropped (``tools.fuzz.ops_data``);
-- ``body``: tensor extensions, extension codes and chains, deep nesting, wrong types, raw oddities;
+- ``body``: tensor extensions, extension codes and chains, deep nesting, wrong types, raw oddities,
+  a field (unknown or known) nested past any limit, a list of many copies of one struct;
 - ``damage``: byte-level damage to frame 0 (mostly where its items start, its tag, buffer table
   and body) or an inline frame; ``blob``: the joined form, damaged.
 """

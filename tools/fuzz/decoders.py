@@ -10,6 +10,7 @@ from typing import Any
 import tensorwire as tw
 from tensorwire import builtins, transports
 from tensorwire.builtins import REGISTRY
+from tools.fuzz.seeds import PLAIN
 
 __all__ = ["CONFIGS", "NAMED", "SAFE", "Reading", "build"]
 
@@ -46,16 +47,16 @@ SAFE = tuple(i for i, c in enumerate(CONFIGS) if c.options.limits is not _TIGHT)
 
 
 def build(directory: Path) -> tuple[list[tw.Decoder], list[transports.ShmTransport]]:
-    """A decoder per configuration, over one receiving transport per backing (in ``directory``)."""
+    """A decoder per configuration, over one receiving transport per backing (in ``directory``); each
+    reads the built-in types and those of ``seeds.PLAIN``."""
     receivers = {
         backing: transports.ShmTransport(directory, pool=False, backing=backing, claim_timeout=3600.0)
         for backing in ("memfd", "named")
     }
     loaded = tw.load_schemas(Path(builtins.__file__).parent / "schemas")  # run-time types of the same schemas
+    registries = {flag: tw.Registry([*(loaded if flag else REGISTRY), *PLAIN]) for flag in (False, True)}
     decoders = [
-        tw.Decoder(
-            loaded if c.loaded else REGISTRY, transports=[receivers[c.backing]], options=c.options, device=c.device
-        )
+        tw.Decoder(registries[c.loaded], transports=[receivers[c.backing]], options=c.options, device=c.device)
         for c in CONFIGS
     ]
     return decoders, list(receivers.values())

@@ -17,15 +17,21 @@ import msgspec
 from tensorwire._wire import MAGIC, WIRE_VERSION, tag
 from tensorwire.builtins import REGISTRY
 from tools.fuzz import rawmp, targets, values
-from tools.fuzz.draft import BODY, BUFFERS, DELETE, FINGERPRINT, TAG, Draft, Live, LiveHandle, encode
+from tools.fuzz.draft import BODY, BUFFERS, DATA, DELETE, FINGERPRINT, TAG, Draft, Live, LiveHandle, encode
+from tools.fuzz.seeds import PLAIN
 
-__all__ = ["BUFFER_OPS", "HANDLE_OPS", "HEADER_OPS", "Op", "handle_set", "retarget_all"]
+__all__ = ["BUFFER_OPS", "HANDLE_OPS", "HEADER_OPS", "SIZES", "Op", "handle_set", "retarget_all", "size"]
 
 Op = Callable[[Draft], "str | None"]
 
-_INFOS = REGISTRY.infos()
+_INFOS = [*REGISTRY.infos(), *PLAIN.infos()]
 _TAGS = [tag(i.type_id, i.version) for i in _INFOS]
 _PRINTS = [i.fingerprint for i in _INFOS]
+_PLAIN_INFOS = PLAIN.infos()
+# frame 0's sizes where the decoder changes how it bounds it (``tensorwire._decoder``: ``_COUNTED``,
+# ``_SMALL``, the tight configuration's ``max_header_bytes``), a byte under and over each
+SIZES = tuple(n + delta for n in (512, 2048, 4096) for delta in (-1, 0, 1))
+DATA_SIZES = (63, 64, 255, 256)  # frame 0's data: a bin8 the decoder counts whole or not, a bin8 or a bin16
 
 
 def _own_tag(d: Draft) -> tuple[str, str]:
@@ -202,6 +208,69 @@ def _not_an_array(d: Draft) -> str:
     return f"frame 0 replaced by {what}"
 
 
+def _plain_prefix(d: Draft) -> str:
+    """Frame 0 up to the body made that of a type the decoder reads the body of alone (``tensorwire._plain``):
+    its tag and fingerprint, no data, no buffers, no other frame; the body as it was."""
+    info = d.rng.choice(_PLAIN_INFOS)
+    body = d.items[BODY] if len(d.items) > BODY else d.items[-1] if d.items else None
+    d.items = [tag(info.type_id, info.version), info.fingerprint, b"", [], body]
+    d.frames = []
+    return f"frame 0 up to the body of {info.type_id}"
+
+
+def size(d: Draft) -> int:
+    """The size of frame 0 as ``finish`` writes it (about, where a value is bound later)."""
+    spans = d.spans()
+    return spans[-1][1] if spans else len(rawmp.array_header(0))
+
+
+def _longest_str(node: Any) -> tuple[Any, Any] | None:
+    """``(container, key)`` of the longest string value of ``node`` (iterative), None if it has none."""
+    best: tuple[Any, Any] | None = None
+    longest = -1
+    stack = [node]
+    while stack:
+        value = stack.pop()
+        pairs = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in pairs:
+            if isinstance(item, str) and len(item) > longest:
+                best, longest = (value, key), len(item)
+            elif isinstance(item, dict | list):
+                stack.append(item)
+    return best
+
+
+def _sized(d: Draft) -> str | None:
+    """Frame 0 grown to a size where the decoder changes strategy (``SIZES``): frame 0's data padded
+    at its end where it has bytes (or made one of ``DATA_SIZES`` bytes), else the body's longest
+    string lengthened."""
+    data = d.data()
+    if data and d.rng.random() < 0.3:
+        want = max(d.rng.choice(DATA_SIZES), len(data))
+        d.put(DATA, data + bytes(want - len(data)))
+        return f"frame 0's data padded to {want} bytes"
+    before = size(d)
+    body = d.get(BODY)
+    found = None if data else _longest_str(body)
+    sizes = [n for n in SIZES if n > before]
+    if (not data and found is None) or not sizes:
+        return None
+    target = d.rng.choice(sizes)
+    added = 0
+    for _attempt in range(4):  # a length header may widen (or narrow back): measure again
+        grow = max(target - size(d), -added)
+        if not grow:
+            break
+        added += grow
+        if data:
+            data = data[: len(data) - max(-grow, 0)] + bytes(max(grow, 0))
+            d.put(DATA, data)
+        elif found is not None:
+            parent, key = found
+            parent[key] = parent[key][: len(parent[key]) - max(-grow, 0)] + "x" * max(grow, 0)
+    return f"frame 0 grown to {size(d)} bytes (for {target})"
+
+
 HEADER_OPS: tuple[Op, ...] = (
     _tag,
     _tag,
@@ -213,6 +282,9 @@ HEADER_OPS: tuple[Op, ...] = (
     _swap_items,
     _retype_item,
     _not_an_array,
+    _plain_prefix,
+    _sized,
+    _sized,
 )
 
 

@@ -567,6 +567,48 @@ def _dict_keys(d: Draft) -> str:
     return _replace(d, make, "a map of the body rekeyed", lambda n: isinstance(n, dict) and bool(n))
 
 
+def _field_deep(d: Draft) -> str | None:
+    """A map of the body given a field (unknown, or one it has) whose value nests past any limit: a
+    closed type rejects the unknown field before reading its value, an open one must bound it."""
+    rng = d.rng
+
+    def make(node: Any) -> Any:
+        known = rng.random() < 0.4
+        key = rng.choice(list(node)) if known else rng.choice(("zz_unknown", "", "id_"))
+        depth = rng.choice((9, 64, 65, 66, 1000, 100_000))
+        if rng.random() < 0.7:
+            deep = rawmp.nested([rng.choice((b"\x91", b"\x81\xa1k", b"\x92\xc0"))] * depth, b"\xc0")
+        else:
+            deep = rawmp.ext_chain([(EXT_TUPLE, b"")] * depth, b"\x90")
+        pairs = [(encode(k), encode(v)) for k, v in node.items() if k != key]
+        pairs.insert(rng.randrange(len(pairs) + 1), (encode(key), deep))
+        return msgspec.Raw(rawmp.build_map(pairs))
+
+    if not any(isinstance(n[0][n[1]], dict) and n[0][n[1]] for n in _body(d)[1]):
+        return None
+    return _replace(
+        d, make, "a field of a map of the body nested past the limit", lambda n: isinstance(n, dict) and bool(n)
+    )
+
+
+def _struct_list(d: Draft) -> str | None:
+    """A list of the body (one of maps where there is one) made of many copies of one of its items:
+    more level openers than a count lets through, each map a struct a closed mirror reads."""
+    holder, nodes = _body(d)
+    lists = [n for n in nodes if isinstance(n[0][n[1]], list) and n[0][n[1]]]
+    if not lists:
+        return None
+    maps = [n for n in lists if any(isinstance(v, dict) for v in n[0][n[1]])]
+    parent, key = d.rng.choice(maps or lists)
+    items = parent[key]
+    item = d.rng.choice([v for v in items if isinstance(v, dict)] or items)
+    count = d.rng.choice((32, 33, 64, 65, 1000, 20_000))
+    count = min(count, max(32, _MANY_BYTES // len(encode(item))))  # frame 0 stays a few MiB
+    parent[key] = [item] * count
+    store(d, holder)
+    return f"a list of the body made of {count} copies of one of its items"
+
+
 def _tag(d: Draft) -> str:
     tags = ("rpc.Value", "diffusion.Output", "media.Video", "", 5, None, "diffusion.output", "diffusion.RunnerOutput")
 
@@ -611,4 +653,6 @@ BODY_OPS: tuple[Op, ...] = (
     _tag,
     _random_body,
     _alias,
+    _field_deep,
+    _struct_list,
 )

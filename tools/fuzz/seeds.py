@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
@@ -31,6 +32,7 @@ __all__ = [
     "LAYOUTS",
     "LEAKED",
     "OUT_OF_BAND",
+    "PLAIN",
     "SEEDS",
     "Layout",
     "Template",
@@ -51,6 +53,12 @@ LAYOUTS: tuple[Layout, ...] = (
 )
 OUT_OF_BAND: tuple[Layout, ...] = ((0, 0), (1024, 0), (0, 1024))  # layouts whose seeds have out-of-band buffers
 EMBEDDED: tuple[Layout, ...] = ((0, 1024), (ALL_INLINE, EMBED), (0, EMBED))  # layouts with tensor bytes in frame 0
+
+
+PLAIN = tw.load_schemas(Path(__file__).parent / "schemas")
+"""Types that hold no tensor, tree or untyped value (``plain.*`` open, ``closed.*`` rejecting unknown
+fields): the decoder reads their bodies alone (``tensorwire._plain``): a closed type uncounted, an open
+one with no struct inside as its closed twin, an open one with structs through its closed mirror."""
 
 
 def _g(n: int) -> torch.Generator:
@@ -142,6 +150,17 @@ def _tree() -> Any:
     return rpc.Value(value=value)
 
 
+def _flat(ns: str, tags: int = 2) -> Any:
+    grid = [[1.5, -0.0], [float("inf")]]
+    return PLAIN.type(f"{ns}.Flat")(id="f-1", count=3, tags=[f"t{i}" for i in range(tags)], grid=grid, attrs={"k": 1})
+
+
+def _ticket(ns: str, items: int = 2) -> Any:
+    inner = PLAIN.type(f"{ns}.Inner")
+    rows = [inner(level=i, rows=[[i, 2], []]) for i in range(items)]
+    return PLAIN.type(f"{ns}.Ticket")(id="t-1", inner=inner(level=0, rows=[[1]]), items=rows)
+
+
 SEEDS: tuple[tuple[str, Callable[[], Any]], ...] = (
     ("rpc-plain", lambda: rpc.Request(method="generate", args=[1, (2.5, "x")], kwargs={"t": (None, b"b")}, rpc_id="r")),
     ("rpc-tensors", _rpc_tensors),
@@ -157,6 +176,12 @@ SEEDS: tuple[tuple[str, Callable[[], Any]], ...] = (
     ("tree", _tree),
     ("leaked", lambda: diffusion.Output(output=[torch.randn(32, 32, generator=_g(12)), torch.arange(100)])),
     ("big", lambda: diffusion.Output(output=torch.randn(70_000, generator=_g(13)), stage_durations={"a": 1.0})),
+    ("plain-flat", lambda: _flat("plain")),  # read as its closed twin
+    ("plain-flat-large", lambda: _flat("plain", 400)),  # frame 0 past the size a count reads whole
+    ("plain-ticket", lambda: _ticket("plain")),  # counted; read through its closed mirror past the count
+    ("plain-many", lambda: _ticket("plain", 40)),  # more level openers than the count lets through
+    ("closed-flat", lambda: _flat("closed")),  # bounded by its type: uncounted
+    ("closed-ticket", lambda: _ticket("closed", 40)),
 )
 LEAKED = 12  # the seed the victim sends itself and leaks (its handles carry real capabilities)
 
