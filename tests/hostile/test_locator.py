@@ -388,3 +388,27 @@ def test_any_value_anywhere_in_a_header(target: Callable[[list[Any], Any], Any],
     header = head_of(VALID[0])
     target(header, value)
     _describes_or_rejects(frame_of(header))
+
+
+def test_the_fuzzers_structural_cases() -> None:
+    """Frame 0 of the decoder fuzzer's cases (each family's structural mutations, byte damage on top
+    where a case has it; handles left as their placeholders): described or a DecodeError, and its
+    tensors' paths told or a DecodeError."""
+    from tools.fuzz.cases import generate
+    from tools.fuzz.damage import apply
+    from tools.fuzz.seeds import PLAIN
+
+    registry = tw.Registry([*REGISTRY, *PLAIN])
+    for index in range(400):
+        case = generate(3, index)
+        if not case.frames:
+            continue
+        frame = case.frames[0]
+        if case.damage is not None and case.damage.target == 0:
+            frame = apply(frame, case.damage)
+        _describes_or_rejects(frame)
+        try:
+            paths = tensor_paths(frame, registry)
+        except tw.DecodeError:
+            continue
+        assert all(path is None or path.startswith("$") for path in paths), case.label
