@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tensorwire as tw
 from tensorwire.builtins import REGISTRY, diffusion
@@ -638,3 +640,58 @@ def test_non_blocking_descriptors_are_waited_on(pipe: tuple[Connection, Connecti
     for frames, timeout in zip(messages, [None, WAIT], strict=True):
         assert same_bits(decoded(receiver.recv(timeout=timeout)), decoded(frames))
     sender.wait()
+
+
+_STREAM_MESSAGES = [tw.join(frames_of(n, 7)) for n in (0, 100, 5000)]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    pieces=st.lists(
+        st.one_of(
+            st.binary(max_size=64),
+            st.builds(frame_header, st.integers(0, 2**40)),
+            st.builds(lambda size: struct.pack("!i", size), st.integers(-(2**31), 2**31 - 1)),
+            st.sampled_from(_STREAM_MESSAGES).map(lambda blob: frame_header(len(blob)) + blob),
+            st.tuples(st.sampled_from(_STREAM_MESSAGES), st.integers(0, 6000), st.integers(0, 255)).map(
+                lambda t: frame_header(len(t[0])) + t[0][: t[1]] + bytes([t[2]]) + t[0][t[1] + 1 :]
+            ),
+        ),
+        max_size=5,
+    ),
+    max_frames=st.sampled_from([1, 2, 4097]),
+)
+def test_a_hostile_byte_stream_gives_messages_or_the_documented_errors(pieces: list[bytes], max_frames: int) -> None:
+    """Whatever bytes arrive on the pipe (sizes of any value, blobs cut or damaged, junk between
+    them), each ``recv`` gives frames that decode or raise a ``CodecError``, or raises a
+    ``DecodeError``, ``EOFError`` at the end or ``OSError`` for a message the end cuts off."""
+    reader, writer = mp.Pipe(duplex=False)
+    stream = b"".join(pieces)
+
+    def feed() -> None:  # all of it, then the end
+        write_raw(writer, stream)
+        writer.close()
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    receiver = Receiver(reader, initial=64, max_bytes=MiB, max_frames=max_frames)
+    try:
+        while True:  # each recv reads some of the stream: to its end
+            try:
+                frames = receiver.recv(timeout=WAIT)
+            except tw.DecodeError as exc:
+                assert str(exc)
+                continue
+            except EOFError:
+                break
+            except OSError as exc:  # the end came in the middle of a message
+                assert type(exc) is OSError and "end of file" in str(exc)
+                break
+            try:
+                tw.Decoder(REGISTRY).decode(frames)
+            except tw.CodecError as exc:
+                assert str(exc)
+            del frames
+    finally:
+        feeder.join()
+        reader.close()
