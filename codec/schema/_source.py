@@ -41,23 +41,51 @@ def join_pointer(pointer: str, *tokens: str | int) -> str:
 
 @dataclass
 class SourceFile:
-    """A parsed schema file with value and key positions indexed by JSON pointer."""
+    """A parsed schema file with value and key positions indexed by JSON pointer.
+
+    The index is a tree of the file's values (node 0 its top value), each node found from its
+    parent by its key or index, so it holds each key once: a table by pointer repeats every key
+    above each value (a long key over many values made it the size of their product)."""
 
     path: str
     text: str
     data: Any
-    _values: dict[str, int] = field(default_factory=dict)
-    _keys: dict[str, int] = field(default_factory=dict)
+    _offsets: list[int] = field(default_factory=list)  # node -> offset of its value
+    _key_offsets: dict[int, int] = field(default_factory=dict)  # node of an object's entry -> offset of its key
+    _children: dict[tuple[int, str], int] = field(default_factory=dict)  # (node, key or index) -> node
+    _parents: list[tuple[int, str]] = field(default_factory=list)  # node -> (its parent, its key or index)
     _blocks: tuple[array[int], array[int]] | None = field(default=None, repr=False, compare=False)
 
     def position(self, pointer: str, *, key: bool = False) -> tuple[int, int]:
         """``(line, col)`` of the value (or key) at ``pointer``; the nearest known ancestor otherwise."""
-        table = self._keys if key else self._values
-        probe = pointer
-        while probe not in table and probe:
-            probe = probe.rsplit("/", 1)[0]  # a JSON pointer's parent, not a message
-        offset = table.get(probe, self._values.get(probe, 0))
+        if not self._offsets:
+            return self._line_col(0)
+        path = [0]  # the nodes of ``pointer`` the file has, from the top
+        for token in pointer.split("/")[1:]:
+            child = self._children.get((path[-1], token.replace("~1", "/").replace("~0", "~")))
+            if child is None:
+                break
+            path.append(child)
+        offset = self._offsets[path[-1]]
+        if key:  # the key of the nearest entry of an object on the way, else the top value
+            offset = next((self._key_offsets[n] for n in reversed(path) if n in self._key_offsets), self._offsets[0])
         return self._line_col(offset)
+
+    def pointer(self, node: int) -> str:
+        """The JSON pointer of ``node``."""
+        tokens = []
+        while node > 0:
+            node, token = self._parents[node]
+            tokens.append(escape_pointer(token))
+        return "".join("/" + t for t in reversed(tokens))
+
+    def node(self, parent: int, token: str) -> int:
+        """A new node, the child of ``parent`` at ``token`` (-1: the top value)."""
+        made = len(self._offsets)
+        self._offsets.append(0)
+        self._parents.append((parent, token))
+        self._children[(parent, token)] = made
+        return made
 
     def _line_col(self, offset: int) -> tuple[int, int]:
         """``(line, col)`` of ``offset``, reading the text from the start of its block only: each of
@@ -147,7 +175,7 @@ def read_source(path: Path, display: str, *, follow: bool = False) -> SourceFile
         message = f"invalid JSON: an integer of {digits} digits (Python reads integers of at most {limit})"
         raise SchemaError(message, file=display, line=line, col=col) from None
     source = SourceFile(display, text, data)
-    _index(text, _skip(text, 0), "", source, refuse_repeats=bool(repeats))
+    _index(text, _skip(text, 0), source.node(-1, ""), source, refuse_repeats=bool(repeats))
     _check_values(source)
     return source
 
@@ -156,24 +184,27 @@ def _check_values(source: SourceFile) -> None:
     """Refuse what Python's JSON reader takes but JSON has not: ``NaN``, ``Infinity`` and numbers
     too large for a double (read as infinite), and strings holding a lone surrogate (``"\\ud800"``,
     no Unicode character: no UTF-8 file can hold it)."""
-    pending: list[tuple[str, Any]] = [("", source.data)]
+    pending: list[tuple[int, Any]] = [(0, source.data)]  # (node, value)
+    children = source._children
     while pending:
-        pointer, value = pending.pop()
+        node, value = pending.pop()
         if isinstance(value, float) and not math.isfinite(value):
-            match = _SCALAR.match(source.text, source._values[pointer])
+            match = _SCALAR.match(source.text, source._offsets[node])
             token = match.group() if match else str(value)
-            raise source.error(pointer, f"{token} is not a finite number (JSON numbers here are finite doubles)")
+            message = f"{token} is not a finite number (JSON numbers here are finite doubles)"
+            raise source.error(source.pointer(node), message)
         if isinstance(value, str) and _SURROGATE.search(value):
-            raise source.error(pointer, f"string {_escaped(value)} holds a lone surrogate, not a Unicode character")
+            message = f"string {_escaped(value)} holds a lone surrogate, not a Unicode character"
+            raise source.error(source.pointer(node), message)
         if isinstance(value, dict):
             for key, item in value.items():
-                child = join_pointer(pointer, key)
+                child = children[(node, key)]
                 if _SURROGATE.search(key):
                     message = f"key {_escaped(key)} holds a lone surrogate, not a Unicode character"
-                    raise source.error(child, message, key=True)
+                    raise source.error(source.pointer(child), message, key=True)
                 pending.append((child, item))
         elif isinstance(value, list):
-            pending.extend((join_pointer(pointer, i), item) for i, item in enumerate(value))
+            pending.extend((children[(node, str(i))], item) for i, item in enumerate(value))
 
 
 def _escaped(text: str, limit: int = 60) -> str:
@@ -221,10 +252,11 @@ def _skip(text: str, pos: int) -> int:
     return match.end() if match else pos
 
 
-def _index(text: str, pos: int, pointer: str, source: SourceFile, *, refuse_repeats: bool = False) -> int:
-    """Record the position of the value at ``pos`` (and of its children); return the end offset.
-    With ``refuse_repeats``, a key an object already has is a ``SchemaError`` at its second place."""
-    source._values[pointer] = pos
+def _index(text: str, pos: int, node: int, source: SourceFile, *, refuse_repeats: bool = False) -> int:
+    """Record the position of the value at ``pos`` as ``node``'s (and of its children); return the
+    end offset. With ``refuse_repeats``, a key an object already has is a ``SchemaError`` at its
+    second place."""
+    source._offsets[node] = pos
     char = text[pos]
     if char == "{":
         pos = _skip(text, pos + 1)
@@ -232,11 +264,13 @@ def _index(text: str, pos: int, pointer: str, source: SourceFile, *, refuse_repe
             match = _STRING.match(text, pos)
             assert match is not None
             key = json.loads(match.group())
-            child = join_pointer(pointer, key)
-            repeated = refuse_repeats and child in source._keys
-            source._keys[child] = pos
-            if repeated:
-                raise source.error(child, f"invalid JSON: duplicate key {key!r}", key=True)
+            child = source._children.get((node, key))
+            if child is None:
+                child = source.node(node, key)
+            elif refuse_repeats:
+                source._key_offsets[child] = pos
+                raise source.error(source.pointer(child), f"invalid JSON: duplicate key {key!r}", key=True)
+            source._key_offsets[child] = pos
             pos = _skip(text, match.end())
             pos = _skip(text, pos + 1)  # the colon
             pos = _skip(text, _index(text, pos, child, source, refuse_repeats=refuse_repeats))
@@ -247,7 +281,8 @@ def _index(text: str, pos: int, pointer: str, source: SourceFile, *, refuse_repe
         pos = _skip(text, pos + 1)
         index = 0
         while text[pos] != "]":
-            pos = _skip(text, _index(text, pos, join_pointer(pointer, index), source, refuse_repeats=refuse_repeats))
+            child = source.node(node, str(index))
+            pos = _skip(text, _index(text, pos, child, source, refuse_repeats=refuse_repeats))
             index += 1
             if text[pos] == ",":
                 pos = _skip(text, pos + 1)

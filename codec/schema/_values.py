@@ -193,16 +193,21 @@ _OFF_THE_WIRE = f"{{value}} is outside the integers the wire carries ({WIRE_INT[
 
 def _tree_int_problem(value: Any) -> _Problem:
     """The first integer of the JSON ``value`` (a tree's) that the wire cannot carry, and where
-    (msgpack refuses it, so no message holding it encodes), or None; without recursion."""
-    pending: list[tuple[str, Any]] = [("", value)]
+    (msgpack refuses it, so no message holding it encodes), or None; without recursion. The path is
+    made for that integer only (made for every value, each would repeat every key above it)."""
+    pending: list[tuple[Any, Any]] = [(None, value)]  # (where: None or (where of the parent, step), item)
     while pending:
-        path, item = pending.pop()
+        where, item = pending.pop()
         if isinstance(item, int) and not isinstance(item, bool) and not WIRE_INT[0] <= item <= WIRE_INT[1]:
-            return path, _OFF_THE_WIRE.format(value=item)
+            steps = []
+            while where is not None:
+                where, step = where
+                steps.append(f"[{json.dumps(step)}]" if isinstance(step, str) else f"[{step}]")
+            return "".join(reversed(steps)), _OFF_THE_WIRE.format(value=item)
         if isinstance(item, dict):
-            pending.extend((f"{path}[{json.dumps(k)}]", v) for k, v in reversed(item.items()))
+            pending.extend(((where, k), v) for k, v in reversed(item.items()))
         elif isinstance(item, list):
-            pending.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(item))))
+            pending.extend(((where, i), v) for i, v in reversed(list(enumerate(item))))
     return None
 
 
