@@ -4,7 +4,7 @@ Public contract::
 
     import tensorwire as tw
 
-    reg = tw.load_schemas("schemas/")        # or the built-ins: tensorwire.builtins.REGISTRY
+    reg = tw.load_schemas("schemas/")        # or the built-ins: tw.builtins.REGISTRY
     Video = reg.type("media.Video")          # latest version; reg.type("media.Video", 1)
     frames = tw.Encoder(transport=tw.transports.ShmTransport()).encode(msg)
     msg2 = tw.Decoder(reg, transports=[tw.transports.ShmTransport()]).decode(frames)
@@ -67,7 +67,14 @@ __all__ = [
 
 # The runtime needs torch and numpy; it is imported when first used, so that the schema compiler,
 # the code generator and the compat checker (and ``import tensorwire`` for them) run without either.
-_LAZY = {"Decoder": "tensorwire._decoder", "Encoder": "tensorwire._encoder", "transports": "tensorwire.transports"}
+# The built-in types (``tw.builtins``) are a plug-in of the core, likewise imported only when named.
+_LAZY = {
+    "Decoder": "tensorwire._decoder",
+    "Encoder": "tensorwire._encoder",
+    "builtins": "tensorwire.builtins",
+    "transports": "tensorwire.transports",
+}
+_SUBMODULES = frozenset({"builtins", "transports"})
 
 
 def __getattr__(name: str) -> Any:
@@ -75,7 +82,7 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'tensorwire' has no attribute {name!r}")
     loaded = importlib.import_module(module)
-    value = loaded if name == "transports" else getattr(loaded, name)
+    value = loaded if name in _SUBMODULES else getattr(loaded, name)
     globals()[name] = value
     return value
 

@@ -85,6 +85,20 @@ def test_importing_the_built_ins_needs_no_torch() -> None:
     ]
 
 
+def test_tw_builtins_is_the_plug_in_imported_when_first_named() -> None:
+    script = (
+        "import json, sys, tensorwire as tw\n"
+        "before = 'tensorwire.builtins' in sys.modules\n"
+        "listed = 'builtins' in dir(tw)\n"
+        "video = tw.builtins.REGISTRY.type('media.Video').__name__\n"
+        "same = tw.builtins is sys.modules['tensorwire.builtins']\n"
+        "print(json.dumps([before, listed, video, same, 'builtins' in dir(tw), 'builtins' in tw.__all__]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == [False, False, "Video", True, True, False]
+
+
 def test_the_lazy_names_are_the_generated_modules_own() -> None:
     from tensorwire.builtins import registry
 
