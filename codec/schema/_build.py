@@ -1,4 +1,5 @@
-"""Build the IR from meta-validated schema files: resolve ``$ref``s, name nested types, check defaults."""
+"""Build the IR from meta-validated schema files: resolve ``$ref``s, name nested types, check defaults.
+An object node (a map or a struct with its fields) is built by ``_structs``, a ``oneOf`` by ``_unions``."""
 
 from __future__ import annotations
 
@@ -10,19 +11,16 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from tensorwire.rules import known_validators
 from tensorwire.schema._keywords import _APPLIES, _DOC, _only
-from tensorwire.schema._names import _CLASS_NAME, _field_name_problem, _member_problem, _pascal
+from tensorwire.schema._names import _CLASS_NAME, _member_problem
 from tensorwire.schema._scalars import const_node, counts, number_node, string_node
 from tensorwire.schema._source import SourceFile, join_pointer
+from tensorwire.schema._structs import object_node, struct_node
+from tensorwire.schema._unions import one_of
 from tensorwire.schema._values import value_problem
 from tensorwire.schema.ir import (
-    MISSING,
     ArrayT,
-    Constraint,
     EnumT,
-    Field,
-    MapT,
     MessageRefT,
     Node,
     NullableT,
@@ -31,7 +29,6 @@ from tensorwire.schema.ir import (
     TensorT,
     TreeT,
     TupleT,
-    UnionT,
     height,
     member_name,
 )
@@ -42,10 +39,6 @@ MAX_TYPE_DEPTH = 200  # nested schema nodes of one message, through $refs: a $re
 _TOO_DEEP = (
     f"types nested deeper than {MAX_TYPE_DEPTH} levels, counting through $ref "
     "(the tools and generated code walk a type recursively)"
-)
-_NON_ASCII_TAG = (
-    "tag {tag!r} (the object's first string const) is not ASCII: msgspec's MessagePack decoder refuses "
-    "a struct whose tag is not ASCII (until it has encoded one); use ASCII"
 )
 
 
@@ -94,7 +87,7 @@ class Builder:
         self._active.append(key)
         self._depth += 1  # a message reference and the message are two levels, as a $ref and its $defs entry
         try:
-            struct = self._struct(entry, entry.source.data, "", entry.name, message=True)
+            struct = struct_node(self, entry, entry.source.data, "", entry.name, message=True)
         finally:
             self._active.pop()
             self._depth -= 1
@@ -138,7 +131,7 @@ class Builder:
             node = TreeT(max_depth=spec.get("max_depth", 64), json_only=spec.get("json", False))
         elif "oneOf" in schema:
             _only(entry, schema, ptr, _DOC | _APPLIES["oneOf"], "oneOf")
-            node = self._one_of(entry, schema, ptr, hint)
+            node = one_of(self, entry, schema, ptr, hint)
         elif "enum" in schema:
             _only(entry, schema, ptr, _DOC | _APPLIES["enum"], "enum")
             node = self._enum(entry, schema, ptr)
@@ -175,7 +168,7 @@ class Builder:
         elif kind == "array":
             node = self._array(entry, schema, ptr, hint)
         else:
-            node = self._object(entry, schema, ptr, hint)
+            node = object_node(self, entry, schema, ptr, hint)
         return NullableT(node) if nullable else node
 
     def _array(self, entry: FileEntry, schema: dict[str, Any], ptr: str, hint: str) -> Node:
@@ -204,139 +197,6 @@ class Builder:
             raise src.error(join_pointer(ptr, "uniqueItems"), "a set (uniqueItems) needs scalar, string or enum items")
         low, high = counts(src, schema, ptr, "Items")
         return ArrayT(items, unique=unique, min_items=low, max_items=high)
-
-    def _object(self, entry: FileEntry, schema: dict[str, Any], ptr: str, hint: str) -> Node:
-        src = entry.source
-        extra = schema.get("additionalProperties")
-        if isinstance(extra, dict):
-            if "properties" in schema:
-                raise src.error(
-                    ptr, "an object has either properties (a struct) or additionalProperties (a map), not both"
-                )
-            for key in ("required", "x-constraints", "x-validators"):
-                if key in schema:
-                    raise src.error(join_pointer(ptr, key), f"keyword {key!r} does not apply to a map", key=True)
-            values = self._node(entry, extra, join_pointer(ptr, "additionalProperties"), hint)
-            low, high = counts(src, schema, ptr, "Properties")
-            return MapT(values, min_properties=low, max_properties=high)
-        if "properties" not in schema:
-            raise src.error(
-                ptr,
-                "an object needs properties (a struct) or additionalProperties (a map of values of one schema, "
-                'e.g. {"x-tree": {}} for any value)',
-            )
-        for key in ("minProperties", "maxProperties"):
-            if key in schema:
-                raise src.error(
-                    join_pointer(ptr, key),
-                    f"{key} counts the entries of a map (additionalProperties: {{...}}); "
-                    "a struct's fields are set by properties and required",
-                    key=True,
-                )
-        name = schema.get("title", hint)
-        if not isinstance(name, str) or not _CLASS_NAME.fullmatch(name):
-            name = hint
-        return self._struct(entry, schema, ptr, name, message=False)
-
-    def _struct(self, entry: FileEntry, schema: dict[str, Any], ptr: str, name: str, *, message: bool) -> StructT:
-        src = entry.source
-        props: dict[str, Any] = schema.get("properties", {})
-        required = schema.get("required", [])
-        for i, field_name in enumerate(required):
-            if field_name not in props:
-                raise src.error(join_pointer(ptr, "required", i), f"required names unknown property {field_name!r}")
-        tag_field = tag = None
-        fields: list[Field] = []
-        for field_name, prop in props.items():
-            fptr = join_pointer(ptr, "properties", field_name)
-            problem = _field_name_problem(field_name)
-            if problem is not None:
-                raise src.error(fptr, problem, key=True)
-            if tag_field is None and isinstance(prop.get("const"), str) and prop.get("type", "string") == "string":
-                _only(entry, prop, fptr, _DOC | {"const", "type"}, "const")
-                tag_field, tag = field_name, prop["const"]  # the first string const: the struct's tag
-                if not tag.isascii():
-                    raise src.error(join_pointer(fptr, "const"), _NON_ASCII_TAG.format(tag=tag))
-                continue
-            node = self._node(entry, prop, fptr, name + _pascal(field_name))
-            is_required = field_name in required
-            default = prop.get("default", MISSING)
-            if not is_required and default is MISSING and isinstance(node, ScalarT) and node.const is not None:
-                default = node.const  # an optional const field left out has its one value
-            if is_required and default is not MISSING:
-                raise src.error(join_pointer(fptr, "default"), f"field {field_name!r} is required and has a default")
-            if not is_required and default is MISSING:
-                raise src.error(fptr, f"optional field {field_name!r} needs a default (add it to required or give one)")
-            if default is not MISSING:
-                problem = value_problem(node, default, whole=False)
-                if problem:
-                    raise src.error(join_pointer(fptr, "default"), f"default of wrong type: {problem}")
-            fields.append(
-                Field(
-                    field_name,
-                    node,
-                    is_required,
-                    default,
-                    prop.get("description", ""),
-                    deprecated=prop.get("deprecated", False),
-                    read_only=prop.get("readOnly", False),
-                    write_only=prop.get("writeOnly", False),
-                )
-            )
-        if not fields:
-            raise src.error(ptr, "an object type needs at least one property besides its tag")
-        constraints = self._constraints(entry, schema.get("x-constraints", {}), ptr, {f.name for f in fields})
-        validators = tuple(schema.get("x-validators", ()))
-        known = known_validators()
-        for i, validator in enumerate(validators):
-            if validator not in known:
-                raise src.error(
-                    join_pointer(ptr, "x-validators", i),
-                    f"unknown validator {validator!r}; registered: {', '.join(sorted(known)) or 'none'}",
-                )
-        struct = StructT(
-            namespace=entry.namespace,
-            name=name,
-            fields=tuple(fields),
-            constraints=constraints,
-            validators=validators,
-            tag_field=tag_field,
-            tag=tag,
-            description=schema.get("description", schema.get("title", ""))
-            if message
-            else schema.get("description", ""),
-            type_id=f"{entry.namespace}.{entry.name}" if message else None,
-            version=entry.version if message else None,
-            source=src.path,
-            pointer=ptr,
-            closed=schema.get("additionalProperties") is False,
-            deprecated=schema.get("deprecated", False),
-        )
-        if message:
-            self._check_examples(entry, schema, ptr, struct)
-            return struct
-        return self._named(entry, struct, ptr)  # type: ignore[return-value]
-
-    def _constraints(self, entry: FileEntry, spec: dict[str, Any], ptr: str, names: set[str]) -> tuple[Constraint, ...]:
-        out: list[Constraint] = []
-        for rule, groups in spec.items():
-            normalized = [groups] if all(isinstance(g, str) for g in groups) else groups
-            for g, group in enumerate(normalized):
-                if isinstance(group, str):
-                    raise entry.source.error(
-                        join_pointer(ptr, "x-constraints", rule, g), "expected a list of field names"
-                    )
-                for name in group:
-                    if name not in names:
-                        raise entry.source.error(
-                            join_pointer(ptr, "x-constraints", rule), f"{rule} names unknown field {name!r}"
-                        )
-                if len(group) < 2:
-                    raise entry.source.error(
-                        join_pointer(ptr, "x-constraints", rule), f"{rule} needs two or more fields"
-                    )
-                out.append(Constraint(rule, tuple(group)))  # type: ignore[arg-type]  # the meta-schema allows only the two rules
-        return tuple(out)
 
     def _enum(self, entry: FileEntry, schema: dict[str, Any], ptr: str) -> Node:
         src = entry.source
@@ -377,52 +237,6 @@ class Builder:
             return existing
         self.named[key] = (node, entry.source, ptr)
         return node
-
-    def _one_of(self, entry: FileEntry, schema: dict[str, Any], ptr: str, hint: str) -> Node:
-        src = entry.source
-        variants: list[Node] = []
-        nullable = False
-        for i, sub in enumerate(schema["oneOf"]):
-            if sub.get("type") == "null" and len(sub.keys() - _DOC) == 1:
-                nullable = True
-                continue
-            variants.append(self._node(entry, sub, join_pointer(ptr, "oneOf", i), f"{hint}Variant{i}"))
-        if not variants:
-            raise src.error(join_pointer(ptr, "oneOf"), "oneOf needs a variant besides null")
-        if len(variants) == 1 and "discriminator" not in schema:
-            node = variants[0]
-        else:
-            if "discriminator" not in schema:
-                raise src.error(
-                    join_pointer(ptr, "oneOf"),
-                    f"union without discriminator: {len(variants)} variants need discriminator.propertyName",
-                )
-            node = self._union(entry, schema, ptr, variants)
-        if nullable and isinstance(node, NullableT):
-            raise src.error(join_pointer(ptr, "oneOf"), "null appears twice in this oneOf")
-        return NullableT(node) if nullable else node
-
-    def _union(self, entry: FileEntry, schema: dict[str, Any], ptr: str, variants: list[Node]) -> UnionT:
-        src = entry.source
-        tag_field = schema["discriminator"]["propertyName"]
-        tags: dict[str, int] = {}
-        members: list[StructT | MessageRefT] = []
-        for i, variant in enumerate(variants):
-            vptr = join_pointer(ptr, "oneOf", i)
-            struct = variant.target if isinstance(variant, MessageRefT) else variant
-            if not isinstance(struct, StructT) or not isinstance(variant, StructT | MessageRefT):
-                raise src.error(vptr, "a union variant must be an object type")
-            label = struct.type_id or f"{struct.namespace}.{struct.name}"
-            if struct.tag_field != tag_field:
-                raise src.error(
-                    vptr, f"variant {label} has no const property {tag_field!r} (the union's discriminator)"
-                )
-            assert struct.tag is not None
-            if struct.tag in tags:
-                raise src.error(vptr, f"variant {label} repeats tag {struct.tag!r} of variant {tags[struct.tag]}")
-            tags[struct.tag] = i
-            members.append(variant)
-        return UnionT(tag_field, tuple(members))
 
     def _tensor(self, entry: FileEntry, kind: str, spec: dict[str, Any], ptr: str) -> TensorT:
         shape = spec.get("shape")
