@@ -1,6 +1,7 @@
 """A mapped segment's control page (``Page``): its sender's transitions (take, hand over, undo,
-expire, reclaim) and its receivers' (claim, discard, free), each made under the page's lock, with
-a broadcast's bookkeeping of its receivers' claims.
+expire, reclaim) and its receivers' (claim, discard, free), each made under the page's lock (the
+``Hold`` of ``_page_hold``), with a broadcast's bookkeeping of its receivers' claims
+(``_page_holders``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import time
 from collections.abc import Callable
 
 from tensorwire.errors import DecodeError, TransportError
+from tensorwire.transports._page_hold import Hold
+from tensorwire.transports._page_holders import close_claims, count_claim, drop_holder, holders_started, lives
 from tensorwire.transports._page_layout import (
     _DIGEST,
     _HEAD,
@@ -46,16 +49,16 @@ from tensorwire.transports._page_layout import (
     _refusal,
     digest,
 )
-from tensorwire.transports._page_lock import _FLOCK, _LOCK, _UNLOCK, _lock, _unlock, marked
-from tensorwire.transports._segment import own_start, started_as_said
+from tensorwire.transports._page_lock import _LOCK, _UNLOCK, _lock
+from tensorwire.transports._segment import own_start
 
 __all__ = ["Page"]
 
 
-class Page:
+class Page(Hold):
     """The control page of a mapped segment: ``fd`` (for the lock) and the mapping's first page."""
 
-    __slots__ = ("_deadline", "_mutex", "_pid", "_raw", "fd", "marks_claims", "name", "words")
+    __slots__ = ("_deadline", "_raw", "marks_claims", "words")
 
     def __init__(self, fd: int, mapping: mmap.mmap, name: str) -> None:
         self.fd, self.name = fd, name
@@ -199,7 +202,7 @@ class Page:
                 return False
             self.words[_W_EXPIRED] = self.words[_W_GENERATION]
             if self._readers() > 1 and self.words[_W_HOLDERS] > 0:  # its holders free it when done
-                self._close_claims()
+                close_claims(self)
                 return False
             return True
 
@@ -213,7 +216,7 @@ class Page:
         if state != CLAIMED:
             return False
         if self._readers() == 1:
-            if self._lives(self.receiver, self.words[_W_RECEIVER_STARTED], alive):  # else maybe of another
+            if lives(self.receiver, self.words[_W_RECEIVER_STARTED], alive):  # else maybe of another
                 return False  # pid namespace: its mark, read with the page held (a receiver marks a
                 # page it claims before it lets go of it)
             return self._to_free(lambda: self.words[_W_STATE] == CLAIMED and not self._marked(RECEIVER_BYTE))
@@ -221,11 +224,11 @@ class Page:
         def none_alive() -> bool:
             if self.words[_W_STATE] != CLAIMED:
                 return False
-            dead = [pid for pid, said in self._holders_started() if not self._lives(pid, said, alive)]
+            dead = [pid for pid, said in holders_started(self) if not lives(pid, said, alive)]
             if dead and self._marked(RECEIVER_BYTE):  # a receiver holds it, in another pid
                 return False  # namespace maybe: none is taken for dead while one does
             for pid in dead:
-                self._drop_holder(pid)
+                drop_holder(self, pid)
             return self.words[_W_HOLDERS] == 0
 
         return self._to_free(none_alive)
@@ -248,63 +251,6 @@ class Page:
             return True
         finally:
             self._leave()
-
-    def _enter(self) -> None:
-        """Hold the page against this process's threads and other processes (``_leave`` undoes it)."""
-        self._mutex.acquire()
-        try:
-            if self.fd < 0:
-                raise TransportError(errno.EBADF, f"{self.name} was let go")
-            _lock(self.fd, self.name)
-        except BaseException:
-            self._mutex.release()
-            raise
-
-    def _leave(self) -> None:
-        try:
-            _unlock(self.fd)
-        finally:
-            self._mutex.release()
-
-    def mark(self, byte: int, held: bool) -> None:
-        """Take (``held``) or drop this description's shared lock on ``byte`` of the page's file
-        (``RECEIVER_BYTE``, ``CREATOR_BYTE``); an fd let go of, or a lock refused, leaves the pid
-        written in the page as the only word on who is alive, as for a peer that does not mark."""
-        with self._mutex:
-            self._mark(byte, held)
-
-    def _mark(self, byte: int, held: bool) -> None:
-        """``mark``, the page's mutex held by the caller."""
-        if self.fd >= 0:
-            kind = fcntl.F_RDLCK if held else fcntl.F_UNLCK
-            try:
-                fcntl.fcntl(self.fd, fcntl.F_OFD_SETLK, _FLOCK.pack(kind, os.SEEK_SET, byte, 1, 0))
-            except OSError:
-                pass
-
-    def marked_elsewhere(self, byte: int) -> bool:
-        """Whether another open description of the page's file (another process, or another reader
-        of this one) holds ``byte`` marked (see ``mark``)."""
-        with self._mutex:
-            return self._marked(byte)
-
-    def _marked(self, byte: int) -> bool:
-        """``marked_elsewhere``, the page's mutex held by the caller."""
-        return self.fd >= 0 and marked(self.fd, byte)
-
-    def close_fd(self) -> None:
-        """Close the fd the lock is taken on, once no transition is using it (in a forked child, at
-        once: the parent's threads, one of which may have held the mutex at the fork, are not here)."""
-        if self._pid != os.getpid():
-            self._close_fd()
-            return
-        with self._mutex:
-            self._close_fd()
-
-    def _close_fd(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
     # -- the receiver's transitions -----------------------------------------------------------------
     def claim(self, generation: int, capability: bytes) -> None:
@@ -367,7 +313,7 @@ class Page:
             words[_W_PIDS + holders] = os.getpid()
             words[_W_HOLDER_STARTS + holders] = own_start()
             words[_W_HOLDERS] = holders + 1
-            self._count_claim()
+            count_claim(self)
         finally:
             try:  # (``_leave``, inline)
                 fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _UNLOCK)
@@ -384,7 +330,7 @@ class Page:
             for _ in range(min(readers, self._readers())):
                 if not self._proves(generation, capability):
                     break
-                self._count_claim()
+                count_claim(self)
             return self.words[_W_STATE] == CLAIMED and self.words[_W_HOLDERS] == 0
 
         return self._to_free(last)
@@ -402,7 +348,7 @@ class Page:
             return True
 
         def done() -> bool:  # of a broadcast: free once its last holder let go of it
-            if words[_W_GENERATION] != generation or not self._drop_holder(os.getpid()):
+            if words[_W_GENERATION] != generation or not drop_holder(self, os.getpid()):
                 return False
             return words[_W_STATE] == CLAIMED and words[_W_HOLDERS] == 0
 
@@ -415,50 +361,11 @@ class Page:
         if self._readers() == 1:
             holders = [(self.receiver, int(self.words[_W_RECEIVER_STARTED]))]
         else:
-            holders = self._holders_started()
+            holders = holders_started(self)
         others = [(pid, said) for pid, said in holders if pid != os.getpid()]
-        return any(self._lives(pid, said, alive) for pid, said in others) or (
+        return any(lives(pid, said, alive) for pid, said in others) or (
             bool(others) and self.marked_elsewhere(RECEIVER_BYTE)
         )
-
-    @staticmethod
-    def _lives(pid: int, said: int, alive: Callable[[int], bool]) -> bool:
-        """Whether receiver ``pid``, which its claim says started at ``said``, is alive (``alive``):
-        a pid another process took since names that process, not the receiver."""
-        return alive(pid) and started_as_said(pid, said)
-
-    # -- a broadcast's bookkeeping (the page held) -------------------------------------------------------
-    def _count_claim(self) -> None:
-        """One more of a broadcast's receivers claimed or discarded it; after the last, no more can."""
-        claims = int(self.words[_W_CLAIMS]) + 1
-        self.words[_W_CLAIMS] = claims
-        if claims >= self._readers():
-            self._close_claims()
-
-    def _close_claims(self) -> None:
-        self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
-        self.words[_W_CLAIMS] = self._readers()
-        self.words[_W_STATE] = CLAIMED
-
-    def _holders_started(self) -> list[tuple[int, int]]:
-        """A broadcast's holders: (pid, when it started) for each."""
-        words = self.words
-        count = min(int(words[_W_HOLDERS]), self._readers())
-        return [(int(words[_W_PIDS + i]), int(words[_W_HOLDER_STARTS + i])) for i in range(count)]
-
-    def _drop_holder(self, pid: int) -> bool:
-        """Take one entry of ``pid`` off the holders; False if it holds none."""
-        holders = self._holders_started()
-        pids = [held for held, _ in holders]
-        if pid not in pids:
-            return False
-        del holders[pids.index(pid)]
-        words = self.words
-        for i, (held, said) in enumerate(holders):
-            words[_W_PIDS + i], words[_W_HOLDER_STARTS + i] = held, said
-        words[_W_PIDS + len(holders)], words[_W_HOLDER_STARTS + len(holders)] = 0, 0
-        words[_W_HOLDERS] = len(holders)
-        return True
 
     def _proves(self, generation: int, capability: bytes, *, deadline: bool = True) -> bool:
         """Whether the handle may act on the page now (``_check`` without the error)."""

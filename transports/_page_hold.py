@@ -1,0 +1,87 @@
+"""A control page's hold: the fd its lock is taken on and the mutex that keeps this process's
+threads apart (``_enter``, ``_leave``: one transition at a time, here and in other processes), the
+marks a process keeps on other bytes of the page's file to say it holds the page or made it
+(``mark``, ``marked_elsewhere``), and closing the fd once no transition uses it (``close_fd``).
+``Page`` is one; its transitions take the hold.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import threading
+
+from tensorwire.errors import TransportError
+from tensorwire.transports._page_lock import _FLOCK, _lock, _unlock, marked
+
+__all__ = ["Hold"]
+
+
+class Hold:
+    """What holding a page takes: ``fd`` (for the lock), its ``name`` (for errors), this process's
+    mutex and the pid that made it (a forked child's is not its own)."""
+
+    __slots__ = ("_mutex", "_pid", "fd", "name")
+
+    fd: int
+    name: str
+    _mutex: threading.Lock
+    _pid: int
+
+    def _enter(self) -> None:
+        """Hold the page against this process's threads and other processes (``_leave`` undoes it)."""
+        self._mutex.acquire()
+        try:
+            if self.fd < 0:
+                raise TransportError(errno.EBADF, f"{self.name} was let go")
+            _lock(self.fd, self.name)
+        except BaseException:
+            self._mutex.release()
+            raise
+
+    def _leave(self) -> None:
+        try:
+            _unlock(self.fd)
+        finally:
+            self._mutex.release()
+
+    def mark(self, byte: int, held: bool) -> None:
+        """Take (``held``) or drop this description's shared lock on ``byte`` of the page's file
+        (``RECEIVER_BYTE``, ``CREATOR_BYTE``); an fd let go of, or a lock refused, leaves the pid
+        written in the page as the only word on who is alive, as for a peer that does not mark."""
+        with self._mutex:
+            self._mark(byte, held)
+
+    def _mark(self, byte: int, held: bool) -> None:
+        """``mark``, the page's mutex held by the caller."""
+        if self.fd >= 0:
+            kind = fcntl.F_RDLCK if held else fcntl.F_UNLCK
+            try:
+                fcntl.fcntl(self.fd, fcntl.F_OFD_SETLK, _FLOCK.pack(kind, os.SEEK_SET, byte, 1, 0))
+            except OSError:
+                pass
+
+    def marked_elsewhere(self, byte: int) -> bool:
+        """Whether another open description of the page's file (another process, or another reader
+        of this one) holds ``byte`` marked (see ``mark``)."""
+        with self._mutex:
+            return self._marked(byte)
+
+    def _marked(self, byte: int) -> bool:
+        """``marked_elsewhere``, the page's mutex held by the caller."""
+        return self.fd >= 0 and marked(self.fd, byte)
+
+    def close_fd(self) -> None:
+        """Close the fd the lock is taken on, once no transition is using it (in a forked child, at
+        once: the parent's threads, one of which may have held the mutex at the fork, are not here)."""
+        if self._pid != os.getpid():
+            self._close_fd()
+            return
+        with self._mutex:
+            self._close_fd()
+
+    def _close_fd(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
