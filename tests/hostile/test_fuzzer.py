@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import torch
 
 import tensorwire as tw
 from tensorwire._wire import EMPTY_DATA, EXT_INLINE, MAGIC, WIRE_VERSION, prefix, unpack_descriptor
@@ -289,3 +291,147 @@ def test_the_fuzzer_reads_with_the_generated_types_and_with_run_time_ones(tmp_pa
     assert [i for i, c in enumerate(decoders.CONFIGS) if c.loaded] == [
         i for i in decoders.SAFE if "loaded" in modules[i]
     ]
+
+
+# -- queue and CUDA handles ------------------------------------------------------------------------
+
+
+def _queue_context(handles: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run's context for cases whose exports are all queue tensors (no victim named)."""
+    sender = handles[0]["sender"] if handles else "1-000000000000"
+    names = {"victim_pid": 1, "victim_token": "0" * 32, "self_pid": os.getpid(), "self_token": "0" * 32}
+    own = [{"handle": h, "nbytes": 0} for h in handles]
+    return {"victim": {}, "own": own, "names": {**names, "queue_sender": sender}}
+
+
+def test_a_forged_queue_handle_reaches_every_kind_of_sender_and_id() -> None:
+    """``values.queue_handle``: the sender the worker's own, another's, odd, not a string; each id
+    the worker's own, one older or newer (taken already, never issued), negative, past 2**63, not an int."""
+    from tools.fuzz import values
+    from tools.fuzz.case import Export
+    from tools.fuzz.materialize import resolve
+
+    own: dict[str, Any] = {"transport": "queue", "sender": "7-abc", "message": 5, "tensor": 3}
+    context = _queue_context([own])
+    senders: set[str] = set()
+    messages: set[str] = set()
+    tensors: set[str] = set()
+    for seed in range(400):
+        handle = values.queue_handle(random.Random(seed), [Export("queue", b"x")])
+        assert handle["transport"] == "queue"
+        shown = {k: resolve(v.ref, context) if hasattr(v, "ref") else v for k, v in handle.items()}
+        sender = shown.get("sender")
+        senders.add("own" if sender == "7-abc" else type(sender).__name__ if not isinstance(sender, str) else "other")
+        for field, seen in (("message", messages), ("tensor", tensors)):
+            value = shown.get(field)
+            if type(value) is not int:
+                seen.add("not an int")
+            elif value < 0:
+                seen.add("negative")
+            elif value >= 2**63:
+                seen.add("past 2**63")
+            else:
+                seen.add({0: "own", -1: "older", 1: "newer"}.get(value - own[field], "other"))
+    assert senders >= {"own", "other", "int", "NoneType", "bytes"}
+    for seen in (messages, tensors):
+        assert seen >= {"own", "older", "newer", "negative", "past 2**63", "not an int", "other"}
+
+
+def test_a_queue_tensor_is_named_again_by_a_later_entry() -> None:
+    """``ops_table._queue_again``: the same id, another tensor id of the message, an older message."""
+    from tools.fuzz.case import Export
+
+    labels = set()
+    for seed in range(60):
+        tpl = seeds.template([n for n, _ in seeds.SEEDS].index("rpc-tensors"), seeds.LAYOUTS[0])
+        d = start(random.Random(seed), "test", tpl, [Export("queue", b"x")] * 2)
+        label = ops_table._queue_again(d)
+        bindings = finish(d, label or "").bindings
+        whole = [(int(b.path[1]), str(b.ref)) for b in bindings if len(b.path) == 3]  # the handles bound whole
+        refs = [ref for _, ref in whole]
+        moved = [(int(b.path[1]), str(b.path[3]), b.ref) for b in bindings if len(b.path) == 4]
+        assert len(refs) > len(set(refs)), bindings  # one export named by two entries
+        first = min(i for i, ref in whole if refs.count(ref) > 1)
+        if label == "a queue tensor named twice":
+            assert moved == [], bindings
+        else:
+            [(index, field, ref)] = moved
+            assert index > first and ref[0] == "add", bindings  # the later entry is the one changed
+            assert field == ("message" if str(label).startswith("an older") else "tensor") and ref[1][-1] == field
+            assert ref[2] == -1 or field == "tensor"
+        labels.add(label)
+    assert labels == {
+        "a queue tensor named twice",
+        "another tensor id of a queue message named",
+        "an older message of a queue sender named after a newer one",
+    }
+
+
+def test_queue_handles_reach_the_queue_transports_verify_and_receive_path(tmp_path: Path) -> None:
+    """The queue family's cases, bound to a real queue sender and decoded as the worker does: each
+    refusal is a ``CodecError``, and they come from the queue transport's checks."""
+    import queue as stdlib_queue
+
+    from tensorwire import transports
+    from tools.fuzz import decoders
+
+    channel: stdlib_queue.Queue[Any] = stdlib_queue.Queue()
+    sender = transports.QueueTransport(channel)
+    built, receivers = decoders.build(tmp_path, channel)
+    seen: list[str] = []
+    try:
+        for index in range(3000):
+            case = cases.generate(21, index)
+            if case.family != "queue" or {e.mode for e in case.exports} != {"queue"}:
+                continue
+            sender.begin_message()
+            own = [msgspec.to_builtins(sender.export(memoryview(e.data), [])) for e in case.exports]
+            delivery = materialize(case, _queue_context(own))
+            frames = tw.split(delivery.blob) if delivery.blob is not None else delivery.frames
+            try:
+                built[case.decoder].decode(frames)
+                seen.append("decoded")
+            except tw.CodecError as exc:
+                seen.append(str(exc))
+            while not channel.empty():
+                channel.get_nowait()
+            receivers[-1].close()
+    finally:
+        for receiver in receivers:
+            receiver.close()
+    text = "\n".join(seen)
+    for expected in (
+        "decoded",
+        r"ids must not be negative",
+        r"is named twice in one message",
+        r"is stale: message \d+ of that sender was read already",
+        r"after waiting 0.01s",
+        r"invalid buffer table: Expected `int`",
+        r"the buffer entry says \d+ bytes",
+    ):
+        assert re.search(expected, text), expected
+
+
+def test_a_decoder_reads_shared_memory_through_a_cuda_shm_transport_and_the_worker_sends_through_one(
+    tmp_path: Path,
+) -> None:
+    from tensorwire import transports
+    from tensorwire.transports.shm import SlotHandle
+    from tools.fuzz import decoders
+    from tools.fuzz.host_cuda import HostRuntime
+
+    built, receivers = decoders.build(tmp_path)
+    cuda = [i for i, c in enumerate(decoders.CONFIGS) if c.backing == "cuda"]
+    sender = transports.CudaShmTransport(tmp_path, runtime=HostRuntime(), pool=False)
+    try:
+        assert len(cuda) == 1 and cuda[0] in decoders.SAFE
+        reader = built[cuda[0]].reader(SlotHandle(name="", offset=0, generation=1, capability=bytes(16)))
+        assert isinstance(reader, transports.CudaShmTransport) and reader.available
+        payload = torch.arange(256, dtype=torch.uint8)
+        handle = sender.export_device(payload, 0, 256, [])
+        assert isinstance(handle, SlotHandle) and sender.registrations == 1  # a registered slot
+        assert bytes(reader.import_(handle, [], 256, borrow=False)) == bytes(payload.numpy())
+    finally:
+        sender.close()
+        for receiver in receivers:
+            receiver.close()

@@ -15,6 +15,9 @@ case is materialized. Families:
 - ``buffers``: ``[nbytes, handle]`` entries added, removed, duplicated, swapped, misshapen, retyped,
   nbytes edges; inline frames;
 - ``handles``: transport tag, name, fd, generation, offset, capability, fields, victim targets;
+- ``queue``: the worker's own queue tensors, their handles forged (``ops_table.QUEUE_OPS``): of
+  another sender, ids older, taken already, never issued, negative, huge, of the wrong type, one
+  tensor named twice, entries reordered;
 - ``victim``: every handle forged to name victim targets (slots in flight, one-shots);
 - ``leaked``: the victim's one leaked message, as sent or with its capability used elsewhere;
 - ``descriptors``: the tensor extensions of the body (``ext(1)`` in a buffer, ``ext(3)`` in frame
@@ -47,6 +50,7 @@ FAMILIES: tuple[tuple[str, int], ...] = (
     ("header", 8),
     ("buffers", 10),
     ("handles", 18),
+    ("queue", 8),
     ("victim", 12),
     ("leaked", 3),
     ("descriptors", 14),
@@ -57,7 +61,7 @@ FAMILIES: tuple[tuple[str, int], ...] = (
 )
 _NAMES = [name for name, _ in FAMILIES]
 _WEIGHTS = [weight for _, weight in FAMILIES]
-_MODES = ("memfd", "memfd", "named", "oneshot")
+_MODES = ("memfd", "memfd", "named", "oneshot", "queue", "cuda")
 
 
 def _template(rng: random.Random, source: str) -> Template:
@@ -72,19 +76,19 @@ def _template(rng: random.Random, source: str) -> Template:
             return tpl
 
 
-def _exports(rng: random.Random, tpl: Template) -> list[Export]:
-    same = rng.choice(_MODES) if rng.random() < 0.6 else None
+def _exports(rng: random.Random, tpl: Template, modes: tuple[str, ...] = _MODES) -> list[Export]:
+    same = rng.choice(modes) if rng.random() < 0.6 else None
     exports = []
     for _, data in tpl.oob:
-        mode = same or rng.choice(_MODES)
-        pad = rng.choice((16, 64, 4096, 8192)) if mode != "oneshot" and rng.random() < 0.2 else 0
+        mode = same or rng.choice(modes)
+        pad = rng.choice((16, 64, 4096, 8192)) if mode in ("memfd", "named") and rng.random() < 0.2 else 0
         exports.append(Export(mode, data, pad))
     return exports
 
 
-def _draft(rng: random.Random, family: str, source: str = "any") -> Draft:
+def _draft(rng: random.Random, family: str, source: str = "any", modes: tuple[str, ...] = _MODES) -> Draft:
     tpl = _template(rng, source)
-    d = start(rng, family, tpl, _exports(rng, tpl))
+    d = start(rng, family, tpl, _exports(rng, tpl, modes))
     d.labels.append(tpl.name)
     d.decoder = rng.randrange(len(decoders.CONFIGS))
     d.writable = rng.random() < 0.2
@@ -142,6 +146,13 @@ def _family(name: str, ops: tuple[Op, ...], source: str = "any") -> Callable[[ra
         return finish(d, "; ".join(d.labels))
 
     return build
+
+
+def _queue(rng: random.Random) -> Case:
+    d = _draft(rng, "queue", "oob", ("queue",) * 4 + _MODES if rng.random() < 0.3 else ("queue",))
+    _mutate(d, ops_table.QUEUE_OPS, rng.choice((1, 1, 2, 3)))
+    _extras(d)
+    return finish(d, "; ".join(d.labels))
 
 
 def _victim(rng: random.Random) -> Case:
@@ -203,6 +214,7 @@ _BUILDERS: dict[str, Callable[[random.Random], Case]] = {
     "header": _family("header", ops_table.HEADER_OPS),
     "buffers": _family("buffers", ops_table.BUFFER_OPS),
     "handles": _family("handles", ops_table.HANDLE_OPS, "oob"),
+    "queue": _queue,
     "victim": _victim,
     "leaked": _leaked,
     "descriptors": _family("descriptors", ops_tensors.DESCRIPTOR_OPS),

@@ -1,4 +1,5 @@
-"""Structural mutations of frame 0's tag, fingerprint and items, its buffer table, its handles and the inline frames.
+"""Structural mutations of frame 0's tag, fingerprint and items, its buffer table, its handles
+(shared-memory and queue ones) and the inline frames.
 
 Frame 0 is ``[tag, fingerprint, data, [[nbytes, handle], ...], body]``; the tag is
 ``"tensorwire:<wire>:<type id>:<version>"`` (``tools.fuzz.ops_data`` mutates the data). Each
@@ -20,7 +21,17 @@ from tools.fuzz import rawmp, targets, values
 from tools.fuzz.draft import BODY, BUFFERS, DATA, DELETE, FINGERPRINT, TAG, Draft, Live, LiveHandle, encode
 from tools.fuzz.seeds import PLAIN
 
-__all__ = ["BUFFER_OPS", "HANDLE_OPS", "HEADER_OPS", "SIZES", "Op", "handle_set", "retarget_all", "size"]
+__all__ = [
+    "BUFFER_OPS",
+    "HANDLE_OPS",
+    "HEADER_OPS",
+    "QUEUE_OPS",
+    "SIZES",
+    "Op",
+    "handle_set",
+    "retarget_all",
+    "size",
+]
 
 Op = Callable[[Draft], "str | None"]
 
@@ -515,7 +526,7 @@ def _field_op(field: str, draw: Callable[[Draft], Any]) -> Op:
 def _has_generation(d: Draft, ref: list[Any]) -> bool:
     """Whether the handle ``ref`` names is a pool slot's (one-shot handles have no generation)."""
     if ref[1] == "own":
-        return bool(d.exports[ref[2]].mode != "oneshot")
+        return bool(d.exports[ref[2]].mode in ("memfd", "named", "cuda"))
     return bool(ref[2] in ("slots", "leaked"))
 
 
@@ -615,4 +626,60 @@ HANDLE_OPS: tuple[Op, ...] = (
     _to_decoy,
     _victim_fd,
     _handle_junk,
+)
+
+
+# -- queue handles ---------------------------------------------------------------------------------
+
+
+def _queue_handle(d: Draft) -> str | None:
+    """An entry's handle replaced by a queue handle of hostile fields (``values.queue_handle``)."""
+    buffers = _entries(d)
+    if buffers is None:
+        return None
+    index = d.rng.randrange(len(buffers))
+    entry = buffers[index]
+    if not isinstance(entry, list) or not entry:
+        return None
+    _set_handle(entry, values.queue_handle(d.rng, d.exports))
+    return f"handle {index} a forged queue handle"
+
+
+def _queue_again(d: Draft) -> str | None:
+    """A queue tensor of the message named again by a later entry: the same id, another tensor id
+    of its message, or an older message of its sender (stale once the first is read)."""
+    buffers = _entries(d)
+    queued = [e for e in buffers or () if _is_live(e) and d.exports[e[1].ref[2]].mode == "queue"]
+    if buffers is None or not queued:
+        return None
+    entry = d.rng.choice(queued)
+    twin = copy.deepcopy(entry)
+    kind = d.rng.choice(("same", "tensor", "older"))
+    field = "message" if kind == "older" else "tensor"
+    if kind != "same":
+        delta = -1 if kind == "older" else d.rng.choice(values.QUEUE_DELTAS)
+        twin[1].fields[field] = Live(["add", [*entry[1].ref, field], delta])
+    after = buffers.index(entry) + 1
+    later = [k for k in range(after, len(buffers))]
+    if later and d.rng.random() < 0.5:
+        buffers[d.rng.choice(later)] = twin
+    else:
+        buffers.insert(d.rng.randrange(after, len(buffers) + 1), twin)
+    return {
+        "same": "a queue tensor named twice",
+        "tensor": "another tensor id of a queue message named",
+        "older": "an older message of a queue sender named after a newer one",
+    }[kind]
+
+
+QUEUE_OPS: tuple[Op, ...] = (
+    _queue_handle,
+    _queue_handle,
+    _field_op("sender", lambda d: values.queue_sender(d.rng, d.exports)),
+    _field_op("message", lambda d: values.queue_id(d.rng, d.exports, "message")),
+    _field_op("message", lambda d: values.queue_id(d.rng, d.exports, "message")),
+    _field_op("tensor", lambda d: values.queue_id(d.rng, d.exports, "tensor")),
+    _queue_again,
+    _entry_swap,
+    _nbytes,
 )

@@ -1,4 +1,5 @@
-"""Catalogues of hostile values: edge ints, junk of every msgpack type, segment names, fds, capabilities."""
+"""Catalogues of hostile values: edge ints, junk of every msgpack type, segment names, fds,
+capabilities, queue handles' sender and tensor ids."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ __all__ = [
     "fds",
     "junk",
     "names",
+    "queue_handle",
+    "queue_id",
+    "queue_sender",
     "victim_handle",
 ]
 
@@ -64,7 +68,16 @@ def junk(rng: random.Random, depth: int = 2) -> Any:
 
 
 def _own_memfds(exports: list[Export]) -> list[int]:
-    return [k for k, e in enumerate(exports) if e.mode == "memfd"]
+    return [k for k, e in enumerate(exports) if e.mode in ("memfd", "cuda")]
+
+
+def own_segments(exports: list[Export]) -> list[int]:
+    """The worker's own exports that travel in shared-memory segments (their handles name one)."""
+    return [k for k, e in enumerate(exports) if e.mode != "queue"]
+
+
+def _own_queued(exports: list[Export]) -> list[int]:
+    return [k for k, e in enumerate(exports) if e.mode == "queue"]
 
 
 def names(rng: random.Random, exports: list[Export]) -> Any:
@@ -92,8 +105,8 @@ def names(rng: random.Random, exports: list[Export]) -> Any:
             )
         )
         return Live(["fmt", template])
-    if kind == 4 and exports:
-        return Live(targets.own(rng.randrange(len(exports)), "handle", "name"))
+    if kind == 4 and own_segments(exports):
+        return Live(targets.own(rng.choice(own_segments(exports)), "handle", "name"))
     pid = rng.choice(("2147483648", "4194305", "4194304", "9999999999", "0", "1", "32769", "99999"))
     return rng.choice(
         (
@@ -143,9 +156,55 @@ def capabilities(rng: random.Random, exports: list[Export]) -> Any:
         return rng.randbytes(rng.choice((0, 1, 15, 17, 32, 64)))
     if kind == 4:
         return Live(targets.leaked(rng.randrange(2), "handle", "capability"))
-    if kind == 5 and exports:
-        return Live(targets.own(rng.randrange(len(exports)), "handle", "capability"))
+    if kind == 5 and own_segments(exports):
+        return Live(targets.own(rng.choice(own_segments(exports)), "handle", "capability"))
     return rng.choice(("x" * 16, None, DELETE, 0, [0] * 16))
+
+
+_SENDERS = ("{queue_sender}-1", "{queue_sender}x", "{self_pid}-000000000000", "{victim_pid}-{victim_token}")
+QUEUE_DELTAS = (-2, -1, 1, 2, 1 << 20, -(1 << 20))  # from one of the worker's own ids: consumed, never issued
+
+
+def queue_sender(rng: random.Random, exports: list[Export]) -> Any:
+    """A queue handle's sender: the worker's own (a stream with tensors on the queue), another
+    stream's or process's that never sent here, an odd string, not a string."""
+    kind = rng.randrange(5)
+    own = _own_queued(exports)
+    if kind == 0 and own:
+        return Live(targets.own(rng.choice(own), "handle", "sender"))
+    if kind == 1:
+        return Live(["fmt", "{queue_sender}"])
+    if kind == 2:
+        return Live(["fmt", rng.choice(_SENDERS)])
+    if kind == 3:
+        return rng.choice(("", "\x00", "a" * 5000, "0-0", "é", "{queue_sender}"))
+    return rng.choice((0, -1, None, b"sender", ["s"], True, DELETE))
+
+
+def queue_id(rng: random.Random, exports: list[Export], field: str) -> Any:
+    """A queue handle's ``field`` ("message" or "tensor"): one of the worker's own moved by a delta
+    (one older, taken already, or never issued), an edge int (negative, past 2**63), not an int."""
+    kind = rng.randrange(4)
+    own = _own_queued(exports)
+    if kind < 2 and own:
+        ref = targets.own(rng.choice(own), "handle", field)
+        return Live(ref if kind == 0 else ["add", ref, rng.choice(QUEUE_DELTAS)])
+    if kind == 2:
+        return edge_int(rng)
+    return rng.choice(("0", None, 1.5, True, [0], b"\x00", DELETE))
+
+
+def queue_handle(rng: random.Random, exports: list[Export]) -> dict[str, Any]:
+    """A whole queue handle of hostile fields (an extra field now and then)."""
+    handle: dict[str, Any] = {
+        "transport": "queue",
+        "sender": queue_sender(rng, exports),
+        "message": queue_id(rng, exports, "message"),
+        "tensor": queue_id(rng, exports, "tensor"),
+    }
+    if rng.random() < 0.05:
+        handle[rng.choice(("name", "capability", "extra"))] = junk(rng)
+    return handle
 
 
 def victim_handle(rng: random.Random) -> tuple[list[Any], list[Any]]:

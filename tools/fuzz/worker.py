@@ -1,9 +1,11 @@
 """A worker process: runs cases against real decoders, reports outcomes, errors and what it holds.
 
 Per case: export the case's own buffers through this worker's senders (a memfd pool, a named
-pool, one-shot segments, all in the run's private directory), materialize the input against the
+pool, one-shot segments, all in the run's private directory; a torch queue of its own; the
+registered pool of a ``CudaShmTransport`` over ``host_cuda.HostRuntime``), materialize the input against the
 victim's table, decode it with the configuration the case names, read every element of what came
-back, then undo the exports a decode did not consume (as their sender would). A ``CodecError`` is
+back, then undo the exports a decode did not consume (as their sender would; what is left on the
+queue or in its receiver's buffer is dropped). A ``CodecError`` is
 the expected refusal; any other exception is recorded with its type and where it was raised.
 
 Before reporting ready it warms up (every seed in every backing), so its senders' pools are at
@@ -20,6 +22,7 @@ import ctypes
 import faulthandler
 import gc
 import os
+import queue as stdlib_queue
 import random
 import resource
 import sys
@@ -41,6 +44,7 @@ from tools.fuzz.case import Case, Export, dump, load
 from tools.fuzz.cases import generate
 from tools.fuzz.channel import REPO, Endpoint
 from tools.fuzz.draft import finish, start
+from tools.fuzz.host_cuda import HostRuntime
 from tools.fuzz.materialize import materialize
 
 __all__ = ["Worker", "main"]
@@ -83,16 +87,21 @@ class Worker:
         self.seed: int = init.get("seed", 0)
         self.corpus: list[bytes] = init.get("corpus") or []
         kw: dict[str, Any] = {"claim_timeout": _HOUR}
-        self.senders = {
+        self.queue: stdlib_queue.Queue[Any] = stdlib_queue.Queue()  # the queue transport's, in this process
+        self.senders: dict[str, Any] = {
             "memfd": transports.ShmTransport(self.directory, backing="memfd", idle_seconds=_HOUR, **kw),
             "named": transports.ShmTransport(self.directory, backing="named", idle_seconds=_HOUR, **kw),
             "oneshot": transports.ShmTransport(self.directory, pool=False, **kw),
+            "queue": transports.QueueTransport(self.queue),
+            "cuda": transports.CudaShmTransport(
+                self.directory, runtime=HostRuntime(), pool=False, idle_seconds=_HOUR, **kw
+            ),
         }
         self.spent = False  # an input of this batch ran into the memory cap: the batch stops there
         self.sabotage: str = init.get("sabotage") or ""
         self.armed = False  # the sabotage (if any) applies once the warm-up is over
         self.key = 0  # the case being decoded, as a number (what a sabotage's triggers read)
-        self.receivers: list[transports.ShmTransport] = []
+        self.receivers: list[transports.Transport] = []
         self.decode: list[Callable[[Sequence[Any]], Any]] = []
         self._fresh_receivers()
         self.names = {
@@ -100,13 +109,14 @@ class Worker:
             "victim_token": self.table["token"],
             "self_pid": os.getpid(),
             "self_token": self._token(),
+            "queue_sender": self.senders["queue"].sender_id,
         }
 
     def _fresh_receivers(self) -> None:
         """New receiving transports and decoders (the old ones closed: their mapping caches let go)."""
         for receiver in self.receivers:
             receiver.close()
-        built, self.receivers = decoders.build(self.directory)
+        built, self.receivers = decoders.build(self.directory, self.queue)
         kinds = self.sabotage if self.armed else ""
         key = self._case_key
         self.decode = [sabotage.install(kinds, d.decode, key) if kinds else d.decode for d in built]
@@ -129,7 +139,14 @@ class Worker:
 
     def _export(self, export: Export) -> tuple[Any, Handle]:
         sender = self.senders[export.mode]
-        if export.mode == "oneshot" or not export.pad:
+        if export.mode == "cuda":  # the bytes as a "device" tensor, into a registered slot
+            handle = sender.export_device(
+                torch.frombuffer(bytearray(export.data), dtype=torch.uint8), 0, len(export.data), []
+            )
+            if handle is None:
+                raise RuntimeError("the registered pool took no buffer")
+            return sender, handle
+        if export.mode == "oneshot" or export.mode == "queue" or not export.pad:
             return sender, sender.export(memoryview(export.data), [])
         raw = sender.empty_numpy((export.pad + len(export.data),), np.uint8)
         raw[export.pad :] = np.frombuffer(export.data, dtype=np.uint8)
@@ -141,6 +158,7 @@ class Worker:
         """Decode one case: ``("message" | "codec" | "error" | "harness", details or None)``."""
         exported: list[tuple[Any, Handle]] = []
         try:
+            self.senders["queue"].begin_message()  # the case's queue tensors: one message
             for export in case.exports:
                 exported.append(self._export(export))
             own = [
@@ -175,10 +193,17 @@ class Worker:
                 _recover_memory()
                 self.spent = True
 
-    @staticmethod
-    def _undo(exported: list[tuple[Any, Handle]]) -> None:
+    def _undo(self, exported: list[tuple[Any, Handle]]) -> None:
         for sender, handle in exported:
             sender.release(handle)
+        while True:  # queue tensors no decode took, on the queue or in a receiver's buffer
+            try:
+                self.queue.get_nowait()
+            except stdlib_queue.Empty:
+                break
+        for receiver in self.receivers:
+            if isinstance(receiver, transports.QueueTransport):
+                receiver.close()
 
     # -- batches and stats -------------------------------------------------------------------------
     def batch(self, start: int, count: int, each: bool = False) -> dict[str, Any]:
@@ -229,8 +254,8 @@ class Worker:
         for index in range(len(seeds.SEEDS)):
             for layout in seeds.OUT_OF_BAND:
                 tpl = seeds.template(index, layout)
-                for mode in ("memfd", "named", "oneshot"):
-                    pad = 0 if mode == "oneshot" else 8192
+                for mode in ("memfd", "named", "oneshot", "queue", "cuda"):
+                    pad = 8192 if mode in ("memfd", "named") else 0
                     d = start(rng, "warm-up", tpl, [Export(mode, data, pad) for _, data in tpl.oob])
                     d.decoder = decoders.NAMED[0]
                     self.run(finish(d, "warm-up"))
