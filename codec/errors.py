@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "CodecError",
@@ -33,7 +34,8 @@ __all__ = [
 ]
 
 _LISTED = 5  # problems a SchemaError's text lists; the rest are counted
-_LONGEST = 1000  # characters of an EncodeError's or DecodeError's message kept (a peer's value can be megabytes)
+_LONGEST = 1000  # characters of an EncodeError's, DecodeError's or TransportError's message kept (a peer's
+# value can be megabytes)
 
 
 def printable(text: str) -> str:
@@ -166,9 +168,7 @@ class _InMessage(CodecError, ValueError):
     def __init__(
         self, message: str, *, path: str | None = None, type_id: str | None = None, version: int | None = None
     ) -> None:
-        if len(message) > _LONGEST:
-            message = f"{message[: _LONGEST - 40]}... (cut: {len(message)} characters)"
-        self.message = message
+        self.message = message = _cut(message)
         self.path = path
         self.type_id = type_id
         self.version = version
@@ -198,7 +198,21 @@ class DecodeError(_InMessage):
 
 
 class TransportError(CodecError, OSError):
-    """A transport failed to export, import or release a buffer."""
+    """A transport failed to export, import or release a buffer. Its text (``strerror``) of more
+    than 1,000 characters (one quoting a value a peer sent, a queue handle's sender id) keeps its
+    first ones and says how long it was."""
+
+    def __init__(self, *args: Any) -> None:
+        if len(args) >= 2 and isinstance(args[1], str):
+            args = (args[0], _cut(args[1]), *args[2:])
+        super().__init__(*args)
+
+
+def _cut(message: str) -> str:
+    """``message``, or where it has more than 1,000 characters its first ones and how long it was."""
+    if len(message) > _LONGEST:
+        return f"{message[: _LONGEST - 40]}... (cut: {len(message)} characters)"
+    return message
 
 
 class CompatError(CodecError):

@@ -402,6 +402,24 @@ def test_a_buffer_table_naming_a_queue_tensor_twice_or_by_a_negative_id_is_refus
         decoder.decode([frame_of(header)])
 
 
+def test_a_handle_naming_a_megabyte_sender_id_is_a_timeout_error_quoting_it_cut_short() -> None:
+    """The tensor of a sender that never sent here is waited for ``timeout``: the ``TransportError``
+    (ETIMEDOUT) quoted the peer's sender id whole, so a megabyte id made a megabyte error line."""
+    from tests.wire_helpers import frame_of, head_of
+
+    queue = _ctx().Queue()
+    encoder, decoder, _ = _pair(queue, timeout=0.05)
+    header = head_of(encoder.encode(diffusion.Output(output=torch.ones(8)))[0])
+    sender = "s" * 1_000_000
+    header[3][0][1]["sender"] = sender
+    with pytest.raises(tw.TransportError) as info:
+        decoder.decode([frame_of(header)])
+    whole = len(f"no tensor 0 of message 1 from sender {sender} after waiting 0.05s")
+    text = str(info.value.strerror)
+    assert info.value.errno == errno.ETIMEDOUT and len(text) <= 1000
+    assert re.fullmatch(rf"no tensor 0 of message 1 from sender s+\.\.\. \(cut: {whole} characters\)", text)
+
+
 def test_snapshot_copies_and_default_aliases() -> None:
     queue = _ctx().Queue()
     encoder, decoder, _ = _pair(queue)
