@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import torch
 
@@ -24,6 +25,7 @@ from tensorwire.transports._page_layout import FREE, IN_FLIGHT
 from tensorwire.transports.shm import our_segments
 from tests.conftest import REPO
 from tests.cuda_fakes import FILL, FakeCudaRuntime
+from tests.wire_helpers import held_elsewhere
 
 MiB = 1024 * 1024
 
@@ -117,6 +119,19 @@ def test_registered_slots_are_reused_not_registered_again(tmp_path: Path, cuda_s
     assert cuda_shm.release_cache() > 0
     assert cuda_shm.registrations == 0 and fake.registered == {} and fake.calls["unregister"] == 1
     assert cuda_shm.registered_bytes == 0
+
+
+def test_claimed_says_whether_a_receiver_proved_a_registered_slots_capability(
+    tmp_path: Path, cuda_shm: Any, fake: Any
+) -> None:
+    """A device buffer's hand-over is the registered pool's: ``claimed`` looked for it in the plain
+    pool only, and said False (it cannot be claimed any more) while it waited for its receiver."""
+    handle = _send(cuda_shm, torch.arange(64, dtype=torch.uint8))
+    forged = msgspec.structs.replace(handle, capability=bytes(16))
+    assert (cuda_shm.claimed(handle), cuda_shm.claimed(forged)) == (None, False)
+    with held_elsewhere(lambda: _receive(tmp_path, handle, 64)):
+        assert cuda_shm.claimed(handle) is True
+    assert cuda_shm.claimed(cuda_shm.export(memoryview(bytes(64)), [])) is None  # a host buffer's: the plain pool
 
 
 def test_a_zero_byte_buffer_is_never_registered(cuda_shm: Any, fake: Any) -> None:

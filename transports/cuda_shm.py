@@ -217,6 +217,13 @@ class CudaShmTransport(ShmTransport):
                 return
         super().release(handle)
 
+    def claimed(self, handle: Handle) -> bool | None:
+        """``Transport.claimed``: a registered slot's hand-over is read from the registered pool's
+        control page, any other handle's as ``ShmTransport`` reads it."""
+        if isinstance(handle, SlotHandle) and self.registered is not None and self.registered.owns(handle.name):
+            return self.registered.claimed(handle.name, handle.generation, handle.capability)
+        return super().claimed(handle)
+
     def _settle(self, slot: Slot, source: torch.Tensor, failure: BaseException) -> None:
         """After a failed enqueue (or an interrupted wait for a copy): once the side stream is
         drained nothing writes the slot and it goes back to the pool; if draining fails too, the
