@@ -89,7 +89,7 @@ _SIZE = struct.Struct("!i")  # multiprocessing's framing: a message's size, big-
 _LARGE = struct.Struct("!Q")  # past 0x7FFFFFFF bytes: a size of -1, then the size in 8 bytes
 _LARGE_SIZE = 0x7FFFFFFF
 _IOV_MAX = 1024  # the most pieces one writev takes (POSIX guarantees at least 16; Linux takes 1024)
-_DRAIN = 64 * 1024  # the chunk an oversized message is read off in
+_DRAIN = 64 * 1024  # the chunk an oversized message is read off in, and a large one into a fresh buffer
 _cut_off: weakref.WeakSet[Connection] = weakref.WeakSet()  # connections a send stopped part of the way
 _SEND_CUT_OFF = "an earlier send was interrupted in the middle of a message, so the stream cannot be written on"
 
@@ -200,7 +200,9 @@ class Receiver:
     """Receives messages sent with ``send`` into a buffer it reuses; see the module for the reuse rule.
 
     ``initial``: the first buffer's size in bytes. A larger message grows it to the next power of
-    two that holds it, at most ``max_bytes``; a fresh buffer (the current one still in use) is
+    two that holds it, at most ``max_bytes`` (on a ``Connection``, one past 64 KiB as its bytes
+    arrive, so a peer that stops part of the way leaves what it sent held, not the size it
+    announced); a fresh buffer (the current one still in use) is
     sized the same way for the message read into it, at least ``initial`` (through another
     reader, which tells a message's size only once it is read, for the message before it). A message over
     ``max_bytes`` is a ``DecodeError``; it has been read off the connection by then, so the next
@@ -322,10 +324,14 @@ class Receiver:
             raise
 
     def _fresh(self, size: int) -> bytearray:
-        """A new buffer, made the one reused, for a message of ``size`` bytes: the next power of two
-        that holds it, at least ``initial``, at most ``max_bytes``."""
-        buffer = self._buffer = bytearray(min(max(1 << (size - 1).bit_length(), self._initial), self._max_bytes))
+        """A new buffer, made the one reused, for a message of ``size`` bytes (``_capacity``)."""
+        buffer = self._buffer = bytearray(self._capacity(size))
         return buffer
+
+    def _capacity(self, size: int) -> int:
+        """The size of a fresh buffer for a message of ``size`` bytes: the next power of two that
+        holds it, at least ``initial``, at most ``max_bytes``."""
+        return min(max(1 << (size - 1).bit_length(), self._initial), self._max_bytes)
 
     def _read_message(self, conn: Connection, deadline: float | None) -> memoryview:
         """The next message on ``conn``, read off its descriptor as ``Connection.recv_bytes`` reads
@@ -376,10 +382,31 @@ class Receiver:
             raise DecodeError(f"message of {size} bytes is over the receiver's max_bytes of {self._max_bytes}")
         buffer = self._buffer
         if size > len(buffer) or _in_use(buffer):
-            buffer = self._fresh(size)
+            return self._read_growing(fd, size, deadline)
         view = memoryview(buffer)[:size]
         _read_into(fd, view, deadline)
         return view
+
+    def _read_growing(self, fd: int, size: int, deadline: float | None) -> memoryview:
+        """A message of ``size`` bytes read as ``_read_rest`` says into a fresh buffer (``_capacity``
+        bytes). Past ``_DRAIN`` bytes the buffer grows as the message arrives (read a chunk at a
+        time and appended): a peer that announces a large message and stops makes the receiver
+        hold what it sent, not what it announced (``bytearray(n)`` writes all ``n`` bytes, so they
+        are all resident)."""
+        capacity = self._capacity(size)
+        if capacity <= _DRAIN:
+            view = memoryview(self._fresh(size))[:size]
+            _read_into(fd, view, deadline)
+            return view
+        chunk = memoryview(self._fresh(_DRAIN))  # (the current buffer goes now, not once the message is in)
+        buffer = bytearray()
+        while len(buffer) < size:
+            part = chunk[: size - len(buffer)]
+            _read_into(fd, part, deadline, before=len(buffer), whole=size)
+            buffer += part
+        buffer += bytes(capacity - size)
+        self._buffer = buffer
+        return memoryview(buffer)[:size]
 
 
 _CUT_OFF = "an earlier recv was interrupted in the middle of a message, so the stream cannot be read on"

@@ -132,6 +132,35 @@ def test_growth_is_bounded_by_max_bytes(pipe: tuple[Connection, Connection]) -> 
     assert receiver.capacity == size + 100  # not the next power of two, 4 MiB
 
 
+@pytest.mark.parametrize("initial", [1000, 64 * KiB])
+def test_a_buffer_grown_as_a_message_arrives_ends_at_its_full_size(
+    pipe: tuple[Connection, Connection], initial: int
+) -> None:
+    """A message larger than the buffer is read into one grown as its bytes arrive (``initial`` is
+    not a power of two in one case); it ends as large as a buffer made for it at once."""
+    reader, writer = pipe
+    receiver = Receiver(reader, initial=initial)
+    tensor = payload(3 * MiB, seed=7)
+    _, out = roundtrip(receiver, Sender(writer), tensor)
+    assert same_bits(out, tensor)
+    assert receiver.capacity == 1 << (blob_size(tensor) - 1).bit_length()
+
+
+def test_a_message_that_stops_holds_the_bytes_that_came_not_the_size_announced(
+    pipe: tuple[Connection, Connection],
+) -> None:
+    """A peer that announces ``max_bytes`` and stops after 40 KiB makes the receiver hold the
+    64 KiB chunk a large message is read in (what came), not a buffer of the size announced (all
+    of it resident: ``bytearray`` writes every byte it is made with), for ever after the timeout."""
+    reader, writer = pipe
+    receiver = Receiver(reader, initial=16 * KiB, max_bytes=64 * MiB)
+    os.write(writer.fileno(), (64 * MiB).to_bytes(4, "big") + b"x" * (40 * KiB))  # (within the pipe's capacity)
+    progress = f"{40 * KiB} of {64 * MiB} bytes read"
+    with pytest.raises(TimeoutError, match=rf"^a message did not arrive in full within 0.2 s: {progress}$"):
+        receiver.recv(timeout=0.2)
+    assert receiver.capacity == 64 * KiB
+
+
 def test_a_second_message_does_not_overwrite_a_live_tensor(pipe: tuple[Connection, Connection]) -> None:
     reader, writer = pipe
     receiver = Receiver(reader, initial=4 * MiB)
