@@ -125,7 +125,16 @@ class Pool:
         # at exit, or when the pool is dropped without close(), its slots are let go (in a forked
         # child, the parent's finalizer does nothing and this one lets go of the child's slots)
         self._finalizer = weakref.finalize(self, _finalize, self._slots, self._wake, self._pid, self._retire)
+        self._finalizer.atexit = False  # (at exit ``_exit`` runs it, closed to other threads first)
         _POOLS.add(self)
+
+    def _exit(self) -> None:
+        """At exit (``_exit_pools``): closed to the threads still sending, as ``close`` closes it
+        (a send that has not handed its slot over yet is a ``TransportError``, not a slot let go
+        under it), then its slots let go as the finalizer lets them go (names in flight kept)."""
+        with self._lock:
+            self._closed = True
+            self._finalizer()
 
     def _own(self) -> None:
         """In a forked child: forget the parent's slots (they stay the parent's), start empty."""

@@ -1,10 +1,12 @@
 """How a sender's pools live with their process: the thread that trims each pool
-(``_trim_loop``), what a pool lets go of at exit or when it is dropped (``_finalize``), and a
+(``_trim_loop``), what a pool lets go of at exit or when it is dropped (``_finalize``; at exit
+through ``_exit_pools``, closed first to the threads still sending), and a
 forked child's leaving of every pool's slots to its parent (``_POOLS``, ``_leave_parents_slots``).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import weakref
@@ -28,6 +30,16 @@ def _leave_parents_slots() -> None:
 
 
 os.register_at_fork(after_in_child=_leave_parents_slots)
+
+
+def _exit_pools() -> None:
+    """At exit: every live pool closed and its slots let go (``Pool._exit``); threads of the
+    process may still be sending through it (daemon threads run until the interpreter ends)."""
+    for pool in list(_POOLS):
+        pool._exit()
+
+
+atexit.register(_exit_pools)
 
 
 def _trim_loop(pool_ref: weakref.ref[Pool], wake: threading.Event, period: float, idle: bool) -> None:
