@@ -107,7 +107,10 @@ def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
     connection). A frame ``writev`` cannot take (one that is not C-contiguous) is refused with
     nothing written, and the connection stays usable. A send to a peer that closed its end is a
     ``BrokenPipeError`` only while SIGPIPE is ignored, as Python sets it at start-up: a process that
-    restored its default action (``signal.SIG_DFL``) is killed by it, as by ``send_bytes``."""
+    restored its default action (``signal.SIG_DFL``) is killed by it, as by ``send_bytes``.
+    Not safe from several threads on one connection at once (nor is ``send_bytes``): a pipe keeps
+    only a write of up to 4 KiB (``PIPE_BUF``) whole, so a longer message may go in pieces with
+    another thread's among them, and the peer reads garbage; send from one thread, or under a lock."""
     if _DIRECT and type(conn) is Connection:
         if conn in _cut_off:
             raise OSError(_SEND_CUT_OFF)
@@ -212,8 +215,8 @@ class Receiver:
     a message whole before it can tell it does not fit) it bounds only the memory kept.
     ``max_frames``: the most frames a message may have (``DEFAULT_MAX_FRAMES``, what a decoder with
     the default ``Limits`` takes); a blob of more is a ``DecodeError`` before its frames are made
-    (each costs ~25 times its 8 bytes in the blob's frame table). Not safe to share between threads.
-    """
+    (each costs ~25 times its 8 bytes in the blob's frame table). Not safe to share between threads:
+    one ``recv`` at a time."""
 
     def __init__(
         self,
