@@ -240,15 +240,16 @@ class ShmTransport(Transport):
             if found is None:
                 return None
             slot, offset = found, 0
-            try:
-                with memoryview(slot.mapping) as area:
-                    copy_into(area[CONTROL_BYTES : CONTROL_BYTES + nbytes], data)
-            except ValueError:  # its mapping closed under this thread: the pool was closed meanwhile
-                raise TransportError(errno.EBADF, "the shared-memory pool was closed during a copy") from None
+            try:  # (an interrupt up to the handle's making leaves no slot taken: no receiver can know it)
+                try:
+                    with memoryview(slot.mapping) as area:
+                        copy_into(area[CONTROL_BYTES : CONTROL_BYTES + nbytes], data)
+                except ValueError:  # its mapping closed under this thread: the pool was closed meanwhile
+                    raise TransportError(errno.EBADF, "the shared-memory pool was closed during a copy") from None
+                generation, capability = pool.hand_over(slot, readers)
             except BaseException:
                 pool.give_back(slot)
                 raise
-            generation, capability = pool.hand_over(slot, readers)
         number = slot.fd if pool.memfd else None
         return SlotHandle(name=slot.name, offset=offset, generation=generation, capability=capability, fd=number)
 

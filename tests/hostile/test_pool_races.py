@@ -22,7 +22,9 @@ from tensorwire import transports
 from tensorwire.builtins import diffusion
 from tensorwire.transports import shm as shm_module
 from tensorwire.transports._page import Page
+from tensorwire.transports._page_layout import FREE
 from tensorwire.transports._parallel_copy import copy_into
+from tensorwire.transports._pool import Pool
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through shared memory
 JOIN = 60.0  # seconds: a bound for a stopped thread, never a speed requirement
@@ -125,3 +127,31 @@ def test_an_interrupted_copy_whose_pool_another_thread_closed_raises_the_interru
     with pytest.raises(KeyboardInterrupt):
         tw.Encoder(transport=shm, options=OOB).encode(diffusion.Output(output=torch.ones(1000)))
     assert shm.pool is not None and shm.pool.slots() == []
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before-the-hand-over", "after-it"])
+def test_an_interrupt_landing_in_a_slots_hand_over_gives_the_slot_back(
+    monkeypatch: pytest.MonkeyPatch, after: bool
+) -> None:
+    """An interrupt (a signal handler's ``KeyboardInterrupt``, an asynchronous exception) that lands
+    in a slot's hand-over, before or after it puts the slot in flight, comes before any receiver
+    can know the slot: it was left taken by the sender for ever (before) or in flight until its
+    claim timeout (after), and the next send took another slot. It is given back at once."""
+    hand_over = Pool.hand_over
+
+    def interrupted(pool: Pool, slot: Any, readers: int = 1) -> tuple[int, bytes]:
+        if after:
+            hand_over(pool, slot, readers)
+        raise KeyboardInterrupt
+
+    with transports.ShmTransport() as shm:
+        encoder = tw.Encoder(transport=shm, options=OOB)
+        monkeypatch.setattr(Pool, "hand_over", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            encoder.encode(diffusion.Output(output=torch.ones(1000)))
+        monkeypatch.undo()
+        assert shm.pool is not None
+        [slot] = shm.pool.slots()
+        assert slot.state == FREE
+        encoder.encode(diffusion.Output(output=torch.ones(1000)))
+        assert shm.pool.slots() == [slot]  # the same slot, sent again
