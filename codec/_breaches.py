@@ -15,9 +15,12 @@ from tensorwire._leaf_types import JSON_LEAVES, SCALAR_TYPES, TREE_LEAVES
 from tensorwire._locate import key_segment
 from tensorwire.dtypes import dtype_of
 from tensorwire.errors import ValidationError
-from tensorwire.rules import Check, TensorCheck, TreeCheck, TupleCheck
+from tensorwire.rules import Check, CountCheck, TensorCheck, TreeCheck, TupleCheck
 
-__all__ = ["At", "check_tensor", "find_breach"]
+__all__ = ["COUNTED", "At", "check_tensor", "find_breach"]
+
+COUNTED = (frozenset, set, dict)
+"""What a ``CountCheck`` counts: a set or map as decoded or built (anything else msgspec refuses)."""
 
 
 class At(NamedTuple):
@@ -48,6 +51,16 @@ def find_breach(check: Check, value: Any, path: str, dims: dict[str, tuple[int, 
         check_tensor(check, value, path, dims, at)
     elif isinstance(check, TreeCheck):
         _check_tree(check, value, path, 0, at)
+    elif isinstance(check, CountCheck):
+        if isinstance(value, COUNTED) and len(value) < check.minimum:
+            noun = "key" if isinstance(value, dict) else "item"
+            raise _breach(
+                path,
+                at,
+                f"expected at least {check.minimum} distinct {noun}s, got {len(value)} (a repeated {noun} counts once)",
+            )
+        if check.inner is not None:
+            find_breach(check.inner, value, path, dims, at)
     elif isinstance(check, TupleCheck):
         for i, (item_check, item) in enumerate(zip(check.items, value, strict=False)):
             if item_check is not None:

@@ -12,11 +12,11 @@ from typing import Any, TypeAlias
 import numpy as np
 import torch
 
-from tensorwire._breaches import At, check_tensor, find_breach
+from tensorwire._breaches import COUNTED, At, check_tensor, find_breach
 from tensorwire._leaf_types import JSON_LEAVES, LEAF_TYPES, SCALAR_TYPES, TREE_LEAVES
 from tensorwire.dtypes import DTYPES
 from tensorwire.errors import ValidationError
-from tensorwire.rules import Check, EachCheck, StructRules, TensorCheck, TreeCheck, TupleCheck
+from tensorwire.rules import Check, CountCheck, EachCheck, StructRules, TensorCheck, TreeCheck, TupleCheck
 
 __all__ = [
     "Quick",
@@ -103,6 +103,12 @@ def quick_check(check: Check) -> Quick | None:
             or (nests and type(v) is list and tree_leaves.issuperset(map(type, v)))  # a flat list, at C speed
             or tree_ok(check, v, 0, tree_leaves)  # type: ignore[arg-type]
         )
+    if kind is CountCheck:
+        minimum, inner_check = check.minimum, check.inner  # type: ignore[union-attr]
+        within = None if inner_check is None else quick_check(inner_check)
+        if within is None:
+            return None if inner_check is not None else lambda v: not isinstance(v, COUNTED) or len(v) >= minimum
+        return lambda v: (not isinstance(v, COUNTED) or len(v) >= minimum) and within(v)
     if kind is TupleCheck:
         items = [None if c is None else quick_check(c) for c in check.items]  # type: ignore[union-attr]
         if any(q is None for q, c in zip(items, check.items, strict=True) if c is not None):  # type: ignore[union-attr]
@@ -167,6 +173,10 @@ def _ok(check: Check, value: Any, dims: dict[str, tuple[int, str]]) -> bool:
         except ValidationError:
             return False
         return True
+    if kind is CountCheck:
+        if isinstance(value, COUNTED) and len(value) < check.minimum:  # type: ignore[union-attr]
+            return False
+        return check.inner is None or _ok(check.inner, value, dims)  # type: ignore[union-attr]
     if kind is TupleCheck:
         for item_check, item in zip(check.items, value, strict=False):  # type: ignore[union-attr]
             if item_check is not None and not _ok(item_check, item, dims):

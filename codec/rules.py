@@ -22,6 +22,7 @@ from tensorwire.errors import ValidationError
 
 __all__ = [
     "Check",
+    "CountCheck",
     "EachCheck",
     "GroupRule",
     "StructRules",
@@ -82,7 +83,17 @@ class GroupRule:
     fields: tuple[str, ...]
 
 
-Check: TypeAlias = TensorCheck | TreeCheck | EachCheck | TupleCheck
+@dataclass(frozen=True, slots=True)
+class CountCheck:
+    """At least ``minimum`` items in a set, or entries in a map, as decoded, then ``inner`` (None:
+    nothing more). msgspec counts the wire's array or map, in which an item or a key may repeat:
+    a repeat counts once in the set or map it makes."""
+
+    minimum: int
+    inner: Check | None = None
+
+
+Check: TypeAlias = TensorCheck | TreeCheck | EachCheck | TupleCheck | CountCheck
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,13 @@ from tensorwire._api import API, OLDEST_API, SINCE
 from tensorwire._contract import check_struct, struct_check
 from tensorwire._version import __version__
 from tensorwire.registry import Registry
-from tensorwire.rules import EachCheck, GroupRule, StructRules, TensorCheck, TreeCheck, TupleCheck, TypeInfo
+from tensorwire.rules import CountCheck, EachCheck, GroupRule, StructRules, TensorCheck, TreeCheck, TupleCheck, TypeInfo
 
 __all__ = [
     "API",
     "OLDEST_API",
     "SINCE",
+    "CountCheck",
     "EachCheck",
     "GroupRule",
     "Registry",

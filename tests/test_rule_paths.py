@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tensorwire import ValidationError
 from tensorwire._breaches import find_breach
 from tensorwire._quick_rules import _ok
-from tensorwire.rules import EachCheck, TensorCheck, TreeCheck
+from tensorwire.rules import CountCheck, EachCheck, TensorCheck, TreeCheck
 
 LEAVES = st.one_of(
     st.none(),
@@ -45,6 +45,8 @@ CHECKS = st.one_of(
         lambda c: EachCheck(container="array", inner=c),
         st.builds(TreeCheck, max_depth=st.integers(0, 3), json_only=st.booleans()),
     ),
+    st.builds(CountCheck, minimum=st.integers(2, 3)),  # a map's entries (what is not a set or map passes)
+    st.builds(lambda c: EachCheck(container="map", inner=c), st.builds(CountCheck, minimum=st.integers(2, 3))),
 )
 
 

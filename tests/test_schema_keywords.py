@@ -65,21 +65,25 @@ GOOD: dict[str, Any] = {
 }
 
 
-@pytest.fixture(params=["run time", "generated"])
-def all_type(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[type]:
-    """``kw.All`` from ``load_schemas`` or from generated code (both must behave the same)."""
-    schema_dir = write_schemas(tmp_path / "schemas", {"kw/All.v1.json": ALL})
-    if request.param == "run time":
-        yield tw.load_schemas(schema_dir).type("kw.All")
+def _kw_type(back_end: str, tmp_path: Path, name: str, doc: dict[str, Any]) -> Iterator[type]:
+    """``kw.<name>`` of ``doc`` from ``load_schemas`` or from generated code (both must behave the same)."""
+    schema_dir = write_schemas(tmp_path / "schemas", {f"kw/{name}.v1.json": doc})
+    if back_end == "run time":
+        yield tw.load_schemas(schema_dir).type(f"kw.{name}")
         return
     generate(schema_dir, tmp_path / "twgen_kw")
     sys.path.insert(0, str(tmp_path))
     try:
-        yield importlib.import_module("twgen_kw.kw").All
+        yield getattr(importlib.import_module("twgen_kw.kw"), name)
     finally:
         sys.path.remove(str(tmp_path))
-        for name in [n for n in sys.modules if n.startswith("twgen_kw")]:
-            del sys.modules[name]
+        for module in [n for n in sys.modules if n.startswith("twgen_kw")]:
+            del sys.modules[module]
+
+
+@pytest.fixture(params=["run time", "generated"])
+def all_type(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[type]:
+    yield from _kw_type(request.param, tmp_path, "All", ALL)
 
 
 def test_both_back_ends_declare_the_same_limits(tmp_path: Path) -> None:
@@ -145,6 +149,70 @@ def test_a_value_outside_a_limit_is_refused_on_encode_and_on_decode(
     frames = tw.Encoder(options=EncodeOptions(validate=False)).encode(bad)  # a writer that checks nothing
     with pytest.raises(tw.DecodeError, match=re.escape(f"kw.All v1: {message}")):
         tw.Decoder(tw.Registry([all_type])).decode(frames)
+
+
+DISTINCT: dict[str, Any] = {
+    "$id": "kw.Distinct",
+    "x-version": 1,
+    "type": "object",
+    "properties": {
+        "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "minItems": 2},
+        "groups": {
+            "type": "object",
+            "additionalProperties": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True, "minItems": 2},
+            "minProperties": 2,
+        },
+    },
+    "required": ["tags", "groups"],
+}
+
+
+@pytest.fixture(params=["run time", "generated"])
+def distinct_type(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[type]:
+    yield from _kw_type(request.param, tmp_path, "Distinct", DISTINCT)
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "noun"),
+    [
+        ({"tags": ["a", "a"]}, "tags", "item"),
+        ({"groups": msgspec.Raw(b"\x82\xa1x\x92\x01\x02\xa1x\x92\x03\x04")}, "groups", "key"),
+        ({"groups": {"x": [1, 1], "y": [3, 4]}}, "groups['x']", "item"),
+    ],
+    ids=["an item twice in a set", "a key twice in a map", "an item twice in a set in a map"],
+)
+def test_repeats_on_the_wire_do_not_make_a_set_or_map_that_is_too_small(
+    distinct_type: type, change: dict[str, Any], where: str, noun: str
+) -> None:
+    """msgspec counts ``minItems`` and ``minProperties`` on the wire's array or map, where a repeat
+    made one item or entry of two: a peer sent a set or map smaller than its minimum, which a
+    decoder took (and an encoder refused)."""
+    good = distinct_type(tags=frozenset("ab"), groups={"x": frozenset({1, 2}), "y": frozenset({3, 4})})
+    decoder = tw.Decoder(tw.Registry([distinct_type]))
+    head = head_of(tw.Encoder().encode(good)[0])
+    assert decoder.decode([frame_of(head)]) == good  # exactly at each minimum
+    head[-1].update(change)
+    with pytest.raises(tw.DecodeError) as info:
+        decoder.decode([frame_of(head)])
+    message = f"kw.Distinct.{where}: expected at least 2 distinct {noun}s, got 1 (a repeated {noun} counts once)"
+    assert (info.value.message, info.value.path, info.value.type_id, info.value.version) == (
+        message,
+        "$",
+        "kw.Distinct",
+        1,
+    )
+
+
+def test_a_list_with_a_repeat_for_a_set_is_refused_on_encode(distinct_type: type) -> None:
+    """The encoder's check decodes what it would send: the set it makes must hold the minimum too."""
+    groups = {"x": frozenset({1, 2}), "y": frozenset({3, 4})}
+    with pytest.raises(tw.EncodeError) as info:
+        tw.Encoder().encode(distinct_type(tags=["a", "a"], groups=groups))
+    assert (info.value.message, info.value.path, info.value.type_id) == (
+        "kw.Distinct.tags: expected at least 2 distinct items, got 1 (a repeated item counts once)",
+        None,
+        "kw.Distinct",
+    )
 
 
 def test_unknown_fields_are_refused_by_a_closed_type_and_ignored_by_an_open_one(all_type: type) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from tensorwire.rules import (
     Check,
+    CountCheck,
     EachCheck,
     GroupRule,
     StructRules,
@@ -101,10 +102,11 @@ def check_for(node: Node) -> Check | None:
             return None if inner is None else EachCheck("nullable", inner)
         case ArrayT():
             inner = check_for(node.items)
-            return None if inner is None else EachCheck("array", inner)
+            each = None if inner is None else EachCheck("array", inner)
+            return _counted(node.min_items if node.unique else None, each)
         case MapT():
             inner = check_for(node.values)
-            return None if inner is None else EachCheck("map", inner)
+            return _counted(node.min_properties, None if inner is None else EachCheck("map", inner))
         case TupleT():
             items = tuple(check_for(item) for item in node.items)
             return TupleCheck(items) if any(items) else None
@@ -112,6 +114,12 @@ def check_for(node: Node) -> Check | None:
             return None  # scalars and enums are checked by msgspec; structs check themselves
         case _:
             unhandled(node)
+
+
+def _counted(minimum: int | None, each: Check | None) -> Check | None:
+    """``each``, behind a ``CountCheck`` where a set or map must hold at least 2 (msgspec's
+    ``min_length`` counts the wire's items, and two equal ones make one)."""
+    return each if minimum is None or minimum < 2 else CountCheck(minimum, each)
 
 
 def rules_for(struct: StructT) -> StructRules | None:
