@@ -3,18 +3,22 @@ reporting walk does, reads every field name safely, and still runs group rules a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tensorwire as tw
 from tensorwire import ValidationError
 from tensorwire._breaches import find_breach
 from tensorwire._contract import check_struct
 from tensorwire.rules import EachCheck, GroupRule, StructRules, TensorCheck, TreeCheck, register_validator
+from tests.conftest import write_schemas
 from tests.test_rule_paths import CHECKS, TREES
 
 TENSOR_CHECKS = st.builds(
@@ -198,6 +202,30 @@ def test_named_dims_are_compared_across_fields() -> None:
     with pytest.raises(ValidationError, match=r"dim 'n' is 5, but 4 in T.a \(named dims must agree\)") as caught:
         check_struct(_holder(rules, a=torch.zeros(4), b=torch.zeros(5)))
     assert (caught.value.type_id, caught.value.path) == ("T", "$.b")
+
+
+def test_named_dims_are_those_of_the_object_that_declares_them(tmp_path: Path) -> None:
+    """A name is compared across the tensors of one object's fields, through its lists; a nested
+    object's names are its own, on encode and on decode alike."""
+    inner = {"type": "object", "properties": {"b": {"x-tensor": {"shape": ["n"]}}}, "required": ["b"]}
+    doc = {
+        "$id": "t.Dims",
+        "x-version": 1,
+        "type": "object",
+        "properties": {
+            "a": {"type": "array", "items": {"x-tensor": {"shape": ["n"]}}},
+            "inner": {"$ref": "#/$defs/Inner"},
+        },
+        "required": ["a", "inner"],
+        "$defs": {"Inner": inner},
+    }
+    registry = tw.load_schemas(write_schemas(tmp_path, {"t/Dims.v1.json": doc}))
+    dims = registry.type("t.Dims")
+    message = dims(a=[torch.zeros(2)], inner=msgspec.convert({"b": torch.zeros(3)}, dims.__annotations__["inner"]))
+    out = tw.Decoder(registry).decode(tw.Encoder().encode(message))
+    assert (out.a[0].shape, out.inner.b.shape) == ((2,), (3,))
+    with pytest.raises(ValidationError, match=r"^t\.Dims\.a\[1\]: dim 'n' is 3, but 2 in t\.Dims\.a\[0\] "):
+        dims(a=[torch.zeros(2), torch.zeros(3)], inner=message.inner)
 
 
 _SEEN: list[Any] = []
