@@ -294,3 +294,24 @@ def test_a_tuple_default_holding_a_list_or_a_map_is_fresh_per_instance(tmp_path:
             changed.mapped[0]["a"] = 1
             assert (cls().listed, cls().mapped) == (([1], 2), ({},)), cls
         assert _norm(mi.type_info(module.Pair)) == _norm(mi.type_info(runtime.type("tup.Pair")))
+
+
+def test_a_value_equal_to_a_string_default_is_written_alike_by_both_back_ends(tmp_path: Path) -> None:
+    """msgspec leaves a field out where its value is the default object itself. Generated source
+    holds a default of ASCII letters, digits and underscores as an interned constant, so the
+    caller's equal literal is that object and the field was left out; the run-time class held the
+    string JSON gave, another object, and wrote it: the same message made other bytes."""
+    doc = {
+        "$id": "dflt.Mode",
+        "x-version": 1,
+        "type": "object",
+        "properties": {
+            "mode": {"type": "string", "default": "fast_1"},
+            "unit": {"type": ["string", "null"], "default": "px"},
+            "label": {"type": "string", "default": "a b"},
+        },
+    }
+    with _generated(tmp_path, {"dflt/Mode.v1.json": doc}, "twgen_dflt", "dflt") as (module, runtime):
+        values = {"mode": "fast_1", "unit": "px", "label": "a b"}
+        written = [msgspec.msgpack.encode(cls(**values)) for cls in (module.Mode, runtime.type("dflt.Mode"))]
+        assert written[0] == written[1] == msgspec.msgpack.encode({"label": "a b"})

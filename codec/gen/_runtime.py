@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import enum
+import re
+import sys
 import unicodedata
 from typing import Annotated, Any, Literal, Optional, Union
 
@@ -128,7 +130,20 @@ class _Types:
         value = default_value(f.type, f.default, lambda e, v: self.enum_class(e)(v))
         if made_per_instance(value):
             return (f.name, annotation, msgspec.field(default_factory=_copier(value)))
-        return (f.name, annotation, value)
+        return (f.name, annotation, _as_constant(value))
+
+
+_NAME_CHARS = re.compile(r"[A-Za-z0-9_]*")
+
+
+def _as_constant(value: Any) -> Any:
+    """A default as generated source holds it: a string of ASCII letters, digits and underscores
+    interned, as Python interns such a constant. msgspec leaves a field out of the body only where
+    its value *is* the default object, so a value equal to this default (an interned literal of the
+    caller's) is left out by both back ends alike, not by the generated class alone."""
+    if type(value) is str and _NAME_CHARS.fullmatch(value):
+        return sys.intern(value)
+    return value
 
 
 def _copier(value: Any) -> Any:
