@@ -167,33 +167,43 @@ class Pool:
 
     # -- taking and giving back ---------------------------------------------------------------
     def acquire(self, nbytes: int, state: int) -> Slot | None:
-        """A slot of at least ``nbytes`` moved to ``state``; None when the budget forbids growth."""
+        """A slot of at least ``nbytes`` moved to ``state``; None when the budget forbids growth.
+
+        An interrupt that lands once the slot is taken (as the lock is let go) gives it back: the
+        slot is moved last (``take``), and held in ``taken`` from the moment it is.
+        """
         capacity = size_class(nbytes)
         self._own()
-        with self._lock:
-            if self._closed:
-                raise TransportError(errno.EBADF, "the shared-memory pool is closed")
-            group = self._slots.get(capacity)
-            walked = False
-            if group:
-                found = first_free(self, group, capacity, state)
-                if found is not None:
-                    return found
-                now = time.monotonic_ns()
-                if len(group) <= WALK_ALWAYS or now - self._walked.get(capacity, -(1 << 62)) >= WALK_EVERY * 1e9:
-                    found = walk(self, group, capacity, state, now)
-                    if found is not None:
-                        return found
-                    walked = True
-            grown = self._grow(capacity)
-            if grown is None and group and not walked:  # the budget forbids growth: look now
-                found = walk(self, group, capacity, state, time.monotonic_ns())
-                if found is not None:
-                    return found
-                grown = self._grow(capacity)  # the walk may have dropped garbage
-            if grown is not None:
-                take(grown, state)
-            return grown
+        taken: Slot | None = None
+        try:
+            with self._lock:
+                if self._closed:
+                    raise TransportError(errno.EBADF, "the shared-memory pool is closed")
+                group = self._slots.get(capacity)
+                walked = False
+                if group:
+                    taken = first_free(self, group, capacity, state)
+                    if taken is not None:
+                        return taken
+                    now = time.monotonic_ns()
+                    if len(group) <= WALK_ALWAYS or now - self._walked.get(capacity, -(1 << 62)) >= WALK_EVERY * 1e9:
+                        taken = walk(self, group, capacity, state, now)
+                        if taken is not None:
+                            return taken
+                        walked = True
+                grown = self._grow(capacity)
+                if grown is None and group and not walked:  # the budget forbids growth: look now
+                    taken = walk(self, group, capacity, state, time.monotonic_ns())
+                    if taken is not None:
+                        return taken
+                    grown = self._grow(capacity)  # the walk may have dropped garbage
+                if grown is not None:
+                    taken = take(grown, state)
+                return taken
+        except BaseException:
+            if taken is not None:
+                self.give_back(taken)
+            raise
 
     def hand_over(self, slot: Slot, readers: int = 1) -> tuple[int, bytes]:
         """Put ``slot`` in flight for ``readers`` receivers; return its generation and the capability
@@ -304,8 +314,13 @@ class Pool:
         slot = self.acquire(nbytes, SENDER)
         if slot is None:
             return None
-        slot.allocated = True
-        lease = _SenderLease(self, slot, nbytes)
+        generation = slot.sending
+        try:
+            slot.allocated = True
+            lease = _SenderLease(self, slot, nbytes)
+        except BaseException:  # (an interrupt): no tensor holds the slot to free it
+            self.unused(slot, generation)
+            raise
         buffer = _VIEWS.view(slot.address, nbytes, lease)
         return np.asarray(lease) if buffer is None else buffer
 

@@ -4,8 +4,9 @@ parked at the back if a receiver or an unsent ``empty`` tensor holds it, else at
 still looked at), or, when none is, a close look at every slot of the class, parked ones too
 (``walk``): one in flight past its claim timeout expired, one whose receivers died reclaimed
 (``reusable``), one whose page holds garbage dropped; and the slot moved to the state its send
-asked for (``take``). When a send walks is the pool's (``Pool.acquire``); the pool keeps the state
-(``_parked``, ``_walked``) these functions read and update, under its lock.
+asked for (``take``), last, when nothing is left to fail. When a send walks is the pool's
+(``Pool.acquire``); the pool keeps the state (``_parked``, ``_walked``) these functions read and
+update, under its lock.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def first_free(pool: Pool, group: list[Slot], capacity: int, state: int) -> Slot
         if slot.parked:
             break
         if slot.page.is_free and not slot.sending:
-            found = take(slot, state)
+            found = slot
             break
         slot.passed += 1
         if slot.passed >= PASSED:
@@ -56,7 +57,7 @@ def first_free(pool: Pool, group: list[Slot], capacity: int, state: int) -> Slot
             else:  # in flight (a pipeline, or lost): at the back of those still looked at
                 group.insert(len(group) - parked, slot)
         pool._parked[capacity] = parked
-    return found
+    return None if found is None else take(found, state)
 
 
 def walk(pool: Pool, group: list[Slot], capacity: int, state: int, now_ns: int) -> Slot | None:
@@ -72,6 +73,7 @@ def walk(pool: Pool, group: list[Slot], capacity: int, state: int, now_ns: int) 
         return known
 
     garbage: list[Slot] = []
+    found: Slot | None = None
     try:
         with one_wait(0):  # a page another process keeps locked is not free now: never waited for
             for slot in group:
@@ -84,24 +86,30 @@ def walk(pool: Pool, group: list[Slot], capacity: int, state: int, now_ns: int) 
                         pool._parked[capacity] -= 1
                         group.remove(slot)
                         group.insert(len(group) - pool._parked[capacity], slot)
-                    return take(slot, state)
+                    found = slot
+                    break
                 if usable is None:
                     garbage.append(slot)
     finally:
         for slot in garbage:
             pool._drop(slot)
+    if found is not None:
+        return take(found, state)
     pool._walked[capacity] = now_ns
     return None
 
 
 def take(slot: Slot, state: int) -> Slot:
+    """Move ``slot`` to ``state``, the page last: from there to its caller's hands nothing is called,
+    so no interrupt (a signal handler's, an asynchronous exception) lands before the caller holds
+    the slot (``Pool.acquire`` gives it back if one lands after)."""
     page = slot.page
     slot.settled = (page.generation, page.claimed_elsewhere())
-    generation = page.take(state)
-    slot.sending = generation if state == SENDER else 0
     slot.allocated = False
     slot.last_used = time.monotonic()
     slot.passed = 0
+    generation = page.take(state)
+    slot.sending = generation if state == SENDER else 0
     return slot
 
 

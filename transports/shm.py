@@ -50,7 +50,7 @@ from tensorwire.transports._one_shots import _OneShots, _receive_one_shot, _void
 from tensorwire.transports._page_layout import CONTROL_BYTES, MAX_READERS, SENDER
 from tensorwire.transports._page_lock import one_wait
 from tensorwire.transports._parallel_copy import copy_into, write_at
-from tensorwire.transports._pool import Pool
+from tensorwire.transports._pool import Pool, Slot
 from tensorwire.transports._reaper import SHM_DIR, _creator, next_name, our_segments, reap
 from tensorwire.transports._retention import Retention
 from tensorwire.transports._segment import create_file, identity, remove_named, remove_own
@@ -236,20 +236,22 @@ class ShmTransport(Transport):
             slot, generation, capability = allocated
             offset = address - slot.address
         else:
-            found = pool.acquire(nbytes, SENDER)
-            if found is None:
-                return None
-            slot, offset = found, 0
+            found: Slot | None = None
             try:  # (an interrupt up to the handle's making leaves no slot taken: no receiver can know it)
+                found = pool.acquire(nbytes, SENDER)
+                if found is None:
+                    return None
                 try:
-                    with memoryview(slot.mapping) as area:
+                    with memoryview(found.mapping) as area:
                         copy_into(area[CONTROL_BYTES : CONTROL_BYTES + nbytes], data)
                 except ValueError:  # its mapping closed under this thread: the pool was closed meanwhile
                     raise TransportError(errno.EBADF, "the shared-memory pool was closed during a copy") from None
-                generation, capability = pool.hand_over(slot, readers)
+                generation, capability = pool.hand_over(found, readers)
             except BaseException:
-                pool.give_back(slot)
+                if found is not None:
+                    pool.give_back(found)
                 raise
+            slot, offset = found, 0
         number = slot.fd if pool.memfd else None
         return SlotHandle(name=slot.name, offset=offset, generation=generation, capability=capability, fd=number)
 

@@ -9,7 +9,9 @@ page and closing its fd where that matters. Pool slots are memfds: nothing in /d
 from __future__ import annotations
 
 import errno
+import inspect
 import re
+import sys
 import threading
 import time
 from typing import Any
@@ -20,9 +22,10 @@ import torch
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import diffusion
+from tensorwire.transports import _pool as pool_module
 from tensorwire.transports import shm as shm_module
 from tensorwire.transports._page import Page
-from tensorwire.transports._page_layout import FREE
+from tensorwire.transports._page_layout import FREE, SENDER
 from tensorwire.transports._parallel_copy import copy_into
 from tensorwire.transports._pool import Pool
 
@@ -155,3 +158,94 @@ def test_an_interrupt_landing_in_a_slots_hand_over_gives_the_slot_back(
         assert slot.state == FREE
         encoder.encode(diffusion.Output(output=torch.ones(1000)))
         assert shm.pool.slots() == [slot]  # the same slot, sent again
+
+
+class _InterruptedAsLetGo:
+    """The pool's lock, but the first time it is let go with a slot taken by the sender (``taken``),
+    a ``KeyboardInterrupt`` is raised as a signal handler's would be: on the call's return."""
+
+    def __init__(self, lock: Any, taken: Any) -> None:
+        self._lock, self._taken, self.raised = lock, taken, False
+
+    def __enter__(self) -> Any:
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.__exit__(*exc)
+        if not self.raised and self._taken():
+            self.raised = True
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("grown", [True, False], ids=["a-new-slot", "a-free-one"])
+def test_an_interrupt_landing_as_a_send_takes_its_slot_gives_the_slot_back(grown: bool) -> None:
+    """An interrupt that lands as ``Pool.acquire`` returns the slot it took (as it lets go of the
+    pool's lock) came before the send held the slot: it was left taken by the sender until close,
+    and the next send took another slot. It is given back at once."""
+    with transports.ShmTransport() as shm:
+        encoder = tw.Encoder(transport=shm, options=OOB)
+        pool = shm.pool
+        assert pool is not None
+        if not grown:  # a free slot of the class, which the send takes
+            free = pool.acquire(4000, SENDER)
+            assert free is not None
+            pool.give_back(free)
+        lock = pool._lock
+        pool._lock = _InterruptedAsLetGo(lock, lambda: any(s.sending for g in pool._slots.values() for s in g))  # type: ignore[assignment]
+        with pytest.raises(KeyboardInterrupt):
+            encoder.encode(diffusion.Output(output=torch.ones(1000)))
+        assert pool._lock.raised  # type: ignore[attr-defined]
+        pool._lock = lock
+        [slot] = pool.slots()
+        assert slot.state == FREE and not slot.sending
+        encoder.encode(diffusion.Output(output=torch.ones(1000)))
+        assert pool.slots() == [slot]  # the same slot, sent again
+
+
+def test_an_interrupt_landing_as_an_empty_tensor_is_made_gives_its_slot_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt that lands after ``empty`` took its slot, before the tensor's hold on it was
+    made, left the slot taken by the sender until close: no tensor was there to free it."""
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    with transports.ShmTransport() as shm:
+        assert shm.pool is not None
+        monkeypatch.setattr(pool_module, "_SenderLease", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            shm.empty((1000,), torch.float32)
+        monkeypatch.undo()
+        [slot] = shm.pool.slots()
+        assert slot.state == FREE and not slot.sending
+        tensor = shm.empty((1000,), torch.float32)
+        assert shm.pool.slots() == [slot]  # the same slot, taken again
+        del tensor
+
+
+def test_an_interrupt_landing_as_a_send_stores_its_slot_gives_the_slot_back() -> None:
+    """An interrupt that lands between ``Pool.acquire``'s return and the send's guard (here a
+    trace function's, on the line after the call) left the slot taken by the sender until close."""
+    code = shm_module.ShmTransport._export_pooled.__code__
+    lines = inspect.getsourcelines(code)
+    after = lines[1] + next(i for i, text in enumerate(lines[0]) if "pool.acquire(" in text) + 1
+
+    def interrupting(frame: Any, event: str, arg: object) -> Any:
+        if event == "line" and frame.f_lineno == after:
+            sys.settrace(None)
+            raise KeyboardInterrupt
+        return interrupting
+
+    def calls(frame: Any, event: str, arg: object) -> Any:
+        return interrupting if frame.f_code is code else None
+
+    with transports.ShmTransport() as shm:
+        encoder = tw.Encoder(transport=shm, options=OOB)
+        sys.settrace(calls)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                encoder.encode(diffusion.Output(output=torch.ones(1000)))
+        finally:
+            sys.settrace(None)
+        assert shm.pool is not None
+        [slot] = shm.pool.slots()
+        assert slot.state == FREE and not slot.sending
