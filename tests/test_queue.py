@@ -688,6 +688,43 @@ def test_a_cuda_tensor_that_cannot_be_shared_fails_the_export(monkeypatch: pytes
     tx.close()
 
 
+def test_an_interrupt_landing_as_a_cuda_send_takes_its_room_gives_the_room_back() -> None:
+    """An interrupt (a signal handler's ``KeyboardInterrupt``) that landed as ``export_device`` took
+    room for its tensor (as the room's lock was let go), before its give-back was entered, kept
+    that room taken for good: each such interrupt lowered ``max_in_flight`` by one, until every
+    CUDA send waited its timeout and failed. The room is given back."""
+    from tests.cuda_fakes import FakeCudaRuntime
+
+    class InterruptedAsLetGo:
+        """The room's lock; the first time it is let go with room taken, a ``KeyboardInterrupt``."""
+
+        def __init__(self, lock: Any) -> None:
+            self._lock, self.raised = lock, False
+
+        def __enter__(self) -> Any:
+            return self._lock.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            self._lock.__exit__(*exc)
+            if not self.raised and tx._sending:
+                self.raised = True
+                raise KeyboardInterrupt
+
+    queue: stdlib_queue.Queue[Any] = stdlib_queue.Queue()
+    tx = transports.QueueTransport(queue, runtime=FakeCudaRuntime(), max_in_flight=1, timeout=0.3)
+    lock = tx._streams_lock
+    tx._streams_lock = InterruptedAsLetGo(lock)  # type: ignore[assignment]
+    tx.begin_message()
+    with pytest.raises(KeyboardInterrupt):
+        tx.export_device(torch.arange(16, dtype=torch.uint8), 0, 16, [])
+    assert tx._streams_lock.raised  # type: ignore[attr-defined]
+    tx._streams_lock = lock
+    assert tx._sending == 0 and tx.in_flight == 0 and queue.empty()
+    tx.begin_message()
+    assert tx.export_device(torch.arange(16, dtype=torch.uint8), 0, 16, []) is not None  # the room, again
+    tx.close()
+
+
 def test_snapshot_sends_a_device_copy() -> None:
     from tests.cuda_fakes import FakeCudaRuntime
 

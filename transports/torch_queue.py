@@ -202,7 +202,7 @@ class QueueTransport(_ReceiveBuffer, Transport):
             page = stream.acks.page_name()
             self._send(stream, (handle.sender, handle.message, handle.tensor, payload, page), handle)
             stream.acks.keep(_position(handle.message, handle.tensor), part)
-        finally:
+        finally:  # (inline: a call would be one more place for an interrupt to land first)
             with self._streams_lock:
                 self._sending -= 1  # kept (counted in flight now), or not sent
         return handle
@@ -216,14 +216,25 @@ class QueueTransport(_ReceiveBuffer, Transport):
 
     def _wait_for_room(self) -> None:
         """Take room for one more CUDA tensor in flight, counted in ``_sending`` until it is kept:
-        threads sending at once take one each, never more than ``max_in_flight`` in all."""
+        threads sending at once take one each, never more than ``max_in_flight`` in all. An
+        interrupt that lands once the room is taken (as the lock is let go) gives it back; from
+        this return to the caller's ``try`` nothing is called, so none lands there."""
         deadline = time.monotonic() + self.timeout
         while True:
             self._own()
-            with self._streams_lock:
-                if sum(stream.acks.count() for stream in self._streams) + self._sending < self.max_in_flight:
-                    self._sending += 1
-                    return
+            taken = False
+            try:
+                with self._streams_lock:
+                    if sum(stream.acks.count() for stream in self._streams) + self._sending < self.max_in_flight:
+                        self._sending += 1
+                        taken = True
+            except BaseException:
+                if taken:
+                    with self._streams_lock:
+                        self._sending -= 1
+                raise
+            if taken:
+                return
             if time.monotonic() >= deadline:
                 raise TransportError(
                     errno.EAGAIN,
