@@ -259,22 +259,29 @@ class ShmTransport(Transport):
         self._one_shots.sweep()
         name = next_name()
         path = self.directory / name
-        fd = create_file(path, CONTROL_BYTES + data.nbytes)  # never mapped: written with pwrite
         deadline = time.monotonic_ns() + int(self.claim_timeout * 1e9)
-        try:
-            made = identity(os.fstat(fd))
+        made: tuple[int, int] | None = None
+        try:  # (an interrupt up to the handle's making leaves no segment: no receiver can know it)
+            fd = create_file(path, CONTROL_BYTES + data.nbytes)  # never mapped: written with pwrite
             try:
-                write_at(fd, CONTROL_BYTES, data)
-            except OSError as exc:
-                raise TransportError(exc.errno, f"cannot write segment {name}: {exc.strerror}") from None
-            capability = init_file(fd, data.nbytes, deadline, f"segment {name}")
+                made = identity(os.fstat(fd))
+                try:
+                    write_at(fd, CONTROL_BYTES, data)
+                except OSError as exc:
+                    raise TransportError(exc.errno, f"cannot write segment {name}: {exc.strerror}") from None
+                capability = init_file(fd, data.nbytes, deadline, f"segment {name}")
+                self._one_shots.add(name, capability, deadline, made)
+            except BaseException:
+                remove_own(path, fd)
+                raise
+            finally:
+                os.close(fd)
+            return ShmHandle(name=name, capability=capability)
         except BaseException:
-            remove_own(path, fd)
+            self._one_shots.forget(name)
+            if made is not None:  # (its fd closed: an interrupt as it was)
+                remove_named(path, made)
             raise
-        finally:
-            os.close(fd)
-        self._one_shots.add(name, capability, deadline, made)
-        return ShmHandle(name=name, capability=capability)
 
     def release(self, handle: Handle) -> None:
         """Undo one of this transport's exports, or give back a received buffer that will not be

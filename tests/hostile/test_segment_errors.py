@@ -12,6 +12,7 @@ import fcntl
 import gc
 import os
 import struct
+import sys
 import time
 from typing import Any
 
@@ -21,7 +22,7 @@ import torch
 import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
-from tensorwire.transports import _one_shots, _slots
+from tensorwire.transports import _one_shots, _segment, _slots
 from tensorwire.transports._one_shot_page import claim_file
 from tensorwire.transports._page_layout import IN_FLIGHT
 from tensorwire.transports._segment import open_named
@@ -204,3 +205,50 @@ def test_handles_never_show_their_capability() -> None:
     ):
         for text in (repr(handle), str(handle), f"{handle}"):
             assert "capability=<16 bytes>" in text and "\\xab" not in text and "abab" not in text
+
+
+@pytest.mark.parametrize("where", ["before-its-guard", "as-it-is-registered"])
+def test_an_interrupt_landing_as_a_one_shot_segment_is_made_leaves_nothing(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """An interrupt (a signal handler's ``KeyboardInterrupt``) that landed after a one-shot segment
+    was created, before its send's guard (where its claim deadline was read), left the file and its
+    fd for the process's life; one that landed as it was registered left the file until its claim
+    timeout. No receiver can know it before the handle is made: the file is removed at once."""
+    from tensorwire.transports import shm as shm_module
+
+    shm = transports.ShmTransport(pool=False, directory=tmp_path)
+    if where == "before-its-guard":  # at the send's first call (of C: where a signal lands) after the file's creation
+        create_file, send = _segment.create_file, shm_module.ShmTransport._export_segment.__code__
+        created: list[int] = []
+
+        def creating(*args: Any) -> int:
+            fd: int = create_file(*args)
+            created.append(fd)
+            return fd
+
+        def interrupting(frame: Any, event: str, arg: object) -> None:
+            if event == "c_call" and created and frame.f_code is send:
+                sys.setprofile(None)
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(shm_module, "create_file", creating)
+        sys.setprofile(interrupting)
+    else:  # as the segment is registered to be swept at its deadline
+        add = shm._one_shots.add
+
+        def interrupted(*args: Any) -> None:
+            add(*args)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(shm._one_shots, "add", interrupted)
+    fds = len(os.listdir("/proc/self/fd"))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tw.Encoder(transport=shm, options=OOB).encode(MESSAGE)
+    finally:
+        sys.setprofile(None)
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == [] and shm._one_shots._pending == {}
+    assert len(os.listdir("/proc/self/fd")) == fds
+    shm.close()
