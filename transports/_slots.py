@@ -316,13 +316,18 @@ class SlotReader:
             )
         segment.page.claim(generation, capability)  # (errors name the page: "pool slot <name>")
         if borrow:
-            lease = _ReceiverLease(segment, nbytes, offset, generation)
-            buffer = _VIEWS.view(lease.address, nbytes, lease)
+            try:
+                lease = _ReceiverLease(segment, nbytes, offset, generation)
+            except BaseException:  # (an interrupt): no view holds the claim to free it
+                segment.freed(generation)
+                raise
+            buffer = _VIEWS.view(lease.address, nbytes, lease)  # (from here the lease frees it)
             return np.asarray(lease) if buffer is None else buffer
         start = CONTROL_BYTES + offset
-        data = bytearray(segment.anchor[start : start + nbytes])
-        segment.freed(generation)
-        return data
+        try:
+            return bytearray(segment.anchor[start : start + nbytes])
+        finally:
+            segment.freed(generation)
 
     def discard(self, name: str, number: int | None, generation: int, capability: bytes) -> bool:
         """Free a slot whose message will not be read, if the handle proves its capability."""

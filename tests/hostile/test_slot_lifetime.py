@@ -21,6 +21,7 @@ import tensorwire as tw
 from tensorwire import _wire as wire
 from tensorwire import transports
 from tensorwire.builtins import REGISTRY, diffusion
+from tensorwire.transports import _slots
 from tensorwire.transports._page_layout import CLAIMED, FREE, IN_FLIGHT
 from tests.hostile import claimers
 from tests.wire_helpers import frame_of, head_of
@@ -261,3 +262,28 @@ def test_garbage_in_a_control_page_never_raises_in_the_sender(backing: str, make
         assert float(out.output[0]) == float(i)
         del out
     assert len(shm.pool.slots()) <= 2  # reclaimed or replaced, not piling up
+
+
+@pytest.mark.parametrize("borrow", [True, False], ids=["a-borrowed-view", "a-copy"])
+def test_an_interrupt_landing_as_a_receiver_reads_its_claimed_slot_gives_the_slot_back(
+    backing: str, make: Any, monkeypatch: pytest.MonkeyPatch, borrow: bool
+) -> None:
+    """An interrupt (a signal handler's ``KeyboardInterrupt``) that landed after a receiver claimed
+    a slot, before its view's hold on the slot (or its copy) was made, kept the claim for the
+    receiver's life: the sender never took that slot again. The slot is freed at once."""
+    shm = make(backing=backing)
+    receiver = make(backing=backing, pool=False)
+    encoder = tw.Encoder(transport=shm, options=OOB)
+    decoder = tw.Decoder(REGISTRY, transports=[receiver], options=tw.DecodeOptions(borrow=borrow))
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    frames = encoder.encode(_message())
+    monkeypatch.setattr(_slots, "_ReceiverLease" if borrow else "bytearray", interrupted, raising=borrow)
+    with pytest.raises(KeyboardInterrupt):
+        decoder.decode(frames)
+    monkeypatch.undo()
+    assert _states(shm) == [FREE]
+    decoder.decode(encoder.encode(_message(1)))
+    assert len(_states(shm)) == 1  # the same slot, sent again
