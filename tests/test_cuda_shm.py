@@ -250,6 +250,46 @@ def test_an_interrupted_copy_gives_the_slot_back_once_the_stream_is_drained(tmp_
         transport.close()
 
 
+@pytest.mark.parametrize("where", ["as-its-target-is-made", "before-the-hand-over", "after-it"])
+def test_an_interrupt_landing_around_a_device_copy_gives_the_slot_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """An interrupt (a signal handler's ``KeyboardInterrupt``) that landed after the send took its
+    registered slot, before its copy's guard (as the copy's target was made), or in the slot's
+    hand-over once the copy was done, left the slot taken by the sender for good (or in flight
+    until its claim timeout): the next send registered another slot. It is given back at once."""
+    from tensorwire.transports._pool import Pool
+
+    fake = FakeCudaRuntime()
+    transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)
+    try:
+        if where == "as-its-target-is-made":
+            made = torch.frombuffer
+
+            def interrupted(*args: Any, **kwargs: Any) -> torch.Tensor:
+                made(*args, **kwargs)
+                raise KeyboardInterrupt
+
+            monkeypatch.setattr(torch, "frombuffer", interrupted)
+        else:
+            hand_over = Pool.hand_over
+
+            def interrupted_hand_over(pool: Pool, slot: Any, readers: int = 1) -> tuple[int, bytes]:
+                if where == "after-it":
+                    hand_over(pool, slot, readers)
+                raise KeyboardInterrupt
+
+            monkeypatch.setattr(Pool, "hand_over", interrupted_hand_over)
+        with pytest.raises(KeyboardInterrupt):
+            _send(transport, torch.ones(100_000))
+        monkeypatch.undo()
+        assert _registered_states(transport) == [FREE]
+        assert _send(transport, torch.ones(100_000)) is not None and fake.calls["register"] == 1  # reused
+    finally:
+        monkeypatch.undo()
+        transport.close()
+
+
 def test_an_uncertain_copy_is_quarantined_and_further_transfers_refused(tmp_path: Path, fake: Any) -> None:
     transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)
     fake.fail_next("copy_to_host", code=700)

@@ -181,14 +181,17 @@ class CudaShmTransport(ShmTransport):
             raise TransportError(errno.EIO, f"cuda_shm refuses device transfers: {self.reason}")
         if nbytes == 0:
             raise TransportError(errno.EINVAL, "a 0-byte buffer is never registered; send it inline")
+        source = storage[start : start + nbytes]
         slot = self.registered.acquire(nbytes, SENDER)
         if slot is None:
             return None
-        source = storage[start : start + nbytes]
         try:  # over a view of the mapping, which the target keeps: a close meanwhile cannot unmap it
             target = torch.frombuffer(memoryview(slot.mapping), dtype=torch.uint8, count=nbytes, offset=CONTROL_BYTES)
-        except ValueError:  # its mapping closed under this thread: the transport was closed meanwhile
-            raise TransportError(errno.EBADF, "the shared-memory pool was closed during a copy") from None
+        except BaseException as exc:  # (an interrupt too: nothing is copied yet)
+            self.registered.give_back(slot)
+            if isinstance(exc, ValueError):  # its mapping closed under this thread: the transport was closed meanwhile
+                raise TransportError(errno.EBADF, "the shared-memory pool was closed during a copy") from None
+            raise
         try:
             token = self.runtime.copy_to_host(target, source)
         except BaseException as exc:  # (an interrupt, or a runtime's other error, too)
@@ -207,7 +210,12 @@ class CudaShmTransport(ShmTransport):
             del target
             self._settle(slot, source, exc)
             raise
-        generation, capability = self.registered.hand_over(slot)
+        del target
+        try:  # (an interrupt up to the handle's making: no receiver can know the slot)
+            generation, capability = self.registered.hand_over(slot)
+        except BaseException:
+            self.registered.give_back(slot)
+            raise
         number = slot.fd if self.registered.memfd else None
         return SlotHandle(name=slot.name, offset=0, generation=generation, capability=capability, fd=number)
 
