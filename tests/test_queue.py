@@ -725,6 +725,33 @@ def test_an_interrupt_landing_as_a_cuda_send_takes_its_room_gives_the_room_back(
     tx.close()
 
 
+def test_an_interrupt_landing_as_an_ack_page_is_made_leaves_no_file(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt (a signal handler's ``KeyboardInterrupt``) that landed after a CUDA send created
+    its stream's ack page, before the page's removal at close was set up, left the file in the
+    directory for the sender's life (the next send made another one)."""
+    from tensorwire.transports._ack import AckPage
+    from tests.cuda_fakes import FakeCudaRuntime
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    queue: stdlib_queue.Queue[Any] = stdlib_queue.Queue()
+    tx = transports.QueueTransport(queue, runtime=FakeCudaRuntime(), timeout=0.3, directory=tmp_path)
+    monkeypatch.setattr(AckPage, "__init__", interrupted)
+    tx.begin_message()
+    with pytest.raises(KeyboardInterrupt):
+        tx.export_device(torch.arange(16, dtype=torch.uint8), 0, 16, [])
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == [] and tx.in_flight == 0
+    tx.begin_message()
+    assert tx.export_device(torch.arange(16, dtype=torch.uint8), 0, 16, []) is not None
+    assert len(list(tmp_path.iterdir())) == 1
+    tx.close()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_snapshot_sends_a_device_copy() -> None:
     from tests.cuda_fakes import FakeCudaRuntime
 

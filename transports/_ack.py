@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorwire.errors import DecodeError, TransportError
-from tensorwire.transports._segment import create_named, identity, open_named, remove_named
+from tensorwire.transports._segment import create_named, identity, open_named, remove_named, remove_own
 
 __all__ = ["AckPage", "InFlight"]
 
@@ -44,11 +44,16 @@ class AckPage:
     def create(cls, path: Path) -> AckPage:
         fd, mapping = create_named(path, _SIZE)
         try:
-            made = os.fstat(fd)
+            made = identity(os.fstat(fd))
+            mapping[: len(_MAGIC)] = _MAGIC
+            page = cls(path, mapping, owner=made)
+        except BaseException:  # (an interrupt too) before its removal is set up: it goes now
+            remove_own(path, fd)
+            mapping.close()
+            raise
         finally:
             os.close(fd)
-        mapping[: len(_MAGIC)] = _MAGIC
-        return cls(path, mapping, owner=identity(made))
+        return page
 
     @classmethod
     def open(cls, path: Path) -> AckPage:
