@@ -34,7 +34,7 @@ from typing import Any, Final
 import msgspec
 
 from tensorwire._body import KEEP
-from tensorwire._decode_errors import clear_locals, decode_error, typed_error
+from tensorwire._decode_errors import clear_locals, decode_error, nesting_error, typed_error
 from tensorwire._frame_types import frame_type, table_decoder
 from tensorwire._incoming import Reading
 from tensorwire._plain import body_at, plain_bodies, unguarded
@@ -320,12 +320,16 @@ class Decoder(Sealed):
 
     def _walk(self, data: bytes | memoryview, start: int, depth: int, values: int, budget: int) -> bool:
         """Walk ``values`` values from ``start``, ``depth`` levels down; False if one read ``budget``
-        values without reaching its end."""
+        values without reaching its end. A frame nested too deep is refused naming its type and
+        where (``nesting_error``)."""
         pos = start
-        for _ in range(values):
-            pos = walk(data, self._depth, depth, pos, budget, above=HEADER_LEVELS)
-            if pos < 0:
-                return False
+        try:
+            for _ in range(values):
+                pos = walk(data, self._depth, depth, pos, budget, above=HEADER_LEVELS)
+                if pos < 0:
+                    return False
+        except DecodeError as exc:
+            raise nesting_error(data, exc, self.registry, self._depth) from None
         return True
 
     def reader(self, handle: Handle) -> Transport:

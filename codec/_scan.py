@@ -8,7 +8,8 @@ extension, ext inside ext included; the array a tuple's payload holds is that tu
 (as the encoder counts it). A tuple's payload is a frame of its own that must hold exactly one
 value: one running past the payload, or bytes left after it, are a ``DecodeError``. Other
 extensions (tensor references) are leaves whose payload is never parsed. Truncation, invalid
-bytes and nesting past the limit raise ``DecodeError``.
+bytes and nesting past the limit raise ``DecodeError``. ``nesting_path`` walks a refused frame
+again, on the error path only, to name where the nesting goes past the limit.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from __future__ import annotations
 import struct
 import sys
 
+import msgspec
+
+from tensorwire._locate import key_segment
 from tensorwire._wire import EXT_TUPLE, Buffer
 from tensorwire.errors import DecodeError
 
-__all__ = ["OPENERS", "OTHERS", "check_depth", "too_deep_for_the_stack", "walk"]
+__all__ = ["OPENERS", "OTHERS", "check_depth", "nesting_path", "past_the_limit", "too_deep_for_the_stack", "walk"]
 
 # Bytes that can open a nesting level: fixmap, fixarray, array16/32, map16/32, ext headers.
 OPENERS = bytes([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF, 0xC7, 0xC8, 0xC9, *range(0xD4, 0xD9)])
@@ -139,14 +143,14 @@ def walk(
                     continue
                 pos += 1
                 if depth >= max_depth:
-                    raise DecodeError(f"nesting deeper than the limit of {max_depth - above}")
+                    raise past_the_limit(max_depth - above)
                 depth += 1
                 stack.append((remaining, end, kind, bounded))
                 remaining, end, kind, bounded = 1, pos + length, _TUPLE, True
                 continue
         if inner == _CONTAINER:
             if depth >= max_depth:
-                raise DecodeError(f"nesting deeper than the limit of {max_depth - above}")
+                raise past_the_limit(max_depth - above)
             if count == 0:
                 continue  # an empty container: a level, but nothing to walk
             depth += 1
@@ -154,6 +158,111 @@ def walk(
             continue
         stack.append((remaining, end, kind, bounded))
         remaining, kind = count, inner
+
+
+_MAP = 4  # (``nesting_path`` only) a map: one level, its keys and values in turn
+_OPENS = frozenset(OPENERS)
+
+
+def nesting_path(data: bytes | memoryview, max_depth: int, budget: int = 1 << 20) -> str | None:
+    """The path from the top of ``data`` (one msgpack value, walked from its start as ``walk`` walks
+    it, ``max_depth`` levels allowed) of the first container past the limit: ``[i]`` an item of an
+    array or of a tree tuple, a map's value by ``key_segment`` of its key. A map whose key is not
+    named (one that is a container or an extension, or one inside which the nesting is) ends the
+    path there. None if the walk meets no such container within its first ``budget`` values (a
+    million: ~0.3 s): it ends, or meets malformed bytes first.
+
+    Only error paths use this: it walks the values ``walk`` walked (iterative, one pass, one entry
+    per open level, at most ``budget`` values) and reads a key only where the path passes it.
+    """
+    # Each open level: (kind, its item count, its items left, its end, the current key's and value's offsets).
+    stack: list[tuple[int, int, int, int, int, int]] = []
+    kind, count, remaining, end, key, value = _TOP, 1, 1, len(data), 0, 0
+    pos = depth = 0
+    while True:
+        if remaining == 0:
+            if pos > end or kind == _TOP or (kind == _TUPLE and pos != end):
+                return None  # malformed (``walk`` says how)
+            if kind != _TUPLE_ARRAY:
+                depth -= 1
+            kind, count, remaining, end, key, value = stack.pop()
+            continue
+        if kind == _MAP:
+            if remaining & 1:
+                value = pos
+            else:
+                key = pos
+        remaining -= 1
+        budget -= 1
+        if pos >= end or budget < 0:
+            return None
+        byte = data[pos]
+        pos += 1
+        if byte < 0x80 or byte >= 0xE0:  # fixint
+            continue
+        if byte < 0x90:  # fixmap
+            inner, items = _MAP, 2 * (byte & 0x0F)
+        elif byte < 0xA0:  # fixarray
+            inner, items = _CONTAINER, byte & 0x0F
+        elif byte < 0xC0:  # fixstr
+            pos += byte & 0x1F
+            continue
+        elif _LEAF[byte] >= 0:
+            pos += _LEAF[byte]
+            continue
+        else:
+            length = _FIXEXT.get(byte, -1)
+            if length < 0:
+                sized = _LENGTH.get(byte)
+                if sized is None or pos + sized[0] > end:
+                    return None
+                length = sized[1](data, pos)[0]
+                pos += sized[0]
+                if byte in _BYTES:
+                    pos += length
+                    continue
+            if byte >= 0xDC:  # array16/32, map16/32
+                inner, items = (_MAP, 2 * length) if byte >= 0xDE else (_CONTAINER, length)
+            else:  # an extension: its type byte, then its payload
+                if pos + 1 + length > end:
+                    return None
+                if data[pos] != EXT_TUPLE:
+                    pos += 1 + length  # a tensor: a leaf
+                    continue
+                pos += 1
+                inner, items = _TUPLE, 1
+        if inner == _CONTAINER and kind == _TUPLE:
+            inner = _TUPLE_ARRAY  # the tuple's own level
+        elif depth >= max_depth:
+            return _path(data, [*stack, (kind, count, remaining, end, key, value)])
+        elif items:
+            depth += 1
+        if items:
+            stack.append((kind, count, remaining, end, key, value))
+            kind, count, remaining = inner, items, items
+            if inner == _TUPLE:
+                end = pos + length
+
+
+def _path(data: bytes | memoryview, levels: list[tuple[int, int, int, int, int, int]]) -> str:
+    """The path ``nesting_path`` names, from the open ``levels`` (outermost first)."""
+    path = "$"
+    for kind, count, remaining, _, key, value in levels:
+        if kind == _CONTAINER or kind == _TUPLE_ARRAY:
+            path += f"[{count - remaining - 1}]"
+        elif kind == _MAP:
+            if remaining & 1 or data[key] in _OPENS:  # in a key, or a key that is a container or an extension
+                break
+            try:
+                path += key_segment(msgspec.msgpack.decode(bytes(data[key:value])))
+            except msgspec.MsgspecError:  # a key that does not read (a string that is not UTF-8)
+                break
+    return path
+
+
+def past_the_limit(limit: int) -> DecodeError:
+    """The refusal of a frame nested deeper than ``limit`` levels (as ``Limits.max_depth`` counts them)."""
+    return DecodeError(f"nesting deeper than the limit of {limit}")
 
 
 def _overrun(bounded: bool) -> DecodeError:

@@ -712,6 +712,8 @@ def _deep_header(levels: int, body: bytes | None = None) -> bytes:
 
 
 def test_nesting_deeper_than_the_limit_is_rejected_without_recursion() -> None:
+    """The error names the type frame 0's tag names (read alone, not past it) and the path of the
+    first value past the limit, as the encoder does (a tree tuple's items are ``[i]``)."""
     results: list[Any] = []
 
     def decode_all() -> None:
@@ -720,7 +722,7 @@ def test_nesting_deeper_than_the_limit_is_rejected_without_recursion() -> None:
                 DECODER.decode([_deep_header(levels)])
                 results.append("decoded")
             except tw.DecodeError as exc:
-                results.append(str(exc))
+                results.append((exc.message, exc.path, exc.type_id, exc.version))
         tuple_chain = msgspec.msgpack.encode(None)
         for _ in range(500):
             tuple_chain = msgspec.msgpack.encode(Ext(2, msgspec.msgpack.encode([msgspec.Raw(tuple_chain)])))
@@ -728,7 +730,7 @@ def test_nesting_deeper_than_the_limit_is_rejected_without_recursion() -> None:
             DECODER.decode([_deep_header(0, b"\x81\xa6output" + tuple_chain)])
             results.append("decoded")
         except tw.DecodeError as exc:
-            results.append(str(exc))
+            results.append((exc.message, exc.path, exc.type_id, exc.version))
 
     threading.stack_size(256 * 1024)  # a small stack: recursion this deep would crash the process
     try:
@@ -737,8 +739,8 @@ def test_nesting_deeper_than_the_limit_is_rejected_without_recursion() -> None:
         worker.join()
     finally:
         threading.stack_size(0)
-    assert len(results) == 4
-    assert all(r.startswith("nesting deeper than the limit of 64") for r in results), results
+    expected = ("nesting deeper than the limit of 64", "$.output" + "[0]" * 64, "diffusion.Output", 1)
+    assert results == [expected] * 4
 
 
 def test_a_tree_at_the_depth_limit_decodes_and_one_level_more_does_not() -> None:
@@ -748,6 +750,127 @@ def test_a_tree_at_the_depth_limit_decodes_and_one_level_more_does_not() -> None
     assert value == 1
     with pytest.raises(tw.DecodeError, match=r"nesting deeper than the limit"):
         DECODER.decode([_deep_header(65)])
+
+
+def _deep_registry(root: Path) -> tw.Registry:
+    """``t.L``: fields nesting 70 levels of arrays (``x``), of maps (``m``) and, under a list of
+    structs (``t.LItem``), of arrays (``s``); ``t.C``, the same as a closed type (unknown fields
+    refused; ``t.CItem``)."""
+    from tests.conftest import write_schemas
+
+    arrays: dict[str, Any] = {"type": "integer"}
+    maps: dict[str, Any] = {"type": "integer"}
+    for _ in range(70):
+        arrays = {"type": "array", "items": arrays}
+        maps = {"type": "object", "additionalProperties": maps}
+    item = {"type": "object", "properties": {"v": {**arrays, "default": []}}}
+    fields = {
+        "x": {**arrays, "default": []},
+        "m": {**maps, "default": {}},
+    }
+
+    def schema(type_id: str, closed: bool) -> dict[str, Any]:
+        closing = {"additionalProperties": False} if closed else {}
+        name = type_id[2:] + "Item"
+        properties = {**fields, "s": {"type": "array", "items": {"$ref": f"#/$defs/{name}"}, "default": []}}
+        defs = {name: {**item, **closing}}
+        return {"$id": type_id, "x-version": 1, "type": "object", "properties": properties, "$defs": defs, **closing}
+
+    files = {"t/L.v1.json": schema("t.L", False), "t/C.v1.json": schema("t.C", True)}
+    return tw.load_schemas(write_schemas(root, files))
+
+
+def _lists(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def _dicts(levels: int) -> Any:
+    value: Any = {}
+    for _ in range(levels - 1):
+        value = {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("type_id", ["t.L", "t.C"])
+@pytest.mark.parametrize("field", ["x", "m", "s"])
+@pytest.mark.parametrize("pad", [0, 3000])  # a frame 0 read by the count, and one walked
+def test_a_frame_nested_past_the_limit_is_refused_as_the_encoder_refuses_it(
+    tmp_path: Path, type_id: str, field: str, pad: int
+) -> None:
+    """The decoder's refusal names the type, the version and the path of the first value past the
+    limit, with the encoder's words: for a typed field of arrays, of maps, under a list of structs,
+    of an open type and a closed one (read by the shorter path when within the limit)."""
+    registry = _deep_registry(tmp_path)
+    cls, item = registry.type(type_id), registry.type(f"{type_id}Item")
+    values = {"x": _lists(65), "m": _dicts(65), "s": [item(), item(v=_lists(63))]}
+    padding: dict[str, Any] = {"x": [[] for _ in range(pad)]}  # shallow values that make frame 0 large
+    if field == "x":
+        padding = {"m": {f"k{i}": {} for i in range(pad)}}
+    message = cls(**{field: values[field]}, **padding)
+    with pytest.raises(tw.EncodeError) as sent:
+        tw.Encoder().encode(message)
+    roomy = tw.Encoder(options=tw.EncodeOptions(limits=tw.Limits(max_depth=70)))
+    frames = roomy.encode(message)
+    assert (len(frames[0]) > 2048) == (pad > 0)
+    with pytest.raises(tw.DecodeError) as read:
+        tw.Decoder(registry).decode(frames)
+    expected = {"x": "$.x" + "[0]" * 64, "m": "$.m" + ".k" * 64, "s": "$.s[1].v" + "[0]" * 62}
+    refused = read.value
+    assert (refused.message, refused.path, refused.type_id, refused.version) == (
+        "nesting deeper than the limit of 64",
+        expected[field],
+        type_id,
+        1,
+    )
+    assert (sent.value.message, sent.value.path, sent.value.type_id) == (refused.message, refused.path, type_id)
+    assert str(refused) == f"{type_id} v1: nesting deeper than the limit of 64 - at `{expected[field]}`"
+
+
+def test_nesting_past_the_limit_is_named_as_deep_as_a_path_can_name_it() -> None:
+    """Inside a tree (tuples as ``[i]``, map values by their keys, an int key as ``[1]``) and in a
+    field the type does not know, the path goes down to the first value past the limit; it ends
+    at a map whose key is a container or where the key is what nests too deep."""
+    head = head_of(EMBED.encode(diffusion.Output())[0])
+
+    def refused(body: bytes) -> tuple[str | None, str | None, int | None]:
+        head[4] = msgspec.Raw(body)
+        with pytest.raises(tw.DecodeError, match=r"nesting deeper than the limit of 64") as caught:
+            DECODER.decode([frame_of(head)])
+        return caught.value.path, caught.value.type_id, caught.value.version
+
+    tuples = msgspec.msgpack.encode(1)
+    for _ in range(65):
+        tuples = msgspec.msgpack.encode(Ext(2, msgspec.msgpack.encode([0, msgspec.Raw(tuples)])))
+    assert refused(b"\x81\xa6output" + tuples) == ("$.output" + "[1]" * 64, "diffusion.Output", 1)
+    keyed = b"\x81\xa6output\x81\x01\x81\xa3a b\x82\xa1k\x01\xc4\x01z" + b"\x91" * 62 + b"\x01"
+    assert refused(keyed) == ("$.output[1][\"a b\"][b'z']" + "[0]" * 61, "diffusion.Output", 1)
+    unknown = b"\x82\xa6output\x90\xa7unknown" + b"\x81\xa1k" * 65 + b"\x01"
+    assert refused(unknown) == ("$.unknown" + ".k" * 64, "diffusion.Output", 1)
+    container_key = b"\x81\xa6output\x81\x91\x01" + b"\x91" * 64 + b"\x01"
+    assert refused(container_key) == ("$.output", "diffusion.Output", 1)
+    in_a_key = b"\x81\xa6output\x81" + b"\x91" * 64 + b"\x01\x01"
+    assert refused(in_a_key) == ("$.output", "diffusion.Output", 1)
+    in_the_buffer_table = frame_of([*head[:3], msgspec.Raw(b"\x91" * 65 + b"\x90"), head[4]])
+    with pytest.raises(tw.DecodeError) as caught:
+        DECODER.decode([in_the_buffer_table])
+    assert (caught.value.path, caught.value.type_id) == ("$.buffers" + "[0]" * 65, "diffusion.Output")
+
+
+def test_nesting_past_the_limit_names_no_type_the_decoder_does_not_know() -> None:
+    """A tag of a type the decoder has no class for (or not a tag) names nothing: the walk refuses
+    the frame before the tag is checked, and the type id is the peer's text."""
+    head = head_of(EMBED.encode(diffusion.Output())[0])
+    head[4] = msgspec.Raw(b"\x81\xa6output" + b"\x91" * 65 + b"\x01")
+    unknown = ("tensorwire:3:no.Such\x1b[31m:1", "tensorwire:3:diffusion.Output:9", "tensorwire:2:diffusion.Output:1")
+    for tag in (*unknown, 7):
+        head[0] = tag
+        with pytest.raises(tw.DecodeError) as caught:
+            DECODER.decode([frame_of(head)])
+        assert (caught.value.type_id, caught.value.version) == (None, None)
+        assert str(caught.value) == "nesting deeper than the limit of 64 - at `$.output" + "[0]" * 64 + "`"
 
 
 # -- shared memory handles -----------------------------------------------------------------------

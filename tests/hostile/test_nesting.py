@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire._plain import unguarded
-from tensorwire._scan import OPENERS, OTHERS, check_depth, walk
+from tensorwire._scan import OPENERS, OTHERS, check_depth, nesting_path, walk
 from tensorwire._wire import data_span
 from tensorwire.builtins import REGISTRY, diffusion, media
 from tensorwire.inspection import describe
@@ -33,6 +34,14 @@ from tests.wire_helpers import frame_of, head_of, tensor_exts
 DECODER = tw.Decoder(REGISTRY)
 INLINE = tw.Encoder()
 NESTING = "nesting deeper than the limit of 64"
+
+
+def nested(type_id: str, path: str) -> str:
+    """A pattern of the refusal of a message of ``type_id`` (v1) nested past the limit at ``path``
+    or below it, as the error's text renders its fields."""
+    return rf"^{re.escape(type_id)} v1: {NESTING} - at `{re.escape(path)}[^`]*`$"
+
+
 DEEP = 100_000
 
 # -- frames, from the inside out -----------------------------------------------------------------
@@ -177,6 +186,7 @@ def bounded_frames(where: str, value: bytes) -> list[Any]:
 
 
 BOUNDED_PLACES = ("unknown field", "buffer table", "data", "sixth item")
+BOUNDED_PATHS = {"unknown field": "$.unknown", "buffer table": "$.buffers", "data": "$.data", "sixth item": "$[5]"}
 
 
 # Closed types with no tensor: the decoder reads a closed.Plain body without counting it (msgspec
@@ -210,6 +220,11 @@ CLOSED_SCHEMAS = {
     ),
 }
 CLOSED_PLACES = ("unknown field", "a typed field", "a union's field before its tag")
+CLOSED_PATHS = {
+    "unknown field": ("closed.Plain", "$.unknown"),
+    "a typed field": ("closed.Plain", "$.rows"),
+    "a union's field before its tag": ("closed.Either", "$.shape.r"),
+}
 
 # An open type with no struct inside it: the decoder reads an open.Flat body as its closed twin,
 # uncounted; an unknown field makes the twin refuse it, and the full decode bounds the frame.
@@ -382,7 +397,7 @@ def child_results() -> dict[str, str]:
 @pytest.mark.parametrize("leaf", list(LEAVES))
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_100000_levels_are_a_decode_error_on_a_small_stack(child_results: dict[str, str], kind: str, leaf: str) -> None:
-    assert child_results[f"decode {kind} / {leaf}"] == NESTING
+    assert re.fullmatch(nested("diffusion.Output", "$.output"), child_results[f"decode {kind} / {leaf}"])
     assert child_results[f"describe {kind} / {leaf}"] == NESTING
 
 
@@ -396,7 +411,7 @@ def test_frames_at_the_limit_do_not_crash_a_small_stack(child_results: dict[str,
 
 @pytest.mark.parametrize("where", BOUNDED_PLACES)
 def test_a_registry_of_bounded_types_still_bounds_every_frame(child_results: dict[str, str], where: str) -> None:
-    assert child_results[f"bounded registry, {where}"] == NESTING
+    assert re.fullmatch(nested("media.Video", BOUNDED_PATHS[where]), child_results[f"bounded registry, {where}"])
 
 
 @pytest.mark.parametrize("where", BOUNDED_PLACES)
@@ -408,7 +423,7 @@ def test_a_bounded_type_frame_at_the_limit_gets_msgspec_s_verdict(where: str) ->
         assert result == "ok"
     else:
         assert "nesting deeper" not in result and not result.startswith("LEAK"), result
-    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
+    with pytest.raises(tw.DecodeError, match=nested("media.Video", BOUNDED_PATHS[where])):
         BOUNDED.decode(bounded_frames(where, nest(levels + 1, b"\x01", [_array])))
 
 
@@ -421,7 +436,8 @@ def test_a_closed_type_reads_nothing_deeper_than_itself_on_a_small_stack(
     counts), and 100,000 (one it walks): refused, and nothing crashed the child, whose stack would
     not hold msgspec recursing into them (the Plain body was read uncounted, unwalked, as its type
     bounds it; the Either body was bounded first: read as the Plain one is, it crashes the child)."""
-    assert child_results[f"closed type, {size} frame, {where}"] == NESTING
+    type_id, path = CLOSED_PATHS[where]
+    assert re.fullmatch(nested(type_id, path), child_results[f"closed type, {size} frame, {where}"])
 
 
 @pytest.mark.parametrize("where", CLOSED_PLACES)
@@ -453,14 +469,16 @@ def test_an_open_type_read_as_its_closed_twin_reads_nothing_deeper_than_itself_o
 ) -> None:
     """As the closed type's: the twin refuses the unknown field before its value (then the full
     decode bounds the frame) and reads a typed field no deeper than its type."""
-    assert child_results[f"open type read as its twin, {size} frame, {where}"] == NESTING
+    path = "$.unknown" if where == "unknown field" else "$.rows"
+    assert re.fullmatch(nested("open.Flat", path), child_results[f"open type read as its twin, {size} frame, {where}"])
 
 
 @pytest.mark.parametrize("size", ["small", "large"])
 def test_a_long_list_of_open_structs_is_bounded_on_a_small_stack(child_results: dict[str, str], size: str) -> None:
     """The mirror refuses the unknown field in the last item before reading its value (then the
     full decode bounds the frame): nothing crashed the child."""
-    assert child_results[f"open type guarded by its mirror, {size} frame"] == NESTING
+    result = child_results[f"open type guarded by its mirror, {size} frame"]
+    assert re.fullmatch(nested("open.Many", f"$.items[{MANY_ITEMS - 1}].unknown"), result)
 
 
 def test_a_long_list_of_open_structs_at_the_limit_gets_the_full_paths_verdict(tmp_path: Path) -> None:
@@ -471,7 +489,8 @@ def test_a_long_list_of_open_structs_at_the_limit_gets_the_full_paths_verdict(tm
     assert not bounded and twin_of is None and guard is not unguarded  # counted; too many openers: guarded
     full = tw.Decoder(decoder.registry)
     object.__setattr__(full, "_plain", {})
-    for levels, expected in ((62, "ok"), (63, NESTING)):  # frame 0, the body, the list, the item: 4
+    deeper = f"open.Many v1: {NESTING} - at `$.items[{MANY_ITEMS - 1}].unknown{'[0]' * 62}`"
+    for levels, expected in ((62, "ok"), (63, deeper)):  # frame 0, the body, the list, the item: 4
         frames = many_frames(decoder.registry, nest(levels, b"\x01", [_array]))
         assert outcome(partial(decoder.decode, frames)) == outcome(partial(full.decode, frames)) == expected
 
@@ -496,7 +515,7 @@ def test_an_open_type_read_as_its_twin_at_the_limit_gets_the_full_paths_verdict(
     deeper = open_frames(decoder.registry, where, nest(levels + 1, b"\x01", [_array]))
     assert outcome(partial(decoder.decode, deeper)) == outcome(partial(full.decode, deeper))
     if where == "unknown field":
-        assert outcome(partial(decoder.decode, deeper)) == NESTING
+        assert outcome(partial(decoder.decode, deeper)) == f"open.Flat v1: {NESTING} - at `$.unknown{'[0]' * 64}`"
 
 
 def _with_data(frames: list[Any], data: bytes, body: bytes | None = None) -> list[Any]:
@@ -541,7 +560,7 @@ def test_frame_0_data_full_of_level_openers_is_never_counted_as_nesting(size: in
         DECODER.decode(_as(kind, _with_data(frames, data, unknown + nest(64, b"\x01", [_array])))).output,
         torch.arange(6.0),
     )
-    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
+    with pytest.raises(tw.DecodeError, match=nested("diffusion.Output", "$.unknown" + "[0]" * 63)):
         DECODER.decode(_as(kind, _with_data(frames, data, unknown + nest(65, b"\x01", [_array]))))
 
 
@@ -554,7 +573,7 @@ def test_the_fewest_bytes_that_nest_too_deep_behind_data_are_counted(kind: str) 
     data = head_of(frames[0])[2]
     past = _with_data(frames, data, b"\x91" * 65 + b"\x90")  # the body's level and 65 more: 67 with frame 0's
     assert 512 < len(past[0]) <= 2048 and len(past) == 1 and len(data) == 600
-    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
+    with pytest.raises(tw.DecodeError, match=nested("diffusion.Output", "$" + "[0]" * 64)):
         DECODER.decode(_as(kind, past))
     at_limit = outcome(lambda: DECODER.decode(_as(kind, _with_data(frames, data, b"\x91" * 64 + b"\x90"))))
     assert at_limit == "diffusion.Output v1: Expected `object`, got `array` - at `$`", at_limit
@@ -575,7 +594,7 @@ def test_many_shallow_containers_are_not_nesting(items: int, item: Any, kind: st
     assert torch.equal(out[0], tensor) and out[1:] == shallow[1:]
     body = msgspec.msgpack.encode(head_of(frames[0])[4])
     unknown = bytes([body[0] + 1]) + body[1:] + b"\xa7unknown"  # frame 0 and the body are two levels
-    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
+    with pytest.raises(tw.DecodeError, match=nested("diffusion.Output", "$.unknown" + "[0]" * 63)):
         DECODER.decode(_as(kind, _with_data(frames, head_of(frames[0])[2], unknown + nest(65, b"\x01", [_array]))))
 
 
@@ -607,7 +626,7 @@ def test_depth_past_many_values_of_a_large_frame_is_found(values: int, kind: str
     deep = nest(70, b"\x01", [_array])
     framed = b"\x92" + flat + deep
     assert len(framed) > 2048 or values == 10
-    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
+    with pytest.raises(tw.DecodeError, match=nested("diffusion.Output", "$.output[1]" + "[0]" * 63)):
         DECODER.decode(_as(kind, frames_with_body(framed)))
     fits = b"\x92" + flat + nest(60, b"\x01", [_array])
     result = outcome(partial(DECODER.decode, _as(kind, frames_with_body(fits))))
@@ -630,7 +649,7 @@ def test_every_level_counts_and_one_more_is_rejected(kind: str, leaf: str) -> No
     at_limit = outcome(lambda: DECODER.decode(deep_frames(kind, leaf, fits)))
     assert "nesting deeper" not in at_limit and not at_limit.startswith("LEAK"), at_limit
     past = fits + 1
-    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
+    with pytest.raises(tw.DecodeError, match=nested("diffusion.Output", "$.output")):
         DECODER.decode(deep_frames(kind, leaf, past))
     with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
         describe(deep_frames(kind, leaf, past)[0])
@@ -759,3 +778,23 @@ def test_both_counts_of_level_openers_agree() -> None:
     every = bytes(range(256)) * 9
     for frame in (b"", every, every[::-1], os.urandom(4096), bytes(OPENERS) * 50, bytes(OTHERS) * 20):
         assert len(frame.translate(None, OTHERS)) == len(frame) - len(frame.translate(None, OPENERS))
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_the_path_of_a_refused_frame_is_found_where_the_walk_refuses_it(kind: str) -> None:
+    """``nesting_path`` names a frame exactly when the walk refuses it for its nesting, at a limit of
+    each number of levels."""
+    frame = frames_with_body(nest(70, b"\x01", KINDS[kind][0]))[0]
+    for limit in range(1, 80):
+        try:
+            walk(frame, limit)
+            refused = False
+        except tw.DecodeError as exc:
+            refused = exc.message.startswith("nesting deeper")
+        assert (nesting_path(frame, limit) is not None) == refused, limit
+
+
+def test_the_path_is_looked_for_within_a_budget_of_values() -> None:
+    padded = frames_with_body(b"\x92\xdc\x01\x00" + b"\x80" * 256 + nest(70, b"\x01", [_array]))[0]
+    assert nesting_path(padded, 66) == "$[4].output[1]" + "[0]" * 63
+    assert nesting_path(padded, 66, budget=200) is None
