@@ -479,6 +479,63 @@ def test_a_closed_channel_refuses_and_closes_once(ctx: Any) -> None:
         channel.recv(timeout=0)
 
 
+_CHANNEL_KINDS = "PUSH, PULL, PAIR, DEALER, ROUTER, PUB, SUB, XPUB or XSUB"
+
+
+@pytest.mark.parametrize(("value", "name"), [(None, "NoneType"), ("tcp://127.0.0.1:5555", "str"), (3, "int")])
+def test_a_channel_over_what_is_no_socket_is_a_type_error_naming_it(value: Any, name: str) -> None:
+    """Anything but a socket was an AttributeError from the first option the channel read."""
+    with pytest.raises(TypeError) as info:
+        Channel(value, REGISTRY)
+    assert str(info.value) == f"a Channel needs a zmq.Socket, got {name}"
+
+
+def test_a_channel_over_a_closed_socket_is_refused(ctx: Any) -> None:
+    """A closed socket was a ZMQError (ENOTSOCK) from deep inside the channel."""
+    socket = ctx.socket(zmq.PUSH)
+    socket.close()
+    with pytest.raises(ValueError) as info:
+        Channel(socket, REGISTRY)
+    assert str(info.value) == "a Channel needs an open socket, got a closed one"
+
+
+@pytest.mark.parametrize("kind", ["REQ", "REP", "STREAM", "SERVER", "CLIENT", "RADIO", "DISH", "SCATTER", "PEER"])
+def test_a_channel_over_a_socket_of_a_type_it_cannot_drive_is_refused_before_it_sets_an_option(
+    ctx: Any, kind: str
+) -> None:
+    """Every type was taken, its MAXMSGSIZE set: a REQ's second send before a reply is a ZMQError, a
+    REP that drops a message never receives again, STREAM and the draft types carry no multipart message."""
+    socket = ctx.socket(getattr(zmq, kind))
+    with pytest.raises(ValueError) as info:
+        Channel(socket, REGISTRY)
+    assert str(info.value) == f"a Channel needs a {_CHANNEL_KINDS} socket, got {kind}"
+    assert socket.getsockopt(zmq.MAXMSGSIZE) == -1
+    socket.close(0)
+
+
+@pytest.mark.parametrize(("first", "second"), [(zmq.XPUB, zmq.SUB), (zmq.PUB, zmq.XSUB)])
+def test_xpub_and_xsub_carry_messages_as_pub_and_sub_do(ctx: Any, first: int, second: int) -> None:
+    sender, receiver = _tcp_pair(ctx, second, first)
+    if second == zmq.SUB:
+        sender.subscribe(b"")
+    else:
+        sender.send(b"\x01")  # an XSUB subscribes by sending the subscription
+    publisher, subscriber = Channel(receiver, REGISTRY), Channel(sender, REGISTRY)
+    assert any(_delivered(publisher, subscriber) for _ in range(100))
+    publisher.close(0)
+    subscriber.close(0)
+
+
+def _delivered(publisher: Channel, subscriber: Channel) -> bool:
+    """Whether a message published now arrives (one sent before the subscription is lost)."""
+    publisher.send(_request(x=torch.arange(3)), timeout=5)
+    try:
+        got = subscriber.recv(timeout=0.05)
+    except TimeoutError:
+        return False
+    return torch.equal(got.kwargs["x"], torch.arange(3))
+
+
 # -- hostile peers -----------------------------------------------------------------------------
 JUNK = [
     [b"x"],  # one frame

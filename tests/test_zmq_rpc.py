@@ -324,6 +324,19 @@ def test_a_reply_timeout_out_of_range_is_refused_when_the_server_is_made(ctx: An
     router.close(0)
 
 
+@pytest.mark.parametrize("role", [Client, Server])
+def test_a_client_or_server_over_what_is_no_open_socket_is_refused(ctx: Any, role: Any) -> None:
+    """Anything but a socket was an AttributeError, a closed socket a ZMQError (ENOTSOCK)."""
+    with pytest.raises(TypeError) as info:
+        role("tcp://127.0.0.1:5555")
+    assert str(info.value) == f"a {role.__name__} needs a zmq.Socket, got str"
+    socket = ctx.socket(zmq.DEALER if role is Client else zmq.ROUTER)
+    socket.close()
+    with pytest.raises(ValueError) as closed:
+        role(socket)
+    assert str(closed.value) == f"a {role.__name__} needs an open socket, got a closed one"
+
+
 def test_sockets_of_the_wrong_kind_and_non_requests_are_refused(ctx: Any) -> None:
     with pytest.raises(ValueError, match="a Client needs a DEALER socket, got PUSH"):
         Client(ctx.socket(zmq.PUSH))

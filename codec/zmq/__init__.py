@@ -1,7 +1,7 @@
 """Typed messages over ZeroMQ (the ``zmq`` extra: ``pip install tensorwire[zmq]``).
 
-``Channel`` wraps a socket the caller made (PUSH/PULL, PAIR, DEALER/ROUTER, PUB/SUB) and keeps the
-rule ZeroMQ's zero-copy sends need: every frame handed over without a copy stays alive and
+``Channel`` wraps a socket the caller made (PUSH/PULL, PAIR, DEALER/ROUTER, PUB/SUB, XPUB/XSUB) and
+keeps the rule ZeroMQ's zero-copy sends need: every frame handed over without a copy stays alive and
 unchanged until ZeroMQ lets go of it. Large tensors travel through the channel's shared-memory
 transport when the peer is on this host, inline otherwise. ``Client`` and ``Server`` are RPC over
 DEALER/ROUTER with the built-in ``rpc.Request`` / ``rpc.Result`` envelopes::

@@ -70,7 +70,7 @@ from tensorwire.zmq._notes import Notes
 from tensorwire.zmq._outgoing import _SEND_SLICE, put_parts, send_control, unsend, whole, withdraw
 from tensorwire.zmq._peers import _FAR, _INLINE, _SHARED, _TRIAL, route_for, start_trial
 from tensorwire.zmq._sent import DONE, AbortedWhileHeldError, Sent, StillHeldError
-from tensorwire.zmq._sockets import kind_of, type_of
+from tensorwire.zmq._sockets import checked_type, kind_of
 
 __all__ = ["COPY_BELOW", "MAX_TRIALS", "Channel"]
 
@@ -79,6 +79,7 @@ COPY_BELOW = 512 * 1024
 waiting for ZeroMQ to let go of a frame costs more than copying it (``tools.bench.copy_below``)."""
 
 _LOG = logging.getLogger("tensorwire.zmq")
+_KINDS = (zmq.PUSH, zmq.PULL, zmq.PAIR, zmq.DEALER, zmq.ROUTER, zmq.PUB, zmq.SUB, zmq.XPUB, zmq.XSUB)
 _FAN_OUT = frozenset({zmq.PUB, zmq.XPUB})  # one message, many receivers: never through shared memory
 _ASKING = frozenset({zmq.PAIR, zmq.ROUTER})  # sockets that know which peer an answer is from
 _BACKLOG = 1000  # messages a handshake keeps for recv when the socket's receive high-water mark is 0
@@ -87,7 +88,9 @@ MAX_TRIALS = 16
 
 
 class Channel:
-    """Messages of ``registry``'s types over ``socket`` (PUSH/PULL, PAIR, DEALER/ROUTER, PUB/SUB).
+    """Messages of ``registry``'s types over ``socket`` (PUSH/PULL, PAIR, DEALER/ROUTER, PUB/SUB,
+    XPUB/XSUB): an open pyzmq socket (``TypeError`` or ``ValueError`` for another, before anything
+    is set on it).
 
     ``transport``: where large tensors go when the peer is on this host (e.g. ``ShmTransport()``;
     None: always inline frames); ``options``: the limits every received message is held to;
@@ -110,6 +113,7 @@ class Channel:
         copy_below: int = COPY_BELOW,
         max_trials: int = MAX_TRIALS,
     ) -> None:
+        kind = checked_type(socket, "a Channel", _KINDS)
         if copy_below < 0:
             raise ValueError(f"copy_below must be >= 0 bytes, got {copy_below}")
         if max_trials < 0:
@@ -120,7 +124,7 @@ class Channel:
         self.registry = registry
         self.transport = transport
         self.same_host = same_host
-        self._type = type_of(socket)
+        self._type = kind
         self._router = self._type == zmq.ROUTER
         self._encode_options = encode_options
         self._inline = Encoder(None, encode_options)

@@ -32,7 +32,7 @@ from tensorwire.transports.base import Transport
 from tensorwire.zmq._channel import Channel
 from tensorwire.zmq._notes import Notes
 from tensorwire.zmq._sent import AbortedWhileHeldError
-from tensorwire.zmq._sockets import kind_of
+from tensorwire.zmq._sockets import checked_type
 
 __all__ = ["Client", "Handler", "Server"]
 
@@ -47,7 +47,7 @@ _SLICE = 0.01  # seconds a reading call holds the socket before it lets a sendin
 
 def _channel(
     role: str,
-    kind: str,
+    kind: int,
     socket: zmq.Socket[Any],
     registry: Registry | None,
     transport: Transport | None,
@@ -56,8 +56,7 @@ def _channel(
     same_host: bool | None,
 ) -> Channel:
     """The channel of a ``role`` (Client, Server), whose socket must be of ``kind``."""
-    if kind_of(socket) != kind:
-        raise ValueError(f"a {role} needs a {kind} socket, got {kind_of(socket)}")
+    checked_type(socket, f"a {role}", (kind,))
     registry = REGISTRY if registry is None else registry
     return Channel(
         socket, registry, transport=transport, options=options, encode_options=encode_options, same_host=same_host
@@ -91,7 +90,7 @@ class Client:
         encode_options: EncodeOptions | None = None,
         same_host: bool | None = None,
     ) -> None:
-        self.channel = _channel("Client", "DEALER", socket, registry, transport, options, encode_options, same_host)
+        self.channel = _channel("Client", zmq.DEALER, socket, registry, transport, options, encode_options, same_host)
         self._socket_lock = threading.Lock()
         self._lock = threading.Lock()  # guards the state below; ``_state`` waits on it
         self._state = threading.Condition(self._lock)
@@ -278,7 +277,7 @@ class Server:
     ) -> None:
         if not reply_timeout >= 0:  # (NaN raised at the first reply)
             raise ValueError(f"reply_timeout must be a number of seconds >= 0, got {reply_timeout!r}")
-        self.channel = _channel("Server", "ROUTER", socket, registry, transport, options, encode_options, same_host)
+        self.channel = _channel("Server", zmq.ROUTER, socket, registry, transport, options, encode_options, same_host)
         self.tracebacks = tracebacks
         self.reply_timeout = reply_timeout
         self.handled = 0

@@ -1,17 +1,19 @@
-"""Small operations on the caller's pyzmq sockets: receiving a message's parts without a copy,
-dropping the rest of one, where a frame came from, a socket's type, poll timeouts."""
+"""Small operations on the caller's pyzmq sockets: whether a channel can drive one, receiving a
+message's parts without a copy, dropping the rest of one, where a frame came from, a socket's
+type, poll timeouts."""
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Collection
 from typing import Any
 
 import zmq
 
 from tensorwire._timeouts import next_wait
 
-__all__ = ["drop_rest", "kind_of", "over_network", "poll_ms", "recv_parts", "type_of"]
+__all__ = ["checked_type", "drop_rest", "kind_of", "over_network", "poll_ms", "recv_parts", "type_of"]
 
 _NOW = int(zmq.NOBLOCK)
 _LOOK = 4096  # parts of a message dropped between two looks at the clock
@@ -75,6 +77,34 @@ def over_network(frame: zmq.Frame) -> bool:
     except zmq.ZMQError:
         return False
     return not str(address).startswith("localhost")
+
+
+def checked_type(socket: object, role: str, kinds: Collection[int]) -> int:
+    """The type of ``socket`` if ``role`` (``"a Channel"``) can drive it, before anything is set on
+    it: ``TypeError`` unless it is a pyzmq socket, ``ValueError`` if it is closed or of a type
+    not among ``kinds``."""
+    if not isinstance(socket, zmq.Socket):
+        raise TypeError(f"{role} needs a zmq.Socket, got {_class_name(socket)}")
+    if socket.closed:
+        raise ValueError(f"{role} needs an open socket, got a closed one")
+    kind = type_of(socket)
+    if kind not in kinds:
+        names = [zmq.SocketType(k).name for k in kinds]
+        accepted = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+        raise ValueError(f"{role} needs a {accepted} socket, got {_type_name(kind)}")
+    return kind
+
+
+def _class_name(value: object) -> str:
+    cls = type(value)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _type_name(kind: int) -> str:
+    try:
+        return zmq.SocketType(kind).name
+    except ValueError:  # a type this pyzmq does not name
+        return str(kind)
 
 
 def type_of(socket: zmq.Socket[Any]) -> int:
