@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
 import re
+import select
+import sys
 import threading
 import time
+import types
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -534,6 +538,161 @@ def _delivered(publisher: Channel, subscriber: Channel) -> bool:
     except TimeoutError:
         return False
     return torch.equal(got.kwargs["x"], torch.arange(3))
+
+
+def test_a_channel_over_an_asyncio_socket_is_refused_before_it_sets_an_option() -> None:
+    """It was taken: its sends returned futures the channel took for sends done (a refused one
+    was lost), and ``recv`` raised AttributeError ('_asyncio.Future' object has no attribute 'more')."""
+    import zmq.asyncio
+
+    context = zmq.asyncio.Context()
+    try:
+        socket = context.socket(zmq.PULL)
+        with pytest.raises(TypeError) as info:
+            Channel(socket, REGISTRY)
+        assert socket.getsockopt(zmq.MAXMSGSIZE) == -1
+    finally:
+        context.destroy(linger=0)
+    assert str(info.value) == (
+        "a Channel needs a synchronous zmq.Socket, got a zmq.asyncio.Socket, whose send and recv"
+        ' return futures: see "From asyncio" in the README'
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "why"),
+    [
+        ("zmq.green", ": the channel waits in ZeroMQ, which would hold up every greenlet"),
+        ("zmq.eventloop.future", ', whose send and recv return futures: see "From asyncio" in the README'),
+    ],
+)
+def test_a_channel_over_a_gevent_or_tornado_socket_is_refused(
+    ctx: Any, monkeypatch: pytest.MonkeyPatch, module: str, why: str
+) -> None:
+    """(Stand-ins of their socket classes: neither gevent nor tornado is installed here.)"""
+    Socket = type("Socket", (zmq.Socket,), {})
+    monkeypatch.setitem(sys.modules, module, types.SimpleNamespace(Socket=Socket))
+    socket = Socket(ctx, zmq.PUSH)  # (made so, the context does not close it: this test does)
+    try:
+        with pytest.raises(TypeError) as info:
+            Channel(socket, REGISTRY)
+    finally:
+        socket.close(0)
+    assert str(info.value) == f"a Channel needs a synchronous zmq.Socket, got a {module}.Socket{why}"
+
+
+def test_a_channel_over_a_gevent_socket_is_refused(ctx: Any) -> None:
+    green = pytest.importorskip("zmq.green")
+    context = green.Context()
+    try:
+        with pytest.raises(TypeError, match=r"got a zmq\.green\.Socket: the channel waits in ZeroMQ"):
+            Channel(context.socket(zmq.PUSH), REGISTRY)
+    finally:
+        context.destroy(linger=0)
+
+
+# -- from asyncio (README, "From asyncio") ----------------------------------------------------
+async def _aio_recv(channel: Channel, socket: Any) -> Any:
+    while True:
+        try:
+            return channel.recv(timeout=0)
+        except TimeoutError:
+            await asyncio.sleep(0)
+        finally:
+            socket.get(zmq.EVENTS)
+        await socket.poll(flags=zmq.POLLIN)
+
+
+async def _aio_send(channel: Channel, socket: Any, message: Any) -> None:
+    while True:
+        try:
+            sent = channel.send(message, timeout=0, wait=False)
+            break
+        except TimeoutError:
+            await socket.poll(flags=zmq.POLLOUT)
+            await asyncio.sleep(0.001)
+        finally:
+            socket.get(zmq.EVENTS)
+    if not sent.done:
+        await asyncio.to_thread(sent.wait)
+
+
+def test_an_asyncio_program_exchanges_tensors_over_shadows_while_its_loop_runs_on(tmp_path: Any) -> None:
+    import zmq.asyncio
+
+    context = zmq.asyncio.Context()
+
+    async def main() -> None:
+        pull_socket, push_socket = context.socket(zmq.PULL), context.socket(zmq.PUSH)
+        pull = Channel(zmq.Socket.shadow(pull_socket.underlying), REGISTRY)
+        push = Channel(zmq.Socket.shadow(push_socket.underlying), REGISTRY, copy_below=0)
+        port = pull_socket.bind_to_random_port("tcp://127.0.0.1")
+        push_socket.connect(f"tcp://127.0.0.1:{port}")
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.001)
+
+        clock = asyncio.create_task(ticker())
+        for i in range(3):
+            waiting = asyncio.create_task(_aio_recv(pull, pull_socket))
+            seen = ticks
+            while ticks < seen + 5:  # the ticker runs on while the receive waits
+                await asyncio.sleep(0.001)
+            assert not waiting.done()
+            x = torch.arange(300_000) + i  # 2.3 MiB: a frame ZeroMQ takes without a copy, tracked
+            await _aio_send(push, push_socket, _request(x=x, i=i))
+            got = await asyncio.wait_for(waiting, 10)
+            assert got.kwargs["i"] == i and torch.equal(got.kwargs["x"], x)
+        clock.cancel()
+        assert push.dropped == pull.dropped == 0
+        pull_socket.close(0)
+        push_socket.close(0)
+
+    try:
+        asyncio.run(main())
+    finally:
+        context.destroy(linger=0)
+
+
+def test_a_send_of_the_shadow_while_a_receive_waits_wakes_it_through_the_asyncio_socket(tmp_path: Any) -> None:
+    """A call of the shadow can take the signal of the socket's file descriptor that the loop
+    waits on: without ``get(zmq.EVENTS)`` after it, the receive below waits on with its message there."""
+    import zmq.asyncio
+
+    context = zmq.asyncio.Context()
+
+    async def main() -> None:
+        mine, theirs = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
+        channel = Channel(zmq.Socket.shadow(mine.underlying), REGISTRY)
+        peer = Channel(zmq.Socket.shadow(theirs.underlying), REGISTRY)
+        mine.bind(f"ipc://{tmp_path}/pair")
+        theirs.connect(f"ipc://{tmp_path}/pair")
+        # a message each way first: on a connection this new, the send below is followed by
+        # commands of ZeroMQ's own that signal the descriptor again
+        await _aio_send(channel, mine, _request(n=0))
+        assert (await _aio_recv(peer, theirs)).kwargs["n"] == 0
+        await _aio_send(peer, theirs, _request(n=0))
+        assert (await _aio_recv(channel, mine)).kwargs["n"] == 0
+        waiting = asyncio.create_task(_aio_recv(channel, mine))
+        await asyncio.sleep(0.01)  # the receive waits: the loop watches the descriptor
+        assert not waiting.done()
+        peer.send(_request(n=1), timeout=5)
+        select.select([mine.FD], [], [], 5)  # it arrived: the descriptor is signalled
+        time.sleep(0.01)  # (ZeroMQ looks at its commands at most every millisecond or so on a send)
+        await _aio_send(channel, mine, _request(n=2))  # takes the signal
+        got = await asyncio.wait_for(waiting, 10)
+        assert got.kwargs["n"] == 1
+        mine.close(0)
+        theirs.close(0)
+
+    try:
+        asyncio.run(main())
+    finally:
+        context.destroy(linger=0)
 
 
 # -- hostile peers -----------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import threading
@@ -335,6 +336,51 @@ def test_a_client_or_server_over_what_is_no_open_socket_is_refused(ctx: Any, rol
     with pytest.raises(ValueError) as closed:
         role(socket)
     assert str(closed.value) == f"a {role.__name__} needs an open socket, got a closed one"
+
+
+@pytest.mark.parametrize("role", [Client, Server])
+def test_a_client_or_server_over_an_asyncio_socket_is_refused(role: Any) -> None:
+    """It was taken: a request ZeroMQ refused was lost unseen (the send's future held the error),
+    and a message arriving made the channel's receive raise AttributeError."""
+    import zmq.asyncio
+
+    context = zmq.asyncio.Context()
+    try:
+        with pytest.raises(TypeError) as info:
+            role(context.socket(zmq.DEALER if role is Client else zmq.ROUTER))
+    finally:
+        context.destroy(linger=0)
+    assert str(info.value) == (
+        f"a {role.__name__} needs a synchronous zmq.Socket, got a zmq.asyncio.Socket, whose send and"
+        ' recv return futures: see "From asyncio" in the README'
+    )
+
+
+def test_a_coroutine_calls_through_a_client_in_a_thread_while_its_loop_runs_on(ctx: Any) -> None:
+    """The handler answers only once a coroutine of the caller's loop opens its gate: the loop
+    runs while the call waits for its reply."""
+    gate = threading.Event()
+
+    def gated(request: rpc.Request) -> rpc.Result:
+        assert gate.wait(10)
+        return _handler(request)
+
+    run = _serve(ctx, gated)
+
+    async def main(client: Client) -> None:
+        x = torch.rand(64, 64)
+        request = rpc.Request(method="echo", kwargs={"x": x})
+        call = asyncio.create_task(asyncio.to_thread(client.call, request, timeout=10))
+        await asyncio.sleep(0.01)
+        assert not call.done()
+        gate.set()
+        result = await call
+        assert result.ok and torch.equal(_value(result), x)
+
+    with _client(ctx, run.endpoint) as client:
+        asyncio.run(main(client))
+    run.server.close()
+    run.thread.join(5)
 
 
 def test_sockets_of_the_wrong_kind_and_non_requests_are_refused(ctx: Any) -> None:

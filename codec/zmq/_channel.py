@@ -89,8 +89,8 @@ MAX_TRIALS = 16
 
 class Channel:
     """Messages of ``registry``'s types over ``socket`` (PUSH/PULL, PAIR, DEALER/ROUTER, PUB/SUB,
-    XPUB/XSUB): an open pyzmq socket (``TypeError`` or ``ValueError`` for another, before anything
-    is set on it).
+    XPUB/XSUB): an open, synchronous pyzmq socket (``TypeError`` or ``ValueError`` for another,
+    before anything is set on it).
 
     ``transport``: where large tensors go when the peer is on this host (e.g. ``ShmTransport()``;
     None: always inline frames); ``options``: the limits every received message is held to;

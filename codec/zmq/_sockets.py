@@ -5,6 +5,7 @@ type, poll timeouts."""
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Collection
 from typing import Any
@@ -16,6 +17,14 @@ from tensorwire._timeouts import next_wait
 __all__ = ["checked_type", "drop_rest", "kind_of", "over_network", "poll_ms", "recv_parts", "type_of"]
 
 _NOW = int(zmq.NOBLOCK)
+# pyzmq's sockets whose send and recv return futures (asyncio, tornado) or wait as greenlets
+# (gevent), by module: one is of them only where that module was imported
+_FUTURES = ', whose send and recv return futures: see "From asyncio" in the README'
+_NOT_BLOCKING = (
+    ("zmq.asyncio", _FUTURES),
+    ("zmq.eventloop.future", _FUTURES),
+    ("zmq.green", ": the channel waits in ZeroMQ, which would hold up every greenlet"),
+)
 _LOOK = 4096  # parts of a message dropped between two looks at the clock
 
 
@@ -81,10 +90,14 @@ def over_network(frame: zmq.Frame) -> bool:
 
 def checked_type(socket: object, role: str, kinds: Collection[int]) -> int:
     """The type of ``socket`` if ``role`` (``"a Channel"``) can drive it, before anything is set on
-    it: ``TypeError`` unless it is a pyzmq socket, ``ValueError`` if it is closed or of a type
-    not among ``kinds``."""
+    it: ``TypeError`` unless it is a synchronous pyzmq socket (not asyncio's, tornado's or
+    gevent's), ``ValueError`` if it is closed or of a type not among ``kinds``."""
     if not isinstance(socket, zmq.Socket):
         raise TypeError(f"{role} needs a zmq.Socket, got {_class_name(socket)}")
+    for module, why in _NOT_BLOCKING:
+        found = sys.modules.get(module)
+        if found is not None and isinstance(socket, found.Socket):
+            raise TypeError(f"{role} needs a synchronous zmq.Socket, got a {module}.Socket{why}")
     if socket.closed:
         raise ValueError(f"{role} needs an open socket, got a closed one")
     kind = type_of(socket)
