@@ -581,16 +581,6 @@ def test_a_channel_over_a_gevent_or_tornado_socket_is_refused(
     assert str(info.value) == f"a Channel needs a synchronous zmq.Socket, got a {module}.Socket{why}"
 
 
-def test_a_channel_over_a_gevent_socket_is_refused(ctx: Any) -> None:
-    green = pytest.importorskip("zmq.green")
-    context = green.Context()
-    try:
-        with pytest.raises(TypeError, match=r"got a zmq\.green\.Socket: the channel waits in ZeroMQ"):
-            Channel(context.socket(zmq.PUSH), REGISTRY)
-    finally:
-        context.destroy(linger=0)
-
-
 # -- from asyncio (README, "From asyncio") ----------------------------------------------------
 async def _aio_recv(channel: Channel, socket: Any) -> Any:
     while True:
