@@ -34,9 +34,7 @@ Either end talks to a plain ``send_bytes`` / ``recv_bytes`` peer. Other connecti
 
 from __future__ import annotations
 
-import math
 import os
-import select
 import struct
 import time
 import weakref
@@ -46,6 +44,7 @@ from multiprocessing.connection import Connection
 from traceback import clear_frames
 from typing import Any, Protocol
 
+from tensorwire._pipe_io import DRAIN, Ended, Stalled, Written, drain, read_into, readv, write_all, wrote_nothing
 from tensorwire._timeouts import deadline_after, next_wait
 from tensorwire._wire import MAX_FRAMES, Buffer, blob_parts, join, split
 from tensorwire.errors import DecodeError
@@ -88,8 +87,6 @@ _DIRECT = os.name == "posix"  # a Connection's file descriptor is read and writt
 _SIZE = struct.Struct("!i")  # multiprocessing's framing: a message's size, big-endian
 _LARGE = struct.Struct("!Q")  # past 0x7FFFFFFF bytes: a size of -1, then the size in 8 bytes
 _LARGE_SIZE = 0x7FFFFFFF
-_IOV_MAX = 1024  # the most pieces one writev takes (POSIX guarantees at least 16; Linux takes 1024)
-_DRAIN = 64 * 1024  # the chunk an oversized message is read off in, and a large one into a fresh buffer
 _cut_off: weakref.WeakSet[Connection] = weakref.WeakSet()  # connections a send stopped part of the way
 _SEND_CUT_OFF = "an earlier send was interrupted in the middle of a message, so the stream cannot be written on"
 
@@ -119,11 +116,11 @@ def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
         if not conn.writable:
             raise OSError("connection is read-only")
         header = frame_header(size)
-        written = _Written()
+        written = Written()
         try:
-            _write_all(fd, [header, *parts], len(header) + size, written)
+            write_all(fd, [header, *parts], len(header) + size, written)
         except BaseException as exc:  # (``written`` counts what went; an interrupt may come as a write
-            if written.bytes or not _wrote_nothing(exc, parts):  # returns, before it is counted)
+            if written.bytes or not wrote_nothing(exc, parts):  # returns, before it is counted)
                 _cut_off.add(conn)
             raise
         return
@@ -133,56 +130,6 @@ def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
 def frame_header(size: int) -> bytes:
     """What ``Connection.send_bytes`` writes ahead of a message of ``size`` bytes."""
     return _SIZE.pack(size) if size <= _LARGE_SIZE else _SIZE.pack(-1) + _LARGE.pack(size)
-
-
-class _Written:
-    """The bytes of a message written so far (``_write_all``)."""
-
-    __slots__ = ("bytes",)
-
-    def __init__(self) -> None:
-        self.bytes = 0
-
-
-def _write_all(fd: int, parts: list[Buffer], total: int, done: _Written) -> None:
-    """Write ``parts`` (``total`` bytes in all) to ``fd`` in order, all of them, counting them in ``done``."""
-    written = _writev(fd, parts) if len(parts) <= _IOV_MAX else 0
-    done.bytes += written
-    if written == total:
-        return  # the common case: one call
-    views = [view for view in (memoryview(part).cast("B") for part in parts) if view.nbytes]
-    first = 0  # the first view not yet written in full
-    while True:
-        while first < len(views) and written >= views[first].nbytes:
-            written -= views[first].nbytes
-            first += 1
-        if first == len(views):
-            return
-        if written:
-            views[first] = views[first][written:]
-        written = _writev(fd, views[first : first + _IOV_MAX])
-        done.bytes += written
-
-
-def _wrote_nothing(exc: BaseException, parts: list[Buffer]) -> bool:
-    """Whether ``exc``, which stopped a send before a write of it was counted, says that nothing was
-    written: a write's own failure (an ``OSError`` raised by ``os.writev`` itself, not one a signal
-    handler raised as a write returned), or a piece ``writev`` cannot take (not C-contiguous)."""
-    if isinstance(exc, OSError):
-        tb = exc.__traceback__
-        while tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-        return tb is not None and tb.tb_frame.f_code is _writev.__code__  # (a handler's frame is below)
-    return not all(memoryview(part).c_contiguous for part in parts)
-
-
-def _writev(fd: int, parts: Sequence[Buffer]) -> int:
-    """``os.writev(fd, parts)``, waiting while a non-blocking ``fd`` has no room for any of it."""
-    while True:
-        try:
-            return os.writev(fd, parts)
-        except BlockingIOError:
-            _wait_for(fd, select.POLLOUT, None, "")
 
 
 def _in_use(buffer: bytearray) -> bool:
@@ -297,7 +244,7 @@ class Receiver:
         if self._direct is not None:
             try:
                 return split(self._read_message(self._direct, deadline), max_frames=self._max_frames)
-            except _Stalled as stalled:
+            except Stalled as stalled:
                 if not self._broken:  # not a byte of it read: another reader of the descriptor took it
                     raise TimeoutError(f"no message arrived within {timeout} s") from None
                 raise TimeoutError(f"a message did not arrive in full within {timeout} s: {stalled}") from None
@@ -340,7 +287,7 @@ class Receiver:
         """The next message on ``conn``, read off its descriptor as ``Connection.recv_bytes`` reads
         it (a big-endian size, -1 and a 64-bit size past 2 GiB, then the bytes), straight into the
         buffer (see the module for the reuse rule), all of it by ``deadline`` (None: no limit;
-        else ``_Stalled`` when a part of it does not come in time)."""
+        else ``Stalled`` when a part of it does not come in time)."""
         fd = conn.fileno()  # OSError("handle is closed") as Connection says it
         if not conn.readable:
             raise OSError("connection is write-only")
@@ -348,7 +295,7 @@ class Receiver:
         short[0] = _UNREAD
         self._broken = _CUT_OFF  # until the message is read to its end: an exception may stop it anywhere
         try:
-            got = _readv(fd, short, deadline, "0 of 4 bytes read")
+            got = readv(fd, short, deadline, "0 of 4 bytes read")
         except BaseException:  # (an interrupt may come as a read returns: the first byte says if it read)
             if short[0] == _UNREAD:
                 self._broken = ""
@@ -358,13 +305,13 @@ class Receiver:
             raise EOFError
         try:
             view = self._read_rest(fd, got, deadline)
-        except _Stalled as stalled:
+        except Stalled as stalled:
             self._broken = f"the connection stopped in the middle of a message: {stalled}"
             raise
         except DecodeError:  # read off to its end
             self._broken = ""
             raise
-        except _Ended as ended:  # the connection is at its end (any other OSError, a failed read's or one
+        except Ended as ended:  # the connection is at its end (any other OSError, a failed read's or one
             self._broken = ""  # a signal handler raised, leaves the stream in the middle of the message)
             raise OSError(*ended.args) from None
         self._broken = ""
@@ -373,39 +320,39 @@ class Receiver:
     def _read_rest(self, fd: int, got: int, deadline: float | None) -> memoryview:
         """The message whose first ``got`` bytes of its size are read, read as ``_read_message`` says."""
         head = self._head
-        _read_into(fd, self._short, deadline, got)
+        read_into(fd, self._short, deadline, got)
         (size,) = _SIZE.unpack_from(head)
         if size == -1:
-            _read_into(fd, head, deadline)
+            read_into(fd, head, deadline)
             (size,) = _LARGE.unpack_from(head)
         elif size < 0:  # Connection reads it as an empty message: nothing of it follows
             raise DecodeError(f"message header announces {size} bytes")
         if size > self._max_bytes:
-            _drain(fd, size, deadline)
+            drain(fd, size, deadline)
             raise DecodeError(f"message of {size} bytes is over the receiver's max_bytes of {self._max_bytes}")
         buffer = self._buffer
         if size > len(buffer) or _in_use(buffer):
             return self._read_growing(fd, size, deadline)
         view = memoryview(buffer)[:size]
-        _read_into(fd, view, deadline)
+        read_into(fd, view, deadline)
         return view
 
     def _read_growing(self, fd: int, size: int, deadline: float | None) -> memoryview:
         """A message of ``size`` bytes read as ``_read_rest`` says into a fresh buffer (``_capacity``
-        bytes). Past ``_DRAIN`` bytes the buffer grows as the message arrives (read a chunk at a
+        bytes). Past ``DRAIN`` bytes the buffer grows as the message arrives (read a chunk at a
         time and appended): a peer that announces a large message and stops makes the receiver
         hold what it sent, not what it announced (``bytearray(n)`` writes all ``n`` bytes, so they
         are all resident)."""
         capacity = self._capacity(size)
-        if capacity <= _DRAIN:
+        if capacity <= DRAIN:
             view = memoryview(self._fresh(size))[:size]
-            _read_into(fd, view, deadline)
+            read_into(fd, view, deadline)
             return view
-        chunk = memoryview(self._fresh(_DRAIN))  # (the current buffer goes now, not once the message is in)
+        chunk = memoryview(self._fresh(DRAIN))  # (the current buffer goes now, not once the message is in)
         buffer = bytearray()
         while len(buffer) < size:
             part = chunk[: size - len(buffer)]
-            _read_into(fd, part, deadline, before=len(buffer), whole=size)
+            read_into(fd, part, deadline, before=len(buffer), whole=size)
             buffer += part
         buffer += bytes(capacity - size)
         self._buffer = buffer
@@ -414,65 +361,3 @@ class Receiver:
 
 _CUT_OFF = "an earlier recv was interrupted in the middle of a message, so the stream cannot be read on"
 _UNREAD = 0x80  # no size begins with this byte (one up to 0x7FFFFFFF begins with 0x00-0x7F, -1 with 0xFF)
-
-
-class _Stalled(Exception):
-    """A message stopped arriving part of the way, past the caller's deadline."""
-
-
-class _Ended(Exception):
-    """The connection ended in the middle of a message (``recv`` raises it as ``Connection`` does:
-    an ``OSError``)."""
-
-
-def _read_into(
-    fd: int, view: memoryview, deadline: float | None, got: int = 0, *, before: int = 0, whole: int = 0
-) -> None:
-    """Fill ``view`` (its first ``got`` bytes are there) from ``fd``; ``_Ended`` if it ends part of
-    the way, ``_Stalled`` if the bytes still missing have not come by ``deadline`` (None: wait for
-    them however long it takes). Each read waits for its bytes first: a sender that stops between a
-    message's size and its bytes holds no read past ``deadline``. Errors count the bytes of a
-    ``whole`` of which ``before`` came ahead of ``view`` (by default, of ``view`` alone)."""
-    whole = whole or view.nbytes
-    while got < view.nbytes:
-        progress = f"{before + got} of {whole} bytes read"
-        if deadline is not None:
-            _wait_for(fd, select.POLLIN, deadline, progress)
-        more = _readv(fd, view[got:], deadline, progress)
-        if not more:
-            raise _Ended(f"got end of file during message ({before + got} of {whole} bytes)")
-        got += more
-
-
-def _readv(fd: int, view: memoryview, deadline: float | None, progress: str) -> int:
-    """``os.readv(fd, [view])``, waiting (as ``_wait_for`` does) while a non-blocking ``fd`` has
-    nothing to read."""
-    while True:
-        try:
-            return os.readv(fd, [view])
-        except BlockingIOError:
-            _wait_for(fd, select.POLLIN, deadline, progress)
-
-
-def _wait_for(fd: int, event: int, deadline: float | None, progress: str) -> None:
-    """Return once ``fd`` is ready for ``event`` (``POLLIN``: bytes to read or its end; ``POLLOUT``:
-    room to write), or has failed; ``_Stalled`` naming ``progress`` if it is not by ``deadline``
-    (None: wait however long it takes). What is already there counts however early the deadline was."""
-    poller = select.poll()
-    poller.register(fd, event)
-    while True:
-        left = next_wait(deadline)  # (at most ``LONGEST_WAIT``: poll overflows on a very long timeout)
-        if poller.poll(math.ceil(left * 1000)):  # (0 once the deadline is past: bytes already there still count)
-            return
-        if left <= 0:
-            raise _Stalled(progress)
-
-
-def _drain(fd: int, size: int, deadline: float | None) -> None:
-    """Read ``size`` bytes off ``fd`` and drop them, a chunk at a time, by ``deadline`` (None: no limit)."""
-    chunk = memoryview(bytearray(min(size, _DRAIN)))
-    left = size
-    while left:
-        view = chunk[: min(left, chunk.nbytes)]
-        _read_into(fd, view, deadline, before=size - left, whole=size)
-        left -= view.nbytes
