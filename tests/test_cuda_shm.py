@@ -4,6 +4,7 @@ quarantine, pool bounds and retention (the GPU itself is exercised by tests/test
 from __future__ import annotations
 
 import ast
+import bisect
 import gc
 import signal
 import subprocess
@@ -545,3 +546,34 @@ def test_a_side_stream_that_cannot_be_made_is_a_transport_error_and_the_slot_com
     finally:
         transport.close()
     assert runtime.registered == {}
+
+
+@pytest.mark.parametrize("where", ["before-its-registration", "after-it"])
+def test_an_interrupt_landing_as_the_registered_pool_grows_leaves_no_slot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """An interrupt (a signal handler's ``KeyboardInterrupt``) that landed after the registered pool
+    created a slot's segment, before the slot was in the pool's indexes, left the file (and fd) for
+    the life of the process and, once registered, the range registered under a mapping nobody
+    unregisters. The slot is unregistered and unmade at once."""
+    from tensorwire.transports import _pool as pool_module
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    fake = FakeCudaRuntime()
+    transport = transports.CudaShmTransport(tmp_path, runtime=fake, backing="named", idle_seconds=0)
+    try:
+        if where == "before-its-registration":
+            monkeypatch.setattr(pool_module, "Page", interrupted)
+        else:  # as its data area's address is indexed, once the range is registered
+            monkeypatch.setattr(bisect, "insort", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            _send(transport, torch.ones(100_000))
+        monkeypatch.undo()
+        assert _registered_states(transport) == [] and our_segments(tmp_path) == []
+        assert fake.registered == {} and transport.registrations == 0 and transport.healthy
+        assert _send(transport, torch.ones(100_000)) is not None and _registered_states(transport) != []
+    finally:
+        monkeypatch.undo()
+        transport.close()

@@ -20,7 +20,8 @@ No mapping is closed while a tensor of this process still points into it: ``clos
 and the idle trimmer unlink and forget such a slot, and its memory goes with the last view.
 
 An owner may ``prepare`` each new slot (e.g. register it with a device) and ``retire`` it before
-it is unmapped (returning False keeps the mapping alive: the owner holds on to it).
+it is unmapped (returning False keeps the mapping alive: the owner holds on to it); a slot whose
+growth failed (or was interrupted) is retired too, whatever of its ``prepare`` was done.
 
 Thread-safe. A forked child starts with an empty pool (the parent's slots stay the parent's): at
 the fork it closes its copies of their fds and unmaps them (one a view of the child still uses goes
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import mmap
 import os
 import resource
 import threading
@@ -53,10 +55,10 @@ from tensorwire.transports._page import Page
 from tensorwire.transports._page_layout import CONTROL_BYTES, CREATOR_BYTE, FREE, SENDER
 from tensorwire.transports._page_lock import one_wait
 from tensorwire.transports._pool_choice import first_free, take, walk
-from tensorwire.transports._pool_lifetime import _POOLS, _finalize, _trim_loop
+from tensorwire.transports._pool_lifetime import _POOLS, _finalize, _retired, _trim_loop
 from tensorwire.transports._pool_slot import MIN_CLASS, Slot, _let_go, _let_go_copy, _SenderLease, size_class
 from tensorwire.transports._retention import Retention
-from tensorwire.transports._segment import create_memfd, create_named
+from tensorwire.transports._segment import create_memfd, create_named, remove_own
 
 __all__ = [
     "MIN_CLASS",
@@ -336,27 +338,54 @@ class Pool:
                 return None
         name = self._make_name()
         path = None if self.memfd else self.directory / name
-        fd, mapping = create_memfd(name, size) if path is None else create_named(path, size)
-        page = Page(fd, mapping, f"pool slot {name}")
-        page.init(capacity)
-        if path is not None:  # its file's readers tell this process alive by the mark, not its pid
-            page.mark(CREATOR_BYTE, True)
-        address = np.frombuffer(mapping, dtype=np.uint8, count=1, offset=CONTROL_BYTES).ctypes.data
-        slot = Slot(name, fd, mapping, page, capacity, address, path)
-        if self._prepare is not None:
-            try:
+        made: tuple[int, mmap.mmap] | None = None
+        slot: Slot | None = None
+        try:  # (an interrupt up to the slot's counting leaves no segment: no send can know it yet)
+            made = create_memfd(name, size) if path is None else create_named(path, size)
+            fd, mapping = made
+            page = Page(fd, mapping, f"pool slot {name}")
+            page.init(capacity)
+            if path is not None:  # its file's readers tell this process alive by the mark, not its pid
+                page.mark(CREATOR_BYTE, True)
+            address = np.frombuffer(mapping, dtype=np.uint8, count=1, offset=CONTROL_BYTES).ctypes.data
+            slot = Slot(name, fd, mapping, page, capacity, address, path)
+            if self._prepare is not None:
                 self._prepare(slot)
-            except BaseException:
-                _let_go(slot, unmap=True)
-                raise
-        group = self._slots.setdefault(capacity, [])
-        group.insert(len(group) - self._parked.get(capacity, 0), slot)  # before the parked ones
-        self._by_name[name] = slot
-        bisect.insort(self._starts, address)
-        self._by_start[address] = slot
-        self._cached += size
-        self._start_trimmer()
+            self._start_trimmer()
+            group = self._slots.setdefault(capacity, [])
+            group.insert(len(group) - self._parked.get(capacity, 0), slot)  # before the parked ones
+            self._by_name[name] = slot
+            bisect.insort(self._starts, address)
+            self._by_start[address] = slot
+            self._cached += size  # last: counted, the slot is the pool's
+        except BaseException:
+            self._unmake(path, made, slot)
+            raise
         return slot
+
+    def _unmake(self, path: Path | None, made: tuple[int, mmap.mmap] | None, slot: Slot | None) -> None:
+        """Undo a growth that failed (or was interrupted) once its segment was ``made``: take its
+        ``slot`` (if made) out of the indexes it reached, undo the owner's ``prepare``, remove the
+        named file and close the fd and the mapping (under the lock; the slot was never counted)."""
+        if slot is not None:
+            group = self._slots.get(slot.capacity, [])
+            if slot in group:
+                group.remove(slot)
+            if self._by_name.get(slot.name) is slot:
+                del self._by_name[slot.name]
+            if self._by_start.get(slot.address) is slot:
+                del self._by_start[slot.address]
+            at = bisect.bisect_left(self._starts, slot.address)
+            if self._starts[at : at + 1] == [slot.address]:  # (slots never overlap: the address is its own)
+                del self._starts[at]
+            _let_go(slot, unmap=_retired(self._retire if self._prepare is not None else None, slot))
+        elif made is not None:
+            fd, mapping = made
+            if path is not None:
+                remove_own(path, fd)
+            os.close(fd)
+            with suppress(BufferError):  # a half-made page's view: the mapping goes with it
+                mapping.close()
 
     def _evict(self, wanted: int) -> None:
         """Drop free slots, least recently used first, until ``wanted`` more bytes fit the budget in

@@ -8,13 +8,15 @@ page and closing its fd where that matters. Pool slots are memfds: nothing in /d
 
 from __future__ import annotations
 
+import bisect
 import errno
 import inspect
+import os
 import re
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
@@ -249,3 +251,47 @@ def test_an_interrupt_landing_as_a_send_stores_its_slot_gives_the_slot_back() ->
         assert shm.pool is not None
         [slot] = shm.pool.slots()
         assert slot.state == FREE and not slot.sending
+
+
+class _InsortInterrupted:
+    """``bisect``, but ``insort`` raises ``KeyboardInterrupt`` once it returns (a signal handler's)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(bisect, name)
+
+    @staticmethod
+    def insort(*args: Any) -> None:
+        bisect.insort(*args)
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("where", ["as-its-page-is-made", "as-it-is-indexed"])
+@pytest.mark.parametrize("backing", ["memfd", "named"])
+def test_an_interrupt_landing_as_the_pool_grows_leaves_no_segment(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, backing: Literal["memfd", "named"], where: str
+) -> None:
+    """An interrupt (a signal handler's ``KeyboardInterrupt``) that landed after ``Pool._grow``
+    created a segment, before the slot was registered, left its fd, its memory and (named) its file
+    for the life of the process, ``close()`` included; one in the middle of the registration left
+    the pool's indexes disagreeing. No send can know the slot yet: it is unmade at once."""
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    memfds, fds = transports.held_memfds(), len(os.listdir("/proc/self/fd"))
+    with transports.ShmTransport(tmp_path, backing=backing) as shm:
+        pool = shm.pool
+        assert pool is not None
+        if where == "as-its-page-is-made":
+            monkeypatch.setattr(pool_module, "Page", interrupted)
+        else:
+            monkeypatch.setattr(pool_module, "bisect", _InsortInterrupted())
+        with pytest.raises(KeyboardInterrupt):
+            tw.Encoder(transport=shm, options=OOB).encode(diffusion.Output(output=torch.ones(1000)))
+        monkeypatch.undo()
+        assert pool.slots() == [] and pool._by_name == {} and pool._starts == [] and pool._by_start == {}
+        assert pool.cached_bytes == 0 and list(tmp_path.iterdir()) == []
+        assert transports.held_memfds() == memfds and len(os.listdir("/proc/self/fd")) == fds
+        tw.Encoder(transport=shm, options=OOB).encode(diffusion.Output(output=torch.ones(1000)))
+        [slot] = pool.slots()
+        assert pool._by_name == {slot.name: slot} and pool._starts == [slot.address] and pool.cached_bytes > 0
