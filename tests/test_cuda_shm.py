@@ -577,3 +577,40 @@ def test_an_interrupt_landing_as_the_registered_pool_grows_leaves_no_slot(
     finally:
         monkeypatch.undo()
         transport.close()
+
+
+class _InterruptedRegistration(FakeCudaRuntime):
+    """A runtime whose next ``register`` is interrupted (a ``KeyboardInterrupt``) once it has
+    registered the range (``after``) or before it does."""
+
+    def __init__(self, after: bool) -> None:
+        super().__init__()
+        self.after, self.interrupt = after, True
+
+    def register(self, address: int, nbytes: int) -> None:
+        if self.interrupt and not self.after:
+            self.interrupt = False
+            raise KeyboardInterrupt
+        super().register(address, nbytes)
+        if self.interrupt:
+            self.interrupt = False
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before-the-range-is-registered", "after-it"])
+def test_an_interrupt_landing_as_a_slot_is_registered_leaves_no_range_registered(tmp_path: Path, after: bool) -> None:
+    """An interrupt that landed once the runtime registered a new slot's range, before the
+    registration was recorded, left the range registered under a mapping that was unmapped: the
+    next slot mapped there could not be registered (CUDA error 712). The range is unregistered at
+    once; one that landed before the runtime registered it is no failed unregistration either."""
+    fake = _InterruptedRegistration(after)
+    transport = transports.CudaShmTransport(tmp_path, runtime=fake, idle_seconds=0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _send(transport, torch.ones(100_000))
+        assert fake.registered == {} and transport.registrations == 0 and transport.healthy
+        assert _registered_states(transport) == [] and our_segments(tmp_path) == []
+        assert _send(transport, torch.ones(100_000)) is not None and transport.registrations == 1
+    finally:
+        transport.close()
+    assert fake.registered == {}

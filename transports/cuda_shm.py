@@ -290,9 +290,15 @@ class _Registrations:
         self.slots.clear()
 
     def register(self, slot: Slot) -> None:
+        """Register ``slot``'s data area; it is recorded first, as pending (0 bytes): an interrupt
+        that lands as the runtime registers it (before or after) leaves ``unregister`` to undo it."""
+        with self.lock:
+            self.slots[slot.name] = 0
         try:
             self.runtime.register(slot.address, slot.capacity)
         except CudaCallError as exc:
+            with self.lock:
+                del self.slots[slot.name]
             raise TransportError(
                 errno.EIO,
                 f"cuda_shm: {exc.call} of {slot.capacity} bytes failed with CUDA error {exc.code} ({exc.text})",
@@ -306,6 +312,10 @@ class _Registrations:
         try:
             self.runtime.unregister(slot.address)
         except CudaCallError as exc:  # still registered: counted, and its mapping is kept
+            if self.slots.get(slot.name) == 0:  # pending: an interrupt came before the runtime registered it
+                with self.lock:
+                    del self.slots[slot.name]
+                return True
             keep_forever(slot.mapping)
             with self.lock:
                 self.quarantine.append(Quarantined(slot.name, slot.capacity, f"{exc}", slot.mapping, None))
