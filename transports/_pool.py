@@ -279,8 +279,7 @@ class Pool:
         with self._lock:
             group = self._slots.get(slot.capacity, [])
             if slot in group:
-                self._remove(slot)
-                _let_go(slot, unmap=False)
+                self._drop(slot, keep=True)
 
     def give_back(self, slot: Slot) -> None:
         """Free ``slot``, taken by this process and not handed over (a send that failed)."""
@@ -400,21 +399,31 @@ class Pool:
             self._drop(slot)
 
     def _remove(self, slot: Slot) -> None:
-        """Take ``slot`` out of every index of the pool (under the lock)."""
-        self._slots[slot.capacity].remove(slot)
+        """Take ``slot`` out of every index of the pool (under the lock): all of them or none, as an
+        interrupt lands only as a call into C returns (the first changes nothing, the last is last)."""
+        at = bisect.bisect_left(self._starts, slot.address)
+        del self._starts[at]
+        del self._by_start[slot.address]
+        if slot.name in self._by_name:
+            del self._by_name[slot.name]
         if slot.parked:
             self._parked[slot.capacity] -= 1
-        self._by_name.pop(slot.name, None)
-        del self._starts[bisect.bisect_left(self._starts, slot.address)]
-        del self._by_start[slot.address]
         self._cached -= slot.capacity + CONTROL_BYTES
+        self._slots[slot.capacity].remove(slot)
 
-    def _drop(self, slot: Slot) -> None:
-        self._remove(slot)
-        if self._retire is not None and not self._retire(slot):
-            _let_go(slot, unmap=False)  # the owner keeps the mapping (e.g. a device may still use it)
-            return
-        _let_go(slot, unmap=True)
+    def _drop(self, slot: Slot, *, keep: bool = False) -> None:
+        """Take ``slot`` out of the pool and let go of it, unmapped once the owner's ``retire`` (if
+        any) undid its ``prepare`` (``keep``: the owner keeps the mapping, not retired); one out of
+        the indexes is let go whatever lands meanwhile."""
+        unmap = not keep
+        try:
+            self._remove(slot)
+            if unmap and self._retire is not None:
+                unmap = False  # (a retire that does not answer keeps the mapping, as one that fails does)
+                unmap = self._retire(slot)
+        finally:
+            if self._by_name.get(slot.name) is not slot:
+                _let_go(slot, unmap=unmap)
 
     def trim(self, idle_seconds: float | None = None) -> int:
         """Give back free slots unused for ``idle_seconds`` (default: the pool's); return the bytes freed.

@@ -27,9 +27,10 @@ from tensorwire.builtins import diffusion
 from tensorwire.transports import _pool as pool_module
 from tensorwire.transports import shm as shm_module
 from tensorwire.transports._page import Page
-from tensorwire.transports._page_layout import FREE, SENDER
+from tensorwire.transports._page_layout import CONTROL_BYTES, FREE, SENDER
 from tensorwire.transports._parallel_copy import copy_into
 from tensorwire.transports._pool import Pool
+from tensorwire.transports._reaper import next_name
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor through shared memory
 JOIN = 60.0  # seconds: a bound for a stopped thread, never a speed requirement
@@ -295,3 +296,68 @@ def test_an_interrupt_landing_as_the_pool_grows_leaves_no_segment(
         tw.Encoder(transport=shm, options=OOB).encode(diffusion.Output(output=torch.ones(1000)))
         [slot] = pool.slots()
         assert pool._by_name == {slot.name: slot} and pool._starts == [slot.address] and pool.cached_bytes > 0
+
+
+@pytest.mark.parametrize("call", ["bisect_left", "remove", "retire"])
+def test_an_interrupt_landing_as_a_slot_is_dropped_leaves_it_in_the_pool_or_let_go(tmp_path: Any, call: str) -> None:
+    """An interrupt that landed as ``Pool._drop`` took a slot out of the pool's indexes (as a call
+    into C returned) or as its owner's ``retire`` was called left it out of some of them and never
+    let go: its fd and memory stayed for the life of the process, ``close()`` included. The slot
+    is now in every index or in none, and one in none is let go."""
+    memfds = transports.held_memfds()
+    code = Pool._remove.__code__
+
+    def interrupting(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_return" and frame.f_code is code and arg.__name__ == call:
+            sys.setprofile(None)
+            raise KeyboardInterrupt
+
+    def retire(slot: Any) -> bool:
+        raise KeyboardInterrupt
+
+    pool = Pool(tmp_path, next_name, retire=retire if call == "retire" else None)
+    try:
+        slot = pool.acquire(4000, SENDER)
+        assert slot is not None
+        pool.give_back(slot)
+        sys.setprofile(interrupting)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                pool.trim(0)
+        finally:
+            sys.setprofile(None)
+        kept = pool.slots() == [slot]
+        assert kept == (call == "bisect_left")  # (the first call into C changes nothing; the others, all)
+        assert pool._by_name == ({slot.name: slot} if kept else {}) and pool._by_start.keys() == set(pool._starts)
+        assert pool.cached_bytes == (slot.capacity + CONTROL_BYTES if kept else 0)
+    finally:
+        pool.close()
+    assert transports.held_memfds() == memfds or call == "retire"  # (a retire that did not answer keeps the mapping)
+    assert slot.page.fd == -1
+
+
+def test_an_interrupt_landing_as_a_slot_is_forgotten_lets_it_go(tmp_path: Any) -> None:
+    """An interrupt that landed as ``Pool.forget`` took a slot out of the pool's indexes, before it
+    was let go, left its fd (and a named slot's file) for the life of the process."""
+    code = Pool._remove.__code__
+
+    def interrupting(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_return" and frame.f_code is code and arg.__name__ == "remove":
+            sys.setprofile(None)
+            raise KeyboardInterrupt
+
+    pool = Pool(tmp_path, next_name, memfd=False)
+    try:
+        slot = pool.acquire(4000, SENDER)
+        assert slot is not None
+        sys.setprofile(interrupting)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                pool.forget(slot)
+        finally:
+            sys.setprofile(None)
+        assert pool.slots() == [] and pool._by_name == {} and pool._starts == [] and pool.cached_bytes == 0
+        assert slot.page.fd == -1 and list(tmp_path.iterdir()) == [] and not slot.mapping.closed  # the owner's
+    finally:
+        pool.close()
+    slot.mapping.close()
