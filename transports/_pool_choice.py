@@ -46,17 +46,17 @@ def first_free(pool: Pool, group: list[Slot], capacity: int, state: int) -> Slot
         if slot.passed >= PASSED:
             passed.append(slot)
     if passed:
-        parked = pool._parked.get(capacity, 0)
-        for slot in passed:
+        for slot in passed:  # (each moved by one store, its count kept with it: an interrupt lands before or after)
             slot.passed = 0
-            group.remove(slot)
-            if slot.page.state in _HELD:  # held by a receiver (or by this process, unsent): parked
+            held = slot.page.state in _HELD
+            parked = pool._parked.get(capacity, 0)
+            at, end = group.index(slot), len(group) - parked
+            if held:  # held by a receiver (or by this process, unsent): parked
+                group[at:] = [*group[at + 1 :], slot]
                 slot.parked = True
-                group.append(slot)
-                parked += 1
+                pool._parked[capacity] = parked + 1
             else:  # in flight (a pipeline, or lost): at the back of those still looked at
-                group.insert(len(group) - parked, slot)
-        pool._parked[capacity] = parked
+                group[at:end] = [*group[at + 1 : end], slot]
     return None if found is None else take(found, state)
 
 
@@ -81,11 +81,11 @@ def walk(pool: Pool, group: list[Slot], capacity: int, state: int, now_ns: int) 
                     continue
                 usable = reusable(slot, now_ns, alive_once)
                 if usable:
-                    if slot.parked:
+                    if slot.parked:  # (moved by one store, its count kept with it: an interrupt lands before or after)
+                        at, end = group.index(slot), len(group) - pool._parked[capacity]
+                        group[end : at + 1] = [slot, *group[end:at]]
                         slot.parked = False
                         pool._parked[capacity] -= 1
-                        group.remove(slot)
-                        group.insert(len(group) - pool._parked[capacity], slot)
                     found = slot
                     break
                 if usable is None:

@@ -361,3 +361,69 @@ def test_an_interrupt_landing_as_a_slot_is_forgotten_lets_it_go(tmp_path: Any) -
     finally:
         pool.close()
     slot.mapping.close()
+
+
+def _moving(pool: Pool, scenario: str) -> Any:
+    """A pool whose next ``acquire`` moves a slot within its class, and the function that moves it:
+    ``first_free`` parks a slot held by the sender, or moves one in flight to the back of those in
+    use; ``walk`` takes a free parked one back among them."""
+    from tensorwire.transports import _pool_choice
+
+    first, second = pool.acquire(4000, SENDER), pool.acquire(4000, SENDER)
+    assert first is not None and second is not None
+    if scenario == "unparked":
+        group = pool._slots[first.capacity]
+        group[:] = [second, first]
+        first.parked, pool._parked[first.capacity] = True, 1
+        pool.give_back(first)
+        return _pool_choice.walk
+    if scenario == "in-flight":
+        pool.hand_over(first)
+        pool.hand_over(second)
+    first.passed = _pool_choice.PASSED - 1  # the next send that finds it busy moves it
+    return _pool_choice.first_free
+
+
+@pytest.mark.parametrize("scenario", ["parked", "in-flight", "unparked"])
+def test_an_interrupt_landing_as_a_slot_moves_within_its_class_keeps_it_in_the_pool(
+    tmp_path: Any, scenario: str
+) -> None:
+    """An interrupt that landed as a send moved a slot within its class (parked it, moved it to the
+    back of those in use, or took a parked one back), between taking it out of the class's list and
+    putting it back, left it out of the list (and the parked count wrong): the pool no longer saw
+    it, and ``close()`` never let go of it. Wherever an interrupt lands, the slot stays."""
+    memfds = transports.held_memfds()
+    landing = 1
+    while True:  # an interrupt as each call into C of the move's function returns, until none is left
+        pool = Pool(tmp_path, next_name)
+        code = _moving(pool, scenario).__code__
+        returns = 0
+
+        def interrupting(frame: Any, event: str, arg: Any, code: Any = code, landing: int = landing) -> None:
+            nonlocal returns
+            if event == "c_return" and frame.f_code is code:
+                returns += 1
+                if returns == landing:
+                    sys.setprofile(None)
+                    raise KeyboardInterrupt
+
+        sys.setprofile(interrupting)
+        try:
+            pool.acquire(4000, SENDER)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.setprofile(None)
+        try:
+            slots = pool.slots()
+            assert len(slots) == len(pool._by_name) and set(slots) == set(pool._by_name.values())
+            for capacity, group in pool._slots.items():
+                parked = pool._parked.get(capacity, 0)
+                assert [slot.parked for slot in group] == [False] * (len(group) - parked) + [True] * parked
+        finally:
+            pool.close()
+        assert transports.held_memfds() == memfds
+        if returns < landing:
+            break
+        landing += 1
+    assert landing > 2
