@@ -556,7 +556,7 @@ def test_an_interrupt_landing_as_the_registered_pool_grows_leaves_no_slot(
     created a slot's segment, before the slot was in the pool's indexes, left the file (and fd) for
     the life of the process and, once registered, the range registered under a mapping nobody
     unregisters. The slot is unregistered and unmade at once."""
-    from tensorwire.transports import _pool as pool_module
+    from tensorwire.transports import _pool_growth as growth_module
 
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt
@@ -565,7 +565,7 @@ def test_an_interrupt_landing_as_the_registered_pool_grows_leaves_no_slot(
     transport = transports.CudaShmTransport(tmp_path, runtime=fake, backing="named", idle_seconds=0)
     try:
         if where == "before-its-registration":
-            monkeypatch.setattr(pool_module, "Page", interrupted)
+            monkeypatch.setattr(growth_module, "Page", interrupted)
         else:  # as its data area's address is indexed, once the range is registered
             monkeypatch.setattr(bisect, "insort", interrupted)
         with pytest.raises(KeyboardInterrupt):

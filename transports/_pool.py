@@ -28,15 +28,15 @@ the fork it closes its copies of their fds and unmaps them (one a view of the ch
 with that view), so the child holds none of the parent's memory and no mark of it.
 
 A slot, its size classes and letting go of one are ``_pool_slot``'s; which slot of its class a
-send takes (a glance at those in use, a close walk) is ``_pool_choice``'s; how pools live with
-their process (the trimming thread, exit, a fork) is ``_pool_lifetime``'s.
+send takes (a glance at those in use, a close walk) is ``_pool_choice``'s; growing by a slot and
+dropping one (the pool's indexes, the budget's evictions) is ``_pool_growth``'s; how pools live
+with their process (the trimming thread, exit, a fork) is ``_pool_lifetime``'s.
 """
 
 from __future__ import annotations
 
 import bisect
 import errno
-import mmap
 import os
 import resource
 import threading
@@ -51,14 +51,13 @@ import numpy as np
 
 from tensorwire import _memory as memory
 from tensorwire.errors import TransportError
-from tensorwire.transports._page import Page
-from tensorwire.transports._page_layout import CONTROL_BYTES, CREATOR_BYTE, FREE, SENDER
+from tensorwire.transports._page_layout import CONTROL_BYTES, FREE, SENDER
 from tensorwire.transports._page_lock import one_wait
 from tensorwire.transports._pool_choice import first_free, take, walk
-from tensorwire.transports._pool_lifetime import _POOLS, _finalize, _retired, _trim_loop
-from tensorwire.transports._pool_slot import MIN_CLASS, Slot, _let_go, _let_go_copy, _SenderLease, size_class
+from tensorwire.transports._pool_growth import drop, grow
+from tensorwire.transports._pool_lifetime import _POOLS, _finalize, _trim_loop
+from tensorwire.transports._pool_slot import MIN_CLASS, Slot, _let_go_copy, _SenderLease, size_class
 from tensorwire.transports._retention import Retention
-from tensorwire.transports._segment import create_memfd, create_named, remove_own
 
 __all__ = [
     "MIN_CLASS",
@@ -193,12 +192,12 @@ class Pool:
                         if taken is not None:
                             return taken
                         walked = True
-                grown = self._grow(capacity)
+                grown = grow(self, capacity)
                 if grown is None and group and not walked:  # the budget forbids growth: look now
                     taken = walk(self, group, capacity, state, time.monotonic_ns())
                     if taken is not None:
                         return taken
-                    grown = self._grow(capacity)  # the walk may have dropped garbage
+                    grown = grow(self, capacity)  # the walk may have dropped garbage
                 if grown is not None:
                     taken = take(grown, state)
                 return taken
@@ -279,7 +278,7 @@ class Pool:
         with self._lock:
             group = self._slots.get(slot.capacity, [])
             if slot in group:
-                self._drop(slot, keep=True)
+                drop(self, slot, keep=True)
 
     def give_back(self, slot: Slot) -> None:
         """Free ``slot``, taken by this process and not handed over (a send that failed)."""
@@ -325,105 +324,9 @@ class Pool:
         buffer = _VIEWS.view(slot.address, nbytes, lease)
         return np.asarray(lease) if buffer is None else buffer
 
-    # -- growth and retention -------------------------------------------------------------------
+    # -- retention -------------------------------------------------------------------------------
     def _budget(self) -> int:
         return self.retention.budget(self.directory, self.cached_bytes)
-
-    def _grow(self, capacity: int) -> Slot | None:
-        size = CONTROL_BYTES + capacity
-        if self.cached_bytes + size > self._budget() or len(self._by_name) >= self.max_slots:
-            self._evict(size)
-            if self.cached_bytes + size > self._budget() or len(self._by_name) >= self.max_slots:
-                return None
-        name = self._make_name()
-        path = None if self.memfd else self.directory / name
-        made: tuple[int, mmap.mmap] | None = None
-        slot: Slot | None = None
-        try:  # (an interrupt up to the slot's counting leaves no segment: no send can know it yet)
-            made = create_memfd(name, size) if path is None else create_named(path, size)
-            fd, mapping = made
-            page = Page(fd, mapping, f"pool slot {name}")
-            page.init(capacity)
-            if path is not None:  # its file's readers tell this process alive by the mark, not its pid
-                page.mark(CREATOR_BYTE, True)
-            address = np.frombuffer(mapping, dtype=np.uint8, count=1, offset=CONTROL_BYTES).ctypes.data
-            slot = Slot(name, fd, mapping, page, capacity, address, path)
-            if self._prepare is not None:
-                self._prepare(slot)
-            self._start_trimmer()
-            group = self._slots.setdefault(capacity, [])
-            group.insert(len(group) - self._parked.get(capacity, 0), slot)  # before the parked ones
-            self._by_name[name] = slot
-            bisect.insort(self._starts, address)
-            self._by_start[address] = slot
-            self._cached += size  # last: counted, the slot is the pool's
-        except BaseException:
-            self._unmake(path, made, slot)
-            raise
-        return slot
-
-    def _unmake(self, path: Path | None, made: tuple[int, mmap.mmap] | None, slot: Slot | None) -> None:
-        """Undo a growth that failed (or was interrupted) once its segment was ``made``: take its
-        ``slot`` (if made) out of the indexes it reached, undo the owner's ``prepare``, remove the
-        named file and close the fd and the mapping (under the lock; the slot was never counted)."""
-        if slot is not None:
-            group = self._slots.get(slot.capacity, [])
-            if slot in group:
-                group.remove(slot)
-            if self._by_name.get(slot.name) is slot:
-                del self._by_name[slot.name]
-            if self._by_start.get(slot.address) is slot:
-                del self._by_start[slot.address]
-            at = bisect.bisect_left(self._starts, slot.address)
-            if self._starts[at : at + 1] == [slot.address]:  # (slots never overlap: the address is its own)
-                del self._starts[at]
-            _let_go(slot, unmap=_retired(self._retire if self._prepare is not None else None, slot))
-        elif made is not None:
-            fd, mapping = made
-            if path is not None:
-                remove_own(path, fd)
-            os.close(fd)
-            with suppress(BufferError):  # a half-made page's view: the mapping goes with it
-                mapping.close()
-
-    def _evict(self, wanted: int) -> None:
-        """Drop free slots, least recently used first, until ``wanted`` more bytes fit the budget in
-        one slot more."""
-        free = sorted(
-            (s for slots in self._slots.values() for s in slots if s.state == FREE and not s.sending),
-            key=lambda s: s.last_used,
-        )
-        for slot in free:
-            if self.cached_bytes + wanted <= self._budget() and len(self._by_name) < self.max_slots:
-                return
-            self._drop(slot)
-
-    def _remove(self, slot: Slot) -> None:
-        """Take ``slot`` out of every index of the pool (under the lock): all of them or none, as an
-        interrupt lands only as a call into C returns (the first changes nothing, the last is last)."""
-        at = bisect.bisect_left(self._starts, slot.address)
-        del self._starts[at]
-        del self._by_start[slot.address]
-        if slot.name in self._by_name:
-            del self._by_name[slot.name]
-        if slot.parked:
-            self._parked[slot.capacity] -= 1
-        self._cached -= slot.capacity + CONTROL_BYTES
-        self._slots[slot.capacity].remove(slot)
-
-    def _drop(self, slot: Slot, *, keep: bool = False) -> None:
-        """Take ``slot`` out of the pool and let go of it, unmapped once the owner's ``retire`` (if
-        any) undid its ``prepare`` (``keep``: the owner keeps the mapping, not retired); one out of
-        the indexes is let go whatever lands meanwhile."""
-        unmap = not keep
-        try:
-            self._remove(slot)
-            if unmap and self._retire is not None:
-                unmap = False  # (a retire that does not answer keeps the mapping, as one that fails does)
-                unmap = self._retire(slot)
-        finally:
-            if self._by_name.get(slot.name) is not slot:
-                _let_go(slot, unmap=unmap)
 
     def trim(self, idle_seconds: float | None = None) -> int:
         """Give back free slots unused for ``idle_seconds`` (default: the pool's); return the bytes freed.
@@ -437,7 +340,7 @@ class Pool:
                 for slot in list(slots):
                     if slot.state == FREE and not slot.sending and now - slot.last_used >= limit:
                         freed += slot.capacity + CONTROL_BYTES
-                        self._drop(slot)
+                        drop(self, slot)
         return freed
 
     def expire(self) -> int:
@@ -468,4 +371,4 @@ class Pool:
             self._closed = True
             for slots in list(self._slots.values()):
                 for slot in list(slots):
-                    self._drop(slot)
+                    drop(self, slot)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from tensorwire.transports._page_layout import CLAIMED, FREE, IN_FLIGHT, SENDER, STATES
 from tensorwire.transports._page_lock import one_wait
+from tensorwire.transports._pool_growth import drop
 from tensorwire.transports._pool_slot import Slot
 from tensorwire.transports._segment import alive
 
@@ -92,7 +93,7 @@ def walk(pool: Pool, group: list[Slot], capacity: int, state: int, now_ns: int) 
                     garbage.append(slot)
     finally:
         for slot in garbage:
-            pool._drop(slot)
+            drop(pool, slot)
     if found is not None:
         return take(found, state)
     pool._walked[capacity] = now_ns

@@ -26,6 +26,7 @@ import tensorwire as tw
 from tensorwire import transports
 from tensorwire.builtins import diffusion
 from tensorwire.transports import _pool as pool_module
+from tensorwire.transports import _pool_growth as growth_module
 from tensorwire.transports import shm as shm_module
 from tensorwire.transports._page import Page
 from tensorwire.transports._page_layout import CONTROL_BYTES, FREE, SENDER
@@ -272,7 +273,7 @@ class _InsortInterrupted:
 def test_an_interrupt_landing_as_the_pool_grows_leaves_no_segment(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, backing: Literal["memfd", "named"], where: str
 ) -> None:
-    """An interrupt (a signal handler's ``KeyboardInterrupt``) that landed after ``Pool._grow``
+    """An interrupt (a signal handler's ``KeyboardInterrupt``) that landed after ``_pool_growth.grow``
     created a segment, before the slot was registered, left its fd, its memory and (named) its file
     for the life of the process, ``close()`` included; one in the middle of the registration left
     the pool's indexes disagreeing. No send can know the slot yet: it is unmade at once."""
@@ -286,9 +287,9 @@ def test_an_interrupt_landing_as_the_pool_grows_leaves_no_segment(
         pool = shm.pool
         assert pool is not None
         if where == "as-its-page-is-made":
-            monkeypatch.setattr(pool_module, "Page", interrupted)
+            monkeypatch.setattr(growth_module, "Page", interrupted)
         else:
-            monkeypatch.setattr(pool_module, "bisect", _InsortInterrupted())
+            monkeypatch.setattr(growth_module, "bisect", _InsortInterrupted())
         with pytest.raises(KeyboardInterrupt):
             tw.Encoder(transport=shm, options=OOB).encode(diffusion.Output(output=torch.ones(1000)))
         monkeypatch.undo()
@@ -302,13 +303,13 @@ def test_an_interrupt_landing_as_the_pool_grows_leaves_no_segment(
 
 @pytest.mark.parametrize("call", ["bisect_left", "remove", "retire"])
 def test_an_interrupt_landing_as_a_slot_is_dropped_leaves_it_in_the_pool_or_let_go(tmp_path: Any, call: str) -> None:
-    """An interrupt that landed as ``Pool._drop`` took a slot out of the pool's indexes (as a call
+    """An interrupt that landed as ``_pool_growth.drop`` took a slot out of the pool's indexes (as a call
     into C returned) or as its owner's ``retire`` was called left it out of some of them and never
     let go: its fd and memory stayed for the life of the process, ``close()`` included. The slot
     is now in every index or in none, and one in none is let go."""
     gc.collect()  # (what earlier tests dropped goes now, not during this one: it counts its own only)
     memfds = transports.held_memfds()
-    code = Pool._remove.__code__
+    code = growth_module.remove.__code__
 
     def interrupting(frame: Any, event: str, arg: Any) -> None:
         if event == "c_return" and frame.f_code is code and arg.__name__ == call:
@@ -342,7 +343,7 @@ def test_an_interrupt_landing_as_a_slot_is_dropped_leaves_it_in_the_pool_or_let_
 def test_an_interrupt_landing_as_a_slot_is_forgotten_lets_it_go(tmp_path: Any) -> None:
     """An interrupt that landed as ``Pool.forget`` took a slot out of the pool's indexes, before it
     was let go, left its fd (and a named slot's file) for the life of the process."""
-    code = Pool._remove.__code__
+    code = growth_module.remove.__code__
 
     def interrupting(frame: Any, event: str, arg: Any) -> None:
         if event == "c_return" and frame.f_code is code and arg.__name__ == "remove":
