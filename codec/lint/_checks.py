@@ -1,193 +1,24 @@
-"""Style rules for a schema directory (``tensorwire lint``): names, descriptions, unused ``$defs``.
-
-``lint(schemas)`` checks a compiled ``SchemaSet`` and returns ``Finding``s, each naming its rule,
-file, line, column and JSON pointer. Every rule has a stable ID and can be turned off on its own
-(``disable``), or for some files only (``ignore``). The rules:
-
-* ``TYPE_PASCAL_CASE``: a type name (a message type, a ``$defs`` key, an ``x-enum-name``, the
-  ``title`` of a nested object) is PascalCase: letters and digits, starting with a capital, and
-  acronyms written as words: no run of three or more capitals (``HttpRequest``, not ``HTTPRequest``).
-* ``FIELD_LOWER_SNAKE_CASE``: a field name is lower_snake_case (``sample_rate``): lower-case letters
-  and digits in words joined by single underscores, starting with a letter.
-* ``ENUM_VALUE_LOWER_SNAKE_CASE``: an enum value is lower_snake_case (``zero_to_255``; a value may
-  start with a digit, as ``1080p``), so that every enum reads the same way on the wire.
-* ``TYPE_DESCRIPTION``: a message type has a ``description`` or ``title``; a nested enum or object
-  has a ``description``.
-* ``FIELD_DESCRIPTION``: a field has a ``description`` (a union tag, a ``const``, needs none).
-* ``DEF_UNUSED``: a ``$defs`` entry is the target of some ``$ref`` of the directory.
-* ``VERSION_NOT_BUMPED``: with a baseline (``tensorwire lint --against REV``), no type changed in a
-  way that breaks old readers or writers without a new major version; this is the compat checker's
-  rule of the same ID (``tensorwire.compat``), reported like the others.
-
-Findings print as ``file:line:col: RULE_ID message`` (``render``); ``JSON_SCHEMA`` is the schema of
-the JSON format. This module needs neither torch nor numpy.
+"""What each style rule of ``tensorwire lint`` finds in a schema directory: the directory's files
+and every schema node in them (``Files``), a check per rule that returns its findings (``CHECKS``,
+by rule ID), the names' conventions they hold names to (PascalCase, lower_snake_case, with the
+name a breach suggests instead), and the compat checker's ``VERSION_NOT_BUMPED`` findings against
+a baseline, placed as the others (``not_bumped``).
 """
 
 from __future__ import annotations
 
-import fnmatch
-import json
 import posixpath
 import re
-from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tensorwire.compat import compare
-from tensorwire.compat._report import github_command
 from tensorwire.errors import Location
+from tensorwire.lint._report import Finding
 from tensorwire.schema import SchemaSet
 from tensorwire.schema._source import SourceFile, join_pointer
 
-__all__ = ["FORMATS", "JSON_SCHEMA", "RULES", "Finding", "Rule", "lint", "render", "rules_table", "unknown_rules"]
-
-FORMATS = ("text", "json", "github")
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """A lint rule: its stable ID, what it asks for, and whether it needs a baseline to run."""
-
-    id: str
-    purpose: str
-    needs_baseline: bool = False
-
-
-RULES: dict[str, Rule] = {
-    r.id: r
-    for r in (
-        Rule(
-            "TYPE_PASCAL_CASE",
-            "type names are PascalCase, acronyms written as words (HttpRequest, not HTTPRequest)",
-        ),
-        Rule("FIELD_LOWER_SNAKE_CASE", "field names are lower_snake_case (sample_rate)"),
-        Rule("ENUM_VALUE_LOWER_SNAKE_CASE", "enum values are lower_snake_case (zero_to_255)"),
-        Rule("TYPE_DESCRIPTION", "message types have a description or title; nested enums and objects a description"),
-        Rule("FIELD_DESCRIPTION", "fields have a description (a union tag needs none)"),
-        Rule("DEF_UNUSED", "every $defs entry is the target of a $ref"),
-        Rule(
-            "VERSION_NOT_BUMPED",
-            "no breaking change inside a major version (needs --against REV: the compat rule of that ID)",
-            needs_baseline=True,
-        ),
-    )
-}
-"""The rule catalogue, by ID, in the order ``--list-rules`` prints it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One breach of a rule, at ``file:line:col`` (1-based) and JSON ``pointer`` of the schema file."""
-
-    rule: str
-    message: str
-    file: str
-    line: int
-    col: int
-    pointer: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.col}: {self.rule} {self.message}"
-
-    def as_json(self) -> dict[str, Any]:
-        """The finding as the JSON format prints it."""
-        return {
-            "rule": self.rule,
-            "message": self.message,
-            "file": self.file,
-            "line": self.line,
-            "col": self.col,
-            "pointer": self.pointer,
-        }
-
-
-JSON_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["findings", "summary"],
-    "properties": {
-        "findings": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["rule", "message", "file", "line", "col", "pointer"],
-                "properties": {
-                    "rule": {"type": "string", "description": "rule ID from `tensorwire lint --list-rules`"},
-                    "message": {"type": "string"},
-                    "file": {"type": "string"},
-                    "line": {"type": "integer", "minimum": 1},
-                    "col": {"type": "integer", "minimum": 1},
-                    "pointer": {"type": "string", "description": "JSON pointer into the schema file"},
-                },
-            },
-        },
-        "summary": {"type": "object", "additionalProperties": {"type": "integer"}, "description": "findings per rule"},
-    },
-}
-"""The schema of ``render(findings, "json")``."""
-
-
-def unknown_rules(ids: Collection[str]) -> list[str]:
-    """The IDs of ``ids`` that name no rule, in their order."""
-    return [rule_id for rule_id in ids if rule_id not in RULES]
-
-
-def lint(
-    schemas: SchemaSet,
-    *,
-    disable: Collection[str] = (),
-    ignore: Sequence[tuple[str, str]] = (),
-    baseline: SchemaSet | None = None,
-    mode: str = "full",
-) -> list[Finding]:
-    """Every finding of the enabled rules over ``schemas``, sorted by file, line and column.
-
-    ``disable`` turns rules off; ``ignore`` holds ``(rule ID, file pattern)`` pairs that turn a rule
-    off for the files whose path relative to the schema directory matches the pattern
-    (``fnmatch``: ``rpc/*``). ``VERSION_NOT_BUMPED`` runs only with a ``baseline`` (the schemas as
-    they were), compared in ``mode`` (see ``tensorwire.compat``). An unknown rule ID is a
-    ``ValueError``.
-    """
-    unknown = unknown_rules([*disable, *(rule_id for rule_id, _ in ignore)])
-    if unknown:
-        raise ValueError(f"unknown lint rule {unknown[0]!r}; known: {', '.join(RULES)}")
-    files = _Files(schemas)
-    found: list[tuple[str, Finding]] = []
-    for rule_id, check in _CHECKS.items():
-        if rule_id not in disable:
-            found += check(files)
-    if baseline is not None and "VERSION_NOT_BUMPED" not in disable:
-        found += _not_bumped(files, baseline, mode)
-    kept = [
-        finding
-        for key, finding in found
-        if not any(rule_id == finding.rule and fnmatch.fnmatchcase(key, pattern) for rule_id, pattern in ignore)
-    ]
-    return sorted(kept, key=lambda f: (f.file, f.line, f.col, f.rule, f.message))
-
-
-def render(findings: Sequence[Finding], fmt: str) -> str:
-    """``findings`` as ``text`` (one ``file:line:col: RULE_ID message`` line each), ``json`` or
-    ``github`` (workflow commands that annotate a pull request)."""
-    if fmt == "json":
-        summary: dict[str, int] = {}
-        for f in findings:
-            summary[f.rule] = summary.get(f.rule, 0) + 1
-        return json.dumps({"findings": [f.as_json() for f in findings], "summary": summary}, indent=2)
-    if fmt == "github":
-        return "\n".join(github_command("error", f.file, f.line, f.col, f.rule, f.message) for f in findings)
-    if fmt != "text":
-        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    return "\n".join(str(f) for f in findings)
-
-
-def rules_table(fmt: str = "text") -> str:
-    """The rule catalogue as aligned text or as JSON (``id``, ``purpose``, ``needs_baseline``)."""
-    if fmt == "json":
-        return json.dumps(
-            [{"id": r.id, "purpose": r.purpose, "needs_baseline": r.needs_baseline} for r in RULES.values()], indent=2
-        )
-    width = max(len(r) for r in RULES)
-    return "\n".join(f"{r.id:<{width}}  {r.purpose}" for r in RULES.values())
+__all__ = ["CHECKS", "Files", "not_bumped"]
 
 
 # -- names --------------------------------------------------------------------------------------
@@ -215,7 +46,7 @@ def _suggest(fixed: str, name: str) -> str:
 
 
 # -- the files ----------------------------------------------------------------------------------
-class _Files:
+class Files:
     """The directory's schema files: each with its key (path relative to the directory) and nodes."""
 
     def __init__(self, schemas: SchemaSet) -> None:
@@ -296,7 +127,7 @@ def _pascal_problem(name: str) -> str | None:
     return f"write the acronym {acronym!r} as a word"
 
 
-def _type_names(files: _Files) -> _Found:
+def _type_names(files: Files) -> _Found:
     out: _Found = []
 
     def check(key: str, source: SourceFile, name: str, pointer: str, what: str, *, key_pos: bool) -> None:
@@ -320,7 +151,7 @@ def _type_names(files: _Files) -> _Found:
     return out
 
 
-def _field_names(files: _Files) -> _Found:
+def _field_names(files: Files) -> _Found:
     out: _Found = []
     for key, source, pointer, node, _ in files.nodes():
         props = node.get("properties")
@@ -332,7 +163,7 @@ def _field_names(files: _Files) -> _Found:
     return out
 
 
-def _enum_values(files: _Files) -> _Found:
+def _enum_values(files: Files) -> _Found:
     out: _Found = []
     for key, source, pointer, node, _ in files.nodes():
         values = node.get("enum")
@@ -345,7 +176,7 @@ def _enum_values(files: _Files) -> _Found:
     return out
 
 
-def _type_descriptions(files: _Files) -> _Found:
+def _type_descriptions(files: Files) -> _Found:
     out: _Found = []
     for key, source, pointer, node, named in files.nodes():
         if not pointer:
@@ -372,7 +203,7 @@ def _label(node: dict[str, Any], pointer: str) -> str:
     return f"at {pointer}"
 
 
-def _field_descriptions(files: _Files) -> _Found:
+def _field_descriptions(files: Files) -> _Found:
     out: _Found = []
     for key, source, pointer, node, _ in files.nodes():
         props = node.get("properties")
@@ -384,7 +215,7 @@ def _field_descriptions(files: _Files) -> _Found:
     return out
 
 
-def _unused_defs(files: _Files) -> _Found:
+def _unused_defs(files: Files) -> _Found:
     used: set[tuple[str, str]] = set()
     for key, _, _, node, _ in files.nodes():
         ref = node.get("$ref")
@@ -406,7 +237,7 @@ def _unused_defs(files: _Files) -> _Found:
     return out
 
 
-def _not_bumped(files: _Files, baseline: SchemaSet, mode: str) -> _Found:
+def not_bumped(files: Files, baseline: SchemaSet, mode: str) -> _Found:
     out: _Found = []
     findings = compare(baseline, files.schemas, mode)
     for f in findings:
@@ -429,7 +260,7 @@ def _not_bumped(files: _Files, baseline: SchemaSet, mode: str) -> _Found:
     return out
 
 
-_CHECKS: dict[str, Callable[[_Files], _Found]] = {
+CHECKS: dict[str, Callable[[Files], _Found]] = {
     "TYPE_PASCAL_CASE": _type_names,
     "FIELD_LOWER_SNAKE_CASE": _field_names,
     "ENUM_VALUE_LOWER_SNAKE_CASE": _enum_values,
