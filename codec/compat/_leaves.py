@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from tensorwire.compat._dims import moved
 from tensorwire.compat._nodes import (
     device_names,
     dtype_names,
     exact_as_float,
     limit_changes,
-    moved,
     sole,
     sole_held,
 )

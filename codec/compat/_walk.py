@@ -5,17 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tensorwire.compat._dims import dim_renames, free_dims, kept_ties, pinned_dims
 from tensorwire.compat._finding import Finding
 from tensorwire.compat._leaves import enum, limits, scalar, tensor, tree_limits
 from tensorwire.compat._nodes import (
     alone,
-    dim_renames,
-    free_dims,
     in_tree,
-    kept_ties,
     kind_of,
     never_sent,
-    pinned_dims,
     same_default,
     sole,
     spans,
