@@ -4,8 +4,8 @@
 is wrong (``refusal``), else msgspec's own words with the path into the body (a map entry by its
 key); ``table_error`` words the error for a buffer table msgspec rejected (a handle of a transport
 the decoder does not have named as such); ``typed_error`` adds the type and version frame 0's tag
-names to an error raised while the body was read; ``nesting_error`` adds the type, version and
-path to a refusal of frame 0's nesting (raised before frame 0 is decoded). ``clear_locals`` clears
+names to an error raised while the body was read (a refusal of frame 0's nesting, raised before
+frame 0 is decoded, is worded by ``_scan.nesting_error``). ``clear_locals`` clears
 the locals of the failed frames in an error's traceback, so the error, kept by the caller, holds
 none of the imported buffers or the message's frames.
 """
@@ -22,12 +22,11 @@ import msgspec
 
 from tensorwire._body import stand_in
 from tensorwire._locate import entry_path, header_path, msgspec_error
-from tensorwire._scan import nesting_path, past_the_limit, walk
-from tensorwire._wire import HEADER_LEVELS, MAGIC, WIRE_VERSION, parse_tag
+from tensorwire._wire import MAGIC, WIRE_VERSION, parse_tag
 from tensorwire.errors import DecodeError, printable
 from tensorwire.registry import Registry, UnknownTypeError
 
-__all__ = ["clear_locals", "decode_error", "nesting_error", "refusal", "table_error", "typed_error"]
+__all__ = ["clear_locals", "decode_error", "refusal", "table_error", "typed_error"]
 
 
 class _Peek(msgspec.Struct, array_like=True):
@@ -119,45 +118,6 @@ def typed_error(head: Any, exc: DecodeError) -> DecodeError:
     if ident is None:
         return exc
     return DecodeError(exc.message, path=exc.path, type_id=ident[0], version=ident[1])
-
-
-def nesting_error(data: bytes | memoryview, exc: DecodeError, registry: Registry, max_depth: int) -> DecodeError:
-    """``exc``, a refusal of frame 0 ``data`` (bytes, or a view of unsigned bytes) by the walk that
-    bounds its nesting (``max_depth``: its levels, frame 0's own included); if it says the frame is
-    nested too deep, with the type and version its tag names (a type of ``registry``) and the path
-    of the first container past the limit where ``nesting_path`` names one (in the body ``$...``,
-    in the buffer table ``$.buffers...``). Read without recursion."""
-    if exc.message != past_the_limit(max_depth - HEADER_LEVELS).message or data[0] not in _ARRAYS:
-        return exc  # another refusal, or a frame 0 that is not an array: no tag, no path
-    try:
-        found = nesting_path(data, max_depth)
-        ident = _tagged(data, registry)
-    except Exception:  # the locator only improves a message; it never replaces the error
-        return exc
-    return DecodeError(
-        exc.message,
-        path=header_path(found) if found is not None and found != "$" else None,
-        type_id=None if ident is None else ident[0],
-        version=None if ident is None else ident[1],
-    )
-
-
-_ARRAYS = frozenset((*range(0x91, 0xA0), 0xDC, 0xDD))  # the headers of an array that has items
-
-
-def _tagged(data: bytes | memoryview, registry: Registry) -> tuple[str, int] | None:
-    """``(type_id, version)`` that the tag of frame 0 ``data`` names, read alone (nothing after it),
-    if it is one of this wire format's and a type of ``registry``; else None."""
-    start = 1 if data[0] < 0xA0 else 3 if data[0] == 0xDC else 5
-    try:
-        tag = msgspec.msgpack.decode(bytes(data[start : walk(data, 0, 0, start)]))
-        parsed = parse_tag(tag)
-        if parsed is None or parsed[0] != WIRE_VERSION:
-            return None
-        registry.type(parsed[1], parsed[2])
-    except (DecodeError, msgspec.MsgspecError, UnknownTypeError):
-        return None
-    return parsed[1], parsed[2]
 
 
 def _ident(head: Any) -> tuple[str, int] | None:

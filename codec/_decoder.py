@@ -34,11 +34,11 @@ from typing import Any, Final
 import msgspec
 
 from tensorwire._body import KEEP
-from tensorwire._decode_errors import clear_locals, decode_error, nesting_error, typed_error
+from tensorwire._decode_errors import clear_locals, decode_error, typed_error
 from tensorwire._frame_types import frame_type, table_decoder
 from tensorwire._incoming import Reading
 from tensorwire._plain import body_at, plain_bodies, unguarded
-from tensorwire._scan import OPENERS, OTHERS, too_deep_for_the_stack, walk
+from tensorwire._scan import OPENERS, OTHERS, nesting_error, too_deep_for_the_stack, walk
 from tensorwire._sealed import Sealed
 from tensorwire._twin import BECOME
 from tensorwire._wire import HEADER_LEVELS, data_span

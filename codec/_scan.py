@@ -9,7 +9,9 @@ extension, ext inside ext included; the array a tuple's payload holds is that tu
 value: one running past the payload, or bytes left after it, are a ``DecodeError``. Other
 extensions (tensor references) are leaves whose payload is never parsed. Truncation, invalid
 bytes and nesting past the limit raise ``DecodeError``. ``nesting_path`` walks a refused frame
-again, on the error path only, to name where the nesting goes past the limit.
+again, on the error path only, to name where the nesting goes past the limit; ``nesting_error``
+words that refusal with the path and the type and version frame 0's tag names (the decoder's and
+``describe``'s alike).
 """
 
 from __future__ import annotations
@@ -19,11 +21,21 @@ import sys
 
 import msgspec
 
-from tensorwire._locate import key_segment
-from tensorwire._wire import EXT_TUPLE, Buffer
-from tensorwire.errors import DecodeError
+from tensorwire._locate import header_path, key_segment
+from tensorwire._wire import EXT_TUPLE, HEADER_LEVELS, WIRE_VERSION, Buffer, parse_tag
+from tensorwire.errors import DecodeError, printable
+from tensorwire.registry import Registry, UnknownTypeError
 
-__all__ = ["OPENERS", "OTHERS", "check_depth", "nesting_path", "past_the_limit", "too_deep_for_the_stack", "walk"]
+__all__ = [
+    "OPENERS",
+    "OTHERS",
+    "check_depth",
+    "nesting_error",
+    "nesting_path",
+    "past_the_limit",
+    "too_deep_for_the_stack",
+    "walk",
+]
 
 # Bytes that can open a nesting level: fixmap, fixarray, array16/32, map16/32, ext headers.
 OPENERS = bytes([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF, 0xC7, 0xC8, 0xC9, *range(0xD4, 0xD9)])
@@ -258,6 +270,51 @@ def _path(data: bytes | memoryview, levels: list[tuple[int, int, int, int, int, 
             except msgspec.MsgspecError:  # a key that does not read (a string that is not UTF-8)
                 break
     return path
+
+
+def nesting_error(data: bytes | memoryview, exc: DecodeError, registry: Registry | None, max_depth: int) -> DecodeError:
+    """``exc``, a refusal of frame 0 ``data`` (bytes, or a view of unsigned bytes) by the walk that
+    bounds its nesting (``max_depth``: its levels, frame 0's own included); if it says the frame is
+    nested too deep, with the type and version its tag names and the path of the first container
+    past the limit where ``nesting_path`` names one (in the body ``$...``, in the buffer table
+    ``$.buffers...``). With ``registry``, only a type of it is named; without one (``describe``),
+    any type id the tag holds, written printable and cut to 64 characters. Read without recursion."""
+    if exc.message != past_the_limit(max_depth - HEADER_LEVELS).message or data[0] not in _ARRAYS:
+        return exc  # another refusal, or a frame 0 that is not an array: no tag, no path
+    try:
+        found = nesting_path(data, max_depth)
+        ident = _tagged(data, registry)
+    except Exception:  # the locator only improves a message; it never replaces the error
+        return exc
+    return DecodeError(
+        exc.message,
+        path=header_path(found) if found is not None and found != "$" else None,
+        type_id=None if ident is None else ident[0],
+        version=None if ident is None else ident[1],
+    )
+
+
+_ARRAYS = frozenset((*range(0x91, 0xA0), 0xDC, 0xDD))  # the headers of an array that has items
+_ID_CHARS = 64  # a type id read without a registry is cut to this many characters
+
+
+def _tagged(data: bytes | memoryview, registry: Registry | None) -> tuple[str, int] | None:
+    """``(type_id, version)`` that the tag of frame 0 ``data`` names, read alone (nothing after it),
+    if it is one of this wire format's and (with ``registry``) a type of ``registry``; else None."""
+    start = 1 if data[0] < 0xA0 else 3 if data[0] == 0xDC else 5
+    try:
+        tag = msgspec.msgpack.decode(bytes(data[start : walk(data, 0, 0, start)]))
+        parsed = parse_tag(tag)
+        if parsed is None or parsed[0] != WIRE_VERSION:
+            return None
+        if registry is not None:
+            registry.type(parsed[1], parsed[2])
+    except (DecodeError, msgspec.MsgspecError, UnknownTypeError):
+        return None
+    if registry is None:
+        type_id = printable(parsed[1])
+        return type_id if len(type_id) <= _ID_CHARS else type_id[: _ID_CHARS - 3] + "...", parsed[2]
+    return parsed[1], parsed[2]
 
 
 def past_the_limit(limit: int) -> DecodeError:

@@ -4,7 +4,9 @@
 or raises ``DecodeError``, nothing else. It never shows the contents of a bytes value: each one
 (a handle's capability, a body's bytes) is ``{"$bytes": <length>}``; a float JSON cannot hold is
 ``{"$float": "nan"}`` (``"inf"``, ``"-inf"``). Its nesting is bounded by
-``check_depth`` before msgspec sees the frame, and every walk after that is iterative.
+``check_depth`` before msgspec sees the frame, and every walk after that is iterative; a frame
+nested too deep is refused as a decode refuses it, naming the type and version its tag names and
+the path of the first container past the limit.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import msgspec
 
 from tensorwire._files import open_regular, read_at
 from tensorwire._locate import decode_order, key_segment
-from tensorwire._scan import check_depth, too_deep_for_the_stack
+from tensorwire._scan import check_depth, nesting_error, too_deep_for_the_stack
 from tensorwire._wire import (
     BLOB_PREAMBLE,
     EXT_INLINE,
@@ -174,7 +176,10 @@ def _decode(
         view = memoryview(header_frame).cast("B")
     except (TypeError, ValueError) as exc:
         raise DecodeError(f"invalid header: {exc}") from None
-    check_depth(view, max_depth, above=HEADER_LEVELS)
+    try:
+        check_depth(view, max_depth, above=HEADER_LEVELS)
+    except DecodeError as exc:  # too deep: named as a decode names it, with the type its tag names
+        raise nesting_error(view, exc, None, max_depth) from None
     try:
         header = msgspec.msgpack.decode(view, ext_hook=_hook(made, max_tensors))
     except msgspec.MsgspecError as exc:

@@ -329,3 +329,20 @@ def test_inspect_checks_the_frame_table_as_split_does(
         path.write_bytes(path.read_bytes()[:-1])
     assert main(["inspect", str(path)]) == 2
     assert capsys.readouterr().err.startswith(f"tensorwire: {error}")
+
+
+def test_inspect_names_the_type_and_the_path_of_a_frame_nested_too_deep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As a decode names them; invalid input: exit 2, one line, nothing on stdout."""
+    frames = tw.Encoder().encode(diffusion.Output(output=torch.zeros(2)))
+    head = msgspec.msgpack.decode(frames[0])
+    head[4] = msgspec.Raw(b"\x81\xa6output" + b"\x91" * 70 + b"\x01")
+    blob = tmp_path / "deep.tw"
+    blob.write_bytes(tw.join([msgspec.msgpack.encode(head)]))
+    assert main(["inspect", str(blob)]) == 2
+    expected = f"diffusion.Output v1: nesting deeper than the limit of 64 - at `$.output{'[0]' * 64}`"
+    assert capsys.readouterr() == ("", f"tensorwire: {expected}\n")
+    with pytest.raises(tw.DecodeError) as caught:
+        tw.Decoder(tw.builtins.REGISTRY).decode(tw.split(blob.read_bytes()))
+    assert str(caught.value) == expected

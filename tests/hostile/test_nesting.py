@@ -398,7 +398,7 @@ def child_results() -> dict[str, str]:
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_100000_levels_are_a_decode_error_on_a_small_stack(child_results: dict[str, str], kind: str, leaf: str) -> None:
     assert re.fullmatch(nested("diffusion.Output", "$.output"), child_results[f"decode {kind} / {leaf}"])
-    assert child_results[f"describe {kind} / {leaf}"] == NESTING
+    assert child_results[f"describe {kind} / {leaf}"] == child_results[f"decode {kind} / {leaf}"]
 
 
 @pytest.mark.parametrize("leaf", list(LEAVES))
@@ -649,10 +649,17 @@ def test_every_level_counts_and_one_more_is_rejected(kind: str, leaf: str) -> No
     at_limit = outcome(lambda: DECODER.decode(deep_frames(kind, leaf, fits)))
     assert "nesting deeper" not in at_limit and not at_limit.startswith("LEAK"), at_limit
     past = fits + 1
-    with pytest.raises(tw.DecodeError, match=nested("diffusion.Output", "$.output")):
+    with pytest.raises(tw.DecodeError, match=nested("diffusion.Output", "$.output")) as decoded:
         DECODER.decode(deep_frames(kind, leaf, past))
-    with pytest.raises(tw.DecodeError, match=rf"^{NESTING}$"):
+    with pytest.raises(tw.DecodeError, match=nested("diffusion.Output", "$.output")) as described:
         describe(deep_frames(kind, leaf, past)[0])
+    got, expected = described.value, decoded.value
+    assert (got.message, got.path, got.type_id, got.version) == (
+        expected.message,
+        expected.path,
+        expected.type_id,
+        expected.version,
+    )
 
 
 def test_the_limit_counts_ext_in_ext_levels() -> None:
@@ -768,10 +775,6 @@ def test_every_msgpack_form_is_walked_to_its_end() -> None:
         check_depth(frame, 2)
 
 
-if __name__ == "__main__":
-    child_main()
-
-
 def test_both_counts_of_level_openers_agree() -> None:
     # the decoder deletes OPENERS from small frames and OTHERS from larger ones: the same count
     assert set(OPENERS).isdisjoint(OTHERS) and set(OPENERS) | set(OTHERS) == set(range(256))
@@ -798,3 +801,53 @@ def test_the_path_is_looked_for_within_a_budget_of_values() -> None:
     padded = frames_with_body(b"\x92\xdc\x01\x00" + b"\x80" * 256 + nest(70, b"\x01", [_array]))[0]
     assert nesting_path(padded, 66) == "$[4].output[1]" + "[0]" * 63
     assert nesting_path(padded, 66, budget=200) is None
+
+
+def _tagged_frame(tag: str, body: bytes) -> bytes:
+    """A frame 0 whose tag is ``tag`` and whose body is the raw msgpack ``body``."""
+    head = head_of(ONE_TENSOR[0])
+    head[0], head[4] = tag, msgspec.Raw(body)
+    return frame_of(head)
+
+
+@pytest.mark.parametrize(
+    ("tag", "label"),
+    [
+        ("tensorwire:3:media.Unknown:7", "media.Unknown v7: "),  # no registry: any type id its tag names
+        ("tensorwire:3:a\x1b[31m\nb:1", "a\\x1b[31m\\nb v1: "),  # written as its escapes
+        ("tensorwire:3:" + "\x1b" * 100 + ":1", "\\x1b" * 15 + "\\... v1: "),  # cut to 64 characters
+        ("tensorwire:2:media.Video:1", ""),  # another wire format's tag names no type
+        ("not a tag", ""),
+    ],
+)
+def test_describe_names_the_type_its_tag_names_and_the_path_of_a_frame_nested_too_deep(tag: str, label: str) -> None:
+    frame = _tagged_frame(tag, b"\x81\xa6output\x92\x01" + nest(70, b"\x01", [_map]))
+    with pytest.raises(tw.DecodeError) as caught:
+        describe(frame)
+    path = "$.output[1]" + ".k" * 63
+    assert str(caught.value) == f"{label}{NESTING} - at `{path}`"
+    assert caught.value.path == path and caught.value.message == NESTING
+    table = head_of(ONE_TENSOR[0])  # too deep in the buffer table
+    table[3] = msgspec.Raw(b"\x91" + nest(70, b"\x01", [_array]))
+    expected = f"diffusion.Output v1: {NESTING} - at `$.buffers{'[0]' * 65}`"
+    assert (
+        outcome(partial(describe, frame_of(table))) == outcome(partial(DECODER.decode, [frame_of(table)])) == expected
+    )
+
+
+def test_describe_looks_for_the_path_within_the_decoder_s_budget_of_values() -> None:
+    """Behind a million values (the walk's budget) the path is not looked for further, as a decode
+    does not look for it: the type is still named; behind fewer, the path is found."""
+    for values, path in ((1 << 20, None), ((1 << 20) - 100, "$.output[1]" + "[0]" * 63)):
+        padding = b"\xdd" + values.to_bytes(4, "big") + b"\x01" * values
+        frame = _tagged_frame(
+            "tensorwire:3:diffusion.Output:1", b"\x81\xa6output\x92" + padding + nest(70, b"\x01", [_array])
+        )
+        with pytest.raises(tw.DecodeError) as caught:
+            describe(frame)
+        assert caught.value.path == path and caught.value.type_id == "diffusion.Output", values
+        assert outcome(partial(DECODER.decode, [frame])) == str(caught.value)
+
+
+if __name__ == "__main__":
+    child_main()
