@@ -36,6 +36,7 @@ __all__ = [
 _LISTED = 5  # problems a SchemaError's text lists; the rest are counted
 _LONGEST = 1000  # characters of an EncodeError's, DecodeError's or TransportError's message kept (a peer's
 # value can be megabytes)
+_QUOTED = 64  # characters of a peer's id or name that ``quoted`` keeps (a tensorwire segment name has 63 at most)
 
 
 def printable(text: str) -> str:
@@ -44,6 +45,16 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def quoted(text: str, limit: int = _QUOTED) -> str:
+    """``text`` quoted as Python writes a string, each character a terminal or a log reader would act
+    on (a newline, ESC, a bidirectional override) written as its escape; of a longer one, its first
+    ``limit`` characters and how long it was: a peer's sender id or segment name in an error or a
+    log line."""
+    if len(text) <= limit:
+        return str.__repr__(text)
+    return f"{str.__repr__(text[:limit])}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True, slots=True)

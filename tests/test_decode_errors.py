@@ -916,6 +916,26 @@ def test_foreign_segment_names_are_rejected_before_any_open(decoy: Any, name: st
         _release_segments(frames)
 
 
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("tw-1\n[fake] line\x1b[31m", r"'tw-1\n[fake] line\x1b[31m'"),
+        ("x" * 1_000_000, "'" + "x" * 64 + "'... (1000000 characters)"),
+    ],
+)
+def test_a_foreign_segment_name_is_quoted_escaped_and_cut_short(name: str, shown: str) -> None:
+    """A peer's segment name is quoted with its newlines and escapes written as such, and only its
+    first 64 characters (a megabyte name made the refusal a thousand characters of it, cut there
+    with the rest of the text)."""
+    frames = _shm_frames()
+    try:
+        with pytest.raises(tw.DecodeError) as caught:
+            DECODER.decode(_with(frames, _handle(0, "name", name)))
+        assert caught.value.message == f"shm segment name {shown} is not a tensorwire name (tw-<pid>-<token>-<seq>)"
+    finally:
+        _release_segments(frames)
+
+
 def test_a_name_twice_in_one_message_is_rejected(decoy: Any) -> None:
     frames = _shm_frames()
     names = [h["name"] for h in _shm_handles(frames)]

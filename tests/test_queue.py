@@ -217,7 +217,7 @@ def test_a_silent_sender_is_evicted_after_its_ttl(caplog: pytest.LogCaptureFixtu
     time.sleep(0.3)
     with caplog.at_level(logging.WARNING, logger="tensorwire.queue"):
         decoder.decode(talker.encode(diffusion.Output(output=torch.ones(2))))
-    assert f"evicting sender {quiet.sender_id}, silent for over 0.2s (1 buffered tensor(s) dropped)" in caplog.text
+    assert f"evicting sender {quiet.sender_id!r}, silent for over 0.2s (1 buffered tensor(s) dropped)" in caplog.text
     assert rx.buffered() == 0
 
 
@@ -279,7 +279,7 @@ def test_the_buffer_counts_the_bytes_of_a_tensor_of_wider_elements() -> None:
     rx = transports.QueueTransport(queue, timeout=0.2, max_buffered_bytes=4000)
     nobody = transports.QueueHandle(sender="nobody", message=1, tensor=0)
     queue.put(("s", 1, 0, torch.zeros(400, dtype=torch.float64)))
-    with pytest.raises(tw.TransportError, match="no tensor 0 of message 1 from sender nobody"):
+    with pytest.raises(tw.TransportError, match="no tensor 0 of message 1 from sender 'nobody'"):
         rx.import_(nobody, [], 8, borrow=False)
     assert rx.buffered() == 1 and rx.buffered_bytes() == 3200
     queue.put(("s", 1, 1, torch.zeros(200, dtype=torch.float64)))
@@ -322,7 +322,7 @@ def test_the_buffer_counts_follow_every_tensor_in_and_out() -> None:
     put("a", 1, 0, 7)
     put("b", 0, 0, 100)
     put("b", 0, 1, 1)
-    with pytest.raises(tw.TransportError, match="no tensor 0 of message 0 from sender c"):
+    with pytest.raises(tw.TransportError, match="no tensor 0 of message 0 from sender 'c'"):
         rx.import_(transports.QueueHandle(sender="c", message=0, tensor=0), [], 1, borrow=None)  # drains all
     assert (rx.buffered(), rx.buffered_bytes()) == (5, 143)
     assert len(rx.import_(transports.QueueHandle(sender="b", message=0, tensor=0), [], 100, borrow=None)) == 100
@@ -333,7 +333,7 @@ def test_the_buffer_counts_follow_every_tensor_in_and_out() -> None:
     assert len(rx.import_(transports.QueueHandle(sender="a", message=1, tensor=0), [], 7, borrow=None)) == 7
     assert (rx.buffered(), rx.buffered_bytes()) == (0, 0)  # message 0 of "a" discarded as stale
     put("a", 2, 0, 9)
-    with pytest.raises(tw.TransportError, match="no tensor 0 of message 0 from sender c"):
+    with pytest.raises(tw.TransportError, match="no tensor 0 of message 0 from sender 'c'"):
         rx.import_(transports.QueueHandle(sender="c", message=0, tensor=0), [], 1, borrow=None)
     assert (rx.buffered(), rx.buffered_bytes()) == (1, 9)
     rx.close()
@@ -376,6 +376,32 @@ def test_an_arriving_tensor_of_the_right_size_but_another_dtype_or_rank_is_refus
         decoder.decode(frames)
 
 
+SENDERS = ["s\n[fake] line", "s\x1b[31mred\x1b[0m\u202egnp.exe\r\x07"]  # what a log or a terminal acts on
+
+
+@pytest.mark.parametrize("sender", [*SENDERS, "s" * 100_000])
+def test_a_buffer_table_s_sender_id_is_quoted_escaped_and_cut_short(sender: str) -> None:
+    """The checks of a peer's buffer table and of the tensor that arrives quote its sender id as
+    every other message does: escaped, and its first 64 characters only."""
+    queue: stdlib_queue.Queue[Any] = stdlib_queue.Queue()
+    rx = transports.QueueTransport(queue, timeout=1.0)
+    handle = transports.QueueHandle(sender=sender, message=1, tensor=0)
+    shown = repr(sender) if len(sender) <= 64 else repr(sender[:64]) + f"... ({len(sender)} characters)"
+    with pytest.raises(tw.DecodeError) as twice:
+        rx.verify([handle, handle], [])
+    assert twice.value.message == f"queue tensor ({shown}, 1, 0) is named twice in one message"
+    with pytest.raises(tw.DecodeError) as negative:
+        rx.verify([transports.QueueHandle(sender=sender, message=-1, tensor=0)], [])
+    assert negative.value.message == f"queue handle ({shown}, -1, 0): ids must not be negative"
+    queue.put((sender, 1, 0, torch.zeros(4, dtype=torch.int8)))
+    with pytest.raises(tw.DecodeError) as arrived:
+        rx.import_(handle, [], 4, borrow=False)
+    assert arrived.value.message == (
+        f"queue tensor ({shown}, 1, 0) is torch.int8 of shape (4,), the buffer entry says 4 bytes"
+    )
+    rx.close()
+
+
 @pytest.mark.parametrize(
     ("edit", "error"),
     [
@@ -404,20 +430,75 @@ def test_a_buffer_table_naming_a_queue_tensor_twice_or_by_a_negative_id_is_refus
 
 def test_a_handle_naming_a_megabyte_sender_id_is_a_timeout_error_quoting_it_cut_short() -> None:
     """The tensor of a sender that never sent here is waited for ``timeout``: the ``TransportError``
-    (ETIMEDOUT) quoted the peer's sender id whole, so a megabyte id made a megabyte error line."""
+    (ETIMEDOUT) quoted the peer's sender id whole, so a megabyte id made a megabyte error line; it
+    quotes the id's first 64 characters and says how long it was, and the rest of the text stays."""
     from tests.wire_helpers import frame_of, head_of
 
     queue = _ctx().Queue()
     encoder, decoder, _ = _pair(queue, timeout=0.05)
     header = head_of(encoder.encode(diffusion.Output(output=torch.ones(8)))[0])
-    sender = "s" * 1_000_000
-    header[3][0][1]["sender"] = sender
+    header[3][0][1]["sender"] = "s" * 1_000_000
     with pytest.raises(tw.TransportError) as info:
         decoder.decode([frame_of(header)])
-    whole = len(f"no tensor 0 of message 1 from sender {sender} after waiting 0.05s")
-    text = str(info.value.strerror)
-    assert info.value.errno == errno.ETIMEDOUT and len(text) <= 1000
-    assert re.fullmatch(rf"no tensor 0 of message 1 from sender s+\.\.\. \(cut: {whole} characters\)", text)
+    assert info.value.errno == errno.ETIMEDOUT
+    shown = "'" + "s" * 64 + "'... (1000000 characters)"
+    assert info.value.strerror == f"no tensor 0 of message 1 from sender {shown} after waiting 0.05s"
+
+
+@pytest.mark.parametrize("sender", SENDERS)
+def test_every_message_quoting_a_peer_s_sender_id_writes_it_escaped(
+    sender: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A newline, an ANSI escape, a bidirectional override or a bell in a peer's sender id went into
+    the error text and the log lines raw (a forged log line, a recoloured terminal); each is now
+    quoted, its characters written as their escapes."""
+    from multiprocessing.reduction import ForkingPickler
+
+    shown = repr(sender)
+    assert shown.isprintable() and "\n" not in shown and "\x1b" not in shown
+    queue: stdlib_queue.Queue[Any] = stdlib_queue.Queue()
+    rx = transports.QueueTransport(queue, timeout=0.1, ttl=1.0, max_buffered=1)
+    with caplog.at_level(logging.WARNING, logger="tensorwire.queue"):
+        with pytest.raises(tw.TransportError) as timeout:  # nothing came from it
+            rx.import_(transports.QueueHandle(sender=sender, message=1, tensor=0), [], 4, borrow=False)
+        assert timeout.value.strerror == f"no tensor 0 of message 1 from sender {shown} after waiting 0.1s"
+        queue.put(("other", 0, 0, torch.zeros(4, dtype=torch.uint8)))  # the buffer holds one
+        queue.put((sender, 1, 0, torch.zeros(4, dtype=torch.uint8)))
+        with pytest.raises(tw.TransportError) as full:
+            rx.import_(transports.QueueHandle(sender="nobody", message=0, tensor=0), [], 4, borrow=False)
+        assert str(full.value.strerror).endswith(f"taking a tensor from sender {shown}")
+        assert len(rx.import_(transports.QueueHandle(sender="other", message=0, tensor=0), [], 4, borrow=False)) == 4
+        queue.put((sender, 1, 0, torch.zeros(4, dtype=torch.uint8)))
+        queue.put((sender, 2, 0, torch.zeros(4, dtype=torch.uint8)))
+        assert len(rx.import_(transports.QueueHandle(sender=sender, message=2, tensor=0), [], 4, borrow=False)) == 4
+        for message, error in ((1, "is stale: message 2"), (2, "was taken already")):
+            with pytest.raises(tw.DecodeError) as refused:
+                rx.import_(transports.QueueHandle(sender=sender, message=message, tensor=0), [], 4, borrow=False)
+            assert refused.value.message.startswith(f"queue tensor 0 of message {message} from sender {shown} {error}")
+        queue.put((sender, 1, 0, torch.zeros(4, dtype=torch.uint8)))  # older than the one read
+        queue.put((sender, 3, 0, b"not a pickle", "not-a-page"))
+        queue.put((sender, 3, 1, bytes(ForkingPickler.dumps("no tensor")), "not-a-page"))
+        queue.put((sender, 1 << 60, 0, b"", "not-a-page"))
+        with pytest.raises(tw.TransportError):  # (drains them)
+            rx.import_(transports.QueueHandle(sender="nobody", message=0, tensor=0), [], 4, borrow=False)
+        time.sleep(1.1)
+        queue.put(("late", 0, 0, torch.zeros(4, dtype=torch.uint8)))  # evicts the silent ones
+        with pytest.raises(tw.TransportError):
+            rx.import_(transports.QueueHandle(sender="nobody", message=0, tensor=0), [], 4, borrow=False)
+    lines = [record.getMessage() for record in caplog.records]
+    expected = [
+        f"discarding 1 stale tensor(s) of 1 older message(s) from sender {shown}",
+        f"ignoring a stale tensor from sender {shown} (message 1 is older than the one consumed)",
+        f"dropping a CUDA tensor from sender {shown} that could not be opened: ",
+        f"sender {shown} names an ack page 'not-a-page' that is not a tensorwire name",
+        f"dropping a CUDA item from sender {shown} that is no tensor: 'no tensor'",
+        f"dropping a CUDA item from sender {shown} whose ids no ack page holds: {1 << 60}/0",
+        f"evicting sender {shown}, silent for over 1.0s (0 buffered tensor(s) dropped)",
+    ]
+    for start in expected:
+        assert any(line.startswith(start) for line in lines), (start, lines)
+    assert all(line.isprintable() for line in lines), lines
+    rx.close()
 
 
 def test_snapshot_copies_and_default_aliases() -> None:
@@ -630,7 +711,7 @@ def test_a_device_item_that_unpickles_to_no_tensor_is_dropped_not_stored(caplog:
         out = tw.Decoder(REGISTRY, transports=[rx]).decode(frames)
     assert out.output.tolist() == [0.0, 1.0, 2.0]
     assert rx.buffered() == 0
-    assert "dropping a CUDA item from sender s that is no tensor: 'not a tensor'" in caplog.text
+    assert "dropping a CUDA item from sender 's' that is no tensor: 'not a tensor'" in caplog.text
 
 
 # -- CUDA tensors (their logic, with a runtime that takes host tensors for device ones) -----------
@@ -795,11 +876,11 @@ def test_a_receiver_that_cannot_acknowledge_says_so_and_still_delivers(
         for sender in ("s1", "s2"):
             handle = transports.QueueHandle(sender=sender, message=0, tensor=0)
             assert bytes(rx.import_(handle, [], 4, borrow=False)) == bytes(range(4))
-        with pytest.raises(tw.TransportError, match=r"no tensor 0 of message 0 from sender s3 after waiting 0\.3s"):
+        with pytest.raises(tw.TransportError, match=r"no tensor 0 of message 0 from sender 's3' after waiting 0\.3s"):
             rx.import_(transports.QueueHandle(sender="s3", message=0, tensor=0), [], 4, borrow=False)
-    assert "sender s1 names an ack page '../../etc/passwd' that is not a tensorwire name" in caplog.text
-    assert "cannot acknowledge sender s2: ack page" in caplog.text and "is not a 4096-byte page" in caplog.text
-    assert "dropping a CUDA tensor from sender s3 that could not be opened" in caplog.text
+    assert "sender 's1' names an ack page '../../etc/passwd' that is not a tensorwire name" in caplog.text
+    assert "cannot acknowledge sender 's2': ack page" in caplog.text and "is not a 4096-byte page" in caplog.text
+    assert "dropping a CUDA tensor from sender 's3' that could not be opened" in caplog.text
     rx.close()
 
 
@@ -859,7 +940,9 @@ def test_a_cuda_item_whose_ids_no_ack_page_holds_is_dropped_unacknowledged(
     with caplog.at_level(logging.WARNING, logger="tensorwire.queue"):
         with pytest.raises(tw.TransportError, match=rf"no tensor {index} of message {message} from sender \S+"):
             rx.import_(forged, [], 16, borrow=False)
-    assert f"dropping a CUDA item from sender {first[0]} whose ids no ack page holds: {message}/{index}" in caplog.text
+    assert (
+        f"dropping a CUDA item from sender {first[0]!r} whose ids no ack page holds: {message}/{index}" in caplog.text
+    )
     assert tx.in_flight == 2 and rx.buffered() == 0  # nothing acknowledged
     queue.put(second)
     taken = rx.import_(transports.QueueHandle(sender=first[0], message=2, tensor=0), [], 16, borrow=False)

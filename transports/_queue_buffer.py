@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tensorwire._timeouts import LONGEST_WAIT
-from tensorwire.errors import DecodeError, TransportError
+from tensorwire.errors import DecodeError, TransportError, quoted
 from tensorwire.transports._ack import AckPage
 from tensorwire.transports._queue_ids import _LAST_POSITION, _TENSORS_PER_MESSAGE, QueueHandle, _is_item, _position
 from tensorwire.transports._reaper import NAME
@@ -75,7 +75,7 @@ class _ReceiveBuffer:
                 if left <= 0:
                     raise TransportError(
                         errno.ETIMEDOUT,
-                        f"no tensor {handle.tensor} of message {handle.message} from sender {handle.sender} "
+                        f"no tensor {handle.tensor} of message {handle.message} from sender {quoted(handle.sender)} "
                         f"after waiting {self.timeout}s",
                     )
                 if self._draining:
@@ -106,12 +106,12 @@ class _ReceiveBuffer:
             return
         if handle.message < sender.newest_consumed:
             raise DecodeError(
-                f"queue tensor {handle.tensor} of message {handle.message} from sender {handle.sender} is stale: "
-                f"message {sender.newest_consumed} of that sender was read already"
+                f"queue tensor {handle.tensor} of message {handle.message} from sender {quoted(handle.sender)} "
+                f"is stale: message {sender.newest_consumed} of that sender was read already"
             )
         if handle.message == sender.newest_consumed and handle.tensor in sender.taken:
             raise DecodeError(
-                f"queue tensor {handle.tensor} of message {handle.message} from sender {handle.sender} "
+                f"queue tensor {handle.tensor} of message {handle.message} from sender {quoted(handle.sender)} "
                 "was taken already: that message was read"
             )
 
@@ -155,7 +155,7 @@ class _ReceiveBuffer:
         if index >= _TENSORS_PER_MESSAGE or _position(message, index) > _LAST_POSITION:
             log.warning(
                 "dropping a CUDA item from sender %s whose ids no ack page holds: %d/%d",
-                sender_id,
+                quoted(sender_id),
                 message,
                 index,
             )
@@ -163,10 +163,12 @@ class _ReceiveBuffer:
         try:
             tensor = ForkingPickler.loads(payload)
         except Exception as exc:  # any item that cannot be opened (bad pickle, IPC failure) is dropped, not fatal
-            log.warning("dropping a CUDA tensor from sender %s that could not be opened: %r", sender_id, exc)
+            log.warning(
+                "dropping a CUDA tensor from sender %s that could not be opened: %.200r", quoted(sender_id), exc
+            )
             return sender_id, message, index, None, ack_name
         if not isinstance(tensor, torch.Tensor):
-            log.warning("dropping a CUDA item from sender %s that is no tensor: %.200r", sender_id, tensor)
+            log.warning("dropping a CUDA item from sender %s that is no tensor: %.200r", quoted(sender_id), tensor)
             return sender_id, message, index, None, ack_name
         return sender_id, message, index, tensor, ack_name
 
@@ -195,7 +197,9 @@ class _ReceiveBuffer:
             return
         if message < sender.newest_consumed:
             log.warning(
-                "ignoring a stale tensor from sender %s (message %d is older than the one consumed)", sender_id, message
+                "ignoring a stale tensor from sender %s (message %d is older than the one consumed)",
+                quoted(sender_id),
+                message,
             )
             return
         full = self._held >= self.max_buffered or self._held_bytes + tensor.nbytes > self.max_buffered_bytes
@@ -203,7 +207,8 @@ class _ReceiveBuffer:
             raise TransportError(
                 errno.ENOBUFS,
                 f"receive buffer full ({self._held} tensors, {self._held_bytes} bytes; "
-                f"limits {self.max_buffered} and {self.max_buffered_bytes}) taking a tensor from {sender_id}",
+                f"limits {self.max_buffered} and {self.max_buffered_bytes}) "
+                f"taking a tensor from sender {quoted(sender_id)}",
             )
         tensors = sender.messages.setdefault(message, {})
         self._let_go(tensors.get(index))  # a tensor sent twice: the second replaces the first
@@ -232,7 +237,10 @@ class _ReceiveBuffer:
             self._let_go(*dropped.values())
         if count:
             log.warning(
-                "discarding %d stale tensor(s) of %d older message(s) from sender %s", count, len(stale), sender_id
+                "discarding %d stale tensor(s) of %d older message(s) from sender %s",
+                count,
+                len(stale),
+                quoted(sender_id),
             )
         if not sender.messages.get(message):
             sender.messages.pop(message, None)
@@ -242,12 +250,13 @@ class _ReceiveBuffer:
         page = self._peer_acks.get(sender_id)
         if page is None:
             if not isinstance(ack_name, str) or not NAME.fullmatch(ack_name):
-                log.warning("sender %s names an ack page %r that is not a tensorwire name", sender_id, ack_name)
+                shown = quoted(ack_name) if isinstance(ack_name, str) else f"of type {type(ack_name).__name__}"
+                log.warning("sender %s names an ack page %s that is not a tensorwire name", quoted(sender_id), shown)
                 return
             try:
                 page = self._peer_acks[sender_id] = AckPage.open(self.directory / ack_name)
             except (TransportError, DecodeError) as exc:
-                log.warning("cannot acknowledge sender %s: %s", sender_id, exc)
+                log.warning("cannot acknowledge sender %s: %s", quoted(sender_id), exc)
                 return
         page.acknowledge(_position(message, index))
 
@@ -268,5 +277,8 @@ class _ReceiveBuffer:
             for tensors in messages:
                 self._let_go(*tensors.values())
             log.warning(
-                "evicting sender %s, silent for over %ss (%d buffered tensor(s) dropped)", sender_id, self.ttl, dropped
+                "evicting sender %s, silent for over %ss (%d buffered tensor(s) dropped)",
+                quoted(sender_id),
+                self.ttl,
+                dropped,
             )

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from tensorwire._timeouts import check_number
-from tensorwire.errors import DecodeError, TransportError
+from tensorwire.errors import DecodeError, TransportError, quoted
 from tensorwire.transports._fan_out import FanOut
 from tensorwire.transports._one_shot_page import init_file
 from tensorwire.transports._one_shots import _OneShots, _receive_one_shot, _void_one_shot
@@ -335,19 +335,23 @@ class ShmTransport(Transport):
                 raise not_read_by(self, handle)
             sender = _creator(handle.name)
             if sender is None:
-                raise DecodeError(f"shm segment name {handle.name!r} is not a tensorwire name (tw-<pid>-<token>-<seq>)")
+                raise DecodeError(
+                    f"shm segment name {quoted(handle.name)} is not a tensorwire name (tw-<pid>-<token>-<seq>)"
+                )
             if owner is None:
                 owner = sender
             elif sender != owner:
-                raise DecodeError(f"shm segment {handle.name!r} names a different creator than the message's others")
+                raise DecodeError(
+                    f"shm segment {quoted(handle.name)} names a different creator than the message's others"
+                )
             if handle.name in seen:
-                raise DecodeError(f"shm segment {handle.name!r} is named twice in one message")
+                raise DecodeError(f"shm segment {quoted(handle.name)} is named twice in one message")
             seen.add(handle.name)
             if isinstance(handle, SlotHandle):
                 if handle.offset < 0 or handle.generation < 1:
-                    raise DecodeError(f"pool slot {handle.name!r}: offset and generation must be positive")
+                    raise DecodeError(f"pool slot {quoted(handle.name)}: offset and generation must be positive")
                 if handle.fd is not None and not 0 <= handle.fd < 2**31:
-                    raise DecodeError(f"pool slot {handle.name!r}: fd {handle.fd} is out of range")
+                    raise DecodeError(f"pool slot {quoted(handle.name)}: fd {handle.fd} is out of range")
 
     def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
         named = self.backing == "named"

@@ -76,7 +76,7 @@ import torch
 import torch.multiprocessing  # registers torch's tensor reductions (CUDA IPC included) with ForkingPickler
 
 from tensorwire._timeouts import LONGEST_WAIT, check_number, check_seconds
-from tensorwire.errors import DecodeError, TransportError
+from tensorwire.errors import DecodeError, TransportError, quoted
 from tensorwire.transports._ack import AckPage, InFlight
 from tensorwire.transports._queue_buffer import _ReceiveBuffer, _Sender
 from tensorwire.transports._queue_ids import QueueHandle, _next_handle, _position, _Stream
@@ -300,9 +300,9 @@ class QueueTransport(_ReceiveBuffer, Transport):
                 raise not_read_by(self, handle)
             key = (handle.sender, handle.message, handle.tensor)
             if key in seen:
-                raise DecodeError(f"queue tensor {key} is named twice in one message")
+                raise DecodeError(f"queue tensor {_shown(handle)} is named twice in one message")
             if handle.message < 0 or handle.tensor < 0:
-                raise DecodeError(f"queue handle {key}: ids must not be negative")
+                raise DecodeError(f"queue handle {_shown(handle)}: ids must not be negative")
             seen.add(key)
 
     def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
@@ -311,7 +311,7 @@ class QueueTransport(_ReceiveBuffer, Transport):
         tensor = self._take(handle)
         if tensor.dtype != torch.uint8 or tensor.dim() != 1 or tensor.numel() != nbytes:
             raise DecodeError(
-                f"queue tensor {handle.sender}/{handle.message}/{handle.tensor} is {tensor.dtype} of shape "
+                f"queue tensor {_shown(handle)} is {tensor.dtype} of shape "
                 f"{tuple(tensor.shape)}, the buffer entry says {nbytes} bytes"
             )
         if not tensor.is_cpu:  # a view of the sender's device memory (CUDA IPC)
@@ -346,3 +346,8 @@ class QueueTransport(_ReceiveBuffer, Transport):
                 stream.acks.close()
             self._streams.clear()
             self._local = threading.local()
+
+
+def _shown(handle: QueueHandle) -> str:
+    """``handle``'s ids as an error names them, its sender's (a peer's string) quoted: ``('id', 1, 0)``."""
+    return f"({quoted(handle.sender)}, {handle.message}, {handle.tensor})"
