@@ -260,27 +260,27 @@ class ShmTransport(Transport):
         name = next_name()
         path = self.directory / name
         deadline = time.monotonic_ns() + int(self.claim_timeout * 1e9)
-        made: tuple[int, int] | None = None
+        fd, made = -1, None
         try:  # (an interrupt up to the handle's making leaves no segment: no receiver can know it)
             fd = create_file(path, CONTROL_BYTES + data.nbytes)  # never mapped: written with pwrite
+            made = identity(os.fstat(fd))
             try:
-                made = identity(os.fstat(fd))
-                try:
-                    write_at(fd, CONTROL_BYTES, data)
-                except OSError as exc:
-                    raise TransportError(exc.errno, f"cannot write segment {name}: {exc.strerror}") from None
-                capability = init_file(fd, data.nbytes, deadline, f"segment {name}")
-                self._one_shots.add(name, capability, deadline, made)
-            except BaseException:
-                remove_own(path, fd)
-                raise
-            finally:
-                os.close(fd)
+                write_at(fd, CONTROL_BYTES, data)
+            except OSError as exc:
+                raise TransportError(exc.errno, f"cannot write segment {name}: {exc.strerror}") from None
+            capability = init_file(fd, data.nbytes, deadline, f"segment {name}")
+            self._one_shots.add(name, capability, deadline, made)
+            opened, fd = fd, -1  # (no call between: an interrupt as it is closed finds it closed)
+            os.close(opened)
             return ShmHandle(name=name, capability=capability)
         except BaseException:
             self._one_shots.forget(name)
-            if made is not None:  # (its fd closed: an interrupt as it was)
+            if made is not None:
                 remove_named(path, made)
+            elif fd >= 0:  # (made, but not known yet)
+                remove_own(path, fd)
+            if fd >= 0:
+                os.close(fd)
             raise
 
     def release(self, handle: Handle) -> None:

@@ -207,14 +207,16 @@ def test_handles_never_show_their_capability() -> None:
             assert "capability=<16 bytes>" in text and "\\xab" not in text and "abab" not in text
 
 
-@pytest.mark.parametrize("where", ["before-its-guard", "as-it-is-registered"])
+@pytest.mark.parametrize("where", ["before-its-guard", "as-it-is-registered", "as-its-fd-is-closed"])
 def test_an_interrupt_landing_as_a_one_shot_segment_is_made_leaves_nothing(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     """An interrupt (a signal handler's ``KeyboardInterrupt``) that landed after a one-shot segment
     was created, before its send's guard (where its claim deadline was read), left the file and its
     fd for the process's life; one that landed as it was registered left the file until its claim
-    timeout. No receiver can know it before the handle is made: the file is removed at once."""
+    timeout. No receiver can know it before the handle is made: the file is removed at once. One
+    that lands as the call closing its fd returns removes it too (by the identity recorded as it
+    was made) and closes nothing twice."""
     from tensorwire.transports import shm as shm_module
 
     shm = transports.ShmTransport(pool=False, directory=tmp_path)
@@ -233,6 +235,15 @@ def test_an_interrupt_landing_as_a_one_shot_segment_is_made_leaves_nothing(
                 raise KeyboardInterrupt
 
         monkeypatch.setattr(shm_module, "create_file", creating)
+        sys.setprofile(interrupting)
+    elif where == "as-its-fd-is-closed":  # right after that call into C returns
+        send = shm_module.ShmTransport._export_segment.__code__
+
+        def interrupting(frame: Any, event: str, arg: object) -> None:
+            if event == "c_return" and arg is os.close and frame.f_code is send:
+                sys.setprofile(None)
+                raise KeyboardInterrupt
+
         sys.setprofile(interrupting)
     else:  # as the segment is registered to be swept at its deadline
         add = shm._one_shots.add
