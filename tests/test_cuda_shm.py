@@ -614,3 +614,47 @@ def test_an_interrupt_landing_as_a_slot_is_registered_leaves_no_range_registered
     finally:
         transport.close()
     assert fake.registered == {}
+
+
+class _RegisteredMeanwhile:
+    """A stand-in for the registrations' lock: the first time it is taken once armed, the slot's
+    registration is recorded (its pending mark becomes its bytes), as another thread's would be."""
+
+    def __init__(self, slots: dict[str, int], name: str, nbytes: int) -> None:
+        self.slots, self.name, self.nbytes, self.armed = slots, name, nbytes, False
+
+    def __enter__(self) -> None:
+        if self.armed:
+            self.armed = False
+            self.slots[self.name] = self.nbytes
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_a_failed_unregistration_reads_the_pending_mark_under_the_lock() -> None:
+    """A failed unregistration read whether the slot's registration was pending (0 bytes: the
+    runtime never registered it) without the lock and forgot it under the lock: a registration
+    recorded between the two was forgotten too, the range left registered under a mapping the pool
+    then unmapped. The mark is read and cleared in one hold of the lock: such a slot is quarantined."""
+    import mmap
+
+    from tensorwire.transports.cuda_shm import _Registrations
+
+    fake = FakeCudaRuntime()
+    registrations = _Registrations(fake)
+    mapping = mmap.mmap(-1, 4096)
+    slot: Any = type("Slot", (), {"name": "tw-1-" + "a" * 32 + "-1", "address": 4096, "capacity": 4096})()
+    slot.mapping = mapping
+    registrations.slots[slot.name] = 0  # pending, as an interrupt during its registration leaves it
+    lock = registrations.lock = _RegisteredMeanwhile(registrations.slots, slot.name, slot.capacity)  # type: ignore[assignment]
+    fake.fail_next("unregister", code=1)
+    lock.armed = True
+    assert registrations.unregister(slot) is False  # still registered: its mapping kept for good
+    assert registrations.slots == {slot.name: 4096}
+    (kept,) = registrations.quarantine
+    assert kept.mapping is mapping and "cudaHostUnregister failed with CUDA error 1" in kept.reason
+    registrations.slots[slot.name] = 0  # pending, and nothing records it meanwhile: forgotten
+    fake.fail_next("unregister", code=1)
+    assert registrations.unregister(slot) is True and registrations.slots == {}
+    assert len(registrations.quarantine) == 1

@@ -312,10 +312,10 @@ class _Registrations:
         try:
             self.runtime.unregister(slot.address)
         except CudaCallError as exc:  # still registered: counted, and its mapping is kept
-            if self.slots.get(slot.name) == 0:  # pending: an interrupt came before the runtime registered it
-                with self.lock:
+            with self.lock:  # (the mark read and cleared in one hold: one recorded meanwhile is not lost)
+                if self.slots.get(slot.name) == 0:  # pending: an interrupt came before the runtime registered it
                     del self.slots[slot.name]
-                return True
+                    return True
             keep_forever(slot.mapping)
             with self.lock:
                 self.quarantine.append(Quarantined(slot.name, slot.capacity, f"{exc}", slot.mapping, None))
