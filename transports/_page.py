@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from tensorwire.errors import DecodeError, TransportError
 from tensorwire.transports._page_hold import Hold
-from tensorwire.transports._page_holders import close_claims, count_claim, drop_holder, holders_started, lives
+from tensorwire.transports._page_holders import close_claims, count_claim, drop_holder, holders_started, lives, unhold
 from tensorwire.transports._page_layout import (
     _DIGEST,
     _HEAD,
@@ -273,52 +273,84 @@ class Page(Hold):
         except BaseException:
             mutex.release()
             raise
+        claimed = False  # set right after this call's last write of its claim (no call between them)
         try:
-            head = _HEAD.unpack_from(self._raw)  # the words and the digest in one read (the page is held)
-            stored = head[8]
-            if (  # the common case proven here; anything else is judged (and worded) by ``_refusal``
-                head[_W_STATE] != IN_FLIGHT
-                or head[_W_GENERATION] != generation
-                or stored == _NO_DIGEST
-                or not hmac.compare_digest(stored, digest(capability))
-                or time.monotonic_ns() > head[_W_DEADLINE]
-            ):
-                reason = _refusal(
-                    self.name,
-                    head[_W_STATE],
-                    head[_W_GENERATION],
-                    head[_W_EXPIRED],
-                    stored,
-                    head[_W_DEADLINE],
-                    generation,
-                    capability,
-                )
-                if reason is not None:
-                    raise DecodeError(reason)
-            if self.marks_claims:  # proven: held from now on, told to the sender by the mark (taken
-                self._mark(RECEIVER_BYTE, True)  # with the page held, so the sender never misses it)
-            words = self.words
-            readers = words[_W_READERS]
-            if not 1 < readers <= MAX_READERS:  # (``_readers``, inline)
-                self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
-                words[_W_RECEIVER] = os.getpid()
-                words[_W_RECEIVER_STARTED] = own_start()
-                words[_W_STATE] = CLAIMED
-                return
-            holders = int(words[_W_HOLDERS])
-            if holders >= readers:
-                raise DecodeError(
-                    f"{self.name} generation {generation} is no longer in flight (every receiver claimed it)"
-                )
-            words[_W_PIDS + holders] = os.getpid()
-            words[_W_HOLDER_STARTS + holders] = own_start()
-            words[_W_HOLDERS] = holders + 1
-            count_claim(self)
-        finally:
-            try:  # (``_leave``, inline)
-                fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _UNLOCK)
+            try:
+                head = _HEAD.unpack_from(self._raw)  # the words and the digest in one read (the page is held)
+                stored = head[8]
+                if (  # the common case proven here; anything else is judged (and worded) by ``_refusal``
+                    head[_W_STATE] != IN_FLIGHT
+                    or head[_W_GENERATION] != generation
+                    or stored == _NO_DIGEST
+                    or not hmac.compare_digest(stored, digest(capability))
+                    or time.monotonic_ns() > head[_W_DEADLINE]
+                ):
+                    reason = _refusal(
+                        self.name,
+                        head[_W_STATE],
+                        head[_W_GENERATION],
+                        head[_W_EXPIRED],
+                        stored,
+                        head[_W_DEADLINE],
+                        generation,
+                        capability,
+                    )
+                    if reason is not None:
+                        raise DecodeError(reason)
+                words = self.words
+                readers = words[_W_READERS]
+                if not 1 < readers <= MAX_READERS:  # (``_readers``, inline)
+                    pid, started = os.getpid(), own_start()  # (before the writes: all or none of them)
+                    self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+                    words[_W_RECEIVER] = pid
+                    words[_W_RECEIVER_STARTED] = started
+                    words[_W_STATE] = CLAIMED
+                else:
+                    holders = int(words[_W_HOLDERS])
+                    if holders >= readers:
+                        raise DecodeError(
+                            f"{self.name} generation {generation} is no longer in flight (every receiver claimed it)"
+                        )
+                    pid, started = os.getpid(), own_start()
+                    claims = words[_W_CLAIMS] + 1  # (``count_claim``, inline: no call between the writes)
+                    words[_W_PIDS + holders] = pid
+                    words[_W_HOLDER_STARTS + holders] = started
+                    words[_W_HOLDERS] = holders + 1
+                    if claims >= readers:  # the last receiver: no more can claim (``close_claims``)
+                        self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+                        words[_W_CLAIMS] = readers
+                        words[_W_STATE] = CLAIMED
+                    else:
+                        words[_W_CLAIMS] = claims
+                claimed = True
+                if self.marks_claims:  # held from now on, told to the sender by the mark (taken with
+                    self._mark(RECEIVER_BYTE, True)  # the page held, so the sender never misses it)
             finally:
-                mutex.release()
+                try:  # (``_leave``, inline)
+                    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _UNLOCK)
+                finally:
+                    mutex.release()
+        except BaseException:  # (an interrupt as the page was let go): no view holds the claim to free it
+            if claimed:  # this call's claim, given back
+                if 1 < readers <= MAX_READERS:
+                    self.unclaim(generation)  # one holder entry of this process, taken off under the lock
+                else:
+                    if words[_W_STATE] == CLAIMED and words[_W_RECEIVER] == pid and words[_W_GENERATION] == generation:
+                        words[_W_STATE] = FREE  # (no call before it: a second interrupt finds it free)
+                    if self.marks_claims:
+                        self.mark(RECEIVER_BYTE, False)
+            raise
+
+    def unclaim(self, generation: int) -> None:
+        """Give back a claim of ``generation`` this process made that no view will hold (the claim, or
+        the read after it, raised): an ordinary one is freed, a broadcast's holder entry taken off
+        (``unhold``); a named segment's mark goes too (after the page is free: never a claim without it)."""
+        if 1 < self.words[_W_READERS] <= MAX_READERS:
+            self._to_free(lambda: unhold(self, generation, os.getpid()))
+        else:
+            self.free(generation)
+        if self.marks_claims:
+            self.mark(RECEIVER_BYTE, False)
 
     def discard(self, generation: int, capability: bytes, readers: int = 1) -> bool:
         """Give back a hand-over this receiver (or ``readers`` of a broadcast's receivers, in one

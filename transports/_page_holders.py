@@ -13,19 +13,21 @@ from tensorwire.transports._page_layout import (
     _DIGEST,
     _NO_DIGEST,
     _W_CLAIMS,
+    _W_GENERATION,
     _W_HOLDER_STARTS,
     _W_HOLDERS,
     _W_PIDS,
     _W_STATE,
     CAPABILITY_BYTES,
     CLAIMED,
+    IN_FLIGHT,
 )
 from tensorwire.transports._segment import started_as_said
 
 if TYPE_CHECKING:
     from tensorwire.transports._page import Page
 
-__all__ = ["close_claims", "count_claim", "drop_holder", "holders_started", "lives"]
+__all__ = ["close_claims", "count_claim", "drop_holder", "holders_started", "lives", "unhold"]
 
 
 def lives(pid: int, said: int, alive: Callable[[int], bool]) -> bool:
@@ -68,3 +70,17 @@ def drop_holder(page: Page, pid: int) -> bool:
     words[_W_PIDS + len(holders)], words[_W_HOLDER_STARTS + len(holders)] = 0, 0
     words[_W_HOLDERS] = len(holders)
     return True
+
+
+def unhold(page: Page, generation: int, pid: int) -> bool:
+    """Take back a broadcast's claim of ``generation`` by ``pid`` that no view will hold (the page
+    held): one holder entry of ``pid`` off and, while the broadcast is still open to claims, its
+    claim uncounted (the receiver's discard of the message it did not read counts it once, never
+    another receiver's share); True if the page is to be freed (claimed, and no holder left)."""
+    words = page.words
+    if words[_W_GENERATION] != generation or not drop_holder(page, pid):
+        return False
+    if words[_W_STATE] == IN_FLIGHT:
+        words[_W_CLAIMS] = max(int(words[_W_CLAIMS]), 1) - 1
+        return False
+    return bool(words[_W_STATE] == CLAIMED and words[_W_HOLDERS] == 0)

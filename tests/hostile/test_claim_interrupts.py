@@ -1,0 +1,265 @@
+"""An interrupt (a signal handler's ``KeyboardInterrupt``) landing as a receiver claims a pool slot.
+
+A landing after the claim took effect (as the page's lock or mutex is let go, or as the claim is
+marked on a named segment's page) gives this claim back and raises the interrupt; one before it
+changes nothing on the page, which stays claimable. Each landing is a stand-in for the call into
+C it lands after (``fcntl.fcntl``, the page mutex's ``release``, ``own_start``): the real call is
+made, then ``KeyboardInterrupt`` raised, as CPython raises it once such a call returns.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import gc
+import hmac
+import os
+import threading
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+import tensorwire as tw
+from tensorwire.builtins import REGISTRY, diffusion
+from tensorwire.transports import _page, _page_hold
+from tensorwire.transports._page import Page
+from tensorwire.transports._page_layout import (
+    _W_CLAIMS,
+    _W_HOLDERS,
+    _W_PIDS,
+    CLAIMED,
+    CONTROL_BYTES,
+    FREE,
+    IN_FLIGHT,
+    RECEIVER_BYTE,
+    SENDER,
+)
+from tensorwire.transports._page_lock import _LOCK, _UNLOCK
+from tensorwire.transports._segment import create_memfd, own_start
+
+OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor out of band
+
+
+class _Landing:
+    """Where the next interrupt lands (``at``: "unlock", "release", "mark", "lock"; None: nowhere):
+    once, as that call returns, in the thread that made this (never in a pool's trimmer)."""
+
+    def __init__(self) -> None:
+        self.at: str | None = None
+        self.thread = threading.get_ident()
+
+    def __getattr__(self, name: str) -> Any:  # (the rest of the ``fcntl`` module)
+        return getattr(fcntl, name)
+
+    def land(self, where: str) -> None:
+        if self.at == where and threading.get_ident() == self.thread:
+            self.at = None
+            raise KeyboardInterrupt
+
+    def fcntl(self, fd: int, cmd: int, arg: Any = 0) -> Any:
+        result = fcntl.fcntl(fd, cmd, arg)
+        if arg == _UNLOCK:
+            self.land("unlock")
+        elif arg == _LOCK:
+            self.land("lock")
+        elif cmd == fcntl.F_OFD_SETLK:
+            self.land("mark")
+        return result
+
+
+class _Mutex:
+    """A page mutex whose ``release`` lets go, then raises where the landing says so."""
+
+    def __init__(self, landing: _Landing) -> None:
+        self.lock, self.landing = threading.Lock(), landing
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self.lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self.lock.release()
+        self.landing.land("release")
+
+    def locked(self) -> bool:
+        return self.lock.locked()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@pytest.fixture
+def landing(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Landing]:
+    """Pages mapped from now on take their locks through stand-ins that land where it says."""
+    where = _Landing()
+    monkeypatch.setattr(_page, "fcntl", where)
+    monkeypatch.setattr(_page_hold, "fcntl", where)
+    monkeypatch.setattr(_page, "threading", SimpleNamespace(Lock=lambda: _Mutex(where)))
+    yield where
+    gc.collect()
+
+
+@pytest.fixture
+def made() -> Iterator[list[tw.transports.ShmTransport]]:
+    transports: list[tw.transports.ShmTransport] = []
+    yield transports
+    for transport in transports:
+        transport.close()
+
+
+def _shm(made: list[tw.transports.ShmTransport], **options: Any) -> tw.transports.ShmTransport:
+    made.append(tw.transports.ShmTransport(**options))
+    return made[-1]
+
+
+def _message(i: int = 0) -> Any:
+    return diffusion.Output(output=torch.full((20_000,), float(i)), chunk_index=i)
+
+
+def _page_of(shm: tw.transports.ShmTransport) -> Page:
+    assert shm.pool is not None
+    (slot,) = shm.pool.slots()
+    return slot.page
+
+
+def _control(page: Page) -> bytes:
+    return bytes(page._raw[:CONTROL_BYTES])
+
+
+@pytest.mark.parametrize("backing", ["memfd", "named"])
+@pytest.mark.parametrize("where", ["unlock", "release", "mark"])
+@pytest.mark.parametrize("borrow", [True, False], ids=["borrowed", "copied"])
+def test_an_interrupt_landing_once_a_receiver_claimed_its_slot_gives_the_slot_back(
+    landing: _Landing, made: list[tw.transports.ShmTransport], backing: str, where: str, borrow: bool
+) -> None:
+    """The claim took effect, then the interrupt left ``claim`` before the receiver's hold on the
+    slot was made: the slot stayed claimed by a live receiver, never reclaimed (the pool grew)."""
+    if where == "mark" and backing == "memfd":
+        pytest.skip("only a named segment's claim is marked")
+    shm, receiver = _shm(made, backing=backing), _shm(made, backing=backing, pool=False)
+    encoder = tw.Encoder(transport=shm, options=OOB)
+    decoder = tw.Decoder(REGISTRY, transports=[receiver], options=tw.DecodeOptions(borrow=borrow))
+    frames = encoder.encode(_message())
+    page = _page_of(shm)
+    landing.at = where
+    with pytest.raises(KeyboardInterrupt):
+        decoder.decode(frames)
+    assert landing.at is None  # it landed
+    assert page.state == FREE
+    assert not page.marked_elsewhere(RECEIVER_BYTE)  # (a named segment's receiver dropped its mark)
+    out = decoder.decode(encoder.encode(_message(1)))
+    assert float(out.output[0]) == 1.0
+    assert _page_of(shm) is page  # the same slot, sent again
+
+
+@pytest.mark.parametrize("where", ["unlock", "release"])
+@pytest.mark.parametrize("first", [True, False], ids=["interrupted-first", "interrupted-second"])
+@pytest.mark.parametrize("shared", [True, False], ids=["one-reader", "two-readers"])
+def test_an_interrupted_claim_of_a_broadcast_takes_off_only_its_own_holder(
+    landing: _Landing, made: list[tw.transports.ShmTransport], where: str, first: bool, shared: bool
+) -> None:
+    """Two receivers of one broadcast in this process (through one transport, or two): the claim
+    an interrupt left once it took effect holds nothing; the other receiver's holds the slot until
+    its view dies."""
+    shm = _shm(made)
+    receivers = [_shm(made, pool=False)]
+    receivers.append(receivers[0] if shared else _shm(made, pool=False))
+    decoders = [tw.Decoder(REGISTRY, transports=[r]) for r in receivers]
+    frames = tw.Encoder(shm.fan_out(2), options=OOB).encode(_message(7))
+    page = _page_of(shm)
+    words = page.words
+
+    def interrupted(decoder: tw.Decoder) -> None:
+        landing.at = where
+        with pytest.raises(KeyboardInterrupt):
+            decoder.decode(frames)
+        assert landing.at is None
+
+    if first:
+        interrupted(decoders[0])
+        assert (page.state, words[_W_HOLDERS], words[_W_CLAIMS]) == (IN_FLIGHT, 0, 1)  # one claim, let go
+        held = decoders[1].decode(frames)
+    else:
+        held = decoders[0].decode(frames)
+        interrupted(decoders[1])
+    assert (page.state, words[_W_HOLDERS], words[_W_PIDS]) == (CLAIMED, 1, os.getpid())
+    assert float(held.output[0]) == 7.0
+    del held
+    gc.collect()
+    assert page.state == FREE
+
+
+@pytest.fixture
+def page() -> Iterator[Page]:
+    """A pool slot's page, for its sender and its receiver."""
+    fd, mapping = create_memfd("tw-interrupted", CONTROL_BYTES + 4096)
+    made = Page(fd, mapping, "pool slot tw-interrupted")
+    made.init(4096)
+    yield made
+    made.release()
+    made.close_fd()
+    mapping.close()
+
+
+def _locks_are_free(page: Page) -> bool:
+    """Whether another open file description can lock the page now, and this process's threads can."""
+    other = os.open(f"/proc/self/fd/{page.fd}", os.O_RDWR)
+    try:
+        fcntl.fcntl(other, fcntl.F_OFD_SETLK, _LOCK)
+        fcntl.fcntl(other, fcntl.F_OFD_SETLK, _UNLOCK)
+    except OSError:
+        return False
+    finally:
+        os.close(other)
+    free = page._mutex.acquire(blocking=False)
+    if free:
+        page._mutex.release()
+    return free
+
+
+def _interrupting(real: Any) -> Any:
+    def landed(*args: Any) -> Any:
+        real(*args)
+        raise KeyboardInterrupt
+
+    return landed
+
+
+@pytest.mark.parametrize("where", ["wait", "proof", "start"])
+@pytest.mark.parametrize("readers", [1, 2], ids=["ordinary", "broadcast"])
+def test_an_interrupt_landing_before_a_claim_took_effect_changes_nothing(
+    page: Page, monkeypatch: pytest.MonkeyPatch, where: str, readers: int
+) -> None:
+    """In the wait for a page another process held, as the capability was proven, or as the
+    receiver's start was read (``own_start``): there an ordinary claim had voided the page's
+    capability and named its receiver already (nobody could claim, discard or undo it, until its
+    claim deadline), and a broadcast's had named a holder."""
+    generation = page.take(SENDER)
+    capability = page.hand_over(60.0, readers)
+    before = _control(page)
+    if where == "wait":  # the page locked elsewhere: the claim waits for it (``_lock``)
+        monkeypatch.setattr(_page, "fcntl", SimpleNamespace(fcntl=_refused_once, F_OFD_SETLK=fcntl.F_OFD_SETLK))
+        monkeypatch.setattr(_page, "_lock", _interrupting(lambda fd, what: None))
+    elif where == "proof":
+        monkeypatch.setattr(_page, "hmac", SimpleNamespace(compare_digest=_interrupting(hmac.compare_digest)))
+    else:
+        monkeypatch.setattr(_page, "own_start", _interrupting(own_start))
+    with pytest.raises(KeyboardInterrupt):
+        page.claim(generation, capability)
+    monkeypatch.undo()
+    assert _control(page) == before
+    assert _locks_are_free(page)
+    page.claim(generation, capability)  # still in flight: claimed now
+    assert page.words[_W_HOLDERS] == (1 if readers > 1 else 0)
+
+
+def _refused_once(fd: int, cmd: int, arg: Any = 0) -> Any:
+    """The first ``F_OFD_SETLK`` of the page's lock refused, as for a page another process holds."""
+    if arg == _LOCK:
+        raise OSError(errno.EAGAIN, "locked elsewhere")
+    return fcntl.fcntl(fd, cmd, arg)
