@@ -319,15 +319,18 @@ class SlotReader:
             try:
                 lease = _ReceiverLease(segment, nbytes, offset, generation)
             except BaseException:  # (an interrupt): no view holds the claim to free it
-                segment.freed(generation)
+                segment.page.unclaim(generation)
                 raise
             buffer = _VIEWS.view(lease.address, nbytes, lease)  # (from here the lease frees it)
             return np.asarray(lease) if buffer is None else buffer
         start = CONTROL_BYTES + offset
         try:
-            return bytearray(segment.anchor[start : start + nbytes])
-        finally:
-            segment.freed(generation)
+            data = bytearray(segment.anchor[start : start + nbytes])
+        except BaseException:  # (an interrupt, a MemoryError): not read, given back
+            segment.page.unclaim(generation)
+            raise
+        segment.freed(generation)
+        return data
 
     def discard(self, name: str, number: int | None, generation: int, capability: bytes) -> bool:
         """Free a slot whose message will not be read, if the handle proves its capability."""

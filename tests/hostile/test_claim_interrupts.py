@@ -24,7 +24,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire.builtins import REGISTRY, diffusion
-from tensorwire.transports import _page, _page_hold
+from tensorwire.transports import _page, _page_hold, _slots
 from tensorwire.transports._page import Page
 from tensorwire.transports._page_layout import (
     _W_CLAIMS,
@@ -263,3 +263,30 @@ def _refused_once(fd: int, cmd: int, arg: Any = 0) -> Any:
     if arg == _LOCK:
         raise OSError(errno.EAGAIN, "locked elsewhere")
     return fcntl.fcntl(fd, cmd, arg)
+
+
+@pytest.mark.parametrize("borrow", [True, False], ids=["borrowed", "copied"])
+def test_a_broadcast_receiver_whose_read_failed_after_its_claim_counts_once(
+    made: list[tw.transports.ShmTransport], monkeypatch: pytest.MonkeyPatch, borrow: bool
+) -> None:
+    """The read after the claim raised (an interrupt as its view's hold was made, or a copy that
+    failed): the claim was freed, then the failed decode's discard of the unread buffer counted the
+    same receiver again, so a broadcast to two closed before its other receiver came."""
+    shm, receivers = _shm(made), [_shm(made, pool=False), _shm(made, pool=False)]
+    frames = tw.Encoder(shm.fan_out(2), options=OOB).encode(_message(5))
+    page = _page_of(shm)
+    decoders = [tw.Decoder(REGISTRY, transports=[r], options=tw.DecodeOptions(borrow=borrow)) for r in receivers]
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(_slots, "_ReceiverLease" if borrow else "bytearray", interrupted, raising=borrow)
+        with pytest.raises(KeyboardInterrupt):
+            decoders[0].decode(frames)
+    assert (page.state, page.words[_W_HOLDERS], page.words[_W_CLAIMS]) == (IN_FLIGHT, 0, 1)
+    out = decoders[1].decode(frames)
+    assert float(out.output[0]) == 5.0
+    del out
+    gc.collect()
+    assert page.state == FREE
