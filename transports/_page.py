@@ -49,7 +49,7 @@ from tensorwire.transports._page_layout import (
     _refusal,
     digest,
 )
-from tensorwire.transports._page_lock import _LOCK, _UNLOCK, _lock
+from tensorwire.transports._page_lock import _LOCK, _UNLOCK, _let_go_lock, _lock
 from tensorwire.transports._segment import own_start
 
 __all__ = ["Page"]
@@ -270,8 +270,12 @@ class Page(Hold):
                 fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _LOCK)  # a page nobody else holds: one call
             except OSError:
                 _lock(fd, self.name)  # held by another process: wait for it a while (or the error)
-        except BaseException:
-            mutex.release()
+        except BaseException:  # (an interrupt as the lock was taken, maybe: let go of it too)
+            try:
+                if fd >= 0:
+                    _let_go_lock(fd)
+            finally:
+                mutex.release()
             raise
         claimed = False  # set right after this call's last write of its claim (no call between them)
         try:

@@ -13,7 +13,7 @@ import os
 import threading
 
 from tensorwire.errors import TransportError
-from tensorwire.transports._page_lock import _FLOCK, _lock, _unlock, marked
+from tensorwire.transports._page_lock import _FLOCK, _let_go_lock, _lock, _unlock, marked
 
 __all__ = ["Hold"]
 
@@ -36,8 +36,12 @@ class Hold:
             if self.fd < 0:
                 raise TransportError(errno.EBADF, f"{self.name} was let go")
             _lock(self.fd, self.name)
-        except BaseException:
-            self._mutex.release()
+        except BaseException:  # (an interrupt as the lock was taken, maybe: let go of it too)
+            try:
+                if self.fd >= 0:
+                    _let_go_lock(self.fd)
+            finally:
+                self._mutex.release()
             raise
 
     def _leave(self) -> None:

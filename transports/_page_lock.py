@@ -69,6 +69,15 @@ def _unlock(fd: int) -> None:
     fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _UNLOCK)
 
 
+def _let_go_lock(fd: int) -> None:
+    """Unlock a page whose locking raised (an interrupt may have landed once the lock was taken):
+    this description's lock, if it holds one (another's is never touched); no error."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _UNLOCK)
+    except OSError:
+        pass
+
+
 def marked(fd: int, byte: int) -> bool:
     """Whether an open description of ``fd``'s file other than ``fd``'s own holds a lock on ``byte``
     (a peer's mark, see ``Page.mark``); False where that cannot be read."""

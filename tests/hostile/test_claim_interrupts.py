@@ -24,7 +24,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire.builtins import REGISTRY, diffusion
-from tensorwire.transports import _page, _page_hold, _slots
+from tensorwire.transports import _page, _page_hold, _page_lock, _slots
 from tensorwire.transports._page import Page
 from tensorwire.transports._page_layout import (
     _W_CLAIMS,
@@ -290,3 +290,37 @@ def test_a_broadcast_receiver_whose_read_failed_after_its_claim_counts_once(
     del out
     gc.collect()
     assert page.state == FREE
+
+
+@pytest.mark.parametrize("how", ["claim", "claim-after-a-wait", "undo", "discard"])
+def test_an_interrupt_landing_as_a_transition_locked_its_page_lets_go_of_the_lock(
+    page: Page, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Once the page's lock was taken (a claim's first try, or one after the page was held
+    elsewhere; a sender's undo, a receiver's discard): the transition let go of the page's mutex
+    but kept the lock, and every other process's transition of the page was refused (`locked by
+    another process`) until this one made another."""
+    generation = page.take(SENDER)
+    capability = page.hand_over(60.0)
+    before = _control(page)
+    landing = _Landing()
+    landing.at = "lock"
+    if how == "claim":
+        monkeypatch.setattr(_page, "fcntl", landing)
+    else:
+        monkeypatch.setattr(_page_lock, "fcntl", landing)  # (``_lock``'s)
+        if how == "claim-after-a-wait":
+            monkeypatch.setattr(_page, "fcntl", SimpleNamespace(fcntl=_refused_once, F_OFD_SETLK=fcntl.F_OFD_SETLK))
+    with pytest.raises(KeyboardInterrupt):
+        if how == "undo":
+            page.undo(generation, capability)
+        elif how == "discard":
+            page.discard(generation, capability)
+        else:
+            page.claim(generation, capability)
+    monkeypatch.undo()
+    assert landing.at is None  # it landed
+    assert _control(page) == before
+    assert _locks_are_free(page)
+    page.claim(generation, capability)
+    assert page.state == CLAIMED
