@@ -120,6 +120,7 @@ class _ReceiveBuffer:
         asks for, whatever room the buffer has), the lock released while waiting for it (the lock
         held on entry and on return); then wake every waiting thread."""
         self._draining = True
+        item = None
         try:
             self._ready.release()
             try:
@@ -128,6 +129,10 @@ class _ReceiveBuffer:
                 self._ready.acquire()
             if item is not None:
                 self._store(*item, wanted=wanted)
+        except BaseException:  # (an interrupt, a full buffer): a CUDA item taken off the queue is acknowledged
+            if item is not None and item[4] is not None:
+                self._acknowledge_taken(item)
+            raise
         finally:
             self._draining = False
             self._ready.notify_all()
@@ -145,32 +150,38 @@ class _ReceiveBuffer:
             return None
         except Exception as exc:  # an item that does not unpickle here (it is gone), or a closed queue
             raise TransportError(errno.EIO, f"cannot take an item off the queue: {exc!r}") from None
-        if not _is_item(item):
-            log.warning("dropping a queue item that is not a tensorwire item: %.200r", item)
-            return None
-        if len(item) != 5:
-            sender_id, message, index, tensor = item
-            return sender_id, message, index, tensor, None
-        sender_id, message, index, payload, ack_name = item  # a CUDA tensor, pickled on export, and its ack page
-        if index >= _TENSORS_PER_MESSAGE or _position(message, index) > _LAST_POSITION:
-            log.warning(
-                "dropping a CUDA item from sender %s whose ids no ack page holds: %d/%d",
-                quoted(sender_id),
-                message,
-                index,
-            )
-            return None
         try:
-            tensor = ForkingPickler.loads(payload)
-        except Exception as exc:  # any item that cannot be opened (bad pickle, IPC failure) is dropped, not fatal
-            log.warning(
-                "dropping a CUDA tensor from sender %s that could not be opened: %.200r", quoted(sender_id), exc
-            )
-            return sender_id, message, index, None, ack_name
-        if not isinstance(tensor, torch.Tensor):
-            log.warning("dropping a CUDA item from sender %s that is no tensor: %.200r", quoted(sender_id), tensor)
-            return sender_id, message, index, None, ack_name
-        return sender_id, message, index, tensor, ack_name
+            if not _is_item(item):
+                log.warning("dropping a queue item that is not a tensorwire item: %.200r", item)
+                return None
+            if len(item) != 5:
+                sender_id, message, index, tensor = item
+                return sender_id, message, index, tensor, None
+            sender_id, message, index, payload, ack_name = item  # a CUDA tensor, pickled on export, and its ack page
+            if index >= _TENSORS_PER_MESSAGE or _position(message, index) > _LAST_POSITION:
+                log.warning(
+                    "dropping a CUDA item from sender %s whose ids no ack page holds: %d/%d",
+                    quoted(sender_id),
+                    message,
+                    index,
+                )
+                return None
+            try:
+                tensor = ForkingPickler.loads(payload)
+            except Exception as exc:  # any item that cannot be opened (bad pickle, IPC failure) is dropped, not fatal
+                log.warning(
+                    "dropping a CUDA tensor from sender %s that could not be opened: %.200r", quoted(sender_id), exc
+                )
+                return sender_id, message, index, None, ack_name
+            if not isinstance(tensor, torch.Tensor):
+                log.warning("dropping a CUDA item from sender %s that is no tensor: %.200r", quoted(sender_id), tensor)
+                return sender_id, message, index, None, ack_name
+            return sender_id, message, index, tensor, ack_name
+        except BaseException:  # (an interrupt) once the item left the queue: a CUDA one is acknowledged
+            if _is_item(item) and len(item) == 5:
+                with self._ready:
+                    self._acknowledge_taken(item)
+            raise
 
     def _store(
         self,
@@ -244,6 +255,15 @@ class _ReceiveBuffer:
             )
         if not sender.messages.get(message):
             sender.messages.pop(message, None)
+
+    def _acknowledge_taken(self, item: tuple[Any, ...]) -> None:
+        """Acknowledge a CUDA item taken off the queue (as it came, or as ``_receive`` made it) that an
+        exception kept from ``_store`` (the lock held): its sender lets go of the tensor. An item
+        acknowledged already is not harmed (a page keeps its highest position); one whose ids no
+        ack page holds is left, as ``_receive`` leaves it."""
+        sender_id, message, index, _, ack_name = item
+        if index < _TENSORS_PER_MESSAGE and _position(message, index) <= _LAST_POSITION:
+            self._acknowledge(sender_id, ack_name, message, index)
 
     def _acknowledge(self, sender_id: str, ack_name: Any, message: int, index: int) -> None:
         """Tell the sender its tensor arrived (it may let go of it now)."""
