@@ -277,7 +277,7 @@ class Page(Hold):
             finally:
                 mutex.release()
             raise
-        claimed = False  # set right after this call's last write of its claim (no call between them)
+        claimed = marking = False  # ``claimed`` set right after this call's last write of its claim
         try:
             try:
                 head = _HEAD.unpack_from(self._raw)  # the words and the digest in one read (the page is held)
@@ -301,6 +301,9 @@ class Page(Hold):
                     )
                     if reason is not None:
                         raise DecodeError(reason)
+                if self.marks_claims:  # proven: held from now on, told to the sender by the mark (taken
+                    marking = True  # before the claim is written, the page held: a sender never sees the
+                    self._mark(RECEIVER_BYTE, True)  # claim without it)
                 words = self.words
                 readers = words[_W_READERS]
                 if not 1 < readers <= MAX_READERS:  # (``_readers``, inline)
@@ -327,8 +330,6 @@ class Page(Hold):
                     else:
                         words[_W_CLAIMS] = claims
                 claimed = True
-                if self.marks_claims:  # held from now on, told to the sender by the mark (taken with
-                    self._mark(RECEIVER_BYTE, True)  # the page held, so the sender never misses it)
             finally:
                 try:  # (``_leave``, inline)
                     fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _UNLOCK)
@@ -343,6 +344,8 @@ class Page(Hold):
                         words[_W_STATE] = FREE  # (no call before it: a second interrupt finds it free)
                     if self.marks_claims:
                         self.mark(RECEIVER_BYTE, False)
+            elif marking:  # marked (or about to be) for a claim that never took effect
+                self.mark(RECEIVER_BYTE, False)
             raise
 
     def unclaim(self, generation: int) -> None:

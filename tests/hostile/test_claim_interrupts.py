@@ -324,3 +324,58 @@ def test_an_interrupt_landing_as_a_transition_locked_its_page_lets_go_of_the_loc
     assert _locks_are_free(page)
     page.claim(generation, capability)
     assert page.state == CLAIMED
+
+
+@pytest.mark.parametrize("readers", [1, 2], ids=["ordinary", "broadcast"])
+def test_a_named_segments_claim_is_marked_before_it_is_written(
+    made: list[tw.transports.ShmTransport], monkeypatch: pytest.MonkeyPatch, readers: int
+) -> None:
+    """A sender reads the claim's state without the page's lock where it asks whether a receiver
+    holds the page (``held_by_another``, at exit): a claim written before its mark looked, for that
+    moment, like one of a receiver in another pid namespace that no longer holds it. The probe is
+    the receiver's start, read just before the claim's writes: the mark is held by then."""
+    shm, receiver = _shm(made, backing="named"), _shm(made, backing="named", pool=False)
+    encoder = tw.Encoder(transport=shm if readers == 1 else shm.fan_out(readers), options=OOB)
+    frames = encoder.encode(_message(3))
+    page = _page_of(shm)
+    seen: list[bool] = []
+
+    def probed() -> int:
+        seen.append(page.marked_elsewhere(RECEIVER_BYTE))  # (the sender's description asks)
+        return own_start()
+
+    monkeypatch.setattr(_page, "own_start", probed)
+    out = tw.Decoder(REGISTRY, transports=[receiver]).decode(frames)
+    assert float(out.output[0]) == 3.0
+    assert seen == [True]
+
+
+@pytest.mark.parametrize("readers", [1, 2], ids=["ordinary", "broadcast"])
+def test_an_interrupt_landing_as_a_claim_is_marked_leaves_no_mark_and_no_claim(
+    page: Page, monkeypatch: pytest.MonkeyPatch, readers: int
+) -> None:
+    """The mark taken (a named segment's receiver marks the page before it writes its claim), the
+    interrupt lands before the claim is written: the mark goes, and the page stays in flight, as
+    it was, for this receiver to claim."""
+    generation = page.take(SENDER)
+    capability = page.hand_over(60.0, readers)
+    before = _control(page)
+    page.marks_claims = True
+    monkeypatch.setattr(Page, "_mark", _interrupting(_page_hold.Hold._mark))
+    with pytest.raises(KeyboardInterrupt):
+        page.claim(generation, capability)
+    monkeypatch.undo()
+    assert _control(page) == before
+    assert not _marked_by(page)
+    assert _locks_are_free(page)
+    page.claim(generation, capability)
+    assert _marked_by(page)
+
+
+def _marked_by(page: Page) -> bool:
+    """Whether the page's own description holds its receiver mark (asked from another description)."""
+    other = os.open(f"/proc/self/fd/{page.fd}", os.O_RDWR)
+    try:
+        return _page_lock.marked(other, RECEIVER_BYTE)
+    finally:
+        os.close(other)
