@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import inspect
 import math
 import os
 import re
@@ -546,7 +547,7 @@ def _counting_looks(shm: transports.ShmTransport, monkeypatch: pytest.MonkeyPatc
     assert pool is not None
     glances: list[str] = []
     looks: list[str] = []
-    is_free_property: property = vars(Page)["is_free"]
+    is_free_property: property = inspect.getattr_static(Page, "is_free")
     quick = is_free_property.fget
     assert quick is not None
 

@@ -1,7 +1,8 @@
 """A mapped segment's control page (``Page``): its sender's transitions (take, hand over, undo,
 expire, reclaim) and its receivers' (claim, discard, free), each made under the page's lock (the
 ``Hold`` of ``_page_hold``), with a broadcast's bookkeeping of its receivers' claims
-(``_page_holders``).
+(``_page_holders``); what the page says, read without a transition, is ``PageView``'s
+(``_page_view``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import time
 from collections.abc import Callable
 
 from tensorwire.errors import DecodeError, TransportError
-from tensorwire.transports._page_hold import Hold
 from tensorwire.transports._page_holders import close_claims, count_claim, drop_holder, holders_started, lives, unhold
 from tensorwire.transports._page_layout import (
     _DIGEST,
@@ -50,15 +50,16 @@ from tensorwire.transports._page_layout import (
     digest,
 )
 from tensorwire.transports._page_lock import _LOCK, _UNLOCK, _let_go_lock, _lock
+from tensorwire.transports._page_view import PageView
 from tensorwire.transports._segment import own_start
 
 __all__ = ["Page"]
 
 
-class Page(Hold):
+class Page(PageView):
     """The control page of a mapped segment: ``fd`` (for the lock) and the mapping's first page."""
 
-    __slots__ = ("_deadline", "_raw", "marks_claims", "words")
+    __slots__ = ()
 
     def __init__(self, fd: int, mapping: mmap.mmap, name: str) -> None:
         self.fd, self.name = fd, name
@@ -68,73 +69,6 @@ class Page(Hold):
         self._mutex = threading.Lock()
         self._pid = os.getpid()
         self._deadline = 2**64  # the claim deadline of this process's last hand-over (``hand_over``)
-
-    # -- reading ----------------------------------------------------------------------------------
-    @property
-    def valid(self) -> bool:
-        """Whether the page has the magic of this protocol."""
-        return bool(self.words[_W_MAGIC] == _MAGIC_WORD)
-
-    @property
-    def state(self) -> int:
-        return int(self.words[_W_STATE])
-
-    @property
-    def is_free(self) -> bool:
-        """Whether the page is valid and free (one look, no lock: the sender's quick test)."""
-        words = self.words
-        return bool(words[_W_STATE] == FREE and words[_W_MAGIC] == _MAGIC_WORD)
-
-    @property
-    def generation(self) -> int:
-        return int(self.words[_W_GENERATION])
-
-    @property
-    def receiver(self) -> int:
-        return int(self.words[_W_RECEIVER])
-
-    @property
-    def capacity(self) -> int:
-        return int(self.words[_W_CAPACITY])
-
-    @property
-    def flags(self) -> int:
-        return int(self.words[_W_FLAGS])
-
-    @property
-    def creator_started(self) -> int:
-        """When the segment's creator started, as the page says (``_segment.started``; 0: not said)."""
-        return int(self.words[_W_STARTED])
-
-    def due(self, now_ns: int) -> bool:
-        """Whether the page is in flight past its claim deadline: the one its sender set, whatever a
-        peer wrote on the page since (only an earlier one there counts)."""
-        return self.words[_W_STATE] == IN_FLIGHT and now_ns > min(self.words[_W_DEADLINE], self._deadline)
-
-    def outcome(self, generation: int, capability: bytes) -> bool | None:
-        """What became of hand-over ``generation`` made under ``capability``, as its sender sees it
-        (one look, no lock): None while it is in flight (past its deadline too, until it is brought
-        back), True once a receiver of another process claimed it (``claimed_elsewhere``), False
-        otherwise, or once the page moved on to another hand-over."""
-        words = self.words
-        if words[_W_GENERATION] != generation:
-            return False
-        if words[_W_STATE] == IN_FLIGHT:  # (a digest cleared: a transition under way, which the next look sees done)
-            stored = bytes(self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES])
-            if stored != _NO_DIGEST and not hmac.compare_digest(stored, digest(capability)):
-                return False
-            return None
-        return self.claimed_elsewhere()
-
-    def claimed_elsewhere(self) -> bool:
-        """Whether the current hand-over, out of flight, was claimed by a receiver of another process
-        (it holds the page, or held it and let go); not if it expired, was undone or given back, or
-        was claimed by this process."""
-        words = self.words
-        if words[_W_RECEIVER] in (0, os.getpid()):
-            return False
-        state = words[_W_STATE]
-        return state == CLAIMED or (state == FREE and words[_W_EXPIRED] != words[_W_GENERATION])
 
     # -- the sender's transitions -------------------------------------------------------------------
     def init(self, capacity: int, flags: int = 0) -> None:
@@ -167,12 +101,6 @@ class Page(Hold):
         words[_W_DEADLINE] = self._deadline = time.monotonic_ns() + int(timeout * 1e9)
         words[_W_STATE] = IN_FLIGHT
         return capability
-
-    def _readers(self) -> int:
-        """The receivers of the current hand-over (1 for an ordinary one; whatever a receiver
-        wrote there is bounded)."""
-        readers = int(self.words[_W_READERS])
-        return readers if 1 < readers <= MAX_READERS else 1
 
     def give_back(self) -> None:
         """The sender's own page back to FREE (a pool tensor dropped unsent)."""
@@ -392,19 +320,6 @@ class Page(Hold):
             return words[_W_STATE] == CLAIMED and words[_W_HOLDERS] == 0
 
         return self._to_free(done)
-
-    def held_by_another(self, alive: Callable[[int], bool]) -> bool:
-        """Whether a live process other than this one holds the claimed page."""
-        if self.words[_W_STATE] != CLAIMED:
-            return False
-        if self._readers() == 1:
-            holders = [(self.receiver, int(self.words[_W_RECEIVER_STARTED]))]
-        else:
-            holders = holders_started(self)
-        others = [(pid, said) for pid, said in holders if pid != os.getpid()]
-        return any(lives(pid, said, alive) for pid, said in others) or (
-            bool(others) and self.marked_elsewhere(RECEIVER_BYTE)
-        )
 
     def _proves(self, generation: int, capability: bytes, *, deadline: bool = True) -> bool:
         """Whether the handle may act on the page now (``_check`` without the error)."""

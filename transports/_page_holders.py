@@ -26,6 +26,7 @@ from tensorwire.transports._segment import started_as_said
 
 if TYPE_CHECKING:
     from tensorwire.transports._page import Page
+    from tensorwire.transports._page_view import PageView
 
 __all__ = ["close_claims", "count_claim", "drop_holder", "holders_started", "lives", "unhold"]
 
@@ -50,7 +51,7 @@ def close_claims(page: Page) -> None:
     page.words[_W_STATE] = CLAIMED
 
 
-def holders_started(page: Page) -> list[tuple[int, int]]:
+def holders_started(page: PageView) -> list[tuple[int, int]]:
     """A broadcast's holders: (pid, when it started) for each."""
     words = page.words
     count = min(int(words[_W_HOLDERS]), page._readers())
