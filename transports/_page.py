@@ -167,18 +167,19 @@ class Page(PageView):
 
     def _to_free(self, condition: Callable[[], bool], state: int = FREE) -> bool:
         """Void the capability and move the page to ``state`` if ``condition()`` holds under its lock."""
-        try:
-            self._enter()
-        except TransportError:
-            return False  # let go of, or locked by another process for long: not now
-        try:
-            if not condition():
-                return False
-            self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
-            self.words[_W_STATE] = state
-            return True
-        finally:
-            self._leave()
+        with self._mutex:  # (a ``with``, not ``acquire()``: see ``Hold._enter``)
+            try:
+                self._enter()
+            except TransportError:
+                return False  # let go of, or locked by another process for long: not now
+            try:
+                if not condition():
+                    return False
+                self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+                self.words[_W_STATE] = state
+                return True
+            finally:
+                self._leave()
 
     # -- the receiver's transitions -----------------------------------------------------------------
     def claim(self, generation: int, capability: bytes) -> None:

@@ -1,7 +1,8 @@
 """A control page's hold: the fd its lock is taken on and the mutex that keeps this process's
-threads apart (``_enter``, ``_leave``: one transition at a time, here and in other processes), the
-marks a process keeps on other bytes of the page's file to say it holds the page or made it
-(``mark``, ``marked_elsewhere``), and closing the fd once no transition uses it (``close_fd``).
+threads apart (one transition at a time, here and in other processes: the mutex held in a
+``with``, the page locked by ``_enter`` and unlocked by ``_leave``), the marks a process keeps on
+other bytes of the page's file to say it holds the page or made it (``mark``,
+``marked_elsewhere``), and closing the fd once no transition uses it (``close_fd``).
 ``Page`` is one; its transitions take the hold.
 """
 
@@ -30,25 +31,21 @@ class Hold:
     _pid: int
 
     def _enter(self) -> None:
-        """Hold the page against this process's threads and other processes (``_leave`` undoes it)."""
-        self._mutex.acquire()
+        """Hold the page against other processes (``_leave`` undoes it), this process's threads kept
+        out by the caller, which holds the mutex in a ``with`` (not ``acquire()``: an interrupt can
+        land as that call returns, before a ``try`` is entered, and keep the mutex held for good;
+        between a ``with``'s taking and its block it cannot, in CPython before 3.14)."""
         try:
             if self.fd < 0:
                 raise TransportError(errno.EBADF, f"{self.name} was let go")
             _lock(self.fd, self.name)
         except BaseException:  # (an interrupt as the lock was taken, maybe: let go of it too)
-            try:
-                if self.fd >= 0:
-                    _let_go_lock(self.fd)
-            finally:
-                self._mutex.release()
+            if self.fd >= 0:
+                _let_go_lock(self.fd)
             raise
 
     def _leave(self) -> None:
-        try:
-            _unlock(self.fd)
-        finally:
-            self._mutex.release()
+        _unlock(self.fd)
 
     def mark(self, byte: int, held: bool) -> None:
         """Take (``held``) or drop this description's shared lock on ``byte`` of the page's file

@@ -1,0 +1,104 @@
+"""An interrupt (a signal handler's ``KeyboardInterrupt``) landing as a transition took this
+process's mutex of a control page.
+
+CPython raises such an interrupt as a call into C returns: ``mutex.acquire()`` returned, the mutex
+held, and the interrupt raised before the ``try`` that lets go of it was entered, kept the mutex
+held for good (the page's next transition in this process, a free, ``close_fd`` or the pool's
+close, waited forever). A ``with`` cannot be interrupted there (before 3.14): the stand-in mutex's
+``acquire`` takes the lock and raises, as CPython's would; its ``__enter__`` takes it and returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tensorwire.transports._page import Page
+from tensorwire.transports._page_layout import CONTROL_BYTES, FREE, SENDER
+from tensorwire.transports._segment import create_memfd
+
+
+class _InterruptedAcquire:
+    """A page mutex whose first ``acquire()`` takes the lock, then raises ``KeyboardInterrupt`` (an
+    interrupt landing as that call returns); ``__enter__`` takes it without (CPython before 3.14
+    has no landing between a ``with``'s taking and its block)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.landed = False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        taken = self.lock.acquire(blocking, timeout)
+        if taken and not self.landed:
+            self.landed = True
+            raise KeyboardInterrupt
+        return taken
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def locked(self) -> bool:
+        return self.lock.locked()
+
+    def __enter__(self) -> bool:
+        return self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+@pytest.fixture
+def page() -> Iterator[Page]:
+    """A pool slot's page, in flight, its mutex the stand-in."""
+    fd, mapping = create_memfd("tw-mutex-interrupted", CONTROL_BYTES + 4096)
+    made = Page(fd, mapping, "pool slot tw-mutex-interrupted")
+    made.init(4096)
+    made._mutex = _InterruptedAcquire()  # type: ignore[assignment]
+    yield made
+    made._mutex = threading.Lock()  # (a mutex left held would keep ``close_fd`` waiting)
+    made.release()
+    made.close_fd()
+    mapping.close()
+
+
+def _mutex_is_free(page: Page) -> bool:
+    mutex = page._mutex
+    assert isinstance(mutex, _InterruptedAcquire)
+    free = mutex.lock.acquire(blocking=False)
+    if free:
+        mutex.lock.release()
+    return free
+
+
+@pytest.mark.parametrize("how", ["undo", "discard", "expire", "broadcast-free"])
+def test_an_interrupt_landing_as_a_transition_took_the_page_mutex_leaves_it_free(page: Page, how: str) -> None:
+    """A sender's undo or expiry, a receiver's discard, a broadcast receiver's free (each one
+    ``Hold._enter``, which took the mutex with ``acquire()``): the mutex stayed held."""
+    generation = page.take(SENDER)
+    capability = page.hand_over(0.0 if how == "expire" else 60.0, 2 if how == "broadcast-free" else 1)
+    if how == "broadcast-free":
+        page._mutex = threading.Lock()  # (the claim's own mutex: the free's is the stand-in's)
+        page.claim(generation, capability)
+        page.claim(generation, capability)
+        page._mutex = _InterruptedAcquire()  # type: ignore[assignment]
+    elif how == "expire":
+        time.sleep(0.001)
+    with contextlib.suppress(KeyboardInterrupt):
+        if how == "undo":
+            page.undo(generation, capability)
+        elif how == "discard":
+            page.discard(generation, capability)
+        elif how == "expire":
+            page.expire(time.monotonic_ns())
+        else:
+            page.free(generation)
+            page.free(generation)
+    assert _mutex_is_free(page)
+    assert page.state == FREE  # (the transition made: the ``with`` took the mutex uninterrupted)
+    generation = page.take(SENDER)  # sent and discarded again
+    assert page.discard(generation, page.hand_over(60.0))
+    assert page.state == FREE
