@@ -189,81 +189,75 @@ class Page(PageView):
         The common case runs in this one frame (``_enter``, ``_leave`` and the proof inline: a
         receiver's per-message cost is mostly Python calls); anything else is judged and worded by
         ``_refusal``, as ``_check`` does."""
-        mutex = self._mutex
-        mutex.acquire()
-        try:
-            fd = self.fd
-            if fd < 0:
-                raise TransportError(errno.EBADF, f"{self.name} was let go")
-            try:
-                fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _LOCK)  # a page nobody else holds: one call
-            except OSError:
-                _lock(fd, self.name)  # held by another process: wait for it a while (or the error)
-        except BaseException:  # (an interrupt as the lock was taken, maybe: let go of it too)
-            try:
-                if fd >= 0:
-                    _let_go_lock(fd)
-            finally:
-                mutex.release()
-            raise
         claimed = marking = False  # ``claimed`` set right after this call's last write of its claim
         try:
-            try:
-                head = _HEAD.unpack_from(self._raw)  # the words and the digest in one read (the page is held)
-                stored = head[8]
-                if (  # the common case proven here; anything else is judged (and worded) by ``_refusal``
-                    head[_W_STATE] != IN_FLIGHT
-                    or head[_W_GENERATION] != generation
-                    or stored == _NO_DIGEST
-                    or not hmac.compare_digest(stored, digest(capability))
-                    or time.monotonic_ns() > head[_W_DEADLINE]
-                ):
-                    reason = _refusal(
-                        self.name,
-                        head[_W_STATE],
-                        head[_W_GENERATION],
-                        head[_W_EXPIRED],
-                        stored,
-                        head[_W_DEADLINE],
-                        generation,
-                        capability,
-                    )
-                    if reason is not None:
-                        raise DecodeError(reason)
-                if self.marks_claims:  # proven: held from now on, told to the sender by the mark (taken
-                    marking = True  # before the claim is written, the page held: a sender never sees the
-                    self._mark(RECEIVER_BYTE, True)  # claim without it)
-                words = self.words
-                readers = words[_W_READERS]
-                if not 1 < readers <= MAX_READERS:  # (``_readers``, inline)
-                    pid, started = os.getpid(), own_start()  # (before the writes: all or none of them)
-                    self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
-                    words[_W_RECEIVER] = pid
-                    words[_W_RECEIVER_STARTED] = started
-                    words[_W_STATE] = CLAIMED
-                else:
-                    holders = int(words[_W_HOLDERS])
-                    if holders >= readers:
-                        raise DecodeError(
-                            f"{self.name} generation {generation} is no longer in flight (every receiver claimed it)"
+            with self._mutex:  # (a ``with``, not ``acquire()``: an interrupt cannot land between the
+                fd = self.fd  # mutex taken and the block entered, which would keep it held for good)
+                try:
+                    if fd < 0:
+                        raise TransportError(errno.EBADF, f"{self.name} was let go")
+                    try:
+                        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _LOCK)  # a page nobody else holds: one call
+                    except OSError:
+                        _lock(fd, self.name)  # held by another process: wait for it a while (or the error)
+                except BaseException:  # (an interrupt as the lock was taken, maybe: let go of it too)
+                    if fd >= 0:
+                        _let_go_lock(fd)
+                    raise
+                try:
+                    head = _HEAD.unpack_from(self._raw)  # the words and the digest in one read (the page is held)
+                    stored = head[8]
+                    if (  # the common case proven here; anything else is judged (and worded) by ``_refusal``
+                        head[_W_STATE] != IN_FLIGHT
+                        or head[_W_GENERATION] != generation
+                        or stored == _NO_DIGEST
+                        or not hmac.compare_digest(stored, digest(capability))
+                        or time.monotonic_ns() > head[_W_DEADLINE]
+                    ):
+                        reason = _refusal(
+                            self.name,
+                            head[_W_STATE],
+                            head[_W_GENERATION],
+                            head[_W_EXPIRED],
+                            stored,
+                            head[_W_DEADLINE],
+                            generation,
+                            capability,
                         )
-                    pid, started = os.getpid(), own_start()
-                    claims = words[_W_CLAIMS] + 1  # (``count_claim``, inline: no call between the writes)
-                    words[_W_PIDS + holders] = pid
-                    words[_W_HOLDER_STARTS + holders] = started
-                    words[_W_HOLDERS] = holders + 1
-                    if claims >= readers:  # the last receiver: no more can claim (``close_claims``)
+                        if reason is not None:
+                            raise DecodeError(reason)
+                    if self.marks_claims:  # proven: held from now on, told to the sender by the mark (taken
+                        marking = True  # before the claim is written, the page held: a sender never sees the
+                        self._mark(RECEIVER_BYTE, True)  # claim without it)
+                    words = self.words
+                    readers = words[_W_READERS]
+                    if not 1 < readers <= MAX_READERS:  # (``_readers``, inline)
+                        pid, started = os.getpid(), own_start()  # (before the writes: all or none of them)
                         self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
-                        words[_W_CLAIMS] = readers
+                        words[_W_RECEIVER] = pid
+                        words[_W_RECEIVER_STARTED] = started
                         words[_W_STATE] = CLAIMED
                     else:
-                        words[_W_CLAIMS] = claims
-                claimed = True
-            finally:
-                try:  # (``_leave``, inline)
+                        holders = int(words[_W_HOLDERS])
+                        if holders >= readers:
+                            raise DecodeError(
+                                f"{self.name} generation {generation} is no longer in flight "
+                                "(every receiver claimed it)"
+                            )
+                        pid, started = os.getpid(), own_start()
+                        claims = words[_W_CLAIMS] + 1  # (``count_claim``, inline: no call between the writes)
+                        words[_W_PIDS + holders] = pid
+                        words[_W_HOLDER_STARTS + holders] = started
+                        words[_W_HOLDERS] = holders + 1
+                        if claims >= readers:  # the last receiver: no more can claim (``close_claims``)
+                            self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+                            words[_W_CLAIMS] = readers
+                            words[_W_STATE] = CLAIMED
+                        else:
+                            words[_W_CLAIMS] = claims
+                    claimed = True
+                finally:  # (``_leave``, inline; the mutex let go of as the ``with`` ends)
                     fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _UNLOCK)
-                finally:
-                    mutex.release()
         except BaseException:  # (an interrupt as the page was let go): no view holds the claim to free it
             if claimed:  # this call's claim, given back
                 if 1 < readers <= MAX_READERS:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from tensorwire.transports._page import Page
-from tensorwire.transports._page_layout import CONTROL_BYTES, FREE, SENDER
+from tensorwire.transports._page_layout import CLAIMED, CONTROL_BYTES, FREE, SENDER
 from tensorwire.transports._segment import create_memfd
 
 
@@ -72,6 +72,22 @@ def _mutex_is_free(page: Page) -> bool:
     if free:
         mutex.lock.release()
     return free
+
+
+def test_an_interrupt_landing_as_a_claim_took_the_page_mutex_leaves_it_free(page: Page) -> None:
+    """The claim left the mutex held: the receiver's free of the page (and any later transition,
+    ``close_fd`` included) in this process waited forever."""
+    generation = page.take(SENDER)
+    capability = page.hand_over(60.0)
+    with contextlib.suppress(KeyboardInterrupt):  # (raised here, it would end the test run)
+        page.claim(generation, capability)
+    assert _mutex_is_free(page)
+    assert page.state == CLAIMED  # (the ``with`` took the mutex uninterrupted)
+    assert page.free(generation)  # (as the claim's last view dies)
+    assert page.state == FREE
+    generation = page.take(SENDER)  # sent and claimed again
+    page.claim(generation, page.hand_over(60.0))
+    assert page.state == CLAIMED
 
 
 @pytest.mark.parametrize("how", ["undo", "discard", "expire", "broadcast-free"])
