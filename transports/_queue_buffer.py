@@ -122,9 +122,9 @@ class _ReceiveBuffer:
         self._draining = True
         item = None
         try:
-            self._ready.release()
             try:
-                item = self._receive(timeout)
+                self._ready.release()  # (in the ``try``: an interrupt landing as it returns is raised
+                item = self._receive(timeout)  # with the lock taken again, as the caller's ``with`` needs)
             finally:
                 self._ready.acquire()
             if item is not None:

@@ -9,6 +9,7 @@ raised. Each landing is a stand-in for the call it lands after (the real call ma
 from __future__ import annotations
 
 import queue as stdlib_queue
+import threading
 from collections.abc import Iterator
 from multiprocessing.reduction import ForkingPickler
 from types import SimpleNamespace
@@ -80,4 +81,35 @@ def test_an_interrupt_landing_after_a_cuda_item_left_the_queue_acknowledges_it(
     second = tx.export_device(torch.arange(16, dtype=torch.uint8) * 2, 0, 16, [])
     assert second is not None
     assert bytes(rx.import_(second, [], 16, borrow=False)) == bytes(range(0, 32, 2))
+    assert tx.in_flight == 0
+
+
+def test_an_interrupt_landing_as_a_queue_receiver_let_go_of_its_buffer_lock_raises_it(
+    pair: tuple[transports.QueueTransport, transports.QueueTransport],
+) -> None:
+    """As the receiver let go of its buffer's lock to wait for the queue (``release()`` returned):
+    the interrupt left the lock let go of, then notifying the waiting threads and the ``with``
+    that held the lock raised ``RuntimeError`` in its place. Now the lock is taken again, the
+    interrupt raised, and the item left on the queue for the next read."""
+    tx, rx = pair
+    ready = threading.Condition(threading.Lock())
+    real = ready.release
+    landings: list[int] = []
+
+    def release() -> None:
+        real()
+        if not landings:
+            landings.append(1)
+            raise KeyboardInterrupt
+
+    ready.release = release  # type: ignore[method-assign]  # (``_drain_one``'s; the ``with``'s is the lock's)
+    rx._ready = ready
+    tx.begin_message()
+    handle = tx.export_device(torch.arange(16, dtype=torch.uint8), 0, 16, [])
+    assert handle is not None
+    with pytest.raises(KeyboardInterrupt):
+        rx.import_(handle, [], 16, borrow=False)
+    assert landings == [1]
+    assert not ready._lock.locked()  # type: ignore[attr-defined]
+    assert bytes(rx.import_(handle, [], 16, borrow=False)) == bytes(range(16))
     assert tx.in_flight == 0
