@@ -109,7 +109,7 @@ VALIDATOR_ENTRY_POINTS = "tensorwire.validators"
 """The entry-point group whose entries name modules that register validators when imported."""
 _VALIDATORS: dict[str, Validator] = {}
 _NAME = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")  # as ``x-validators`` names them (fullmatch)
-_LOADING = threading.Lock()  # held while the plug-ins load
+_LOADING = threading.RLock()  # held while the plug-ins load (an RLock: see ``_plugins``)
 _loaded = False
 _loader: int | None = None  # the thread loading the plug-ins
 PLUGIN_WAIT = 10.0
@@ -128,7 +128,15 @@ def _plugins(*, wait: bool = True) -> None:
     global _loaded, _loader
     if _loaded or _loader == threading.get_ident():  # the plug-ins register through this module while they load
         return
-    if not (_LOADING.acquire(timeout=PLUGIN_WAIT) if wait else _LOADING.acquire(blocking=False)):
+    try:
+        taken = _LOADING.acquire(timeout=PLUGIN_WAIT) if wait else _LOADING.acquire(blocking=False)
+    except BaseException:  # (an interrupt as ``acquire()`` returned, the lock taken: a timed taking
+        try:  # cannot be a ``with``; an RLock's ``release`` refuses a thread that does not hold it)
+            _LOADING.release()
+        except RuntimeError:
+            pass
+        raise
+    if not taken:
         return
     try:
         if _loaded:  # loaded while this thread waited

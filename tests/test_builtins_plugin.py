@@ -245,3 +245,47 @@ def test_a_lookup_waits_for_another_threads_plugin_load_only_so_long(monkeypatch
     finally:
         done.set()
         loader.join(10)
+
+
+class _InterruptedAcquire:
+    """The plug-in load's lock, its first ``acquire`` interrupted as it returns (the lock taken)."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock, self.landed = lock, False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        taken: bool = self.lock.acquire(blocking, timeout)
+        if taken and not self.landed:
+            self.landed = True
+            raise KeyboardInterrupt
+        return taken
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def test_an_interrupt_landing_as_a_lookup_took_the_plug_in_lock_lets_go_of_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As ``acquire()`` returned, before the load's ``try``: the lock stayed held, so the plug-ins
+    never loaded and every later lookup waited ``PLUGIN_WAIT`` for nothing."""
+    import threading
+
+    from tensorwire import rules
+
+    lock = rules._LOADING
+    monkeypatch.setattr(rules, "_loaded", False)
+    monkeypatch.setattr(rules, "_LOADING", _InterruptedAcquire(lock))
+    with pytest.raises(KeyboardInterrupt):
+        rules.validator("no.such_rule")
+    taken: list[bool] = []
+
+    def take() -> None:
+        taken.append(lock.acquire(blocking=False))
+        if taken[0]:
+            lock.release()
+
+    other = threading.Thread(target=take)
+    other.start()
+    other.join(10)
+    assert taken == [True]
+    assert rules.validator("no.such_rule") is None
+    assert rules._loaded
