@@ -19,6 +19,7 @@ import pytest
 import tensorwire.builtins
 from tensorwire.rules import VALIDATOR_ENTRY_POINTS
 from tests.conftest import CLIP, REPO, run_in, write_schemas
+from tests.interrupts import InterruptedAcquire
 
 CODEC = REPO / "codec"
 
@@ -247,23 +248,6 @@ def test_a_lookup_waits_for_another_threads_plugin_load_only_so_long(monkeypatch
         loader.join(10)
 
 
-class _InterruptedAcquire:
-    """The plug-in load's lock, its first ``acquire`` interrupted as it returns (the lock taken)."""
-
-    def __init__(self, lock: Any) -> None:
-        self.lock, self.landed = lock, False
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        taken: bool = self.lock.acquire(blocking, timeout)
-        if taken and not self.landed:
-            self.landed = True
-            raise KeyboardInterrupt
-        return taken
-
-    def release(self) -> None:
-        self.lock.release()
-
-
 def test_an_interrupt_landing_as_a_lookup_took_the_plug_in_lock_lets_go_of_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """As ``acquire()`` returned, before the load's ``try``: the lock stayed held, so the plug-ins
     never loaded and every later lookup waited ``PLUGIN_WAIT`` for nothing."""
@@ -273,7 +257,7 @@ def test_an_interrupt_landing_as_a_lookup_took_the_plug_in_lock_lets_go_of_it(mo
 
     lock = rules._LOADING
     monkeypatch.setattr(rules, "_loaded", False)
-    monkeypatch.setattr(rules, "_LOADING", _InterruptedAcquire(lock))
+    monkeypatch.setattr(rules, "_LOADING", InterruptedAcquire(lock))
     with pytest.raises(KeyboardInterrupt):
         rules.validator("no.such_rule")
     taken: list[bool] = []

@@ -17,6 +17,7 @@ from tensorwire.transports._one_shot_page import claim_file, init_file
 from tensorwire.transports._page import Page
 from tensorwire.transports._page_layout import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, digest
 from tensorwire.transports._segment import create_memfd
+from tests.interrupts import locks_are_free
 
 _LOCK = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
 _UNLOCK = struct.pack("hh4xqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
@@ -37,22 +38,6 @@ def _control(page: Page) -> bytes:
     return bytes(page.words.cast("B")[:CONTROL_BYTES])
 
 
-def _locks_are_free(page: Page) -> bool:
-    """Whether another open file description can lock the page now, and this process's threads can."""
-    other = os.open(f"/proc/self/fd/{page.fd}", os.O_RDWR)
-    try:
-        fcntl.fcntl(other, fcntl.F_OFD_SETLK, _LOCK)
-        fcntl.fcntl(other, fcntl.F_OFD_SETLK, _UNLOCK)
-    except OSError:
-        return False
-    finally:
-        os.close(other)
-    free = page._mutex.acquire(blocking=False)
-    if free:
-        page._mutex.release()
-    return free
-
-
 def test_a_claim_takes_the_page_and_voids_its_capability(page: Page) -> None:
     generation = page.take(SENDER)
     capability = page.hand_over(60.0)
@@ -60,12 +45,12 @@ def test_a_claim_takes_the_page_and_voids_its_capability(page: Page) -> None:
     page.claim(generation, capability)
     assert (page.state, page.receiver, page.generation) == (CLAIMED, os.getpid(), generation)
     assert page.words.cast("B")[64:80].tobytes() == bytes(16)
-    assert _locks_are_free(page)
+    assert locks_are_free(page)
     with pytest.raises(
         DecodeError, match=r"^pool slot tw-claims generation 1 is no longer in flight \(stale or replayed"
     ):
         page.claim(generation, capability)  # a handle is good for one claim
-    assert _locks_are_free(page)
+    assert locks_are_free(page)
 
 
 def test_a_refused_claim_leaves_the_page_as_it_was_and_says_why(page: Page) -> None:
@@ -84,7 +69,7 @@ def test_a_refused_claim_leaves_the_page_as_it_was_and_says_why(page: Page) -> N
             page.claim(wanted, proof)
         assert info.value.message.startswith(words)
         assert _control(page) == before
-        assert _locks_are_free(page)
+        assert locks_are_free(page)
     page.claim(generation, capability)  # the right handle still claims it
     assert page.state == CLAIMED
 
@@ -96,7 +81,7 @@ def test_a_claim_past_the_deadline_is_refused_as_expired_and_changes_nothing(pag
     before = _control(page)
     with pytest.raises(DecodeError, match=r"^pool slot tw-claims generation 1 expired: it was not claimed within"):
         page.claim(generation, capability)
-    assert _control(page) == before and _locks_are_free(page)
+    assert _control(page) == before and locks_are_free(page)
 
 
 def test_a_claim_of_a_page_let_go_is_a_transport_error_and_holds_no_lock(page: Page) -> None:
@@ -139,7 +124,7 @@ def test_each_receiver_of_a_broadcast_claims_once(page: Page) -> None:
     page.claim(generation, capability)
     assert page.state == IN_FLIGHT  # one receiver still to come
     page.claim(generation, capability)
-    assert page.state == CLAIMED and _locks_are_free(page)
+    assert page.state == CLAIMED and locks_are_free(page)
     with pytest.raises(DecodeError, match=r"generation 1 is no longer in flight"):
         page.claim(generation, capability)
     assert page.free(generation) is False  # one holder let go: the other still holds it
@@ -176,7 +161,7 @@ def test_a_broadcast_claim_past_its_receivers_is_refused(page: Page) -> None:
         DecodeError, match=r"^pool slot tw-claims generation 1 is no longer in flight \(every receiver claimed it\)$"
     ):
         page.claim(generation, capability)
-    assert page.words[16 + 2] == 0 and _locks_are_free(page)
+    assert page.words[16 + 2] == 0 and locks_are_free(page)
 
 
 def test_a_page_another_receiver_holds_is_not_freed_by_this_one(page: Page) -> None:

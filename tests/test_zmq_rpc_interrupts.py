@@ -14,29 +14,7 @@ zmq = pytest.importorskip("zmq")
 
 from tensorwire.builtins import rpc  # noqa: E402
 from tensorwire.zmq import Client, Server  # noqa: E402
-
-
-class _InterruptedAcquire:
-    """The client's socket lock, its first ``acquire`` interrupted as it returns (the lock taken)."""
-
-    def __init__(self, lock: Any) -> None:
-        self.lock, self.landed = lock, False
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        taken: bool = self.lock.acquire(blocking, timeout)
-        if taken and not self.landed:
-            self.landed = True
-            raise KeyboardInterrupt
-        return taken
-
-    def release(self) -> None:
-        self.lock.release()
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+from tests.interrupts import InterruptedAcquire  # noqa: E402
 
 
 @pytest.fixture
@@ -80,7 +58,7 @@ def test_an_interrupt_landing_as_a_call_took_the_socket_lock_lets_go_of_it(clien
     """The lock stayed held: every later call timed out waiting for the socket (`other calls held
     the socket`), and ``close()`` waited for it forever."""
     lock = client._socket_lock
-    client._socket_lock = _InterruptedAcquire(lock)  # type: ignore[assignment]
+    client._socket_lock = InterruptedAcquire(lock)  # type: ignore[assignment]
     with pytest.raises(KeyboardInterrupt):
         client.call(rpc.Request(method="echo", kwargs={"x": 1}), timeout=timeout)
     assert _free_elsewhere(lock)

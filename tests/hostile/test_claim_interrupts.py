@@ -39,6 +39,7 @@ from tensorwire.transports._page_layout import (
 )
 from tensorwire.transports._page_lock import _LOCK, _UNLOCK
 from tensorwire.transports._segment import create_memfd, own_start
+from tests.interrupts import locks_are_free
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor out of band
 
@@ -206,22 +207,6 @@ def page() -> Iterator[Page]:
     mapping.close()
 
 
-def _locks_are_free(page: Page) -> bool:
-    """Whether another open file description can lock the page now, and this process's threads can."""
-    other = os.open(f"/proc/self/fd/{page.fd}", os.O_RDWR)
-    try:
-        fcntl.fcntl(other, fcntl.F_OFD_SETLK, _LOCK)
-        fcntl.fcntl(other, fcntl.F_OFD_SETLK, _UNLOCK)
-    except OSError:
-        return False
-    finally:
-        os.close(other)
-    free = page._mutex.acquire(blocking=False)
-    if free:
-        page._mutex.release()
-    return free
-
-
 def _interrupting(real: Any) -> Any:
     def landed(*args: Any) -> Any:
         real(*args)
@@ -253,7 +238,7 @@ def test_an_interrupt_landing_before_a_claim_took_effect_changes_nothing(
         page.claim(generation, capability)
     monkeypatch.undo()
     assert _control(page) == before
-    assert _locks_are_free(page)
+    assert locks_are_free(page)
     page.claim(generation, capability)  # still in flight: claimed now
     assert page.words[_W_HOLDERS] == (1 if readers > 1 else 0)
 
@@ -321,7 +306,7 @@ def test_an_interrupt_landing_as_a_transition_locked_its_page_lets_go_of_the_loc
     monkeypatch.undo()
     assert landing.at is None  # it landed
     assert _control(page) == before
-    assert _locks_are_free(page)
+    assert locks_are_free(page)
     page.claim(generation, capability)
     assert page.state == CLAIMED
 
@@ -367,7 +352,7 @@ def test_an_interrupt_landing_as_a_claim_is_marked_leaves_no_mark_and_no_claim(
     monkeypatch.undo()
     assert _control(page) == before
     assert not _marked_by(page)
-    assert _locks_are_free(page)
+    assert locks_are_free(page)
     page.claim(generation, capability)
     assert _marked_by(page)
 

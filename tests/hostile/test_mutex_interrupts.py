@@ -20,35 +20,7 @@ import pytest
 from tensorwire.transports._page import Page
 from tensorwire.transports._page_layout import CLAIMED, CONTROL_BYTES, FREE, SENDER
 from tensorwire.transports._segment import create_memfd
-
-
-class _InterruptedAcquire:
-    """A page mutex whose first ``acquire()`` takes the lock, then raises ``KeyboardInterrupt`` (an
-    interrupt landing as that call returns); ``__enter__`` takes it without (CPython before 3.14
-    has no landing between a ``with``'s taking and its block)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.landed = False
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        taken = self.lock.acquire(blocking, timeout)
-        if taken and not self.landed:
-            self.landed = True
-            raise KeyboardInterrupt
-        return taken
-
-    def release(self) -> None:
-        self.lock.release()
-
-    def locked(self) -> bool:
-        return self.lock.locked()
-
-    def __enter__(self) -> bool:
-        return self.lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.lock.release()
+from tests.interrupts import InterruptedAcquire
 
 
 @pytest.fixture
@@ -57,7 +29,7 @@ def page() -> Iterator[Page]:
     fd, mapping = create_memfd("tw-mutex-interrupted", CONTROL_BYTES + 4096)
     made = Page(fd, mapping, "pool slot tw-mutex-interrupted")
     made.init(4096)
-    made._mutex = _InterruptedAcquire()  # type: ignore[assignment]
+    made._mutex = InterruptedAcquire()  # type: ignore[assignment]
     yield made
     made._mutex = threading.Lock()  # (a mutex left held would keep ``close_fd`` waiting)
     made.release()
@@ -67,7 +39,7 @@ def page() -> Iterator[Page]:
 
 def _mutex_is_free(page: Page) -> bool:
     mutex = page._mutex
-    assert isinstance(mutex, _InterruptedAcquire)
+    assert isinstance(mutex, InterruptedAcquire)
     free = mutex.lock.acquire(blocking=False)
     if free:
         mutex.lock.release()
@@ -100,7 +72,7 @@ def test_an_interrupt_landing_as_a_transition_took_the_page_mutex_leaves_it_free
         page._mutex = threading.Lock()  # (the claim's own mutex: the free's is the stand-in's)
         page.claim(generation, capability)
         page.claim(generation, capability)
-        page._mutex = _InterruptedAcquire()  # type: ignore[assignment]
+        page._mutex = InterruptedAcquire()  # type: ignore[assignment]
     elif how == "expire":
         time.sleep(0.001)
     with contextlib.suppress(KeyboardInterrupt):

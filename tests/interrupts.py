@@ -1,0 +1,60 @@
+"""Stand-ins for where CPython delivers an asynchronous exception (a signal handler's
+``KeyboardInterrupt``) around a lock, and a look at a control page's locks after one landed."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from typing import Any
+
+from tensorwire.transports._page import Page
+from tensorwire.transports._page_lock import _LOCK, _UNLOCK
+
+__all__ = ["InterruptedAcquire", "locks_are_free"]
+
+
+class InterruptedAcquire:
+    """A lock (``lock``, a new ``threading.Lock`` by default) whose first ``acquire()`` that takes
+    it raises ``KeyboardInterrupt`` as it returns, the lock held (as CPython raises one once a call
+    into C returns); ``__enter__`` takes it without raising (CPython before 3.14 delivers nothing
+    between a ``with``'s taking and its block)."""
+
+    def __init__(self, lock: Any = None) -> None:
+        self.lock = threading.Lock() if lock is None else lock
+        self.landed = False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        taken: bool = self.lock.acquire(blocking, timeout)
+        if taken and not self.landed:
+            self.landed = True
+            raise KeyboardInterrupt
+        return taken
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def locked(self) -> bool:
+        return bool(self.lock.locked())
+
+    def __enter__(self) -> bool:
+        return bool(self.lock.acquire())
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def locks_are_free(page: Page) -> bool:
+    """Whether another open file description can lock the page now, and this process's threads can."""
+    other = os.open(f"/proc/self/fd/{page.fd}", os.O_RDWR)
+    try:
+        fcntl.fcntl(other, fcntl.F_OFD_SETLK, _LOCK)
+        fcntl.fcntl(other, fcntl.F_OFD_SETLK, _UNLOCK)
+    except OSError:
+        return False
+    finally:
+        os.close(other)
+    free = page._mutex.acquire(blocking=False)
+    if free:
+        page._mutex.release()
+    return free
