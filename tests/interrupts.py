@@ -11,7 +11,7 @@ from typing import Any
 from tensorwire.transports._page import Page
 from tensorwire.transports._page_lock import _LOCK, _UNLOCK
 
-__all__ = ["InterruptedAcquire", "locks_are_free"]
+__all__ = ["InterruptedAcquire", "free_elsewhere", "locks_are_free"]
 
 
 class InterruptedAcquire:
@@ -58,3 +58,18 @@ def locks_are_free(page: Page) -> bool:
     if free:
         page._mutex.release()
     return free
+
+
+def free_elsewhere(lock: Any) -> bool:
+    """Whether another thread can take ``lock`` now (an RLock this thread holds it cannot)."""
+    taken: list[bool] = []
+
+    def take() -> None:
+        taken.append(lock.acquire(blocking=False))
+        if taken[0]:
+            lock.release()
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    thread.join(5)
+    return taken == [True]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -14,7 +13,7 @@ zmq = pytest.importorskip("zmq")
 
 from tensorwire.builtins import rpc  # noqa: E402
 from tensorwire.zmq import Client, Server  # noqa: E402
-from tests.interrupts import InterruptedAcquire  # noqa: E402
+from tests.interrupts import InterruptedAcquire, free_elsewhere  # noqa: E402
 
 
 @pytest.fixture
@@ -38,21 +37,6 @@ def _echo(request: rpc.Request) -> rpc.Result:
     return rpc.Result(method=request.method, ok=True, payload=rpc.Value(value=request.kwargs.get("x")))
 
 
-def _free_elsewhere(lock: Any) -> bool:
-    """Whether another thread can take ``lock`` now."""
-    taken: list[bool] = []
-
-    def take() -> None:
-        taken.append(lock.acquire(blocking=False))
-        if taken[0]:
-            lock.release()
-
-    thread = threading.Thread(target=take)
-    thread.start()
-    thread.join(5)
-    return taken == [True]
-
-
 @pytest.mark.parametrize("timeout", [5.0, float("inf")], ids=["timed", "no-limit"])
 def test_an_interrupt_landing_as_a_call_took_the_socket_lock_lets_go_of_it(client: Client, timeout: float) -> None:
     """The lock stayed held: every later call timed out waiting for the socket (`other calls held
@@ -61,7 +45,7 @@ def test_an_interrupt_landing_as_a_call_took_the_socket_lock_lets_go_of_it(clien
     client._socket_lock = InterruptedAcquire(lock)  # type: ignore[assignment]
     with pytest.raises(KeyboardInterrupt):
         client.call(rpc.Request(method="echo", kwargs={"x": 1}), timeout=timeout)
-    assert _free_elsewhere(lock)
+    assert free_elsewhere(lock)
     result = client.call(rpc.Request(method="echo", kwargs={"x": 2}), timeout=5)
     assert isinstance(result.payload, rpc.Value) and result.payload.value == 2
     closing = threading.Thread(target=client.close)
