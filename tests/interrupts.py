@@ -1,17 +1,22 @@
 """Stand-ins for where CPython delivers an asynchronous exception (a signal handler's
-``KeyboardInterrupt``) around a lock, and a look at a control page's locks after one landed."""
+``KeyboardInterrupt``) around a lock, a pool slot's control page to land them on, and a look at
+its locks after one landed."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tensorwire.transports._page import Page
+from tensorwire.transports._page_layout import CONTROL_BYTES
 from tensorwire.transports._page_lock import _LOCK, _UNLOCK
+from tensorwire.transports._segment import create_memfd
 
-__all__ = ["InterruptedAcquire", "free_elsewhere", "locks_are_free"]
+__all__ = ["InterruptedAcquire", "free_elsewhere", "locks_are_free", "memfd_page"]
 
 
 class InterruptedAcquire:
@@ -73,3 +78,20 @@ def free_elsewhere(lock: Any) -> bool:
     thread.start()
     thread.join(5)
     return taken == [True]
+
+
+@contextmanager
+def memfd_page(name: str) -> Iterator[Page]:
+    """A free control page of a 4 KiB pool slot ``name`` on a memfd, let go of on exit (its mutex
+    first put back to a plain lock, where a test gave it a stand-in: one left held would keep
+    ``close_fd`` waiting)."""
+    fd, mapping = create_memfd(name, CONTROL_BYTES + 4096)
+    made = Page(fd, mapping, f"pool slot {name}")
+    made.init(4096)
+    try:
+        yield made
+    finally:
+        made._mutex = threading.Lock()
+        made.release()
+        made.close_fd()
+        mapping.close()

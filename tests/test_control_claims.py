@@ -17,7 +17,7 @@ from tensorwire.transports._one_shot_page import claim_file, init_file
 from tensorwire.transports._page import Page
 from tensorwire.transports._page_layout import CLAIMED, CONTROL_BYTES, FREE, IN_FLIGHT, SENDER, digest
 from tensorwire.transports._segment import create_memfd
-from tests.interrupts import locks_are_free
+from tests.interrupts import locks_are_free, memfd_page
 
 _LOCK = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
 _UNLOCK = struct.pack("hh4xqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
@@ -25,13 +25,8 @@ _UNLOCK = struct.pack("hh4xqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 1, 0)
 
 @pytest.fixture
 def page() -> Iterator[Page]:
-    fd, mapping = create_memfd("tw-claims", CONTROL_BYTES + 4096)
-    made = Page(fd, mapping, "pool slot tw-claims")
-    made.init(4096)
-    yield made
-    made.release()
-    made.close_fd()
-    mapping.close()
+    with memfd_page("tw-claims") as made:
+        yield made
 
 
 def _control(page: Page) -> bytes:

@@ -38,8 +38,8 @@ from tensorwire.transports._page_layout import (
     SENDER,
 )
 from tensorwire.transports._page_lock import _LOCK, _UNLOCK
-from tensorwire.transports._segment import create_memfd, own_start
-from tests.interrupts import locks_are_free
+from tensorwire.transports._segment import own_start
+from tests.interrupts import locks_are_free, memfd_page
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor out of band
 
@@ -198,13 +198,8 @@ def test_an_interrupted_claim_of_a_broadcast_takes_off_only_its_own_holder(
 @pytest.fixture
 def page() -> Iterator[Page]:
     """A pool slot's page, for its sender and its receiver."""
-    fd, mapping = create_memfd("tw-interrupted", CONTROL_BYTES + 4096)
-    made = Page(fd, mapping, "pool slot tw-interrupted")
-    made.init(4096)
-    yield made
-    made.release()
-    made.close_fd()
-    mapping.close()
+    with memfd_page("tw-interrupted") as made:
+        yield made
 
 
 def _interrupting(real: Any) -> Any:

@@ -18,23 +18,16 @@ from collections.abc import Iterator
 import pytest
 
 from tensorwire.transports._page import Page
-from tensorwire.transports._page_layout import CLAIMED, CONTROL_BYTES, FREE, SENDER
-from tensorwire.transports._segment import create_memfd
-from tests.interrupts import InterruptedAcquire
+from tensorwire.transports._page_layout import CLAIMED, FREE, SENDER
+from tests.interrupts import InterruptedAcquire, memfd_page
 
 
 @pytest.fixture
 def page() -> Iterator[Page]:
     """A pool slot's page, in flight, its mutex the stand-in."""
-    fd, mapping = create_memfd("tw-mutex-interrupted", CONTROL_BYTES + 4096)
-    made = Page(fd, mapping, "pool slot tw-mutex-interrupted")
-    made.init(4096)
-    made._mutex = InterruptedAcquire()  # type: ignore[assignment]
-    yield made
-    made._mutex = threading.Lock()  # (a mutex left held would keep ``close_fd`` waiting)
-    made.release()
-    made.close_fd()
-    mapping.close()
+    with memfd_page("tw-mutex-interrupted") as made:
+        made._mutex = InterruptedAcquire()  # type: ignore[assignment]
+        yield made
 
 
 def _mutex_is_free(page: Page) -> bool:
