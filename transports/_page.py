@@ -178,15 +178,15 @@ class Page(PageView):
                 self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
                 self.words[_W_STATE] = state
                 return True
-            finally:
-                self._leave()
+            finally:  # the call into C itself, not a Python function around it: an interrupt lands
+                fcntl.fcntl(self.fd, fcntl.F_OFD_SETLK, _UNLOCK)  # at a function's entry, and would keep the lock
 
     # -- the receiver's transitions -----------------------------------------------------------------
     def claim(self, generation: int, capability: bytes) -> None:
         """Claim the hand-over the handle names (proving its capability) or raise ``DecodeError``
         naming the page.
 
-        The common case runs in this one frame (``_enter``, ``_leave`` and the proof inline: a
+        The common case runs in this one frame (``_enter``, the unlock and the proof inline: a
         receiver's per-message cost is mostly Python calls); anything else is judged and worded by
         ``_refusal``, as ``_check`` does."""
         claimed = marking = False  # ``claimed`` set right after this call's last write of its claim
@@ -256,7 +256,7 @@ class Page(PageView):
                         else:
                             words[_W_CLAIMS] = claims
                     claimed = True
-                finally:  # (``_leave``, inline; the mutex let go of as the ``with`` ends)
+                finally:  # (the unlock, as ``_to_free`` makes it; the mutex let go of as the ``with`` ends)
                     fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _UNLOCK)
         except BaseException:  # (an interrupt as the page was let go): no view holds the claim to free it
             if claimed:  # this call's claim, given back

@@ -1,6 +1,6 @@
 """A control page's hold: the fd its lock is taken on and the mutex that keeps this process's
 threads apart (one transition at a time, here and in other processes: the mutex held in a
-``with``, the page locked by ``_enter`` and unlocked by ``_leave``), the marks a process keeps on
+``with``, the page locked by ``_enter`` and unlocked by the transition itself), the marks a process keeps on
 other bytes of the page's file to say it holds the page or made it (``mark``,
 ``marked_elsewhere``), and closing the fd once no transition uses it (``close_fd``).
 ``Page`` is one; its transitions take the hold.
@@ -14,7 +14,7 @@ import os
 import threading
 
 from tensorwire.errors import TransportError
-from tensorwire.transports._page_lock import _FLOCK, _let_go_lock, _lock, _unlock, marked
+from tensorwire.transports._page_lock import _FLOCK, _let_go_lock, _lock, marked
 
 __all__ = ["Hold"]
 
@@ -31,10 +31,12 @@ class Hold:
     _pid: int
 
     def _enter(self) -> None:
-        """Hold the page against other processes (``_leave`` undoes it), this process's threads kept
-        out by the caller, which holds the mutex in a ``with`` (not ``acquire()``: an interrupt can
-        land as that call returns, before a ``try`` is entered, and keep the mutex held for good;
-        between a ``with``'s taking and its block it cannot, in CPython before 3.14)."""
+        """Hold the page against other processes (the transition unlocks it by the call into C
+        itself: an interrupt landing at a Python function's entry would keep the lock), this
+        process's threads kept out by the caller, which holds the mutex in a ``with`` (not
+        ``acquire()``: an interrupt can land as that call returns, before a ``try`` is entered, and
+        keep the mutex held for good; between a ``with``'s taking and its block it cannot, in
+        CPython before 3.14)."""
         try:
             if self.fd < 0:
                 raise TransportError(errno.EBADF, f"{self.name} was let go")
@@ -43,9 +45,6 @@ class Hold:
             if self.fd >= 0:
                 _let_go_lock(self.fd)
             raise
-
-    def _leave(self) -> None:
-        _unlock(self.fd)
 
     def mark(self, byte: int, held: bool) -> None:
         """Take (``held``) or drop this description's shared lock on ``byte`` of the page's file

@@ -15,6 +15,7 @@ import gc
 import hmac
 import os
 import threading
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -30,6 +31,7 @@ from tensorwire.transports._page_layout import (
     _W_CLAIMS,
     _W_HOLDERS,
     _W_PIDS,
+    _W_RECEIVER,
     CLAIMED,
     CONTROL_BYTES,
     FREE,
@@ -303,6 +305,58 @@ def test_an_interrupt_landing_as_a_transition_locked_its_page_lets_go_of_the_loc
     assert _control(page) == before
     assert locks_are_free(page)
     page.claim(generation, capability)
+    assert page.state == CLAIMED
+
+
+def _lands_at_entry(*args: Any) -> None:
+    raise KeyboardInterrupt  # (at a Python function's entry, before its first line: CPython checks there)
+
+
+@pytest.mark.parametrize("how", ["undo", "discard", "expire", "broadcast-free", "reclaim"])
+def test_an_interrupt_landing_as_a_transition_lets_go_of_its_page_still_lets_go_of_the_lock(
+    page: Page, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Once a transition was made (a sender's undo, expiry or reclaim, a receiver's discard, a
+    broadcast receiver's free): it let go of the page's lock through Python functions
+    (``Hold._leave``, then ``_unlock``), and an interrupt at either one's entry kept the lock, so
+    every other process's transition of the page was refused (`locked by another process`) for as
+    long as this process kept the page mapped. The lock is now let go of by the call into C itself:
+    the interrupt lands once it returns, the lock free and the transition made."""
+    generation = page.take(SENDER)
+    readers = 2 if how == "broadcast-free" else 1
+    capability = page.hand_over(0.0 if how == "expire" else 60.0, readers)
+    if how == "broadcast-free":
+        page.claim(generation, capability)
+        page.claim(generation, capability)
+        page.free(generation)  # (the first of its two holders: the page stays claimed)
+    elif how == "reclaim":
+        page.claim(generation, capability)
+        page.words[_W_RECEIVER] = 2**22 + 1  # (a pid no process has: the receiver is gone)
+    elif how == "expire":
+        time.sleep(0.001)
+    landing = _Landing()
+    landing.at = "unlock"
+    monkeypatch.setattr(_page, "fcntl", landing)
+    monkeypatch.setattr(_page_hold.Hold, "_leave", _lands_at_entry, raising=False)
+    monkeypatch.setattr(_page_lock, "_unlock", _lands_at_entry)
+    monkeypatch.setattr(_page_hold, "_unlock", _lands_at_entry, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        if how == "undo":
+            page.undo(generation, capability)
+        elif how == "discard":
+            page.discard(generation, capability)
+        elif how == "expire":
+            page.expire(time.monotonic_ns())
+        elif how == "reclaim":
+            page.reclaim(lambda pid: False)
+        else:
+            page.free(generation)
+    monkeypatch.undo()
+    assert landing.at is None  # it landed, once the lock was let go of
+    assert page.state == FREE  # (the transition made)
+    assert locks_are_free(page)
+    generation = page.take(SENDER)  # the slot sent again
+    page.claim(generation, page.hand_over(60.0))
     assert page.state == CLAIMED
 
 
