@@ -64,6 +64,28 @@ def test_generation_depends_only_on_seed_and_index() -> None:
     assert {cases.generate(5, i).family for i in range(300)} == {name for name, _ in cases.FAMILIES}
 
 
+def test_generation_depends_on_nothing_the_process_did_before() -> None:
+    """The cases of a seed are the same in every process, whatever it drew from torch's global
+    random generator before (a template drawn from it made the ``batch`` cases differ from run to
+    run: the key a sabotage's triggers read too, so a saved case replayed another way)."""
+    code = (
+        "import sys, torch, zlib\n"
+        "from tools.fuzz import cases\n"
+        "from tools.fuzz.case import dump\n"
+        "torch.randn(int(sys.argv[1]))\n"
+        "print([zlib.crc32(dump(cases.generate(5, i))) for i in range(60)])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code, draws], cwd=REPO, env=env, capture_output=True, text=True, check=True
+        )
+        for draws in ("0", "7")
+    ]
+    assert runs[0].stdout == runs[1].stdout
+    assert "batch" in {cases.generate(5, i).label.split(";")[0] for i in range(60)}  # (one of them drew)
+
+
 def test_a_case_file_round_trips() -> None:
     for index in range(200):
         case = cases.generate(9, index)

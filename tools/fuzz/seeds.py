@@ -101,7 +101,9 @@ def _golden(type_id: str, case: str) -> Callable[[], Any]:
 
 
 def _batch() -> Any:
-    step = diffusion.RunnerOutput(request_id="a", step_index=1, result=diffusion.Output(output=torch.randn(3, 4)))
+    step = diffusion.RunnerOutput(
+        request_id="a", step_index=1, result=diffusion.Output(output=torch.randn(3, 4, generator=_g(14)))
+    )
     return diffusion.RunnerBatch(runner_outputs=[step, diffusion.RunnerOutput(request_id="b", finished=True)])
 
 
