@@ -20,13 +20,13 @@ __all__ = ["InterruptedAcquire", "free_elsewhere", "locks_are_free", "memfd_page
 
 
 class InterruptedAcquire:
-    """A lock (``lock``, a new ``threading.Lock`` by default) whose first ``acquire()`` that takes
-    it raises ``KeyboardInterrupt`` as it returns, the lock held (as CPython raises one once a call
-    into C returns); ``__enter__`` takes it without raising (CPython before 3.14 delivers nothing
-    between a ``with``'s taking and its block)."""
+    """A lock (``lock``, a new ``threading.RLock`` by default, as a page's mutex is) whose first
+    ``acquire()`` that takes it raises ``KeyboardInterrupt`` as it returns, the lock held (as
+    CPython raises one once a call into C returns); ``__enter__`` takes it without raising
+    (CPython before 3.14 delivers nothing between a ``with``'s taking and its block)."""
 
     def __init__(self, lock: Any = None) -> None:
-        self.lock = threading.Lock() if lock is None else lock
+        self.lock = threading.RLock() if lock is None else lock
         self.landed = False
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
@@ -39,8 +39,8 @@ class InterruptedAcquire:
     def release(self) -> None:
         self.lock.release()
 
-    def locked(self) -> bool:
-        return bool(self.lock.locked())
+    def _is_owned(self) -> bool:  # (``Hold.held_here``)
+        return bool(self.lock._is_owned())  # type: ignore[union-attr]
 
     def __enter__(self) -> bool:
         return bool(self.lock.acquire())
@@ -50,7 +50,8 @@ class InterruptedAcquire:
 
 
 def locks_are_free(page: Page) -> bool:
-    """Whether another open file description can lock the page now, and this process's threads can."""
+    """Whether another open file description can lock the page now, and another thread can take its
+    mutex (which this thread does not hold: a reentrant mutex this thread kept, it could take again)."""
     other = os.open(f"/proc/self/fd/{page.fd}", os.O_RDWR)
     try:
         fcntl.fcntl(other, fcntl.F_OFD_SETLK, _LOCK)
@@ -59,10 +60,7 @@ def locks_are_free(page: Page) -> bool:
         return False
     finally:
         os.close(other)
-    free = page._mutex.acquire(blocking=False)
-    if free:
-        page._mutex.release()
-    return free
+    return not page.held_here() and free_elsewhere(page._mutex)
 
 
 def free_elsewhere(lock: Any) -> bool:
@@ -91,7 +89,7 @@ def memfd_page(name: str) -> Iterator[Page]:
     try:
         yield made
     finally:
-        made._mutex = threading.Lock()
+        made._mutex = threading.RLock()
         made.release()
         made.close_fd()
         mapping.close()

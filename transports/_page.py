@@ -66,7 +66,8 @@ class Page(PageView):
         self.marks_claims = False  # a receiver's page of a named segment: each claim also marks it
         self._raw = memoryview(mapping)[:CONTROL_BYTES]
         self.words = self._raw.cast("Q")  # native u64 stores: one aligned write each, never torn
-        self._mutex = threading.Lock()
+        self._mutex = threading.RLock()
+        self._later = []
         self._pid = os.getpid()
         self._deadline = 2**64  # the claim deadline of this process's last hand-over (``hand_over``)
 
@@ -167,19 +168,23 @@ class Page(PageView):
 
     def _to_free(self, condition: Callable[[], bool], state: int = FREE) -> bool:
         """Void the capability and move the page to ``state`` if ``condition()`` holds under its lock."""
-        with self._mutex:  # (a ``with``, not ``acquire()``: see ``Hold._enter``)
-            try:
-                self._enter()
-            except TransportError:
-                return False  # let go of, or locked by another process for long: not now
-            try:
-                if not condition():
-                    return False
-                self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
-                self.words[_W_STATE] = state
-                return True
-            finally:  # the call into C itself, not a Python function around it: an interrupt lands
-                fcntl.fcntl(self.fd, fcntl.F_OFD_SETLK, _UNLOCK)  # at a function's entry, and would keep the lock
+        try:
+            with self._mutex:  # (a ``with``, not ``acquire()``: see ``Hold._enter``)
+                try:
+                    self._enter()
+                except TransportError:
+                    return False  # let go of, or locked by another process for long: not now
+                try:
+                    if not condition():
+                        return False
+                    self._raw[_DIGEST : _DIGEST + CAPABILITY_BYTES] = _NO_DIGEST
+                    self.words[_W_STATE] = state
+                    return True
+                finally:  # the call into C itself, not a Python function around it: an interrupt lands
+                    fcntl.fcntl(self.fd, fcntl.F_OFD_SETLK, _UNLOCK)  # at a function's entry, and would keep the lock
+        finally:
+            if self._later:  # views of the page collected inside the transition (``held_here``)
+                self._give_back_later()
 
     # -- the receiver's transitions -----------------------------------------------------------------
     def claim(self, generation: int, capability: bytes) -> None:
@@ -270,6 +275,9 @@ class Page(PageView):
             elif marking:  # marked (or about to be) for a claim that never took effect
                 self.mark(RECEIVER_BYTE, False)
             raise
+        finally:
+            if self._later:  # views of the page collected inside the claim (``held_here``)
+                self._give_back_later()
 
     def unclaim(self, generation: int) -> None:
         """Give back a claim of ``generation`` this process made that no view will hold (the claim, or

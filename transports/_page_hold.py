@@ -12,6 +12,7 @@ import errno
 import fcntl
 import os
 import threading
+from collections.abc import Callable
 
 from tensorwire.errors import TransportError
 from tensorwire.transports._page_lock import _FLOCK, _let_go_lock, _lock, marked
@@ -23,11 +24,12 @@ class Hold:
     """What holding a page takes: ``fd`` (for the lock), its ``name`` (for errors), this process's
     mutex and the pid that made it (a forked child's is not its own)."""
 
-    __slots__ = ("_mutex", "_pid", "fd", "name")
+    __slots__ = ("_later", "_mutex", "_pid", "fd", "name")
 
     fd: int
     name: str
-    _mutex: threading.Lock
+    _mutex: threading.RLock  # (reentrant only so that ``held_here`` can tell: no transition re-enters)
+    _later: list[Callable[[], None]]  # give-backs kept until this thread's transition is over (``defer``)
     _pid: int
 
     def _enter(self) -> None:
@@ -46,12 +48,38 @@ class Hold:
                 _let_go_lock(self.fd)
             raise
 
+    def held_here(self) -> bool:
+        """Whether this thread is inside a transition of the page (it holds the mutex): a view of the
+        page that dies now dies inside it (the garbage collector, run by an allocation of the
+        transition, collected it), and its give-back must wait (``defer``): taking the mutex again
+        would wait for itself forever."""
+        return bool(self._mutex._is_owned())  # type: ignore[attr-defined]
+
+    def defer(self, give_back: Callable[[], None]) -> None:
+        """Make ``give_back`` once this thread's transition of the page is over (see ``held_here``)."""
+        self._later.append(give_back)
+
+    def _give_back_later(self) -> None:
+        """Make the give-backs ``defer`` kept (each transition's last step, when there are any); one
+        whose page was let go of meanwhile has nothing to give back."""
+        later = self._later
+        while later:
+            give_back = later.pop()
+            try:
+                give_back()
+            except ValueError:  # the page's views let go of (a forked child's copy, or closed)
+                pass
+
     def mark(self, byte: int, held: bool) -> None:
         """Take (``held``) or drop this description's shared lock on ``byte`` of the page's file
         (``RECEIVER_BYTE``, ``CREATOR_BYTE``); an fd let go of, or a lock refused, leaves the pid
         written in the page as the only word on who is alive, as for a peer that does not mark."""
-        with self._mutex:
-            self._mark(byte, held)
+        try:
+            with self._mutex:
+                self._mark(byte, held)
+        finally:
+            if self._later:
+                self._give_back_later()
 
     def _mark(self, byte: int, held: bool) -> None:
         """``mark``, the page's mutex held by the caller."""
@@ -65,8 +93,12 @@ class Hold:
     def marked_elsewhere(self, byte: int) -> bool:
         """Whether another open description of the page's file (another process, or another reader
         of this one) holds ``byte`` marked (see ``mark``)."""
-        with self._mutex:
-            return self._marked(byte)
+        try:
+            with self._mutex:
+                return self._marked(byte)
+        finally:
+            if self._later:
+                self._give_back_later()
 
     def _marked(self, byte: int) -> bool:
         """``marked_elsewhere``, the page's mutex held by the caller."""
@@ -78,8 +110,12 @@ class Hold:
         if self._pid != os.getpid():
             self._close_fd()
             return
-        with self._mutex:
-            self._close_fd()
+        try:
+            with self._mutex:
+                self._close_fd()
+        finally:
+            if self._later:
+                self._give_back_later()
 
     def _close_fd(self) -> None:
         if self.fd >= 0:

@@ -22,6 +22,7 @@ import os
 import resource
 import threading
 import weakref
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -191,10 +192,14 @@ class _ReceiverLease:
         return self._segment.pin(runtime, self._nbytes)
 
     def __del__(self) -> None:
-        if self._segment.pid != os.getpid():  # a forked child's copy: the claim (and its mark) is the parent's
+        segment = self._segment
+        if segment.pid != os.getpid():  # a forked child's copy: the claim (and its mark) is the parent's
+            return
+        if segment.page.held_here():  # collected inside this thread's own transition of the page
+            segment.page.defer(partial(segment.freed, self._generation))  # (given back as it ends)
             return
         try:
-            self._segment.freed(self._generation)
+            segment.freed(self._generation)
         except ValueError:  # the page views were let go (a forked child's copy)
             pass
 

@@ -77,7 +77,7 @@ class _Mutex:
     """A page mutex whose ``release`` lets go, then raises where the landing says so."""
 
     def __init__(self, landing: _Landing) -> None:
-        self.lock, self.landing = threading.Lock(), landing
+        self.lock, self.landing = threading.RLock(), landing
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         return self.lock.acquire(blocking, timeout)
@@ -86,8 +86,8 @@ class _Mutex:
         self.lock.release()
         self.landing.land("release")
 
-    def locked(self) -> bool:
-        return self.lock.locked()
+    def _is_owned(self) -> bool:  # (``Hold.held_here``)
+        return bool(self.lock._is_owned())  # type: ignore[attr-defined]
 
     def __enter__(self) -> bool:
         return self.acquire()
@@ -102,7 +102,7 @@ def landing(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Landing]:
     where = _Landing()
     monkeypatch.setattr(_page, "fcntl", where)
     monkeypatch.setattr(_page_hold, "fcntl", where)
-    monkeypatch.setattr(_page, "threading", SimpleNamespace(Lock=lambda: _Mutex(where)))
+    monkeypatch.setattr(_page, "threading", SimpleNamespace(RLock=lambda: _Mutex(where)))
     yield where
     gc.collect()
 

@@ -19,7 +19,7 @@ import pytest
 
 from tensorwire.transports._page import Page
 from tensorwire.transports._page_layout import CLAIMED, FREE, SENDER
-from tests.interrupts import InterruptedAcquire, memfd_page
+from tests.interrupts import InterruptedAcquire, free_elsewhere, memfd_page
 
 
 @pytest.fixture
@@ -31,12 +31,10 @@ def page() -> Iterator[Page]:
 
 
 def _mutex_is_free(page: Page) -> bool:
+    """Whether this thread does not hold the stand-in's mutex and another thread can take it."""
     mutex = page._mutex
     assert isinstance(mutex, InterruptedAcquire)
-    free = mutex.lock.acquire(blocking=False)
-    if free:
-        mutex.lock.release()
-    return free
+    return not mutex.lock._is_owned() and free_elsewhere(mutex.lock)
 
 
 def test_an_interrupt_landing_as_a_claim_took_the_page_mutex_leaves_it_free(page: Page) -> None:
@@ -62,7 +60,7 @@ def test_an_interrupt_landing_as_a_transition_took_the_page_mutex_leaves_it_free
     generation = page.take(SENDER)
     capability = page.hand_over(0.0 if how == "expire" else 60.0, 2 if how == "broadcast-free" else 1)
     if how == "broadcast-free":
-        page._mutex = threading.Lock()  # (the claim's own mutex: the free's is the stand-in's)
+        page._mutex = threading.RLock()  # (the claim's own mutex: the free's is the stand-in's)
         page.claim(generation, capability)
         page.claim(generation, capability)
         page._mutex = InterruptedAcquire()  # type: ignore[assignment]
