@@ -22,6 +22,7 @@ import torch
 
 import tensorwire as tw
 from tensorwire._wire import EMPTY_DATA, EXT_INLINE, MAGIC, WIRE_VERSION, prefix, unpack_descriptor
+from tensorwire.builtins import diffusion
 from tests.wire_helpers import ext_data, tensor_exts
 from tools.fuzz import cases, known, ops_table, ops_tensors, rawmp, seeds
 from tools.fuzz.case import Case, dump, file_name, load
@@ -84,6 +85,29 @@ def test_generation_depends_on_nothing_the_process_did_before() -> None:
     ]
     assert runs[0].stdout == runs[1].stdout
     assert "batch" in {cases.generate(5, i).label.split(";")[0] for i in range(60)}  # (one of them drew)
+
+
+def test_a_worker_counts_what_inspect_gets_wrong_on_a_frame_0_as_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each case's frame 0 is also read as ``tensorwire inspect`` reads it: a description (that JSON
+    takes) or a ``DecodeError`` is what it promises; anything else is the case's error."""
+    from tools.fuzz import worker
+
+    frame = tw.Encoder().encode(diffusion.Output(output=torch.arange(6.0), chunk_index=2))[0]
+    assert worker._description_problem([frame]) is None
+    assert worker._description_problem([b"\xc1"]) is None  # (refused: a DecodeError)
+    assert worker._description_problem([7]) is None  # (no blob's frame 0: the decoder's input check)
+
+    def broken(header_frame: Any, *args: Any) -> Any:
+        raise ValueError("a bad description")
+
+    monkeypatch.setattr(worker, "describe", broken)
+    problem = worker._description_problem([frame])
+    assert problem is not None and problem["type"] == "inspect: builtins.ValueError"
+    assert problem["message"] == "a bad description" and "broken" in problem["where"]
+    monkeypatch.setattr(worker, "describe", lambda *args: {"x": float("nan")})  # (JSON cannot hold it)
+    problem = worker._description_problem([frame])
+    assert problem is not None and problem["type"] == "inspect: builtins.ValueError"
+    assert "JSON" in problem["message"]
 
 
 def test_a_case_file_round_trips() -> None:

@@ -3,7 +3,8 @@
 Per case: export the case's own buffers through this worker's senders (a memfd pool, a named
 pool, one-shot segments, all in the run's private directory; a torch queue of its own; the
 registered pool of a ``CudaShmTransport`` over ``host_cuda.HostRuntime``), materialize the input against the
-victim's table, decode it with the configuration the case names, read every element of what came
+victim's table, read its frame 0 as ``tensorwire inspect`` does (a description, or a
+``DecodeError``), decode it with the configuration the case names, read every element of what came
 back, then undo the exports a decode did not consume (as their sender would; what is left on the
 queue or in its receiver's buffer is dropped). A ``CodecError`` is
 the expected refusal; any other exception is recorded with its type and where it was raised.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import gc
+import json
 import os
 import queue as stdlib_queue
 import random
@@ -38,6 +40,8 @@ import torch
 
 import tensorwire as tw
 from tensorwire import transports
+from tensorwire.builtins import REGISTRY
+from tensorwire.inspection import describe, tensor_paths
 from tensorwire.transports.base import Handle
 from tools.fuzz import decoders, probe, sabotage, seeds
 from tools.fuzz.case import Case, Export, dump, load
@@ -76,6 +80,23 @@ def _touch(message: Any) -> None:
             stack.extend(value.values())
         elif isinstance(value, list | tuple | set | frozenset):
             stack.extend(value)
+
+
+def _description_problem(frames: Sequence[Any]) -> dict[str, Any] | None:
+    """What reading frame 0 as ``tensorwire inspect`` does got wrong (``describe``, its JSON, and
+    ``tensor_paths`` with the built-in types): None where it described the frame or refused it with
+    a ``DecodeError``, as it promises for any bytes."""
+    if not frames or not isinstance(frames[0], bytes | bytearray | memoryview):
+        return None  # (what is not bytes is no blob's frame 0: the decoder's own input checks)
+    try:
+        json.dumps(describe(frames[0]), allow_nan=False)
+        tensor_paths(frames[0], REGISTRY)
+    except tw.DecodeError:
+        return None
+    except Exception as exc:  # MemoryError included: a description of a small frame must stay small
+        name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        return {"type": f"inspect: {name}", "message": str(exc)[:300], "where": _where(exc)}
+    return None
 
 
 class Worker:
@@ -172,13 +193,17 @@ class Worker:
         decode = self.decode[case.decoder % len(self.decode)]
         self.key = zlib.crc32(dump(case))
         exhausted = False
+        described: dict[str, Any] | None = None  # what ``tensorwire inspect``'s reading got wrong
         try:
             frames = tw.split(delivery.blob) if delivery.blob is not None else delivery.frames
+            described = _description_problem(frames)
             message = decode(frames)
             _touch(message)
             del message
-            return "message", None
+            return ("error", described) if described else ("message", None)
         except tw.CodecError as exc:
+            if described:
+                return "error", described
             if case.family == "legit":
                 return "rejected", {"type": type(exc).__name__, "message": str(exc)[:300], "where": _where(exc)}
             return "codec", None
