@@ -1,9 +1,10 @@
 """A control page's hold: the fd its lock is taken on and the mutex that keeps this process's
 threads apart (one transition at a time, here and in other processes: the mutex held in a
-``with``, the page locked by ``_enter`` and unlocked by the transition itself), the marks a process keeps on
-other bytes of the page's file to say it holds the page or made it (``mark``,
-``marked_elsewhere``), and closing the fd once no transition uses it (``close_fd``).
-``Page`` is one; its transitions take the hold.
+``with``, the page locked by ``_enter`` and unlocked by the transition itself), the give-backs of
+views that died inside this thread's own transition, made once it is over (``held_here``,
+``defer``), the marks a process keeps on other bytes of the page's file to say it holds the page
+or made it (``mark``, ``marked_elsewhere``), and closing the fd once no transition uses it
+(``close_fd``). ``Page`` is one; its transitions take the hold.
 """
 
 from __future__ import annotations
