@@ -1125,6 +1125,42 @@ def test_a_peers_text_reaches_the_log_escaped_and_cut(ctx: Any, caplog: pytest.L
     a.close(0)
 
 
+LONG_ID = b"\x01" * 255  # the longest routing id ZeroMQ lets a peer pick
+LONG_NAME = f"peer {'01' * 32}... (255 bytes)"
+
+
+def test_a_peer_with_a_long_routing_id_cannot_cut_why_its_message_was_dropped_out_of_the_log(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The routing id a peer picks was written whole in hex (510 characters for 255 bytes), past the
+    500 characters a line keeps: the line about its message was cut before it said why, and so
+    was the error of a message whose shared memory could not be opened."""
+    from tests.wire_helpers import frame_of, head_of
+
+    router = ctx.socket(zmq.ROUTER)
+    with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"), tw.transports.ShmTransport() as shm:
+        oob = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)
+        head = head_of(tw.Encoder(shm, oob).encode(_request(x=torch.ones(64)))[0])
+        with Channel(router, REGISTRY, transport=shm) as server:
+            router.bind("inproc://long-routing-id")
+            peer = ctx.socket(zmq.DEALER)
+            peer.setsockopt(zmq.ROUTING_ID, LONG_ID)
+            peer.connect("inproc://long-routing-id")
+            peer.send_multipart([b"x"])
+            with pytest.raises(TimeoutError):
+                server.recv(timeout=0.5)
+            head[3][0][1]["fd"] = 2**31 - 1  # a memfd no process holds (the real slot comes back at the close)
+            peer.send_multipart([HELLO + host_token(), frame_of(head)])
+            with pytest.raises(tw.TransportError) as caught:
+                server.recv(timeout=5)
+    assert caplog.messages == [
+        f"dropped a message from {LONG_NAME}: a channel message has a hello frame and frame 0 at least;"
+        " this one has 1 frames"
+    ]
+    assert str(caught.value.strerror).startswith(f"a message from {LONG_NAME}: cannot open pool segment tw-")
+    peer.close(0)
+
+
 def test_zeromq_disconnects_a_peer_whose_frame_is_over_the_receivers_limits(ctx: Any) -> None:
     """ZeroMQ read a whole message of any size before the channel could drop it."""
     limits = tw.Limits(max_header_bytes=64 * 1024, max_message_bytes=MiB)

@@ -315,6 +315,32 @@ def test_the_server_ignores_what_is_not_a_request(ctx: Any, running: _Running) -
         assert running.server.ignored == 1 and running.server.handled == 0
 
 
+def test_a_peer_with_a_long_routing_id_cannot_cut_why_it_was_ignored_out_of_the_log(
+    ctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A peer's routing id was logged whole in hex (510 characters for 255 bytes): the line saying
+    what the server ignored was cut, at 500 characters, before it said why."""
+    import logging
+
+    from tensorwire.builtins import REGISTRY
+    from tensorwire.zmq import Channel
+
+    run = _serve(ctx)
+    socket = ctx.socket(zmq.DEALER)
+    socket.setsockopt(zmq.ROUTING_ID, b"\x01" * 255)
+    socket.connect(run.endpoint)
+    try:
+        with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"), Channel(socket, REGISTRY) as channel:
+            channel.send(rpc.Result(method="x", ok=True), timeout=5)
+            deadline = time.monotonic() + 5
+            while run.server.ignored == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        run.server.close()
+        run.thread.join(5)
+    assert caplog.messages == [f"ignored a Result from peer {'01' * 32}... (255 bytes): a server takes rpc.Request"]
+
+
 @pytest.mark.parametrize("bad", [-1.0, float("nan")])
 def test_a_reply_timeout_out_of_range_is_refused_when_the_server_is_made(ctx: Any, bad: float) -> None:
     """A NaN reply_timeout was taken, and the first reply raised ValueError out of ``serve``."""

@@ -16,6 +16,7 @@ import zmq
 
 from tensorwire import DecodeError, TransportError
 from tensorwire.zmq._locality import TOKEN_BYTES
+from tensorwire.zmq._notes import peer_name
 from tensorwire.zmq._outgoing import send_control
 from tensorwire.zmq._peers import learn
 from tensorwire.zmq._sockets import drop_rest, poll_ms, recv_parts
@@ -72,13 +73,13 @@ def next_message(channel: Channel, deadline: float | None) -> Any:
         drop(channel, peer, str(exc))
         return None
     except TransportError as exc:
-        raise TransportError(exc.errno, f"a message from {_name(peer)}: {exc.strerror or exc}") from None
+        raise TransportError(exc.errno, f"a message from {peer_name(peer)}: {exc.strerror or exc}") from None
 
 
 def drop(channel: Channel, peer: bytes | None, why: str) -> None:
     """Count a message of ``peer``'s that is dropped, and log ``why`` (ten lines a second at most)."""
     channel.dropped += 1
-    channel._drops.note(f"dropped a message from {_name(peer)}: {why}")
+    channel._drops.note(f"dropped a message from {peer_name(peer)}: {why}")
 
 
 def answer(channel: Channel, peer: bytes | None, part: zmq.Frame) -> bool:
@@ -100,7 +101,7 @@ def answer(channel: Channel, peer: bytes | None, part: zmq.Frame) -> bool:
             # asker may have left; after abort(): no send waits)
             channel.unanswered += 1
             why = "its socket is not ready" if isinstance(exc, TimeoutError) else str(exc)
-            channel._unanswered.note(f"could not answer a handshake from {_name(peer)}: {why}")
+            channel._unanswered.note(f"could not answer a handshake from {peer_name(peer)}: {why}")
     return True
 
 
@@ -121,7 +122,3 @@ def decode(channel: Channel, peer: bytes | None, parts: list[zmq.Frame]) -> Any:
     if channel._router or channel._type == zmq.PAIR or hello != channel._hello:
         learn(channel, peer, hello == channel._hello, parts[0])
     return message
-
-
-def _name(peer: bytes | None) -> str:
-    return "the peer" if peer is None else f"peer {peer.hex()}"

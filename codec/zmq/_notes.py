@@ -1,4 +1,4 @@
-"""Log lines about what peers sent, rate-limited and made safe to print."""
+"""Log lines about what peers sent, rate-limited and made safe to print, and how they name a peer."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 
-__all__ = ["Notes", "loggable"]
+__all__ = ["Notes", "loggable", "peer_name"]
 
 
 class Notes:
@@ -53,3 +53,17 @@ def loggable(text: str) -> str:
     if len(text) > _LINE or len(shown) > _LINE:
         return f"{shown[:_LINE]}... (cut at {_LINE} characters)"
     return shown
+
+
+_SHOWN_ID = 32  # bytes of a routing id a line shows (ZeroMQ's own ids are 5)
+
+
+def peer_name(peer: bytes | None) -> str:
+    """How a line (or an error) names the peer whose routing id is ``peer`` (None: a socket's one
+    peer): its id in hex, a long one cut to its first ``_SHOWN_ID`` bytes and its length. A peer
+    picks its id, up to 255 bytes: whole, it would push the rest of the line past the cut."""
+    if peer is None:
+        return "the peer"
+    if len(peer) <= _SHOWN_ID:
+        return f"peer {peer.hex()}"
+    return f"peer {peer[:_SHOWN_ID].hex()}... ({len(peer)} bytes)"

@@ -30,7 +30,7 @@ from tensorwire._timeouts import LONGEST_WAIT, deadline_after
 from tensorwire.builtins import REGISTRY, rpc
 from tensorwire.transports.base import Transport
 from tensorwire.zmq._channel import Channel
-from tensorwire.zmq._notes import Notes
+from tensorwire.zmq._notes import Notes, peer_name
 from tensorwire.zmq._sent import AbortedWhileHeldError
 from tensorwire.zmq._sockets import checked_type
 
@@ -329,7 +329,7 @@ class Server:
         assert peer is not None
         if not isinstance(request, rpc.Request):
             self.ignored += 1
-            self._notes.note(f"ignored a {type(request).__name__} from peer {peer.hex()}: a server takes rpc.Request")
+            self._notes.note(f"ignored a {type(request).__name__} from {peer_name(peer)}: a server takes rpc.Request")
             return True
         result = self._run(handler, request)
         self.handled += 1
@@ -341,7 +341,7 @@ class Server:
                 self.channel.send(self._error(request, exc), peer=peer, timeout=wait)
         except (CodecError, TimeoutError, zmq.ZMQError) as exc:  # the server goes on serving the others
             # (ZeroMQ's error: with ROUTER_MANDATORY, a peer that left before its reply is unreachable)
-            self._notes.note(f"the reply to {request.method!r} for peer {peer.hex()} was not sent: {exc}")
+            self._notes.note(f"the reply to {request.method!r} for {peer_name(peer)} was not sent: {exc}")
             if isinstance(exc, TimeoutError):  # not queued, or queued with its frames still held: a peer
                 # that does not read (its next replies are not waited for, however large)
                 self.stalled[peer] = None
