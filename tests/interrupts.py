@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,7 +17,7 @@ from tensorwire.transports._page_layout import CONTROL_BYTES
 from tensorwire.transports._page_lock import _LOCK, _UNLOCK
 from tensorwire.transports._segment import create_memfd
 
-__all__ = ["InterruptedAcquire", "free_elsewhere", "locks_are_free", "memfd_page"]
+__all__ = ["InterruptedAcquire", "free_elsewhere", "locks_are_free", "make_transition", "memfd_page"]
 
 
 class InterruptedAcquire:
@@ -93,3 +94,19 @@ def memfd_page(name: str) -> Iterator[Page]:
         made.release()
         made.close_fd()
         mapping.close()
+
+
+def make_transition(page: Page, how: str, generation: int, capability: bytes) -> None:
+    """Make the transition ``how`` names of the hand-over of ``generation``: a sender's "undo",
+    "expire" (its deadline passed) or "reclaim" (its receiver gone), a receiver's "discard", or
+    else a receiver's free."""
+    if how == "undo":
+        page.undo(generation, capability)
+    elif how == "discard":
+        page.discard(generation, capability)
+    elif how == "expire":
+        page.expire(time.monotonic_ns())
+    elif how == "reclaim":
+        page.reclaim(lambda pid: False)
+    else:
+        page.free(generation)

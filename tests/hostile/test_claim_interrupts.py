@@ -41,7 +41,7 @@ from tensorwire.transports._page_layout import (
 )
 from tensorwire.transports._page_lock import _LOCK, _UNLOCK
 from tensorwire.transports._segment import own_start
-from tests.interrupts import locks_are_free, memfd_page
+from tests.interrupts import locks_are_free, make_transition, memfd_page
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor out of band
 
@@ -341,16 +341,7 @@ def test_an_interrupt_landing_as_a_transition_lets_go_of_its_page_still_lets_go_
     monkeypatch.setattr(_page_lock, "_unlock", _lands_at_entry)
     monkeypatch.setattr(_page_hold, "_unlock", _lands_at_entry, raising=False)
     with pytest.raises(KeyboardInterrupt):
-        if how == "undo":
-            page.undo(generation, capability)
-        elif how == "discard":
-            page.discard(generation, capability)
-        elif how == "expire":
-            page.expire(time.monotonic_ns())
-        elif how == "reclaim":
-            page.reclaim(lambda pid: False)
-        else:
-            page.free(generation)
+        make_transition(page, how, generation, capability)
     monkeypatch.undo()
     assert landing.at is None  # it landed, once the lock was let go of
     assert page.state == FREE  # (the transition made)

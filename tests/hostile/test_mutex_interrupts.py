@@ -19,7 +19,7 @@ import pytest
 
 from tensorwire.transports._page import Page
 from tensorwire.transports._page_layout import CLAIMED, FREE, SENDER
-from tests.interrupts import InterruptedAcquire, free_elsewhere, memfd_page
+from tests.interrupts import InterruptedAcquire, free_elsewhere, make_transition, memfd_page
 
 
 @pytest.fixture
@@ -67,15 +67,9 @@ def test_an_interrupt_landing_as_a_transition_took_the_page_mutex_leaves_it_free
     elif how == "expire":
         time.sleep(0.001)
     with contextlib.suppress(KeyboardInterrupt):
-        if how == "undo":
-            page.undo(generation, capability)
-        elif how == "discard":
-            page.discard(generation, capability)
-        elif how == "expire":
-            page.expire(time.monotonic_ns())
-        else:
-            page.free(generation)
-            page.free(generation)
+        make_transition(page, how, generation, capability)
+        if how == "broadcast-free":
+            page.free(generation)  # (its other holder's)
     assert _mutex_is_free(page)
     assert page.state == FREE  # (the transition made: the ``with`` took the mutex uninterrupted)
     generation = page.take(SENDER)  # sent and discarded again
