@@ -104,3 +104,25 @@ def test_a_view_collected_inside_a_transition_of_its_own_page_is_given_back_afte
     assert done.returncode == 0 and len(lines) == 2, done.stdout + done.stderr
     assert lines[0].startswith(outcome), done.stdout
     assert lines[1] == "slot free", done.stdout  # (the view's claim given back once the claim was over)
+
+
+def test_give_backs_kept_for_after_a_transition_are_made_as_it_ends_one_whose_page_went_passed_over() -> None:
+    """In process: what ``defer`` kept is made once any transition of the page is over (here a
+    mark's); one whose page's views were let go of meanwhile (``ValueError``) does not stop the rest."""
+    from tensorwire.transports._page_layout import RECEIVER_BYTE
+    from tests.interrupts import memfd_page
+
+    with memfd_page("tw-kept-give-backs") as page:
+        made: list[str] = []
+
+        def gone() -> None:
+            made.append("gone")
+            raise ValueError("operation forbidden on released memoryview object")
+
+        page.defer(lambda: made.append("first"))
+        page.defer(gone)  # (made first: the last kept)
+        assert not page.held_here()
+        page.mark(RECEIVER_BYTE, False)
+        assert made == ["gone", "first"] and page._later == []
+        page.mark(RECEIVER_BYTE, False)
+        assert made == ["gone", "first"]  # (each made once)
