@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 import time
+from typing import Protocol
 
-__all__ = ["LONGEST_WAIT", "check_number", "check_seconds", "deadline_after", "next_wait"]
+__all__ = ["LONGEST_WAIT", "check_number", "check_seconds", "deadline_after", "next_wait", "take_within"]
 
 LONGEST_WAIT = 86400.0
 """The longest one blocking wait lasts (then it looks again): OS and library waits overflow on
@@ -51,3 +53,31 @@ def check_seconds(name: str, value: float, *, infinite: bool = False) -> None:
     if not (0 < value < math.inf or (infinite and value == math.inf)):
         limit = "" if infinite else " and finite"
         raise ValueError(f"{name} must be a number of seconds > 0{limit}, got {value!r}")
+
+
+class _Reentrant(Protocol):
+    """A ``threading.RLock`` as ``take_within`` uses one."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+def take_within(lock: _Reentrant, seconds: float) -> bool:
+    """Take ``lock`` within ``seconds`` (``math.inf``: however long it takes; at most zero: only if
+    it is free now); whether it was taken.
+
+    An interrupt can land as ``acquire()`` returns, the lock taken and no ``try`` yet to let go of
+    it (a timed taking cannot be a ``with``): it is let go of here before the interrupt goes on.
+    ``lock`` must be an RLock, whose ``release`` refuses (``RuntimeError``) a thread that does not
+    hold it: an interrupt that landed before the lock was taken lets go of nothing."""
+    try:
+        if seconds == math.inf:
+            return lock.acquire()
+        return lock.acquire(timeout=min(max(0.0, seconds), threading.TIMEOUT_MAX))
+    except BaseException:
+        try:
+            lock.release()
+        except RuntimeError:
+            pass  # (not taken: the interrupt landed before, or as it waited)
+        raise

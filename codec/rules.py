@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, TypeAlias
 
+from tensorwire._timeouts import take_within
 from tensorwire.errors import ValidationError
 
 __all__ = [
@@ -109,7 +110,7 @@ VALIDATOR_ENTRY_POINTS = "tensorwire.validators"
 """The entry-point group whose entries name modules that register validators when imported."""
 _VALIDATORS: dict[str, Validator] = {}
 _NAME = re.compile(r"[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*")  # as ``x-validators`` names them (fullmatch)
-_LOADING = threading.RLock()  # held while the plug-ins load (an RLock: see ``_plugins``)
+_LOADING = threading.RLock()  # held while the plug-ins load (an RLock: see ``take_within``)
 _loaded = False
 _loader: int | None = None  # the thread loading the plug-ins
 PLUGIN_WAIT = 10.0
@@ -128,15 +129,7 @@ def _plugins(*, wait: bool = True) -> None:
     global _loaded, _loader
     if _loaded or _loader == threading.get_ident():  # the plug-ins register through this module while they load
         return
-    try:
-        taken = _LOADING.acquire(timeout=PLUGIN_WAIT) if wait else _LOADING.acquire(blocking=False)
-    except BaseException:  # (an interrupt as ``acquire()`` returned, the lock taken: a timed taking
-        try:  # cannot be a ``with``; an RLock's ``release`` refuses a thread that does not hold it)
-            _LOADING.release()
-        except RuntimeError:
-            pass
-        raise
-    if not taken:
+    if not take_within(_LOADING, PLUGIN_WAIT if wait else 0.0):
         return
     try:
         if _loaded:  # loaded while this thread waited

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import zmq
 
 from tensorwire import CodecError, DecodeOptions, EncodeOptions, Registry, TransportError
-from tensorwire._timeouts import LONGEST_WAIT, deadline_after
+from tensorwire._timeouts import LONGEST_WAIT, deadline_after, take_within
 from tensorwire.builtins import REGISTRY, rpc
 from tensorwire.transports.base import Transport
 from tensorwire.zmq._channel import Channel
@@ -91,7 +91,7 @@ class Client:
         same_host: bool | None = None,
     ) -> None:
         self.channel = _channel("Client", zmq.DEALER, socket, registry, transport, options, encode_options, same_host)
-        self._socket_lock = threading.RLock()  # (an RLock: see ``_take_socket``)
+        self._socket_lock = threading.RLock()  # (an RLock: see ``take_within``)
         self._lock = threading.Lock()  # guards the state below; ``_state`` waits on it
         self._state = threading.Condition(self._lock)
         self._pending: dict[str, Any] = {}  # rpc_id -> _WAITING or its Result
@@ -191,23 +191,9 @@ class Client:
                 time.sleep(0)  # let a call that waits to send take the socket
 
     def _take_socket(self, deadline: float) -> bool:
-        """Take the socket lock by ``deadline`` (``math.inf``: however long it takes); whether it was taken.
-
-        An interrupt can land as ``acquire()`` returns, the lock taken and no ``try`` yet to let go
-        of it (a timed taking cannot be a ``with``): it is let go of here, the lock being an RLock,
-        whose ``release`` refuses (``RuntimeError``) a thread that does not hold it."""
-        lock = self._socket_lock
-        try:
-            left = deadline - time.monotonic()
-            if left == math.inf:
-                return lock.acquire()
-            return lock.acquire(timeout=min(max(0.0, left), threading.TIMEOUT_MAX))
-        except BaseException:
-            try:
-                lock.release()
-            except RuntimeError:
-                pass  # (not taken: the interrupt landed before, or as it waited)
-            raise
+        """Take the socket lock by ``deadline`` (``math.inf``: however long it takes); whether it was
+        taken (an interrupt as it is taken lets go of it: ``take_within``)."""
+        return take_within(self._socket_lock, deadline - time.monotonic())
 
     def _recv(self, timeout: float) -> Any:
         """The next message within ``timeout`` seconds (the socket lock held), None if none came."""
