@@ -64,7 +64,6 @@ class Encoder(Sealed):
         "_quick_below",
         "_sealed",
         "_takes_storage",
-        "_validate",
         "options",
         "transport",
     )
@@ -84,10 +83,9 @@ class Encoder(Sealed):
         # whether it numbers messages (``begin_message``): a call less per message where it does not
         self._nothing_to_begin = type(self.transport).begin_message is Transport.begin_message
         self._max_header = self.options.limits.max_header_bytes
-        self._validate = self.options.validate
         # the levels below the message a type's typed part may reach for its one-encode path, which
         # is taken only with the schema check (-1: never) and needs no count of the body's nesting
-        self._plain_levels = self.options.limits.max_depth if self._validate else -1
+        self._plain_levels = self.options.limits.max_depth if self.options.validate else -1
         self._sealed = True
 
     def encode(self, message: Any) -> list[Buffer]:

@@ -6,6 +6,7 @@ the same message, or the same error. Every test runs on the types open and close
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from functools import partial
@@ -161,7 +162,7 @@ def _full_decoder(decoder: tw.Decoder) -> tw.Decoder:
 def _full_encoder(encoder: tw.Encoder) -> tw.Encoder:
     """``encoder`` with the shorter path switched off (the full path still checks the schema)."""
     full = tw.Encoder(options=encoder.options)
-    object.__setattr__(full, "_validate", False)
+    object.__setattr__(full, "_plain_levels", -1)  # (the levels the one-encode path takes: none)
     assert full.options.validate
     return full
 
@@ -174,6 +175,30 @@ def _outcome(call: Callable[[], Any]) -> Any:
         return ("value", type(value), msgspec.msgpack.encode(value))
     except (tw.EncodeError, tw.DecodeError) as exc:
         return ("error", type(exc), exc.message, exc.path, exc.type_id, exc.version)
+
+
+def test_the_full_encoder_here_does_not_take_the_one_encode_path(
+    registry: tw.Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The encoders these tests compare take two paths: ``_full_encoder`` never takes the one-encode
+    path (``TypePlan.plain``), which ``tw.Encoder()`` takes for a valid message."""
+    from tensorwire import _encoder
+
+    class Taken(BaseException):  # (not an ``Exception``: the one-encode path does not swallow it)
+        pass
+
+    def taken(body: bytes) -> None:
+        raise Taken
+
+    message = _ticket(registry)
+    encoder = tw.Encoder()
+    frames = encoder.encode(message)
+    plan = _encoder._PLANS[type(message)]
+    assert plan.plain is not None
+    monkeypatch.setitem(_encoder._PLANS, type(message), dataclasses.replace(plan, plain=taken))
+    with pytest.raises(Taken):
+        encoder.encode(message)
+    assert _full_encoder(encoder).encode(message) == frames
 
 
 def test_a_plain_message_decodes_without_the_full_decoder(registry: tw.Registry) -> None:
