@@ -38,9 +38,9 @@ def preparer(cls: type) -> Callable[[Any, int], Any] | None:
     """``prepare`` for messages of ``cls``; None if they hold no tree or set (nothing to rewrite).
 
     When every field it may rewrite is a tree, a map of trees, a list of trees or an optional
-    struct, the function first checks, at C speed per field, whether each holds a leaf, a flat list
-    or a flat map of leaves, or None: then there is nothing to rewrite and the message is returned
-    as it is.
+    struct, the function first checks whether each holds a leaf, a flat list or a flat map of
+    leaves (at C speed per field), lists and maps of those, or None: then there is nothing to
+    rewrite and the message is returned as it is.
     """
     plan = _plan(cls)
     if not plan:
@@ -52,22 +52,54 @@ def preparer(cls: type) -> Callable[[Any, int], Any] | None:
     return _quick_preparer(fields)
 
 
-# What a field of each kind may hold for ``prepare`` to have nothing to rewrite in it (``v``: its value).
-# An empty list or map is let through before ``LEAVES_ONLY``, which first makes a set of what it is given.
+# What a field of each kind may hold for ``prepare`` to have nothing to rewrite in it (``v``: its value,
+# one level below the message). An empty list or map is let through before ``LEAVES_ONLY``, which
+# first makes a set of what it is given; a nested one is looked through by ``plain_tree``.
 _NOTHING_TO_REWRITE = {
     "tree": "v is None or type(v) in LEAF_TYPES or (type(v) is list and (not v or LEAVES_ONLY(map(type, v))))"
-    " or (type(v) is dict and (not v or LEAVES_ONLY(map(type, v.values()))))",
-    "map": "v is None or (type(v) is dict and (not v or LEAVES_ONLY(map(type, v.values()))))",
-    "list": "v is None or (type(v) is list and (not v or LEAVES_ONLY(map(type, v))))",
+    " or (type(v) is dict and (not v or LEAVES_ONLY(map(type, v.values())))) or plain_tree(v, 1, max_depth)",
+    "map": "v is None or (type(v) is dict and (not v or LEAVES_ONLY(map(type, v.values()))"
+    " or plain_tree(v, 1, max_depth)))",
+    "list": "v is None or (type(v) is list and (not v or LEAVES_ONLY(map(type, v)) or plain_tree(v, 1, max_depth)))",
     "optional": "v is None",
 }
 
 
+def plain_tree(value: Any, depth: int, max_depth: int) -> bool:
+    """Whether the tree ``value``, ``depth`` levels below the message, has nothing ``prepare`` would
+    rewrite or refuse: lists and maps (of exactly those types) of leaves and of such lists and maps,
+    none deeper than ``max_depth``. False for anything else (a tuple, a set, a subclass, a value
+    no tree holds, one nested too deep), which the full ``prepare`` then rewrites or names."""
+    if type(value) in LEAF_TYPES:
+        return True
+    if depth > max_depth:
+        return False
+    if type(value) is list:
+        items: Any = value
+    elif type(value) is dict:
+        items = value.values()
+    else:
+        return False
+    if LEAVES_ONLY(map(type, items)):
+        return True
+    depth += 1
+    for item in items:
+        if type(item) not in LEAF_TYPES and not plain_tree(item, depth, max_depth):
+            return False
+    return True
+
+
 def _quick_preparer(fields: tuple[tuple[str, str | None], ...]) -> Callable[[Any, int], Any]:
     """``prepare`` that first checks, in one straight-line function (``tensorwire._compile``),
-    whether each field holds None, a leaf, a flat list or a flat map of leaves (as its kind
-    allows; an optional struct: None only): then the message is returned as it is."""
-    bound: dict[str, Any] = {"LEAF_TYPES": LEAF_TYPES, "LEAVES_ONLY": LEAVES_ONLY, "prepare": prepare}
+    whether each field holds None, a leaf, a list or a map of leaves (as its kind allows; an
+    optional struct: None only), or lists and maps of those (``plain_tree``): then the message is
+    returned as it is."""
+    bound: dict[str, Any] = {
+        "LEAF_TYPES": LEAF_TYPES,
+        "LEAVES_ONLY": LEAVES_ONLY,
+        "plain_tree": plain_tree,
+        "prepare": prepare,
+    }
     lines = ["def quick(message, max_depth):", "    if max_depth < 2:", "        return prepare(message, max_depth)"]
     # past the check above, a flat container (two levels down) cannot be in the way of the limit
     for i, (name, kind) in enumerate(fields):

@@ -81,6 +81,50 @@ def test_flat_trees_come_back_as_they_are(args: Any, kwargs: dict[str, Any], unc
     assert message.args == args and message.kwargs == kwargs  # the caller's message is untouched
 
 
+class _Walked(Exception):
+    pass
+
+
+def _no_walk(message: Any, max_depth: int) -> Any:
+    raise _Walked
+
+
+class _Items(list):  # type: ignore[type-arg]
+    """A list subclass: a tree may hold one, but only the full rewrite looks into it."""
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "max_depth", "walked"),
+    [
+        ([[1, [2, "a"]], {"k": [None]}], {"stop": ["\n"], "opts": {"n": 1, "m": [1.0]}}, 64, False),
+        ([], {"a": {"b": {"c": 1}}}, 3, False),  # the map at level 1, its values' maps at 2 and 3
+        ([], {"a": {"b": {"c": [1]}}}, 3, True),  # a list at level 4: the walk names it
+        ([[1, (2,)]], {}, 64, True),  # a tuple inside: rewritten
+        ([[1, {2, 3}]], {}, 64, True),  # a set: the walk refuses it
+        ([[1, _Items([2])]], {}, 64, True),
+        ([[1, object()]], {}, 64, True),
+    ],
+)
+def test_nested_lists_and_maps_of_leaves_come_back_as_they_are_without_the_walk(
+    monkeypatch: pytest.MonkeyPatch, args: Any, kwargs: dict[str, Any], max_depth: int, walked: bool
+) -> None:
+    """The quick form looks through lists and maps of leaves, nested within the limit
+    (``plain_tree``); anything else there takes the full rewrite, which rewrites or names it."""
+    from tensorwire import _prepare
+
+    message = rpc.Request(method="m")
+    message.args, message.kwargs = args, kwargs  # (set after building: no rule of the class runs)
+    want = _outcome(prepare, message, max_depth)
+    monkeypatch.setattr(_prepare, "prepare", _no_walk)
+    quick = preparer(rpc.Request)
+    assert quick is not None
+    if walked:
+        with pytest.raises(_Walked):
+            quick(message, max_depth)
+    else:
+        assert quick(message, max_depth) is message is want
+
+
 def test_a_type_without_trees_or_sets_needs_no_rewrite() -> None:
     assert preparer(rpc.RankStatus) is None
 
