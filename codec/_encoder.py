@@ -7,7 +7,8 @@ place of their descriptors (types, enum members, ranges, lengths, tensor specs, 
 named rules: msgspec checks in C what it can); only then export the buffers. If anything fails,
 every buffer exported by this call is released. The caller's message is never mutated. A message
 of a type with no tensor and nothing to rewrite is one encode and the schema check (a failure
-there is named by the full path).
+there is named by the full path); so is one whose type holds tensors only in trees (an
+``rpc.Request``) when its trees hold lists and maps of plain leaves only.
 
 Tensors on a CUDA device stay there until export: a transport with ``export_device`` (e.g.
 ``CudaShmTransport``) copies them straight into shared memory; otherwise the encoder stages them
@@ -27,6 +28,7 @@ from tensorwire._body import KEEP, encode_body, stand_in
 from tensorwire._encode_errors import Foreign, foreign_error, int_error, text_error, unsupported_error
 from tensorwire._locate import entry_path, msgspec_error, too_deep
 from tensorwire._plan import TypePlan, type_plan
+from tensorwire._prepare import AS_IS
 from tensorwire._scan import OPENERS, walk
 from tensorwire._sealed import Sealed
 from tensorwire._tensors import Outgoing, embed_room, quick_below
@@ -135,7 +137,16 @@ class Encoder(Sealed):
             return [head]
         limits = options.limits
         try:
-            prepared = message if plan.prepare is None else plan.prepare(message, limits.max_depth)
+            if plan.trees is None:
+                prepared = message if plan.prepare is None else plan.prepare(message, limits.max_depth)
+            else:
+                prepared = plan.trees(message, limits.max_depth)
+                if prepared is AS_IS:  # its trees hold no tensor and nothing to rewrite: one encode, one C check
+                    if plan.levels <= self._plain_levels:
+                        written = _written_as_is(plan, message, limits.max_header_bytes)
+                        if written is not None:
+                            return written
+                    prepared = message
             outgoing = Outgoing(
                 limits,
                 options.embed_threshold,
@@ -280,6 +291,20 @@ class Encoder(Sealed):
 
     def __repr__(self) -> str:
         return f"Encoder(transport={type(self.transport).__name__}, options={self.options})"
+
+
+def _written_as_is(plan: TypePlan, message: Any, max_header: int) -> list[Buffer] | None:
+    """The frames of ``message`` written by a plain msgpack encode and checked by ``plan.check.plain``
+    (its type's trees and optional structs hold nothing the hooked encode handles); None if that
+    fails, or frame 0 is over ``max_header`` bytes: the full path names what is wrong. (The type
+    with no tensor at all does the same inline in ``Encoder.encode``: a call less.)"""
+    try:
+        body = _PLAIN.encode(message)
+        plan.check.plain(body)
+    except Exception:
+        return None
+    head = plan.bare + body
+    return [head] if len(head) <= max_header else None
 
 
 def _too_big(plan: TypePlan, size: int, limits: Limits) -> EncodeError:

@@ -1,4 +1,5 @@
-"""The shorter decode of a message whose type holds no tensor, tree or untyped value.
+"""The shorter decode of a message whose type holds no tensor, tree or untyped value, or holds
+tensors only in its trees (or optional structs: ``TypePlan.trees``).
 
 Such a message, as encoders write it, has frame 0 up to its body exactly that type's own (no data,
 no buffers: ``body_at`` finds where its body starts), so its body is decoded alone as its class
@@ -17,11 +18,12 @@ from typing import Any, NamedTuple
 import msgspec
 import msgspec.inspect as mi
 
+from tensorwire._body import tree_tuple
 from tensorwire._plan import type_plan
 from tensorwire._scan import OTHERS
 from tensorwire._twin import closed_mirror, closed_twin, structs_inside
 from tensorwire._type_tree import closed_depth
-from tensorwire._wire import EMPTY_DATA
+from tensorwire._wire import EMPTY_DATA, EXT_TUPLE
 from tensorwire.registry import Registry
 
 __all__ = ["PlainBody", "body_at", "plain_bodies", "unguarded"]
@@ -69,7 +71,12 @@ def plain_bodies(registry: Registry) -> tuple[dict[bytes, PlainBody], int]:
     plain: dict[bytes, PlainBody] = {}
     for cls in registry:
         plan = type_plan(cls)
-        if plan.tensors or body_at(plan.bare) != len(plan.bare):
+        if (plan.tensors and plan.trees is None) or body_at(plan.bare) != len(plan.bare):
+            continue
+        if plan.tensors:  # tensors only in its trees (or optional structs): with none, no data and no
+            # buffers, its body is read with tree tuples and counted first; an extension of any other
+            # kind (a tensor's: an empty one has no data) is the full decode's to read
+            plain[plan.bare] = PlainBody(msgspec.msgpack.Decoder(cls, ext_hook=_tuples_only).decode, None)
             continue
         mirror = closed_mirror(cls) if plan.depth is None else None
         depth = None if mirror is None else closed_depth(mi.type_info(mirror))
@@ -81,6 +88,18 @@ def plain_bodies(registry: Registry) -> tuple[dict[bytes, PlainBody], int]:
         else:
             plain[plan.bare] = PlainBody(plan.check.plain, None, None, msgspec.msgpack.Decoder(mirror).decode, depth)
     return plain, max((len(bare.translate(None, OTHERS)) for bare in plain), default=0)
+
+
+class _NotATuple(Exception):
+    """An extension other than a tree tuple in a body read by ``_tuples_only``."""
+
+
+def _tuples_only(code: int, data: memoryview) -> tuple[Any, ...]:
+    """The extension hook of a plain body whose type holds trees: a tree tuple as itself; any other
+    extension refuses the body (the full decode reads it)."""
+    if code != EXT_TUPLE:
+        raise _NotATuple
+    return tree_tuple(data, _tuples_only)
 
 
 class _Unguarded(Exception):

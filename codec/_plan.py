@@ -9,8 +9,8 @@ from typing import Any
 import msgspec.inspect as mi
 
 from tensorwire._body import Checker
-from tensorwire._prepare import preparer
-from tensorwire._type_tree import children, closed_depth, typed_depth
+from tensorwire._prepare import plain_trees, preparer
+from tensorwire._type_tree import closed_depth, holds_custom, typed_depth
 from tensorwire._wire import EMPTY_DATA, prefix
 
 __all__ = ["UNBOUNDED", "TypePlan", "type_plan"]
@@ -22,7 +22,10 @@ class TypePlan:
     a value may hold a tensor (or a tree, which may); ``prepare``: ``tensorwire._prepare.prepare`` for
     the class, None if it holds no tree or set to rewrite; ``check``: the decoder of the encoder's schema check;
     ``plain``: ``check.plain`` where a value holds no tensor and nothing to rewrite (its message is
-    one encode and this check), else None; ``depth``: where a value holds no tensor, the most levels
+    one encode and this check), else None; ``trees``: where a value may hold a tensor or something
+    to rewrite only in its trees (or optional structs), ``prepare`` that gives
+    ``tensorwire._prepare.AS_IS`` for a message that holds none (``plain_trees``: then it is one
+    encode and ``check.plain`` as well), else None; ``depth``: where a value holds no tensor, the most levels
     its body is read from if the type leaves msgspec nothing to skip
     (``tensorwire._type_tree.closed_depth``), else None; ``levels``: the most levels the typed part
     of a value nests below the message (``tensorwire._type_tree.typed_depth``; ``UNBOUNDED`` for a
@@ -36,6 +39,7 @@ class TypePlan:
     prepare: Callable[[Any, int], Any] | None
     check: Checker
     plain: Callable[[bytes], Any] | None
+    trees: Callable[[Any, int], Any] | None
     depth: int | None
     levels: int
 
@@ -47,7 +51,7 @@ def type_plan(cls: Any) -> TypePlan:
     info = cls.__tw_type__
     info_type = mi.type_info(cls)
     head = prefix(info.type_id, info.version, info.fingerprint)
-    tensors, prepare, check = _holds_custom(info_type, set()), preparer(cls), Checker(cls)
+    tensors, prepare, check = holds_custom(info_type), preparer(cls), Checker(cls)
     typed = typed_depth(info_type)
     return TypePlan(
         info.type_id,
@@ -58,17 +62,7 @@ def type_plan(cls: Any) -> TypePlan:
         prepare,
         check,
         None if tensors or prepare is not None else check.plain,
+        plain_trees(cls) if tensors else None,
         None if tensors else closed_depth(info_type),
         UNBOUNDED if typed is None else typed - 1,
     )
-
-
-def _holds_custom(t: Any, seen: set[type]) -> bool:
-    """Whether a value of ``t`` may hold a custom object (a tensor) or an untyped tree."""
-    if isinstance(t, mi.AnyType | mi.CustomType | mi.ExtType):
-        return True
-    if isinstance(t, mi.StructType):
-        if t.cls in seen:
-            return False
-        seen.add(t.cls)
-    return any(_holds_custom(c, seen) for c in children(t))

@@ -18,11 +18,12 @@ import msgspec.inspect as mi
 
 from tensorwire._compile import build, read_field
 from tensorwire._encode_errors import Rejected, located
-from tensorwire._leaf_types import LEAF_TYPES, LEAVES_ONLY, TREE_LEAVES
+from tensorwire._leaf_types import LEAF_TYPES, LEAVES_ONLY, PLAIN_LEAVES, TREE_LEAVES
 from tensorwire._locate import set_order
+from tensorwire._type_tree import holds_custom
 from tensorwire.errors import EncodeError
 
-__all__ = ["TupleMarker", "prepare", "preparer"]
+__all__ = ["AS_IS", "TupleMarker", "plain_tree", "plain_trees", "prepare", "preparer"]
 
 
 class TupleMarker:
@@ -65,28 +66,38 @@ _NOTHING_TO_REWRITE = {
 }
 
 
-def plain_tree(value: Any, depth: int, max_depth: int) -> bool:
-    """Whether the tree ``value``, ``depth`` levels below the message, has nothing ``prepare`` would
-    rewrite or refuse: lists and maps (of exactly those types) of leaves and of such lists and maps,
-    none deeper than ``max_depth``. False for anything else (a tuple, a set, a subclass, a value
-    no tree holds, one nested too deep), which the full ``prepare`` then rewrites or names."""
-    if type(value) in LEAF_TYPES:
-        return True
-    if depth > max_depth:
-        return False
-    if type(value) is list:
-        items: Any = value
-    elif type(value) is dict:
-        items = value.values()
-    else:
-        return False
-    if LEAVES_ONLY(map(type, items)):
-        return True
-    depth += 1
-    for item in items:
-        if type(item) not in LEAF_TYPES and not plain_tree(item, depth, max_depth):
+def _tree_walk(leaves: frozenset[type]) -> Callable[[Any, int, int], bool]:
+    """The walk that says whether a tree, ``depth`` levels below the message, holds only lists and
+    maps (of exactly those types) of leaves of ``leaves`` and of such lists and maps, none deeper
+    than ``max_depth``. False for anything else (a tuple, a set, a subclass, another value, one
+    nested too deep), which the full ``prepare`` then rewrites or names."""
+    only = leaves.issuperset
+
+    def walk(value: Any, depth: int, max_depth: int) -> bool:
+        if type(value) in leaves:
+            return True
+        if depth > max_depth:
             return False
-    return True
+        if type(value) is list:
+            items: Any = value
+        elif type(value) is dict:
+            items = value.values()
+        else:
+            return False
+        if only(map(type, items)):
+            return True
+        depth += 1
+        for item in items:
+            if type(item) not in leaves and not walk(item, depth, max_depth):
+                return False
+        return True
+
+    return walk
+
+
+plain_tree = _tree_walk(LEAF_TYPES)
+"""Whether a tree has nothing ``prepare`` would rewrite or refuse (see ``_tree_walk``)."""
+_written_as_is = _tree_walk(PLAIN_LEAVES)  # and holds no tensor or array either
 
 
 def _quick_preparer(fields: tuple[tuple[str, str | None], ...]) -> Callable[[Any, int], Any]:
@@ -109,6 +120,100 @@ def _quick_preparer(fields: tuple[tuple[str, str | None], ...]) -> Callable[[Any
         lines.append("        return prepare(message, max_depth)")
     lines.append("    return message")
     return build(lines, bound, "quick")
+
+
+# The check of a non-empty list or map ``v`` one level below the message (``{items}``: its items),
+# indented for a field's block of ``plain_trees``'s function: leaves that no extension writes
+# (``PLAIN_LEAVES``) or lists and maps of them within the limit leave the message as it is; leaves
+# of any tree (a tensor or an array right there), or lists and maps of them, leave it to the hooked
+# encode; anything else is for the full ``prepare`` to rewrite or name.
+_CONTAINER = """\
+types = set(map(type, {items}))
+if not PLAIN_SET(types):
+    if LEAF_SET(types):
+        plain = False
+    elif not written_as_is(v, 1, max_depth):
+        plain = False
+        if not plain_tree(v, 1, max_depth):
+            return prepare(message, max_depth)"""
+
+
+def _field_block(kind: str, rewritable: bool) -> list[str]:
+    """The lines of ``plain_trees``'s function that check one field's value ``v`` of ``kind``."""
+    if kind == "optional":
+        rewrite = ["    return prepare(message, max_depth)"] if rewritable else []
+        return ["if v is not None:", "    plain = False", *rewrite]
+    if kind == "tree":
+        both = _CONTAINER.format(items="(v.values() if type(v) is dict else v)").splitlines()
+        return [
+            "if type(v) not in PLAIN_LEAVES:",
+            "    if type(v) is list or type(v) is dict:",
+            "        if v:",
+            *(" " * 12 + line for line in both),
+            "    else:",
+            "        plain = False",
+            "        if type(v) not in LEAF_TYPES:",
+            "            return prepare(message, max_depth)",
+        ]
+    container, items = ("dict", "v.values()") if kind == "map" else ("list", "v")
+    return [
+        "if v is not None:",
+        f"    if type(v) is not {container}:",
+        "        return prepare(message, max_depth)",
+        "    if v:",
+        *(" " * 8 + line for line in _CONTAINER.format(items=items).splitlines()),
+    ]
+
+
+AS_IS = object()
+"""What ``plain_trees``'s function gives for a message a plain msgpack encode writes as it is."""
+
+
+def plain_trees(cls: type) -> Callable[[Any, int], Any] | None:
+    """For a class whose values may hold a tensor, an array or something to rewrite only inside
+    trees (fields of ``Any``, or a map or a list of ``Any``) or optional structs: ``prepare`` for
+    it that first says whether a message needs none of the encoder's hooks. It gives ``AS_IS``
+    where the message holds, in those fields, only lists and maps of leaves that no extension
+    writes (``PLAIN_LEAVES``, nested within the limit) and no struct: a plain msgpack encode then
+    writes it as the hooked one would. Else it gives what ``prepare`` gives (the message itself
+    where nothing is rewritten: a leaf, list or map of tree leaves, as ``preparer``'s function
+    checks). None for any other class (one with no such field included)."""
+    info = mi.type_info(cls)
+    assert isinstance(info, mi.StructType)
+    fields: list[tuple[str, str, bool]] = []
+    for field in info.fields:
+        rewritable = _rewritable(field.type, frozenset({cls}))
+        if not holds_custom(field.type) and not rewritable:
+            continue  # written as it is, whatever it holds
+        kind = _flat_kind(field.type)
+        if kind is None:
+            return None
+        fields.append((field.name, kind, rewritable))
+    if not fields:
+        return None
+    rewrites = any(rewritable for _, _, rewritable in fields)
+    bound: dict[str, Any] = {
+        "AS_IS": AS_IS,
+        "LEAF_SET": LEAF_TYPES.issuperset,
+        "LEAF_TYPES": LEAF_TYPES,
+        "PLAIN_LEAVES": PLAIN_LEAVES,
+        "PLAIN_SET": PLAIN_LEAVES.issuperset,
+        "plain_tree": plain_tree,
+        "prepare": prepare,
+        "written_as_is": _written_as_is,
+    }
+    lines = [
+        "def trees(message, max_depth):",
+        "    if max_depth < 2:",
+        f"        return {'prepare(message, max_depth)' if rewrites else 'message'}",
+        "    plain = True",
+    ]
+    # past the check above, no flat container is too deep
+    for i, (name, kind, rewritable) in enumerate(fields):
+        lines.append(f"    v = {read_field('message', name, f'N{i}', bound)}")
+        lines.extend("    " + line for line in _field_block(kind, rewritable))
+    lines.append("    return AS_IS if plain else message")
+    return build(lines, bound, "trees")
 
 
 def _flat_kind(t: Any) -> str | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec.inspect as mi
 
-__all__ = ["children", "closed_depth", "typed_depth"]
+__all__ = ["children", "closed_depth", "holds_custom", "typed_depth"]
 
 
 def children(t: Any) -> list[Any]:
@@ -24,6 +24,20 @@ def children(t: Any) -> list[Any]:
     if isinstance(t, mi.DictType):
         return [t.key_type, t.value_type]
     return []
+
+
+def holds_custom(t: Any, seen: set[type] | None = None) -> bool:
+    """Whether a value of ``t`` may hold a custom object (a tensor) or an untyped tree (``seen``:
+    the structs already looked into, each once)."""
+    if seen is None:
+        seen = set()
+    if isinstance(t, mi.AnyType | mi.CustomType | mi.ExtType):
+        return True
+    if isinstance(t, mi.StructType):
+        if t.cls in seen:
+            return False
+        seen.add(t.cls)
+    return any(holds_custom(c, seen) for c in children(t))
 
 
 # Leaves msgspec reads from one msgpack value that holds no other (nothing to skip, no level).

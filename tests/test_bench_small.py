@@ -184,6 +184,7 @@ def test_measure_rows() -> None:
             },
             "list of 200 small structs (bench.Batch)": {TENSORWIRE, UNCHECKED, RAW, CLOSED, WALKED},
             "rpc.Request, a 16x16 tensor in kwargs": {TENSORWIRE, HOOKS},
+            "rpc.Request, no tensor (a list in kwargs)": {TENSORWIRE, HOOKS},
             "a pool-allocated 1 MiB tensor (bench.One, shared memory)": {TENSORWIRE, BARE},
         },
     )
@@ -191,6 +192,7 @@ def test_measure_rows() -> None:
     assert references["envelope (10 fields)"] == references["list of 50 small structs (bench.Batch)"] == RAW
     assert references["a pool-allocated 1 MiB tensor (bench.One, shared memory)"] == BARE
     assert references["rpc.Request, a 16x16 tensor in kwargs"] == HOOKS
+    assert references["rpc.Request, no tensor (a list in kwargs)"] == HOOKS
     calls = measure_calls()
     check_rows(calls, {calls[0]["case"]: {TENSORWIRE, HOOKS}})
     assert all(row["unit"] == "calls" and row["median"] == int(row["median"]) for row in calls)

@@ -6,10 +6,11 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given
+import torch
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorwire._prepare import TupleMarker, prepare, preparer
+from tensorwire._prepare import AS_IS, TupleMarker, plain_trees, prepare, preparer
 from tensorwire.builtins import rpc
 from tensorwire.errors import EncodeError
 
@@ -123,6 +124,65 @@ def test_nested_lists_and_maps_of_leaves_come_back_as_they_are_without_the_walk(
             quick(message, max_depth)
     else:
         assert quick(message, max_depth) is message is want
+
+
+_ANY_LEAVES = _LEAVES | st.binary(max_size=2) | st.builds(torch.zeros, st.integers(0, 2))
+_ANY_TREES = st.recursive(
+    _ANY_LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.tuples(inner),
+        st.dictionaries(st.text(max_size=2), inner, max_size=3),
+        st.frozensets(st.integers(0, 3), max_size=2),
+        st.builds(_Items, st.lists(inner, max_size=2)),
+    ),
+    max_leaves=12,
+)
+
+
+def _holds_no_extension(value: Any) -> bool:
+    """Whether ``value`` is made of lists and maps (of exactly those types) of leaves msgpack writes
+    without an extension."""
+    if type(value) in (list, dict):
+        return all(map(_holds_no_extension, value.values() if isinstance(value, dict) else value))
+    return type(value) in (type(None), bool, int, float, str, bytes)
+
+
+@settings(max_examples=500)
+@given(
+    args=_ANY_TREES,
+    kwargs=st.dictionaries(st.text(max_size=2), _ANY_TREES, max_size=3) | _ANY_TREES,
+    max_depth=st.sampled_from([1, 2, 3, 64]),
+)
+def test_the_trees_form_says_as_is_exactly_where_prepare_rewrites_nothing_and_no_extension_is_written(
+    args: Any, kwargs: Any, max_depth: int
+) -> None:
+    """``plain_trees``'s function gives ``AS_IS`` only where ``prepare`` gives the message itself and
+    its trees hold no tensor (nor anything else an extension writes); else exactly what ``prepare``
+    gives, or the same error."""
+    message = rpc.Request(method="m")
+    message.args, message.kwargs = args, kwargs  # (set after building: no rule of the class runs)
+    trees = plain_trees(rpc.Request)
+    assert trees is not None
+    got, want = _outcome(trees, message, max_depth), _outcome(prepare, message, max_depth)
+    if got is AS_IS:
+        assert want is message and _holds_no_extension(args) and _holds_no_extension(kwargs)
+    else:
+        assert _plain(got) == _plain(want) and (got is message) == (want is message), (got, want)
+        if want is message and max_depth >= 2 and type(kwargs) is dict:  # (kwargs as declared: a map)
+            assert not (_holds_no_extension(args) and _holds_no_extension(kwargs) and _within(message, max_depth))
+
+
+def _within(message: Any, max_depth: int) -> bool:
+    """Whether no list or map in the message's trees is more than ``max_depth`` levels below it."""
+
+    def depth(value: Any) -> int:
+        if isinstance(value, list | dict):
+            items = value.values() if isinstance(value, dict) else value
+            return 1 + max(map(depth, items), default=0)
+        return 0
+
+    return depth(message.args) <= max_depth and depth(message.kwargs) <= max_depth
 
 
 def test_a_type_without_trees_or_sets_needs_no_rewrite() -> None:

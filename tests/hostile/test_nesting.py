@@ -27,7 +27,7 @@ import tensorwire as tw
 from tensorwire._plain import unguarded
 from tensorwire._scan import OPENERS, OTHERS, check_depth, nesting_path, walk
 from tensorwire._wire import data_span
-from tensorwire.builtins import REGISTRY, diffusion, media
+from tensorwire.builtins import REGISTRY, diffusion, media, rpc
 from tensorwire.inspection import describe
 from tests.wire_helpers import frame_of, head_of, tensor_exts
 
@@ -142,6 +142,27 @@ def frames_with_body(value: bytes) -> list[Any]:
 def deep_frames(kind: str, leaf: str, wraps_count: int) -> list[Any]:
     wraps, _ = KINDS[kind]
     return frames_with_body(nest(wraps_count, LEAVES[leaf], wraps))
+
+
+# rpc.Request holds tensors only in its trees: a frame 0 with no data and no buffers has its body
+# read on the decoder's shorter path (counted first), up to 2 KiB; a larger one is walked.
+RPC_BARE = bytes(tw.Encoder().encode(rpc.Request(method="m"))[0])[: -len(msgspec.msgpack.encode({"method": "m"}))]
+
+
+def rpc_frames(value: bytes) -> list[bytes]:
+    """An ``rpc.Request`` frame 0 as encoders write one with no tensor, its ``args`` the raw msgpack ``value``."""
+    return [RPC_BARE + b"\x82\xa6method\xa1m\xa4args" + value]
+
+
+def rpc_deep_frames(kind: str, leaf: str, size: str) -> list[bytes]:
+    """``rpc_frames`` of ``DEEP`` wraps (``size`` "large") or of as many as 2 KiB holds ("small")."""
+    wraps, _ = KINDS[kind]
+    if size == "large":
+        return rpc_frames(nest(DEEP, LEAVES[leaf], wraps))
+    levels = 2048
+    while len(frames := rpc_frames(nest(levels, LEAVES[leaf], wraps))[0]) > 2048:
+        levels -= 1 + (len(frames) - 2048) // 8
+    return [frames]
 
 
 def outcome(call: Callable[[], Any]) -> str:
@@ -335,6 +356,11 @@ def _child_checks() -> dict[str, str]:
             at_limit = deep_frames(kind, leaf, (64 - LEAF_LEVELS[leaf]) // per_wrap)
             results[f"at the limit {kind} / {leaf}"] = outcome(partial(DECODER.decode, at_limit))
             results[f"describe at the limit {kind} / {leaf}"] = outcome(partial(describe, at_limit[0]))
+            for size in ("small", "large"):
+                frames = rpc_deep_frames(kind, leaf, size)
+                results[f"rpc.Request {size} {kind} / {leaf}"] = outcome(partial(DECODER.decode, frames))
+            at_limit = rpc_frames(nest((64 - LEAF_LEVELS[leaf]) // per_wrap, LEAVES[leaf], KINDS[kind][0]))
+            results[f"rpc.Request at the limit {kind} / {leaf}"] = outcome(partial(DECODER.decode, at_limit))
     for where in BOUNDED_PLACES:
         deep = nest(DEEP, b"\x01", [_array, _map])
         results[f"bounded registry, {where}"] = outcome(partial(BOUNDED.decode, bounded_frames(where, deep)))
@@ -407,6 +433,27 @@ def test_frames_at_the_limit_do_not_crash_a_small_stack(child_results: dict[str,
     for check in ("at the limit", "describe at the limit"):
         result = child_results[f"{check} {kind} / {leaf}"]
         assert "nesting deeper" not in result and not result.startswith("LEAK"), (check, result)
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+@pytest.mark.parametrize("leaf", list(LEAVES))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_tree_read_on_the_shorter_path_nested_too_deep_is_refused_on_a_small_stack(
+    child_results: dict[str, str], kind: str, leaf: str, size: str
+) -> None:
+    """An ``rpc.Request`` with no data and no buffers is read on the decoder's shorter path, up to
+    2 KiB (counted first, then read in full), past that walked as any frame."""
+    assert len(rpc_deep_frames(kind, leaf, size)[0]) <= 2048 if size == "small" else True
+    assert re.fullmatch(nested("rpc.Request", "$.args"), child_results[f"rpc.Request {size} {kind} / {leaf}"])
+
+
+@pytest.mark.parametrize("leaf", list(LEAVES))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_tree_read_on_the_shorter_path_at_the_limit_does_not_crash_a_small_stack(
+    child_results: dict[str, str], kind: str, leaf: str
+) -> None:
+    result = child_results[f"rpc.Request at the limit {kind} / {leaf}"]
+    assert "nesting deeper" not in result and not result.startswith("LEAK"), result
 
 
 @pytest.mark.parametrize("where", BOUNDED_PLACES)

@@ -1,6 +1,6 @@
 """Small messages in instructions: what one round trip executes, counted by valgrind, not timed.
 
-    python -m tools.bench.instructions [--number 2000] [--cases envelope,one,step,batch,long,rpc,pooled] [--json]
+    python -m tools.bench.instructions [--number 2000] [--cases envelope,one,step,batch,long,rpc,call,pooled] [--json]
 
 The in-process cases of ``tools.bench.small``, every implementation of each, run in one child
 process under ``valgrind --tool=callgrind`` (``PYTHONHASHSEED=0``). The child warms each
@@ -33,7 +33,7 @@ from typing import Any
 
 __all__ = ["CASES", "EMPTY", "instructions", "main", "parts", "render", "run_marked"]
 
-CASES = ("envelope", "one", "step", "batch", "long", "rpc", "pooled")
+CASES = ("envelope", "one", "step", "batch", "long", "rpc", "call", "pooled")
 """The cases of ``tools.bench.small`` (``case_builders``) counted here, by short name."""
 
 EMPTY = "(empty round trip)"

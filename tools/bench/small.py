@@ -37,7 +37,9 @@ the case's reference:
   carries the tensor as bytes (turned into bytes and back into a tensor of known shape); its
   floor is tensorwire's design for it, the steps of the envelope's floor with the one hook call
   per tensor each needs (its descriptor and a view of its bytes on encode, the caller's tensor
-  in the schema check, the tensor built from frame 0's data on decode).
+  in the schema check, the tensor built from frame 0's data on decode);
+- an ``rpc.Request`` carrying no tensor (a control call: ``CALL``, a list inside its ``kwargs``):
+  against the hooks style carrying the same fields (``HooksCall``).
 
 In process, the hooks style's side frames are writable views of the source tensor, so its decode
 does not copy them, while tensorwire's frames are read-only and its decode copies: 1 KiB for one
@@ -580,6 +582,45 @@ def rpc_case() -> Case:
     )
 
 
+class HooksCall(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The fields of rpc.Request, for the hooks style, carrying no tensor (``args`` and ``kwargs``
+    untyped, as rpc.Request's)."""
+
+    method: str
+    args: Any = []
+    kwargs: dict[str, Any] = {}
+    rpc_id: str | None = None
+    unique_reply_rank: int | None = None
+    exec_all_ranks: bool = False
+    collect_rank_status: bool = False
+    wave_id: str | None = None
+    wave_request_ids: list[str] | None = None
+
+
+CALL: dict[str, Any] = {"method": "sleep", "args": [1], "kwargs": {"tags": ["weights", "kv_cache"]}, "rpc_id": "r-42"}
+"""The control call of ``rpc_call_case``: no tensor, a list inside ``kwargs``."""
+
+
+def rpc_call_case() -> Case:
+    """rpc.Request carrying no tensor (``CALL``) against the hooks style."""
+    import tensorwire as tw
+    from tensorwire.builtins import REGISTRY, rpc
+
+    encoder, decoder = tw.Encoder(), tw.Decoder(REGISTRY)
+    hooks = HooksCodec()
+    message, hooks_message = rpc.Request(**CALL), HooksCall(**CALL)
+    assert decoder.decode(encoder.encode(message)) == message
+    assert hooks.decode(hooks.encode(hooks_message), HooksCall) == hooks_message
+    return Case(
+        "rpc.Request, no tensor (a list in kwargs)",
+        HOOKS,
+        {
+            TENSORWIRE: lambda: decoder.decode(encoder.encode(message)),
+            HOOKS: lambda: hooks.decode(hooks.encode(hooks_message), HooksCall),
+        },
+    )
+
+
 def case_builders() -> dict[str, Callable[[], Case]]:
     """The in-process cases by short name, in the order they run, each built when called."""
     return {
@@ -589,6 +630,7 @@ def case_builders() -> dict[str, Callable[[], Case]]:
         "batch": batch_case,
         "long": long_batch_case,
         "rpc": rpc_case,
+        "call": rpc_call_case,
         "pooled": pooled_case,
     }
 
