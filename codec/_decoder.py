@@ -14,11 +14,14 @@ raises holds none of it (the failed frames' locals are cleared; their lines stay
 
 A message of a type that holds no tensor, tree or untyped value, as encoders write it (frame 0 up
 to its body exactly that type's own: no data, no buffers), is read more shortly: its body's level
-openers counted, then the body decoded alone as its class. A closed type (every struct in it
-rejects unknown fields, no union of structs, not recursive) bounds the levels msgspec reads
-whatever the bytes: its body is not counted when that bound is within the limit. So does a type
-whose only open struct is itself, read as its closed twin (``tensorwire._twin``): an encoder of the
-same fingerprint writes no field its reader does not know. A body with more level openers than
+openers counted, then the body decoded alone as its class. So is one of a type that holds tensors
+only in its trees or optional structs (an ``rpc.Request``), its tree tuples read as tuples; any
+other extension there (an empty tensor's, which has no data) leaves it to the full decode. A
+closed type (every struct in it rejects unknown fields, no union of structs, not recursive)
+bounds the levels msgspec reads whatever the bytes: its body is not counted when that bound is
+within the limit. So does a type whose only open struct is itself, read as its closed twin
+(``tensorwire._twin``): an encoder of the same fingerprint writes no field its reader does not
+know. A body with more level openers than
 the count lets through (a long list of structs) is decoded by its type's closed mirror first,
 where that bounds it, rather than walked. Anything else, and any failure there (an unknown
 field), takes the full decode, which gives the same message or names what is wrong.
@@ -163,7 +166,8 @@ class Decoder(Sealed):
                     # little data (or a frame that fools the guess above: counting all of it bounds it as well)
                     if at and at + 3 < size and flat[at + 1] == 0 and len(frames) == 1:
                         # No data, no buffers: if frame 0 up to here (its empty data and buffer table
-                        # included) is that of a type that holds no tensor, tree or untyped value, its body
+                        # included) is that of a type that holds no tensor, tree or untyped value (or holds
+                        # tensors only in its trees or optional structs: ``tensorwire._plain``), its body
                         # is decoded alone, its level openers counted first (the quicker way for its size)
                         # unless the type (or its closed twin) bounds its depth; too many, its closed
                         # mirror decodes it first where that bounds it (``PlainBody``), else it is not
