@@ -39,7 +39,8 @@ the case's reference:
   per tensor each needs (its descriptor and a view of its bytes on encode, the caller's tensor
   in the schema check, the tensor built from frame 0's data on decode);
 - an ``rpc.Request`` carrying no tensor (a control call: ``CALL``, a list inside its ``kwargs``):
-  against the hooks style carrying the same fields (``HooksCall``).
+  against the hooks style carrying the same fields (``tools.bench.inprocess.RawRequest``, its
+  ``args`` and ``kwargs`` untyped as rpc.Request's: with no tensor, no hook is called).
 
 In process, the hooks style's side frames are writable views of the source tensor, so its decode
 does not copy them, while tensorwire's frames are read-only and its decode copies: 1 KiB for one
@@ -86,6 +87,7 @@ import torch
 from tools.bench.calls import count_calls
 from tools.bench.cpus import two_cpus
 from tools.bench.hooks_style import HooksCodec, join_frames, split_frames
+from tools.bench.inprocess import RawRequest
 
 if TYPE_CHECKING:
     from tensorwire import Registry
@@ -582,21 +584,6 @@ def rpc_case() -> Case:
     )
 
 
-class HooksCall(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """The fields of rpc.Request, for the hooks style, carrying no tensor (``args`` and ``kwargs``
-    untyped, as rpc.Request's)."""
-
-    method: str
-    args: Any = []
-    kwargs: dict[str, Any] = {}
-    rpc_id: str | None = None
-    unique_reply_rank: int | None = None
-    exec_all_ranks: bool = False
-    collect_rank_status: bool = False
-    wave_id: str | None = None
-    wave_request_ids: list[str] | None = None
-
-
 CALL: dict[str, Any] = {"method": "sleep", "args": [1], "kwargs": {"tags": ["weights", "kv_cache"]}, "rpc_id": "r-42"}
 """The control call of ``rpc_call_case``: no tensor, a list inside ``kwargs``."""
 
@@ -608,15 +595,15 @@ def rpc_call_case() -> Case:
 
     encoder, decoder = tw.Encoder(), tw.Decoder(REGISTRY)
     hooks = HooksCodec()
-    message, hooks_message = rpc.Request(**CALL), HooksCall(**CALL)
+    message, hooks_message = rpc.Request(**CALL), RawRequest(**CALL)
     assert decoder.decode(encoder.encode(message)) == message
-    assert hooks.decode(hooks.encode(hooks_message), HooksCall) == hooks_message
+    assert hooks.decode(hooks.encode(hooks_message), RawRequest) == hooks_message
     return Case(
         "rpc.Request, no tensor (a list in kwargs)",
         HOOKS,
         {
             TENSORWIRE: lambda: decoder.decode(encoder.encode(message)),
-            HOOKS: lambda: hooks.decode(hooks.encode(hooks_message), HooksCall),
+            HOOKS: lambda: hooks.decode(hooks.encode(hooks_message), RawRequest),
         },
     )
 
