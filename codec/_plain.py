@@ -57,9 +57,10 @@ class PlainBody(NamedTuple):
 @lru_cache(maxsize=64)
 def plain_bodies(registry: Registry) -> tuple[dict[bytes, PlainBody], int]:
     """The body decoders of the types of ``registry`` whose values hold no tensor, tree or untyped
-    value (``PlainBody``), by frame 0 up to the body (``TypePlan.bare``) where the decoder finds
-    where the body starts (``body_at``: the fingerprint is 64 characters); and the most level
-    openers one of those holds.
+    value, or hold tensors only in their trees or optional structs (``PlainBody``), by frame 0 up
+    to the body (``TypePlan.bare``) where the decoder finds where the body starts (``body_at``: the
+    fingerprint is 64 characters); and the most level openers one of those holds. The body of a
+    type with trees is always counted (a tree bounds nothing) and read with ``_tuples_only``.
 
     A type that does not bound its depth (``TypePlan.depth``) but whose closed mirror does
     (``tensorwire._twin``: no struct inside itself, no union of two structs) is read through it:
