@@ -138,11 +138,19 @@ if not PLAIN_SET(types):
             return prepare(message, max_depth)"""
 
 
-def _field_block(kind: str, rewritable: bool) -> list[str]:
-    """The lines of ``plain_trees``'s function that check one field's value ``v`` of ``kind``."""
+def _field_block(kind: str, rewritable: bool, structs: str) -> list[str]:
+    """The lines of ``plain_trees``'s function that check one field's value ``v`` of ``kind``
+    (``structs``: for an optional struct, the name of the map from each struct type it may hold to
+    that type's own check, one level down)."""
     if kind == "optional":
-        rewrite = ["    return prepare(message, max_depth)"] if rewritable else []
-        return ["if v is not None:", "    plain = False", *rewrite]
+        rewrite = ["        return prepare(message, max_depth)"] if rewritable else []
+        return [
+            "if v is not None:",
+            f"    inner = {structs}.get(type(v))",
+            "    if inner is None or inner(v, max_depth - 1) is not AS_IS:",
+            "        plain = False",
+            *rewrite,
+        ]
     if kind == "tree":
         both = _CONTAINER.format(items="(v.values() if type(v) is dict else v)").splitlines()
         return [
@@ -169,15 +177,22 @@ AS_IS = object()
 """What ``plain_trees``'s function gives for a message a plain msgpack encode writes as it is."""
 
 
-def plain_trees(cls: type) -> Callable[[Any, int], Any] | None:
+def plain_trees(
+    cls: type, inside: frozenset[type] = frozenset(), rewrite: bool = True
+) -> Callable[[Any, int], Any] | None:
     """For a class whose values may hold a tensor, an array or something to rewrite only inside
     trees (fields of ``Any``, or a map or a list of ``Any``) or optional structs: ``prepare`` for
     it that first says whether a message needs none of the encoder's hooks. It gives ``AS_IS``
     where the message holds, in those fields, only lists and maps of leaves that no extension
-    writes (``PLAIN_LEAVES``, nested within the limit) and no struct: a plain msgpack encode then
-    writes it as the hooked one would. Else it gives what ``prepare`` gives (the message itself
-    where nothing is rewritten: a leaf, list or map of tree leaves, as ``preparer``'s function
-    checks). None for any other class (one with no such field included)."""
+    writes (``PLAIN_LEAVES``, nested within the limit), and in its optional struct fields None or
+    a struct (of exactly a type the field names) of which the same holds, one level down (an
+    ``rpc.Result`` with an ``rpc.Value`` payload): a plain msgpack encode then writes it as the
+    hooked one would. Else it gives what ``prepare`` gives (the message itself where nothing is
+    rewritten: a leaf, list or map of tree leaves, as ``preparer``'s function checks). None for
+    any other class (one with no such field included). ``inside``: the classes whose check is
+    being made around this one (a struct of one of them, inside itself, is never written as it is);
+    ``rewrite`` False: the check of a struct inside another, which gives None where ``prepare``
+    has something to rewrite or refuse (the outer message's ``prepare`` does it, with its paths)."""
     info = mi.type_info(cls)
     assert isinstance(info, mi.StructType)
     fields: list[tuple[str, str, bool]] = []
@@ -210,10 +225,36 @@ def plain_trees(cls: type) -> Callable[[Any, int], Any] | None:
     ]
     # past the check above, no flat container is too deep
     for i, (name, kind, rewritable) in enumerate(fields):
+        if kind == "optional":
+            bound[f"S{i}"] = _struct_checks(info.fields, name, inside | {cls})
         lines.append(f"    v = {read_field('message', name, f'N{i}', bound)}")
-        lines.extend("    " + line for line in _field_block(kind, rewritable))
+        lines.extend("    " + line for line in _field_block(kind, rewritable, f"S{i}"))
     lines.append("    return AS_IS if plain else message")
+    if not rewrite:
+        lines = [line.replace("prepare(message, max_depth)", "None") for line in lines]
     return build(lines, bound, "trees")
+
+
+def _struct_checks(fields: Any, name: str, inside: frozenset[type]) -> dict[type, Callable[[Any, int], Any]]:
+    """For optional struct field ``name``: each struct type it may hold whose messages may be
+    written as they are, to its check (``plain_trees``'s function; one that holds no tensor and
+    nothing to rewrite: always ``AS_IS``). A type with a tensor field, or one of ``inside``, has none."""
+    (field,) = (f for f in fields if f.name == name)
+    checks: dict[type, Callable[[Any, int], Any]] = {}
+    for member in field.type.types:
+        if not isinstance(member, mi.StructType) or member.cls in inside:
+            continue
+        if not holds_custom(member) and not _rewritable(member, frozenset()):
+            checks[member.cls] = _always_as_is
+            continue
+        check = plain_trees(member.cls, inside, rewrite=False)
+        if check is not None:
+            checks[member.cls] = check
+    return checks
+
+
+def _always_as_is(message: Any, max_depth: int) -> Any:
+    return AS_IS
 
 
 def _flat_kind(t: Any) -> str | None:

@@ -136,9 +136,10 @@ def test_a_request_whose_trees_hold_plain_leaves_takes_the_shorter_paths(
     [
         rpc.Value(value={"a": [1, {"b": None}]}),
         rpc.Result(method="m", ok=False, error="no such method", error_type="AttributeError"),
+        rpc.Result(method="m", ok=True, payload=rpc.Value(value=[1, {"b": [b"x", None]}]), rpc_id="r-1"),
         diffusion.RunnerOutput(request_id="r", finished=True),
     ],
-    ids=["value", "result", "runner-output"],
+    ids=["value", "result", "result-with-a-value", "runner-output"],
 )
 def test_other_types_with_tensors_only_in_trees_or_optional_structs_take_them_too(
     monkeypatch: pytest.MonkeyPatch, message: Any
@@ -172,6 +173,36 @@ def test_what_the_shorter_encode_does_not_take_still_travels(args: Any, kwargs: 
     assert _outcome(lambda: _full_decoder(decoder).decode(frames)) == ("value", _comparable(message))
     starts_plain = bytes(frames[0]).startswith(type_plan(rpc.Request).bare)
     assert starts_plain == read_plain
+
+
+@pytest.mark.parametrize(
+    ("payload", "read_plain", "as_is"),
+    [
+        (rpc.Value(value=(1, [2])), True, False),  # a tuple: rewritten on encode, read as one on the shorter decode
+        (rpc.Value(value={"t": torch.arange(3.0)}), False, False),
+        (rpc.Value(value=[torch.empty(0)]), True, False),
+        (diffusion.Output(output=torch.arange(2.0)), False, False),  # a type with a tensor field
+        (diffusion.RunnerOutput(request_id="r", result=diffusion.Output(output=torch.zeros(1))), False, False),
+        (diffusion.RunnerOutput(request_id="r"), True, True),  # a struct whose own optional struct is None
+    ],
+    ids=["tuple", "tensor", "empty-tensor", "output", "runner-output-with-output", "runner-output"],
+)
+def test_a_result_whose_payload_holds_what_the_shorter_encode_does_not_take_still_travels(
+    monkeypatch: pytest.MonkeyPatch, payload: Any, read_plain: bool, as_is: bool
+) -> None:
+    message = rpc.Result(method="m", ok=True, payload=payload, rpc_id="r-1")
+    encoder, decoder = tw.Encoder(), tw.Decoder(REGISTRY)
+    trees = type_plan(rpc.Result).trees
+    assert trees is not None
+    frames = encoder.encode(message)
+    assert frames == _full_encoder(encoder).encode(message)
+    assert _outcome(lambda: decoder.decode(frames)) == ("value", _comparable(message))
+    assert _outcome(lambda: _full_decoder(decoder).decode(frames)) == ("value", _comparable(message))
+    assert bytes(frames[0]).startswith(type_plan(rpc.Result).bare) == read_plain
+    assert (trees(message, 64) is AS_IS) == as_is
+    if as_is:  # the encoder's shorter path: its full path never entered
+        monkeypatch.setattr(_encoder, "Outgoing", _no_full_path)
+        assert encoder.encode(message) == frames
 
 
 class _Items(list):  # type: ignore[type-arg]
@@ -255,7 +286,18 @@ _TREES = st.recursive(
 def test_encoding_any_trees_gives_the_full_paths_frames_or_error_and_decodes_the_same_way(
     args: Any, kwargs: Any, max_depth: int
 ) -> None:
-    message = _request(args, kwargs)
+    for message in (_request(args, kwargs), _result(args)):
+        _encodes_and_decodes_as_the_full_paths(message, max_depth)
+
+
+def _result(value: Any) -> Any:
+    """An ``rpc.Result`` whose payload is an ``rpc.Value`` holding ``value`` (set after building it)."""
+    payload = rpc.Value(value=None)
+    payload.value = value
+    return rpc.Result(method="m", ok=True, payload=payload, rpc_id="r-1")
+
+
+def _encodes_and_decodes_as_the_full_paths(message: Any, max_depth: int) -> None:
     encoder = tw.Encoder(options=tw.EncodeOptions(limits=tw.Limits(max_depth=max_depth)))
     got = _outcome(lambda: encoder.encode(message))
     assert got == _outcome(lambda: _full_encoder(encoder).encode(message))

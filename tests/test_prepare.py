@@ -33,6 +33,10 @@ def _plain(value: Any) -> Any:
         return ("tuple", [_plain(v) for v in value.items])
     if isinstance(value, rpc.Request):
         return ("request", _plain(value.args), _plain(value.kwargs))
+    if isinstance(value, rpc.Result):
+        return ("result", _plain(value.payload))
+    if isinstance(value, rpc.Value):
+        return ("value", _plain(value.value))
     if isinstance(value, list | tuple):
         return (type(value).__name__, [_plain(v) for v in value])
     if isinstance(value, dict):
@@ -173,16 +177,37 @@ def test_the_trees_form_says_as_is_exactly_where_prepare_rewrites_nothing_and_no
             assert not (_holds_no_extension(args) and _holds_no_extension(kwargs) and _within(message, max_depth))
 
 
+def _depth(value: Any) -> int:
+    """The most lists and maps nested in ``value``, itself included."""
+    if isinstance(value, list | dict):
+        items = value.values() if isinstance(value, dict) else value
+        return 1 + max(map(_depth, items), default=0)
+    return 0
+
+
 def _within(message: Any, max_depth: int) -> bool:
     """Whether no list or map in the message's trees is more than ``max_depth`` levels below it."""
+    return _depth(message.args) <= max_depth and _depth(message.kwargs) <= max_depth
 
-    def depth(value: Any) -> int:
-        if isinstance(value, list | dict):
-            items = value.values() if isinstance(value, dict) else value
-            return 1 + max(map(depth, items), default=0)
-        return 0
 
-    return depth(message.args) <= max_depth and depth(message.kwargs) <= max_depth
+@settings(max_examples=300)
+@given(value=_ANY_TREES, max_depth=st.sampled_from([1, 2, 3, 4, 64]))
+def test_the_trees_form_looks_into_an_optional_struct_one_level_down(value: Any, max_depth: int) -> None:
+    """An ``rpc.Result`` whose payload is an ``rpc.Value``: ``AS_IS`` exactly where the value's tree,
+    two levels below the result, would be ``AS_IS`` in a message of its own (and ``prepare``
+    rewrites nothing); else what ``prepare`` gives."""
+    payload = rpc.Value(value=None)
+    payload.value = value  # (set after building: no rule of the class runs)
+    message = rpc.Result(method="m", ok=True, payload=payload)
+    trees = plain_trees(rpc.Result)
+    assert trees is not None
+    got, want = _outcome(trees, message, max_depth), _outcome(prepare, message, max_depth)
+    plain = _holds_no_extension(value) and 1 + _depth(value) <= max_depth
+    if got is AS_IS:
+        assert want is message and plain
+    else:
+        assert _plain(got) == _plain(want) and (got is message) == (want is message), (got, want)
+        assert not (want is message and plain and max_depth >= 3)  # (below 3: the value's check is not made)
 
 
 def test_a_type_without_trees_or_sets_needs_no_rewrite() -> None:
