@@ -143,7 +143,7 @@ class Encoder(Sealed):
                 prepared = plan.trees(message, limits.max_depth)
                 if prepared is AS_IS:  # its trees hold no tensor and nothing to rewrite: one encode, one C check
                     if plan.levels <= self._plain_levels:
-                        written = _written_as_is(plan, message, limits.max_header_bytes)
+                        written = _one_encode_frames(plan, message, limits.max_header_bytes)
                         if written is not None:
                             return written
                     prepared = message
@@ -293,7 +293,7 @@ class Encoder(Sealed):
         return f"Encoder(transport={type(self.transport).__name__}, options={self.options})"
 
 
-def _written_as_is(plan: TypePlan, message: Any, max_header: int) -> list[Buffer] | None:
+def _one_encode_frames(plan: TypePlan, message: Any, max_header: int) -> list[Buffer] | None:
     """The frames of ``message`` written by a plain msgpack encode and checked by ``plan.check.plain``
     (its type's trees and optional structs hold nothing the hooked encode handles); None if that
     fails, or frame 0 is over ``max_header`` bytes: the full path names what is wrong. (The type

@@ -195,7 +195,7 @@ def plain_trees(
     has something to rewrite or refuse (the outer message's ``prepare`` does it, with its paths)."""
     info = mi.type_info(cls)
     assert isinstance(info, mi.StructType)
-    fields: list[tuple[str, str, bool]] = []
+    fields: list[tuple[str, Any, str, bool]] = []
     for field in info.fields:
         rewritable = _rewritable(field.type, frozenset({cls}))
         if not holds_custom(field.type) and not rewritable:
@@ -203,10 +203,10 @@ def plain_trees(
         kind = _flat_kind(field.type)
         if kind is None:
             return None
-        fields.append((field.name, kind, rewritable))
+        fields.append((field.name, field.type, kind, rewritable))
     if not fields:
         return None
-    rewrites = any(rewritable for _, _, rewritable in fields)
+    rewrites = any(rewritable for _, _, _, rewritable in fields)
     bound: dict[str, Any] = {
         "AS_IS": AS_IS,
         "LEAF_SET": LEAF_TYPES.issuperset,
@@ -224,9 +224,9 @@ def plain_trees(
         "    plain = True",
     ]
     # past the check above, no flat container is too deep
-    for i, (name, kind, rewritable) in enumerate(fields):
+    for i, (name, union, kind, rewritable) in enumerate(fields):
         if kind == "optional":
-            bound[f"S{i}"] = _struct_checks(info.fields, name, inside | {cls})
+            bound[f"S{i}"] = _struct_checks(union, inside | {cls})
         lines.append(f"    v = {read_field('message', name, f'N{i}', bound)}")
         lines.extend("    " + line for line in _field_block(kind, rewritable, f"S{i}"))
     lines.append("    return AS_IS if plain else message")
@@ -235,13 +235,12 @@ def plain_trees(
     return build(lines, bound, "trees")
 
 
-def _struct_checks(fields: Any, name: str, inside: frozenset[type]) -> dict[type, Callable[[Any, int], Any]]:
-    """For optional struct field ``name``: each struct type it may hold whose messages may be
-    written as they are, to its check (``plain_trees``'s function; one that holds no tensor and
-    nothing to rewrite: always ``AS_IS``). A type with a tensor field, or one of ``inside``, has none."""
-    (field,) = (f for f in fields if f.name == name)
+def _struct_checks(union: Any, inside: frozenset[type]) -> dict[type, Callable[[Any, int], Any]]:
+    """For an optional struct field of type ``union``: each struct type it may hold whose messages
+    may be written as they are, to its check (``plain_trees``'s function; one that holds no tensor
+    and nothing to rewrite: always ``AS_IS``). A type with a tensor field, or one of ``inside``, has none."""
     checks: dict[type, Callable[[Any, int], Any]] = {}
-    for member in field.type.types:
+    for member in union.types:
         if not isinstance(member, mi.StructType) or member.cls in inside:
             continue
         if not holds_custom(member) and not _rewritable(member, frozenset()):
