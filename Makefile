@@ -14,8 +14,8 @@ venv: $(STAMP)
 
 # The editable install is a tree of links (editable_mode=strict) that maps codec/ to tensorwire and
 # transports/ to tensorwire.transports, found through a plain .pth, so mypy finds it too; a module
-# added or removed changes its folder, which reinstalls.
-$(STAMP): pyproject.toml $(shell find codec transports -type d ! -name __pycache__)
+# added or removed changes its folder, which reinstalls; so does a change to the C source it compiles.
+$(STAMP): pyproject.toml $(shell find codec transports -type d ! -name __pycache__) $(wildcard codec/*.c)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_PIN)"
 	rm -rf build/__editable__.*  # a fresh tree of links: none left to a module that was moved

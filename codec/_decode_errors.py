@@ -147,7 +147,14 @@ def refusal(head: Any, registry: Registry, strict: bool) -> DecodeError | None:
         return DecodeError(f"invalid header: frame 0 is not {expected}, got {type(old).__name__}")
     parsed = parse_tag(peek.tag)
     if parsed is None:
-        return DecodeError(f"not a tensorwire message: tag {peek.tag!r}", path="$[0]")
+        tag = peek.tag
+        shown = (
+            repr(tag)
+            if tag is None or isinstance(tag, str | bytes | int | float)
+            else f"is a {type(tag).__name__}, not a str"
+        )
+        return DecodeError(f"not a tensorwire message: tag {shown}", path="$[0]")  # (a container's repr could
+        # name the addresses of its objects: the same frame would give another message each time)
     wire, type_id, version = parsed
     if wire != WIRE_VERSION:
         return DecodeError(f"wire format version {wire} is not supported (this reader: {WIRE_VERSION})", path="$[0]")

@@ -40,6 +40,7 @@ from tensorwire._body import KEEP
 from tensorwire._decode_errors import clear_locals, decode_error, typed_error
 from tensorwire._frame_types import frame_type, table_decoder
 from tensorwire._incoming import Reading
+from tensorwire._native import SPEEDUPS
 from tensorwire._plain import body_at, plain_bodies, unguarded
 from tensorwire._scan import OPENERS, OTHERS, nesting_error, too_deep_for_the_stack, walk
 from tensorwire._sealed import Sealed
@@ -70,6 +71,7 @@ class Decoder(Sealed):
         "_frame",
         "_free",
         "_max_header",
+        "_native",
         "_plain",
         "_plain_budget",
         "_sealed",
@@ -133,10 +135,17 @@ class Decoder(Sealed):
             for bare, body in bodies.items()
         }
         self._plain_budget = self._depth - openers  # the level openers such a body may hold
+        # that path compiled for one ``bytes`` frame (``tensorwire._native``): its state, or None
+        self._native = None if SPEEDUPS is None else (self._plain, self._max_header, self._plain_budget, BECOME)
         self._sealed = True
 
     def decode(self, frames: Sequence[Buffer]) -> Any:
         """The message carried by ``frames`` (as returned by ``Encoder.encode`` or ``tw.split``)."""
+        native = self._native
+        if native is not None:  # the shorter path below, compiled: None where it is not taken
+            message = _NATIVE_PLAIN_DECODE(native, frames)
+            if message is not None:
+                return message
         try:
             if not frames:
                 raise DecodeError("no frames: a message has at least its header frame")
@@ -384,6 +393,9 @@ _COUNTED = 512  # frame 0 up to this many bytes: all its level openers counted a
 _SMALL = 2048  # frame 0 up to this many bytes after its data: counting its level openers is cheaper than a walk
 _BUDGET = 256  # values a large frame 0's first walk reads before its level openers are counted
 _UNREAD = object()  # what ``Decoder._bounded`` gives for a frame the full decode reads
+_NATIVE_PLAIN_DECODE: Final[Callable[[Any, Sequence[Buffer]], Any]] = (
+    SPEEDUPS.plain_decode if SPEEDUPS is not None else lambda state, frames: None
+)
 
 
 def _frame_decoder(frame: Any, hook: Callable[[int, memoryview], Any]) -> msgspec.msgpack.Decoder[Any]:

@@ -19,6 +19,7 @@ Tensors on a CUDA device stay there until export: a transport with ``export_devi
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -27,6 +28,7 @@ from tensorwire._blocks import BufferPlan
 from tensorwire._body import KEEP, encode_body, stand_in
 from tensorwire._encode_errors import Foreign, foreign_error, int_error, text_error, unsupported_error
 from tensorwire._locate import entry_path, msgspec_error, too_deep
+from tensorwire._native import SPEEDUPS
 from tensorwire._plan import TypePlan, type_plan
 from tensorwire._prepare import AS_IS
 from tensorwire._scan import OPENERS, walk
@@ -61,6 +63,7 @@ class Encoder(Sealed):
     __slots__ = (
         "_embed_room",
         "_max_header",
+        "_native",
         "_nothing_to_begin",
         "_plain_levels",
         "_quick_below",
@@ -88,10 +91,17 @@ class Encoder(Sealed):
         # the levels below the message a type's typed part may reach for its one-encode path, which
         # is taken only with the schema check (-1: never) and needs no count of the body's nesting
         self._plain_levels = self.options.limits.max_depth if self.options.validate else -1
+        # that path compiled (``tensorwire._native``): its state, or None where it is not built
+        self._native = None if SPEEDUPS is None else (_ONE_ENCODE, self._plain_levels, self._max_header, _PLAIN.encode)
         self._sealed = True
 
     def encode(self, message: Any) -> list[Buffer]:
         """Frames of ``message``: ``frames[0]`` is the msgpack header, the rest are inline buffers."""
+        native = self._native
+        if native is not None:  # the one-encode path below, compiled: None where it is not taken
+            written = _NATIVE_ONE_ENCODE(native, message)
+            if written is not None:
+                return written
         cls = type(message)
         plan: TypePlan | None = _PLANS.get(cls)
         if plan is None:
@@ -372,6 +382,12 @@ def _release(exported: list[tuple[Transport, Handle]]) -> None:
 
 
 _PLANS: dict[type, TypePlan] = {}
+_ONE_ENCODE: dict[type, tuple[Callable[[bytes], Any], int, bytes]] = {}
+"""Of the planned types whose message is one encode and one check (``TypePlan.plain``): that
+check, ``TypePlan.levels`` and ``TypePlan.bare``, for the compiled one-encode path."""
+_NATIVE_ONE_ENCODE: Final[Callable[[Any, Any], list[Buffer] | None]] = (
+    SPEEDUPS.one_encode if SPEEDUPS is not None else lambda state, message: None
+)
 
 
 def _plan(cls: type) -> TypePlan:
@@ -383,4 +399,6 @@ def _plan(cls: type) -> TypePlan:
     plan = type_plan(cls)
     if len(_PLANS) < 4096:
         _PLANS[cls] = plan
+        if plan.plain is not None:
+            _ONE_ENCODE[cls] = (plan.plain, plan.levels, plan.bare)
     return plan

@@ -158,3 +158,18 @@ def run_in(site: Path, code: str, *args: str) -> dict[str, Any]:
     assert result.returncode == 0, result.stderr[-3000:]
     found: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     return found
+
+
+@pytest.fixture(params=["compiled", "python"])
+def shorter_paths(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Encoders and decoders made in the test take their shorter paths compiled
+    (``tensorwire._speedups``; skipped where it is not built) or in Python, as where it is not."""
+    from tensorwire import _decoder, _encoder
+    from tensorwire._native import SPEEDUPS
+
+    if request.param == "python":
+        monkeypatch.setattr(_encoder, "SPEEDUPS", None)
+        monkeypatch.setattr(_decoder, "SPEEDUPS", None)
+    elif SPEEDUPS is None:
+        pytest.skip("tensorwire._speedups is not built here")
+    return str(request.param)

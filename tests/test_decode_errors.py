@@ -222,6 +222,8 @@ def _handle(index: int, key: str, value: Any) -> Callable[[list[Any]], None]:
             r"not a tensorwire message: tag 'tensorwire:3:diffusion.Output' - at `\$\[0\]`",
         ),
         (_set(0, 7), r"not a tensorwire message: tag 7 - at `\$\[0\]`"),
+        (_set(0, [msgspec.msgpack.Ext(1, b"")]), r"not a tensorwire message: tag is a list, not a str - at `\$\[0\]`"),
+        (_set(0, {"tag": 1}), r"not a tensorwire message: tag is a dict, not a str - at `\$\[0\]`"),
         (
             _set(0, "tensorwire:4:diffusion.Output:1"),
             r"wire format version 4 is not supported \(this reader: 3\) - at `\$\[0\]`",

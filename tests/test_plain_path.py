@@ -22,6 +22,8 @@ import tensorwire as tw
 from tensorwire._plain import unguarded
 from tests.conftest import write_schemas
 
+pytestmark = pytest.mark.usefixtures("shorter_paths")  # compiled and in Python
+
 RULE = "plain_path.not_thirteen"
 FLAT_RULE = "plain_path.flat_not_thirteen"
 
@@ -154,17 +156,39 @@ def _head(registry: tw.Registry, **fields: Any) -> bytes:
 
 def _full_decoder(decoder: tw.Decoder) -> tw.Decoder:
     """``decoder`` with the shorter path switched off: every frame takes the full decode."""
-    full = tw.Decoder(decoder.registry, options=decoder.options)
-    object.__setattr__(full, "_plain", {})
-    return full
+    return _with_plain(tw.Decoder(decoder.registry, options=decoder.options), {})
+
+
+def _with_plain(decoder: tw.Decoder, table: dict[bytes, Any]) -> tw.Decoder:
+    """``decoder`` reading the bodies of ``table`` on its shorter path (``Decoder._plain``), in
+    Python and compiled alike."""
+    object.__setattr__(decoder, "_plain", table)
+    if decoder._native is not None:
+        object.__setattr__(decoder, "_native", (table, *decoder._native[1:]))
+    return decoder
+
+
+def _python_decoder(decoder: tw.Decoder) -> tw.Decoder:
+    """``decoder`` taking its shorter path in Python (as where ``tensorwire._speedups`` is not built)."""
+    python = tw.Decoder(decoder.registry, options=decoder.options)
+    object.__setattr__(python, "_native", None)
+    return python
 
 
 def _full_encoder(encoder: tw.Encoder) -> tw.Encoder:
     """``encoder`` with the shorter path switched off (the full path still checks the schema)."""
     full = tw.Encoder(options=encoder.options)
     object.__setattr__(full, "_plain_levels", -1)  # (the levels the one-encode path takes: none)
+    object.__setattr__(full, "_native", None)  # (nor that path compiled)
     assert full.options.validate
     return full
+
+
+def _python_encoder(encoder: tw.Encoder) -> tw.Encoder:
+    """``encoder`` taking its one-encode path in Python (as where ``tensorwire._speedups`` is not built)."""
+    python = tw.Encoder(options=encoder.options)
+    object.__setattr__(python, "_native", None)
+    return python
 
 
 def _outcome(call: Callable[[], Any]) -> Any:
@@ -196,6 +220,7 @@ def test_the_full_encoder_here_does_not_take_the_one_encode_path(
     plan = _encoder._PLANS[type(message)]
     assert plan.plain is not None
     monkeypatch.setitem(_encoder._PLANS, type(message), dataclasses.replace(plan, plain=taken))
+    monkeypatch.setitem(_encoder._ONE_ENCODE, type(message), (taken, plan.levels, plan.bare))  # (compiled)
     with pytest.raises(Taken):
         encoder.encode(message)
     assert _full_encoder(encoder).encode(message) == frames
@@ -610,9 +635,7 @@ def test_a_failed_swap_to_the_class_takes_the_full_decode(registry: tw.Registry)
     if _closed(registry):
         assert become is None  # closed: decoded as the class itself, nothing to swap
         return
-    object.__setattr__(
-        decoder, "_plain", {**decoder._plain, bare: (read, bounded, registry.type("plain.Inner"), guard)}
-    )
+    _with_plain(decoder, {**decoder._plain, bare: (read, bounded, registry.type("plain.Inner"), guard)})
     message = _flat(registry)
     got = decoder.decode(tw.Encoder().encode(message))
     assert type(got) is type(message) and got == message

@@ -26,6 +26,8 @@ from tensorwire.builtins import REGISTRY, diffusion, media, rpc
 from tests.conftest import write_schemas
 from tests.test_plain_path import _damaged, _full_decoder, _full_encoder
 
+pytestmark = pytest.mark.usefixtures("shorter_paths")  # compiled and in Python
+
 
 class _FullPath(BaseException):
     """Raised where the encoder's full path starts (not an ``Exception``: nothing swallows it)."""

@@ -7,8 +7,9 @@ isolation on), installs it with ``--no-deps`` into a directory of its own and ru
 interpreter (whose torch, numpy, msgspec and jsonschema it uses) and that directory first on the
 path, from a directory outside the repository:
 
-- ``import tensorwire as tw``: the package comes from the wheel, and neither ``codec`` nor
-  ``transports`` can be imported; ``tw.__version__`` is the wheel's;
+- ``import tensorwire as tw``: the package comes from the wheel, with its compiled shorter paths
+  (``tensorwire._speedups``), and neither ``codec`` nor ``transports`` can be imported;
+  ``tw.__version__`` is the wheel's;
 - ``tensorwire --version``, ``tensorwire schemas``, ``tensorwire demo`` (a spawned producer sends a
   diffusion result through shared memory);
 - ``tensorwire gen`` of a small schema into a user package, mypy (strict) over a user script that
@@ -145,14 +146,18 @@ def main(argv: list[str] | None = None) -> int:
         user.mkdir()
         env = {**base_env, "PYTHONPATH": os.pathsep.join([str(site), str(user)])}
         probe = (
-            "import importlib.util, json, tensorwire as tw\n"
+            "import importlib.util, json, tensorwire as tw, tensorwire._native\n"
             "print(json.dumps({'file': tw.__file__, 'version': tw.__version__,"
+            " 'speedups': tw._native.SPEEDUPS is not None,"
             " 'codec': importlib.util.find_spec('codec') is not None,"
             " 'transports': importlib.util.find_spec('transports') is not None}))"
         )
         found = json.loads(_run("import tensorwire", [*python, "-c", probe], user, env))
         if not found["file"].startswith(str(site)) or found["codec"] or found["transports"]:
             print(f"FAIL the wheel's package is not the one imported, or a bare name is importable: {found}")
+            return 1
+        if not found["speedups"]:  # built with a compiler at hand (as here), the wheel holds them
+            print(f"FAIL the wheel's compiled shorter paths (tensorwire._speedups) are not there: {found}")
             return 1
         cli = [*python, "-c", "import sys; from tensorwire.cli import main; sys.exit(main())"]
         shown = _run("tensorwire --version", [*cli, "--version"], user, env).strip()

@@ -29,6 +29,7 @@ from tensorwire._scan import OPENERS, OTHERS, check_depth, nesting_path, walk
 from tensorwire._wire import data_span
 from tensorwire.builtins import REGISTRY, diffusion, media, rpc
 from tensorwire.inspection import describe
+from tests.test_plain_path import _full_decoder
 from tests.wire_helpers import frame_of, head_of, tensor_exts
 
 DECODER = tw.Decoder(REGISTRY)
@@ -403,13 +404,22 @@ def child_main() -> None:
         worker = threading.Thread(target=lambda checks=checks: results.update(checks()))
         worker.start()
         worker.join()
+    from tensorwire._native import SPEEDUPS
+
+    results["shorter paths"] = "python" if SPEEDUPS is None else "compiled"
     print(json.dumps(results))
 
 
-@pytest.fixture(scope="module")
-def child_results() -> dict[str, str]:
+@pytest.fixture(scope="module", params=["compiled", "python"])
+def child_results(request: pytest.FixtureRequest) -> dict[str, str]:
+    """What the child found, its shorter paths compiled (``tensorwire._speedups``) or in Python."""
+    from tensorwire._native import SPEEDUPS
+
+    if request.param == "compiled" and SPEEDUPS is None:
+        pytest.skip("tensorwire._speedups is not built here")
     root = Path(__file__).absolute().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    env["TENSORWIRE_PURE_PYTHON"] = "1" if request.param == "python" else ""
     proc = subprocess.run(
         [sys.executable, __file__], capture_output=True, text=True, timeout=600, env=env, cwd=root, check=False
     )
@@ -417,6 +427,7 @@ def child_results() -> dict[str, str]:
         pytest.fail(f"the child process died of signal {-proc.returncode}; stderr:\n{proc.stderr[-2000:]}")
     assert proc.returncode == 0, proc.stderr[-4000:]
     results: dict[str, str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert results["shorter paths"] == request.param
     return results
 
 
@@ -497,8 +508,7 @@ def test_a_closed_type_at_the_limit_gets_the_full_paths_verdict(tmp_path: Path, 
     union = where == "a union's field before its tag"
     kind = decoder.registry.type("closed.Either" if union else "closed.Plain")
     assert decoder._plain[type_plan(kind).bare][1] is not union  # read uncounted: bounded by its type
-    full = tw.Decoder(decoder.registry)
-    object.__setattr__(full, "_plain", {})
+    full = _full_decoder(decoder)
     fits = closed_frames(decoder.registry, where, nest(64 if where == "unknown field" else 63, b"\x01", [_array]))
     expected = {
         "unknown field": "closed.Plain v1: Object contains unknown field `unknown` - at `$`",
@@ -534,8 +544,7 @@ def test_a_long_list_of_open_structs_at_the_limit_gets_the_full_paths_verdict(tm
     decoder = tw.Decoder(closed_registry(tmp_path))
     _, bounded, twin_of, guard = decoder._plain[type_plan(decoder.registry.type("open.Many")).bare]
     assert not bounded and twin_of is None and guard is not unguarded  # counted; too many openers: guarded
-    full = tw.Decoder(decoder.registry)
-    object.__setattr__(full, "_plain", {})
+    full = _full_decoder(decoder)
     deeper = f"open.Many v1: {NESTING} - at `$.items[{MANY_ITEMS - 1}].unknown{'[0]' * 62}`"
     for levels, expected in ((62, "ok"), (63, deeper)):  # frame 0, the body, the list, the item: 4
         frames = many_frames(decoder.registry, nest(levels, b"\x01", [_array]))
@@ -550,8 +559,7 @@ def test_an_open_type_read_as_its_twin_at_the_limit_gets_the_full_paths_verdict(
     flat = decoder.registry.type("open.Flat")
     _, bounded, twin_of, _ = decoder._plain[type_plan(flat).bare]
     assert bounded and twin_of is flat  # read uncounted, as its closed twin
-    full = tw.Decoder(decoder.registry)
-    object.__setattr__(full, "_plain", {})
+    full = _full_decoder(decoder)
     levels = 64 if where == "unknown field" else 63  # frame 0 and the body are two levels
     fits = open_frames(decoder.registry, where, nest(levels, b"\x01", [_array]))
     expected = {

@@ -374,7 +374,10 @@ def long_batch_case() -> Case:
     encoder, decoder = _tensorwire()
     unchecked = tw.Encoder(encoder.transport, options=dataclasses.replace(encoder.options, validate=False))
     walked = tw.Decoder(decoder.registry)  # what the decode costs without the mirror: its full decode
-    object.__setattr__(walked, "_plain", {bare: (*entry[:3], None) for bare, entry in walked._plain.items()})
+    unguarded = {bare: (*entry[:3], None) for bare, entry in walked._plain.items()}
+    object.__setattr__(walked, "_plain", unguarded)
+    if walked._native is not None:  # its compiled path reads the same table
+        object.__setattr__(walked, "_native", (unguarded, *walked._native[1:]))
     message, closed, raw = _batches(200)
     raw_encoder, raw_decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(RawBatch)
     assert decoder.decode(encoder.encode(message)) == message == walked.decode(encoder.encode(message))
@@ -405,13 +408,13 @@ def _floor(message: Any) -> Callable[[], Any]:
     body_encoder = msgspec.msgpack.Encoder()
     frame_decoder = msgspec.msgpack.Decoder(frame_type(bench_registry(), False))
     check, bare = plan.check.plain, plan.bare
-    table = _count_table(len(bare + body_encoder.encode(message)))
+    count = _counter(len(bare + body_encoder.encode(message)))
 
     def floor() -> Any:
         body = body_encoder.encode(message)
         check(body)
         head = bare + body
-        head.translate(None, table)
+        count(head)
         return frame_decoder.decode(head).body
 
     def uncounted_floor() -> Any:
@@ -481,7 +484,7 @@ def _tensor_floor(message: Any) -> Callable[[], Any]:
         span = data_span(head)
         assert span is not None
         rest = head[span[1] :]
-        rest.translate(None, _count_table(len(rest)))
+        _counter(len(rest))(rest)
         frame_data = memoryview(head)[span[0] : span[1]]
         return frame_decoder.decode(head).body
 
@@ -499,12 +502,12 @@ def _checks(message: Any) -> Callable[[], Any]:
     body_encoder = msgspec.msgpack.Encoder()
     plan = type_plan(type(message))
     typed = plan.check.plain  # a typed decode of the body: the check and the receiver's
-    table = _count_table(len(body_encoder.encode(message)))
+    count = _counter(len(body_encoder.encode(message)))
 
     def checks() -> Any:
         body = body_encoder.encode(message)
         typed(body)
-        body.translate(None, table)
+        count(body)
         return typed(body)
 
     def closed_checks() -> Any:
@@ -525,12 +528,17 @@ def _uncounted(message: Any) -> bool:
     return found is not None and found.depth is not None
 
 
-def _count_table(size: int) -> bytes:
-    """The bytes whose deletion counts the level openers of ``size`` bytes the quickest way (what the
-    decoder deletes at that size): the openers themselves up to 512 bytes, else all the others."""
+def _counter(size: int) -> Callable[[bytes], Any]:
+    """The count of the level openers of ``size`` bytes the decoder makes: compiled
+    (``tensorwire._native``) where it is built, else the bytes deleted the quickest way at that
+    size (the openers themselves up to 512 bytes, else all the others)."""
+    from tensorwire._native import SPEEDUPS
     from tensorwire._scan import OPENERS, OTHERS
 
-    return OPENERS if size <= 512 else OTHERS
+    if SPEEDUPS is not None:
+        return SPEEDUPS.count_openers  # type: ignore[no-any-return]
+    table = OPENERS if size <= 512 else OTHERS
+    return lambda data: data.translate(None, table)
 
 
 def _against_raw(label: str, encoder: Any, decoder: Any, message: Any, raw: Any, closed: Any) -> Case:

@@ -1,0 +1,311 @@
+/* tensorwire._speedups: the shorter per-message paths of Encoder.encode and Decoder.decode, compiled.
+ *
+ * Each function does what the Python code of its caller does on that path (tensorwire._encoder,
+ * tensorwire._decoder), with no interpreter between the steps, and gives None wherever that code
+ * goes on to its full path, which names what is wrong. The package works without this module
+ * (tensorwire._native): the Python code takes these paths itself.
+ *
+ *   one_encode(state, message) -> [frame 0] | None
+ *       state: (plans, levels, max_header, encode): plans maps a class to (check, levels, bare) for
+ *       the types whose message is one encode and one check (TypePlan.plain); a message of such a
+ *       type, of at most ``levels`` levels, is encode(message), checked by check(body), frame 0
+ *       bare + body if it is at most max_header bytes.
+ *   plain_decode(state, frames) -> message | None
+ *       state: (plain, max_header, budget, become): plain maps frame 0 up to the body (its tag,
+ *       fingerprint, empty data and empty buffer table) to (read, bounded, cls, guard) as
+ *       Decoder._plain holds them; one bytes frame of such a type has its body's level openers
+ *       counted (unless bounded), guard(body) run where they are over budget, the body read, and
+ *       the instance made one of cls (become(message, cls)) where cls is not None.
+ *   count_openers(data) -> int
+ *       the bytes of data that can open a msgpack level (tensorwire._scan.OPENERS).
+ *
+ * A peer's bytes are only read within their length; the frame is held while they are read, and
+ * the body is a copy, so nothing the Python code called does to the frames list reaches here.
+ * An Exception from the Python code called gives None (the full path runs it again and names it);
+ * any other (KeyboardInterrupt) propagates.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <string.h>
+
+/* The frame 0 of a message with no data and no buffers is longer than this (tensorwire._plain.body_at). */
+#define SHORTEST_HEAD 72
+
+static Py_ssize_t
+openers_in(const unsigned char *p, Py_ssize_t n)
+{
+    /* fixmap and fixarray (0x80-0x9f), ext 8/16/32 (0xc7-0xc9), fixext (0xd4-0xd8), array and map
+     * 16/32 (0xdc-0xdf): the same 44 bytes as tensorwire._scan.OPENERS, branch-free so that the
+     * compiler can count many bytes at a time */
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        count += ((unsigned char)(c - 0x80) < 0x20) + ((unsigned char)(c - 0xc7) < 3) +
+                 ((unsigned char)(c - 0xd4) < 5) + ((unsigned char)(c - 0xdc) < 4);
+    }
+    return count;
+}
+
+/* The items of a state tuple of ``size`` items whose first is a dict and next two are ints. */
+static int
+unpack_state(PyObject *state, Py_ssize_t size, PyObject **table, Py_ssize_t *first, Py_ssize_t *second,
+             PyObject **last)
+{
+    if (!PyTuple_CheckExact(state) || PyTuple_GET_SIZE(state) != size || !PyDict_CheckExact(PyTuple_GET_ITEM(state, 0))) {
+        PyErr_SetString(PyExc_TypeError, "a tensorwire._speedups state is a tuple of a dict, two ints and a callable");
+        return -1;
+    }
+    *table = PyTuple_GET_ITEM(state, 0);
+    *first = PyLong_AsSsize_t(PyTuple_GET_ITEM(state, 1));
+    if (*first == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *second = PyLong_AsSsize_t(PyTuple_GET_ITEM(state, 2));
+    if (*second == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *last = PyTuple_GET_ITEM(state, 3);
+    return 0;
+}
+
+/* After a call into Python code failed: None (and no error) for an Exception, NULL for anything else. */
+static PyObject *
+not_here(void)
+{
+    if (PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return NULL;
+}
+
+static PyObject *
+one_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *plans, *encode, *entry, *body, *checked, *head, *frames;
+    Py_ssize_t levels, max_header, type_levels, bare_size, body_size;
+
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "one_encode takes a state and a message");
+        return NULL;
+    }
+    if (unpack_state(args[0], 4, &plans, &levels, &max_header, &encode) < 0) {
+        return NULL;
+    }
+    entry = PyDict_GetItemWithError(plans, (PyObject *)Py_TYPE(args[1]));
+    if (entry == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;  /* a type not planned yet, or not one encode: the Python path */
+    }
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3 || !PyBytes_CheckExact(PyTuple_GET_ITEM(entry, 2))) {
+        PyErr_SetString(PyExc_TypeError, "a one_encode plan is a tuple (check, levels, bare)");
+        return NULL;
+    }
+    Py_INCREF(entry);  /* held while Python code runs: the dict may change meanwhile */
+    type_levels = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
+    if (type_levels == -1 && PyErr_Occurred()) {
+        PyErr_Clear();  /* UNBOUNDED (2**63) does not fit: a recursive type is never taken here */
+        type_levels = PY_SSIZE_T_MAX;
+    }
+    if (type_levels > levels) {
+        Py_DECREF(entry);
+        Py_RETURN_NONE;
+    }
+    body = PyObject_CallOneArg(encode, args[1]);
+    if (body == NULL) {
+        Py_DECREF(entry);
+        return not_here();
+    }
+    if (!PyBytes_CheckExact(body)) {
+        Py_DECREF(body);
+        Py_DECREF(entry);
+        PyErr_SetString(PyExc_TypeError, "one_encode's encode must give bytes");
+        return NULL;
+    }
+    checked = PyObject_CallOneArg(PyTuple_GET_ITEM(entry, 0), body);
+    if (checked == NULL) {
+        Py_DECREF(body);
+        Py_DECREF(entry);
+        return not_here();
+    }
+    Py_DECREF(checked);
+    bare_size = PyBytes_GET_SIZE(PyTuple_GET_ITEM(entry, 2));
+    body_size = PyBytes_GET_SIZE(body);
+    if (body_size > max_header - bare_size) {  /* over the limit: the Python path says so */
+        Py_DECREF(body);
+        Py_DECREF(entry);
+        Py_RETURN_NONE;
+    }
+    head = PyBytes_FromStringAndSize(NULL, bare_size + body_size);
+    if (head != NULL) {
+        memcpy(PyBytes_AS_STRING(head), PyBytes_AS_STRING(PyTuple_GET_ITEM(entry, 2)), (size_t)bare_size);
+        memcpy(PyBytes_AS_STRING(head) + bare_size, PyBytes_AS_STRING(body), (size_t)body_size);
+    }
+    Py_DECREF(body);
+    Py_DECREF(entry);
+    if (head == NULL) {
+        return NULL;
+    }
+    frames = PyList_New(1);
+    if (frames == NULL) {
+        Py_DECREF(head);
+        return NULL;
+    }
+    PyList_SET_ITEM(frames, 0, head);
+    return frames;
+}
+
+static PyObject *
+plain_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *plain, *become, *frames, *head, *key, *entry, *body, *message = NULL, *done;
+    Py_ssize_t max_header, budget, size, at;
+    const unsigned char *p;
+
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "plain_decode takes a state and frames");
+        return NULL;
+    }
+    if (unpack_state(args[0], 4, &plain, &max_header, &budget, &become) < 0) {
+        return NULL;
+    }
+    frames = args[1];
+    if (PyList_CheckExact(frames) && PyList_GET_SIZE(frames) == 1) {
+        head = PyList_GET_ITEM(frames, 0);
+    }
+    else if (PyTuple_CheckExact(frames) && PyTuple_GET_SIZE(frames) == 1) {
+        head = PyTuple_GET_ITEM(frames, 0);
+    }
+    else {
+        Py_RETURN_NONE;
+    }
+    if (!PyBytes_CheckExact(head)) {
+        Py_RETURN_NONE;
+    }
+    size = PyBytes_GET_SIZE(head);
+    if (size <= SHORTEST_HEAD || size > max_header) {
+        Py_RETURN_NONE;
+    }
+    p = (const unsigned char *)PyBytes_AS_STRING(head);
+    /* where the body starts if the tag (a str) and the fingerprint (64 characters) are as encoders
+     * write them and the data and buffer table are empty (tensorwire._plain.body_at) */
+    if (p[1] >= 0xa0 && p[1] <= 0xbf) {
+        at = (Py_ssize_t)p[1] - 0x5c + 3;
+    }
+    else if (p[1] == 0xd9) {
+        at = (Py_ssize_t)p[2] + 69 + 3;
+    }
+    else {
+        Py_RETURN_NONE;
+    }
+    if (at >= size) {
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(head);  /* its bytes are read below while Python code could drop it from the frames */
+    key = PyBytes_FromStringAndSize((const char *)p, at);
+    if (key == NULL) {
+        Py_DECREF(head);
+        return NULL;
+    }
+    entry = PyDict_GetItemWithError(plain, key);
+    Py_DECREF(key);
+    if (entry == NULL) {
+        Py_DECREF(head);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4) {
+        Py_DECREF(head);
+        PyErr_SetString(PyExc_TypeError, "a plain_decode entry is a tuple (read, bounded, cls, guard)");
+        return NULL;
+    }
+    Py_INCREF(entry);
+    body = PyBytes_FromStringAndSize((const char *)p + at, size - at);
+    Py_DECREF(head);
+    if (body == NULL) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    if (PyTuple_GET_ITEM(entry, 1) != Py_True &&
+        openers_in((const unsigned char *)PyBytes_AS_STRING(body), size - at) > budget) {
+        done = PyObject_CallOneArg(PyTuple_GET_ITEM(entry, 3), body);  /* too many: its guard first */
+        if (done == NULL) {
+            goto failed;
+        }
+        Py_DECREF(done);
+    }
+    message = PyObject_CallOneArg(PyTuple_GET_ITEM(entry, 0), body);
+    if (message == NULL) {
+        goto failed;
+    }
+    if (PyTuple_GET_ITEM(entry, 2) != Py_None) {  /* read as its closed twin: made the class's own */
+        PyObject *pair[2] = {message, PyTuple_GET_ITEM(entry, 2)};
+        done = PyObject_Vectorcall(become, pair, 2, NULL);
+        if (done == NULL) {
+            Py_CLEAR(message);
+            goto failed;
+        }
+        Py_DECREF(done);
+    }
+    Py_DECREF(body);
+    Py_DECREF(entry);
+    return message;
+failed:
+    Py_DECREF(body);
+    Py_DECREF(entry);
+    return not_here();
+}
+
+static PyObject *
+count_openers(PyObject *module, PyObject *data)
+{
+    Py_buffer view;
+    Py_ssize_t count;
+
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    count = openers_in((const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(count);
+}
+
+static PyMethodDef speedups_methods[] = {
+    {"one_encode", (PyCFunction)(void (*)(void))one_encode, METH_FASTCALL,
+     "one_encode(state, message): frame 0 of a message that is one encode and one check, or None."},
+    {"plain_decode", (PyCFunction)(void (*)(void))plain_decode, METH_FASTCALL,
+     "plain_decode(state, frames): the message of a body read alone, or None."},
+    {"count_openers", count_openers, METH_O,
+     "count_openers(data): how many bytes of data can open a msgpack level."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyModuleDef_Slot speedups_slots[] = {
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    "tensorwire._speedups",
+    "The shorter per-message paths of Encoder.encode and Decoder.decode, compiled.",
+    0,
+    speedups_methods,
+    speedups_slots,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModuleDef_Init(&speedups_module);
+}
