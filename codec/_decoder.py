@@ -135,7 +135,7 @@ class Decoder(Sealed):
             for bare, body in bodies.items()
         }
         self._plain_budget = self._depth - openers  # the level openers such a body may hold
-        # that path compiled for one ``bytes`` frame (``tensorwire._native``): its state, or None
+        # that path compiled for one frame, any contiguous buffer (``tensorwire._native``): its state, or None
         self._native = None if SPEEDUPS is None else (self._plain, self._max_header, self._plain_budget, BECOME)
         self._sealed = True
 

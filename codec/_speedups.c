@@ -13,14 +13,15 @@
  *   plain_decode(state, frames) -> message | None
  *       state: (plain, max_header, budget, become): plain maps frame 0 up to the body (its tag,
  *       fingerprint, empty data and empty buffer table) to (read, bounded, cls, guard) as
- *       Decoder._plain holds them; one bytes frame of such a type has its body's level openers
+ *       Decoder._plain holds them; one frame (bytes, or any contiguous buffer: its bytes are read
+ *       through a view) of such a type, at most max_header bytes, has its body's level openers
  *       counted (unless bounded), guard(body) run where they are over budget, the body read, and
  *       the instance made one of cls (become(message, cls)) where cls is not None.
  *   count_openers(data) -> int
  *       the bytes of data that can open a msgpack level (tensorwire._scan.OPENERS).
  *
- * A peer's bytes are only read within their length; the frame is held while they are read, and
- * the body is a copy, so nothing the Python code called does to the frames list reaches here.
+ * A peer's bytes are only read within their length; the frame is held (or its view) until the
+ * decode returns, and the body given to the Python code called is a copy of its bytes.
  * An Exception from the Python code called gives None (the full path runs it again and names it);
  * any other (KeyboardInterrupt) propagates.
  */
@@ -158,38 +159,17 @@ one_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return frames;
 }
 
+/* The message of frame 0 ``p`` (``size`` bytes) read on the shorter path, or None (see plain_decode). */
 static PyObject *
-plain_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+plain_frame(PyObject *plain, Py_ssize_t max_header, Py_ssize_t budget, PyObject *become, const unsigned char *p,
+            Py_ssize_t size)
 {
-    PyObject *plain, *become, *frames, *head, *key, *entry, *body, *message = NULL, *done;
-    Py_ssize_t max_header, budget, size, at;
-    const unsigned char *p;
+    PyObject *key, *entry, *body, *message = NULL, *done;
+    Py_ssize_t at;
 
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "plain_decode takes a state and frames");
-        return NULL;
-    }
-    if (unpack_state(args[0], 4, &plain, &max_header, &budget, &become) < 0) {
-        return NULL;
-    }
-    frames = args[1];
-    if (PyList_CheckExact(frames) && PyList_GET_SIZE(frames) == 1) {
-        head = PyList_GET_ITEM(frames, 0);
-    }
-    else if (PyTuple_CheckExact(frames) && PyTuple_GET_SIZE(frames) == 1) {
-        head = PyTuple_GET_ITEM(frames, 0);
-    }
-    else {
-        Py_RETURN_NONE;
-    }
-    if (!PyBytes_CheckExact(head)) {
-        Py_RETURN_NONE;
-    }
-    size = PyBytes_GET_SIZE(head);
     if (size <= SHORTEST_HEAD || size > max_header) {
         Py_RETURN_NONE;
     }
-    p = (const unsigned char *)PyBytes_AS_STRING(head);
     /* where the body starts if the tag (a str) and the fingerprint (64 characters) are as encoders
      * write them and the data and buffer table are empty (tensorwire._plain.body_at) */
     if (p[1] >= 0xa0 && p[1] <= 0xbf) {
@@ -204,29 +184,24 @@ plain_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (at >= size) {
         Py_RETURN_NONE;
     }
-    Py_INCREF(head);  /* its bytes are read below while Python code could drop it from the frames */
     key = PyBytes_FromStringAndSize((const char *)p, at);
     if (key == NULL) {
-        Py_DECREF(head);
         return NULL;
     }
     entry = PyDict_GetItemWithError(plain, key);
     Py_DECREF(key);
     if (entry == NULL) {
-        Py_DECREF(head);
         if (PyErr_Occurred()) {
             return NULL;
         }
         Py_RETURN_NONE;
     }
     if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4) {
-        Py_DECREF(head);
         PyErr_SetString(PyExc_TypeError, "a plain_decode entry is a tuple (read, bounded, cls, guard)");
         return NULL;
     }
     Py_INCREF(entry);
-    body = PyBytes_FromStringAndSize((const char *)p + at, size - at);
-    Py_DECREF(head);
+    body = PyBytes_FromStringAndSize((const char *)p + at, size - at);  /* the body the code called reads */
     if (body == NULL) {
         Py_DECREF(entry);
         return NULL;
@@ -259,6 +234,51 @@ failed:
     Py_DECREF(body);
     Py_DECREF(entry);
     return not_here();
+}
+
+static PyObject *
+plain_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *plain, *become, *frames, *head, *message;
+    Py_ssize_t max_header, budget;
+    Py_buffer view;
+
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "plain_decode takes a state and frames");
+        return NULL;
+    }
+    if (unpack_state(args[0], 4, &plain, &max_header, &budget, &become) < 0) {
+        return NULL;
+    }
+    frames = args[1];
+    if (PyList_CheckExact(frames) && PyList_GET_SIZE(frames) == 1) {
+        head = PyList_GET_ITEM(frames, 0);
+    }
+    else if (PyTuple_CheckExact(frames) && PyTuple_GET_SIZE(frames) == 1) {
+        head = PyTuple_GET_ITEM(frames, 0);
+    }
+    else {
+        Py_RETURN_NONE;
+    }
+    if (PyBytes_CheckExact(head)) {
+        Py_INCREF(head);  /* its bytes are read below: held, whatever the code called does to the frames */
+        message = plain_frame(plain, max_header, budget, become, (const unsigned char *)PyBytes_AS_STRING(head),
+                              PyBytes_GET_SIZE(head));
+        Py_DECREF(head);
+        return message;
+    }
+    if (!PyObject_CheckBuffer(head)) {
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(head);  /* a view (tw.split's), a bytearray: read through a view of it, held meanwhile */
+    if (PyObject_GetBuffer(head, &view, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(head);
+        return not_here();  /* not contiguous, released: the Python code names it */
+    }
+    message = plain_frame(plain, max_header, budget, become, (const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    Py_DECREF(head);
+    return message;
 }
 
 static PyObject *

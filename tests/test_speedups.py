@@ -110,13 +110,16 @@ def test_frames_the_compiled_decode_does_not_read_go_to_the_python_code(registry
     head = tw.Encoder().encode(_ticket(registry))[0]
     assert type(head) is bytes
     bare_end = head.index(b"\xc4\x00\x90") + 3
+    released = memoryview(head)
+    released.release()
     unread: dict[str, Any] = {
         "no frames": [],
         "two frames": [head, b""],
         "a list subclass": _Frames([head]),
-        "a bytearray": [bytearray(head)],
-        "a memoryview": [memoryview(head)],
         "not a buffer": [7],
+        "a str": [head.decode("latin-1")],
+        "a view that is not contiguous": [memoryview(head + head)[::2]],
+        "a released view": [released],
         "72 bytes": [head[:72]],
         "over the header limit": [head + b"\x00" * (decoder._max_header - len(head) + 1)],
         "another fingerprint": [head[: bare_end - 67] + b"0" * 64 + head[bare_end - 3 :]],
@@ -131,7 +134,9 @@ def test_frames_the_compiled_decode_does_not_read_go_to_the_python_code(registry
     }
     for name, frames in unread.items():
         assert SPEEDUPS.plain_decode(state, frames) is None, name
-    assert SPEEDUPS.plain_decode(state, [head]) == _ticket(registry)
+    for frame in (head, bytearray(head), memoryview(head), memoryview(b"." + head)[1:], memoryview(head).cast("c")):
+        got = SPEEDUPS.plain_decode(state, [frame])  # any contiguous buffer: read through a view of it
+        assert type(got) is registry.type("plain.Ticket") and got == _ticket(registry), type(frame)
 
 
 def _table_state(read: Callable[[bytes], Any], budget: int, bounded: bool = False, **more: Any) -> tuple[Any, bytes]:
