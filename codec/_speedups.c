@@ -159,6 +159,33 @@ one_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return frames;
 }
 
+/* What ``obj.__class__ = cls`` does where the type of ``obj`` is a subclass of ``cls`` that adds
+ * nothing to its layout (a closed twin, tensorwire._twin): CPython's checks that the two layouts
+ * agree, for that one case (a direct subclass, both mutable heap types of one size, one deallocator,
+ * no managed dict), its audit event, and the swap. 0 if swapped; 1 if not that case (the caller
+ * calls ``become``, which checks everything and swaps or raises); -1 with an error (an audit hook's). */
+static int
+swap_to_base(PyObject *obj, PyTypeObject *cls)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    const unsigned long layout = Py_TPFLAGS_HEAPTYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+                                 Py_TPFLAGS_MANAGED_DICT;
+    if (type->tp_base != cls || (type->tp_flags & layout) != (cls->tp_flags & layout) ||
+        (cls->tp_flags & layout & ~Py_TPFLAGS_HAVE_GC) != Py_TPFLAGS_HEAPTYPE || type->tp_basicsize != cls->tp_basicsize ||
+        type->tp_itemsize != cls->tp_itemsize || type->tp_dictoffset != cls->tp_dictoffset ||
+        type->tp_weaklistoffset != cls->tp_weaklistoffset || type->tp_dealloc != cls->tp_dealloc ||
+        type->tp_free != cls->tp_free) {
+        return 1;
+    }
+    if (PySys_Audit("object.__setattr__", "OsO", obj, "__class__", (PyObject *)cls) < 0) {
+        return -1;
+    }
+    Py_INCREF(cls);
+    Py_SET_TYPE(obj, cls);
+    Py_DECREF(type);
+    return 0;
+}
+
 /* The message of frame 0 ``p`` (``size`` bytes) read on the shorter path, or None (see plain_decode). */
 static PyObject *
 plain_frame(PyObject *plain, Py_ssize_t max_header, Py_ssize_t budget, PyObject *become, const unsigned char *p,
@@ -220,7 +247,8 @@ plain_frame(PyObject *plain, Py_ssize_t max_header, Py_ssize_t budget, PyObject 
     }
     if (PyTuple_GET_ITEM(entry, 2) != Py_None) {  /* read as its closed twin: made the class's own */
         PyObject *pair[2] = {message, PyTuple_GET_ITEM(entry, 2)};
-        done = PyObject_Vectorcall(become, pair, 2, NULL);
+        int swapped = PyType_Check(pair[1]) ? swap_to_base(message, (PyTypeObject *)pair[1]) : 1;
+        done = swapped == 1 ? PyObject_Vectorcall(become, pair, 2, NULL) : swapped == 0 ? Py_NewRef(Py_None) : NULL;
         if (done == NULL) {
             Py_CLEAR(message);
             goto failed;

@@ -21,6 +21,7 @@ from tensorwire._native import SPEEDUPS
 from tensorwire._plan import UNBOUNDED, type_plan
 from tensorwire._scan import OPENERS
 from tensorwire._twin import BECOME
+from tests.conftest import minimal, write_schemas
 from tests.test_plain_path import _load, _python_decoder, _python_encoder, _ticket
 
 pytestmark = pytest.mark.skipif(SPEEDUPS is None, reason="tensorwire._speedups is not built here")
@@ -307,3 +308,52 @@ def test_messages_the_compiled_encode_does_not_write_go_to_the_python_code(regis
         SPEEDUPS.one_encode(({type(ticket): plans[type(ticket)][:2]}, levels, max_header, encode), ticket)
     with pytest.raises(TypeError, match=r"a tensorwire\._speedups state is a tuple of a dict, two ints and a callable"):
         SPEEDUPS.one_encode(state[:3], ticket)
+
+
+def test_a_twin_read_instance_is_made_the_class_own_keeping_both_types_counted(registry: tw.Registry) -> None:
+    """The compiled swap (a direct subclass of the same layout) moves one reference from the twin's
+    type to the class's per message, as ``obj.__class__ = cls`` does."""
+    import gc
+
+    assert SPEEDUPS is not None
+    flat = registry.type("plain.Flat")
+    decoder = tw.Decoder(registry)
+    frames = tw.Encoder().encode(flat(id="f", count=2, tags=["a"]))
+    twin = type(decoder._plain[type_plan(flat).bare][0](bytes(frames[0])[len(type_plan(flat).bare) :]))
+    assert twin is not flat and twin.__base__ is flat
+    gc.collect()
+    counts = sys.getrefcount(flat), sys.getrefcount(twin)
+    kept = [SPEEDUPS.plain_decode(_decode_state(decoder), frames) for _ in range(1000)]
+    assert all(type(message) is flat for message in kept) and kept[0] == flat(id="f", count=2, tags=["a"])
+    assert sys.getrefcount(flat) == counts[0] + 1000 and sys.getrefcount(twin) == counts[1]
+    del kept
+    gc.collect()
+    assert (sys.getrefcount(flat), sys.getrefcount(twin)) == counts
+
+
+def test_the_swap_raises_the_audit_event_of_a_class_assignment(tmp_path: Path) -> None:
+    """As ``obj.__class__ = cls`` does; a hook that refuses it leaves the message to the full decode."""
+    code = (
+        "import sys, tensorwire as tw\n"
+        "from tensorwire._native import SPEEDUPS\n"
+        "seen = []\n"
+        "def hook(event, args):\n"
+        "    if event == 'object.__setattr__' and args[1] == '__class__' and args[2].__name__ == 'Flat':\n"
+        "        seen.append(args[2].__name__)\n"
+        "        if len(seen) > 1: raise RuntimeError('refused')\n"
+        "sys.addaudithook(hook)\n"
+        "flat = tw.load_schemas(sys.argv[1]).type('audit.Flat')\n"
+        "decoder = tw.Decoder(tw.load_schemas(sys.argv[1]))\n"
+        "frames = tw.Encoder().encode(flat(id='f', count=2))\n"
+        "first = SPEEDUPS.plain_decode(decoder._native, frames)\n"
+        "second = SPEEDUPS.plain_decode(decoder._native, frames)\n"
+        "third = decoder.decode(frames)\n"
+        "print(type(first).__name__, second, type(third).__name__, third == first, len(decoder._free), seen)\n"
+    )
+    schema = minimal("audit.Flat", id={"type": "string"}, count={"type": "integer"})
+    write_schemas(tmp_path, {"audit/Flat.v1.json": schema})
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # the first swapped (one event), the second refused (None: to the full decode), the decoder's
+    # own decode refused in C and in Python (two more), then read by the full decode
+    assert out.stdout.split(maxsplit=5) == ["Flat", "None", "Flat", "True", "1", "['Flat', 'Flat', 'Flat', 'Flat']\n"]
