@@ -40,10 +40,17 @@ openers_in(const unsigned char *p, Py_ssize_t n)
      * 16/32 (0xdc-0xdf): the same 44 bytes as tensorwire._scan.OPENERS, branch-free so that the
      * compiler can count many bytes at a time */
     Py_ssize_t count = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = p[i];
-        count += ((unsigned char)(c - 0x80) < 0x20) + ((unsigned char)(c - 0xc7) < 3) +
-                 ((unsigned char)(c - 0xd4) < 5) + ((unsigned char)(c - 0xdc) < 4);
+    while (n > 0) {  /* in runs of 255 bytes, so that a run's count fits in a byte (bytes at a time) */
+        Py_ssize_t run = n < 255 ? n : 255;
+        unsigned char in_run = 0;
+        for (Py_ssize_t i = 0; i < run; i++) {
+            unsigned char c = p[i];
+            in_run += (unsigned char)(((unsigned char)(c - 0x80) < 0x20) | ((unsigned char)(c - 0xc7) < 3) |
+                                      ((unsigned char)(c - 0xd4) < 5) | ((unsigned char)(c - 0xdc) < 4));
+        }
+        count += in_run;
+        p += run;
+        n -= run;
     }
     return count;
 }
