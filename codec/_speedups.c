@@ -115,6 +115,10 @@ one_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(entry);  /* held while Python code runs: the dict may change meanwhile */
     type_levels = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
     if (type_levels == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            Py_DECREF(entry);
+            return NULL;
+        }
         PyErr_Clear();  /* UNBOUNDED (2**63) does not fit: a recursive type is never taken here */
         type_levels = PY_SSIZE_T_MAX;
     }

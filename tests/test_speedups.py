@@ -302,6 +302,8 @@ def test_messages_the_compiled_encode_does_not_write_go_to_the_python_code(regis
         assert SPEEDUPS.one_encode(given_state, message) is None, name
     with pytest.raises(_Stop):
         SPEEDUPS.one_encode((plans, levels, max_header, _raises(_Stop())), ticket)
+    with pytest.raises(TypeError, match="an integer is required"):  # levels that are not an int
+        SPEEDUPS.one_encode(({type(ticket): (plans[type(ticket)][0], "1", plans[type(ticket)][2])}, *state[1:]), ticket)
     with pytest.raises(TypeError, match="one_encode's encode must give bytes"):
         SPEEDUPS.one_encode((plans, levels, max_header, lambda message: bytearray(b"\x80")), ticket)
     with pytest.raises(TypeError, match=r"a one_encode plan is a tuple \(check, levels, bare\)"):
