@@ -136,7 +136,12 @@ class Decoder(Sealed):
         }
         self._plain_budget = self._depth - openers  # the level openers such a body may hold
         # that path compiled for one frame, any contiguous buffer (``tensorwire._native``): its state, or None
-        self._native = None if SPEEDUPS is None else (self._plain, self._max_header, self._plain_budget, BECOME)
+        # (and a list in which it remembers the table entry it found last)
+        self._native = (
+            None
+            if SPEEDUPS is None
+            else (self._plain, self._max_header, self._plain_budget, BECOME, [None, None, None])
+        )
         self._sealed = True
 
     def decode(self, frames: Sequence[Buffer]) -> Any:

@@ -11,12 +11,13 @@
  *       type, of at most ``levels`` levels, is encode(message), checked by check(body), frame 0
  *       bare + body if it is at most max_header bytes.
  *   plain_decode(state, frames) -> message | None
- *       state: (plain, max_header, budget, become): plain maps frame 0 up to the body (its tag,
+ *       state: (plain, max_header, budget, become, last): plain maps frame 0 up to the body (its tag,
  *       fingerprint, empty data and empty buffer table) to (read, bounded, cls, guard) as
  *       Decoder._plain holds them; one frame (bytes, or any contiguous buffer: its bytes are read
  *       through a view) of such a type, at most max_header bytes, has its body's level openers
  *       counted (unless bounded), guard(body) run where they are over budget, the body read, and
- *       the instance made one of cls (become(message, cls)) where cls is not None.
+ *       the instance made one of cls (become(message, cls)) where cls is not None; last, a list of
+ *       three items, remembers the entry last found (see entry_of).
  *   count_openers(data) -> int
  *       the bytes of data that can open a msgpack level (tensorwire._scan.OPENERS).
  *
@@ -55,13 +56,14 @@ openers_in(const unsigned char *p, Py_ssize_t n)
     return count;
 }
 
-/* The items of a state tuple of ``size`` items whose first is a dict and next two are ints. */
+/* The first four items of a state tuple of ``size`` items: a dict, two ints and a callable (``shape``
+ * names them in the error for any other tuple). */
 static int
-unpack_state(PyObject *state, Py_ssize_t size, PyObject **table, Py_ssize_t *first, Py_ssize_t *second,
-             PyObject **last)
+unpack_state(PyObject *state, Py_ssize_t size, const char *shape, PyObject **table, Py_ssize_t *first,
+             Py_ssize_t *second, PyObject **fourth)
 {
     if (!PyTuple_CheckExact(state) || PyTuple_GET_SIZE(state) != size || !PyDict_CheckExact(PyTuple_GET_ITEM(state, 0))) {
-        PyErr_SetString(PyExc_TypeError, "a tensorwire._speedups state is a tuple of a dict, two ints and a callable");
+        PyErr_Format(PyExc_TypeError, "a tensorwire._speedups state is a tuple %s", shape);
         return -1;
     }
     *table = PyTuple_GET_ITEM(state, 0);
@@ -73,7 +75,7 @@ unpack_state(PyObject *state, Py_ssize_t size, PyObject **table, Py_ssize_t *fir
     if (*second == -1 && PyErr_Occurred()) {
         return -1;
     }
-    *last = PyTuple_GET_ITEM(state, 3);
+    *fourth = PyTuple_GET_ITEM(state, 3);
     return 0;
 }
 
@@ -98,7 +100,7 @@ one_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "one_encode takes a state and a message");
         return NULL;
     }
-    if (unpack_state(args[0], 4, &plans, &levels, &max_header, &encode) < 0) {
+    if (unpack_state(args[0], 4, "(plans, levels, max_header, encode)", &plans, &levels, &max_header, &encode) < 0) {
         return NULL;
     }
     entry = PyDict_GetItemWithError(plans, (PyObject *)Py_TYPE(args[1]));
@@ -197,12 +199,60 @@ swap_to_base(PyObject *obj, PyTypeObject *cls)
     return 0;
 }
 
+/* The entry of ``plain`` for the ``at`` bytes at ``p`` (a new reference), or NULL (with an error, or
+ * none: not there). ``last`` remembers the last one found, a list [table, key, entry] (anything
+ * else: nothing is remembered): frames of one type in a row compare their bytes with its key
+ * instead of making and hashing one. It is only trusted for the very table it names (held there),
+ * which the decoder never changes once made. */
+static PyObject *
+entry_of(PyObject *plain, PyObject *last, const unsigned char *p, Py_ssize_t at)
+{
+    PyObject *key, *entry, *old[3];
+    int remembers = PyList_CheckExact(last) && PyList_GET_SIZE(last) == 3;
+
+    if (remembers && PyList_GET_ITEM(last, 0) == plain) {
+        key = PyList_GET_ITEM(last, 1);
+        if (PyBytes_CheckExact(key) && PyBytes_GET_SIZE(key) == at && memcmp(PyBytes_AS_STRING(key), p, (size_t)at) == 0) {
+            entry = PyList_GET_ITEM(last, 2);
+            Py_INCREF(entry);
+            return entry;
+        }
+    }
+    key = PyBytes_FromStringAndSize((const char *)p, at);
+    if (key == NULL) {
+        return NULL;
+    }
+    entry = PyDict_GetItemWithError(plain, key);
+    if (entry == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    Py_INCREF(entry);
+    if (remembers) {  /* the old items let go only once the new ones are in place */
+        for (Py_ssize_t i = 0; i < 3; i++) {
+            old[i] = PyList_GET_ITEM(last, i);
+        }
+        Py_INCREF(plain);
+        Py_INCREF(entry);
+        PyList_SET_ITEM(last, 0, plain);
+        PyList_SET_ITEM(last, 1, key);  /* (its reference moves there) */
+        PyList_SET_ITEM(last, 2, entry);
+        for (Py_ssize_t i = 0; i < 3; i++) {
+            Py_XDECREF(old[i]);
+        }
+    }
+    else {
+        Py_DECREF(key);
+    }
+    return entry;
+}
+
 /* The message of frame 0 ``p`` (``size`` bytes) read on the shorter path, or None (see plain_decode). */
 static PyObject *
-plain_frame(PyObject *plain, Py_ssize_t max_header, Py_ssize_t budget, PyObject *become, const unsigned char *p,
-            Py_ssize_t size)
+plain_frame(PyObject *plain, PyObject *last, Py_ssize_t max_header, Py_ssize_t budget, PyObject *become,
+            const unsigned char *p, Py_ssize_t size)
 {
-    PyObject *key, *entry, *body, *message = NULL, *done;
+    PyObject *entry, *body, *message = NULL, *done;
     Py_ssize_t at;
 
     if (size <= SHORTEST_HEAD || size > max_header) {
@@ -222,12 +272,7 @@ plain_frame(PyObject *plain, Py_ssize_t max_header, Py_ssize_t budget, PyObject 
     if (at >= size) {
         Py_RETURN_NONE;
     }
-    key = PyBytes_FromStringAndSize((const char *)p, at);
-    if (key == NULL) {
-        return NULL;
-    }
-    entry = PyDict_GetItemWithError(plain, key);
-    Py_DECREF(key);
+    entry = entry_of(plain, last, p, at);
     if (entry == NULL) {
         if (PyErr_Occurred()) {
             return NULL;
@@ -235,10 +280,10 @@ plain_frame(PyObject *plain, Py_ssize_t max_header, Py_ssize_t budget, PyObject 
         Py_RETURN_NONE;
     }
     if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4) {
+        Py_DECREF(entry);
         PyErr_SetString(PyExc_TypeError, "a plain_decode entry is a tuple (read, bounded, cls, guard)");
         return NULL;
     }
-    Py_INCREF(entry);
     body = PyBytes_FromStringAndSize((const char *)p + at, size - at);  /* the body the code called reads */
     if (body == NULL) {
         Py_DECREF(entry);
@@ -278,7 +323,7 @@ failed:
 static PyObject *
 plain_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *plain, *become, *frames, *head, *message;
+    PyObject *plain, *become, *last, *frames, *head, *message;
     Py_ssize_t max_header, budget;
     Py_buffer view;
 
@@ -286,9 +331,10 @@ plain_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "plain_decode takes a state and frames");
         return NULL;
     }
-    if (unpack_state(args[0], 4, &plain, &max_header, &budget, &become) < 0) {
+    if (unpack_state(args[0], 5, "(plain, max_header, budget, become, last)", &plain, &max_header, &budget, &become) < 0) {
         return NULL;
     }
+    last = PyTuple_GET_ITEM(args[0], 4);
     frames = args[1];
     if (PyList_CheckExact(frames) && PyList_GET_SIZE(frames) == 1) {
         head = PyList_GET_ITEM(frames, 0);
@@ -301,8 +347,8 @@ plain_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if (PyBytes_CheckExact(head)) {
         Py_INCREF(head);  /* its bytes are read below: held, whatever the code called does to the frames */
-        message = plain_frame(plain, max_header, budget, become, (const unsigned char *)PyBytes_AS_STRING(head),
-                              PyBytes_GET_SIZE(head));
+        message = plain_frame(plain, last, max_header, budget, become,
+                              (const unsigned char *)PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head));
         Py_DECREF(head);
         return message;
     }
@@ -314,7 +360,7 @@ plain_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(head);
         return not_here();  /* not contiguous, released: the Python code names it */
     }
-    message = plain_frame(plain, max_header, budget, become, (const unsigned char *)view.buf, view.len);
+    message = plain_frame(plain, last, max_header, budget, become, (const unsigned char *)view.buf, view.len);
     PyBuffer_Release(&view);
     Py_DECREF(head);
     return message;

@@ -145,7 +145,8 @@ def _table_state(read: Callable[[bytes], Any], budget: int, bounded: bool = Fals
     frame of it: frame 0 up to the body 73 bytes of a fixstr tag, the body 30 level openers."""
     bare = b"\x95\xa5" + b"t" * 5 + b"\xd9\x40" + b"f" * 64 + b"\xc4\x00\x90"
     entry = (read, bounded, more.get("cls"), more.get("guard", _never))
-    return ({bare: entry}, 1 << 20, budget, more.get("become", BECOME)), bare + b"\x91" * 30
+    state = ({bare: entry}, 1 << 20, budget, more.get("become", BECOME), [None, None, None])
+    return state, bare + b"\x91" * 30
 
 
 def _never(body: bytes) -> None:
@@ -229,7 +230,7 @@ def test_the_frames_emptied_by_the_code_it_calls_leave_the_decode_its_own_copy()
 def test_a_state_of_another_shape_is_a_type_error() -> None:
     assert SPEEDUPS is not None
     state, frame = _table_state(lambda body: 1, 0)
-    message = r"a tensorwire\._speedups state is a tuple of a dict, two ints and a callable"
+    message = r"a tensorwire\._speedups state is a tuple \(plain, max_header, budget, become, last\)"
     for bad in (state[:3], list(state), ([], *state[1:]), (state[0], "1", *state[2:])):
         with pytest.raises(TypeError):
             SPEEDUPS.plain_decode(bad, [frame])
@@ -308,7 +309,9 @@ def test_messages_the_compiled_encode_does_not_write_go_to_the_python_code(regis
         SPEEDUPS.one_encode((plans, levels, max_header, lambda message: bytearray(b"\x80")), ticket)
     with pytest.raises(TypeError, match=r"a one_encode plan is a tuple \(check, levels, bare\)"):
         SPEEDUPS.one_encode(({type(ticket): plans[type(ticket)][:2]}, levels, max_header, encode), ticket)
-    with pytest.raises(TypeError, match=r"a tensorwire\._speedups state is a tuple of a dict, two ints and a callable"):
+    with pytest.raises(
+        TypeError, match=r"a tensorwire\._speedups state is a tuple \(plans, levels, max_header, encode\)"
+    ):
         SPEEDUPS.one_encode(state[:3], ticket)
 
 
@@ -359,3 +362,24 @@ def test_the_swap_raises_the_audit_event_of_a_class_assignment(tmp_path: Path) -
     # the first swapped (one event), the second refused (None: to the full decode), the decoder's
     # own decode refused in C and in Python (two more), then read by the full decode
     assert out.stdout.split(maxsplit=5) == ["Flat", "None", "Flat", "True", "1", "['Flat', 'Flat', 'Flat', 'Flat']\n"]
+
+
+def test_the_entry_found_last_is_remembered_for_its_own_table_only(registry: tw.Registry) -> None:
+    """Frames of one type in a row compare their bytes with the remembered key; frames of other
+    types, and a state naming another table with the same list, look their table up."""
+    assert SPEEDUPS is not None
+    decoder = tw.Decoder(registry)
+    plain, max_header, budget, become, last = _decode_state(decoder)
+    flat, ticket = registry.type("plain.Flat")(id="f", count=2), _ticket(registry)
+    frames = {type(m): tw.Encoder().encode(m) for m in (flat, ticket)}
+    for message in (flat, flat, ticket, flat, ticket, ticket):
+        got = SPEEDUPS.plain_decode(decoder._native, frames[type(message)])
+        assert type(got) is type(message) and got == message
+        assert last[0] is plain and last[1] == type_plan(type(message)).bare and last[2] is plain[last[1]]
+    emptied: tuple[Any, ...] = ({}, max_header, budget, become, last)  # another table, the same list: not trusted
+    assert SPEEDUPS.plain_decode(emptied, frames[type(ticket)]) is None
+    assert last[0] is plain  # (a table that has no entry for the frame leaves what it remembers)
+    for nothing in (None, [], [None, None]):  # remembers nothing, reads all the same
+        got = SPEEDUPS.plain_decode((plain, max_header, budget, become, nothing), frames[type(flat)])
+        assert type(got) is type(flat) and got == flat
+    assert decoder.decode(frames[type(ticket)]) == ticket
