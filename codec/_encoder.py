@@ -8,7 +8,8 @@ named rules: msgspec checks in C what it can); only then export the buffers. If 
 every buffer exported by this call is released. The caller's message is never mutated. A message
 of a type with no tensor and nothing to rewrite is one encode and the schema check (a failure
 there is named by the full path); so is one whose type holds tensors only in trees (an
-``rpc.Request``) when its trees hold lists and maps of plain leaves only.
+``rpc.Request``) when its trees hold lists and maps of plain leaves only. The first of those is
+also compiled (``tensorwire._speedups``, where it is built: ``tensorwire._native``).
 
 Tensors on a CUDA device stay there until export: a transport with ``export_device`` (e.g.
 ``CudaShmTransport``) copies them straight into shared memory; otherwise the encoder stages them

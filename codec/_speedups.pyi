@@ -9,6 +9,8 @@ def one_encode(
     /,
 ) -> list[bytes] | None: ...
 def plain_decode(
-    state: tuple[dict[bytes, tuple[Any, ...]], int, int, Callable[[Any, type], None]], frames: Sequence[Any], /
+    state: tuple[dict[bytes, tuple[Any, ...]], int, int, Callable[[Any, type], None], list[Any]],
+    frames: Sequence[Any],
+    /,
 ) -> Any: ...
 def count_openers(data: bytes | bytearray | memoryview, /) -> int: ...
