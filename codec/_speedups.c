@@ -269,8 +269,8 @@ plain_frame(PyObject *plain, PyObject *last, Py_ssize_t max_header, Py_ssize_t b
     else {
         Py_RETURN_NONE;
     }
-    if (at >= size) {
-        Py_RETURN_NONE;
+    if (at >= size || p[at - 3] != 0xc4 || p[at - 2] != 0 || p[at - 1] != 0x90) {
+        Py_RETURN_NONE;  /* cut short, or data or buffers (as every table key ends): not looked up */
     }
     entry = entry_of(plain, last, p, at);
     if (entry == NULL) {
