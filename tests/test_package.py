@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -211,3 +212,13 @@ def test_the_dependency_floors_are_the_releases_make_floor_tests() -> None:
     assert project["requires-python"] == ">=3.11"  # the only Python the suite runs on here
     assert "Programming Language :: Python :: 3.11" in project["classifiers"]
     assert "make floor" in (REPO / ".ci" / "run").read_text()
+
+
+@pytest.mark.skipif(os.environ.get("TENSORWIRE_PURE_PYTHON") == "1", reason="switched off in this run")
+def test_the_compiled_paths_are_built_and_taken_here() -> None:
+    """The package builds them where a compiler is found (as here): a build that failed, which the
+    install lets pass (the extension is optional), fails this."""
+    from tensorwire._native import SPEEDUPS
+
+    assert SPEEDUPS is not None  # (not under test_speedups.py's skip where it is not built)
+    assert tw.Encoder()._native is not None and tw.Decoder(tw.builtins.REGISTRY)._native is not None
