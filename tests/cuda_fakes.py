@@ -16,6 +16,8 @@ import torch
 from tensorwire.transports.cuda_runtime import CudaCallError
 
 FILL = 0xAB  # what a copy from a meta "device" tensor writes
+NO_CUDA_HERE = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+"""Why this torch places nothing on a device without a GPU: a CPU build, or a CUDA build with no device."""
 _NAMES = {
     "register": "cudaHostRegister",
     "unregister": "cudaHostUnregister",

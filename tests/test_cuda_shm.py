@@ -25,7 +25,7 @@ from tensorwire.inspection import describe
 from tensorwire.transports._page_layout import FREE, IN_FLIGHT
 from tensorwire.transports.shm import our_segments
 from tests.conftest import REPO
-from tests.cuda_fakes import FILL, FakeCudaRuntime
+from tests.cuda_fakes import FILL, NO_CUDA_HERE, FakeCudaRuntime
 from tests.wire_helpers import held_elsewhere
 
 MiB = 1024 * 1024
@@ -87,10 +87,23 @@ def test_without_cuda_the_transport_says_why_and_takes_no_device_buffers(tmp_pat
     transport = transports.CudaShmTransport(tmp_path)
     try:
         assert not transport.available and transport.registered is None
-        assert transport.unavailable_reason == "torch was built without CUDA"
+        assert transport.unavailable_reason == NO_CUDA_HERE
         assert _send(transport, torch.arange(4.0)) is None
     finally:
         transport.close()
+
+
+def test_a_cpu_build_and_a_cuda_build_without_a_device_each_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorwire.transports.cuda_runtime import cuda_unavailable_reason
+
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert cuda_unavailable_reason() == "torch was built without CUDA"
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cuda_unavailable_reason() == "no CUDA device is visible"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert cuda_unavailable_reason() is None
 
 
 def test_a_rocm_build_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
