@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.tensorwire-installed
 # a bare requirement would download a multi-GB CUDA build. An existing torch is left alone.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: venv test floor lint typecheck gen gen-check compat-check wheel-smoke demo demo-rpc bench fuzz gpu-wheels clean
+.PHONY: venv test floor pythons lint typecheck gen gen-check compat-check wheel-smoke demo demo-rpc bench fuzz gpu-wheels clean
 
 venv: $(STAMP)
 
@@ -68,6 +68,12 @@ floor:
 		print('floor:', got); sys.exit(got != pins)" $(FLOOR_PINS)
 	$(FLOOR_VENV)/bin/pytest -p no:cacheprovider
 
+# The compiled shorter paths (tensorwire._speedups) on CPython 3.12 and 3.13 where this machine has
+# them: a venv .venv-X.Y each, the package built from the files git sees, the tests of those paths
+# (tools/other_pythons.py; its --all runs the whole suite). Part of CI (.ci/run), after `make floor`.
+pythons: $(STAMP)
+	$(PY) -m tools.other_pythons
+
 demo: $(STAMP)
 	$(BIN)/tensorwire demo
 
@@ -101,4 +107,4 @@ gpu-wheels:
 		-d .whl $(GPU_WHEELS)
 
 clean:
-	rm -rf $(VENV) $(FLOOR_VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(FLOOR_VENV) .venv-3.* .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -17,7 +17,6 @@ words that refusal with the path and the type and version frame 0's tag names (t
 from __future__ import annotations
 
 import struct
-import sys
 
 import msgspec
 
@@ -331,8 +330,10 @@ def _overrun(bounded: bool) -> DecodeError:
 
 def too_deep_for_the_stack(max_depth: int) -> DecodeError:
     """The error for a frame whose nesting was within ``max_depth`` but past what this thread's
-    stack holds (msgspec decodes nested values recursively: a ``RecursionError``)."""
+    stack holds (msgspec decodes nested values recursively: a ``RecursionError``). The limit is
+    not named: from Python 3.12 on, the one that recursion in C meets is not ``sys.getrecursionlimit()``
+    (and Python tells it nowhere)."""
     return DecodeError(
-        f"nesting deeper than this process can decode (its recursion limit is {sys.getrecursionlimit()}); "
+        f"nesting deeper than this process can decode (past Python's recursion limit); "
         f"a max_depth of {max_depth} is more than it holds"
     )

@@ -45,8 +45,9 @@ class Limits:
     Frame 0 can decode into Python objects of ~75 times its size (one-byte empty lists or maps in a
     tree or untyped field): a receiver of untrusted peers lowers ``max_header_bytes`` to what its
     messages need.
-    A ``max_depth`` near Python's recursion limit or past it is more than a decode can walk: a frame
-    nested that deep is a ``DecodeError`` saying so. Below that, a decode recurses in C up to
+    A ``max_depth`` near Python's recursion limit or past it (from Python 3.12 on, its separate
+    limit on recursion in C: 10,000 levels on 3.13) is more than a decode can walk: a frame nested
+    that deep is a ``DecodeError`` saying so. Below that, a decode recurses in C up to
     ``max_depth`` levels, each taking thread stack (up to ~1.6 KiB for a tree's tuples, ~0.3 KiB
     for arrays): the default fits a 256 KiB thread stack with room to spare, and a larger
     ``max_depth`` needs a stack to match. A frame nested deeper than a thread's stack holds crashes

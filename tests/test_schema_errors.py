@@ -365,8 +365,8 @@ def test_nested_name_clashing_with_a_message_class(schema_dir: Path) -> None:
 
 
 def test_invalid_json_reports_line_and_column(schema_dir: Path) -> None:
-    with pytest.raises(SchemaError, match=r"Clip.v1.json:3:1: invalid JSON: Expecting property name"):
-        _load(schema_dir, {"audio/Clip.v1.json": '{"$id": "audio.Clip",\n  "x-version": 1,\n}'})
+    with pytest.raises(SchemaError, match=r"Clip.v1.json:3:3: invalid JSON: Expecting property name"):
+        _load(schema_dir, {"audio/Clip.v1.json": '{"$id": "audio.Clip",\n  "x-version": 1,\n  x}'})
 
 
 def test_an_integer_longer_than_python_reads_is_named_at_its_place(schema_dir: Path) -> None:
