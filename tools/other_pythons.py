@@ -95,7 +95,7 @@ def _check(version: str, interpreter: str, torch: str, everything: bool, source:
     _run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--force-reinstall", str(source)])
     env = {k: v for k, v in os.environ.items() if k != "TENSORWIRE_PURE_PYTHON"}
     tests = [] if everything else list(COMPILED_PATH_TESTS)
-    _run([python, "-m", "pytest", "-p", "no:cacheprovider", "-q", *tests], cwd=REPO, env=env)
+    _run([python, "-m", "pytest", "-p", "no:cacheprovider", *tests], cwd=REPO, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
