@@ -334,6 +334,6 @@ def too_deep_for_the_stack(max_depth: int) -> DecodeError:
     not named: from Python 3.12 on, the one that recursion in C meets is not ``sys.getrecursionlimit()``
     (and Python tells it nowhere)."""
     return DecodeError(
-        f"nesting deeper than this process can decode (past Python's recursion limit); "
+        "nesting deeper than this process can decode (past Python's recursion limit); "
         f"a max_depth of {max_depth} is more than it holds"
     )
