@@ -69,7 +69,7 @@ floor:
 	$(FLOOR_VENV)/bin/pytest -p no:cacheprovider
 
 # The compiled shorter paths (tensorwire._speedups) on CPython 3.12 and 3.13 where this machine has
-# them: a venv .venv-X.Y each, the package built from the files git sees, the tests of those paths
+# them: a venv .venv-X.Y each, the package built from the files git tracks, the tests of those paths
 # (tools/other_pythons.py; its --all runs the whole suite). Part of CI (.ci/run), after `make floor`.
 pythons: $(STAMP)
 	$(PY) -m tools.other_pythons

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tools import other_pythons
+from tools.tracked import REPO
 
 
 def _interpreter(path: Path, works: bool = True) -> Path:
@@ -58,5 +59,5 @@ def test_a_version_not_here_is_skipped_and_says_so(
 def test_the_compiled_path_tests_exist() -> None:
     for test in other_pythons.COMPILED_PATH_TESTS:
         path, _, name = test.partition("::")
-        text = (other_pythons.REPO / path).read_text()
+        text = (REPO / path).read_text()
         assert not name or f"def {name}(" in text

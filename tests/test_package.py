@@ -209,9 +209,23 @@ def test_the_dependency_floors_are_the_releases_make_floor_tests() -> None:
     pinned = re.findall(r"^FLOOR_PINS := (.*)$", (REPO / "Makefile").read_text(), re.M)
     pins = dict(p.split("==") for p in pinned[0].split())
     assert floors == pins and set(floors) == {"torch", "numpy", "msgspec", "jsonschema", "pyzmq"}
-    assert project["requires-python"] == ">=3.11"  # the only Python the suite runs on here
-    assert "Programming Language :: Python :: 3.11" in project["classifiers"]
+    assert project["requires-python"] == ">=3.11"  # the Python of `make test` and `make floor`
     assert "make floor" in (REPO / ".ci" / "run").read_text()
+
+
+def test_the_pythons_named_are_the_ones_ci_tests() -> None:
+    """The classifiers name 3.11 (`make test`, `make floor`) and the releases `make pythons`
+    checks by default, no more; CI runs `make pythons`."""
+    import tomllib
+
+    from tests.conftest import REPO
+    from tools.other_pythons import VERSIONS
+
+    classifiers = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["classifiers"]
+    named = {c.rsplit(" :: ", 1)[1] for c in classifiers if c.startswith("Programming Language :: Python :: 3.")}
+    assert named == {"3.11", *VERSIONS}
+    assert "make pythons" in (REPO / ".ci" / "run").read_text()
+    assert "\npythons: $(STAMP)\n\t$(PY) -m tools.other_pythons\n" in (REPO / "Makefile").read_text()
 
 
 @pytest.mark.skipif(os.environ.get("TENSORWIRE_PURE_PYTHON") == "1", reason="switched off in this run")

@@ -7,7 +7,7 @@
 version found on this machine (``pythonX.Y`` on the PATH if it runs, else pyenv's newest
 ``X.Y.N``), this makes a venv ``.venv-X.Y`` (kept between runs), installs the dependencies there
 (torch as ``--torch`` names it: for Linux, PyPI has only CUDA builds, several GB), installs the
-package from the files git sees (the extension compiled for that Python) and runs the tests of the
+package from the files git tracks (the extension compiled for that Python) and runs the tests of the
 compiled paths, or with ``--all`` the whole suite. A version not found here is said and skipped;
 any other failure exits 1.
 """
@@ -23,9 +23,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["COMPILED_PATH_TESTS", "find_python", "main"]
+from tools.tracked import REPO, tracked_copy
 
-REPO = Path(__file__).resolve().parent.parent
+__all__ = ["COMPILED_PATH_TESTS", "VERSIONS", "find_python", "main"]
+
 COMPILED_PATH_TESTS = (
     "tests/test_package.py::test_the_compiled_paths_are_built_and_taken_here",
     "tests/test_speedups.py",
@@ -34,6 +35,8 @@ COMPILED_PATH_TESTS = (
     "tests/hostile/test_nesting.py",
 )
 """The tests that take the compiled paths (most of them both ways) or check that they are built."""
+VERSIONS = ("3.12", "3.13")
+"""The releases checked by default: those pyproject.toml names besides the 3.11 of ``make test``."""
 
 _DEPENDENCIES = ("numpy", "msgspec", "jsonschema", "pyzmq", "pytest", "hypothesis", "setuptools>=77", "wheel")
 
@@ -72,17 +75,10 @@ def _run(command: Sequence[str], cwd: Path | None = None, env: dict[str, str] | 
 
 
 def _source() -> Path:
-    """The files git sees (tracked, and untracked ones it does not ignore), copied to build/."""
+    """The files git tracks, copied to build/ (the package is built from them, as a user's would be)."""
     target = REPO / "build" / "other-pythons-src"
     shutil.rmtree(target, ignore_errors=True)
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
-    ).stdout
-    for name in filter(None, listed.decode().split("\0")):
-        source = REPO / name
-        if source.is_file():  # (a tracked file deleted in the work tree is not copied)
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / name)
+    tracked_copy(target)
     return target
 
 
@@ -100,7 +96,8 @@ def _check(version: str, interpreter: str, torch: str, everything: bool, source:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.other_pythons", description=__doc__.splitlines()[0])
-    parser.add_argument("--versions", default="3.12,3.13", help="comma-separated X.Y (default 3.12,3.13)")
+    default = ",".join(VERSIONS)
+    parser.add_argument("--versions", default=default, help=f"comma-separated X.Y (default {default})")
     parser.add_argument("--torch", default="torch==2.14.1", help="the torch requirement (default torch==2.14.1)")
     parser.add_argument("--all", action="store_true", help="the whole suite, not only the compiled paths' tests")
     args = parser.parse_args(argv)

@@ -31,9 +31,10 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from tools.tracked import tracked_copy
+
 __all__ = ["main"]
 
-REPO = Path(__file__).resolve().parent.parent
 SCHEMA = {
     "$id": "shop.Order",
     "x-version": 1,
@@ -102,24 +103,6 @@ def _run(step: str, args: list[str], cwd: Path, env: dict[str, str], timeout: in
     return result.stdout
 
 
-def _tracked_copy(dest: Path) -> None:
-    """The files git tracks (or the working tree without build output when git is not there)."""
-    try:
-        names = subprocess.run(
-            ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True, timeout=60
-        ).stdout.split(b"\0")
-    except (OSError, subprocess.CalledProcessError):
-        ignore = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache")
-        shutil.copytree(REPO, dest, ignore=ignore, dirs_exist_ok=True)
-        return
-    for name in filter(None, names):
-        source = REPO / os.fsdecode(name)
-        if source.is_file():
-            target = dest / os.fsdecode(name)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build the wheel and use it from outside the repository.")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory and print its path")
@@ -127,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="tw-wheel-smoke-"))
     try:
         source, dist, site, user = root / "source", root / "dist", root / "site", root / "user"
-        _tracked_copy(source)
+        tracked_copy(source)
         base_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}
         python = [sys.executable]
         _run(
