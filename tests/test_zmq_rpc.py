@@ -986,3 +986,58 @@ def test_a_server_cannot_answer_a_call_another_server_was_sent(ctx: Any) -> None
         assert [r.method for r in results] == ["m", "m"] and client.late == 1
     for channel in channels:
         channel.close(0)
+
+
+@pytest.mark.parametrize("timeout", [5.0, None])
+def test_close_from_another_thread_ends_a_waiting_serve_one_without_closing_the_socket_under_it(
+    ctx: Any, timeout: float | None
+) -> None:
+    """``close()`` closed the socket while ``serve_one`` polled it in another thread: with a timeout,
+    ZeroMQ's own error came out of ``serve_one`` (``ENOTSOCK``); with none, it never returned.
+    It now returns False within a slice of its wait, and the socket is closed after it has."""
+    socket = ctx.socket(zmq.ROUTER)
+    socket.bind_to_random_port("tcp://127.0.0.1")
+    server = Server(socket)
+    outcome: dict[str, Any] = {}
+
+    def wait() -> None:
+        try:
+            outcome["returned"] = server.serve_one(_handler, timeout=timeout)
+        except BaseException as exc:  # what the old code let out
+            outcome["raised"] = exc
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    time.sleep(0.3)  # serve_one is waiting for a request
+    started = time.monotonic()
+    server.close()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert outcome == {"returned": False}
+    assert time.monotonic() - started < 2.0 and server.channel.closed and socket.closed
+    with pytest.raises(ValueError, match=r"^the channel is closed$"):
+        server.serve_one(_handler, timeout=0)
+
+
+def test_serve_one_called_from_two_threads_answers_each_request_once(ctx: Any) -> None:
+    """The socket is used by one thread at a time: two threads in ``serve_one`` take turns, and
+    each request is answered once."""
+    socket = ctx.socket(zmq.ROUTER)
+    port = socket.bind_to_random_port("tcp://127.0.0.1")
+    server = Server(socket)
+    returned: list[bool] = []
+    threads = [
+        threading.Thread(target=lambda: returned.append(server.serve_one(_handler, timeout=10)), daemon=True)
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    client = _client(ctx, f"tcp://127.0.0.1:{port}")
+    try:
+        got = [_value(client.call(rpc.Request(method="echo", kwargs={"x": i}), timeout=10)) for i in range(2)]
+        for thread in threads:
+            thread.join(10)
+        assert got == [0, 1] and returned == [True, True] and server.handled == 2
+    finally:
+        client.close()
+        server.close()

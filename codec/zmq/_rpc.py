@@ -43,6 +43,7 @@ _LOG = logging.getLogger("tensorwire.zmq")
 _WAITING = object()  # the slot of a call whose reply has not come
 _MAX_STALLED = 4096  # peers a server remembers as not reading their replies
 _SLICE = 0.01  # seconds a reading call holds the socket before it lets a sending call in
+_SERVER_SLICE = 0.05  # seconds a waiting serve_one goes before it looks whether close() wants the socket
 
 
 def _channel(
@@ -291,7 +292,8 @@ class Server:
         """Peers whose last reply waited ``reply_timeout`` in vain: not queued, or queued with its
         frames still held by ZeroMQ (the latest last)."""
         self._stop = threading.Event()
-        self._serving = threading.Lock()  # held by the thread that uses the socket
+        self._closing = threading.Event()  # close() waits for the socket: a waiting serve_one gives it up
+        self._serving = threading.RLock()  # held by the thread that uses the socket (serve, serve_one)
         self._notes = Notes(_LOG)
 
     def serve(self, handler: Handler, *, poll: float = 0.1) -> None:
@@ -301,22 +303,44 @@ class Server:
                 self.serve_one(handler, timeout=poll)
 
     def serve_one(self, handler: Handler, *, timeout: float | None = None) -> bool:
-        """Answer one request; False if none came within ``timeout`` seconds. A message whose shared
-        memory cannot be opened is dropped and counted in ``unreadable``: one peer's message never
-        stops the server."""
-        try:
-            peer, request = self.channel.recv_from(timeout=timeout)
-        except TimeoutError:
-            return False
-        except TransportError as exc:  # names the peer; its request has no id to answer
-            self.unreadable += 1
-            self._notes.note(f"dropped {exc.strerror or exc}")
+        """Answer one request; False if none came within ``timeout`` seconds, or ``close()`` was
+        called from another thread meanwhile (calls from several threads take turns). A message
+        whose shared memory cannot be opened is dropped and counted in ``unreadable``: one peer's
+        message never stops the server."""
+        with self._serving:
+            try:
+                got = self._next_request(timeout)
+            except TransportError as exc:  # names the peer; its request has no id to answer
+                self.unreadable += 1
+                self._notes.note(f"dropped {exc.strerror or exc}")
+                return True
+            if got is None:
+                return False
+            self._answer(handler, *got)
             return True
+
+    def _next_request(self, timeout: float | None) -> tuple[bytes | None, Any] | None:
+        """The next message and its peer, or None if none came within ``timeout`` seconds or
+        ``close()`` is waiting for the socket (looked at every ``_SERVER_SLICE`` seconds)."""
+        if self.channel.closed:
+            raise ValueError("the channel is closed")
+        deadline = deadline_after(timeout)
+        while not self._closing.is_set():
+            left = _SERVER_SLICE if deadline is None else min(_SERVER_SLICE, deadline - time.monotonic())
+            try:
+                return self.channel.recv_from(timeout=max(left, 0.0))
+            except TimeoutError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+        return None
+
+    def _answer(self, handler: Handler, peer: bytes | None, request: Any) -> None:
+        """Run ``handler`` on ``request`` and send the reply to ``peer`` (see the class)."""
         assert peer is not None
         if not isinstance(request, rpc.Request):
             self.ignored += 1
             self._notes.note(f"ignored a {type(request).__name__} from {peer_name(peer)}: a server takes rpc.Request")
-            return True
+            return
         result = self._run(handler, request)
         self.handled += 1
         wait = 0.0 if peer in self.stalled else self.reply_timeout
@@ -334,9 +358,8 @@ class Server:
                 self.stalled.move_to_end(peer)
                 if len(self.stalled) > _MAX_STALLED:
                     self.stalled.popitem(last=False)
-                return True
+                return
         self.stalled.pop(peer, None)
-        return True
 
     def _run(self, handler: Handler, request: rpc.Request) -> rpc.Result:
         try:
@@ -363,8 +386,10 @@ class Server:
         self._stop.set()
 
     def close(self) -> None:
-        """Stop serving and close the socket (after the request being answered, if any)."""
+        """Stop serving and close the socket (after the request being answered, if any; a
+        ``serve_one`` waiting in another thread returns False within ~50 ms)."""
         self._stop.set()
+        self._closing.set()
         with self._serving:
             self.channel.close(linger=0)
 
