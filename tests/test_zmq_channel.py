@@ -1543,6 +1543,44 @@ def test_a_hello_over_tcp_is_on_trial_though_the_socket_has_an_ipc_endpoint_too(
         assert server.withheld == 1 and _in_flight(shm) == 3
 
 
+def test_a_peer_that_takes_over_over_tcp_the_routing_id_of_one_gone_from_ipc_is_on_trial(
+    ctx: Any, tmp_path: Any
+) -> None:
+    """A ROUTER looked at a peer's connection once per routing id: a remote peer that connected over
+    TCP under the routing id of a worker that had said hello over ipc:// (and left) kept that
+    worker's word, and every large message to it went through shared memory, each pinned until
+    the claim timeout. Each hello's own connection now tells: the newcomer is on trial."""
+    router = ctx.socket(zmq.ROUTER)
+    router.bind(f"ipc://{tmp_path}/router")
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    with tw.transports.ShmTransport() as shm, Channel(router, REGISTRY, transport=shm) as server:
+        worker = ctx.socket(zmq.DEALER)
+        worker.setsockopt(zmq.ROUTING_ID, b"worker-1")
+        worker.connect(f"ipc://{tmp_path}/router")
+        worker.send_multipart(_valid(_request()))
+        assert server.recv_from(timeout=5)[0] == b"worker-1" and route_for(server, b"worker-1") == _SHARED
+        worker.close(0)
+        for _ in range(10):  # the ROUTER lets the worker's connection go as it processes its commands
+            router.poll(50)
+        newcomer = ctx.socket(zmq.DEALER)
+        newcomer.setsockopt(zmq.ROUTING_ID, b"worker-1")  # taken once ZeroMQ has let the worker go
+        newcomer.connect(f"tcp://127.0.0.1:{port}")
+        deadline = time.monotonic() + 10
+        while True:
+            newcomer.send_multipart(_valid(_request()))
+            try:
+                assert server.recv_from(timeout=0.5)[0] == b"worker-1"
+                break
+            except TimeoutError:  # the old connection was still the id's: ZeroMQ dropped the message
+                assert time.monotonic() < deadline, "the routing id was never handed to the newcomer"
+        assert route_for(server, b"worker-1") == _TRIAL
+        for _ in range(3):
+            server.send(_request(x=torch.randn(MiB)), peer=b"worker-1", timeout=5)
+        assert [len(_raw_parts(newcomer)) for _ in range(3)] == [2, 3, 3]  # one on trial, then inline
+        assert server.withheld == 2 and _in_flight(shm) == 1
+        newcomer.close(0)
+
+
 def test_a_peer_on_trial_pushed_out_of_the_peers_a_router_remembers_gets_inline_frames(
     ctx: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -94,8 +94,9 @@ def learn(channel: Channel, peer: bytes | None, local: bool, frame: zmq.Frame) -
         return
     key = peer if channel._router else None
     said = _FAR
-    if local:  # (a peer's connection does not change: looked at once)
-        said = channel._peers.get(key, _FAR) or (_SAYS_NEAR if over_network(frame) else _NEAR)
+    if local:  # looked at in every hello: a peer picks its routing id, and one that connects over TCP
+        # under the id of a peer that came over ipc:// (since gone) has only its word
+        said = _SAYS_NEAR if over_network(frame) else _NEAR
     channel._peers[key] = said
     channel._peers.move_to_end(key)
     if len(channel._peers) > _MAX_PEERS:
