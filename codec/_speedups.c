@@ -208,9 +208,8 @@ static PyObject *
 entry_of(PyObject *plain, PyObject *last, const unsigned char *p, Py_ssize_t at)
 {
     PyObject *key, *entry, *old[3];
-    int remembers = PyList_CheckExact(last) && PyList_GET_SIZE(last) == 3;
 
-    if (remembers && PyList_GET_ITEM(last, 0) == plain) {
+    if (PyList_CheckExact(last) && PyList_GET_SIZE(last) == 3 && PyList_GET_ITEM(last, 0) == plain) {
         key = PyList_GET_ITEM(last, 1);
         if (PyBytes_CheckExact(key) && PyBytes_GET_SIZE(key) == at && memcmp(PyBytes_AS_STRING(key), p, (size_t)at) == 0) {
             entry = PyList_GET_ITEM(last, 2);
@@ -228,7 +227,10 @@ entry_of(PyObject *plain, PyObject *last, const unsigned char *p, Py_ssize_t at)
         return NULL;
     }
     Py_INCREF(entry);
-    if (remembers) {  /* the old items let go only once the new ones are in place */
+    /* ``last`` looked at after the lookup: a key's __eq__ could have changed it (a decoder's table
+     * holds only bytes keys, whose comparison runs no Python code; nothing here relies on that).
+     * The old items are let go only once the new ones are in place. */
+    if (PyList_CheckExact(last) && PyList_GET_SIZE(last) == 3) {
         for (Py_ssize_t i = 0; i < 3; i++) {
             old[i] = PyList_GET_ITEM(last, i);
         }

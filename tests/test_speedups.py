@@ -375,3 +375,26 @@ def test_the_entry_found_last_is_remembered_for_its_own_table_only(registry: tw.
         got = SPEEDUPS.plain_decode((plain, max_header, budget, become, nothing), frames[type(flat)])
         assert type(got) is type(flat) and got == flat
     assert decoder.decode(frames[type(ticket)]) == ticket
+
+
+def test_a_remembered_list_changed_during_the_lookup_is_looked_at_again() -> None:
+    """The list of the entry found last was judged before the table lookup, which can run a key's
+    ``__eq__``: one that emptied the list had the entry written past its end (a crash). A decoder's
+    table holds only bytes keys, so only a hand-made state could do it; the list is now looked at
+    after the lookup, and one that no longer holds three items remembers nothing."""
+    assert SPEEDUPS is not None
+    state, frame = _table_state(lambda body: ("read", body), 1 << 20)
+    plain, max_header, budget, become, last = state
+    (bare,) = plain
+
+    class _Emptying:
+        def __hash__(self) -> int:
+            return hash(bare)
+
+        def __eq__(self, other: object) -> bool:
+            last.clear()
+            return isinstance(other, bytes) and other == bare
+
+    tricky = {_Emptying(): plain[bare]}
+    assert SPEEDUPS.plain_decode((tricky, max_header, budget, become, last), [frame]) == ("read", b"\x91" * 30)
+    assert last == []
