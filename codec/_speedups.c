@@ -91,7 +91,7 @@ not_here(void)
 }
 
 static PyObject *
-one_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+one_encode(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *plans, *encode, *entry, *body, *checked, *head, *frames;
     Py_ssize_t levels, max_header, type_levels, bare_size, body_size;
@@ -323,7 +323,7 @@ failed:
 }
 
 static PyObject *
-plain_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+plain_decode(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *plain, *become, *last, *frames, *head, *message;
     Py_ssize_t max_header, budget;
@@ -369,7 +369,7 @@ plain_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *
-count_openers(PyObject *module, PyObject *data)
+count_openers(PyObject *Py_UNUSED(module), PyObject *data)
 {
     Py_buffer view;
     Py_ssize_t count;
