@@ -328,7 +328,7 @@ def test_where_large_tensors_go_follows_the_peer(
     ctx: Any, tmp_path: Any, ipc: bool, same_host: bool | None, through_shm: bool
 ) -> None:
     parts = _parts_of(ctx, tmp_path, ipc=ipc, same_host=same_host)
-    assert parts[0] == HELLO + host_token()
+    assert parts[0] == HELLO + (bytes(16) if same_host is False else host_token())  # False: it opens none
     assert (len(parts) == 2) is through_shm  # hello, frame 0 [, the tensor's own frame]
     assert b'"shm"' not in parts[1] or through_shm
 
@@ -1541,6 +1541,43 @@ def test_a_hello_over_tcp_is_on_trial_though_the_socket_has_an_ipc_endpoint_too(
         assert [len(_raw_parts(far)) for _ in range(2)] == [2, 3]  # on trial: one at a time
         assert [len(_raw_parts(near)) for _ in range(2)] == [2, 2]
         assert server.withheld == 1 and _in_flight(shm) == 3
+
+
+def test_a_channel_that_says_same_host_false_opens_no_shared_memory_a_peer_names(ctx: Any, caplog: Any) -> None:
+    """``same_host=False`` only kept this side's tensors inline: the channel still claimed the
+    shared memory a received message named, and its hello said it could open it. A peer on trial
+    (a remote peer echoing the host token is handed a real message in shared memory) could pass
+    that message on to such a receiver of this host over TCP, which claimed the buffer its own peer
+    never made and so ended the trial as if that peer had. Now a message naming shared memory is
+    dropped before anything is opened, and the hello says the channel opens none."""
+    pull, push = _tcp_pair(ctx, zmq.PULL, zmq.PUSH)
+    with tw.transports.ShmTransport() as theirs, tw.transports.ShmTransport() as ours:
+        receiver = Channel(pull, REGISTRY, transport=ours, same_host=False)
+        sender = Channel(push, REGISTRY, transport=theirs, same_host=True)
+        with caplog.at_level(logging.WARNING, logger="tensorwire.zmq"):
+            sender.send(_request(x=torch.randn(MiB)), timeout=5)
+            with pytest.raises(TimeoutError):
+                receiver.recv(timeout=1)
+        assert receiver.dropped == 1 and _in_flight(theirs) == 1  # its buffer not claimed, not freed
+        assert "buffer 0 travels by shm-slot, a transport this decoder does not have" in caplog.text
+        sender.same_host = False
+        sent = torch.randn(MiB)
+        sender.send(_request(x=sent), timeout=5)
+        got = receiver.recv(timeout=5)
+        assert torch.equal(got.kwargs["x"], sent) and receiver.buffer_frames == 1  # inline, read
+        # its hello: a token no process has, so a ROUTER of this host sends it inline
+        router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+        router.bind("inproc://says-far")
+        dealer.connect("inproc://says-far")
+        server = Channel(router, REGISTRY, transport=theirs)
+        client = Channel(dealer, REGISTRY, transport=ours, same_host=False)
+        client.send(_request(), timeout=5)
+        peer, _ = server.recv_from(timeout=5)
+        assert route_for(server, peer) == _INLINE
+        server.send(_request(x=torch.randn(MiB)), peer=peer, timeout=5)
+        assert isinstance(client.recv(timeout=5), rpc.Request) and client.buffer_frames == 1
+        for channel in (server, client, receiver, sender):
+            channel.close(0)
 
 
 def test_a_peer_that_takes_over_over_tcp_the_routing_id_of_one_gone_from_ipc_is_on_trial(

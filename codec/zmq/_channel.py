@@ -95,10 +95,12 @@ class Channel:
     ``transport``: where large tensors go when the peer is on this host (e.g. ``ShmTransport()``;
     None: always inline frames); ``options``: the limits every received message is held to;
     ``encode_options``: the encoder's; ``same_host``: True or False overrides what the channel
-    works out about its peers; ``copy_below``: frames under this many bytes are copied into ZeroMQ
-    (``COPY_BELOW``), larger ones handed over and tracked; ``max_trials``: peers at once whose
-    message on trial (see the module) may wait for its claim in shared memory. The socket stays
-    the caller's until ``close()``, which closes it (never its context).
+    works out about its peers (False: every tensor inline both ways: a message naming shared memory
+    is dropped, and the hello says this channel opens none); ``copy_below``: frames under this
+    many bytes are copied into ZeroMQ (``COPY_BELOW``), larger ones handed over and tracked;
+    ``max_trials``: peers at once whose message on trial (see the module) may wait for its claim
+    in shared memory. The socket stays the caller's until ``close()``, which closes it (never its
+    context).
     """
 
     def __init__(
@@ -128,8 +130,9 @@ class Channel:
         self._router = self._type == zmq.ROUTER
         self._encode_options = encode_options
         self._inline = Encoder(None, encode_options)
-        self._shared = None if transport is None or self._type in _FAN_OUT else Encoder(transport, encode_options)
-        self._decoder = Decoder(registry, [] if transport is None else [transport], options)
+        shares = transport is not None and same_host is not False  # shared memory both ways (else inline)
+        self._shared = Encoder(transport, encode_options) if shares and self._type not in _FAN_OUT else None
+        self._decoder = Decoder(registry, [transport] if shares and transport is not None else [], options)
         limits = self._decoder.options.limits
         self._most_parts = int(self._router) + 2 + limits.max_buffers  # routing id, hello, frame 0, buffers
         if int(socket.getsockopt(zmq.MAXMSGSIZE)) == -1:  # the caller's own bound stays
@@ -145,8 +148,9 @@ class Channel:
                     UserWarning,
                     stacklevel=2,
                 )
-        # a channel that cannot open shared memory says so with a token no process has
-        self._hello = HELLO + (host_token() if transport is not None else bytes(TOKEN_BYTES))
+        # a channel that cannot (or, with same_host=False, will not) open shared memory says so with
+        # a token no process has
+        self._hello = HELLO + (host_token() if shares else bytes(TOKEN_BYTES))
         self._peers: OrderedDict[bytes | None, int] = OrderedDict()  # what each peer's hello says
         self._forgot = False  # whether a peer was ever pushed out of ``_peers`` (past ``_peers._MAX_PEERS``)
         self._proven: OrderedDict[bytes | None, None] = OrderedDict()  # peers that claimed a message
