@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
@@ -191,8 +192,15 @@ class Incoming:
             raise DecodeError(f"{total} buffer bytes is over the limit of {limits.max_message_bytes}", path="$.buffers")
         borrow = decoder.options.borrow
         frames, buffers = self.frames, self.buffers
-        for size, handle in entries:
-            buffers.append(decoder.reader(handle).import_(handle, frames, size, borrow=borrow))
+        if len(entries) > 1:  # a transport whose imports may wait gives all of them one budget
+            with ExitStack() as stack:
+                for transport in {id(t): t for t in map(decoder.reader, handles)}.values():
+                    stack.enter_context(transport.importing())
+                for size, handle in entries:
+                    buffers.append(decoder.reader(handle).import_(handle, frames, size, borrow=borrow))
+        else:
+            for size, handle in entries:
+                buffers.append(decoder.reader(handle).import_(handle, frames, size, borrow=borrow))
         self._sizes = sizes  # each transport checked its buffer's size
 
     def finish(self, has_buffers: bool) -> None:

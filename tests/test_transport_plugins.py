@@ -4,7 +4,7 @@ transports found through the ``tensorwire.transports`` entry-point group of an i
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -157,6 +157,8 @@ def test_a_transport_with_only_the_required_methods_sends_host_tensors_and_close
         assert minimal.export_storage(torch.zeros(4, dtype=torch.uint8), 0, 4, []) is None
         assert minimal.export_device(torch.zeros(4, dtype=torch.uint8), 0, 4, []) is None
         assert minimal.device_runtime() is None  # stage with torch's own CUDA runtime
+        with minimal.importing() as entered:
+            assert entered is None
         encoder = tw.Encoder(minimal, tw.EncodeOptions(inline_threshold=1, embed_threshold=0))
         frames = encoder.encode(diffusion.Output(output=[torch.ones(3), torch.arange(4)]))
         got = tw.Decoder(REGISTRY).decode(frames).output
@@ -184,6 +186,35 @@ class _Storages(_Recording):
         if nbytes % 8:
             return None  # declined: the encoder hands it the byte view instead
         return super().export(memoryview(storage[start : start + nbytes].numpy()), frames)
+
+
+def test_the_imports_of_a_message_of_several_buffers_run_in_its_transports_importing_context() -> None:
+    """Once per message of several buffers, around all of their imports (a transport whose imports
+    may wait gives them one budget there); a message of one buffer imports it alone."""
+    import contextlib
+
+    events: list[str] = []
+
+    class _Watched(_Minimal):
+        @contextlib.contextmanager
+        def importing(self) -> Iterator[None]:
+            events.append("enter")
+            yield
+            events.append("exit")
+
+        def import_(self, handle: Handle, frames: Sequence[Buffer], nbytes: int, *, borrow: bool | None) -> Buffer:
+            events.append("import")
+            return super().import_(handle, frames, nbytes, borrow=borrow)
+
+    with _Watched() as watched:
+        encoder = tw.Encoder(watched, tw.EncodeOptions(inline_threshold=1, embed_threshold=0))
+        decoder = tw.Decoder(REGISTRY, transports=[watched])
+        got = decoder.decode(encoder.encode(diffusion.Output(output=[torch.ones(3), torch.arange(4)]))).output
+        assert [t.tolist() for t in got] == [[1.0, 1.0, 1.0], [0, 1, 2, 3]]
+        assert events == ["enter", "import", "import", "exit"]
+        events.clear()
+        assert decoder.decode(encoder.encode(diffusion.Output(output=torch.ones(2)))).output.tolist() == [1.0, 1.0]
+        assert events == ["import"]
 
 
 def test_only_a_transport_that_defines_export_storage_is_offered_storages() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
@@ -38,7 +39,8 @@ class Transport(ABC):
 
     Subclasses set ``name`` and ``handle_types`` and implement ``export``, ``verify``, ``import_``,
     ``release`` and ``close``; they may override the hooks ``begin_message``, ``export_storage``,
-    ``export_device``, ``claimed`` and ``device_runtime``, which do nothing by default.
+    ``export_device``, ``claimed``, ``device_runtime`` and ``importing``, which do nothing by
+    default.
     """
 
     name: ClassVar[str]
@@ -95,6 +97,11 @@ class Transport(ABC):
         this process, not known). A transport that cannot tell says True (the default): nothing
         waits on a claim it cannot see."""
         return True
+
+    def importing(self) -> AbstractContextManager[object]:
+        """The context the imports of one message's buffers run in, when it has more than one (for a
+        transport whose imports may wait: one budget for all of them); nothing by default."""
+        return nullcontext()
 
     def device_runtime(self) -> CudaRuntime | None:
         """The CUDA adapter the encoder stages this transport's device tensors to the host with;

@@ -36,6 +36,7 @@ import operator
 import os
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -319,6 +320,12 @@ class ShmTransport(Transport):
         claim deadline)."""
         with one_wait():
             super().release_all(handles)
+
+    def importing(self) -> AbstractContextManager[object]:
+        """One message's claims wait, all together, no longer than one does for control pages another
+        process keeps locked (a peer that releases its pages one after another cannot hold a decode
+        up once per buffer it names)."""
+        return one_wait()
 
     def trim(self, idle_seconds: float | None = None) -> int:
         """Give back pool slots idle for ``idle_seconds`` (and what is past its claim timeout);

@@ -463,3 +463,43 @@ def test_a_create_that_fails_leaves_a_file_a_neighbour_moved_onto_its_name(
         shm.close()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_sender_that_lets_go_of_its_pages_one_by_one_holds_a_decode_up_once(slept: list[float]) -> None:
+    """A sender keeps every page of a twenty-buffer message locked and lets go of one every 0.2 s,
+    under the 0.25 s a claim waits: each claim waited afresh, so one small message held the
+    receiver up ~4 s (and ~14 minutes at 4,096 buffers). A message's claims now share one wait:
+    the decode fails after it (and its give-back after one more), holding nothing."""
+    import threading
+
+    shm = transports.ShmTransport(claim_timeout=0.5)
+    frames = tw.Encoder(transport=shm, options=OOB).encode(
+        rpc.Request(method="load", kwargs={f"t{i}": torch.full((1024,), float(i)) for i in range(20)})
+    )
+    pool = shm.pool
+    assert pool is not None and len(pool.slots()) == 20
+    held = [_lock_page(slot.fd) for slot in pool.slots()]
+    done = threading.Event()
+
+    def let_go_one_by_one() -> None:
+        for fd in held:
+            done.wait(0.2)  # (not time.sleep: only the receiver's waits are counted)
+            os.close(fd)
+
+    thread = threading.Thread(target=let_go_one_by_one, daemon=True)
+    receiver = transports.ShmTransport()
+    slept.clear()
+    thread.start()
+    try:
+        with pytest.raises(tw.TransportError, match=r"has been locked by another process for over 0\.25s") as caught:
+            tw.Decoder(REGISTRY, transports=[receiver]).decode(frames)
+        assert caught.value.errno == errno.EAGAIN
+        assert sum(slept) <= 2 * 0.25 + 0.01, sum(slept)  # the claims' one wait, the give-back's one
+    finally:
+        done.set()
+        thread.join(10)
+    time.sleep(0.6)  # past the claim timeout: what was not given back comes back to the sender
+    pool.expire()
+    assert [slot.state for slot in pool.slots()] == [FREE] * 20  # nothing is held by the receiver
+    receiver.close()
+    shm.close()
