@@ -23,7 +23,7 @@ from tensorwire.transports._one_shot_page import claim_file, discard_file, expir
 from tensorwire.transports._page_layout import CONTROL_BYTES, digest
 from tensorwire.transports._page_lock import one_wait
 from tensorwire.transports._reaper import _creator
-from tensorwire.transports._segment import identity, open_named, read_into, remove_named
+from tensorwire.transports._segment import identity, open_named, read_into, remove_named, remove_own
 
 _LEFT: set[_OneShots] = set()  # those with segments pending: swept while the process lives,
 # whether their transport is still used, closed or dropped
@@ -133,7 +133,7 @@ def _receive_one_shot(path: Path, capability: bytes, nbytes: int, *, borrow: boo
     fd = open_named(path, "shared memory segment", exact=CONTROL_BYTES + nbytes)
     try:
         claim_file(fd, capability, what)
-        _unlink(path)  # read once
+        _unlink(path, fd)  # read once
         if borrow:
             try:
                 mapping = mmap.mmap(fd, CONTROL_BYTES + nbytes, flags=mmap.MAP_SHARED)
@@ -159,7 +159,7 @@ def _void_one_shot(path: Path, capability: bytes) -> bool:
     try:
         if not discard_file(fd, capability, f"shared memory segment {path.name}"):
             return False
-        _unlink(path)
+        _unlink(path, fd)
         return True
     except CodecError:
         return False
@@ -192,13 +192,11 @@ def _sweep_one_shot(path: Path, made: tuple[int, int]) -> bool:
         os.close(fd)
 
 
-def _unlink(path: Path) -> None:
-    """Remove a received segment's name; one already gone (or that cannot go) is not an error. One
-    this process made is forgotten by its transport: a claim of our own proves no peer's."""
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+def _unlink(path: Path, fd: int) -> None:
+    """Remove a received segment's name if it still names the file ``fd`` is open on (a name a
+    neighbour gave to another file meanwhile stays); one already gone (or that cannot go) is not an
+    error. One this process made is forgotten by its transport: a claim of our own proves no peer's."""
+    remove_own(path, fd)
     creator = _creator(path.name)
     if creator is not None and creator[0] == str(os.getpid()):
         for shots in list(_LEFT):

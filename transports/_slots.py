@@ -34,7 +34,7 @@ from tensorwire.transports import _janitor as janitor
 from tensorwire.transports._page import Page
 from tensorwire.transports._page_layout import CONTROL_BYTES, CREATOR_BYTE, DROPPED, ONE_SHOT, RECEIVER_BYTE
 from tensorwire.transports._reaper import creator_pid
-from tensorwire.transports._segment import alive, open_memfd, open_named, started_as_said
+from tensorwire.transports._segment import alive, identity, open_memfd, open_named, remove_named, started_as_said
 from tensorwire.transports.cuda_runtime import CudaCallError, CudaRuntime, keep_forever
 
 __all__ = ["SlotReader"]
@@ -74,6 +74,7 @@ class _Mapped:
         "capacity",
         "creator",
         "gone",
+        "made",
         "mapping",
         "name",
         "page",
@@ -84,8 +85,11 @@ class _Mapped:
         "started",
     )
 
-    def __init__(self, name: str, fd: int, mapping: mmap.mmap, path: Path | None, pins: _Pins) -> None:
+    def __init__(
+        self, name: str, fd: int, mapping: mmap.mmap, path: Path | None, pins: _Pins, made: tuple[int, int]
+    ) -> None:
         self.name, self.mapping, self.path, self.pins = name, mapping, path, pins
+        self.made = made  # the file mapped (``identity``): its name is removed only while it names it
         self.pid = os.getpid()  # the process that mapped it: a forked child's copy is its parent's
         self.page = Page(fd, mapping, f"pool slot {name}")
         self.anchor = np.frombuffer(mapping, dtype=np.uint8)
@@ -165,11 +169,8 @@ class _Mapped:
         if self.path is None:
             return
         self.page.mark(RECEIVER_BYTE, False)  # (after the page is free: never a claim without it)
-        if free and not self.creator_seen():
-            try:
-                os.unlink(self.path)
-            except OSError:  # gone already, or not ours to remove
-                pass
+        if free and not self.creator_seen():  # (a name a neighbour gave to another file meanwhile stays)
+            remove_named(self.path, self.made)
 
 
 class _ReceiverLease:
@@ -284,14 +285,15 @@ class SlotReader:
         else:
             fd = open_named(self.directory / name, what, min_size=CONTROL_BYTES)
         try:
-            size = os.fstat(fd).st_size  # again: a named file can be cut short since it was checked
+            info = os.fstat(fd)
+            size = info.st_size  # again: a named file can be cut short since it was checked
             if size < CONTROL_BYTES:
                 raise ValueError(f"it holds {size} bytes, less than its {CONTROL_BYTES}-byte header")
             mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
         except (OSError, ValueError) as exc:
             os.close(fd)
             raise DecodeError(f"{what} {name} cannot be mapped: {exc}") from None
-        segment = _Mapped(name, fd, mapping, path, self._pins)
+        segment = _Mapped(name, fd, mapping, path, self._pins, identity(info))
         page = segment.page
         page.marks_claims = path is not None  # across pid namespaces too, the sender sees it held
         if not page.valid or page.capacity != segment.capacity or page.flags & ONE_SHOT:
