@@ -205,6 +205,15 @@ class _ReceiverLease:
             pass
 
 
+def _max_mapped_bytes() -> int:
+    """This host's memory: the most bytes of segments a reader keeps mapped (a sender's slots are
+    backed by memory as they are made, so every sender's together fit in it)."""
+    try:
+        return max(1 << 30, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError):
+        return 1 << 40
+
+
 def _max_segments() -> int:
     """How many segments a reader keeps mapped (each holds two fds): at most an eighth of the fd limit."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -226,9 +235,16 @@ os.register_at_fork(after_in_child=_leave_parents_segments)
 class SlotReader:
     """Opens, maps and claims the slots handles name."""
 
-    def __init__(self, directory: Path, max_segments: int | None = None, max_pinned_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        max_segments: int | None = None,
+        max_pinned_bytes: int | None = None,
+        max_mapped_bytes: int | None = None,
+    ) -> None:
         self.directory = directory
         self.max_segments = max_segments if max_segments is not None else _max_segments()
+        self.max_mapped_bytes = max_mapped_bytes if max_mapped_bytes is not None else _max_mapped_bytes()
         self._max_pinned = max_pinned_bytes if max_pinned_bytes is not None else _pin_limit()
         self._reset()
         janitor.watch(self)
@@ -263,19 +279,32 @@ class SlotReader:
         """Bytes of this reader's mappings registered with a device runtime now (``pin``)."""
         return self._pins.total
 
-    def _segment(self, name: str, number: int | None) -> _Mapped:
+    def _segment(self, name: str, number: int | None) -> tuple[_Mapped, bool]:
+        """The segment ``name`` names, and whether this reader keeps it mapped already (then it is
+        the most recently used from now). Another is mapped here and kept only once a claim of it
+        proved a handle's capability (``_keep``): a forged handle leaves no mapping behind."""
         key = (name, number)
         self._own()
         with self._lock:
             found = self._maps.pop(key, None)
             if found is not None:
-                segment = found
-            else:
-                segment = self._map(name, number)
-                while len(self._maps) >= self.max_segments:
-                    del self._maps[next(iter(self._maps))]  # the least recently used
+                self._maps[key] = found
+                return found, True
+            return self._map(name, number), False
+
+    def _keep(self, name: str, number: int | None, segment: _Mapped) -> None:
+        """Keep ``segment`` mapped, letting go of the least recently used first while more than
+        ``max_segments`` or ``max_mapped_bytes`` would be kept (their memory goes with their last view)."""
+        key = (name, number)
+        with self._lock:
+            if key in self._maps:  # (another thread mapped and kept it meanwhile)
+                return
+            size = len(segment.mapping)
+            kept = sum(len(other.mapping) for other in self._maps.values())
+            while self._maps and (len(self._maps) >= self.max_segments or kept + size > self.max_mapped_bytes):
+                oldest = next(iter(self._maps))
+                kept -= len(self._maps.pop(oldest).mapping)
             self._maps[key] = segment
-            return segment
 
     def _map(self, name: str, number: int | None) -> _Mapped:
         what = "pool segment"
@@ -289,6 +318,8 @@ class SlotReader:
             size = info.st_size  # again: a named file can be cut short since it was checked
             if size < CONTROL_BYTES:
                 raise ValueError(f"it holds {size} bytes, less than its {CONTROL_BYTES}-byte header")
+            if size > self.max_mapped_bytes:  # (a sparse file costs its maker nothing)
+                raise ValueError(f"it holds {size} bytes, more than this receiver maps ({self.max_mapped_bytes})")
             mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
         except (OSError, ValueError) as exc:
             os.close(fd)
@@ -316,12 +347,14 @@ class SlotReader:
     ) -> Any:
         """Claim the slot and return its bytes: a writable view whose ``base`` is its lease (``borrow``),
         or a private copy."""
-        segment = self._segment(name, number)
+        segment, kept = self._segment(name, number)
         if offset + nbytes > segment.capacity:
             raise DecodeError(
                 f"pool slot {name}: bytes [{offset}, {offset + nbytes}) outside its {segment.capacity}-byte area"
             )
         segment.page.claim(generation, capability)  # (errors name the page: "pool slot <name>")
+        if not kept:
+            self._keep(name, number, segment)
         if borrow:
             try:
                 lease = _ReceiverLease(segment, nbytes, offset, generation)
@@ -342,7 +375,7 @@ class SlotReader:
     def discard(self, name: str, number: int | None, generation: int, capability: bytes) -> bool:
         """Free a slot whose message will not be read, if the handle proves its capability."""
         try:
-            segment = self._segment(name, number)
+            segment, _ = self._segment(name, number)
         except CodecError:
             return False
         return segment.page.discard(generation, capability)

@@ -239,6 +239,98 @@ def test_an_unsealed_memfd_is_refused_even_with_the_right_capability(directory: 
             os.close(fd)
 
 
+def _sparse_slot(capacity: int, *, forged: bool = False) -> tuple[int, dict[str, Any]]:
+    """A hostile sender's own sealed memfd of ``capacity`` bytes (sparse: it costs its maker
+    nothing), laid out as a slot in flight; its handle's capability is wrong if ``forged``."""
+    name = f"tw-{os.getpid()}-{secrets.token_hex(16)}-1"
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, CONTROL_BYTES + capacity)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    with mmap.mmap(fd, CONTROL_BYTES) as mapping:
+        page = Page(fd, mapping, name)
+        page.init(capacity)
+        generation = page.take(SENDER)
+        capability = secrets.token_bytes(16) if forged else page.hand_over(60.0)
+        if forged:
+            page.hand_over(60.0)
+        page.release()
+    handle = {"transport": "shm-slot", "name": name, "offset": 0, "generation": generation, "capability": capability}
+    return fd, {**handle, "fd": fd}
+
+
+def _mapped_here(name: str) -> bool:
+    return name in Path("/proc/self/maps").read_text()
+
+
+def test_a_forged_capability_leaves_no_mapping_behind(directory: Path) -> None:
+    """A segment was mapped, and kept mapped, before its claim proved the handle's capability: a
+    peer that named its own sparse memfds of terabytes with wrong capabilities filled the
+    receiver's address space in a few dozen messages (its allocations then failed, an honest
+    sender's messages too). A segment is now kept mapped only once a claim of it succeeded."""
+    own, _, head = _template(directory)
+    _release_own(own, head)
+    receiver = transports.ShmTransport(directory)
+    decoder = tw.Decoder(REGISTRY, transports=[receiver])
+    fd, handle = _sparse_slot(1 << 30, forged=True)
+    try:
+        with pytest.raises(tw.DecodeError, match="capability"):
+            decoder.decode([frame_of([*head[:3], [[4096, handle]], head[4]])])
+        assert receiver._reader.mapped == 0 and not _mapped_here(handle["name"])
+    finally:
+        os.close(fd)
+    fd, handle = _sparse_slot(1 << 30)
+    try:
+        out = decoder.decode([frame_of([*head[:3], [[4096, handle]], head[4]])]).output
+        assert out.shape == (1024,) and receiver._reader.mapped == 1  # proven: kept for the next slot
+        del out
+    finally:
+        os.close(fd)
+        receiver.close()
+
+
+def test_a_segment_larger_than_the_receiver_maps_is_refused_before_it_is_mapped(directory: Path) -> None:
+    """A segment larger than the receiver keeps mapped in all (this host's memory by default: a
+    sender's slots are memory as they are made) is refused whatever its capability."""
+    own, _, head = _template(directory)
+    _release_own(own, head)
+    receiver = transports.ShmTransport(directory)
+    limit = receiver._reader.max_mapped_bytes
+    assert limit == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    fd, handle = _sparse_slot(limit)  # with its page: over the limit
+    try:
+        size = CONTROL_BYTES + limit
+        with pytest.raises(
+            tw.DecodeError, match=rf"cannot be mapped: it holds {size} bytes, more than this receiver maps \({limit}\)"
+        ):
+            tw.Decoder(REGISTRY, transports=[receiver]).decode([frame_of([*head[:3], [[4096, handle]], head[4]])])
+        assert receiver._reader.mapped == 0 and not _mapped_here(handle["name"])
+    finally:
+        os.close(fd)
+        receiver.close()
+
+
+def test_the_segments_a_receiver_keeps_mapped_stay_within_its_bytes(directory: Path) -> None:
+    """Past ``max_mapped_bytes`` the least recently used segment is let go before another is kept
+    (it was let go only after, and only past ``max_segments``)."""
+    own, _, head = _template(directory)
+    _release_own(own, head)
+    receiver = transports.ShmTransport(directory)
+    receiver._reader.max_mapped_bytes = 5 * (CONTROL_BYTES + (1 << 20)) // 2  # two segments of 1 MiB
+    decoder = tw.Decoder(REGISTRY, transports=[receiver])
+    made = [_sparse_slot(1 << 20) for _ in range(4)]
+    try:
+        for _, handle in made:
+            out = decoder.decode([frame_of([*head[:3], [[4096, handle]], head[4]])]).output
+            assert out.shape == (1024,)
+            del out
+        assert receiver._reader.mapped == 2
+        assert [_mapped_here(handle["name"]) for _, handle in made] == [False, False, True, True]
+    finally:
+        for fd, _ in made:
+            os.close(fd)
+        receiver.close()
+
+
 def _shm(name: str) -> dict[str, Any]:
     return {"transport": "shm", "name": name, "capability": bytes(16)}
 
