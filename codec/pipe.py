@@ -354,7 +354,9 @@ class Receiver:
             part = chunk[: size - len(buffer)]
             read_into(fd, part, deadline, before=len(buffer), whole=size)
             buffer += part
-        buffer += bytes(capacity - size)
+        chunk[:] = bytes(len(chunk))  # the rest of the capacity, zeros a chunk at a time (no temporary
+        while len(buffer) < capacity:  # of half the capacity beside the message)
+            buffer += chunk[: capacity - len(buffer)]
         self._buffer = buffer
         return memoryview(buffer)[:size]
 

@@ -146,6 +146,30 @@ def test_an_oversized_message_is_read_off_in_bounded_memory(pipe: tuple[Connecti
     sender.wait()
 
 
+def test_a_message_just_over_half_of_max_bytes_takes_no_more_than_max_bytes_to_read(
+    pipe: tuple[Connection, Connection],
+) -> None:
+    """A grown buffer was padded to its capacity with one temporary of the missing bytes: a message
+    just over half of ``max_bytes`` made the receiver allocate ~1.5 times ``max_bytes``."""
+    reader, writer = pipe
+    frames = frames_of(4 * MiB, seed=5)
+    size = len(tw.join(frames))
+    assert 4 * MiB < size < 4 * MiB + 4 * KiB
+    receiver = Receiver(reader, initial=64 * KiB, max_bytes=8 * MiB)
+    sender = Sender(writer)
+    sender.send_raw(lambda: send(writer, frames))
+    tracemalloc.start()
+    try:
+        got = receiver.recv(timeout=WAIT)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    sender.wait()
+    assert same_bits(decoded(got), decoded(frames)) and receiver.capacity == 8 * MiB
+    # max_bytes, bytearray's margin as it grows (an eighth) and a chunk or two: ~1.5 x max_bytes before
+    assert peak < 9 * MiB + 512 * KiB, f"a {size}-byte message took {peak} bytes"
+
+
 def test_a_kept_error_of_a_message_over_max_bytes_through_another_reader_keeps_none_of_it(
     pipe: tuple[Connection, Connection],
 ) -> None:
