@@ -43,7 +43,7 @@ Cases = Mapping[str, Sequence[tuple[str, Callable[[], Any]]]]
 """Fixture builders per type id: ``(case name, a function that builds the message)``."""
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # one path component: no separator, never . or ..
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # one path component (whole): no separator, . or .., newline
 
 
 def _bits(value: Any) -> str:
@@ -170,7 +170,7 @@ def record(root: Path, cases: Cases) -> list[Path]:
     for type_id, builders in cases.items():
         for case, build in builders:
             for what, name in (("type id", type_id), ("case name", case)):
-                if not isinstance(name, str) or not _NAME.match(name):
+                if not isinstance(name, str) or not _NAME.fullmatch(name):
                     raise ValueError(f"{what} {name!r} is not a plain file name: it would be written outside {root}")
             message = build()
             version = type(message).__tw_type__.version

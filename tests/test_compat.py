@@ -118,6 +118,29 @@ def test_suppressions_keep_the_finding_visible(tmp_path: Path) -> None:
     ]
 
 
+def test_a_suppression_s_reason_is_shown_escaped_in_the_text_and_github_formats(tmp_path: Path) -> None:
+    """The reason of an ``x-compat-ignore`` was printed as written: a newline in it forged a line
+    that reads as a finding of another file, and ESC and bidirectional overrides reached the
+    terminal."""
+    from tensorwire.compat._report import render
+
+    reason = "ok\nschemas/other.json:1:1: FORGED_FINDING [breaks old readers] \x1b]0;title\x07\u202e"
+
+    def change(docs: dict[str, Any]) -> None:
+        thing = docs["t/Thing.v1.json"]
+        thing["$defs"]["Mode"]["enum"].append("eco")
+        _props(thing)["mode"]["x-compat-ignore"] = [{"rule": "ENUM_MEMBER_ADDED", "reason": reason}]
+
+    old, new = _dirs(tmp_path, change)
+    findings = compare(old, new)
+    assert [f.suppressed for f in findings] == [reason]  # the finding keeps it as written (JSON escapes it)
+    for fmt in ("text", "github"):
+        shown = render(findings, fmt)
+        assert "\n" not in shown and "\x1b" not in shown and "\u202e" not in shown, fmt
+        assert "suppressed: ok\\nschemas/other.json:1:1: FORGED_FINDING" in shown, fmt
+        assert "\\x1b]0;title\\x07\\u202e]" in shown, fmt
+
+
 def test_a_suppression_of_a_retired_rule_covers_the_rules_that_replaced_it(tmp_path: Path) -> None:
     """``SET_SEMANTICS_CHANGED`` became ``ARRAY_MADE_SET`` and ``SET_MADE_ARRAY``: a schema that
     ignored it keeps its change accepted, for the same reason."""

@@ -371,6 +371,8 @@ def test_a_record_stopped_part_of_the_way_is_finished_by_the_next(
         ({"rpc.Value": [("../../x", lambda: None)]}, "case name '../../x'"),
         ({"rpc.Value": [("..", lambda: None)]}, "case name '..'"),
         ({"rpc.Value": [("a/b", lambda: None)]}, "case name 'a/b'"),
+        ({"rpc.Value": [("bf16\n", lambda: None)]}, "case name 'bf16\\n'"),  # a line break in the manifest
+        ({"rpc.Value\n": [("x", lambda: None)]}, "type id 'rpc.Value\\n'"),
     ],
 )
 def test_record_refuses_a_name_that_would_escape_the_fixture_directory(tmp_path: Path, cases: Any, bad: str) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from tensorwire.compat._diff import Finding
 from tensorwire.compat._rules import RULES
+from tensorwire.errors import printable
 
 __all__ = ["JSON_SCHEMA", "exit_code", "github_command", "render", "rules_table"]
 
@@ -41,8 +42,8 @@ JSON_SCHEMA = {
 
 
 def _side(finding: Finding) -> str:
-    if finding.suppressed is not None:
-        return f"suppressed: {finding.suppressed}"
+    if finding.suppressed is not None:  # (a schema's own text: a newline or ESC in it shown escaped)
+        return f"suppressed: {printable(finding.suppressed)}"
     return {"both": "breaks old readers and old writers", "none": "info"}.get(finding.side, f"breaks {finding.side}")
 
 
