@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tensorwire.cli import main
-from tensorwire.config import MAX_FILE_BYTES, CompatIgnore, ConfigError, find_config, load_config
+from tensorwire.config import MAX_FILE_BYTES, MAX_KEY_PARTS, CompatIgnore, ConfigError, find_config, load_config
 from tests.compat_cases import BASE
 from tests.conftest import NOT_READ, NOT_REGULAR, make_not_read, make_not_regular, write_schemas
 
@@ -81,15 +81,15 @@ def test_a_bad_file_names_itself_and_the_key(tmp_path: Path, text: str, error: s
 @pytest.mark.parametrize(
     ("line", "shown"),
     [
-        ("schemas." + ".".join(["a"] * 5000) + " = 1", "{'a': {'a': {'a': {...}}}}"),
+        ("schemas." + ".".join(["a"] * (MAX_KEY_PARTS - 1)) + " = 1", "{'a': {'a': {'a': {...}}}}"),
         ("schemas = [" + ", ".join(["'x'"] * 100_000) + "]", "['x', 'x', 'x', 'x', 'x', 'x', ...]"),
     ],
     ids=["nested", "long"],
 )
 def test_a_value_of_the_wrong_type_is_shown_cut_short(tmp_path: Path, line: str, shown: str) -> None:
-    """Dotted keys nest a table as deep as the file makes them, with no recursion in tomllib: the
-    error's ``repr`` of such a value raised a RecursionError (an internal error, exit 3); a long
-    value was printed whole (the file's megabytes)."""
+    """Dotted keys nest a table as deep as the file makes them (``MAX_KEY_PARTS``; 5,000 before),
+    with no recursion in tomllib: the error's ``repr`` of such a value raised a RecursionError (an
+    internal error, exit 3); a long value was printed whole (the file's megabytes)."""
     (tmp_path / "tensorwire.toml").write_text(line + "\n")
     with pytest.raises(ConfigError) as info:
         find_config(tmp_path)
@@ -254,6 +254,46 @@ def test_a_file_another_user_owns_is_refused_not_read(tmp_path: Path) -> None:
     os.chown(tmp_path / "pyproject.toml", 54321, -1)  # the table says nothing, so it is no problem
     planted.unlink()
     assert find_config(tmp_path) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_another_user_s_file_is_judged_before_it_is_read_as_toml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user's file was read as TOML before its owner was looked at: a 40 KB
+    ``pyproject.toml`` planted above the working directory (a key of 20,000 parts) cost every user
+    below it ~1.6 GB and seconds. Now such a ``pyproject.toml`` that does not name tensorwire is
+    passed over, and any other file of another user is refused, neither read as TOML."""
+    import tomllib
+
+    def not_to_be_read(text: str) -> None:
+        raise AssertionError("read as TOML")
+
+    monkeypatch.setattr(tomllib, "loads", not_to_be_read)
+    planted = tmp_path / "pyproject.toml"
+    planted.write_text(".".join(["x"] * 20_000) + " = 1\n")
+    os.chown(planted, 54321, -1)
+    (tmp_path / "sub").mkdir()
+    assert find_config(tmp_path / "sub") is None
+    planted.write_text("[tool.tensorwire]\nout = '/somewhere/else'\n" + ".".join(["x"] * 20_000) + " = 1\n")
+    with pytest.raises(ConfigError) as info:
+        find_config(tmp_path / "sub")
+    assert str(info.value) == f"{planted}: owned by uid 54321, not by this user: not read (move or remove it)"
+
+
+def test_a_dotted_key_of_too_many_parts_is_refused_before_it_is_read_as_toml(tmp_path: Path) -> None:
+    """Python's TOML reader takes time and memory growing with the square of a dotted key's parts."""
+    path = tmp_path / "tensorwire.toml"
+    for parts, quote in ((MAX_KEY_PARTS + 1, ""), (MAX_KEY_PARTS + 1, '"'), (10_000, "")):
+        key = ".".join([f"{quote}k{quote}"] * parts)
+        path.write_text(f"schemas = 'defs'\n\n[{key}]\nx = 1\n")
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        assert str(info.value) == f"{path}:3: a dotted key or table name of more than {MAX_KEY_PARTS} parts"
+    path.write_text("schemas = 'defs'\n" + ".".join(["k"] * MAX_KEY_PARTS) + " = 1\n")  # as many as allowed
+    with pytest.raises(ConfigError, match=r"tensorwire\.toml: k: unknown key; known: schemas, "):  # read, then
+        # refused for what it says
+        load_config(path)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a link to another user needs root")
