@@ -1532,6 +1532,35 @@ def test_cli_against_a_crafted_revision_writes_nothing_outside_its_directory_and
     assert not (Path(tempfile.gettempdir()) / "planted.json").exists()
 
 
+def test_cli_against_a_revision_whose_tree_holds_a_file_and_a_folder_of_one_name_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crafted tree can hold a file and a folder of the same name, or one name twice: writing
+    them out to read them raised ``FileExistsError`` (an internal error, exit 3)."""
+    repo = tmp_path / "repo"
+    write_schemas(repo / "schemas", copy.deepcopy(BASE))
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "schemas")
+    thing = (repo / "schemas" / "t" / "Thing.v1.json").read_bytes()
+    blob = _git_out(repo, "hash-object", "-w", "--stdin", stdin=thing)
+    inner = _git_out(repo, "mktree", stdin=f"100644 blob {blob}\tThing.v1.json\n".encode())
+    monkeypatch.chdir(repo)
+    for entries in (
+        f"100644 blob {blob}\tThing.v1.json\n040000 tree {inner}\tThing.v1.json\n",  # a file and a folder
+        f"100644 blob {blob}\tThing.v1.json\n100644 blob {blob}\tThing.v1.json\n",  # one name twice
+    ):
+        t = _git_out(repo, "mktree", stdin=entries.encode())
+        schemas = _git_out(repo, "mktree", stdin=f"040000 tree {t}\tt\n".encode())
+        top = _git_out(repo, "mktree", stdin=f"040000 tree {schemas}\tschemas\n".encode())
+        rev = _git_out(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit-tree", top, "-m", "crafted")
+        assert main(["compat", "--against", rev]) == 2
+        assert capsys.readouterr().err == (
+            f"tensorwire: {rev}:schemas/t/Thing.v1.json: named twice, or both a file and a folder;"
+            " no checkout holds that tree\n"
+        )
+
+
 def test_cli_against_a_revision_runs_from_any_directory_of_the_repository(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

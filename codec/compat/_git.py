@@ -68,15 +68,19 @@ def checkout_schemas(schema_dir: Path, rev: str, into: Path) -> Path | None:
         except subprocess.CalledProcessError:
             raise CompatError(f"cannot read {rev}:{name}; fetch it first: {_fetch_hint(rev)}") from None
         target = into / Path(name).relative_to(rel)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(blob)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(blob)
+        except OSError as exc:  # (a tree a checkout could not hold either; refused below, but never exit 3)
+            raise CompatError(f"{rev}:{name}: cannot write it to read it: {exc.strerror or exc}") from None
     return into
 
 
 def _schema_blobs(top: Path, rev: str, rel: str) -> list[tuple[str, str, int]]:
     """``(path, object id, size)`` of every ``.json`` file under ``rel`` at ``rev``; a ``CompatError``
     for a path with a ``.`` or ``..`` component (a tree git itself would refuse to check out, which
-    would otherwise be written outside the directory it is read into)."""
+    would otherwise be written outside the directory it is read into), and for a path that is named
+    twice or is both a file and a folder (a crafted tree: no checkout holds both)."""
     listing = _git_bytes(top, "ls-tree", "-r", "-z", "-l", rev, "--", rel)  # names as they are, unquoted
     blobs: list[tuple[str, str, int]] = []
     for entry in listing.split(b"\0"):
@@ -89,6 +93,13 @@ def _schema_blobs(top: Path, rev: str, rel: str) -> list[tuple[str, str, int]]:
             raise CompatError(f"{rev}:{name}: a path with a '.' or '..' component; git would not check it out")
         if kind == b"blob":
             blobs.append((name, oid.decode(), int(size)))
+    names = [name for name, _, _ in blobs]
+    folders = {name.rsplit("/", i)[0] for name in names for i in range(1, name.count("/") + 1)}
+    seen: set[str] = set()
+    for name in names:
+        if name in seen or name in folders:
+            raise CompatError(f"{rev}:{name}: named twice, or both a file and a folder; no checkout holds that tree")
+        seen.add(name)
     return blobs
 
 
