@@ -584,6 +584,29 @@ def test_gen_takes_a_field_named_as_a_string_the_class_holds(tmp_path: Path) -> 
     assert out.stdout == "3\n"
 
 
+def test_gen_namespaces_that_import_each_other_with_an_enum_default_import_in_any_order(tmp_path: Path) -> None:
+    """Namespace ``a`` holds a ``b.B``; ``b.B`` has a field of ``a``'s enum with a default. Each module
+    imported the other first thing, and ``b``'s class read ``a.Color.RED`` as it was made: the
+    package failed at import (a partially initialized module), and ``gen --check`` called it up to
+    date. A module with enums now imports the other namespaces once its enums exist."""
+    color = {"type": "string", "enum": ["red", "blue"], "x-enum-name": "Color"}
+    a = {**minimal("a.A", b={"$ref": "../b/B.v1.json"}), "$defs": {"Color": color}}
+    b = minimal("b.B", c={"$ref": "../a/A.v1.json#/$defs/Color", "default": "red"})
+    schemas = write_schemas(tmp_path / "schemas", {"a/A.v1.json": a, "b/B.v1.json": b})
+    assert main(["gen", str(schemas), "-o", str(tmp_path / "cyc")]) == 0
+    assert main(["gen", "--check", str(schemas), "-o", str(tmp_path / "cyc")]) == 0
+    use = (
+        "import tensorwire as tw, cyc; m = cyc.a.A(b=cyc.b.B()); "
+        "r = tw.Decoder(cyc.REGISTRY).decode(tw.Encoder().encode(m)); "
+        "print(r == m, r.b.c is cyc.a.Color.RED)"
+    )
+    for first in ("cyc", "cyc.a", "cyc.b"):
+        out = subprocess.run(
+            [sys.executable, "-c", f"import {first}; {use}"], cwd=tmp_path, capture_output=True, text=True, check=False
+        )
+        assert (out.returncode, out.stdout, out.stderr) == (0, "True True\n", ""), first
+
+
 @pytest.mark.parametrize("command", [["ls"], ["ls", "--json"], ["reap"], ["reap", "--dry-run"]])
 @pytest.mark.parametrize(("name", "why"), [("missing", "No such file or directory"), ("file", "Not a directory")])
 def test_shm_names_a_dir_it_cannot_list(

@@ -315,10 +315,15 @@ class _Module:
         header = [f"{HEADER_PREFIX}the schemas of {self.ns}. DO NOT EDIT."]
         header += [f"# {m.type_id} v{m.version} sha256:{m.fingerprint}" for m in messages]
         header.append(f'"""Message types of namespace ``{self.ns}``."""')
-        top = "\n".join(header) + "\n\n" + self._imports(bool(enums)) + "\n\n" + _all(exports)
+        after_enums = bool(enums and self.foreign)  # (a module with no enum of its own imports them first)
+        top = "\n".join(header) + "\n\n" + self._imports(bool(enums), not after_enums) + "\n\n" + _all(exports)
+        if after_enums:  # a module that imports this one back reads this one's enums as its classes are
+            # made (a field's default): they exist before it is imported, whatever the order of the imports
+            lines = "\n".join(f"from . import {ns} as _ns_{ns}  # noqa: E402" for ns in sorted(self.foreign))
+            bodies.insert(len(enums), f"# the other namespaces' modules, once this one's enums exist\n{lines}")
         return "\n\n\n".join([top, *bodies]) + "\n"
 
-    def _imports(self, has_enums: bool) -> str:
+    def _imports(self, has_enums: bool, foreign: bool = True) -> str:
         std = ["import enum"] if has_enums else []
         typing_names = sorted(self.imports & _TYPING, key=_isort)
         if typing_names:
@@ -336,7 +341,7 @@ class _Module:
             if len(line) <= WIDTH
             else "from tensorwire.runtime import (\n" + "".join(f"    {n},\n" for n in names) + ")"
         )
-        if self.foreign:
+        if self.foreign and foreign:
             blocks.append("\n".join(f"from . import {ns} as _ns_{ns}" for ns in sorted(self.foreign)))
         blocks.append(_REQUIRE)
         return "\n\n".join(b for b in blocks if b)
