@@ -190,11 +190,18 @@ def _rest(rules: StructRules, obj: Any) -> None:
     _validate(rules, obj)
 
 
+VALIDATOR_RUNS = 0
+"""How many times named validators have run in this process (from any thread): an encoder that sees
+it move across its schema check knows the caller's code ran there (it may have resized a storage)."""
+
+
 def _validate(rules: StructRules, obj: Any) -> None:
     """The named validators of ``rules``, each looked up when it runs (one registered later counts).
     A validator's error other than a ``ValueError``, ``TypeError``, ``CodecError``, ``MemoryError``
     or ``RecursionError`` is a ``ValidationError`` naming it, so that a decode raises a
     ``DecodeError`` for it, whatever the validator raised on what a peer sent."""
+    global VALIDATOR_RUNS
+    VALIDATOR_RUNS += 1
     for name in rules.validators:
         found = validator(name)
         if found is None:

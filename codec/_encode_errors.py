@@ -23,6 +23,7 @@ __all__ = [
     "foreign_error",
     "int_error",
     "located",
+    "moved_error",
     "no_wire_form",
     "text_error",
     "unsupported_error",
@@ -112,6 +113,22 @@ class Foreign(Exception):
 
 def _foreign(value: Any) -> bool:
     return isinstance(value, msgspec.msgpack.Ext | msgspec.Raw)
+
+
+def moved_error(message: Any, address: int, max_depth: int) -> EncodeError:
+    """The error for a tensor of ``message`` whose storage (now at ``address``) was resized or moved
+    while the message was encoded, with the path of the first tensor over it."""
+    import torch  # (only a message with tensors gets here)
+
+    def over_it(value: Any) -> bool:
+        return isinstance(value, torch.Tensor) and value.untyped_storage().data_ptr() == address
+
+    found = locate(message, over_it, max_depth)
+    return EncodeError(
+        "the tensor's storage was resized or moved while the message was encoded (by a named validator, "
+        "or a tensor subclass's code): its bytes are not there to send",
+        path=None if found is None else found[0],
+    )
 
 
 def foreign_error(message: Any, max_depth: int) -> EncodeError:

@@ -25,9 +25,10 @@ from typing import Any, Final
 
 import msgspec
 
+from tensorwire import _contract
 from tensorwire._blocks import BufferPlan
 from tensorwire._body import KEEP, encode_body, stand_in
-from tensorwire._encode_errors import Foreign, foreign_error, int_error, text_error, unsupported_error
+from tensorwire._encode_errors import Foreign, foreign_error, int_error, moved_error, text_error, unsupported_error
 from tensorwire._locate import entry_path, msgspec_error, too_deep
 from tensorwire._native import SPEEDUPS
 from tensorwire._plan import TypePlan, type_plan
@@ -170,6 +171,7 @@ class Encoder(Sealed):
             if outgoing.rerun:  # a storage with several views: written again, knowing their extent
                 outgoing = outgoing.again()
                 body = encode_body(prepared, outgoing, limits.max_depth, message)
+            runs = _contract.VALIDATOR_RUNS
             if options.validate:  # the schema check, inline (a call less): a pooled ``Checking``
                 # decodes the body with the caller's own tensors in place of their extensions
                 free = plan.check.free
@@ -191,6 +193,11 @@ class Encoder(Sealed):
                         free.append(checking)
             if plan.levels > limits.max_depth:
                 _check_levels(body, message, limits.max_depth)
+            if outgoing.subclassed or _contract.VALIDATOR_RUNS != runs:  # the caller's code ran since
+                # the tensors' memory was looked at: read by address from here on, it must still be there
+                moved = outgoing.unmoved()
+                if moved is not None:
+                    raise moved_error(message, moved, limits.max_depth)
         except _FAILURES as exc:
             raise _failure(plan, cls, exc, body) from exc.__cause__
         except MemoryError:

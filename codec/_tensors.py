@@ -86,6 +86,7 @@ class Outgoing:
         "embed_below",
         "limits",
         "rerun",
+        "subclassed",
         "values",
     )
 
@@ -110,6 +111,7 @@ class Outgoing:
         self._shared = shared  # second pass: blocks with several views, their full extents known
         self.rerun = False  # first pass: some block holds several views (the body must be written again)
         self._runtime = runtime  # the transport's ``device_runtime`` (None: torch's own)
+        self.subclassed = False  # whether a tensor's own type (a subclass's ``__torch_function__``) ran code
 
     def again(self) -> Outgoing:
         """The state for the second pass, knowing which blocks are shared and how far their views reach."""
@@ -134,6 +136,8 @@ class Outgoing:
         if len(self.values) >= self.limits.max_tensors:
             raise self._too_many()
         self.values.append(tensor)  # also keeps ``id(tensor)`` from being reused during the call
+        if type(tensor) is not torch.Tensor:
+            self.subclassed = True
         dtype = tensor.dtype
         known = _TORCH.get(dtype)
         if known is None:
@@ -285,6 +289,24 @@ class Outgoing:
             return self._placed(1, code, shape, None, compact_array(array, nbytes), 0, nbytes)
         plan = group.plan(lo, hi)
         return self._placed(1, code, shape, layout, plan, start - group.base - plan.start, nbytes)
+
+    def unmoved(self) -> int | None:
+        """The data address (0 for a storage emptied) of a torch storage whose memory this message
+        reads without a copy (by address, at the join of frame 0 or in an export) that was resized
+        or moved since it was looked at: by code of the caller's that ran after (a named validator,
+        a tensor subclass's); None if every one is as it was."""
+        kept = [*self._groups.items(), *(self._shared or {}).items()]
+        for key, block in kept:
+            if type(block) is tuple:  # one view inside frame 0: (lo, hi, storage), its storage's address in the key
+                storage, base, hi = block[2], key[1], block[1]
+            elif block.storage is not None:
+                storage, base, hi = block.storage, block.base, block.hi
+            else:  # numpy memory: no view of it can be resized while the message holds one
+                continue
+            now = storage.data_ptr()
+            if now != base or storage.nbytes() < hi - base:
+                return int(now)
+        return None
 
     def _embed(self, data: memoryview) -> int:
         """Append a copy of ``data`` to frame 0's data; its offset there."""

@@ -130,6 +130,91 @@ def test_a_tensor_whose_storage_was_shrunk_under_it_is_refused_not_read_past(enc
     assert caught.value.path == "$.output[0]" and caught.value.type_id == "diffusion.Output"
 
 
+_SHRINKING: list[bool] = [False]
+
+
+def _shrinking_registry(tmp_path: Any) -> Any:
+    """A registry of ``shrink.M`` (a tensor ``a``, a list of tensors ``b``) whose named validator
+    empties the storage of ``a`` while ``_SHRINKING[0]`` is set, as a caller's validator can."""
+    from tests.conftest import minimal, write_schemas
+
+    name = "shrink.storage_of_a"
+    if name not in tw.rules.known_validators():
+
+        @tw.register_validator(name)
+        def storage_of_a(message: Any) -> None:
+            if _SHRINKING[0]:
+                message.a.untyped_storage().resize_(0)
+
+    doc = minimal("shrink.M", a={"x-tensor": {"dtypes": ["float32"]}}, b={"type": "array", "items": {"x-tensor": {}}})
+    doc["x-validators"] = [name]
+    return tw.load_schemas(write_schemas(tmp_path / "schemas", {"shrink/M.v1.json": doc}))
+
+
+@pytest.mark.parametrize("size", [5, 1 << 20], ids=["inside frame 0", "a buffer"])
+@pytest.mark.parametrize("out_of_band", [False, True], ids=["inline", "shared memory"])
+@pytest.mark.parametrize("shared", [False, True], ids=["one view", "views sharing a storage"])
+def test_a_storage_a_validator_resizes_after_its_tensor_was_looked_at_is_refused_not_read(
+    tmp_path: Any, size: int, out_of_band: bool, shared: bool
+) -> None:
+    """The bounds of a tensor's storage were checked as the body was written; a named validator,
+    which runs after, could empty the storage: the encoder then sent freed memory, or crashed
+    (SIGSEGV). Its memory is looked at again once the caller's code has run: an ``EncodeError``
+    naming the field, nothing exported."""
+    message_type = _shrinking_registry(tmp_path).type("shrink.M")
+    base = torch.full((size * 2,), 1.5)
+    a = base[:size] if shared else torch.full((size,), 1.5)
+    message = message_type(a=a, b=[base[size:]] if shared else [])
+    before = set(segments_of(os.getpid()))
+    with transports.ShmTransport() as shm:
+        encoder = tw.Encoder(transport=shm, options=OUT_OF_BAND) if out_of_band else tw.Encoder()
+        _SHRINKING[0] = True
+        try:
+            with pytest.raises(tw.EncodeError, match=r"storage was resized or moved while the message was encoded"):
+                encoder.encode(message)
+        finally:
+            _SHRINKING[0] = False
+        with pytest.raises(tw.EncodeError, match=r"\(a storage resized under its view cannot travel\)") as caught:
+            encoder.encode(message)  # emptied: now refused as it is written, as before
+        assert caught.value.path == "$.a"
+        assert shm.pool is None or all(
+            slot.state == tensorwire.transports._page_layout.FREE for slot in shm.pool.slots()
+        )
+    assert set(segments_of(os.getpid())) <= before
+
+
+def test_the_error_for_a_storage_a_validator_resized_names_the_field_and_the_type(tmp_path: Any) -> None:
+    message = _shrinking_registry(tmp_path).type("shrink.M")(a=torch.full((5,), 1.5), b=[])
+    _SHRINKING[0] = True
+    try:
+        with pytest.raises(tw.EncodeError) as caught:
+            tw.Encoder().encode(message)
+    finally:
+        _SHRINKING[0] = False
+    assert str(caught.value) == (
+        "shrink.M: the tensor's storage was resized or moved while the message was encoded (by a named "
+        "validator, or a tensor subclass's code): its bytes are not there to send - at `$.a`"
+    )
+    assert (caught.value.path, caught.value.type_id) == ("$.a", "shrink.M")
+
+
+def test_a_storage_a_tensor_subclass_resizes_as_the_body_is_written_is_refused_not_read() -> None:
+    """A tensor subclass's ``__torch_function__`` runs as the encoder reads it, after an earlier
+    tensor of the message was looked at: it could empty that tensor's storage."""
+    victim = torch.full((5,), 1.5)
+
+    class Emptying(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            victim.untyped_storage().resize_(0)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    message = diffusion.Output(output=[victim, torch.ones(3).as_subclass(Emptying)])
+    with pytest.raises(tw.EncodeError, match=r"storage was resized or moved while the message") as caught:
+        tw.Encoder().encode(message)
+    assert caught.value.path == "$.output[0]"
+
+
 def test_a_tensor_with_no_data_is_refused_by_field_path_before_any_export() -> None:
     """A meta tensor has a shape and a dtype but no memory: an ``EncodeError`` naming its field,
     raised before any of the message's other buffers goes to the transport."""
