@@ -23,7 +23,7 @@ import msgspec
 from tensorwire._body import stand_in
 from tensorwire._locate import entry_path, header_path, msgspec_error
 from tensorwire._wire import MAGIC, WIRE_VERSION, parse_tag
-from tensorwire.errors import DecodeError, printable
+from tensorwire.errors import DecodeError, ValidationError, printable
 from tensorwire.registry import Registry, UnknownTypeError
 
 __all__ = ["clear_locals", "decode_error", "refusal", "table_error", "typed_error"]
@@ -65,6 +65,10 @@ def decode_error(head: Any, exc: Exception, registry: Registry, strict: bool) ->
         if ident is not None and path.startswith("$[4]") and ("[...]" in path or on_key):
             path = _entry_path(head, ident, path, problem, on_key, registry)
         path = header_path(path)
+    rule = exc.__cause__
+    inner = rule.path if isinstance(rule, ValidationError) else None
+    if path is not None and not on_key and inner and inner.startswith("$"):
+        path += inner[1:]  # a struct's rule: msgspec names the struct, the rule its field
     if ident is None:
         return DecodeError(f"invalid header: {message}", path=path)
     return DecodeError(message, path=path, type_id=ident[0], version=ident[1])

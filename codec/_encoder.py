@@ -37,7 +37,7 @@ from tensorwire._scan import OPENERS, walk
 from tensorwire._sealed import Sealed
 from tensorwire._tensors import Outgoing, embed_room, quick_below
 from tensorwire._wire import BIN8, BIN16, data_header
-from tensorwire.errors import CodecError, DecodeError, EncodeError, TransportError
+from tensorwire.errors import CodecError, DecodeError, EncodeError, TransportError, ValidationError
 from tensorwire.options import EncodeOptions, Limits
 from tensorwire.transports.base import Buffer, Handle, Transport
 from tensorwire.transports.cuda_runtime import stage_to_host
@@ -346,6 +346,9 @@ def _failure(plan: TypePlan, cls: type, exc: BaseException, body: bytes) -> Enco
         message = f"invalid map key: {problem}" if on_key else problem
         if path is not None and ("[...]" in path or on_key):
             path = _entry_path(cls, body, path, problem, on_key) or path
+        rule = exc.__cause__
+        if not on_key and isinstance(rule, ValidationError) and rule.path and rule.path.startswith("$"):
+            path = (path or "$") + rule.path[1:]  # a struct's rule: msgspec names the struct, the rule its field
     else:
         message = str(exc)
     return EncodeError(message, path=path, type_id=plan.type_id, version=plan.version)

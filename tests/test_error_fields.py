@@ -542,12 +542,35 @@ def test_a_string_that_is_not_utf8_in_a_message_without_tensors(tmp_path: Path) 
     )
 
 
-def test_a_rule_breach_while_encoding_has_the_type_but_no_path() -> None:
+def test_a_rule_breach_while_encoding_has_the_type_and_the_field_s_path() -> None:
+    """A struct's rule (a tensor spec, a tree key) broken while encoding had no path at the top
+    level, and below it only the struct's (msgspec names the struct whose check raised): the rule's
+    own path is now added to it."""
     video = _video()
     video.tensor = torch.zeros(1, 3, 2, 4, 4, dtype=torch.int32)
     exc = _encode_error(video)
-    assert (exc.type_id, exc.version, exc.path) == ("media.Video", 1, None)
+    assert (exc.type_id, exc.version, exc.path) == ("media.Video", 1, "$.tensor")
     assert exc.message.startswith("media.Video.tensor: dtype int32 is not allowed")
+    video.tensor = torch.zeros(3, 2, 4, 4)
+    nested = diffusion.Output(media=media.Media(video=video))
+    exc = _encode_error(nested)
+    assert (exc.type_id, exc.path) == ("diffusion.Output", "$.media.video.tensor")
+    assert exc.message.startswith("media.Video.tensor: expected rank 5, got shape (3, 2, 4, 4)")
+
+
+def test_a_rule_breach_while_decoding_has_the_field_s_path() -> None:
+    """The same on decode: the path stopped at the struct whose rule a peer's message broke."""
+    video = _video()
+    video.tensor = torch.zeros(3, 2, 4, 4)  # rank 4, sent unchecked
+    unchecked = tw.Encoder(options=tw.EncodeOptions(validate=False))
+    for message, path, type_id in (
+        (video, "$.tensor", "media.Video"),
+        (diffusion.Output(media=media.Media(video=video)), "$.media.video.tensor", "diffusion.Output"),
+    ):
+        with pytest.raises(tw.DecodeError) as info:
+            DECODER.decode(unchecked.encode(message))
+        assert (info.value.type_id, info.value.path) == (type_id, path)
+        assert info.value.message == "media.Video.tensor: expected rank 5, got shape (3, 2, 4, 4)"
 
 
 # -- validation errors --------------------------------------------------------------------------
