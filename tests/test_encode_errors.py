@@ -207,7 +207,7 @@ def test_a_storage_a_tensor_subclass_resizes_as_the_body_is_written_is_refused_n
         @classmethod
         def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             victim.untyped_storage().resize_(0)
-            return super().__torch_function__(func, types, args, kwargs or {})
+            return super().__torch_function__(func, types, args, kwargs or {})  # type: ignore[no-untyped-call]
 
     message = diffusion.Output(output=[victim, torch.ones(3).as_subclass(Emptying)])
     with pytest.raises(tw.EncodeError, match=r"storage was resized or moved while the message") as caught:
