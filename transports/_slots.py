@@ -86,19 +86,19 @@ class _Mapped:
     )
 
     def __init__(
-        self, name: str, fd: int, mapping: mmap.mmap, path: Path | None, pins: _Pins, made: tuple[int, int]
+        self, name: str, page: Page, mapping: mmap.mmap, path: Path | None, pins: _Pins, made: tuple[int, int]
     ) -> None:
+        self.pinned: tuple[CudaRuntime, int] | str | None = None  # (runtime, pid) once registered
+        self.page = page  # (first: from here this object closes its fd, also one an interrupt left half made)
         self.name, self.mapping, self.path, self.pins = name, mapping, path, pins
         self.made = made  # the file mapped (``identity``): its name is removed only while it names it
         self.pid = os.getpid()  # the process that mapped it: a forked child's copy is its parent's
-        self.page = Page(fd, mapping, f"pool slot {name}")
         self.anchor = np.frombuffer(mapping, dtype=np.uint8)
         self.address: int = self.anchor.__array_interface__["data"][0]
         self.capacity = len(mapping) - CONTROL_BYTES
         self.creator = creator_pid(name)
         self.started = self.page.creator_started  # (read once: its creator wrote it as it made the page)
         self.gone = False  # its creator found dead by a look that told a reused pid (``creator_alive``)
-        self.pinned: tuple[CudaRuntime, int] | str | None = None  # (runtime, pid) once registered
 
     def forget(self) -> None:
         """Close the fd (the mapping lives on while a lease holds it)."""
@@ -143,8 +143,11 @@ class _Mapped:
             self.pins.total -= len(self.mapping)
 
     def __del__(self) -> None:  # the reader and every lease let go: no claim can be using the fd
-        self._unpin()
-        self.forget()
+        try:
+            if hasattr(self, "mapping"):  # (one an interrupt left half made has nothing registered)
+                self._unpin()
+        finally:
+            self.forget()
 
     def creator_seen(self) -> bool:
         """Whether the process that made this segment may live (one look, no file read): its pid
@@ -324,8 +327,16 @@ class SlotReader:
         except (OSError, ValueError) as exc:
             os.close(fd)
             raise DecodeError(f"{what} {name} cannot be mapped: {exc}") from None
-        segment = _Mapped(name, fd, mapping, path, self._pins, identity(info))
-        page = segment.page
+        page: Page | None = None
+        try:  # an interrupt as they are made leaves the fd to be closed here, or by the half-made segment
+            page = Page(fd, mapping, f"pool slot {name}")
+            segment = _Mapped(name, page, mapping, path, self._pins, identity(info))
+        except BaseException:
+            if page is None:
+                os.close(fd)  # (a page made but not yet named here holds the fd without closing it)
+            else:
+                page.close_fd()
+            raise
         page.marks_claims = path is not None  # across pid namespaces too, the sender sees it held
         if not page.valid or page.capacity != segment.capacity or page.flags & ONE_SHOT:
             segment.forget()

@@ -404,3 +404,48 @@ def _marked_by(page: Page) -> bool:
         return _page_lock.marked(other, RECEIVER_BYTE)
     finally:
         os.close(other)
+
+
+class _FrombufferThenInterrupt:
+    """``numpy`` for ``_slots``, whose ``frombuffer`` returns, then an interrupt lands (once)."""
+
+    def __init__(self) -> None:
+        import numpy
+
+        self.numpy, self.armed = numpy, True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.numpy, name)
+
+    def frombuffer(self, *args: Any, **kwargs: Any) -> Any:
+        result = self.numpy.frombuffer(*args, **kwargs)
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+        return result
+
+
+def _memfds_open() -> int:
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:")
+        except OSError:
+            pass
+    return found
+
+
+def test_an_interrupt_as_a_receiver_maps_a_segment_leaves_its_fd_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt landing as the segment's mapping was viewed (while the receiver's record of it
+    was being made) left the half-made record unable to close the sender's memfd (its ``__del__``
+    failed first on an attribute not yet set): the fd, and the sender's memory with it, stayed open
+    for as long as the receiver lived."""
+    with tw.transports.ShmTransport() as sender, tw.transports.ShmTransport() as receiver:
+        frames = tw.Encoder(transport=sender, options=OOB).encode(diffusion.Output(output=torch.ones(100_000)))
+        before = _memfds_open()
+        monkeypatch.setattr(_slots, "np", _FrombufferThenInterrupt())
+        with pytest.raises(KeyboardInterrupt):
+            tw.Decoder(REGISTRY, transports=[receiver]).decode(frames)
+        gc.collect()
+        assert _memfds_open() == before  # the sender's own, not a second one of the receiver's
+        assert sender.pool is not None and [slot.state for slot in sender.pool.slots()] == [FREE]  # given back
