@@ -25,6 +25,7 @@ import mmap
 import os
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tensorwire.errors import DecodeError, TransportError
@@ -134,6 +135,14 @@ def create_file(path: Path, size: int) -> int:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise TransportError(exc.errno, f"cannot create shared memory segment {path.name}: {exc.strerror}") from None
+    except BaseException:  # an interrupt as the call returned: the file was made, its fd not yet named here
+        try:
+            made: tuple[int, int] | None = identity(os.lstat(path))
+        except OSError:  # (none was made)
+            made = None
+        if made is not None:  # closed (and the name removed) only if this process holds an fd of it
+            _close_made(lambda fd: identity(os.fstat(fd)) == made, path)
+        raise
     try:
         _reserve(fd, size, f"{path.parent} for {path.name}")
     except BaseException:
@@ -175,6 +184,10 @@ def create_memfd(name: str, size: int) -> tuple[int, mmap.mmap]:
         fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     except OSError as exc:
         raise TransportError(exc.errno, f"cannot create memfd {name}: {exc.strerror}") from None
+    except BaseException:  # an interrupt as the call returned: the memfd was made, its fd not yet named here
+        link = f"/memfd:{name} (deleted)"  # (the name is this process's own: no other fd has it)
+        _close_made(lambda fd: os.readlink(f"/proc/self/fd/{fd}") == link, None)
+        raise
     try:
         where = f"memory for memfd {name}"
         _reserve(fd, size, where)
@@ -188,6 +201,24 @@ def create_memfd(name: str, size: int) -> tuple[int, mmap.mmap]:
     except BaseException:
         os.close(fd)
         raise
+
+
+def _close_made(made: Callable[[int], bool], path: Path | None) -> None:
+    """Close the fds of this process that ``made`` says are of a segment an interrupt kept the
+    creating call from returning (and remove ``path``, the name it was made at, if any)."""
+    try:
+        fds = [int(entry) for entry in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            if not made(fd):
+                continue
+        except OSError:  # (the listing's own fd, or one closed since)
+            continue
+        if path is not None:
+            remove_own(path, fd)
+        os.close(fd)
 
 
 def _reserve(fd: int, size: int, where: str) -> None:

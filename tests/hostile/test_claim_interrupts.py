@@ -14,6 +14,8 @@ import fcntl
 import gc
 import hmac
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -449,3 +451,53 @@ def test_an_interrupt_as_a_receiver_maps_a_segment_leaves_its_fd_closed(monkeypa
         gc.collect()
         assert _memfds_open() == before  # the sender's own, not a second one of the receiver's
         assert sender.pool is not None and [slot.state for slot in sender.pool.slots()] == [FREE]  # given back
+
+
+class _CreateThenInterrupt:
+    """``os`` for ``_segment``, whose creating calls (``memfd_create``, ``open`` with ``O_CREAT``)
+    return, then an interrupt lands, as CPython raises it once such a call returns."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def memfd_create(self, *args: Any) -> int:
+        os.memfd_create(*args)
+        raise KeyboardInterrupt
+
+    def open(self, path: Any, flags: int, *args: Any) -> int:
+        fd = os.open(path, flags, *args)
+        if flags & os.O_CREAT:
+            raise KeyboardInterrupt
+        return fd
+
+
+@pytest.mark.parametrize("kind", ["memfd pool", "named pool", "one-shot"])
+def test_an_interrupt_as_a_segment_is_created_leaves_neither_its_fd_nor_its_file(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new fd was not yet named when the interrupt landed, so nothing closed it: a memfd's
+    memory, or a named segment's file in /dev/shm, stayed for as long as the process (the file:
+    after it). Such an fd is found and closed, and the file it was made at removed."""
+    from tensorwire.transports import _segment
+
+    directory = tempfile.mkdtemp(dir="/dev/shm", prefix="twtest-create-")
+    choices: dict[str, dict[str, Any]] = {
+        "memfd pool": {},
+        "named pool": {"backing": "named"},
+        "one-shot": {"pool": False},
+    }
+    options = choices[kind]
+    try:
+        with tw.transports.ShmTransport(directory, **options) as shm:
+            encoder = tw.Encoder(transport=shm, options=OOB)
+            before = _memfds_open()
+            monkeypatch.setattr(_segment, "os", _CreateThenInterrupt())
+            for _ in range(3):
+                with pytest.raises(KeyboardInterrupt):
+                    encoder.encode(diffusion.Output(output=torch.ones(100_000)))
+            monkeypatch.undo()
+            assert _memfds_open() == before and os.listdir(directory) == []
+            frames = encoder.encode(diffusion.Output(output=torch.ones(100_000)))  # and it goes on
+            assert torch.equal(tw.Decoder(REGISTRY, transports=[shm]).decode(frames).output, torch.ones(100_000))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
