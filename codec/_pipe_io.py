@@ -45,9 +45,11 @@ class Written:
         self.bytes = 0
 
 
-def write_all(fd: int, parts: list[Buffer], total: int, done: Written) -> None:
-    """Write ``parts`` (``total`` bytes in all) to ``fd`` in order, all of them, counting them in ``done``."""
-    written = writev(fd, parts) if len(parts) <= _IOV_MAX else 0
+def write_all(fd: int, parts: list[Buffer], total: int, done: Written, deadline: float | None = None) -> None:
+    """Write ``parts`` (``total`` bytes in all) to ``fd`` in order, all of them, counting them in
+    ``done``; ``Stalled`` if a non-blocking ``fd`` has had no room for the rest by ``deadline``
+    (None: wait however long it takes)."""
+    written = writev(fd, parts, deadline, done, total) if len(parts) <= _IOV_MAX else 0
     done.bytes += written
     if written == total:
         return  # the common case: one call
@@ -61,7 +63,7 @@ def write_all(fd: int, parts: list[Buffer], total: int, done: Written) -> None:
             return
         if written:
             views[first] = views[first][written:]
-        written = writev(fd, views[first : first + _IOV_MAX])
+        written = writev(fd, views[first : first + _IOV_MAX], deadline, done, total)
         done.bytes += written
 
 
@@ -77,13 +79,16 @@ def wrote_nothing(exc: BaseException, parts: list[Buffer]) -> bool:
     return not all(memoryview(part).c_contiguous for part in parts)
 
 
-def writev(fd: int, parts: Sequence[Buffer]) -> int:
-    """``os.writev(fd, parts)``, waiting while a non-blocking ``fd`` has no room for any of it."""
+def writev(
+    fd: int, parts: Sequence[Buffer], deadline: float | None = None, done: Written | None = None, total: int = 0
+) -> int:
+    """``os.writev(fd, parts)``, waiting while a non-blocking ``fd`` has no room for any of it, by
+    ``deadline`` (``Stalled``, saying how many of the message's ``total`` bytes are ``done``)."""
     while True:
         try:
             return os.writev(fd, parts)
         except BlockingIOError:
-            wait_for(fd, select.POLLOUT, None, "")
+            wait_for(fd, select.POLLOUT, deadline, f"{0 if done is None else done.bytes} of {total} bytes written")
 
 
 class Stalled(Exception):

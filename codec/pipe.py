@@ -91,8 +91,13 @@ _cut_off: weakref.WeakSet[Connection] = weakref.WeakSet()  # connections a send 
 _SEND_CUT_OFF = "an earlier send was interrupted in the middle of a message, so the stream cannot be written on"
 
 
-def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
+def send(conn: ByteWriter, frames: Sequence[Buffer], *, timeout: float | None = None) -> None:
     """Send the frames of one encoded message on ``conn`` as a single blob (``tw.join``).
+
+    ``timeout``: seconds the whole message may take to go (None or ``math.inf``: no limit; NaN is
+    a ``ValueError``; only on a ``Connection``): a peer that stops reading makes the send a
+    ``TimeoutError`` saying how much of it went. One that wrote nothing leaves the connection
+    usable; one that wrote part of the message leaves the stream in the middle of it, as below.
 
     On a ``multiprocessing.connection.Connection`` the blob's pieces (the frames themselves, not
     copied) go to its file descriptor in one ``writev``, framed as ``send_bytes`` frames them;
@@ -108,6 +113,7 @@ def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
     Not safe from several threads on one connection at once (nor is ``send_bytes``): a pipe keeps
     only a write of up to 4 KiB (``PIPE_BUF``) whole, so a longer message may go in pieces with
     another thread's among them, and the peer reads garbage; send from one thread, or under a lock."""
+    deadline = deadline_after(timeout)  # (None for infinity: no limit)
     if _DIRECT and type(conn) is Connection:
         if conn in _cut_off:
             raise OSError(_SEND_CUT_OFF)
@@ -117,13 +123,26 @@ def send(conn: ByteWriter, frames: Sequence[Buffer]) -> None:
             raise OSError("connection is read-only")
         header = frame_header(size)
         written = Written()
+        blocking = deadline is not None and os.get_blocking(fd)
         try:
-            write_all(fd, [header, *parts], len(header) + size, written)
+            if blocking:  # waited for with the deadline instead (``write_all``)
+                os.set_blocking(fd, False)
+            write_all(fd, [header, *parts], len(header) + size, written, deadline)
+        except Stalled as stalled:
+            went = "" if written.bytes else " (nothing of it: the connection can be used on)"
+            if written.bytes:
+                _cut_off.add(conn)
+            raise TimeoutError(f"a message was not sent in full within {timeout} s: {stalled}{went}") from None
         except BaseException as exc:  # (``written`` counts what went; an interrupt may come as a write
             if written.bytes or not wrote_nothing(exc, parts):  # returns, before it is counted)
                 _cut_off.add(conn)
             raise
+        finally:
+            if blocking:
+                os.set_blocking(fd, True)
         return
+    if deadline is not None:
+        raise ValueError(f"a send timeout needs a multiprocessing Connection (on POSIX), not {type(conn).__name__}")
     conn.send_bytes(join(frames))
 
 

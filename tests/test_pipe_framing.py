@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
+import re
 import signal
 import struct
 import threading
@@ -643,6 +645,64 @@ def test_an_exception_while_no_message_has_started_leaves_the_stream_readable(
     frames = frames_of(64, seed=2)
     send(writer, frames)
     assert same_bits(decoded(receiver.recv(timeout=WAIT)), decoded(frames))
+
+
+def test_a_send_to_a_peer_that_reads_nothing_times_out_saying_how_much_went(
+    pipe: tuple[Connection, Connection],
+) -> None:
+    """``send`` had no timeout: a peer that stopped reading held the sender for good. A message
+    larger than the pipe holds now goes in part, then the send is a ``TimeoutError``; the stream is
+    then in the middle of that message, so the next send says so."""
+    _, writer = pipe
+    frames = frames_of(8 * MiB, seed=8)
+    total = len(frame_header(len(tw.join(frames)))) + len(tw.join(frames))
+    with pytest.raises(TimeoutError) as caught:
+        send(writer, frames, timeout=0.2)
+    went = re.fullmatch(
+        rf"a message was not sent in full within 0\.2 s: (\d+) of {total} bytes written", str(caught.value)
+    )
+    assert went is not None and 0 < int(went.group(1)) < total, str(caught.value)
+    assert os.get_blocking(writer.fileno())  # as it was
+    with pytest.raises(OSError, match=r"^an earlier send was interrupted in the middle of a message"):
+        send(writer, frames_of(16, seed=9), timeout=WAIT)
+
+
+def test_a_send_that_timed_out_before_writing_anything_leaves_the_connection_usable(
+    pipe: tuple[Connection, Connection],
+) -> None:
+    """Messages of up to 4 KiB go into a pipe whole or not at all: once it is full, a send with a
+    timeout of 0 writes nothing, and the connection goes on once the peer reads."""
+    reader, writer = pipe
+    small = frames_of(512, seed=10)
+    sent = 0
+    while True:
+        try:
+            send(writer, small, timeout=0)
+        except TimeoutError as exc:
+            assert str(exc).startswith("a message was not sent in full within 0 s: 0 of ")
+            assert str(exc).endswith(" bytes written (nothing of it: the connection can be used on)")
+            break
+        sent += 1
+    assert sent > 0
+    receiver = Receiver(reader)
+    for _ in range(sent):
+        assert same_bits(decoded(receiver.recv(timeout=WAIT)), decoded(small))
+    last = frames_of(64, seed=11)
+    send(writer, last, timeout=WAIT)
+    assert same_bits(decoded(receiver.recv(timeout=WAIT)), decoded(last))
+
+
+def test_a_send_timeout_is_refused_where_it_cannot_hold(pipe: tuple[Connection, Connection]) -> None:
+    reader, writer = pipe
+    with pytest.raises(
+        ValueError, match=r"^a send timeout needs a multiprocessing Connection \(on POSIX\), not Proxy$"
+    ):
+        send(Proxy(writer), frames_of(16, seed=12), timeout=1.0)
+    with pytest.raises(ValueError, match=r"^timeout must be a number of seconds"):
+        send(writer, frames_of(16, seed=12), timeout=math.nan)
+    assert not reader.poll(0)  # nothing sent either way
+    send(Proxy(writer), frames_of(16, seed=12), timeout=math.inf)  # no limit: taken anywhere
+    assert reader.poll(WAIT)
 
 
 def test_non_blocking_descriptors_are_waited_on(pipe: tuple[Connection, Connection]) -> None:
