@@ -17,7 +17,10 @@ number of threads on either side:
 - receiving: ``import_``, ``release``, ``buffered()`` and ``buffered_bytes()`` may be called from
   any thread. One thread at a time drains the queue (without holding the buffer's lock while it
   waits on the queue), stores what it takes and wakes the others, which look again in the buffer;
-  every wait is bounded by ``timeout``. The stale rule below holds per stream, so a stream's
+  every wait is bounded by ``timeout``, but for one inside torch: taking a CPU tensor from the
+  queue asks its sender's process for the storage's fd (torch's ``file_descriptor`` sharing), with
+  no limit, so a sender that lives but does not run (stopped, frozen) holds the draining thread
+  until it runs again. The stale rule below holds per stream, so a stream's
   messages must be decoded in the order they were encoded: two threads decoding two messages of
   one sending thread at once may find the older one discarded.
 - ``close()`` must not run while other threads use the transport. A forked child makes its own.
