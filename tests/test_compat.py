@@ -1482,6 +1482,17 @@ def _git_out(repo: Path, *args: str, stdin: bytes = b"") -> str:
     return done.stdout.decode().strip()
 
 
+def _committed_schemas(tmp_path: Path) -> tuple[Path, bytes]:
+    """A git repository at ``tmp_path / "repo"`` whose one commit holds ``BASE``'s schemas, and the
+    bytes of its ``schemas/t/Thing.v1.json``."""
+    repo = tmp_path / "repo"
+    write_schemas(repo / "schemas", copy.deepcopy(BASE))
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "schemas")
+    return repo, (repo / "schemas" / "t" / "Thing.v1.json").read_bytes()
+
+
 def _commit_tree(repo: Path, tree: dict[str, Any]) -> str:
     """A commit of ``tree`` (name -> bytes, or name -> a tree of its own), built with git's plumbing:
     names git would refuse to check out (``..``) are kept as they are."""
@@ -1504,12 +1515,7 @@ def test_cli_against_a_crafted_revision_writes_nothing_outside_its_directory_and
     """A revision can hold trees git itself would never check out: a path through ``..`` was
     written outside the temporary directory (any ``.json`` file the user can write), and a blob
     was read whole into memory before its size was checked (a few MiB in git, GiBs read)."""
-    repo = tmp_path / "repo"
-    write_schemas(repo / "schemas", copy.deepcopy(BASE))
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "schemas")
-    thing = (repo / "schemas" / "t" / "Thing.v1.json").read_bytes()
+    repo, thing = _committed_schemas(tmp_path)
     escape = {"..": {"..": {"planted.json": b"{}"}}}  # from <tmp>/tensorwire-compat-*/0: <tmp>
     monkeypatch.chdir(repo)
     for tree, error in (
@@ -1537,12 +1543,7 @@ def test_cli_against_a_revision_whose_tree_holds_a_file_and_a_folder_of_one_name
 ) -> None:
     """A crafted tree can hold a file and a folder of the same name, or one name twice: writing
     them out to read them raised ``FileExistsError`` (an internal error, exit 3)."""
-    repo = tmp_path / "repo"
-    write_schemas(repo / "schemas", copy.deepcopy(BASE))
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "schemas")
-    thing = (repo / "schemas" / "t" / "Thing.v1.json").read_bytes()
+    repo, thing = _committed_schemas(tmp_path)
     blob = _git_out(repo, "hash-object", "-w", "--stdin", stdin=thing)
     inner = _git_out(repo, "mktree", stdin=f"100644 blob {blob}\tThing.v1.json\n".encode())
     monkeypatch.chdir(repo)

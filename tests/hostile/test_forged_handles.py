@@ -14,8 +14,6 @@ import fcntl
 import mmap
 import os
 import secrets
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,14 +35,6 @@ from tests.hostile.children import spawned
 from tests.wire_helpers import edit_descriptor, frame_of, head_of
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # the payload through shared memory
-
-
-@pytest.fixture
-def directory() -> Iterator[Path]:
-    """A private directory on /dev/shm's file system: nothing else on the machine can disturb it."""
-    path = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="twtest-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @contextmanager

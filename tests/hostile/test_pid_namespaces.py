@@ -11,8 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,13 +77,6 @@ class Peer:
         self.process.stdin.write("quit\n")
         self.process.stdin.flush()
         self.process.wait(30)
-
-
-@pytest.fixture
-def directory() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="tw-test-ns-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_a_receiver_keeps_a_live_senders_slot_of_another_pid_namespace(directory: Path) -> None:

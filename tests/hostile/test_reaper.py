@@ -12,12 +12,9 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
-import shutil
 import struct
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,13 +37,6 @@ def _dead_pid() -> int:
     child = subprocess.Popen(["true"])
     child.wait()
     return child.pid
-
-
-@pytest.fixture
-def directory() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="twtest-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _name(pid: int | str) -> str:

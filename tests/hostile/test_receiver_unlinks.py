@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import gc
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,13 +19,6 @@ from tensorwire.transports._one_shot_page import claim_file, discard_file
 
 OOB = tw.EncodeOptions(embed_threshold=0, inline_threshold=1)  # every tensor out of band
 OTHERS = b"another program's data"
-
-
-@pytest.fixture
-def directory() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="twtest-unlinks-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _decoy(directory: Path) -> Path:
