@@ -176,7 +176,9 @@ def test_a_message_decoded_twice_is_refused_without_waiting() -> None:
     with pytest.raises(tw.DecodeError) as info:
         decoder.decode(frames)
     assert re.fullmatch(
-        r"queue tensor 0 of message 1 from sender \S+ was taken already: that message was read", info.value.message
+        r"queue tensor 0 of message 1 from sender \S+ was taken already, by an earlier decode of that message "
+        r"\(one that read it, or failed after taking it\)",
+        info.value.message,
     )
     assert info.value.path is None and rx.buffered() == 0
     rx.close()

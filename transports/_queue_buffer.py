@@ -112,7 +112,7 @@ class _ReceiveBuffer:
         if handle.message == sender.newest_consumed and handle.tensor in sender.taken:
             raise DecodeError(
                 f"queue tensor {handle.tensor} of message {handle.message} from sender {quoted(handle.sender)} "
-                "was taken already: that message was read"
+                "was taken already, by an earlier decode of that message (one that read it, or failed after taking it)"
             )
 
     def _drain_one(self, timeout: float, wanted: QueueHandle) -> None:
