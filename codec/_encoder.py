@@ -195,7 +195,7 @@ class Encoder(Sealed):
                 _check_levels(body, message, limits.max_depth)
             if outgoing.subclassed or _contract.VALIDATOR_RUNS != runs:  # the caller's code ran since
                 # the tensors' memory was looked at: read by address from here on, it must still be there
-                moved = outgoing.unmoved()
+                moved = outgoing.moved()
                 if moved is not None:
                     raise moved_error(message, moved, limits.max_depth)
         except _FAILURES as exc:

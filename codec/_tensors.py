@@ -290,7 +290,7 @@ class Outgoing:
         plan = group.plan(lo, hi)
         return self._placed(1, code, shape, layout, plan, start - group.base - plan.start, nbytes)
 
-    def unmoved(self) -> int | None:
+    def moved(self) -> int | None:
         """The data address (0 for a storage emptied) of a torch storage whose memory this message
         reads without a copy (by address, at the join of frame 0 or in an export) that was resized
         or moved since it was looked at: by code of the caller's that ran after (a named validator,
