@@ -1562,6 +1562,22 @@ def test_cli_against_a_revision_whose_tree_holds_a_file_and_a_folder_of_one_name
         )
 
 
+def test_cli_against_a_revision_with_a_name_no_file_system_here_takes_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tree can hold a name longer than a file name may be here (300 bytes): writing it out to
+    read it raised ``OSError`` (an internal error, exit 3)."""
+    repo, thing = _committed_schemas(tmp_path)
+    long = "L" * 300 + ".v1.json"
+    rev = _commit_tree(repo, {"schemas": {"t": {"Thing.v1.json": thing, long: b"{}"}}})
+    monkeypatch.chdir(repo)
+    assert main(["compat", "--against", rev]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"tensorwire: {rev}:schemas/t/{long}: cannot write it to read it: File name too long\n"
+    )
+
+
 def test_cli_against_a_revision_runs_from_any_directory_of_the_repository(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
